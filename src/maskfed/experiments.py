@@ -1,0 +1,62 @@
+"""The book's experiments: which runs each table needs, and their summaries.
+
+Thin glue over :mod:`maskfed.config` (which runs), :mod:`maskfed.runner`
+(running or reusing them) and :mod:`maskfed.summary` (the paper's convention).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from . import runner, summary
+from .config import Profile, RunConfig
+
+EXPERIMENTS = ("table1", "table2", "control")
+#: Columns of Tables I and II, in the paper's order.
+TABLE_COLUMNS = ["T_mean", "recovery_unweighted", "recovery_weighted", "mu2_hat", "sigma2_hat", "test_acc",
+                 "pct_rounds_below_one"]
+
+
+def configs(profile: Profile, experiment: str) -> list[RunConfig]:
+    """Run configurations of one experiment ("table1", "table2" or "control").
+
+    Raises:
+        ValueError: unknown experiment name.
+    """
+    if experiment not in EXPERIMENTS:
+        raise ValueError(f"experiment must be one of {list(EXPERIMENTS)}; got {experiment!r}")
+    return {"table1": profile.table1_configs, "table2": profile.table2_configs,
+            "control": profile.control_configs}[experiment]()
+
+
+def all_configs(profile: Profile, experiments=EXPERIMENTS) -> list[RunConfig]:
+    """Every distinct run the given experiments need (shared runs listed once)."""
+    return list(dict.fromkeys(c for e in experiments for c in configs(profile, e)))
+
+
+def run(profile: Profile, experiment: str, *, workers: int | None = None, progress: bool = True):
+    """Run (or reuse) one experiment's runs; returns their :class:`~maskfed.runner.RunResult` list."""
+    return runner.run_many(configs(profile, experiment), workers=workers or profile.workers, progress=progress)
+
+
+def table1(results) -> pd.DataFrame:
+    """Table I summary (index: batch size, τ), our columns in the paper's order."""
+    return summary.summarize(results, ["batch_size", "local_epochs"])[TABLE_COLUMNS]
+
+
+def table2(results) -> pd.DataFrame:
+    """Table II summary (index: Dirichlet α)."""
+    return summary.summarize(results, ["alpha"])[TABLE_COLUMNS]
+
+
+def provenance_table(results) -> pd.DataFrame:
+    """One row per run: folder, seed, commit, code hash, versions, device, data, wall time."""
+    rows = []
+    for r in results:
+        p = r.provenance
+        rows.append({"run": r.path.name, "seed": p["seed"], "rounds": r.config.rounds,
+                     "commit": p["commit"][:10] + ("+dirty" if p.get("dirty") else ""), "code_hash": p["code_hash"],
+                     "torch": p["packages"]["torch"], "python": p["packages"]["python"],
+                     "device": p["machine"]["device"], "data": p["data_source_kind"],
+                     "wall_s": round(p["wall_s"], 1), "finished_utc": p["finished_utc"]})
+    return pd.DataFrame(rows)

@@ -1,0 +1,233 @@
+"""FedAvg (McMahan et al., 2017) with the paper's per-round measurements.
+
+Reads top to bottom: local steps T, one client's local SGD, the server's
+aggregate, one round (cohort sampling, local training, the recovery factor and
+the signal-noise split of its updates, eq. 3, 8, 13-14), and the loop over rounds.
+Client data stays in tensors: no DataLoader in the inner loop.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from . import diversity
+
+
+def local_steps(n_k: int, batch_size: int | str, local_epochs: int) -> int:
+    """Local SGD steps per round, T = ceil(n_k / bs) · τ ("full": one step per epoch, T = τ).
+
+    The last partial batch of an epoch is kept, hence the ceiling.
+
+    Raises:
+        ValueError: n_k < 1, τ < 1, or a batch size that is neither a positive int nor "full".
+    """
+    if n_k < 1:
+        raise ValueError(f"n_k (client shard size) must be >= 1; got {n_k}")
+    if local_epochs < 1:
+        raise ValueError(f"local_epochs (τ) must be >= 1; got {local_epochs}")
+    if batch_size == "full":
+        return local_epochs
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer or 'full'; got {batch_size!r}")
+    return math.ceil(n_k / batch_size) * local_epochs
+
+
+def aggregation_weights(n_K, scheme: str = "weighted") -> torch.Tensor:
+    """FedAvg aggregation weights w_k, shape [K_c], summing to 1.
+
+    "weighted": w_k = n_k / Σ n_k (the paper's convention); "uniform": 1/K_c.
+
+    Raises:
+        ValueError: unknown scheme or non-positive shard sizes.
+    """
+    n = torch.as_tensor(n_K, dtype=torch.float64)
+    if (n <= 0).any():
+        raise ValueError(f"shard sizes n_k must be positive; got {n.tolist()}")
+    if scheme == "weighted":
+        return n / n.sum()
+    if scheme == "uniform":
+        return torch.full_like(n, 1.0 / len(n))
+    raise ValueError(f"aggregation must be 'weighted' or 'uniform'; got {scheme!r}")
+
+
+def aggregate(deltas_KxP: torch.Tensor, weights_K: torch.Tensor) -> torch.Tensor:
+    """Server update Δ̄ = Σ_k w_k Δ_k, shape [P] (eq. 1 with weights).
+
+    Args:
+        deltas_KxP: client updates, [K_c, P].
+        weights_K: aggregation weights summing to one, [K_c].
+    """
+    return weights_K.to(deltas_KxP.dtype) @ deltas_KxP
+
+
+def client_update(model: nn.Module, theta_P: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *,
+                  lr: float, batch_size: int | str, local_epochs: int,
+                  generator: torch.Generator) -> tuple[torch.Tensor, float, int]:
+    """Run τ local epochs of plain SGD from θ and return Δ_k = θ − θ_k.
+
+    Each epoch draws a fresh permutation from ``generator`` and walks it in
+    batches of ``batch_size`` (last partial batch kept); "full" is one step
+    over the whole shard per epoch.
+
+    Args:
+        model: network whose parameters are overwritten with θ (used as scratch).
+        theta_P: global parameters θ, flat [P].
+        x: client images, [n_k, 3, 32, 32] float32, normalised, on the model's device.
+        y: labels, [n_k] int64.
+        lr: SGD learning rate.
+        batch_size: int or "full".
+        local_epochs: τ.
+        generator: CPU generator for the shuffles.
+
+    Returns:
+        (Δ_k [P], mean training loss over the local steps (nats), T).
+    """
+    vector_to_parameters(theta_P.clone(), model.parameters())  # clone: the parameters become views of it
+    model.train()
+    params = [p for p in model.parameters()]
+    n = x.shape[0]
+    bs = n if batch_size == "full" else batch_size
+    loss_sum, steps = 0.0, 0
+    for _ in range(local_epochs):
+        order = torch.randperm(n, generator=generator).to(x.device)
+        for start in range(0, n, bs):
+            idx = order[start:start + bs]
+            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+            grads = torch.autograd.grad(loss, params)
+            with torch.no_grad():
+                torch._foreach_add_(params, grads, alpha=-lr)
+            loss_sum += float(loss.detach())
+            steps += 1
+    with torch.no_grad():
+        delta = theta_P - parameters_to_vector(params)
+    return delta, loss_sum / steps, steps
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, theta_P: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+             batch: int = 1000) -> tuple[float, float]:
+    """Test accuracy (fraction) and mean cross-entropy (nats) of θ on (x, y)."""
+    vector_to_parameters(theta_P, model.parameters())
+    model.eval()
+    correct, loss = 0, 0.0
+    for s in range(0, x.shape[0], batch):
+        logits = model(x[s:s + batch])
+        loss += float(nn.functional.cross_entropy(logits, y[s:s + batch], reduction="sum"))
+        correct += int((logits.argmax(1) == y[s:s + batch]).sum())
+    return correct / x.shape[0], loss / x.shape[0]
+
+
+def client_seed(seed: int, round_idx: int, client_id: int) -> int:
+    """Seed of a client's shuffling generator in a round (independent streams per client)."""
+    return int(np.random.SeedSequence([seed, round_idx, client_id]).generate_state(1)[0])
+
+
+def sample_cohort(num_clients: int, cohort_size: int, seed: int, round_idx: int) -> np.ndarray:
+    """K_c client ids drawn uniformly without replacement, seeded by (seed, round)."""
+    rng = np.random.default_rng([seed, round_idx, 7919])
+    return np.sort(rng.choice(num_clients, size=cohort_size, replace=False))
+
+
+def round_metrics(deltas_KxP: torch.Tensor, n_K) -> dict:
+    """The paper's per-round measurements of a cohort's updates.
+
+    Returns a dict with ``recovery_unweighted`` (eq. 3/8), ``recovery_weighted``
+    (‖Σ w_k Δ_k‖² / Σ w_k² ‖Δ_k‖², w_k ∝ n_k), ``A``, ``B``, ``sigma2_hat``,
+    ``mu2_hat`` (eq. 13-14; A and B unweighted as in the paper) and
+    ``mean_update_sqnorm`` (‖Σ w_k Δ_k‖²). Gram matrix in float64.
+    """
+    gram = diversity.gram_matrix(deltas_KxP)
+    w = torch.as_tensor(n_K, dtype=torch.float64)
+    out = {
+        "recovery_unweighted": diversity.recovery_factor_from_gram(gram),
+        "recovery_weighted": diversity.recovery_factor_from_gram(gram, w),
+        "mean_update_sqnorm": float((w / w.sum()) @ gram @ (w / w.sum())),
+    }
+    if gram.shape[0] >= 2:
+        sn = diversity.signal_noise_from_gram(gram)
+        out.update(A=sn.A, B=sn.B, sigma2_hat=sn.sigma2_hat, mu2_hat=sn.mu2_hat)
+    return out
+
+
+@dataclass
+class FedData:
+    """Normalised client shards and test set, on the training device."""
+
+    x_train: torch.Tensor        # [N, 3, 32, 32] float32
+    y_train: torch.Tensor        # [N] int64
+    parts: list[np.ndarray]      # K index arrays into the train split
+    x_test: torch.Tensor         # [N_test, 3, 32, 32] float32
+    y_test: torch.Tensor         # [N_test] int64
+
+
+def eval_rounds(rounds: int, eval_every: int, eval_every_tail: int) -> set[int]:
+    """Rounds (0-based) after which the global model is tested.
+
+    Every ``eval_every`` rounds, every ``eval_every_tail`` rounds inside the
+    last quarter (the window the summaries use), and always the last round.
+    """
+    tail_start = rounds - max(1, rounds // 4)
+    chosen = {r for r in range(rounds) if (r + 1) % eval_every == 0}
+    chosen |= {r for r in range(tail_start, rounds) if (rounds - 1 - r) % eval_every_tail == 0}
+    chosen.add(rounds - 1)
+    return chosen
+
+
+def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int, local_epochs: int,
+               batch_size: int | str, lr: float, aggregation: str, seed: int,
+               identical_client_seeds: bool = False, eval_at: set[int] | None = None,
+               progress=None, on_round=None) -> list[dict]:
+    """Train with FedAvg and measure every round.
+
+    Args:
+        model: initialised network (its parameters are θ_0) on the data's device.
+        data: :class:`FedData` with K client shards.
+        rounds, cohort_size, local_epochs, batch_size, lr, aggregation, seed:
+            as in :class:`maskfed.config.RunConfig`.
+        identical_client_seeds: give every client the same shuffling seed
+            (with identical shards this makes every Δ_k equal: the control).
+        eval_at: 0-based rounds after which to test; ``None``: only the last.
+        progress: optional tqdm-like object with ``update(1)`` and ``set_postfix``.
+        on_round: optional callback receiving each round's record as it finishes.
+
+    Returns:
+        One dict per round: ``round`` (1-based), the cohort, shard sizes, T,
+        train loss, the metrics of :func:`round_metrics`, ``test_acc`` and
+        ``test_loss`` (NaN when not evaluated) and ``wall_s``.
+    """
+    eval_at = {rounds - 1} if eval_at is None else eval_at
+    theta = parameters_to_vector(model.parameters()).detach().clone()
+    records = []
+    for r in range(rounds):
+        t0 = time.perf_counter()
+        cohort = sample_cohort(len(data.parts), cohort_size, seed, r)
+        deltas, n_k, steps, losses = [], [], [], []
+        for k in cohort:
+            idx = torch.as_tensor(data.parts[k], device=data.x_train.device)
+            gen = torch.Generator().manual_seed(client_seed(seed, r, 0 if identical_client_seeds else int(k)))
+            delta, loss, t = client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=lr,
+                                           batch_size=batch_size, local_epochs=local_epochs, generator=gen)
+            deltas.append(delta), n_k.append(len(idx)), steps.append(t), losses.append(loss)
+        deltas_KxP = torch.stack(deltas)
+        weights = aggregation_weights(n_k, aggregation)
+        theta = theta - aggregate(deltas_KxP, weights)
+        rec = {"round": r + 1, "cohort": " ".join(map(str, cohort)), "n_k": " ".join(map(str, n_k)),
+               "T_mean": float(np.mean(steps)), "T_min": int(min(steps)), "T_max": int(max(steps)),
+               "train_loss": float(np.average(losses, weights=n_k)), **round_metrics(deltas_KxP, n_k)}
+        rec["test_acc"], rec["test_loss"] = (evaluate(model, theta, data.x_test, data.y_test)
+                                             if r in eval_at else (float("nan"), float("nan")))
+        rec["wall_s"] = time.perf_counter() - t0
+        records.append(rec)
+        if on_round is not None:
+            on_round(rec)
+        if progress is not None:
+            progress.update(1)
+            progress.set_postfix(recovery=f"{rec['recovery_unweighted']:.2f}", loss=f"{rec['train_loss']:.3f}")
+    return records

@@ -1,0 +1,85 @@
+"""Execute the book's notebooks (jupytext MyST files) with papermill.
+
+papermill cannot read jupytext text files, so each ``notebooks/<name>.md`` is
+converted in memory to ``.ipynb`` and executed into ``book/nb/<name>.ipynb``
+with the given profile (and any other parameters).
+
+    python -m maskfed.notebooks --profile cpu                 # all, in book order
+    python -m maskfed.notebooks --profile smoke table1_local_protocol
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from .config import PROFILES
+from .paths import REPO_ROOT
+
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+OUT_DIR = REPO_ROOT / "book" / "nb"
+
+
+def book_order() -> list[str]:
+    """Notebook names in the order of ``book/_toc.yml`` (the root first)."""
+    toc = yaml.safe_load((REPO_ROOT / "book" / "_toc.yml").read_text())
+    files = [toc["root"]] + [ch["file"] for part in toc.get("parts", []) for ch in part["chapters"]]
+    return [Path(f).name for f in files if (NOTEBOOK_DIR / f"{Path(f).name}.md").exists()]
+
+
+def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dict | None = None) -> Path:
+    """Execute ``notebooks/<name>.md`` into ``out_dir/<name>.ipynb``.
+
+    Args:
+        name: notebook stem, e.g. "table1_local_protocol".
+        profile: one of :data:`maskfed.config.PROFILES`.
+        out_dir: where the executed notebook goes.
+        parameters: further papermill parameters (e.g. ``{"data_path": "..."}``).
+
+    Raises:
+        ValueError: unknown profile or notebook (before anything runs);
+        papermill.PapermillExecutionError: a cell failed (e.g. a live check's assert).
+    """
+    import jupytext
+    import papermill
+
+    if profile not in PROFILES:
+        raise ValueError(f"profile must be one of {list(PROFILES)}; got {profile!r}")
+    src = NOTEBOOK_DIR / f"{name}.md"
+    if not src.exists():
+        known = sorted(p.stem for p in NOTEBOOK_DIR.glob("*.md"))
+        raise ValueError(f"notebook must be one of {known}; got {name!r}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"{name}.ipynb"
+    with tempfile.TemporaryDirectory() as tmp:
+        ipynb = Path(tmp) / f"{name}.ipynb"
+        jupytext.write(jupytext.read(src), ipynb)
+        papermill.execute_notebook(str(ipynb), str(out), parameters={"profile": profile, **(parameters or {})},
+                                   kernel_name="python3", language="python", progress_bar=False,
+                                   cwd=str(NOTEBOOK_DIR))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m maskfed.notebooks", description=__doc__.split("\n")[0])
+    parser.add_argument("names", nargs="*", help="notebooks to run (default: all, in book order)")
+    parser.add_argument("--profile", default="cpu", help=f"one of {', '.join(PROFILES)}")
+    parser.add_argument("--data-path", default=None, help="CIFAR-10 archive or folder")
+    args = parser.parse_args(argv)
+    if args.profile not in PROFILES:
+        parser.error(f"--profile must be one of {list(PROFILES)}; got {args.profile!r}")
+    params = {"data_path": args.data_path} if args.data_path else {}
+    for name in args.names or book_order():
+        t0 = time.perf_counter()
+        execute(name, profile=args.profile, parameters=params)
+        print(f"executed {name} ({args.profile}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

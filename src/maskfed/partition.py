@@ -1,0 +1,246 @@
+"""Splitting a training set across federated clients.
+
+Pure functions: every random choice comes from an explicit ``numpy.random.Generator`` argument
+(or, in :func:`make_partition`, from ``np.random.default_rng(seed)``), so a partition is a function
+of its inputs alone. A partition is a list of ``K`` sorted int64 index arrays into the training
+set, one per client.
+
+* :func:`dirichlet_partition` -- per-class Dirichlet label skew (Hsu, Qi & Brown, 2019): small
+  ``alpha`` gives clients few dominant classes and unequal sizes, large ``alpha`` approaches IID.
+* :func:`iid_partition` -- a random permutation cut into near-equal shards.
+* :func:`identical_partition` -- the control: every client holds the same shard.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+PARTITION_KINDS: tuple[str, ...] = ("dirichlet", "iid", "identical")
+
+
+def _check_labels(labels) -> np.ndarray:
+    arr = np.asarray(labels)
+    if arr.ndim != 1:
+        raise ValueError(f"labels must be 1-D; got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError("labels must not be empty")
+    if not np.issubdtype(arr.dtype, np.integer) or arr.dtype == np.bool_:
+        raise ValueError(f"labels must be integers; got dtype {arr.dtype}")
+    if int(arr.min()) < 0:
+        raise ValueError(f"labels must be non-negative; got min {int(arr.min())}")
+    return arr.astype(np.int64, copy=False)
+
+
+def _check_count(name: str, value, lo: int, hi: int | None = None, hint: str = "") -> int:
+    if isinstance(value, bool) or int(value) != value:
+        raise ValueError(f"{name} must be an integer; got {value!r}")
+    v = int(value)
+    if v < lo or (hi is not None and v > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{name} must be {rng}{hint}; got {v}")
+    return v
+
+
+def dirichlet_partition(
+    labels: np.ndarray,
+    num_clients: int,
+    alpha: float,
+    rng: np.random.Generator,
+    *,
+    min_size: int = 1,
+    max_redraws: int = 1000,
+) -> list[np.ndarray]:
+    """Per-class Dirichlet partition (Hsu et al., 2019).
+
+    For each class ``c`` present in ``labels`` (ascending order): draw client proportions
+    ``q_c ~ Dir(alpha * 1_K)``, shuffle that class's indices, and cut them at
+    ``(cumsum(q_c) * n_c).astype(int)[:-1]`` (``np.split``), giving client ``k`` the ``k``-th piece.
+    Each client's pieces are concatenated and sorted.
+
+    Redraw rule: if any client ends with fewer than ``min_size`` samples, the *whole* partition
+    is drawn again (continuing the same ``rng`` stream), at most ``max_redraws`` times after the
+    first draw (``1 + max_redraws`` draws in all); if every draw fails a ``ValueError`` is raised.
+    So the function always terminates. If ``min_size * num_clients > len(labels)`` no draw can
+    succeed and the ``ValueError`` is raised before drawing.
+
+    Args:
+        labels: 1-D non-negative integer class labels, length N.
+        num_clients: K, 1 <= K <= N.
+        alpha: Dirichlet concentration, > 0 (finite).
+        rng: the only source of randomness.
+        min_size: smallest acceptable client size (>= 0; 0 disables the redraw rule).
+        max_redraws: redraws allowed after the first draw (>= 0).
+
+    Returns:
+        K sorted int64 arrays; together they use every index in ``range(N)`` exactly once.
+
+    Raises:
+        ValueError: on invalid inputs (message names the parameter), or when no draw within the
+            budget gives every client ``min_size`` samples (message names ``alpha`` and
+            ``num_clients`` and suggests a larger alpha or fewer clients).
+    """
+    y = _check_labels(labels)
+    n = y.shape[0]
+    k = _check_count("num_clients", num_clients, 1, n, hint=f" (len(labels) = {n})")
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError):
+        raise ValueError(f"alpha must be > 0; got {alpha!r}") from None
+    if not (a > 0 and math.isfinite(a)):
+        raise ValueError(f"alpha must be > 0; got {alpha!r}")
+    min_size = _check_count("min_size", min_size, 0)
+    max_redraws = _check_count("max_redraws", max_redraws, 0)
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
+    if min_size * k > n:
+        raise ValueError(
+            f"cannot give each of num_clients={k} clients min_size={min_size} samples from only "
+            f"{n} labels (alpha={a}); use fewer clients or a smaller min_size"
+        )
+
+    class_indices = [np.flatnonzero(y == c) for c in np.unique(y)]
+    conc = np.full(k, a)
+    smallest = 0
+    for _attempt in range(1 + max_redraws):
+        pieces: list[list[np.ndarray]] = [[] for _ in range(k)]
+        for idx_c in class_indices:
+            q = rng.dirichlet(conc)
+            if not np.all(np.isfinite(q)):  # guard: extreme alphas can underflow in the sampler
+                q = np.zeros(k)
+                q[rng.integers(k)] = 1.0
+            shuffled = rng.permutation(idx_c)
+            cuts = (np.cumsum(q) * idx_c.shape[0]).astype(int)[:-1]
+            for client, part in enumerate(np.split(shuffled, cuts)):
+                pieces[client].append(part)
+        sizes = [sum(p.shape[0] for p in ps) for ps in pieces]
+        smallest = min(sizes)
+        if smallest >= min_size:
+            return [np.sort(np.concatenate(ps)).astype(np.int64, copy=False) for ps in pieces]
+    raise ValueError(
+        f"dirichlet_partition: no partition of {n} samples over num_clients={k} with alpha={a} "
+        f"gave every client >= min_size={min_size} samples in {1 + max_redraws} draws "
+        f"(smallest client in the last draw: {smallest}); use a larger alpha or fewer clients"
+    )
+
+
+def iid_partition(n_samples: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """IID partition: a random permutation of ``range(n_samples)`` cut into near-equal shards.
+
+    Shards come from ``np.array_split`` (sizes differ by at most one) and are returned sorted.
+
+    Returns:
+        ``num_clients`` sorted int64 arrays covering every index exactly once.
+
+    Raises:
+        ValueError: unless ``n_samples >= 1`` and ``1 <= num_clients <= n_samples``.
+    """
+    n = _check_count("n_samples", n_samples, 1)
+    k = _check_count("num_clients", num_clients, 1, n, hint=f" (n_samples = {n})")
+    perm = rng.permutation(n).astype(np.int64)
+    return [np.sort(s) for s in np.array_split(perm, k)]
+
+
+def identical_partition(
+    n_samples: int, num_clients: int, shard_size: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """The control partition: every client holds the *same* ``shard_size`` indices.
+
+    One shard is drawn without replacement from ``range(n_samples)`` and copied ``num_clients``
+    times (independent arrays with equal contents).
+
+    Returns:
+        ``num_clients`` equal sorted int64 arrays of length ``shard_size``.
+
+    Raises:
+        ValueError: unless ``n_samples >= 1``, ``num_clients >= 1`` and
+            ``1 <= shard_size <= n_samples``.
+    """
+    n = _check_count("n_samples", n_samples, 1)
+    k = _check_count("num_clients", num_clients, 1)
+    s = _check_count("shard_size", shard_size, 1, n, hint=f" (n_samples = {n})")
+    shard = np.sort(rng.choice(n, size=s, replace=False)).astype(np.int64)
+    return [shard.copy() for _ in range(k)]
+
+
+def make_partition(
+    kind: str,
+    labels: np.ndarray,
+    num_clients: int,
+    *,
+    alpha: float | None = None,
+    seed: int,
+    shard_size: int | None = None,
+) -> list[np.ndarray]:
+    """Build a partition by name with ``rng = np.random.default_rng(seed)``.
+
+    Args:
+        kind: ``"dirichlet"`` (needs ``alpha``), ``"iid"`` or ``"identical"``.
+        labels: 1-D training labels (length N; only the length matters for iid/identical).
+        num_clients: K.
+        alpha: Dirichlet concentration; required for ``"dirichlet"``, ignored otherwise.
+        seed: partition seed.
+        shard_size: per-client shard size for ``"identical"``; default ``N // num_clients``.
+            Ignored otherwise.
+
+    Returns:
+        K sorted int64 index arrays (see the individual functions).
+
+    Raises:
+        ValueError: unknown ``kind`` (message names ``partition`` and the allowed values), missing
+            ``alpha`` for dirichlet, or any error of the underlying function.
+    """
+    if kind not in PARTITION_KINDS:
+        raise ValueError(f"partition must be one of {', '.join(PARTITION_KINDS)}; got {kind!r}")
+    y = _check_labels(labels)
+    rng = np.random.default_rng(seed)
+    if kind == "dirichlet":
+        if alpha is None:
+            raise ValueError("alpha is required for partition='dirichlet'")
+        return dirichlet_partition(y, num_clients, alpha, rng)
+    if kind == "iid":
+        return iid_partition(y.shape[0], num_clients, rng)
+    k = _check_count("num_clients", num_clients, 1)
+    if shard_size is None:
+        shard_size = y.shape[0] // k
+        if shard_size < 1:
+            raise ValueError(
+                f"shard_size defaults to len(labels) // num_clients = 0 ({y.shape[0]} // {k}); "
+                "pass shard_size or use fewer clients"
+            )
+    return identical_partition(y.shape[0], k, shard_size, rng)
+
+
+def partition_stats(parts: list[np.ndarray], labels: np.ndarray, num_classes: int) -> dict:
+    """Summary of a partition.
+
+    Returns a dict with
+        ``sizes`` (list of K ints), ``min``, ``max`` (ints), ``mean`` (float),
+        ``cv`` (population std / mean of the sizes, float), ``rel_range`` ((max - min) / mean),
+        ``class_counts`` (int64 array [K, num_classes]: samples of each class per client),
+        ``num_clients`` (K) and ``num_unique`` (distinct indices used over all clients).
+
+    Raises:
+        ValueError: empty ``parts``, labels not 1-D non-negative ints, or a label >= num_classes.
+    """
+    if len(parts) == 0:
+        raise ValueError("parts must hold at least one client")
+    y = _check_labels(labels)
+    c = _check_count("num_classes", num_classes, 1)
+    if int(y.max()) >= c:
+        raise ValueError(f"labels go up to {int(y.max())} but num_classes={c}")
+    sizes = np.array([len(p) for p in parts], dtype=np.int64)
+    counts = np.stack([np.bincount(y[np.asarray(p, dtype=np.int64)], minlength=c) for p in parts])
+    mean = float(sizes.mean())
+    return {
+        "sizes": sizes.tolist(),
+        "min": int(sizes.min()),
+        "max": int(sizes.max()),
+        "mean": mean,
+        "cv": float(sizes.std() / mean) if mean > 0 else float("nan"),
+        "rel_range": float((sizes.max() - sizes.min()) / mean) if mean > 0 else float("nan"),
+        "class_counts": counts.astype(np.int64),
+        "num_clients": len(parts),
+        "num_unique": int(np.unique(np.concatenate([np.asarray(p) for p in parts])).size),
+    }

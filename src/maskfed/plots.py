@@ -1,0 +1,41 @@
+"""Figures of the book (matplotlib/seaborn)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+MARKERS = {"32": "o", "128": "s", "full": "^"}
+
+
+def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, *, k_c: int = 10,
+                         ax: plt.Axes | None = None, ours_label: str = "this run") -> plt.Axes:
+    """Figure 1: recovery factor 1/Δ_S against test accuracy for the local protocols.
+
+    Marker shape encodes the batch size, the annotation the local epochs τ;
+    filled markers are ours, hollow grey ones the paper's (if given).
+
+    Args:
+        ours, paper: summaries indexed by (batch_size, local_epochs) with
+            columns ``recovery_unweighted`` and ``test_acc`` (fraction).
+        k_c: cohort size, drawn as the ceiling of 1/Δ_S.
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.2))
+    sources = [(ours, ours_label, dict(color="C0"))]
+    if paper is not None:
+        sources.append((paper, "paper (Yan et al. 2026)", dict(facecolor="none", edgecolor="0.45")))
+    for df, label, style in sources:
+        for i, ((bs, tau), row) in enumerate(df.iterrows()):
+            ax.scatter(100 * row["test_acc"], row["recovery_unweighted"], marker=MARKERS.get(str(bs), "D"), s=55,
+                       label=f"{label}, bs={bs}" if tau == df.loc[bs].index[0] else None, **style)
+            ax.annotate(f"τ={tau}", (100 * row["test_acc"], row["recovery_unweighted"]), textcoords="offset points",
+                        xytext=(5, 4), fontsize=8, color=style.get("color", "0.45"))
+    ax.axhline(k_c, color="0.6", ls="--", lw=1)
+    ax.text(ax.get_xlim()[0], k_c, f" ceiling K_c = {k_c}", va="bottom", fontsize=8, color="0.4")
+    ax.axhline(1, color="0.6", ls=":", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("test accuracy (%), median over the last quarter of rounds")
+    ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
+    ax.legend(fontsize=7, loc="best")
+    return ax

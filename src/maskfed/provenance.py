@@ -1,0 +1,69 @@
+"""Provenance of a run: code version, package versions, machine.
+
+Recorded next to every run's numbers so each value in the book can be traced
+to the code and environment that produced it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import subprocess
+import sys
+from functools import lru_cache
+from importlib import metadata
+
+from .paths import REPO_ROOT
+
+PACKAGES = ("torch", "torchvision", "numpy", "pandas", "pydantic", "pillow")
+
+
+@lru_cache(maxsize=1)
+def code_hash() -> str:
+    """SHA-256 (16 hex digits) over the source of the ``maskfed`` package and its profiles.
+
+    A run's cache key includes it, so any change to the code that computes a
+    number invalidates the cached number. Computed once per process.
+    """
+    pkg = REPO_ROOT / "src" / "maskfed"
+    h = hashlib.sha256()
+    for path in sorted(p for p in pkg.rglob("*") if p.suffix in {".py", ".yaml"}):
+        h.update(str(path.relative_to(pkg)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def git_state() -> dict:
+    """``{"commit": sha or "unknown", "dirty": bool or None}`` of the checkout."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            return {"commit": "unknown", "dirty": None}
+        status = git("status", "--porcelain", "--untracked-files=normal", "--", "src")
+        return {"commit": head.stdout.strip(), "dirty": bool(status.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": "unknown", "dirty": None}
+
+
+def package_versions() -> dict:
+    """Installed versions of the packages that shape the numbers, and Python's."""
+    out = {"python": sys.version.split()[0]}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def machine(device: str) -> dict:
+    """Device and host description (CPU model, threads, CUDA device name)."""
+    import torch
+
+    info = {"device": device, "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "torch_threads": torch.get_num_threads()}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["cuda_device"] = torch.cuda.get_device_name(0)
+    return info

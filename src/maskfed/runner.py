@@ -1,0 +1,238 @@
+"""Run FedAvg configurations, store each run in its own folder, reuse finished ones.
+
+A run folder ``results/runs/<label>-<key>`` holds ``metrics.csv`` (one row per
+round), ``config.json`` (the resolved :class:`~maskfed.config.RunConfig`),
+``partition.json`` (shard sizes) and ``provenance.json`` (seed, git commit and
+dirty flag, code hash, package versions, device, data source, wall time). It is
+written to a temporary folder and renamed into place when the run ends, so a
+folder that exists is complete, and an interrupted sweep keeps every run it
+had finished. The key hashes the config, the source code of ``maskfed`` and
+a fingerprint of the data: a code change never reuses stale numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from . import data as data_mod
+from . import fedavg, partition, provenance
+from .config import RunConfig
+from .models import build_model, num_parameters
+from .paths import results_dir
+
+
+@dataclass
+class RunResult:
+    """A finished run: its config, folder, per-round metrics and provenance."""
+
+    config: RunConfig
+    path: Path
+    metrics: pd.DataFrame
+    provenance: dict
+
+
+@lru_cache(maxsize=4)
+def load_images(dataset: str, data_path: str | None, synthetic_train: int, synthetic_test: int) -> data_mod.ImageData:
+    """The image data a config asks for, loaded once per process (uint8 tensors)."""
+    if dataset == "synthetic":
+        return data_mod.synthetic_image_data(n_train=synthetic_train, n_test=synthetic_test, seed=0)
+    return data_mod.load_cifar10(data_path)
+
+
+def _images(cfg: RunConfig) -> data_mod.ImageData:
+    return load_images(cfg.dataset, cfg.data_path, cfg.synthetic_train, cfg.synthetic_test)
+
+
+@lru_cache(maxsize=4)
+def _fingerprint(images: data_mod.ImageData) -> str:
+    h = hashlib.sha256(images.source_kind.encode())
+    for t in (images.x_train[::97], images.y_train, images.x_test[::97], images.y_test):
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def data_fingerprint(images: data_mod.ImageData) -> str:
+    """Content hash of the images (kind, shapes, labels and every 97th image), 16 hex digits.
+
+    Independent of where the data lies, so a moved checkout or archive keeps its runs,
+    while a different copy of CIFAR-10 (JPEG vs original) gets new ones.
+    """
+    return _fingerprint(images)
+
+
+def run_key(cfg: RunConfig, images: data_mod.ImageData) -> str:
+    """Cache key (16 hex digits): config fields + code hash + data fingerprint."""
+    blob = json.dumps({"config": cfg.key(), "code": provenance.code_hash(), "data": data_fingerprint(images)},
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def run_path(cfg: RunConfig, images: data_mod.ImageData) -> Path:
+    """Folder of a run: ``results_dir()/runs/<label>-<key>``."""
+    return results_dir() / "runs" / f"{cfg.label()}-{run_key(cfg, images)}"
+
+
+def load_run(path: Path) -> RunResult:
+    """Read a finished run folder."""
+    cfg = RunConfig(**json.loads((path / "config.json").read_text()))
+    return RunResult(cfg, path, pd.read_csv(path / "metrics.csv"), json.loads((path / "provenance.json").read_text()))
+
+
+def find_run(cfg: RunConfig) -> RunResult | None:
+    """The finished run of ``cfg`` with the current code and data, or None."""
+    path = run_path(cfg, _images(cfg))
+    return load_run(path) if (path / "provenance.json").exists() else None
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device = 'cuda' but no CUDA device is available; use device='cpu' or 'auto'")
+    return torch.device(name)
+
+
+def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.device) -> fedavg.FedData:
+    """Subset, normalise (train-split channel statistics) and partition the images."""
+    x_tr, y_tr, x_te, y_te = images.x_train, images.y_train, images.x_test, images.y_test
+    if cfg.train_subset is not None and cfg.train_subset < len(y_tr):
+        keep = torch.randperm(len(y_tr), generator=torch.Generator().manual_seed(0))[:cfg.train_subset]
+        x_tr, y_tr = x_tr[keep], y_tr[keep]
+    if cfg.test_subset is not None and cfg.test_subset < len(y_te):
+        keep = torch.randperm(len(y_te), generator=torch.Generator().manual_seed(1))[:cfg.test_subset]
+        x_te, y_te = x_te[keep], y_te[keep]
+    if len(y_tr) < cfg.num_clients:
+        raise ValueError(f"num_clients = {cfg.num_clients} exceeds the {len(y_tr)} training images; "
+                         "allowed: 1 <= num_clients <= number of training images")
+    parts = partition.make_partition(cfg.partition, y_tr.numpy(), cfg.num_clients, alpha=cfg.alpha, seed=cfg.seed)
+    mean, std = data_mod.channel_stats(x_tr)
+    return fedavg.FedData(
+        x_train=data_mod.normalize(x_tr, mean, std).to(device), y_train=y_tr.to(device), parts=parts,
+        x_test=data_mod.normalize(x_te, mean, std).to(device), y_test=y_te.to(device))
+
+
+def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunResult:
+    """Run one FedAvg configuration, or return its finished run folder.
+
+    Args:
+        cfg: the run's configuration (validated).
+        force: recompute even if a finished run exists.
+        progress: show a tqdm bar over rounds.
+
+    Returns:
+        :class:`RunResult`.
+
+    Raises:
+        ValueError / FileNotFoundError / DataUnavailableError: bad device or data,
+            before training starts.
+    """
+    images = _images(cfg)
+    path = run_path(cfg, images)
+    if (path / "provenance.json").exists() and not force:
+        return load_run(path)
+    device = _device(cfg.device)
+    t0 = time.perf_counter()
+    data = prepare_data(cfg, images, device)
+    torch.manual_seed(cfg.seed)
+    num_classes = int(images.y_train.max()) + 1
+    model = build_model(cfg.model, num_classes=num_classes, gn_groups=cfg.gn_groups, width=cfg.width).to(device)
+    bar = tqdm(total=cfg.rounds, desc=cfg.label(), leave=False, disable=not progress, mininterval=2.0)
+    records = fedavg.run_fedavg(
+        model, data, rounds=cfg.rounds, cohort_size=cfg.cohort_size, local_epochs=cfg.local_epochs,
+        batch_size=cfg.batch_size, lr=cfg.lr, aggregation=cfg.aggregation, seed=cfg.seed,
+        identical_client_seeds=cfg.identical_client_seeds,
+        eval_at=fedavg.eval_rounds(cfg.rounds, cfg.eval_every, cfg.eval_every_tail), progress=bar)
+    bar.close()
+    sizes = [len(p) for p in data.parts]
+    prov = {
+        "run_key": run_key(cfg, images), "data_fingerprint": data_fingerprint(images), "label": cfg.label(), "seed": cfg.seed,
+        "code_hash": provenance.code_hash(), **provenance.git_state(),
+        "packages": provenance.package_versions(), "machine": provenance.machine(str(device)),
+        "data_source": images.source, "data_source_kind": images.source_kind,
+        "num_parameters": num_parameters(model), "wall_s": time.perf_counter() - t0,
+        "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    _write_atomically(path, {
+        "metrics.csv": pd.DataFrame(records).to_csv(index=False),
+        "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2),
+        "partition.json": json.dumps({"sizes": sizes, "min": min(sizes), "max": max(sizes)}),
+        "provenance.json": json.dumps(prov, indent=2),
+    })
+    return load_run(path)
+
+
+def _write_atomically(path: Path, files: dict[str, str]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".tmp-{path.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for name, text in files.items():
+        (tmp / name).write_text(text)
+    try:
+        os.replace(tmp, path)
+    except OSError:  # another process finished the same run first: keep theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _cost(cfg: RunConfig) -> float:
+    return cfg.rounds * cfg.local_epochs * cfg.cohort_size
+
+
+def _worker_init() -> None:
+    torch.set_num_threads(1)
+
+
+def _run_in_worker(cfg_json: str) -> str:
+    return str(run(RunConfig(**json.loads(cfg_json)), progress=False).path)
+
+
+def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = True) -> list[RunResult]:
+    """Run several configurations (finished ones are reused), in parallel processes.
+
+    Runs are independent, so ``workers`` one-thread processes share them out,
+    longest first. Results come back in the order of ``configs``. A run that
+    fails does not discard the others: they are kept on disk and the first
+    error is raised at the end.
+
+    Args:
+        configs: run configurations (duplicates are run once).
+        workers: worker processes; 1 runs in this process with torch's default threads.
+        progress: tqdm bars.
+    """
+    unique = list(dict.fromkeys(configs))
+    done = {c: find_run(c) for c in unique}
+    pending = [c for c in unique if done[c] is None]
+    if pending and workers > 1 and len(pending) > 1:
+        pending.sort(key=_cost, reverse=True)
+        ctx = multiprocessing.get_context("spawn")
+        errors = []
+        with ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=ctx,
+                                 initializer=_worker_init) as pool:
+            futures = {pool.submit(_run_in_worker, c.model_dump_json()): c for c in pending}
+            for fut in tqdm(as_completed(futures), total=len(futures), desc="runs", disable=not progress):
+                if fut.exception() is not None:
+                    errors.append((futures[fut].label(), fut.exception()))
+                else:
+                    done[futures[fut]] = load_run(Path(fut.result()))
+        if errors:
+            raise RuntimeError(f"{len(errors)} run(s) failed; first: {errors[0][0]}") from errors[0][1]
+    else:
+        for c in tqdm(pending, desc="runs", disable=not progress or len(pending) < 2):
+            done[c] = run(c, progress=progress)
+    return [done[c] for c in configs]

@@ -1,0 +1,288 @@
+"""Tests for maskfed.data: image-folder archives, the cache, source resolution, statistics."""
+
+from __future__ import annotations
+
+import os
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from maskfed import data, paths
+
+# Solid colours per (class, image) so that order and labels can be read back from the pixels.
+# Each class has a base colour; images within a class differ in the blue channel.
+BASE = {"a": (200, 30, 30), "b": (30, 200, 30), "c": (40, 40, 40)}
+NAMES = {"train": ["0000.jpg", "0001.jpg"], "test": ["0000.jpg"]}
+JPEG_TOL = 8  # quality-95 JPEG of a flat colour lands within a few levels
+
+
+def colour(cls: str, name: str) -> tuple[int, int, int]:
+    r, g, b = BASE[cls]
+    return (r, g, b + 100 * int(name[:4]))
+
+
+def write_image_folder(root: Path, classes=("a", "b", "c"), names=NAMES, size=32) -> list[Path]:
+    """Write <root>/<split>/<class>/<name> JPEGs; return the files in a scrambled order."""
+    files = []
+    for split, split_names in names.items():
+        for cls in classes:
+            d = root / split / cls
+            d.mkdir(parents=True, exist_ok=True)
+            for name in split_names:
+                rgb = colour(cls, name) if cls in BASE else (128, 128, 128)
+                Image.new("RGB", (size, size), rgb).save(d / name, quality=95)
+                files.append(d / name)
+    return files[::-1]  # reverse order: the loader must sort, not trust the listing
+
+
+def write_archive(tmp_path: Path, prefix: str = "", name="imgs.tar.gz") -> Path:
+    folder = tmp_path / "src_folder"
+    files = write_image_folder(folder)
+    archive = tmp_path / name
+    with tarfile.open(archive, "w:gz" if name.endswith("gz") else "w") as tf:
+        for f in files:
+            tf.add(f, arcname=prefix + str(f.relative_to(folder)))
+    return archive
+
+
+@pytest.fixture
+def tmp_cache(tmp_path, monkeypatch) -> Path:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("MASKFED_CACHE_DIR", str(cache))
+    return cache
+
+
+def expected_pixels(split: str) -> tuple[list[tuple[int, int, int]], list[int]]:
+    cols, labels = [], []
+    for i, cls in enumerate(sorted(BASE)):
+        for name in sorted(NAMES[split]):
+            cols.append(colour(cls, name))
+            labels.append(i)
+    return cols, labels
+
+
+def assert_matches_folder(d: data.ImageData) -> None:
+    assert d.classes == ("a", "b", "c")
+    assert d.x_train.shape == (6, 3, 32, 32) and d.x_train.dtype == torch.uint8
+    assert d.x_test.shape == (3, 3, 32, 32) and d.x_test.dtype == torch.uint8
+    assert d.y_train.dtype == torch.int64 and d.y_test.dtype == torch.int64
+    for split in ("train", "test"):
+        cols, labels = expected_pixels(split)
+        x = getattr(d, f"x_{split}")
+        assert getattr(d, f"y_{split}").tolist() == labels
+        # mean colour of each image, channels first: [N, 3]
+        got = x.to(torch.float32).mean(dim=(2, 3))
+        want = torch.tensor(cols, dtype=torch.float32)
+        assert torch.allclose(got, want, atol=JPEG_TOL), (got, want)
+
+
+@pytest.mark.parametrize("prefix", ["", "cifar-mini/"])
+def test_archive_decodes_labels_order_and_pixels(tmp_path, tmp_cache, prefix):
+    archive = write_archive(tmp_path, prefix=prefix)
+
+    d = data.load_cifar10(archive, allow_download=False, cache=False)
+
+    assert_matches_folder(d)
+    assert d.source_kind == "archive"
+    assert str(archive) in d.source
+    assert not tmp_cache.exists()  # cache=False writes nothing
+
+
+def test_plain_tar_and_directory_give_same_tensors(tmp_path, tmp_cache):
+    archive = write_archive(tmp_path, name="imgs.tar")
+
+    from_tar = data.load_cifar10(archive, cache=False)
+    from_dir = data.load_cifar10(tmp_path / "src_folder", cache=False)
+
+    assert_matches_folder(from_dir)
+    assert from_dir.source_kind == "image_folder"
+    assert torch.equal(from_tar.x_train, from_dir.x_train)
+    assert torch.equal(from_tar.y_test, from_dir.y_test)
+
+
+def test_cache_is_written_once_and_reused(tmp_path, tmp_cache, monkeypatch):
+    archive = write_archive(tmp_path)
+    first = data.load_cifar10(archive)
+    cached_files = list((tmp_cache / "data").glob("*.pt"))
+    assert len(cached_files) == 1
+    assert not list((tmp_cache / "data").glob("*.tmp"))  # atomic write left no temp file
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded again instead of using the cache")
+
+    real_decode = data._decode_all
+    monkeypatch.setattr(data, "_decode_all", no_decoding)
+    second = data.load_cifar10(archive)
+
+    for name in ("x_train", "y_train", "x_test", "y_test"):
+        assert torch.equal(getattr(first, name), getattr(second, name))
+    assert second.source == first.source and second.classes == first.classes
+
+    # a changed archive (new mtime) gets a new cache entry instead of stale tensors
+    monkeypatch.setattr(data, "_decode_all", real_decode)
+    st = archive.stat()
+    os.utime(archive, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    data.load_cifar10(archive)
+    assert len(list((tmp_cache / "data").glob("*.pt"))) == 2
+
+
+def test_missing_data_path_raises_file_not_found(tmp_path, tmp_cache):
+    missing = tmp_path / "nowhere.tar.gz"
+
+    with pytest.raises(FileNotFoundError) as err:
+        data.load_cifar10(missing)
+
+    assert "data_path" in str(err.value) and str(missing) in str(err.value)
+
+
+def test_non_archive_file_and_mixed_sizes_are_rejected(tmp_path, tmp_cache):
+    stray = tmp_path / "notes.txt"
+    stray.write_text("hello")
+    with pytest.raises(ValueError, match="archive"):
+        data.load_cifar10(stray)
+
+    folder = tmp_path / "mixed"
+    write_image_folder(folder)
+    Image.new("RGB", (16, 16), (0, 0, 0)).save(folder / "train" / "a" / "0002.jpg")
+    with pytest.raises(ValueError, match="16x16"):
+        data.load_cifar10(folder, cache=False)
+
+
+def test_cifar10_class_names_trigger_the_full_check(tmp_path, tmp_cache):
+    folder = tmp_path / "tiny_cifar"
+    write_image_folder(folder, classes=data.CIFAR10_CLASSES, names={"train": ["0000.jpg"], "test": ["0000.jpg"]})
+
+    with pytest.raises(ValueError, match="not the full CIFAR-10"):
+        data.load_cifar10(folder, cache=False)
+
+
+def _missing_everything(tmp_path, monkeypatch) -> Path:
+    missing = tmp_path / "absent" / "cifar10-jpeg.tar.gz"
+    monkeypatch.setenv("MASKFED_SHARED_ARCHIVE", str(missing))
+    return missing
+
+
+def test_unavailable_without_download_names_all_sources(tmp_path, tmp_cache, monkeypatch):
+    missing = _missing_everything(tmp_path, monkeypatch)
+
+    with pytest.raises(data.DataUnavailableError) as err:
+        data.load_cifar10(allow_download=False)
+
+    msg = str(err.value)
+    assert str(missing) in msg
+    assert "data_path=" in msg and "--data-path" in msg and "DATA=" in msg
+    assert "torchvision" in msg and "allow_download=False" in msg
+
+
+def test_unavailable_reports_the_download_error(tmp_path, tmp_cache, monkeypatch):
+    missing = _missing_everything(tmp_path, monkeypatch)
+    import torchvision.datasets
+
+    class OfflineCIFAR10:
+        def __init__(self, *args, **kwargs):
+            raise RuntimeError("simulated: no network on this machine")
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", OfflineCIFAR10)
+
+    with pytest.raises(data.DataUnavailableError) as err:
+        data.load_cifar10(allow_download=True)
+
+    msg = str(err.value)
+    assert str(missing) in msg and "data_path=" in msg
+    assert "simulated: no network on this machine" in msg and "torchvision" in msg
+
+
+def test_channel_stats_and_normalize_hand_case():
+    # 2 images of 1x2 pixels. ch0: 0,255,0,255 -> mean .5, std .5; ch1: all 51 -> .2, 0;
+    # ch2: 0,0,0,255 -> mean .25, std sqrt(.25*.75)
+    x = torch.tensor(
+        [[[[0, 255]], [[51, 51]], [[0, 0]]], [[[0, 255]], [[51, 51]], [[0, 255]]]], dtype=torch.uint8
+    )
+
+    mean, std = data.channel_stats(x)
+
+    assert mean.dtype == torch.float32 and mean.shape == (3,)
+    assert torch.allclose(mean, torch.tensor([0.5, 0.2, 0.25]), atol=1e-6)
+    assert torch.allclose(std, torch.tensor([0.5, 0.0, 0.75**0.5 / 2]), atol=1e-6)
+
+    z = data.normalize(x, torch.tensor([0.5, 0.2, 0.25]), torch.tensor([0.5, 0.1, 0.25]))
+    assert z.dtype == torch.float32 and z.shape == x.shape
+    assert z[0, 0, 0].tolist() == pytest.approx([-1.0, 1.0])
+    assert z[1, 1, 0].tolist() == pytest.approx([0.0, 0.0], abs=1e-6)
+    assert z[1, 2, 0].tolist() == pytest.approx([-1.0, 3.0])
+    with pytest.raises(ValueError, match="std"):
+        data.normalize(x, mean, std)  # channel 1 has std 0
+    with pytest.raises(TypeError):
+        data.channel_stats(x.float())
+
+
+def test_synthetic_is_deterministic_balanced_and_learnable():
+    a = data.synthetic_image_data(n_train=200, n_test=100, num_classes=4, seed=3, image_size=8)
+    b = data.synthetic_image_data(n_train=200, n_test=100, num_classes=4, seed=3, image_size=8)
+    c = data.synthetic_image_data(n_train=200, n_test=100, num_classes=4, seed=4, image_size=8)
+
+    assert torch.equal(a.x_train, b.x_train) and torch.equal(a.y_test, b.y_test)
+    assert not torch.equal(a.x_train, c.x_train)
+    assert a.x_train.shape == (200, 3, 8, 8) and a.x_train.dtype == torch.uint8
+    assert torch.bincount(a.y_train).tolist() == [50, 50, 50, 50]
+    assert torch.bincount(a.y_test).tolist() == [25, 25, 25, 25]
+    assert a.source_kind == "synthetic" and "not CIFAR-10" in a.source
+    # learnable: nearest class-mean classifier fit on train is near perfect on test
+    xtr, xte = a.x_train.flatten(1).float(), a.x_test.flatten(1).float()
+    centroids = torch.stack([xtr[a.y_train == k].mean(0) for k in range(4)])
+    pred = torch.cdist(xte, centroids).argmin(1)
+    assert (pred == a.y_test).float().mean() > 0.95
+
+
+def _fake_cifar(n_train=50_000, n_test=10_000, classes=data.CIFAR10_CLASSES, y_train=None):
+    img = torch.zeros(1, 3, 32, 32, dtype=torch.uint8)  # expanded views: no 150 MB allocation
+    return data.ImageData(
+        x_train=img.expand(n_train, -1, -1, -1),
+        y_train=torch.arange(n_train) % 10 if y_train is None else y_train,
+        x_test=img.expand(n_test, -1, -1, -1),
+        y_test=torch.arange(n_test) % 10,
+        classes=classes,
+        source="test fixture",
+        source_kind="synthetic",
+    )
+
+
+def test_check_cifar10_accepts_full_and_rejects_wrong_sets():
+    data.check_cifar10(_fake_cifar())
+
+    with pytest.raises(ValueError, match="49999"):
+        data.check_cifar10(_fake_cifar(n_train=49_999))
+    with pytest.raises(ValueError, match="classes"):
+        data.check_cifar10(_fake_cifar(classes=tuple(f"c{i}" for i in range(10))))
+    skewed = torch.arange(50_000) % 10
+    skewed[:10] = 0  # 50,000 images but 5,009 / 4,999 ... per class
+    with pytest.raises(ValueError, match="per-class counts"):
+        data.check_cifar10(_fake_cifar(y_train=skewed))
+    bad = torch.arange(50_000) % 10
+    bad[0] = 10
+    with pytest.raises(ValueError, match="outside 0..9"):
+        data.check_cifar10(_fake_cifar(y_train=bad))
+
+
+def test_real_cifar10_archive():
+    """The shared offline archive: full CIFAR-10, JPEG-provenance noted.
+
+    Uses the repository's default cache so that the one slow decode (~15-25 s) is reused by
+    real runs; later loads take well under a second.
+    """
+    archive = paths.shared_archive()
+    if not archive.is_file():
+        pytest.skip(f"shared CIFAR-10 archive not present at {archive}")
+
+    t0 = time.perf_counter()
+    d = data.load_cifar10(allow_download=False)
+    elapsed = time.perf_counter() - t0
+
+    data.check_cifar10(d)
+    assert d.source_kind == "archive" and "JPEG" in d.source
+    assert d.classes == data.CIFAR10_CLASSES
+    print(f"real CIFAR-10 archive loaded in {elapsed:.2f} s")

@@ -1,0 +1,168 @@
+"""Tests for maskfed.partition: coverage, seeding, skew as a function of alpha, validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from maskfed import partition as P
+
+CIFAR_LIKE = np.arange(50_000) % 10  # 5,000 labels per class, as in CIFAR-10's training set
+
+
+def assert_exact_cover(parts, n):
+    assert all(p.dtype == np.int64 for p in parts)
+    assert all(np.all(np.diff(p) > 0) for p in parts)  # sorted, no repeats within a client
+    allidx = np.concatenate(parts)
+    assert allidx.size == n  # none used twice ...
+    assert np.array_equal(np.sort(allidx), np.arange(n))  # ... and all used
+
+
+def test_dirichlet_covers_every_index_once_without_empty_clients():
+    labels = np.repeat([0, 1, 2], [30, 50, 20])
+
+    parts = P.dirichlet_partition(labels, 7, 0.5, np.random.default_rng(1))
+
+    assert len(parts) == 7
+    assert_exact_cover(parts, 100)
+    assert min(len(p) for p in parts) >= 1
+
+
+def test_dirichlet_huge_alpha_splits_each_class_evenly():
+    # Dir(1e6, 1e6) proportions are 1/2 to ~4e-4, so each client gets 500 +- 1 of each class.
+    # (A Dirichlet over classes instead of clients, or one draw shared by classes, would not
+    # give 2 x 2 counts this balanced for every class.)
+    labels = np.repeat([0, 1], 1000)
+
+    parts = P.dirichlet_partition(labels, 2, 1e6, np.random.default_rng(0))
+
+    counts = P.partition_stats(parts, labels, 2)["class_counts"]
+    assert np.all(np.abs(counts - 500) <= 1), counts
+
+
+def test_dirichlet_single_client_gets_everything():
+    labels = np.array([3, 1, 3, 0])
+
+    parts = P.dirichlet_partition(labels, 1, 0.1, np.random.default_rng(0))
+
+    assert len(parts) == 1 and parts[0].tolist() == [0, 1, 2, 3]
+
+
+def test_seeding_same_seed_same_partition_different_seed_different():
+    a = P.make_partition("dirichlet", CIFAR_LIKE, 100, alpha=0.5, seed=7)
+    b = P.make_partition("dirichlet", CIFAR_LIKE, 100, alpha=0.5, seed=7)
+    c = P.make_partition("dirichlet", CIFAR_LIKE, 100, alpha=0.5, seed=8)
+
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not all(len(x) == len(y) and np.array_equal(x, y) for x, y in zip(a, c))
+    i1 = P.make_partition("iid", CIFAR_LIKE, 10, seed=1)
+    i2 = P.make_partition("iid", CIFAR_LIKE, 10, seed=2)
+    assert not np.array_equal(i1[0], i2[0])
+
+
+def test_alpha_100_gives_near_equal_sizes_on_cifar_scale():
+    parts = P.make_partition("dirichlet", CIFAR_LIKE, 100, alpha=100.0, seed=0)
+
+    s = P.partition_stats(parts, CIFAR_LIKE, 10)
+    print(f"alpha=100: min={s['min']} max={s['max']} cv={s['cv']:.4f} rel_range={s['rel_range']:.3f}")
+    assert_exact_cover(parts, 50_000)
+    # theory: size sd ~ sqrt(10 * 5000^2 * Var Beta(100, 9900)) ~ 15.7 -> cv ~ 3.1 %
+    assert 0.01 < s["cv"] < 0.05
+    assert 400 < s["min"] and s["max"] < 600
+    # and classes stay mixed: no client has more than a quarter of one class
+    shares = s["class_counts"] / s["class_counts"].sum(1, keepdims=True)
+    assert shares.max() < 0.25
+
+
+def test_alpha_01_gives_strong_label_skew():
+    skewed = P.partition_stats(P.make_partition("dirichlet", CIFAR_LIKE, 100, alpha=0.1, seed=0), CIFAR_LIKE, 10)
+    mixed = P.partition_stats(P.make_partition("dirichlet", CIFAR_LIKE, 100, alpha=100, seed=0), CIFAR_LIKE, 10)
+
+    def dominant_share(s):
+        cc = s["class_counts"]
+        return float((cc.max(1) / cc.sum(1)).mean())
+
+    assert dominant_share(skewed) > 0.5  # most of a client's data is one class
+    assert dominant_share(mixed) < 0.15  # ~1/10 under near-IID
+    assert (skewed["class_counts"] == 0).mean() > 0.3  # many (client, class) cells empty
+    assert skewed["cv"] > 0.5 and skewed["min"] >= 1
+
+
+def test_redraw_rule_replaces_a_draw_with_an_empty_client():
+    # find a seed whose first draw leaves some client empty (visible with min_size=0) ...
+    labels = np.arange(200) % 4
+    seed = next(
+        s for s in range(200)
+        if min(map(len, P.dirichlet_partition(labels, 20, 0.1, np.random.default_rng(s), min_size=0))) == 0
+    )
+
+    # ... with min_size=1 the same seed must redraw and end with no empty client
+    parts = P.dirichlet_partition(labels, 20, 0.1, np.random.default_rng(seed), min_size=1)
+
+    assert min(len(p) for p in parts) >= 1
+    assert_exact_cover(parts, 200)
+
+
+def test_redraw_budget_terminates_and_raises():
+    labels = np.arange(100) % 2
+    with pytest.raises(ValueError) as err:
+        P.dirichlet_partition(labels, 50, 1e-3, np.random.default_rng(0), min_size=1, max_redraws=3)
+    msg = str(err.value)
+    assert "alpha=0.001" in msg and "num_clients=50" in msg and "larger alpha" in msg
+
+    with pytest.raises(ValueError, match="min_size"):  # impossible: 3 * 50 > 100, raised before drawing
+        P.dirichlet_partition(labels, 50, 10.0, np.random.default_rng(0), min_size=3)
+
+
+def test_iid_partition_near_equal_exact_cover():
+    parts = P.iid_partition(103, 10, np.random.default_rng(0))
+
+    assert_exact_cover(parts, 103)
+    assert sorted(len(p) for p in parts) == [10] * 7 + [11] * 3
+    assert not np.array_equal(parts[0], np.arange(11))  # shuffled, not contiguous blocks
+
+
+def test_identical_partition_gives_every_client_the_same_shard():
+    parts = P.identical_partition(1000, 5, 40, np.random.default_rng(0))
+
+    assert len(parts) == 5
+    assert all(np.array_equal(p, parts[0]) for p in parts)
+    assert parts[0].size == 40 and np.unique(parts[0]).size == 40
+    parts[1][0] = -1
+    assert parts[0][0] != -1  # copies, not one shared array
+
+    default = P.make_partition("identical", CIFAR_LIKE, 100, seed=0)
+    assert len(default) == 100 and default[0].size == 500
+
+
+def test_partition_stats_hand_case():
+    labels = np.array([0, 0, 1, 1])
+    parts = [np.array([0, 1, 2]), np.array([3])]
+
+    s = P.partition_stats(parts, labels, 2)
+
+    assert s["sizes"] == [3, 1] and s["min"] == 1 and s["max"] == 3 and s["mean"] == 2.0
+    assert s["cv"] == pytest.approx(0.5)  # population std 1 / mean 2
+    assert s["class_counts"].tolist() == [[2, 1], [0, 1]]
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: P.dirichlet_partition(CIFAR_LIKE[:10], 2, 0.0, np.random.default_rng(0)), "alpha must be > 0"),
+        (lambda: P.dirichlet_partition(CIFAR_LIKE[:10], 2, -1, np.random.default_rng(0)), "alpha must be > 0"),
+        (lambda: P.dirichlet_partition(CIFAR_LIKE[:10], 2, float("nan"), np.random.default_rng(0)), "alpha"),
+        (lambda: P.dirichlet_partition(CIFAR_LIKE[:10], 0, 1.0, np.random.default_rng(0)), "num_clients"),
+        (lambda: P.dirichlet_partition(CIFAR_LIKE[:10], 11, 1.0, np.random.default_rng(0)), "num_clients"),
+        (lambda: P.dirichlet_partition(np.zeros((2, 5), int), 2, 1.0, np.random.default_rng(0)), "labels"),
+        (lambda: P.dirichlet_partition(np.array([0, -1, 2]), 2, 1.0, np.random.default_rng(0)), "labels"),
+        (lambda: P.dirichlet_partition(np.array([0.0, 1.0]), 2, 1.0, np.random.default_rng(0)), "labels"),
+        (lambda: P.iid_partition(5, 6, np.random.default_rng(0)), "num_clients"),
+        (lambda: P.identical_partition(5, 2, 6, np.random.default_rng(0)), "shard_size"),
+        (lambda: P.make_partition("shards", CIFAR_LIKE, 10, seed=0), "partition must be one of dirichlet, iid, identical"),
+        (lambda: P.make_partition("dirichlet", CIFAR_LIKE, 10, seed=0), "alpha"),
+    ],
+)
+def test_bad_inputs_raise_value_error_naming_the_parameter(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
