@@ -66,10 +66,12 @@ class RunConfig(BaseModel):
             raise ValueError(f"alpha (Dirichlet concentration) must be > 0; got {v}")
         return v
 
-    @field_validator("local_epochs")
+    @field_validator("local_epochs", mode="before")
     @classmethod
-    def _tau_positive(cls, v: int) -> int:
-        if v < 1:
+    def _tau_positive(cls, v) -> int:
+        if isinstance(v, str) and v.strip().isdigit():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"local_epochs (τ) must be an integer >= 1; got {v}")
         return v
 

@@ -57,8 +57,8 @@ def _normalised_weights(weights_K, k: int) -> Tensor:
     w = _as_float64(weights_K).flatten()
     if w.numel() != k:
         raise ValueError(f"weights_K must have one entry per client ({k}); got {w.numel()}")
-    if (w < 0).any() or w.sum() <= 0:
-        raise ValueError("weights_K must be non-negative with a positive sum (e.g. shard sizes n_k)")
+    if not torch.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"weights_K must be finite, non-negative, with a positive sum (e.g. shard sizes n_k); got {w.tolist()}")
     return w / w.sum()
 
 
@@ -118,9 +118,11 @@ def recovery_factor(deltas_KxP, weights_K=None, inner=None) -> float:
 def gradient_diversity(deltas_KxP, weights_K=None, inner=None) -> float:
     """Gradient diversity Δ_S = Σ_k ‖Δ_k‖² / ‖Σ_k Δ_k‖² (eq. 3; Yin et al., 2018).
 
-    The reciprocal of :func:`recovery_factor`; bounded below by 1/K_c.
+    The reciprocal of :func:`recovery_factor`; bounded below by 1/K_c; ``inf``
+    when the updates cancel exactly (Σ_k Δ_k = 0).
     """
-    return 1.0 / recovery_factor(deltas_KxP, weights_K, inner)
+    rf = recovery_factor(deltas_KxP, weights_K, inner)
+    return float("inf") if rf == 0 else 1.0 / rf
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,8 @@ def signal_noise_from_gram(gram_KxK) -> SignalNoise:
         ValueError: if K_c < 2 (the split needs at least two clients).
     """
     g = _as_float64(gram_KxK)
+    if g.ndim != 2 or g.shape[0] != g.shape[1]:
+        raise ValueError(f"gram_KxK must be square [K_c, K_c]; got shape {tuple(g.shape)}")
     k = g.shape[0]
     if k < 2:
         raise ValueError(f"the signal-noise split needs a cohort of K_c >= 2 clients; got K_c = {k}")

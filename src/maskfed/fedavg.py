@@ -34,7 +34,7 @@ def local_steps(n_k: int, batch_size: int | str, local_epochs: int) -> int:
         raise ValueError(f"local_epochs (τ) must be >= 1; got {local_epochs}")
     if batch_size == "full":
         return local_epochs
-    if not isinstance(batch_size, int) or batch_size < 1:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer or 'full'; got {batch_size!r}")
     return math.ceil(n_k / batch_size) * local_epochs
 

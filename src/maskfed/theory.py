@@ -492,34 +492,50 @@ class CohortStats:
     """Per-round statistics of simulated cohorts, each a float64 tensor of shape [N].
 
     Attributes:
-        sum_sq: Σ_k ‖Δ_k‖² (denominator of 1/Δ_S).
-        agg_sq: ‖Σ_k Δ_k‖² (numerator of 1/Δ_S).
-        recovery: 1/Δ_S of each round (eq. 3).
-        sigma2_hat: σ̂² of eq. (13); mu2_hat: ‖μ̂‖² of eq. (14).
+        sum_sq: Σ_k w_k² ‖Δ_k‖², the denominator of the recovery factor.
+        agg_sq: ‖Σ_k w_k Δ_k‖², its numerator (w_k = 1/K_c without weights).
+        recovery: 1/Δ_S of each round (eq. 3; weighted form with weights).
+        sigma2_hat: σ̂² of eq. (13); mu2_hat: ‖μ̂‖² of eq. (14) (always unweighted).
     """
 
     sum_sq: Tensor
     agg_sq: Tensor
-    recovery: Tensor
-    sigma2_hat: Tensor
-    mu2_hat: Tensor
+    recovery: Tensor | None
+    sigma2_hat: Tensor | None
+    mu2_hat: Tensor | None
 
 
-def cohort_stats(cohorts_NxKxP) -> CohortStats:
+def cohort_stats(cohorts_NxKxP, weights_K=None, estimators: bool = True) -> CohortStats:
     """Recovery factor and signal-noise estimators of each simulated round, via :mod:`maskfed.diversity`.
+
+    ``agg_sq / sum_sq`` is the recovery factor of each round, so the ratio of
+    their means (:func:`ratio_of_means`) estimates the ratio of expectations
+    that eq. (12) predicts.
 
     Args:
         cohorts_NxKxP: N rounds of K_c client updates, shape [N, K_c, P] (K_c >= 2).
+        weights_K: optional aggregation weights n_k, shape [K_c] (normalised
+            here); they change ``sum_sq``, ``agg_sq`` and ``recovery`` but not
+            the estimators of eq. (13)-(14), which the paper defines unweighted.
+        estimators: compute ``recovery``, ``sigma2_hat`` and ``mu2_hat`` (one
+            call into :mod:`maskfed.diversity` per round); ``False`` leaves
+            them as ``None`` and is much faster for large N.
 
     Returns:
         :class:`CohortStats` with per-round tensors of shape [N].
     """
     c = torch.as_tensor(cohorts_NxKxP, dtype=torch.float64)
+    k = c.shape[1]
+    w = (torch.full((k,), 1.0 / k, dtype=torch.float64) if weights_K is None
+         else torch.as_tensor(weights_K, dtype=torch.float64) / torch.as_tensor(weights_K, dtype=torch.float64).sum())
     grams = torch.einsum("nkp,nlp->nkl", c, c)
+    sum_sq = (w**2 * torch.diagonal(grams, dim1=1, dim2=2)).sum(-1)
+    agg_sq = torch.einsum("k,nkl,l->n", w, grams, w)
+    if not estimators:
+        return CohortStats(sum_sq, agg_sq, None, None, None)
     rows = []
     for gram in grams:
         sn = diversity.signal_noise_from_gram(gram)
-        rows.append((float(torch.diagonal(gram).sum()), float(gram.sum()),
-                     diversity.recovery_factor_from_gram(gram), sn.sigma2_hat, sn.mu2_hat))
-    t = torch.tensor(rows, dtype=torch.float64).reshape(-1, 5)
-    return CohortStats(*t.T)
+        rows.append((diversity.recovery_factor_from_gram(gram, weights_K), sn.sigma2_hat, sn.mu2_hat))
+    t = torch.tensor(rows, dtype=torch.float64).reshape(-1, 3)
+    return CohortStats(sum_sq, agg_sq, t[:, 0], t[:, 1], t[:, 2])

@@ -1,0 +1,200 @@
+"""Tests for maskfed.config: RunConfig defaults (paper §IV-A), validation messages, keys, profiles."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from maskfed.config import PROFILES, ConfigError, Profile, RunConfig, load_profile, make_run_config
+
+
+# ----------------------------------------------------------------------------- defaults
+
+def test_defaults_are_the_papers_setting():
+    cfg = make_run_config()
+
+    assert cfg.num_clients == 100          # K
+    assert cfg.cohort_size == 10           # K_c
+    assert cfg.lr == 0.01
+    assert cfg.rounds == 200
+    assert cfg.model == "resnet18_gn"
+    assert cfg.gn_groups == 2
+    assert cfg.aggregation == "weighted"   # n_k-weighted mean
+    assert cfg.partition == "dirichlet" and cfg.alpha == 100.0
+    assert (cfg.batch_size, cfg.local_epochs) == (32, 2)  # the Table II protocol
+    assert cfg.identical_client_seeds is False
+    assert cfg.dataset == "cifar10"
+
+
+def test_label_names_the_setting():
+    assert make_run_config(model="small_cnn_gn", alpha=0.1, batch_size="full", local_epochs=5, seed=2).label() == \
+        "small_cnn_gn-dirichlet-a0.1-bsfull-t5-s2"
+
+
+# ----------------------------------------------------------------------------- validation
+
+@pytest.mark.parametrize("fields, name, shown", [
+    ({"alpha": 0}, "alpha", "0"),
+    ({"alpha": -1.5}, "alpha", "-1.5"),
+    ({"alpha": float("nan")}, "alpha", "nan"),
+    ({"batch_size": 0}, "batch_size", "0"),
+    ({"batch_size": -1}, "batch_size", "-1"),
+    ({"batch_size": "half"}, "batch_size", "'half'"),
+    ({"batch_size": True}, "batch_size", "True"),
+    ({"batch_size": 32.5}, "batch_size", "32.5"),
+    ({"batch_size": "-8"}, "batch_size", "'-8'"),
+    ({"local_epochs": 0}, "local_epochs", "0"),
+    ({"local_epochs": -2}, "local_epochs", "-2"),
+    ({"cohort_size": 101}, "cohort_size", "101"),
+    ({"num_clients": 5}, "cohort_size", "10"),        # default K_c = 10 no longer fits
+    ({"model": "vgg16"}, "model", "'vgg16'"),
+    ({"partition": "pathological"}, "partition", "'pathological'"),
+    ({"aggregation": "median"}, "aggregation", "'median'"),
+    ({"rounds": 0}, "rounds", "0"),
+    ({"lr": 0}, "lr", "0"),
+    ({"lr": -0.1}, "lr", "-0.1"),
+    ({"num_rounds": 5}, "num_rounds", "5"),           # unknown field
+    ({"device": "tpu"}, "device", "'tpu'"),
+])
+def test_bad_inputs_raise_config_error_naming_parameter_and_value(fields, name, shown):
+    with pytest.raises(ConfigError) as exc:
+        make_run_config(**fields)
+    msg = str(exc.value)
+    assert name in msg, msg
+    assert shown in msg, msg
+    assert isinstance(exc.value, ValueError)  # callers may catch ValueError
+
+
+def test_unknown_field_lists_allowed_fields():
+    with pytest.raises(ConfigError, match="unknown parameter") as exc:
+        make_run_config(batchsize=32)
+    assert "batch_size" in str(exc.value) and "local_epochs" in str(exc.value)
+
+
+def test_several_errors_reported_at_once():
+    with pytest.raises(ConfigError) as exc:
+        make_run_config(alpha=0, local_epochs=0)
+    assert "alpha" in str(exc.value) and "local_epochs" in str(exc.value)
+
+
+def test_boolean_local_epochs_rejected():
+    with pytest.raises(ConfigError, match="local_epochs"):
+        make_run_config(local_epochs=True)
+
+
+@pytest.mark.parametrize("given, stored", [("full", "full"), ("64", 64), (" 64 ", 64), (128, 128), (1, 1)])
+def test_batch_size_accepted_forms(given, stored):
+    cfg = make_run_config(batch_size=given)
+    assert cfg.batch_size == stored
+    assert type(cfg.batch_size) is type(stored)
+
+
+def test_config_is_frozen_and_hashable():
+    cfg = make_run_config()
+    with pytest.raises(Exception):
+        cfg.rounds = 3
+    assert len({cfg, make_run_config(), make_run_config(seed=1)}) == 2
+
+
+# ----------------------------------------------------------------------------- key
+
+def test_key_is_stable_and_field_sensitive():
+    a = make_run_config(seed=1, batch_size=64, rounds=10)
+    b = make_run_config(rounds=10, batch_size="64", seed=1)          # other order, string digits
+
+    assert a.key() == b.key()
+    assert len(a.key()) == 16 and int(a.key(), 16) >= 0
+    # survives a JSON round trip (how run folders store it)
+    assert RunConfig(**json.loads(a.model_dump_json())).key() == a.key()
+    keys = {a.key()} | {make_run_config(**{**a.model_dump(), f: v}).key() for f, v in
+                        [("seed", 2), ("batch_size", "full"), ("rounds", 11), ("lr", 0.02), ("alpha", 1.0),
+                         ("identical_client_seeds", True), ("aggregation", "uniform")]}
+    assert len(keys) == 8  # each change gives a new key
+
+
+# ----------------------------------------------------------------------------- profiles
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_profiles_load_and_validate(name):
+    prof = load_profile(name)
+
+    assert isinstance(prof, Profile) and prof.name == name
+    assert prof.description
+    make_run_config(**prof.base)
+    assert prof.table1.alpha == 100
+    assert prof.table2.alphas == [100, 1, 0.1]
+
+
+def test_paper_profile_matches_section_iv_a():
+    prof = load_profile("paper")
+    cfg = prof.run(0)
+
+    assert prof.scaled_down is False
+    assert prof.seeds == [0, 1, 2]
+    assert cfg.model == "resnet18_gn" and cfg.rounds == 200
+    assert (cfg.num_clients, cfg.cohort_size, cfg.lr, cfg.aggregation) == (100, 10, 0.01, "weighted")
+    assert prof.table1.batch_sizes == [32, 128, "full"] and prof.table1.local_epochs == [1, 2, 5]
+    assert (prof.table2.batch_size, prof.table2.local_epochs) == (32, 2)
+
+
+@pytest.mark.parametrize("name", ["smoke", "cpu"])
+def test_small_profiles_are_marked_scaled_down(name):
+    assert load_profile(name).scaled_down is True
+
+
+def test_table1_configs_grid():
+    prof = load_profile("paper")
+    cfgs = prof.table1_configs()
+
+    assert len(cfgs) == 9 * 3
+    grid = {(c.batch_size, c.local_epochs, c.seed) for c in cfgs}
+    assert grid == set(itertools.product([32, 128, "full"], [1, 2, 5], [0, 1, 2]))
+    assert all(c.alpha == 100 and c.partition == "dirichlet" and not c.identical_client_seeds for c in cfgs)
+    assert len({c.key() for c in cfgs}) == 27
+
+
+def test_table1_configs_smoke_grid():
+    cfgs = load_profile("smoke").table1_configs()
+    assert [(c.batch_size, c.local_epochs) for c in cfgs] == list(itertools.product([16, 64, "full"], [1, 2, 5]))
+
+
+def test_table2_configs():
+    prof = load_profile("paper")
+    cfgs = prof.table2_configs()
+
+    assert len(cfgs) == 3 * 3
+    assert {(c.alpha, c.seed) for c in cfgs} == set(itertools.product([100.0, 1.0, 0.1], [0, 1, 2]))
+    assert all((c.batch_size, c.local_epochs, c.partition) == (32, 2, "dirichlet") for c in cfgs)
+
+
+def test_control_configs():
+    prof = load_profile("paper")
+    cfgs = prof.control_configs()
+
+    assert [c.seed for c in cfgs] == [0, 1, 2]
+    assert all(c.partition == "identical" and c.identical_client_seeds is True for c in cfgs)
+    assert all((c.batch_size, c.local_epochs) == (32, 2) for c in cfgs)  # the Table II protocol
+
+
+def test_load_profile_overrides_apply_everywhere():
+    prof = load_profile("cpu", rounds=3, lr=0.05)
+
+    assert prof.base["rounds"] == 3
+    assert all(c.rounds == 3 and c.lr == 0.05 for c in prof.table1_configs() + prof.table2_configs()
+               + prof.control_configs())
+    assert load_profile("smoke", rounds=None).run(0).rounds == 4  # None means "not given"
+    assert load_profile("smoke").run(0).rounds == 4               # overrides do not leak between loads
+
+
+def test_load_profile_errors():
+    with pytest.raises(ConfigError, match="profile") as exc:
+        load_profile("gpu")
+    assert "'gpu'" in str(exc.value) and "smoke" in str(exc.value)
+    with pytest.raises(ConfigError, match="rounds = 0"):
+        load_profile("smoke", rounds=0)
+    with pytest.raises(ConfigError, match="cohort_size"):
+        load_profile("smoke", cohort_size=30)  # K = 10 in smoke
+    with pytest.raises(ConfigError, match="bogus"):
+        load_profile("smoke", bogus=1)

@@ -1,0 +1,415 @@
+"""Tests for maskfed.fedavg: local steps T, aggregation, one client's local SGD (checked against the
+closed-form softmax-regression gradient), cohort sampling, evaluation rounds and the full loop
+on a tiny synthetic problem (including the paper's identical-shards control)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils import parameters_to_vector
+
+from maskfed import data as data_mod
+from maskfed import diversity, partition
+from maskfed import fedavg as F
+from maskfed.models import build_model
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ----------------------------------------------------------------------------- local steps T
+
+@pytest.mark.parametrize("n_k, bs, tau, expected", [
+    (500, 32, 1, 16),      # ceil(500/32) = ceil(15.625) = 16 (paper, Table I)
+    (500, 32, 5, 80),      # 16 · 5
+    (500, 128, 1, 4),      # ceil(3.906) = 4
+    (500, 128, 5, 20),     # 4 · 5
+    (500, "full", 1, 1),   # one step per epoch
+    (500, "full", 5, 5),
+    (37, 10, 1, 4),        # ceil(3.7) = 4: the last partial batch (7 images) is a step
+    (40, 10, 2, 8),        # exact division: 4 · 2
+    (3, 128, 2, 2),        # batch larger than the shard: one (partial) batch per epoch
+])
+def test_local_steps_hand_cases(n_k, bs, tau, expected):
+    assert F.local_steps(n_k, bs, tau) == expected
+
+
+@pytest.mark.parametrize("n_k, bs, tau, word", [
+    (500, 0, 1, "batch_size"), (500, -4, 1, "batch_size"), (500, "half", 1, "batch_size"),
+    (500, 32.0, 1, "batch_size"), (500, 32, 0, "local_epochs"), (0, 32, 1, "n_k"),
+])
+def test_local_steps_rejects_bad_inputs(n_k, bs, tau, word):
+    with pytest.raises(ValueError, match=word):
+        F.local_steps(n_k, bs, tau)
+
+
+def test_local_steps_matches_paper_table1_column():
+    # The paper's T column, with n_k ≈ 500 (K = 100 clients over 50,000 images).
+    from maskfed.summary import paper_table
+
+    t1 = paper_table("table1")
+    for (bs, tau), row in t1.iterrows():
+        assert F.local_steps(500, bs if bs == "full" else int(bs), int(tau)) == row["T_mean"]
+
+
+# ----------------------------------------------------------------------------- weights and aggregate
+
+def test_aggregation_weights_hand_cases():
+    # weighted: (10, 30, 60)/100;  uniform: 1/3 each
+    w = F.aggregation_weights([10, 30, 60], "weighted")
+    assert w.dtype == torch.float64
+    assert torch.allclose(w, torch.tensor([0.1, 0.3, 0.6], dtype=torch.float64), rtol=0, atol=1e-15)
+    assert torch.allclose(F.aggregation_weights([10, 30, 60], "uniform"), torch.full((3,), 1 / 3, dtype=torch.float64))
+    assert torch.allclose(F.aggregation_weights(np.array([7, 7])), torch.tensor([0.5, 0.5], dtype=torch.float64))
+
+
+def test_aggregation_weights_errors():
+    with pytest.raises(ValueError, match="median"):
+        F.aggregation_weights([1, 2], "median")
+    with pytest.raises(ValueError, match="positive"):
+        F.aggregation_weights([3, 0], "weighted")
+
+
+def test_aggregate_hand_case():
+    # 0.1·(1,2) + 0.3·(3,4) + 0.6·(5,6) = (0.1 + 0.9 + 3.0, 0.2 + 1.2 + 3.6) = (4.0, 5.0)
+    deltas = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    out = F.aggregate(deltas, F.aggregation_weights([10, 30, 60]))
+
+    assert out.shape == (2,)
+    assert out.dtype == torch.float32
+    assert torch.allclose(out, torch.tensor([4.0, 5.0]), atol=1e-6)
+
+
+def test_round_metrics_hand_case():
+    # Δ_1 = (1,2), Δ_2 = (3,0) (see test_diversity): unweighted 20/14 = 10/7; with n = (1, 3)
+    # weighted 6.5/5.375 = 52/43 and ‖Σ w_k Δ_k‖² = ‖(2.5, 0.5)‖² = 6.5; A = 7, B = 5, σ̂² = 4, ‖μ̂‖² = 3.
+    m = F.round_metrics(torch.tensor([[1.0, 2.0], [3.0, 0.0]]), [1, 3])
+
+    assert m["recovery_unweighted"] == pytest.approx(10 / 7, rel=1e-12)
+    assert m["recovery_weighted"] == pytest.approx(52 / 43, rel=1e-12)
+    assert m["mean_update_sqnorm"] == pytest.approx(6.5, rel=1e-12)
+    assert (m["A"], m["B"], m["sigma2_hat"], m["mu2_hat"]) == pytest.approx((7.0, 5.0, 4.0, 3.0), rel=1e-12)
+
+
+def test_round_metrics_single_client_has_no_split():
+    m = F.round_metrics(torch.tensor([[1.0, 2.0]]), [5])
+    assert m["recovery_unweighted"] == pytest.approx(1.0)
+    assert "sigma2_hat" not in m and "A" not in m
+
+
+# ----------------------------------------------------------------------------- client update
+
+# Softmax regression: logits = X Wᵀ (nn.Linear without bias), mean cross-entropy.
+# ∇_W L = (softmax(X Wᵀ) - onehot(y))ᵀ X / n, so a full-batch step is Δ = lr · vec(∇_W L(W)).
+X = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, -1.0], [1.0, 1.0, 0.0], [-1.0, 0.5, 1.0], [2.0, -1.0, 0.0]])
+Y = torch.tensor([0, 1, 1, 0, 1])
+W0 = torch.tensor([[0.2, -0.1, 0.3], [-0.4, 0.5, 0.1]])
+
+
+def _linear_model():
+    model = nn.Linear(3, 2, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(W0)
+    return model
+
+
+def _grad_and_loss(w, x, y):
+    """Closed-form mean cross-entropy and its gradient for logits x wᵀ (float64 numpy)."""
+    w, x, y = (np.asarray(a, dtype=np.float64) for a in (w, x, y))
+    z = x @ w.T
+    z = z - z.max(axis=1, keepdims=True)
+    p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    onehot = np.eye(w.shape[0])[y.astype(int)]
+    loss = float(-np.log(p[np.arange(len(y)), y.astype(int)]).mean())
+    return (p - onehot).T @ x / len(y), loss
+
+
+def test_client_update_one_full_batch_step_is_lr_times_gradient():
+    model = _linear_model()
+    theta = parameters_to_vector(model.parameters()).detach().clone()
+    lr = 0.5
+    grad, loss0 = _grad_and_loss(W0, X, Y)
+
+    delta, loss, steps = F.client_update(model, theta, X, Y, lr=lr, batch_size="full", local_epochs=1,
+                                         generator=torch.Generator().manual_seed(0))
+
+    assert steps == 1
+    np.testing.assert_allclose(delta.numpy(), lr * grad.reshape(-1), rtol=1e-5, atol=1e-7)
+    assert loss == pytest.approx(loss0, rel=1e-6)  # loss at θ (the only step)
+    assert delta.shape == theta.shape
+
+
+def test_client_update_two_full_batch_epochs_chain_the_steps():
+    # τ = 2: W1 = W0 - lr g(W0), W2 = W1 - lr g(W1), Δ = W0 - W2 = lr (g(W0) + g(W1));
+    # the reported loss is the mean of the two step losses.
+    model = _linear_model()
+    theta = parameters_to_vector(model.parameters()).detach().clone()
+    lr = 0.5
+    g0, l0 = _grad_and_loss(W0, X, Y)
+    w1 = W0.double().numpy() - lr * g0
+    g1, l1 = _grad_and_loss(w1, X, Y)
+
+    delta, loss, steps = F.client_update(model, theta, X, Y, lr=lr, batch_size="full", local_epochs=2,
+                                         generator=torch.Generator().manual_seed(0))
+
+    assert steps == 2
+    np.testing.assert_allclose(delta.numpy(), lr * (g0 + g1).reshape(-1), rtol=1e-5, atol=1e-7)
+    assert loss == pytest.approx((l0 + l1) / 2, rel=1e-6)
+
+
+def test_client_update_minibatches_follow_the_generator_permutation():
+    # n = 5, bs = 2, τ = 2: each epoch walks randperm(5) in batches of 2, 2, 1 -> T = 3 · 2 = 6.
+    model = _linear_model()
+    theta = parameters_to_vector(model.parameters()).detach().clone()
+    lr, seed = 0.3, 11
+
+    delta, loss, steps = F.client_update(model, theta, X, Y, lr=lr, batch_size=2, local_epochs=2,
+                                         generator=torch.Generator().manual_seed(seed))
+
+    g = torch.Generator().manual_seed(seed)
+    w = W0.double().numpy()
+    losses = []
+    for _ in range(2):
+        order = torch.randperm(5, generator=g)
+        for s in range(0, 5, 2):
+            idx = order[s:s + 2]
+            grad, l_step = _grad_and_loss(w, X[idx], Y[idx])
+            w = w - lr * grad
+            losses.append(l_step)
+    assert steps == 6 == F.local_steps(5, 2, 2)
+    np.testing.assert_allclose(delta.numpy(), (W0.double().numpy() - w).reshape(-1), rtol=1e-5, atol=1e-6)
+    assert loss == pytest.approx(np.mean(losses), rel=1e-5)
+
+
+def test_client_update_is_deterministic_given_the_seed():
+    kw = dict(lr=0.3, batch_size=2, local_epochs=2)
+    model = _linear_model()
+    theta = parameters_to_vector(model.parameters()).detach().clone()
+    d1, _, _ = F.client_update(model, theta, X, Y, generator=torch.Generator().manual_seed(5), **kw)
+    d2, _, _ = F.client_update(model, theta, X, Y, generator=torch.Generator().manual_seed(5), **kw)
+    d3, _, _ = F.client_update(model, theta, X, Y, generator=torch.Generator().manual_seed(6), **kw)
+
+    assert torch.equal(d1, d2)
+    assert not torch.allclose(d1, d3)  # another shuffle -> another trajectory
+
+
+def test_client_update_leaves_theta_unchanged_and_does_not_alias():
+    model = _linear_model()
+    theta = parameters_to_vector(model.parameters()).detach().clone()
+    # Worst case, as inside run_fedavg: the model's parameters are views of θ after evaluate().
+    F.evaluate(model, theta, X, Y)
+    theta_before = theta.clone()
+
+    delta, _, _ = F.client_update(model, theta, X, Y, lr=0.5, batch_size=2, local_epochs=1,
+                                  generator=torch.Generator().manual_seed(0))
+
+    assert torch.equal(theta, theta_before)
+    assert delta.abs().sum() > 0
+    delta_before = delta.clone()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(123.0)
+    assert torch.equal(delta, delta_before)  # Δ owns its storage
+    assert torch.equal(theta, theta_before)
+
+
+# ----------------------------------------------------------------------------- evaluate
+
+def test_evaluate_hand_case_and_chunking():
+    # W = I: logits = x. x = (1,0) label 0 -> right, (0,1) label 1 -> right, (1,0) label 1 -> wrong: acc 2/3.
+    # CE: log(1 + e^-1) = 0.3132617 twice, log(1 + e^1) = 1.3132617 once -> mean 1.9397851/3 = 0.6465950
+    model = nn.Linear(2, 2, bias=False)
+    theta = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    x = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    y = torch.tensor([0, 1, 1])
+
+    for batch in (1000, 2, 1):
+        acc, loss = F.evaluate(model, theta, x, y, batch=batch)
+        assert acc == pytest.approx(2 / 3)
+        assert loss == pytest.approx((2 * math.log1p(math.exp(-1)) + math.log1p(math.e)) / 3, rel=1e-6)
+        assert loss == pytest.approx(0.6465950, rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- seeds and cohorts
+
+def test_client_seed_deterministic_and_distinct():
+    assert F.client_seed(0, 3, 7) == F.client_seed(0, 3, 7)
+    seeds = {F.client_seed(s, r, k) for s in range(2) for r in range(5) for k in range(10)}
+    assert len(seeds) == 100  # every (seed, round, client) its own stream
+
+
+def test_sample_cohort_properties():
+    c = F.sample_cohort(100, 10, seed=0, round_idx=0)
+
+    assert c.shape == (10,)
+    assert len(set(c.tolist())) == 10                    # no repeats
+    assert np.all(np.diff(c) > 0)                        # sorted
+    assert c.min() >= 0 and c.max() < 100
+    assert np.array_equal(c, F.sample_cohort(100, 10, seed=0, round_idx=0))       # seeded
+    assert not np.array_equal(c, F.sample_cohort(100, 10, seed=0, round_idx=1))   # new cohort each round
+    assert not np.array_equal(c, F.sample_cohort(100, 10, seed=1, round_idx=0))   # and per seed
+    assert np.array_equal(F.sample_cohort(5, 5, seed=3, round_idx=2), np.arange(5))
+    with pytest.raises(ValueError):
+        F.sample_cohort(5, 6, seed=0, round_idx=0)
+
+
+def test_sample_cohort_is_uniform_over_clients():
+    # K = 10, K_c = 3, 3000 rounds: each client is picked with probability 0.3,
+    # count ~ Binomial(3000, 0.3): mean 900, sd sqrt(3000·0.3·0.7) = 25.1; allow 5 sd.
+    counts = np.zeros(10)
+    for r in range(3000):
+        counts[F.sample_cohort(10, 3, seed=0, round_idx=r)] += 1
+    assert counts.sum() == 9000
+    assert np.all(np.abs(counts - 900) < 5 * 25.1), counts
+
+
+# ----------------------------------------------------------------------------- evaluation rounds
+
+def test_eval_rounds_hand_case():
+    # rounds = 20: every 10 -> {9, 19}; last quarter = rounds 15..19 (0-based), every 2 counted back
+    # from the last -> {19, 17, 15}; union {9, 15, 17, 19}.
+    assert F.eval_rounds(20, 10, 2) == {9, 15, 17, 19}
+
+
+def test_eval_rounds_more_hand_cases():
+    # (40, 10, 2): {9, 19, 29, 39} ∪ tail 30..39 every 2 from 39 {31, 33, 35, 37, 39}
+    assert F.eval_rounds(40, 10, 2) == {9, 19, 29, 31, 33, 35, 37, 39}
+    # (25, 5, 2): {4, 9, 14, 19, 24}; tail = 25 // 4 = 6 rounds, 19..24, every 2 from 24 {20, 22, 24}
+    assert F.eval_rounds(25, 5, 2) == {4, 9, 14, 19, 20, 22, 24}
+    # paper (200, 10, 1): 9, 19, ..., 149 (15 rounds) and every round 150..199 (50)
+    paper = F.eval_rounds(200, 10, 1)
+    assert paper == set(range(9, 150, 10)) | set(range(150, 200))
+    assert len(paper) == 65
+
+
+def test_eval_rounds_always_includes_the_last_round():
+    assert F.eval_rounds(1, 10, 1) == {0}
+    assert F.eval_rounds(7, 10, 5) == {6}      # tail = max(1, 7 // 4) = 1 round
+    for rounds in range(1, 60):
+        assert rounds - 1 in F.eval_rounds(rounds, 7, 3)
+        assert max(F.eval_rounds(rounds, 7, 3)) == rounds - 1
+
+
+# ----------------------------------------------------------------------------- the loop
+
+RECORD_KEYS = {"round", "cohort", "n_k", "T_mean", "T_min", "T_max", "train_loss", "recovery_unweighted",
+               "recovery_weighted", "mean_update_sqnorm", "A", "B", "sigma2_hat", "mu2_hat", "test_acc",
+               "test_loss", "wall_s"}
+
+
+@pytest.fixture(scope="module")
+def images():
+    return data_mod.synthetic_image_data(n_train=200, n_test=50, seed=0)
+
+
+def _fed_data(images, kind):
+    mean, std = data_mod.channel_stats(images.x_train)
+    parts = partition.make_partition(kind, images.y_train.numpy(), 4, alpha=100.0, seed=0)
+    return F.FedData(x_train=data_mod.normalize(images.x_train, mean, std), y_train=images.y_train, parts=parts,
+                     x_test=data_mod.normalize(images.x_test, mean, std), y_test=images.y_test)
+
+
+def _model():
+    torch.manual_seed(0)
+    return build_model("small_cnn_gn", width=2)
+
+
+def test_run_fedavg_records_and_matches_a_manual_replay(images):
+    # 4 iid clients of 50 images, K_c = 2, bs = 16, τ = 1 -> T = ceil(50/16) = 4; 2 rounds.
+    data = _fed_data(images, "iid")
+    assert [len(p) for p in data.parts] == [50, 50, 50, 50]
+    model = _model()
+    replay_model = copy.deepcopy(model)
+    theta0 = parameters_to_vector(model.parameters()).detach().clone()
+    seen = []
+    kw = dict(rounds=2, cohort_size=2, local_epochs=1, batch_size=16, lr=0.05, aggregation="weighted", seed=3)
+
+    records = F.run_fedavg(model, data, on_round=seen.append, **kw)
+
+    assert len(records) == 2 and seen == records
+    for r, rec in enumerate(records):
+        assert set(rec) == RECORD_KEYS
+        assert rec["round"] == r + 1
+        assert rec["cohort"] == " ".join(map(str, F.sample_cohort(4, 2, 3, r)))
+        assert rec["n_k"] == "50 50"
+        assert (rec["T_mean"], rec["T_min"], rec["T_max"]) == (4.0, 4, 4)
+        assert 0 < rec["recovery_unweighted"] < 2
+        # equal shard sizes: both conventions coincide
+        assert rec["recovery_weighted"] == pytest.approx(rec["recovery_unweighted"], rel=1e-12)
+        assert 2 * rec["B"] / rec["A"] == pytest.approx(rec["recovery_unweighted"], rel=1e-12)
+        assert np.isfinite(rec["train_loss"]) and rec["train_loss"] > 0
+    assert math.isnan(records[0]["test_acc"]) and math.isnan(records[0]["test_loss"])  # default: last round only
+    assert 0.0 <= records[1]["test_acc"] <= 1.0 and np.isfinite(records[1]["test_loss"])
+
+    # Replay the loop by hand with the public pieces: same cohorts, seeds, weights.
+    theta = theta0.clone()
+    for r in range(2):
+        deltas = []
+        for k in F.sample_cohort(4, 2, 3, r):
+            idx = torch.as_tensor(data.parts[k])
+            gen = torch.Generator().manual_seed(F.client_seed(3, r, int(k)))
+            d, _, _ = F.client_update(replay_model, theta, data.x_train[idx], data.y_train[idx], lr=0.05,
+                                      batch_size=16, local_epochs=1, generator=gen)
+            deltas.append(d)
+        deltas = torch.stack(deltas)
+        assert diversity.recovery_factor(deltas) == pytest.approx(records[r]["recovery_unweighted"], rel=1e-9)
+        theta = theta - F.aggregate(deltas, F.aggregation_weights([50, 50]))
+    acc, loss = F.evaluate(replay_model, theta, data.x_test, data.y_test)
+    assert (acc, loss) == pytest.approx((records[1]["test_acc"], records[1]["test_loss"]), rel=1e-6)
+    # after the final evaluation the model holds the final global parameters
+    assert torch.allclose(parameters_to_vector(model.parameters()), theta, atol=1e-6)
+
+
+def test_run_fedavg_eval_at_and_full_batch(images):
+    data = _fed_data(images, "iid")
+    records = F.run_fedavg(_model(), data, rounds=3, cohort_size=3, local_epochs=2, batch_size="full", lr=0.05,
+                           aggregation="uniform", seed=0, eval_at={0, 2})
+
+    assert [r["T_mean"] for r in records] == [2.0, 2.0, 2.0]  # full batch: T = τ
+    assert [math.isnan(r["test_acc"]) for r in records] == [False, True, False]
+
+
+def test_control_identical_shards_and_seeds_gives_cohort_size(images):
+    # Paper §IV-A: identical shards + identical seeds -> every Δ_k coincides -> 1/Δ_S = K_c, σ̂² = 0.
+    data = _fed_data(images, "identical")
+    assert all(np.array_equal(p, data.parts[0]) for p in data.parts)
+
+    records = F.run_fedavg(_model(), data, rounds=2, cohort_size=2, local_epochs=1, batch_size=16, lr=0.05,
+                           aggregation="weighted", seed=0, identical_client_seeds=True)
+
+    for rec in records:
+        assert rec["recovery_unweighted"] == pytest.approx(2.0, rel=1e-6)
+        assert rec["recovery_weighted"] == pytest.approx(2.0, rel=1e-6)
+        assert abs(rec["sigma2_hat"]) <= 1e-9 * rec["A"]
+        assert rec["mu2_hat"] == pytest.approx(rec["A"], rel=1e-9)
+
+
+def test_control_needs_identical_seeds_too(images):
+    # Same shards but each client shuffles with its own seed: minibatch noise alone drops 1/Δ_S below K_c.
+    data = _fed_data(images, "identical")
+    records = F.run_fedavg(_model(), data, rounds=2, cohort_size=2, local_epochs=1, batch_size=16, lr=0.05,
+                           aggregation="weighted", seed=0, identical_client_seeds=False)
+
+    for rec in records:
+        assert rec["recovery_unweighted"] < 2.0 * (1 - 1e-4)
+        assert rec["sigma2_hat"] > 1e-6 * rec["A"]
+
+
+def test_different_shards_recover_less_than_cohort_size(images):
+    data = _fed_data(images, "iid")
+    records = F.run_fedavg(_model(), data, rounds=2, cohort_size=2, local_epochs=1, batch_size="full", lr=0.05,
+                           aggregation="weighted", seed=0, identical_client_seeds=True)
+
+    for rec in records:
+        assert 0 < rec["recovery_unweighted"] < 2.0 * (1 - 1e-4)
+        assert rec["sigma2_hat"] > 0

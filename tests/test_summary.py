@@ -1,0 +1,225 @@
+"""Tests for maskfed.summary: the paper's summary convention (median over the last quarter per run,
+median across seeds, pooled share of rounds below one), the paper's tables and the comparisons."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from maskfed.config import make_run_config
+from maskfed.runner import RunResult
+from maskfed.summary import (METRICS, paper_table, rank_correlation, side_by_side, summarize, summarize_run,
+                             tail_window)
+
+NAN = float("nan")
+
+
+def metrics_frame(n, **columns):
+    """A per-round table with every METRICS column (constant 1.0 unless given)."""
+    df = pd.DataFrame({"round": np.arange(1, n + 1)})
+    for m in METRICS:
+        df[m] = columns.get(m, [1.0] * n)
+    return df
+
+
+# ----------------------------------------------------------------------------- tail window
+
+@pytest.mark.parametrize("rounds, expected", [(200, 50), (40, 10), (20, 5), (7, 1), (4, 1), (3, 1), (1, 1)])
+def test_tail_window(rounds, expected):
+    # last quarter, at least one round: 200 // 4 = 50, 40 // 4 = 10, 7 // 4 = 1, 3 // 4 = 0 -> 1
+    assert tail_window(rounds) == expected
+
+
+# ----------------------------------------------------------------------------- one run
+
+def test_summarize_run_medians_over_last_quarter_skipping_nan():
+    # 16 rounds -> window = last 4 rows (rounds 13..16).
+    #   recovery_unweighted tail (1, 4, 2, 3) -> median (2 + 3)/2 = 2.5; earlier rounds 100 must not count
+    #   test_acc tail (NaN, 0.5, NaN, 0.8) -> median of (0.5, 0.8) = 0.65; round 12 (0.1) and
+    #     round 10 (0.9) lie outside the window
+    #   sigma2_hat tail (0.1, 0.3, 0.2, 10) -> (0.2 + 0.3)/2 = 0.25 (a mean would give 2.65)
+    #   mu2_hat all NaN in the window -> NaN
+    n = 16
+    acc = [NAN] * n
+    acc[9], acc[11] = 0.9, 0.1
+    acc[13], acc[15] = 0.5, 0.8
+    df = metrics_frame(
+        n,
+        recovery_unweighted=[100.0] * 12 + [1.0, 4.0, 2.0, 3.0],
+        test_acc=acc,
+        sigma2_hat=[50.0] * 12 + [0.1, 0.3, 0.2, 10.0],
+        mu2_hat=[7.0] * 12 + [NAN] * 4,
+        T_mean=[16.0] * n,
+    )
+
+    out = summarize_run(df)
+
+    assert set(out) == set(METRICS)
+    assert out["recovery_unweighted"] == pytest.approx(2.5)
+    assert out["test_acc"] == pytest.approx(0.65)
+    assert out["sigma2_hat"] == pytest.approx(0.25)
+    assert math.isnan(out["mu2_hat"])
+    assert out["T_mean"] == 16.0
+    assert out["train_loss"] == 1.0
+
+
+# ----------------------------------------------------------------------------- across seeds
+
+def _result(tmp_path, per_round_recovery, acc_last, seed, **cfg):
+    n = len(per_round_recovery)
+    acc = [NAN] * (n - 1) + [acc_last]
+    config = make_run_config(seed=seed, **cfg)
+    return RunResult(config, tmp_path / f"run-{config.key()}",
+                     metrics_frame(n, recovery_unweighted=per_round_recovery, test_acc=acc), {"seed": seed})
+
+
+def test_summarize_medians_across_seeds_and_pooled_below_one(tmp_path):
+    # 4 rounds per run -> window = last round only, so each run's median is its last value.
+    # Setting (full, 1):
+    #   seed 0: (0.5, 2, 2, 9)      -> 9, 1 round < 1
+    #   seed 1: (3, 3, 3, 1.0)      -> 1, 0 rounds < 1 (1.0 is not below one)
+    #   seed 2: (0.9, 0.8, 0.7, 2)  -> 2, 3 rounds < 1
+    #   median across seeds of (9, 1, 2) = 2 (a mean would give 4)
+    #   pooled below one: (1 + 0 + 3) / 12 rounds = 33.33 % (median of per-seed 25/0/75 % would be 25)
+    #   test_acc: median of (0.3, 0.4, 0.5) = 0.4
+    # Setting (32, 2): recoveries 1.2, 1.1, 1.3 every round -> median 1.2, 0 % below one.
+    # Rows come out in input order: (32, 2) first.
+    results = [
+        _result(tmp_path, [1.2] * 4, 0.6, 0, batch_size=32, local_epochs=2),
+        _result(tmp_path, [0.5, 2.0, 2.0, 9.0], 0.3, 0, batch_size="full", local_epochs=1),
+        _result(tmp_path, [1.1] * 4, 0.7, 1, batch_size=32, local_epochs=2),
+        _result(tmp_path, [3.0, 3.0, 3.0, 1.0], 0.4, 1, batch_size="full", local_epochs=1),
+        _result(tmp_path, [1.3] * 4, 0.8, 2, batch_size=32, local_epochs=2),
+        _result(tmp_path, [0.9, 0.8, 0.7, 2.0], 0.5, 2, batch_size="full", local_epochs=1),
+    ]
+
+    out = summarize(results, by=["batch_size", "local_epochs"])
+
+    assert list(out.index) == [("32", 2), ("full", 1)]
+    assert list(out.index.names) == ["batch_size", "local_epochs"]
+    assert set(METRICS) | {"pct_rounds_below_one", "seeds", "rounds"} <= set(out.columns)
+    assert out.loc[("full", 1), "recovery_unweighted"] == pytest.approx(2.0)
+    assert out.loc[("full", 1), "pct_rounds_below_one"] == pytest.approx(100 * 4 / 12)
+    assert out.loc[("full", 1), "test_acc"] == pytest.approx(0.4)
+    assert out.loc[("32", 2), "recovery_unweighted"] == pytest.approx(1.2)
+    assert out.loc[("32", 2), "pct_rounds_below_one"] == 0.0
+    assert out.loc[("32", 2), "test_acc"] == pytest.approx(0.7)
+    assert list(out["seeds"]) == [3, 3]
+    assert list(out["rounds"]) == [4, 4]
+
+
+def test_summarize_by_alpha_lines_up_with_paper_table2(tmp_path):
+    results = [_result(tmp_path, [1.5] * 4, 0.4, s, alpha=0.1) for s in range(2)] + \
+              [_result(tmp_path, [1.2] * 4, 0.7, 0, alpha=100.0)]
+
+    out = summarize(results, by=["alpha"])
+
+    assert list(out.index) == [0.1, 100.0] and out.index.name == "alpha"
+    paper = paper_table("table2")
+    both = side_by_side(out, paper, ["recovery_unweighted"])
+    assert both[("recovery_unweighted", "paper")].tolist() == [1.50, 1.19]
+    assert both[("recovery_unweighted", "ours")].tolist() == [1.5, 1.2]
+
+
+# ----------------------------------------------------------------------------- the paper's tables
+
+def test_paper_table1():
+    t1 = paper_table("table1")
+
+    assert t1.shape[0] == 9
+    assert list(t1.index.names) == ["batch_size", "local_epochs"]
+    assert set(t1.index) == {(bs, tau) for bs in ("32", "128", "full") for tau in (1, 2, 5)}
+    assert {"T_mean", "recovery_unweighted", "recovery_weighted", "mu2_hat", "sigma2_hat", "test_acc",
+            "pct_rounds_below_one"} <= set(t1.columns)
+    assert "local_steps" not in t1.columns and "test_accuracy" not in t1.columns
+    assert t1.loc[("full", 1), "recovery_unweighted"] == 8.96
+    assert t1.loc[("full", 1), "recovery_weighted"] == 8.95
+    assert t1.loc[("full", 1), "test_acc"] == 0.314
+    assert t1.loc[("32", 5), "T_mean"] == 80
+    assert t1.loc[("32", 2), "recovery_unweighted"] == 1.19      # the headline 1.19 (paper abstract)
+    assert t1.loc[("128", 1), "pct_rounds_below_one"] == 4.5
+    assert t1.loc[("32", 5), "sigma2_hat"] == pytest.approx(0.6)
+
+
+def test_paper_table2():
+    t2 = paper_table("table2")
+
+    assert t2.index.name == "alpha"
+    assert list(t2.index) == [100.0, 1.0, 0.1]
+    assert t2.loc[0.1, "recovery_unweighted"] == 1.50
+    assert t2.loc[0.1, "recovery_weighted"] == 1.18
+    assert t2.loc[1.0, "recovery_weighted"] == 1.17
+    assert t2.loc[100.0, "test_acc"] == 0.680
+    # α = 100 in Table II is the (32, 2) cell of Table I
+    t1 = paper_table("table1")
+    assert t2.loc[100.0, "recovery_unweighted"] == t1.loc[("32", 2), "recovery_unweighted"]
+
+
+def test_paper_table_unknown_name():
+    with pytest.raises(ValueError, match="table3"):
+        paper_table("table3")
+
+
+# ----------------------------------------------------------------------------- comparisons
+
+def test_side_by_side_columns_and_alignment():
+    idx = pd.MultiIndex.from_tuples([("full", 1), ("32", 2), ("16", 1)], names=["batch_size", "local_epochs"])
+    ours = pd.DataFrame({"recovery_unweighted": [7.0, 1.3, 1.1], "test_acc": [0.3, 0.6, 0.7],
+                         "train_loss": [1.0, 2.0, 3.0]}, index=idx)
+
+    out = side_by_side(ours, paper_table("table1"), ["recovery_unweighted", "test_acc", "train_loss"])
+
+    assert list(out.columns) == [("recovery_unweighted", "ours"), ("recovery_unweighted", "paper"),
+                                 ("test_acc", "ours"), ("test_acc", "paper"),
+                                 ("train_loss", "ours"), ("train_loss", "paper")]
+    assert out.index.equals(idx)
+    assert out[("recovery_unweighted", "ours")].tolist() == [7.0, 1.3, 1.1]
+    paper_rec = out[("recovery_unweighted", "paper")]
+    assert paper_rec.iloc[:2].tolist() == [8.96, 1.19]
+    assert math.isnan(paper_rec.iloc[2])                          # (16, 1) is not in the paper
+    assert out[("test_acc", "paper")].iloc[:2].tolist() == [0.314, 0.680]
+    assert out[("train_loss", "paper")].isna().all()             # the paper has no train loss column
+
+
+def test_rank_correlation_hand_cases():
+    a = pd.Series([1.0, 2.0, 3.0, 4.0])
+    assert rank_correlation(a, pd.Series([10.0, 20.0, 35.0, 100.0])) == pytest.approx(1.0)   # monotone, not linear
+    assert rank_correlation(a, pd.Series([9.0, 5.0, 2.0, -1.0])) == pytest.approx(-1.0)
+    # (1, 2, 3) vs (1, 3, 2): ranks deviate by (-1, 0, 1) and (-1, 1, 0): cov 1, var 2 -> 0.5
+    # (= 1 - 6 Σd²/(n(n²-1)) = 1 - 6·2/24)
+    assert rank_correlation(pd.Series([1.0, 2.0, 3.0]), pd.Series([1.0, 3.0, 2.0])) == pytest.approx(0.5)
+
+
+def test_rank_correlation_drops_missing_pairs_before_ranking():
+    # After dropping the pair with a NaN: a = (1, 2, 4), b = (1, 4, 2) -> ranks (1,2,3) vs (1,3,2) -> 0.5.
+    # Ranking first and dropping after would correlate (1, 2, 4) with (1, 3, 2) -> 3/sqrt(84) = 0.327.
+    a = pd.Series([1.0, 2.0, 3.0, 4.0])
+    b = pd.Series([1.0, 4.0, NAN, 2.0])
+    assert rank_correlation(a, b) == pytest.approx(0.5)
+    # fewer than three complete pairs -> NaN
+    assert math.isnan(rank_correlation(pd.Series([1.0, 2.0, NAN]), pd.Series([1.0, 2.0, 3.0])))
+
+
+def test_rank_correlation_aligns_on_index():
+    a = pd.Series([1.0, 2.0, 3.0], index=["x", "y", "z"])
+    b = pd.Series([30.0, 20.0, 10.0], index=["z", "y", "x"])  # same values as a, other order
+    assert rank_correlation(a, b) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("name", ["smoke", "cpu", "paper"])
+def test_profiles_evaluate_inside_the_summary_window(name):
+    # test_acc is summarised over the last tail_window(rounds) rounds, so each profile's evaluation
+    # schedule (fedavg.eval_rounds) must test every eval_every_tail rounds inside that window.
+    from maskfed.config import load_profile
+    from maskfed.fedavg import eval_rounds
+
+    cfg = load_profile(name).run(0)
+    window = set(range(cfg.rounds - tail_window(cfg.rounds), cfg.rounds))
+    evaluated = eval_rounds(cfg.rounds, cfg.eval_every, cfg.eval_every_tail) & window
+    # counted back from the last round: rounds-1, rounds-1-e, ... (plus any eval_every round in the window)
+    assert set(range(cfg.rounds - 1, min(window) - 1, -cfg.eval_every_tail)) <= evaluated
+    if name == "paper":
+        assert evaluated == set(range(150, 200))  # every one of the last 50 rounds
