@@ -51,7 +51,12 @@ def gram_matrix(deltas_KxP, inner: Callable[[Tensor], Tensor] | None = None) -> 
     return 0.5 * (gram + gram.T)
 
 
-def _normalised_weights(weights_K, k: int) -> Tensor:
+def normalised_weights(weights_K, k: int) -> Tensor:
+    """Aggregation weights w_k = n_k / Σ n_k as float64, shape [k]; ``None`` gives 1/k each.
+
+    Raises:
+        ValueError: wrong length, or weights that are not finite and non-negative with a positive sum.
+    """
     if weights_K is None:
         return torch.full((k,), 1.0 / k, dtype=torch.float64)
     w = _as_float64(weights_K).flatten()
@@ -91,7 +96,7 @@ def recovery_factor_from_gram(gram_KxK, weights_K=None) -> float:
     g = _as_float64(gram_KxK)
     if g.ndim != 2 or g.shape[0] != g.shape[1]:
         raise ValueError(f"gram_KxK must be square [K_c, K_c]; got shape {tuple(g.shape)}")
-    w = _normalised_weights(weights_K, g.shape[0])
+    w = normalised_weights(weights_K, g.shape[0])
     num = w @ g @ w
     den = (w**2 * torch.diagonal(g)).sum()
     if den == 0:
@@ -165,15 +170,16 @@ def signal_noise(deltas_KxP, inner=None) -> SignalNoise:
     return signal_noise_from_gram(gram_matrix(deltas_KxP, inner))
 
 
-def predicted_recovery_factor(r, k_c: int):
+def predicted_recovery_factor(r, k_c: float):
     """Recovery factor implied by a signal-to-noise ratio r = ‖μ‖²/σ² (eq. 12).
 
     ``(K_c r + 1) / (r + 1)``: K_c as r → ∞, 1 as r → 0. Works elementwise on
-    floats, arrays and tensors.
+    floats, arrays and tensors. ``k_c`` may be a float: the n_k-weighted form
+    uses the effective cohort size K_eff = 1/Σ w_k² (chapter 6 of the book).
 
     Raises:
         ValueError: if k_c < 1.
     """
     if k_c < 1:
-        raise ValueError(f"k_c must be a positive integer; got {k_c}")
+        raise ValueError(f"k_c must be >= 1; got {k_c}")
     return (k_c * r + 1) / (r + 1)

@@ -233,12 +233,7 @@ def curvature_penalty_hvp(loss_fn: Callable[[], Tensor], params, delta, p,
 
 
 def _weights(weights_K, k: int) -> Tensor:
-    if weights_K is None:
-        return torch.full((k,), 1.0 / k, dtype=torch.float64)
-    w = _f64(weights_K).flatten()
-    if w.numel() != k or (w < 0).any() or w.sum() <= 0:
-        raise ValueError(f"weights_K must be {k} non-negative numbers with a positive sum (e.g. shard sizes n_k)")
-    return w / w.sum()
+    return diversity.normalised_weights(weights_K, k)
 
 
 def _deltas(deltas_KxP) -> Tensor:

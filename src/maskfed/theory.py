@@ -41,7 +41,7 @@ from maskfed.masking import (
 )
 
 Tensor = torch.Tensor
-PROFILES = ("smoke", "cpu", "paper")
+from .config import PROFILES  # noqa: E402  (one list of profile names)
 
 
 def profile_value(profile: str, smoke, cpu, paper=None):
@@ -289,8 +289,7 @@ def masked_excess_mc(loss_fn: Callable[[Tensor], Tensor], theta_P, deltas_KxP, b
     d = torch.as_tensor(deltas_KxP, dtype=torch.float64)
     d = d.reshape(1, -1) if d.ndim == 1 else d
     k = d.shape[0]
-    w = (torch.full((k,), 1.0 / k, dtype=torch.float64) if weights_K is None
-         else torch.as_tensor(weights_K, dtype=torch.float64) / torch.as_tensor(weights_K, dtype=torch.float64).sum())
+    w = diversity.normalised_weights(weights_K, k)
     theta = torch.as_tensor(theta_P, dtype=torch.float64)
     g = as_generator(generator)
     base = float(loss_fn((theta - w @ d).reshape(1, -1))[0])
@@ -526,8 +525,7 @@ def cohort_stats(cohorts_NxKxP, weights_K=None, estimators: bool = True) -> Coho
     """
     c = torch.as_tensor(cohorts_NxKxP, dtype=torch.float64)
     k = c.shape[1]
-    w = (torch.full((k,), 1.0 / k, dtype=torch.float64) if weights_K is None
-         else torch.as_tensor(weights_K, dtype=torch.float64) / torch.as_tensor(weights_K, dtype=torch.float64).sum())
+    w = diversity.normalised_weights(weights_K, k)
     grams = torch.einsum("nkp,nlp->nkl", c, c)
     sum_sq = (w**2 * torch.diagonal(grams, dim1=1, dim2=2)).sum(-1)
     agg_sq = torch.einsum("k,nkl,l->n", w, grams, w)

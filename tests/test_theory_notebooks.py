@@ -1,0 +1,60 @@
+"""The six derivation chapters (notebooks/theory_0*.md) are well-formed.
+
+(Their execution at profile smoke is tested with the rest of the book in tests/test_book.py.)
+
+Static checks (fast): a first code cell tagged ``parameters`` with ``profile = "cpu"``,
+sphinx-proof statements with proofs, two or more exercises with hidden solutions, and
+every ``{glue:text}`` key used in the prose glued in the same notebook.
+
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = [
+    "theory_01_notation",
+    "theory_02_prop1",
+    "theory_03_prop2",
+    "theory_04_prop3",
+    "theory_05_corollary1",
+    "theory_06_signal_noise",
+]
+
+
+def _read(name):
+    jupytext = pytest.importorskip("jupytext")
+    return jupytext.read(ROOT / "notebooks" / f"{name}.md")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebook_structure(name):
+    nb = _read(name)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert nb.metadata["jupytext"]["text_representation"]["format_name"] == "myst"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata.get("tags", [])
+    assert 'profile = "cpu"' in code[0].source
+    text = (ROOT / "notebooks" / f"{name}.md").read_text()
+    assert re.search(r"```\{prf:(proposition|corollary)\}", text)
+    assert "```{prf:proof}" in text
+    n_ex = len(re.findall(r"```\{exercise\}", text))
+    n_sol = len(re.findall(r"```\{solution\} [\w-]+\n:class: dropdown", text))
+    assert 2 <= n_ex <= 3 and n_sol == n_ex
+    assert "torch.set_num_threads(1)" in text
+    assert "assert " in "".join(c.source for c in code)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_glue_keys_are_defined_in_the_same_notebook(name):
+    text = (ROOT / "notebooks" / f"{name}.md").read_text()
+    used = set(re.findall(r"\{glue:text\}`([A-Za-z0-9_]+)", text))
+    defined = set(re.findall(r"glue\(\"([A-Za-z0-9_]+)\"", text))
+    prefix = "t" + name.split("_")[1][-1] + "_"
+    assert used, "the prose should show at least one live number"
+    assert used <= defined, f"glued in prose but never defined: {sorted(used - defined)}"
+    assert all(k.startswith(prefix) for k in defined), f"glue keys must start with {prefix!r}"
