@@ -19,14 +19,6 @@ from maskfed import fedavg as F
 from maskfed.models import build_model
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # ----------------------------------------------------------------------------- local steps T
 
 @pytest.mark.parametrize("n_k, bs, tau, expected", [

@@ -9,14 +9,6 @@ from torch import nn
 from maskfed.models import SmallCNN, build_model, check_parameters_only, num_parameters, resnet18_gn
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def resnet():
     torch.manual_seed(0)
