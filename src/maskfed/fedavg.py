@@ -64,7 +64,7 @@ def aggregate(deltas_KxP: torch.Tensor, weights_K: torch.Tensor) -> torch.Tensor
         deltas_KxP: client updates, [K_c, P].
         weights_K: aggregation weights summing to one, [K_c].
     """
-    return weights_K.to(deltas_KxP.dtype) @ deltas_KxP
+    return weights_K.to(device=deltas_KxP.device, dtype=deltas_KxP.dtype) @ deltas_KxP
 
 
 def client_update(model: nn.Module, theta_P: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *,
@@ -143,7 +143,7 @@ def round_metrics(deltas_KxP: torch.Tensor, n_K) -> dict:
     ``mu2_hat`` (eq. 13-14; A and B unweighted as in the paper) and
     ``mean_update_sqnorm`` (‖Σ w_k Δ_k‖²). Gram matrix in float64.
     """
-    gram = diversity.gram_matrix(deltas_KxP)
+    gram = diversity.gram_matrix(deltas_KxP).cpu()  # [K_c, K_c]: tiny, so the rest runs on the CPU
     w = torch.as_tensor(n_K, dtype=torch.float64)
     out = {
         "recovery_unweighted": diversity.recovery_factor_from_gram(gram),
