@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from maskfed.config import make_run_config
+from maskfed import summary
 from maskfed.runner import RunResult
 from maskfed.summary import (METRICS, paper_table, rank_correlation, side_by_side, summarize, summarize_run,
                              tail_window)
@@ -223,3 +224,15 @@ def test_profiles_evaluate_inside_the_summary_window(name):
     assert set(range(cfg.rounds - 1, min(window) - 1, -cfg.eval_every_tail)) <= evaluated
     if name == "paper":
         assert evaluated == set(range(150, 200))  # every one of the last 50 rounds
+
+
+def test_log_trend_recovers_a_known_geometric_decay():
+    # prepare: 1/Δ_S = 8 · 0.9^(round-1), so log falls by log(0.9) ≈ -0.10536 per round
+    rounds = np.arange(1, 21)
+    metrics = pd.DataFrame({"round": rounds, "recovery_unweighted": 8 * 0.9 ** (rounds - 1)})
+    # execute / assert
+    assert summary.log_trend(metrics) == pytest.approx(np.log(0.9), rel=1e-9)
+    flat = metrics.assign(recovery_unweighted=3.0)
+    assert summary.log_trend(flat) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="frac"):
+        summary.log_trend(metrics, frac=0)

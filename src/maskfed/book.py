@@ -86,6 +86,8 @@ def trajectories(results, *, ax=None, window: int = 3):
     rounds = len(results[0].metrics)
     ax.axvspan(rounds - tail_window(rounds) + 0.5, rounds + 0.5, color="0.9", zorder=0)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(plt.matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(plt.matplotlib.ticker.ScalarFormatter())
     ax.set_xlabel("round")
     ax.set_ylabel("1/Δ_S (rolling median)")
     ax.legend(fontsize=6, ncol=3)

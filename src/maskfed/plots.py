@@ -35,6 +35,7 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
     ax.text(ax.get_xlim()[0], k_c, f" ceiling K_c = {k_c}", va="bottom", fontsize=8, color="0.4")
     ax.axhline(1, color="0.6", ls=":", lw=1)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(plt.matplotlib.ticker.ScalarFormatter())
     ax.set_xlabel("test accuracy (%), median over the last quarter of rounds")
     ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
     ax.legend(fontsize=7, loc="best")

@@ -109,3 +109,22 @@ def rank_correlation(a: pd.Series, b: pd.Series) -> float:
     if len(both) < 3:
         return float("nan")
     return float(both.iloc[:, 0].rank().corr(both.iloc[:, 1].rank()))
+
+
+def log_trend(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac: float = 0.5) -> float:
+    """Least-squares slope of log(column) against round over the last ``frac`` of rounds.
+
+    Negative: the quantity was still falling when the run ended (per round, in
+    natural-log units; -0.02 is about 2 % a round). Used to ask whether a short
+    run's summary window has settled.
+
+    Raises:
+        ValueError: ``frac`` outside (0, 1] or fewer than 3 rounds in the window.
+    """
+    if not 0 < frac <= 1:
+        raise ValueError(f"frac must be in (0, 1]; got {frac}")
+    tail = metrics.tail(max(1, int(round(len(metrics) * frac))))
+    tail = tail[tail[column] > 0]
+    if len(tail) < 3:
+        raise ValueError(f"need at least 3 rounds with positive {column} in the window; got {len(tail)}")
+    return float(np.polyfit(tail["round"].to_numpy(float), np.log(tail[column].to_numpy(float)), 1)[0])
