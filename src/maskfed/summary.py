@@ -112,7 +112,7 @@ def rank_correlation(a: pd.Series, b: pd.Series) -> float:
 
 
 def log_trend(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac: float = 0.5) -> float:
-    """Least-squares slope of log(column) against round over the last ``frac`` of rounds.
+    """Least-squares slope of log(column) against round over the last ``frac`` of rounds (at least 3).
 
     Negative: the quantity was still falling when the run ended (per round, in
     natural-log units; -0.02 is about 2 % a round). Used to ask whether a short
@@ -123,7 +123,7 @@ def log_trend(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac: 
     """
     if not 0 < frac <= 1:
         raise ValueError(f"frac must be in (0, 1]; got {frac}")
-    tail = metrics.tail(max(1, int(round(len(metrics) * frac))))
+    tail = metrics.tail(max(3, int(round(len(metrics) * frac))))
     tail = tail[tail[column] > 0]
     if len(tail) < 3:
         raise ValueError(f"need at least 3 rounds with positive {column} in the window; got {len(tail)}")
