@@ -30,7 +30,7 @@ def test_defaults_are_the_papers_setting():
 
 def test_label_names_the_setting():
     assert make_run_config(model="small_cnn_gn", alpha=0.1, batch_size="full", local_epochs=5, seed=2).label() == \
-        "small_cnn_gn-dirichlet-a0.1-bsfull-t5-s2"
+        "cifar10-small_cnn_gn-dirichlet-a0.1-bsfull-t5-s2"
 
 
 # ----------------------------------------------------------------------------- validation

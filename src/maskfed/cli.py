@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     results = runner.run_many(cfgs, workers=args.workers or profile.workers)
     if args.command == "run" and getattr(args, "force", False):
         results = [runner.run(c, force=True) for c in cfgs]
-    table = summary.summarize(results, ["model", "partition", "alpha", "batch_size", "local_epochs"])
+    table = summary.summarize(results, ["dataset", "model", "partition", "alpha", "batch_size", "local_epochs"])
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.drop(columns=["train_loss"]).to_string(float_format=lambda v: f"{v:.4g}"))
     for r in results:

@@ -97,8 +97,8 @@ class RunConfig(BaseModel):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def label(self) -> str:
-        """Readable run name, e.g. ``small_cnn_gn-dirichlet-a100-bs32-t2-s0``."""
-        return (f"{self.model}-{self.partition}-a{self.alpha:g}-bs{self.batch_size}"
+        """Readable run name, e.g. ``cifar10-small_cnn_gn-dirichlet-a100-bs32-t2-s0``."""
+        return (f"{self.dataset}-{self.model}-{self.partition}-a{self.alpha:g}-bs{self.batch_size}"
                 f"-t{self.local_epochs}-s{self.seed}")
 
 
