@@ -76,3 +76,14 @@ def test_a_failing_run_keeps_the_finished_ones(results_in_tmp):
         runner.run_many([good, bad], workers=1, progress=False)
     assert runner.find_run(good) is not None
     assert runner.find_run(bad) is None
+
+
+def test_force_recomputes_and_replaces_the_folder(results_in_tmp):
+    cfg = make_run_config(**TINY)
+    first = runner.run(cfg, progress=False)
+    forced = runner.run(cfg, force=True, progress=False)
+    assert forced.path == first.path
+    assert forced.provenance["wall_s"] != first.provenance["wall_s"]  # really recomputed and written
+    assert runner.find_run(cfg).provenance["wall_s"] == forced.provenance["wall_s"]
+    pd.testing.assert_frame_equal(first.metrics.drop(columns="wall_s"), forced.metrics.drop(columns="wall_s"))
+    assert [p.name for p in (results_in_tmp / "runs").iterdir()] == [first.path.name]  # no leftovers

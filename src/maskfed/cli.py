@@ -73,9 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"maskfed: error: {exc}", file=sys.stderr)
         return 2
     print(f"profile {profile.name}: {len(cfgs)} run(s); results in {runner.results_dir() / 'runs'}", file=sys.stderr)
-    results = runner.run_many(cfgs, workers=args.workers or profile.workers)
-    if args.command == "run" and getattr(args, "force", False):
+    if getattr(args, "force", False):
         results = [runner.run(c, force=True) for c in cfgs]
+    else:
+        results = runner.run_many(cfgs, workers=args.workers or profile.workers)
     table = summary.summarize(results, ["dataset", "model", "partition", "alpha", "batch_size", "local_epochs"])
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.drop(columns=["train_loss"]).to_string(float_format=lambda v: f"{v:.4g}"))

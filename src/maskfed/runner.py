@@ -168,7 +168,7 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
         "num_parameters": num_parameters(model), "wall_s": time.perf_counter() - t0,
         "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    _write_atomically(path, {
+    _write_atomically(path, replace=force, files={
         "metrics.csv": pd.DataFrame(records).to_csv(index=False),
         "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2),
         "partition.json": json.dumps({"sizes": sizes, "min": min(sizes), "max": max(sizes)}),
@@ -177,17 +177,21 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
     return load_run(path)
 
 
-def _write_atomically(path: Path, files: dict[str, str]) -> None:
+def _write_atomically(path: Path, files: dict[str, str], replace: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".tmp-{path.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     for name, text in files.items():
         (tmp / name).write_text(text)
+    old = path.parent / f".old-{path.name}-{os.getpid()}"
+    if replace and path.exists():  # a forced rerun: move the old folder aside first
+        os.replace(path, old)
     try:
         os.replace(tmp, path)
     except OSError:  # another process finished the same run first: keep theirs
         shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _cost(cfg: RunConfig) -> float:
