@@ -103,3 +103,21 @@ def glue(key: str, value, display: bool = False) -> None:
     if isinstance(value, np.generic):
         value = value.item()
     _glue(key, value, display=display)
+
+
+def provenance_note() -> "IPython.display.HTML":
+    """A one-line record at the end of a chapter: when it was executed, from which git commit
+    (and whether ``src/`` had uncommitted changes), with which package versions."""
+    from datetime import datetime, timezone
+
+    from IPython.display import HTML
+
+    from . import provenance
+
+    git = provenance.git_state()
+    versions = ", ".join(f"{k} {v}" for k, v in provenance.package_versions().items() if v)
+    commit = git["commit"][:10] + (" with uncommitted changes in src/" if git["dirty"] else "")
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return HTML(f'<p style="font-size: 0.8em; color: #666">Executed {when} from commit <code>{commit}</code> '
+                f"(run code hash <code>{provenance.code_hash()}</code>); {html.escape(versions)}. "
+                "The parameters are those of the cells above, after any injected by papermill.</p>")
