@@ -54,7 +54,8 @@ def styled(table: pd.DataFrame):
     shown.columns = (pd.MultiIndex.from_tuples([header(c) for c in table.columns])
                      if isinstance(table.columns, pd.MultiIndex) else [header(c) for c in table.columns])
     formats = {header(c): fmt_for(c) for c in table.columns}
-    return shown.style.format(formats, na_rep="–")
+    return (shown.style.format(formats, na_rep="–")
+            .set_table_styles([{"selector": "td, th", "props": "white-space: nowrap; padding: 0.15em 0.45em;"}]))
 
 
 def profile_table() -> pd.DataFrame:
