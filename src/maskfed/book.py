@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from .config import Profile, load_profile
 from .runner import load_images
+
+if TYPE_CHECKING:
+    import IPython.display
 
 #: Display formats of the table columns.
 FORMATS = {"T_mean": "{:.0f}", "recovery_unweighted": "{:.2f}", "recovery_weighted": "{:.2f}",

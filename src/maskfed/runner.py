@@ -24,7 +24,6 @@ from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 from tqdm import tqdm
