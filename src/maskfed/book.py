@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from .config import Profile, load_profile
-from .runner import load_images
+from .runner import images_for
 
 if TYPE_CHECKING:
     import IPython.display
@@ -23,9 +23,7 @@ HEADERS = {"T_mean": "T", "recovery_unweighted": "1/Δ_S unwtd.", "recovery_weig
 
 def data_note(profile: Profile) -> str:
     """One sentence naming the data the profile's runs use (the JPEG caveat included)."""
-    base = profile.run(profile.seeds[0])
-    images = load_images(base.dataset, base.data_path, base.synthetic_train, base.synthetic_test)
-    return images.source
+    return images_for(profile.run(profile.seeds[0])).source
 
 
 def banner(profile: Profile, *, what: str = "these numbers") -> "IPython.display.HTML":

@@ -19,7 +19,7 @@ import pandas as pd
 
 from . import experiments, runner, summary
 from .data import DataUnavailableError
-from .config import PROFILES, ConfigError, RunConfig, load_profile, make_run_config
+from .config import PROFILES, ConfigError, RunConfig, load_profile
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -64,11 +64,11 @@ def main(argv: list[str] | None = None) -> int:
             cfgs = experiments.all_configs(profile, args.experiments)
         else:
             seeds = args.seeds if args.seeds is not None else profile.seeds
-            cfgs = [make_run_config(**{**profile.base, "seed": s}) for s in seeds]
+            cfgs = [profile.run(s) for s in seeds]
         if args.workers is not None and args.workers < 1:
             raise ConfigError(f"--workers must be >= 1; got {args.workers}")
-        for c in {(c.dataset, c.data_path, c.synthetic_train, c.synthetic_test) for c in cfgs}:
-            runner.load_images(*c)  # resolve (and decode once) the data before any training
+        for c in cfgs:
+            runner.images_for(c)  # resolve (and decode once) the data before any training; cached
     except (ConfigError, ValueError, FileNotFoundError, DataUnavailableError) as exc:
         print(f"maskfed: error: {exc}", file=sys.stderr)
         return 2

@@ -53,7 +53,8 @@ def load_images(dataset: str, data_path: str | None, synthetic_train: int, synth
     return data_mod.load_cifar10(data_path)
 
 
-def _images(cfg: RunConfig) -> data_mod.ImageData:
+def images_for(cfg: RunConfig) -> data_mod.ImageData:
+    """The (cached) image data a run configuration uses."""
     return load_images(cfg.dataset, cfg.data_path, cfg.synthetic_train, cfg.synthetic_test)
 
 
@@ -95,7 +96,7 @@ def load_run(path: Path) -> RunResult:
 
 def find_run(cfg: RunConfig) -> RunResult | None:
     """The finished run of ``cfg`` with the current code and data, or None."""
-    path = run_path(cfg, _images(cfg))
+    path = run_path(cfg, images_for(cfg))
     return load_run(path) if (path / "provenance.json").exists() else None
 
 
@@ -141,7 +142,7 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
         ValueError / FileNotFoundError / DataUnavailableError: bad device or data,
             before training starts.
     """
-    images = _images(cfg)
+    images = images_for(cfg)
     path = run_path(cfg, images)
     if (path / "provenance.json").exists() and not force:
         return load_run(path)
