@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from maskfed import provenance, runner
+from maskfed import partition, provenance, runner
 from maskfed.config import make_run_config
 
 TINY = dict(dataset="synthetic", synthetic_train=200, synthetic_test=50, num_clients=4, cohort_size=2, rounds=2,
@@ -31,8 +31,10 @@ def test_run_writes_complete_folder_and_reuses_it(results_in_tmp):
         assert key in prov
     assert prov["packages"]["torch"] is not None
     assert json.loads((first.path / "config.json").read_text()) == cfg.model_dump(mode="json")
-    assert json.loads((first.path / "partition.json").read_text())["sizes"] == [50, 50, 50, 50] or \
-        sum(json.loads((first.path / "partition.json").read_text())["sizes"]) == 200
+    images = runner.load_images("synthetic", None, 200, 50)
+    expected = partition.make_partition("dirichlet", images.y_train.numpy(), 4, alpha=cfg.alpha, seed=cfg.seed)
+    sizes = json.loads((first.path / "partition.json").read_text())["sizes"]
+    assert sizes == [len(p) for p in expected] and sum(sizes) == 200  # the run's own seeded partition
     # a second call reuses the folder: same provenance (same finish time), nothing recomputed
     again = runner.run(cfg, progress=False)
     assert again.path == first.path
