@@ -256,10 +256,11 @@ class Profile(BaseModel):
         clash = [f for f in self.overrides if f in grid]
         if not clash:
             return
-        lines = [f"{f} = {self.overrides[f]!r} would be ignored: experiment {experiment} sets {f} to "
+        given = make_run_config(**self.base)  # the values as validated (flags arrive as strings)
+        lines = [f"{f} = {getattr(given, f)!r} would be ignored: experiment {experiment} sets {f} to "
                  f"{_show(grid[f][0])} for its runs" + (f" (profile key {grid[f][1]})" if grid[f][1] else "")
                  for f in clash]
-        flags = " ".join(f"--{f.replace('_', '-')} {self.overrides[f]}" for f in clash)
+        flags = " ".join(f"--{f.replace('_', '-')} {getattr(given, f)}" for f in clash)
         keys = [grid[f][1] for f in clash if grid[f][1]]
         lines.append(f"for one setting: maskfed run --profile {self.name} {flags}")
         if keys:
