@@ -165,3 +165,11 @@ def test_notebook_cell_failure_is_named():
     err = PapermillExecutionError(3, 1, "ConfigError: alpha ...", "ConfigError", "alpha = 0.5 would be ignored", [])
     assert notebooks._cell_failure(err) == ("ConfigError", "alpha = 0.5 would be ignored")
     assert notebooks._cell_failure(RuntimeError("x")) is None
+
+
+def test_notebook_runner_refuses_a_data_path_the_profile_would_not_read(capsys):
+    with pytest.raises(SystemExit) as exc:
+        notebooks.main(["--profile", "smoke", "--data-path", "/some/cifar", "table2_heterogeneity"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--data-path" in err and "synthetic" in err

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from .config import PROFILES
+from .config import PROFILES, ConfigError, load_profile
 from .paths import REPO_ROOT
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -83,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:  # all names checked before the first notebook runs
         parser.error(f"notebook(s) {unknown} not found in {NOTEBOOK_DIR.name}/; choose from {known}")
     params = {"data_path": args.data_path} if args.data_path else {}
+    if args.data_path:  # e.g. a synthetic profile reads no data: refuse before any notebook runs
+        try:
+            prof = load_profile(args.profile, data_path=args.data_path)
+            prof.run(prof.seeds[0])
+        except ConfigError as exc:
+            parser.error(f"--data-path: {exc}")
     for name in args.names or book_order():
         t0 = time.perf_counter()
         try:
