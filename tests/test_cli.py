@@ -173,3 +173,9 @@ def test_notebook_runner_refuses_a_data_path_the_profile_would_not_read(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "--data-path" in err and "synthetic" in err
+
+
+def test_a_relative_data_path_means_the_same_file_to_the_cli_and_the_notebooks(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _profile, cfgs = cli._plan(cli.build_parser().parse_args(["run", "--profile", "cpu", "--data-path", "data/c.tgz"]))
+    assert cfgs[0].data_path == str(tmp_path / "data" / "c.tgz")  # not re-read from notebooks/ by papermill

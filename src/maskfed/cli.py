@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import pandas as pd
 
@@ -35,7 +36,15 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _overrides(args) -> dict:
-    return {n: getattr(args, n) for n in RunConfig.model_fields if getattr(args, n, None) is not None}
+    given = {n: getattr(args, n) for n in RunConfig.model_fields if getattr(args, n, None) is not None}
+    if "data_path" in given:  # as the user meant it: relative to where the command runs, not to a notebook's folder
+        given["data_path"] = absolute_path(given["data_path"])
+    return given
+
+
+def absolute_path(path: str) -> str:
+    """``path`` with ``~`` expanded, made absolute against the current directory."""
+    return str(Path(path).expanduser().absolute())
 
 
 #: Errors that mean "this input cannot work" (the message says why): printed, exit status 2.

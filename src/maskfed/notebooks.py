@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.names if n not in known]
     if unknown:  # all names checked before the first notebook runs
         parser.error(f"notebook(s) {unknown} not found in {NOTEBOOK_DIR.name}/; choose from {known}")
+    if args.data_path:  # papermill runs each notebook in notebooks/: a relative path must not move with it
+        args.data_path = str(Path(args.data_path).expanduser().absolute())
     params = {"data_path": args.data_path} if args.data_path else {}
     if args.data_path:  # e.g. a synthetic profile reads no data: refuse before any notebook runs
         try:
