@@ -276,3 +276,8 @@ def test_gn_groups_must_divide_the_channels(fields, allowed):
     with pytest.raises(ConfigError) as exc:
         make_run_config(**fields)
     assert "gn_groups = 3" in str(exc.value) and allowed in str(exc.value)
+
+
+def test_repeated_seeds_are_refused():
+    with pytest.raises(ConfigError, match=r"seeds must be distinct; got \[0, 0\]"):
+        load_profile("smoke", seeds=[0, 0])

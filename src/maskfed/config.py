@@ -10,8 +10,8 @@ and what is allowed.
 from __future__ import annotations
 
 import hashlib
-import json
 import itertools
+import json
 from importlib import resources
 from typing import Annotated, Any, Literal, Union
 
@@ -202,6 +202,13 @@ class Profile(BaseModel):
     table2: Table2Spec = Table2Spec()
     control: dict = {"partition": "identical", "identical_client_seeds": True}
     overrides: dict[str, Any] = {}   # base fields the user set explicitly (load_profile); never set in yaml
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):  # a repeated seed would be counted twice in every median
+            raise ValueError(f"seeds must be distinct; got {v}")
+        return v
 
     def run(self, seed: int, **overrides) -> RunConfig:
         """The base config with ``overrides`` applied, at ``seed``.
