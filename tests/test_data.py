@@ -314,3 +314,15 @@ def test_undecodable_image_and_unreadable_torchvision_folder_are_named(tmp_path,
     with pytest.raises(data.DataReadError) as exc:
         data.load_cifar10(tv)
     assert str(tv) in str(exc.value) and "data_batch_1" in str(exc.value)
+
+
+def test_an_unwritable_cache_folder_costs_a_warning_not_the_load(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("MASKFED_CACHE_DIR", str(blocker / "cache"))
+    folder = tmp_path / "imgs"
+    write_image_folder(folder)
+
+    with pytest.warns(UserWarning, match="MASKFED_CACHE_DIR"):
+        d = data.load_cifar10(folder)
+    assert_matches_folder(d)

@@ -38,3 +38,12 @@ def test_a_run_that_cannot_work_is_refused_with_its_label(fields, shown, monkeyp
     assert str(exc.value).startswith(f"run {cfg.label()}: ")
     for s in shown:
         assert s in str(exc.value)
+
+
+def test_an_unwritable_results_folder_is_refused_naming_the_variable(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(blocker / "results"))
+
+    with pytest.raises(ConfigError, match="MASKFED_RESULTS_DIR"):
+        preflight.check_runs([load_profile("smoke").run(0)])

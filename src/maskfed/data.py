@@ -21,6 +21,7 @@ import io
 import os
 import tarfile
 import tempfile
+import warnings
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -474,8 +475,13 @@ def _cached(p: Path, kind: str, cache: bool, decode) -> ImageData:
             pass
     decoded = decode()
     decoded["format"] = _CACHE_FORMAT
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.stem + ".", suffix=".tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.stem + ".", suffix=".tmp")
+    except OSError as exc:  # a read-only cache folder costs a decode next time, not the run
+        warnings.warn(f"the decoded-data cache {target.parent} cannot be written ({exc}); continuing without "
+                      f"it (set MASKFED_CACHE_DIR to a writable folder)", stacklevel=2)
+        return _finish(kind, p, decoded)
     try:
         with os.fdopen(fd, "wb") as fh:
             torch.save(decoded, fh)

@@ -10,6 +10,9 @@ passes here does not fail on them later.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from . import runner
 from .config import ConfigError, RunConfig
 
@@ -26,9 +29,11 @@ def check_runs(cfgs: list[RunConfig]) -> None:
     Raises:
         FileNotFoundError, DataUnavailableError, maskfed.data.DataReadError: the data cannot be
             found or read (the message names the file and what was expected).
-        ConfigError: a run's subsets, number of clients, partition or device cannot work with
-            its data; the message starts with the run's label and names the parameter.
+        ConfigError: the results folder cannot be written, or a run's subsets, number of
+            clients, partition or device cannot work with its data (the message starts with the
+            run's label and names the parameter).
     """
+    check_writable(runner.results_dir() / "runs", "MASKFED_RESULTS_DIR")
     drawn: set[tuple] = set()
     for cfg in cfgs:
         images = runner.images_for(cfg)
@@ -42,3 +47,18 @@ def check_runs(cfgs: list[RunConfig]) -> None:
                 drawn.add(key)
         except ValueError as exc:
             raise ConfigError(f"run {cfg.label()}: {exc}") from exc
+
+
+def check_writable(folder: Path, env: str) -> None:
+    """Refuse a folder that cannot be created or written (checked without creating it).
+
+    Raises:
+        ConfigError: naming the folder, the environment variable that moves it, and why.
+    """
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{folder} cannot be created: {existing} is not a folder; set {env} to a writable folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{folder} cannot be written ({existing} is not writable); set {env} to a writable folder")
