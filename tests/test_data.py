@@ -286,3 +286,43 @@ def test_real_cifar10_archive():
     assert d.source_kind == "archive" and "JPEG" in d.source
     assert d.classes == data.CIFAR10_CLASSES
     print(f"real CIFAR-10 archive loaded in {elapsed:.2f} s")
+
+
+@pytest.mark.parametrize("name", ["imgs.tar.gz", "imgs.tar"])
+def test_truncated_archive_names_the_file_and_what_is_expected(tmp_path, tmp_cache, name):
+    whole = write_archive(tmp_path, name=name).read_bytes()
+    cut = tmp_path / f"cut-{name}"
+    cut.write_bytes(whole[: len(whole) // 2])  # as a download stopped half way
+
+    with pytest.raises(data.DataReadError) as exc:
+        data.load_cifar10(cut)
+
+    msg = str(exc.value)
+    assert str(cut) in msg and "truncated" in msg and "train/<class>/" in msg
+    assert isinstance(exc.value, ValueError)
+
+
+def test_undecodable_image_and_unreadable_torchvision_folder_are_named(tmp_path, tmp_cache):
+    folder = tmp_path / "broken"
+    write_image_folder(folder)
+    (folder / "train" / "a" / "0001.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(data.DataReadError, match="train/a/0001.jpg cannot be decoded"):
+        data.load_cifar10(folder, cache=False)
+
+    tv = tmp_path / "cifar-10-batches-py"
+    tv.mkdir()
+    with pytest.raises(data.DataReadError) as exc:
+        data.load_cifar10(tv)
+    assert str(tv) in str(exc.value) and "data_batch_1" in str(exc.value)
+
+
+def test_an_unwritable_cache_folder_costs_a_warning_not_the_load(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("MASKFED_CACHE_DIR", str(blocker / "cache"))
+    folder = tmp_path / "imgs"
+    write_image_folder(folder)
+
+    with pytest.warns(UserWarning, match="MASKFED_CACHE_DIR"):
+        d = data.load_cifar10(folder)
+    assert_matches_folder(d)

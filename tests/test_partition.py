@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import time
+
 import numpy as np
 import pytest
 
@@ -166,3 +169,43 @@ def test_partition_stats_hand_case():
 def test_bad_inputs_raise_value_error_naming_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_dirichlet_draw_stream_is_frozen():
+    # Digest of partitions made by the plain redraw loop before the early stop and the vectorised
+    # size check were added (19 of the 20 small seeds need redraws; the CIFAR-sized ones are the
+    # cpu profile's). Cached runs depend on these exact partitions.
+    m = hashlib.sha256()
+    small = np.arange(200) % 4
+    for s in range(20):
+        for p in P.dirichlet_partition(small, 20, 0.1, np.random.default_rng(s)):
+            m.update(p.tobytes())
+            m.update(b"|")
+    y = np.repeat(np.arange(10), 5000)
+    for a in (100.0, 1.0, 0.1):
+        for p in P.dirichlet_partition(y, 100, a, np.random.default_rng(0)):
+            m.update(p.tobytes())
+            m.update(b"|")
+    assert m.hexdigest()[:16] == "58579ba2837010fe"
+
+
+def test_hopeless_dirichlet_request_fails_within_seconds():
+    y = np.repeat(np.arange(10), 5000)  # CIFAR-10's 50,000 training labels
+
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError) as err:
+        P.make_partition("dirichlet", y, 20_000, alpha=0.1, seed=0)
+    elapsed = time.perf_counter() - t0
+
+    assert elapsed < 5.0  # the plain loop took minutes (1,001 draws of about 0.5 s)
+    msg = str(err.value)
+    assert "num_clients=20000" in msg and "alpha=0.1" in msg and "larger alpha" in msg
+    assert "stopped after 1 of 1001 draws" in msg and "clients short" in msg
+
+
+def test_early_stop_needs_many_short_clients_per_draw():
+    # 10 clients can never leave 30 short: the full budget is drawn and the plain message given
+    labels = np.arange(1000) % 10
+    with pytest.raises(ValueError) as err:
+        P.dirichlet_partition(labels, 10, 1e-3, np.random.default_rng(0), max_redraws=20)
+    assert "in 21 draws" in str(err.value) and "stopped after" not in str(err.value)

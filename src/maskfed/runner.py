@@ -108,9 +108,21 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.device) -> fedavg.FedData:
-    """Subset, normalise (train-split channel statistics) and partition the images."""
+def split_images(cfg: RunConfig, images: data_mod.ImageData):
+    """The run's train and test images (uint8) after ``train_subset`` / ``test_subset``.
+
+    Returns:
+        ``(x_train [N, 3, H, W], y_train [N], x_test [M, 3, H, W], y_test [M])``.
+
+    Raises:
+        ValueError: a subset larger than its split, or ``num_clients`` above the training images
+            (each message names the parameter and the allowed range).
+    """
     x_tr, y_tr, x_te, y_te = images.x_train, images.y_train, images.x_test, images.y_test
+    for name, want, have in (("train_subset", cfg.train_subset, len(y_tr)), ("test_subset", cfg.test_subset, len(y_te))):
+        if want is not None and want > have:
+            raise ValueError(f"{name} = {want} exceeds the {have} images of that split; allowed: up to {have} "
+                             f"(or None for all)")
     if cfg.train_subset is not None and cfg.train_subset < len(y_tr):
         keep = torch.randperm(len(y_tr), generator=torch.Generator().manual_seed(0))[:cfg.train_subset]
         x_tr, y_tr = x_tr[keep], y_tr[keep]
@@ -120,7 +132,23 @@ def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.devic
     if len(y_tr) < cfg.num_clients:
         raise ValueError(f"num_clients = {cfg.num_clients} exceeds the {len(y_tr)} training images; "
                          "allowed: 1 <= num_clients <= number of training images")
-    parts = partition.make_partition(cfg.partition, y_tr.numpy(), cfg.num_clients, alpha=cfg.alpha, seed=cfg.seed)
+    return x_tr, y_tr, x_te, y_te
+
+
+def partition_for(cfg: RunConfig, y_train: torch.Tensor) -> list:
+    """The run's client partition of ``y_train`` (labels after :func:`split_images`); K index arrays.
+
+    Raises:
+        ValueError: from :func:`maskfed.partition.make_partition` (e.g. no Dirichlet draw gives
+            every client a sample), naming alpha and num_clients.
+    """
+    return partition.make_partition(cfg.partition, y_train.numpy(), cfg.num_clients, alpha=cfg.alpha, seed=cfg.seed)
+
+
+def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.device) -> fedavg.FedData:
+    """Subset, normalise (train-split channel statistics) and partition the images."""
+    x_tr, y_tr, x_te, y_te = split_images(cfg, images)
+    parts = partition_for(cfg, y_tr)
     mean, std = data_mod.channel_stats(x_tr)
     return fedavg.FedData(
         x_train=data_mod.normalize(x_tr, mean, std).to(device), y_train=y_tr.to(device), parts=parts,
