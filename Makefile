@@ -20,7 +20,7 @@ PY    := $(ENV_DIR)/bin/python
 STAMP := $(ENV_DIR)/.maskfed-installed
 DATA_FLAG := $(if $(DATA),--data-path "$(DATA)")
 
-.PHONY: env book test clean help
+.PHONY: env book test clean help bench device-prepare device-check
 
 help:
 	@sed -n '2,5p' Makefile
@@ -44,3 +44,10 @@ test: $(STAMP)
 
 clean:
 	rm -rf book/_build book/nb
+
+# Throughput benchmark (one round per protocol: ours vs bare SGD vs a typical FedAvg loop, batched vs
+# sequential engine) into results/bench/bench-<utc>.csv. τ = 1 for each batch size: a round's time
+# scales with its steps, and τ = 2, 5 repeat the same steps (the whole grid would take about 15 min here).
+BENCH_ARGS ?= --profile cpu --protocols 32:1 128:1 full:1 --repeats 3
+bench: $(STAMP)
+	"$(PY)" -m maskfed.bench $(BENCH_ARGS) $(DATA_FLAG)
