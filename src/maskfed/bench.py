@@ -254,6 +254,44 @@ def latest_csv(folder: Path | None = None) -> Path | None:
     return found[-1] if found else None
 
 
+def latest_or_tiny(folder: Path | None = None) -> tuple[pd.DataFrame, str]:
+    """The newest bench CSV's rows, or (none found) a tiny bench run now at the smoke profile on the CPU.
+
+    Returns:
+        (rows with :data:`COLUMNS`, a sentence naming where they come from).
+
+    Raises:
+        ValueError: a CSV whose rows come from more than one machine (never mixed).
+    """
+    path = latest_csv(folder)
+    if path is not None:
+        df = pd.read_csv(path, dtype={"batch_size": str, "cuda_device": str}).fillna({"cuda_device": ""})
+        source = f"the newest `make bench` result, {path.name}"
+    else:
+        df = bench("smoke", protocols=[(16, 1), ("full", 1)], repeats=1, device="cpu")
+        source = "no `make bench` result was found, so a tiny benchmark at the smoke profile ran now (its numbers mean little)"
+    if df[["machine", "device", "cuda_device"]].drop_duplicates().shape[0] != 1:
+        raise ValueError(f"bench rows come from more than one machine: {sorted(df['machine'].unique())}")
+    return df, source
+
+
+def figure(df: pd.DataFrame, ax=None):
+    """Bar chart of images/s by protocol (groups) and path (bars), one panel per precision in the data."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3.2))
+    piv = df.assign(protocol=lambda d: "bs " + d["batch_size"].astype(str) + ", τ " + d["local_epochs"].astype(str)
+                    + ((", " + d["precision"]) if d["precision"].nunique() > 1 else "")) \
+        .pivot_table(index="protocol", columns="path", values="images_per_s", sort=False)
+    piv = piv[[p for p in PATHS if p in piv.columns]]
+    piv.plot.bar(ax=ax, rot=0, width=0.8)
+    ax.set_ylabel("images / s (higher is faster)")
+    ax.set_xlabel("")
+    ax.legend(fontsize=7)
+    return ax
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m maskfed.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="cpu", help="smoke | cpu | paper (default cpu)")
