@@ -24,6 +24,7 @@ float64) in every mode.
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Sequence
 
 import numpy as np
@@ -93,6 +94,23 @@ def precision_context(precision: str, device: torch.device | str):
     else:
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
             yield
+
+
+@contextlib.contextmanager
+def deterministic_context(enabled: bool, device: torch.device | str):
+    """Deterministic algorithms on CUDA while ``enabled`` (the identical-shards control: identical
+    clients must give bitwise identical updates); a no-op on the CPU, whose kernels here are
+    deterministic already. Restores the previous setting on exit."""
+    if not (enabled and torch.device(device).type == "cuda"):
+        yield
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS first starts
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before)
 
 
 def client_batches(n_k: int, batch_size: int | str, local_epochs: int,
@@ -178,7 +196,8 @@ def _batched(model, theta_P, x_train, y_train, parts, *, lr, batch_size, local_e
 def train_cohort(model: nn.Module, theta_P: torch.Tensor, x_train: torch.Tensor, y_train: torch.Tensor,
                  parts: Sequence[np.ndarray], *, lr: float, batch_size: int | str, local_epochs: int,
                  generators: Sequence[torch.Generator], engine: str = "sequential",
-                 precision: str = "fp32") -> tuple[torch.Tensor, list[int], list[int], list[float]]:
+                 precision: str = "fp32", deterministic: bool = False
+                 ) -> tuple[torch.Tensor, list[int], list[int], list[float]]:
     """Train a round's cohort from θ with τ local epochs of plain SGD each; return the updates.
 
     Args:
@@ -194,6 +213,7 @@ def train_cohort(model: nn.Module, theta_P: torch.Tensor, x_train: torch.Tensor,
             :func:`maskfed.fedavg.client_update`).
         engine: "sequential" (reference), "batched" or "auto" (:func:`resolve_engine`).
         precision: "fp32", "tf32" or "bf16" (:func:`precision_context`; tf32/bf16 on CUDA only).
+        deterministic: deterministic algorithms on CUDA (:func:`deterministic_context`).
 
     Returns:
         (deltas_KxP [K_c, P] in θ's dtype, n_K shard sizes, T_K local steps, losses_K mean training
@@ -208,7 +228,7 @@ def train_cohort(model: nn.Module, theta_P: torch.Tensor, x_train: torch.Tensor,
         raise ValueError(f"generators must have one entry per client ({len(parts)}); got {len(generators)}")
     fedavg.local_steps(1, batch_size, local_epochs)  # validates batch_size and τ
     impl = _batched if engine == "batched" else _sequential
-    with precision_context(precision, theta_P.device):
+    with precision_context(precision, theta_P.device), deterministic_context(deterministic, theta_P.device):
         deltas_KxP, T_K, losses_K = impl(model, theta_P, x_train, y_train, parts, lr=lr, batch_size=batch_size,
                                          local_epochs=local_epochs, generators=generators)
     return deltas_KxP, [len(p) for p in parts], list(T_K), list(losses_K)

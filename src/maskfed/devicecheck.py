@@ -55,7 +55,7 @@ def _log(msg: str) -> None:
 
 
 def check_control(profile: str, device: str, rounds: int) -> list[dict]:
-    """The identical-shards control for ``rounds`` rounds with each engine, deterministic algorithms on.
+    """The identical-shards control for ``rounds`` rounds with each engine (deterministic algorithms on CUDA).
 
     Returns:
         One dict per engine: the largest relative deviation of 1/Δ_S from K_c over the rounds,
@@ -69,15 +69,11 @@ def check_control(profile: str, device: str, rounds: int) -> list[dict]:
         data = runner.prepare_data(cfg, runner.images_for(cfg), dev)
         torch.manual_seed(cfg.seed)
         model = build_model(cfg.model, num_classes=10, gn_groups=cfg.gn_groups, width=cfg.width).to(dev)
-        before = torch.are_deterministic_algorithms_enabled()
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        try:
-            recs = fedavg.run_fedavg(model, data, rounds=rounds, cohort_size=cfg.cohort_size,
-                                     local_epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr=cfg.lr,
-                                     aggregation=cfg.aggregation, seed=cfg.seed, identical_client_seeds=True,
-                                     eval_at=set(), engine=engine)
-        finally:
-            torch.use_deterministic_algorithms(before)
+        # identical_client_seeds also switches deterministic algorithms on (CUDA), as in a real control run
+        recs = fedavg.run_fedavg(model, data, rounds=rounds, cohort_size=cfg.cohort_size,
+                                 local_epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr=cfg.lr,
+                                 aggregation=cfg.aggregation, seed=cfg.seed, identical_client_seeds=True,
+                                 eval_at=set(), engine=engine)
         dev_rel = max(abs(r["recovery_unweighted"] - cfg.cohort_size) / cfg.cohort_size for r in recs)
         out.append({"check": "control_recovery_equals_Kc", "engine": engine, "rounds": rounds,
                     "K_c": cfg.cohort_size, "max_rel_deviation": dev_rel, "tolerance": 1e-6, "ok": dev_rel <= 1e-6})

@@ -193,7 +193,8 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
         rounds, cohort_size, local_epochs, batch_size, lr, aggregation, seed:
             as in :class:`maskfed.config.RunConfig`.
         identical_client_seeds: give every client the same shuffling seed
-            (with identical shards this makes every Δ_k equal: the control).
+            (with identical shards this makes every Δ_k equal: the control); on CUDA
+            it also switches deterministic algorithms on for local training.
         eval_at: 0-based rounds after which to test; ``None``: only the last.
         progress: optional tqdm-like object with ``update(1)`` and ``set_postfix``.
         on_round: optional callback receiving each round's record as it finishes.
@@ -216,7 +217,8 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
                 for k in cohort]
         deltas_KxP, n_k, steps, losses = cohort_mod.train_cohort(
             model, theta, data.x_train, data.y_train, [data.parts[k] for k in cohort], lr=lr,
-            batch_size=batch_size, local_epochs=local_epochs, generators=gens, engine=engine, precision=precision)
+            batch_size=batch_size, local_epochs=local_epochs, generators=gens, engine=engine, precision=precision,
+            deterministic=identical_client_seeds)
         weights = aggregation_weights(n_k, aggregation)
         theta = theta - aggregate(deltas_KxP, weights)
         rec = {"round": r + 1, "cohort": " ".join(map(str, cohort)), "n_k": " ".join(map(str, n_k)),
