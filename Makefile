@@ -1,6 +1,7 @@
 # maskfed: two commands do everything.
 #   make book   create the environment, run the experiments, execute the notebooks, build the HTML book
 #   make test   create the environment and run the test suite
+#   make bench / make device-check   throughput benchmark / the prepared GPU check (README)
 # Variables: PROFILE (smoke | cpu | paper; default cpu), DATA (path to a CIFAR-10 archive or folder).
 
 SHELL   := /bin/bash
@@ -23,7 +24,7 @@ DATA_FLAG := $(if $(DATA),--data-path "$(DATA)")
 .PHONY: env book test clean help bench device-prepare device-check
 
 help:
-	@sed -n '2,5p' Makefile
+	@sed -n '2,6p' Makefile
 
 $(STAMP): pyproject.toml
 	@test -x "$(PY)" || $(PYTHON) -m venv "$(ENV_DIR)"
