@@ -128,3 +128,32 @@ def test_whole_run_same_metrics_with_either_engine():
         assert a["cohort"] == b["cohort"] and a["T_mean"] == b["T_mean"]
         for col in ("train_loss", "recovery_unweighted", "recovery_weighted", "test_loss", "test_acc", "A", "B"):
             assert b[col] == pytest.approx(a[col], rel=1e-4, abs=1e-6), col
+
+
+def test_config_fields_validated_before_compute():
+    from maskfed.config import ConfigError, make_run_config
+
+    with pytest.raises(ConfigError, match="engine"):
+        make_run_config(engine="fast")
+    with pytest.raises(ConfigError, match="precision"):
+        make_run_config(precision="fp16")
+    with pytest.raises(ConfigError, match="precision = 'bf16' needs device 'cuda'"):
+        make_run_config(precision="bf16", device="cpu")
+    assert make_run_config().engine == "auto" and make_run_config().precision == "fp32"
+
+
+def test_run_records_resolved_engine_and_precision(tmp_path, monkeypatch):
+    # prepare: a 2-round smoke run with engine auto on the CPU
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
+    from maskfed import runner
+    from maskfed.config import load_profile
+
+    cfg = load_profile("smoke").run(0, rounds=2, device="cpu")
+    # execute
+    res = runner.run(cfg, progress=False)
+    # assert: provenance names the concrete engine auto chose on this device, and the precision
+    assert res.provenance["engine"] == C.AUTO_ENGINE["cpu"] and res.provenance["precision"] == "fp32"
+    forced = runner.run(cfg.model_copy(update={"engine": "batched"}), progress=False)
+    assert forced.provenance["engine"] == "batched"
+    for col in ("train_loss", "recovery_unweighted", "test_acc"):
+        np.testing.assert_allclose(forced.metrics[col], res.metrics[col], rtol=1e-4)
