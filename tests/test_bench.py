@@ -48,3 +48,20 @@ def test_bench_rejects_bad_inputs_before_timing():
         bench.bench("smoke", precisions=("bf16",), device="cpu")
     with pytest.raises(ValueError, match="repeats"):
         bench.bench("smoke", repeats=0, device="cpu")
+
+
+def test_paths_leave_theta_unchanged():
+    # every path starts from the same θ: a path that trained θ in place would bias the next one
+    import torch
+    from maskfed import runner
+    from maskfed.config import load_profile
+    from maskfed.models import build_model
+
+    cfg = load_profile("smoke").run(0, device="cpu")
+    data = runner.prepare_data(cfg, runner.images_for(cfg), torch.device("cpu"))
+    torch.manual_seed(0)
+    rb = bench.RoundBench(build_model("small_cnn_gn", width=2), data, cohort_size=3, lr=0.1)
+    theta0 = rb.theta.clone()
+    for path in bench.PATHS:
+        rb.time_path(path, 16, 1)
+        assert torch.equal(rb.theta, theta0), path

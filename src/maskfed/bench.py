@@ -100,7 +100,7 @@ class RoundBench:
         d, model, steps = self.data, self.model, 0
         with cohort.precision_context(precision, d.x_train.device):
             for idx_np, gen in zip(self.parts, self._gens()):
-                vector_to_parameters(self.theta, model.parameters())
+                vector_to_parameters(self.theta.clone(), model.parameters())  # clone: parameters become views
                 opt = torch.optim.SGD(model.parameters(), lr=self.lr)
                 shard = torch.as_tensor(idx_np, device=d.x_train.device)
                 xk, yk = d.x_train[shard], d.y_train[shard]
@@ -118,7 +118,7 @@ class RoundBench:
         from torch.utils.data import DataLoader, TensorDataset
 
         d, steps = self.data, 0
-        vector_to_parameters(self.theta, self.model.parameters())
+        vector_to_parameters(self.theta.clone(), self.model.parameters())  # clone: parameters become views
         global_model = self.model
         states, sizes = [], []
         with cohort.precision_context(precision, d.x_train.device):
@@ -143,7 +143,6 @@ class RoundBench:
         total = float(sum(sizes))
         avg = {name: sum(s[name] * (n / total) for s, n in zip(states, sizes)) for name in states[0]}
         global_model.load_state_dict(avg)
-        vector_to_parameters(self.theta, self.model.parameters())  # leave θ as it was for the next path
         _sync(d.x_train.device)
         return steps
 
