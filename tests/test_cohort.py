@@ -157,3 +157,16 @@ def test_run_records_resolved_engine_and_precision(tmp_path, monkeypatch):
     assert forced.provenance["engine"] == "batched"
     for col in ("train_loss", "recovery_unweighted", "test_acc"):
         np.testing.assert_allclose(forced.metrics[col], res.metrics[col], rtol=1e-4)
+
+
+def test_precision_context_sets_and_restores_tf32_flags():
+    # the flags exist without a GPU, so the CUDA branch's bookkeeping can be checked here
+    cuda_mm, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = (cuda_mm.allow_tf32, cudnn.allow_tf32)
+    with C.precision_context("fp32", "cuda"):
+        assert (cuda_mm.allow_tf32, cudnn.allow_tf32) == (False, False)  # PyTorch's cuDNN default is True
+    with C.precision_context("tf32", "cuda"):
+        assert (cuda_mm.allow_tf32, cudnn.allow_tf32) == (True, True)
+    assert (cuda_mm.allow_tf32, cudnn.allow_tf32) == before
+    with C.precision_context("fp32", "cpu"):
+        assert (cuda_mm.allow_tf32, cudnn.allow_tf32) == before  # nothing touched on the CPU

@@ -15,9 +15,9 @@ that the clients still training at step s are a prefix of the stack (steps past 
 computed), padded samples get weight 0 and each client's loss is divided by its real batch
 size; GroupNorm normalises per sample, so padding cannot leak into real samples.
 
-Precision (:func:`precision_context`): ``fp32`` everywhere by default; on CUDA ``tf32``
-(TensorFloat-32 matmuls/convolutions) or ``bf16`` (autocast of the forward pass). Parameters,
-gradients' accumulation into θ_k, and every Δ_k stay in the parameters' dtype (float32 or
+Precision (:func:`precision_context`): ``fp32`` by default (on CUDA with TensorFloat-32 off);
+on CUDA also ``tf32`` (TensorFloat-32 matmuls/convolutions) or ``bf16`` (autocast of the forward
+pass). Parameters, their SGD updates and every Δ_k stay in the parameters' dtype (float32 or
 float64) in every mode.
 """
 
@@ -75,25 +75,28 @@ def check_precision(precision: str, device: torch.device | str) -> None:
 def precision_context(precision: str, device: torch.device | str):
     """Context in which local training runs at ``precision`` ("fp32" | "tf32" | "bf16").
 
-    tf32: CUDA matmuls and cuDNN convolutions may use TensorFloat-32 (flags restored on exit).
-    bf16: CUDA autocast to bfloat16 (forward in bf16, loss and parameters in float32).
+    On CUDA: fp32 turns TensorFloat-32 off for matmuls and cuDNN convolutions (PyTorch allows it
+    for convolutions by default); tf32 turns it on; bf16 autocasts the forward pass to bfloat16
+    (loss and parameters in float32). Flags are restored on exit. On the CPU only fp32 exists.
 
     Raises:
         ValueError: as :func:`check_precision`.
     """
     check_precision(precision, device)
-    if precision == "fp32":
+    if torch.device(device).type != "cuda":
         yield
-    elif precision == "tf32":
-        before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        try:
+        return
+    # PyTorch lets cuDNN convolutions use TF32 by default: "fp32" switches that off, "tf32" on
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    try:
+        if precision == "bf16":
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                yield
+        else:
             yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
-    else:
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 @contextlib.contextmanager
