@@ -59,6 +59,15 @@ class RunConfig(BaseModel):
     eval_every_tail: int = Field(1, ge=1)           # rounds between evaluations in the last quarter (the summary window)
     seed: int = Field(0, ge=0)                      # model init, partition, cohorts, shuffling
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    engine: Literal["auto", "sequential", "batched"] = "auto"  # local training: client by client, or the K_c clients as one batched model; auto: per device (cohort.AUTO_ENGINE)
+    precision: Literal["fp32", "tf32", "bf16"] = "fp32"      # arithmetic of local training: fp32, or on CUDA TF32 matmuls / bf16 autocast; θ and Δ_k stay fp32
+
+    @model_validator(mode="after")
+    def _precision_on_device(self) -> "RunConfig":
+        if self.precision != "fp32" and self.device == "cpu":
+            raise ValueError(f"precision = {self.precision!r} needs device 'cuda' or 'auto' with a GPU; "
+                             "allowed on CPU: 'fp32'")
+        return self
 
     @field_validator("alpha")
     @classmethod

@@ -29,7 +29,7 @@ import torch
 from tqdm import tqdm
 
 from . import data as data_mod
-from . import fedavg, partition, provenance
+from . import cohort, fedavg, partition, provenance
 from .config import RunConfig
 from .models import build_model, num_parameters
 from .paths import results_dir
@@ -175,6 +175,8 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
     if (path / "provenance.json").exists() and not force:
         return load_run(path)
     device = _device(cfg.device)
+    engine = cohort.resolve_engine(cfg.engine, device)
+    cohort.check_precision(cfg.precision, device)
     t0 = time.perf_counter()
     data = prepare_data(cfg, images, device)
     torch.manual_seed(cfg.seed)
@@ -185,7 +187,8 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
         model, data, rounds=cfg.rounds, cohort_size=cfg.cohort_size, local_epochs=cfg.local_epochs,
         batch_size=cfg.batch_size, lr=cfg.lr, aggregation=cfg.aggregation, seed=cfg.seed,
         identical_client_seeds=cfg.identical_client_seeds,
-        eval_at=fedavg.eval_rounds(cfg.rounds, cfg.eval_every, cfg.eval_every_tail), progress=bar)
+        eval_at=fedavg.eval_rounds(cfg.rounds, cfg.eval_every, cfg.eval_every_tail), progress=bar,
+        engine=engine, precision=cfg.precision)
     bar.close()
     sizes = [len(p) for p in data.parts]
     prov = {
@@ -194,6 +197,7 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
         "packages": provenance.package_versions(), "machine": provenance.machine(str(device)),
         "data_source": images.source, "data_source_kind": images.source_kind,
         "num_parameters": num_parameters(model), "wall_s": time.perf_counter() - t0,
+        "engine": engine, "precision": cfg.precision,
         "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     _write_atomically(path, replace=force, files={
