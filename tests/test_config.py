@@ -198,3 +198,20 @@ def test_load_profile_errors():
         load_profile("smoke", cohort_size=30)  # K = 10 in smoke
     with pytest.raises(ConfigError, match="bogus"):
         load_profile("smoke", bogus=1)
+
+
+# ----------------------------------------------------------------------------- whose setting, which data
+
+def test_dirichlet_convention_default_keeps_the_label_and_niid_bench_is_named():
+    assert make_run_config().dirichlet_convention == "hsu"
+    assert make_run_config(dirichlet_convention="niid_bench", seed=1).label() == \
+        "cifar10-resnet18_gn-dirichlet-niid_bench-a100-bs32-t2-s1"
+    with pytest.raises(ConfigError, match="dirichlet_convention = 'fedlab'"):
+        make_run_config(dirichlet_convention="fedlab")
+
+
+def test_image_folder_dataset_needs_a_data_path_and_is_labelled_as_such():
+    with pytest.raises(ConfigError, match="image_folder.*needs data_path"):
+        make_run_config(dataset="image_folder")
+    cfg = make_run_config(dataset="image_folder", data_path="/some/folder")
+    assert cfg.label().startswith("image_folder-")

@@ -47,10 +47,11 @@ class RunResult:
 
 @lru_cache(maxsize=4)
 def load_images(dataset: str, data_path: str | None, synthetic_train: int, synthetic_test: int) -> data_mod.ImageData:
-    """The image data a config asks for, loaded once per process (uint8 tensors)."""
+    """The image data a config asks for, loaded once per process (uint8 tensors); ``"cifar10"``
+    refuses a source with other classes (:func:`maskfed.data.load_dataset`)."""
     if dataset == "synthetic":
         return data_mod.synthetic_image_data(n_train=synthetic_train, n_test=synthetic_test, seed=0)
-    return data_mod.load_cifar10(data_path)
+    return data_mod.load_dataset(dataset, data_path)
 
 
 def images_for(cfg: RunConfig) -> data_mod.ImageData:
@@ -108,19 +109,28 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.device) -> fedavg.FedData:
-    """Subset, normalise (train-split channel statistics) and partition the images."""
-    x_tr, y_tr, x_te, y_te = images.x_train, images.y_train, images.x_test, images.y_test
+def train_split(cfg: RunConfig, images: data_mod.ImageData) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training images [N, 3, H, W] (uint8) and labels [N] (int64) a run partitions: the whole
+    train split, or ``cfg.train_subset`` of it (a fixed draw, generator seed 0)."""
+    x_tr, y_tr = images.x_train, images.y_train
     if cfg.train_subset is not None and cfg.train_subset < len(y_tr):
         keep = torch.randperm(len(y_tr), generator=torch.Generator().manual_seed(0))[:cfg.train_subset]
         x_tr, y_tr = x_tr[keep], y_tr[keep]
+    return x_tr, y_tr
+
+
+def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.device) -> fedavg.FedData:
+    """Subset, normalise (train-split channel statistics) and partition the images."""
+    x_tr, y_tr = train_split(cfg, images)
+    x_te, y_te = images.x_test, images.y_test
     if cfg.test_subset is not None and cfg.test_subset < len(y_te):
         keep = torch.randperm(len(y_te), generator=torch.Generator().manual_seed(1))[:cfg.test_subset]
         x_te, y_te = x_te[keep], y_te[keep]
     if len(y_tr) < cfg.num_clients:
         raise ValueError(f"num_clients = {cfg.num_clients} exceeds the {len(y_tr)} training images; "
                          "allowed: 1 <= num_clients <= number of training images")
-    parts = partition.make_partition(cfg.partition, y_tr.numpy(), cfg.num_clients, alpha=cfg.alpha, seed=cfg.seed)
+    parts = partition.make_partition(cfg.partition, y_tr.numpy(), cfg.num_clients, alpha=cfg.alpha, seed=cfg.seed,
+                                     convention=cfg.dirichlet_convention)
     mean, std = data_mod.channel_stats(x_tr)
     return fedavg.FedData(
         x_train=data_mod.normalize(x_tr, mean, std).to(device), y_train=y_tr.to(device), parts=parts,
@@ -150,7 +160,7 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
     t0 = time.perf_counter()
     data = prepare_data(cfg, images, device)
     torch.manual_seed(cfg.seed)
-    num_classes = int(images.y_train.max()) + 1
+    num_classes = len(images.classes)  # the source's own class count (10 for CIFAR-10)
     model = build_model(cfg.model, num_classes=num_classes, gn_groups=cfg.gn_groups, width=cfg.width).to(device)
     bar = tqdm(total=cfg.rounds, desc=cfg.label(), leave=False, disable=not progress, mininterval=2.0)
     records = fedavg.run_fedavg(
