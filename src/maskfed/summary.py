@@ -97,6 +97,49 @@ def paper_table(name: str) -> pd.DataFrame:
     return df.rename(columns=PAPER_COLUMNS)
 
 
+#: Numbers the paper states in its text rather than its tables (percent), with where it says them.
+PAPER_TEXT = {
+    "aggregation_gap_sec_iv_a": 0.04,  # Sec. IV-A: the two conventions "agree to within 0.04%" at alpha = 100
+    "aggregation_gap_sec_iv_b": 1.0,   # Sec. IV-B: they "agree to within 1% in every cell" of Table I
+    "shard_spread_alpha100": 3.0,      # Sec. IV-A: at alpha = 100 "shard sizes vary by under 3%"
+}
+
+
+def aggregation_gap_pct(table: pd.DataFrame, decimals: int | None = None) -> pd.DataFrame:
+    """Gap between the n_k-weighted and unweighted recovery factors of each row, in percent.
+
+    ``gap_pct = 100 |w - u| / u`` with ``u = recovery_unweighted``, ``w = recovery_weighted``.
+    With ``decimals`` (the values were printed rounded to that many decimals, as the paper's
+    tables are), also the smallest and largest gap the unrounded values could have had:
+    ``100 max(0, |w - u| - 10^-decimals) / u`` and ``100 (|w - u| + 10^-decimals) / u``
+    (each value may sit up to half a unit of the last decimal from its print).
+
+    Args:
+        table: rows with columns ``recovery_unweighted`` and ``recovery_weighted`` (e.g.
+            :func:`paper_table` or :func:`summarize` output).
+        decimals: decimals the values were rounded to, or None.
+
+    Returns:
+        DataFrame on ``table``'s index with ``gap_pct`` (and ``gap_min_pct``, ``gap_max_pct``).
+
+    Raises:
+        ValueError: a column is missing, or ``decimals`` is negative.
+    """
+    missing = [c for c in ("recovery_unweighted", "recovery_weighted") if c not in table]
+    if missing:
+        raise ValueError(f"table lacks column(s) {missing}; columns: {list(table.columns)}")
+    u, w = table["recovery_unweighted"], table["recovery_weighted"]
+    diff = (w - u).abs()
+    out = pd.DataFrame({"gap_pct": 100 * diff / u}, index=table.index)
+    if decimals is not None:
+        if decimals < 0:
+            raise ValueError(f"decimals must be >= 0 or None; got {decimals}")
+        unit = 10.0 ** -decimals
+        out["gap_min_pct"] = 100 * (diff - unit).clip(lower=0) / u
+        out["gap_max_pct"] = 100 * (diff + unit) / u
+    return out
+
+
 def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """Our summary and the paper's values in adjacent columns: (quantity, "ours"/"paper")."""
     paper = paper.reindex(ours.index)
