@@ -88,6 +88,7 @@ def test_cli_image_folder_runs_under_its_own_label_and_class_count(image_dirs, c
     assert "cifar10" not in runs[0].name and "image_folder" in out
     prov = json.loads((runs[0] / "provenance.json").read_text())
     assert "not CIFAR-10: 3 classes: a, b, c" in prov["data_source"]
+    assert prov["dataset"] == "image_folder" and prov["classes"] == ["a", "b", "c"]
     # the classifier has 3 outputs: small CNN width 2 -> hidden 8, last layer 8*3 + 3 parameters
     from maskfed.models import build_model, num_parameters
     assert prov["num_parameters"] == num_parameters(build_model("small_cnn_gn", num_classes=3, gn_groups=2, width=2))

@@ -12,7 +12,7 @@ from maskfed.config import PROFILES, ConfigError, Profile, RunConfig, load_profi
 
 # ----------------------------------------------------------------------------- defaults
 
-def test_defaults_are_the_papers_setting():
+def test_defaults_are_the_papers_setting_where_it_states_one():
     cfg = make_run_config()
 
     assert cfg.num_clients == 100          # K
@@ -20,7 +20,8 @@ def test_defaults_are_the_papers_setting():
     assert cfg.lr == 0.01
     assert cfg.rounds == 200
     assert cfg.model == "resnet18_gn"
-    assert cfg.gn_groups == 2
+    assert cfg.gn_groups == 2              # ours: the paper says "GroupNorm" without a group count
+    assert cfg.dirichlet_convention == "hsu"  # ours: the paper does not say how the split is drawn
     assert cfg.aggregation == "weighted"   # n_k-weighted mean
     assert cfg.partition == "dirichlet" and cfg.alpha == 100.0
     assert (cfg.batch_size, cfg.local_epochs) == (32, 2)  # the Table II protocol

@@ -174,7 +174,8 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
         "run_key": run_key(cfg, images), "data_fingerprint": data_fingerprint(images), "label": cfg.label(), "seed": cfg.seed,
         "code_hash": provenance.code_hash(), **provenance.git_state(),
         "packages": provenance.package_versions(), "machine": provenance.machine(str(device)),
-        "data_source": images.source, "data_source_kind": images.source_kind,
+        "data_source": images.source, "data_source_kind": images.source_kind, "dataset": cfg.dataset,
+        "classes": list(images.classes),
         "num_parameters": num_parameters(model), "wall_s": time.perf_counter() - t0,
         "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
