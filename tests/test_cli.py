@@ -105,3 +105,20 @@ def test_cli_image_folder_without_a_path_and_a_test_only_class_are_refused(image
                      str(image_dirs["three"]), *IMAGE_TINY]) == 2
     assert "test/ has classes the train split lacks: ['d']" in capsys.readouterr().err
     assert not (image_dirs["results"] / "runs").exists()
+
+
+def test_cli_refuses_images_the_small_cnn_cannot_take(tmp_path, monkeypatch, capsys):
+    from test_data import write_image_folder
+
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("MASKFED_CACHE_DIR", str(tmp_path / "cache"))
+    big = tmp_path / "big"
+    write_image_folder(big, classes=("a", "b"), names={"train": ["0000.jpg", "0001.jpg"], "test": ["0000.jpg"]},
+                       size=48)
+
+    code = cli.main(["run", "--profile", "smoke", "--dataset", "image_folder", "--data-path", str(big), *IMAGE_TINY])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "small_cnn_gn" in err and "48x48" in err and "data_path" in err
+    assert not (tmp_path / "results" / "runs").exists()

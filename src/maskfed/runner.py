@@ -55,8 +55,18 @@ def load_images(dataset: str, data_path: str | None, synthetic_train: int, synth
 
 
 def images_for(cfg: RunConfig) -> data_mod.ImageData:
-    """The (cached) image data a run configuration uses."""
-    return load_images(cfg.dataset, cfg.data_path, cfg.synthetic_train, cfg.synthetic_test)
+    """The (cached) image data a run configuration uses.
+
+    Raises:
+        ValueError: as :func:`maskfed.data.load_dataset`, or images whose size the model cannot
+            take (``small_cnn_gn`` needs 32x32), before any training.
+    """
+    images = load_images(cfg.dataset, cfg.data_path, cfg.synthetic_train, cfg.synthetic_test)
+    size = tuple(images.x_train.shape[-2:])
+    if cfg.model == "small_cnn_gn" and size != (32, 32):
+        raise ValueError(f"model = 'small_cnn_gn' takes 32x32 images, but data_path={cfg.data_path!r} holds "
+                         f"{size[1]}x{size[0]} images; resize them to 32x32 or use model='resnet18_gn'")
+    return images
 
 
 @lru_cache(maxsize=4)

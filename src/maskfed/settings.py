@@ -101,6 +101,9 @@ SETTINGS: tuple[Setting, ...] = (
             PAPER, "config.local_epochs"),
     Setting("aggregation", lambda c, p: f"{c.aggregation} (n_k-weighted mean)"
             if c.aggregation == "weighted" else c.aggregation, PAPER, "config.aggregation"),
+    Setting("n_k-weighted 1/Δ_S", "‖Σ w_k Δ_k‖² / Σ w_k² ‖Δ_k‖², w_k = n_k / Σ n_k",
+            "ours, eq. (7) over eq. (6) with weights w_k; the paper reports the value (Sec. IV-A) "
+            "without its formula", "diversity.recovery_factor_from_gram"),
     Setting("rounds", lambda c, p: str(c.rounds), PAPER, "config.rounds"),
     Setting("seeds", lambda c, p: str(len(p.seeds)), PAPER, "profile seeds"),
     Setting("summary window at 200 rounds", lambda c, p: f"median over the last {tail_window(200)} rounds",
