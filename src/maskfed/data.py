@@ -455,7 +455,7 @@ def _source_string(kind: str, p: Path, classes: tuple[str, ...], jpeg: bool) -> 
             is_shared = False
         note = _JPEG_NOTE if is_shared else _JPEG_NOTE_OTHER
     elif classes == CIFAR10_CLASSES:
-        note = "CIFAR-10 class folders, lossless images"
+        note = "CIFAR-10 class folders, not all JPEG"
     else:
         note = f"not CIFAR-10: {len(classes)} classes: {', '.join(classes)}"
     return f"{what} {p} ({note})"
@@ -578,7 +578,8 @@ def _decode_all(found: dict[tuple[str, str, str], bytes], where: str) -> dict:
             f"{where}: train/ and test/ have different class folders (with images): "
             f"test/ has classes the train split lacks: {only_test}; "
             f"train/ has classes the test split lacks: {only_train}. "
-            "Every class must have images in both splits (a model cannot learn a class it never sees)"
+            "Every class must have images in both splits (a class only in test/ is never trained on, "
+            "one only in train/ is never evaluated)"
         )
     classes = tuple(classes_by_split["train"])
     index = {c: i for i, c in enumerate(classes)}
