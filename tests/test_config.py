@@ -12,7 +12,7 @@ from maskfed.config import PROFILES, ConfigError, Profile, RunConfig, load_profi
 
 # ----------------------------------------------------------------------------- defaults
 
-def test_defaults_are_the_papers_setting():
+def test_defaults_are_the_papers_setting_where_it_states_one():
     cfg = make_run_config()
 
     assert cfg.num_clients == 100          # K
@@ -20,7 +20,8 @@ def test_defaults_are_the_papers_setting():
     assert cfg.lr == 0.01
     assert cfg.rounds == 200
     assert cfg.model == "resnet18_gn"
-    assert cfg.gn_groups == 2
+    assert cfg.gn_groups == 2              # ours: the paper says "GroupNorm" without a group count
+    assert cfg.dirichlet_convention == "hsu"  # ours: the paper does not say how the split is drawn
     assert cfg.aggregation == "weighted"   # n_k-weighted mean
     assert cfg.partition == "dirichlet" and cfg.alpha == 100.0
     assert (cfg.batch_size, cfg.local_epochs) == (32, 2)  # the Table II protocol
@@ -281,3 +282,20 @@ def test_gn_groups_must_divide_the_channels(fields, allowed):
 def test_repeated_seeds_are_refused():
     with pytest.raises(ConfigError, match=r"seeds must be distinct; got \[0, 0\]"):
         load_profile("smoke", seeds=[0, 0])
+
+
+# ----------------------------------------------------------------------------- whose setting, which data
+
+def test_dirichlet_convention_default_keeps_the_label_and_niid_bench_is_named():
+    assert make_run_config().dirichlet_convention == "hsu"
+    assert make_run_config(dirichlet_convention="niid_bench", seed=1).label() == \
+        "cifar10-resnet18_gn-dirichlet-niid_bench-a100-bs32-t2-s1"
+    with pytest.raises(ConfigError, match="dirichlet_convention = 'fedlab'"):
+        make_run_config(dirichlet_convention="fedlab")
+
+
+def test_image_folder_dataset_needs_a_data_path_and_is_labelled_as_such():
+    with pytest.raises(ConfigError, match="image_folder.*needs data_path"):
+        make_run_config(dataset="image_folder")
+    cfg = make_run_config(dataset="image_folder", data_path="/some/folder")
+    assert cfg.label().startswith("image_folder-")

@@ -27,13 +27,17 @@ class ConfigError(ValueError):
 
 
 class RunConfig(BaseModel):
-    """One FedAvg run. Units in the comments; paper values in brackets (§IV-A)."""
+    """One FedAvg run. Units in the comments; values the paper states in brackets (§IV-A); settings
+    it does not state are marked "ours" with the reference they follow (see maskfed.settings)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # data
-    dataset: Literal["cifar10", "synthetic"] = "cifar10"  # "synthetic": class-conditional noise images (smoke)
-    data_path: str | None = None          # CIFAR-10 archive/folder; None: ../shared archive, then torchvision
+    # "cifar10": refuses a source whose class folders are not CIFAR-10's ten; "image_folder": any
+    # train/<class>/ test/<class>/ source (needs data_path), labelled as such, with its own class
+    # count; "synthetic": class-conditional noise images (smoke)
+    dataset: Literal["cifar10", "image_folder", "synthetic"] = "cifar10"
+    data_path: str | None = None          # archive/folder; None: ../shared archive, then torchvision (cifar10 only)
     train_subset: int | None = Field(None, ge=100)  # images kept from the train split (None: all 50,000)
     test_subset: int | None = Field(None, ge=10)    # test images used for evaluation (None: all 10,000)
     synthetic_train: int = Field(2000, ge=100)      # images, synthetic dataset only
@@ -42,6 +46,10 @@ class RunConfig(BaseModel):
     num_clients: int = Field(100, ge=1)             # K, clients in the population [100]
     partition: Literal["dirichlet", "iid", "identical"] = "dirichlet"
     alpha: float = 100.0                            # Dirichlet concentration α [100, 1, 0.1]
+    # how the per-class Dirichlet split is drawn (ours; the paper does not say): "hsu" = Hsu et al.
+    # 2019, empty clients redrawn; "niid_bench" = Li et al. 2021 (NIID-Bench): N/K cap per client,
+    # redrawn until every client holds >= 10 samples. Default "hsu" keeps earlier runs' partitions.
+    dirichlet_convention: Literal["hsu", "niid_bench"] = "hsu"
     identical_client_seeds: bool = False            # control: every client shuffles with the same seed
     # FedAvg
     cohort_size: int = Field(10, ge=1)              # K_c, clients per round [10]
@@ -51,12 +59,16 @@ class RunConfig(BaseModel):
     lr: float = Field(0.01, gt=0)                   # SGD learning rate, no momentum [0.01]
     aggregation: Literal["weighted", "uniform"] = "weighted"  # n_k-weighted mean [weighted]
     # model
-    model: Literal["resnet18_gn", "small_cnn_gn"] = "resnet18_gn"
-    gn_groups: int = Field(2, ge=1)                 # GroupNorm groups [2]
+    model: Literal["resnet18_gn", "small_cnn_gn"] = "resnet18_gn"  # [resnet18_gn; its CIFAR stem is ours]
+    # GroupNorm groups per layer (count). Ours: the paper says only "GroupNorm" (no count). GroupNorm:
+    # Wu & He 2018; replacing BatchNorm by it under non-IID data: Hsieh et al. 2020 (the non-IID quagmire)
+    gn_groups: int = Field(2, ge=1)
     width: int = Field(16, ge=1)                    # small CNN first-layer channels
     # evaluation and run
     eval_every: int = Field(10, ge=1)               # rounds between test evaluations
-    eval_every_tail: int = Field(1, ge=1)           # rounds between evaluations in the last quarter (the summary window)
+    # rounds between evaluations in the summary window: the last quarter of rounds (paper: the last
+    # 50 of 200; a quarter at other round counts is ours)
+    eval_every_tail: int = Field(1, ge=1)
     seed: int = Field(0, ge=0)                      # model init, partition, cohorts, shuffling
     device: Literal["auto", "cpu", "cuda"] = "auto"
     engine: Literal["auto", "sequential", "batched"] = "auto"  # local training: client by client, or the K_c clients as one batched model; auto: per device (cohort.AUTO_ENGINE)
@@ -112,6 +124,15 @@ class RunConfig(BaseModel):
                              f"allowed: {allowed}")
         return self
 
+    @model_validator(mode="after")
+    def _image_folder_needs_a_path(self) -> "RunConfig":
+        if self.dataset == "image_folder" and self.data_path is None:
+            raise ValueError(
+                "dataset = 'image_folder' needs data_path: a train/<class>/ test/<class>/ folder or "
+                "archive (the fallbacks, the shared archive and torchvision, are CIFAR-10: use "
+                "dataset = 'cifar10' for those)")
+        return self
+
     def key(self) -> str:
         """Stable hash of every field (16 hex digits)."""
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True)
@@ -119,7 +140,8 @@ class RunConfig(BaseModel):
 
     def label(self) -> str:
         """Readable run name, e.g. ``cifar10-small_cnn_gn-dirichlet-a100-bs32-t2-s0``."""
-        return (f"{self.dataset}-{self.model}-{self.partition}-a{self.alpha:g}-bs{self.batch_size}"
+        conv = "-niid_bench" if self.partition == "dirichlet" and self.dirichlet_convention != "hsu" else ""
+        return (f"{self.dataset}-{self.model}-{self.partition}{conv}-a{self.alpha:g}-bs{self.batch_size}"
                 f"-t{self.local_epochs}-s{self.seed}")
 
 

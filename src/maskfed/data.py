@@ -375,6 +375,62 @@ def check_cifar10(data: ImageData) -> None:
         )
 
 
+#: Values of ``RunConfig.dataset`` that read images from disk (``"synthetic"`` is generated).
+DATASETS_ON_DISK: tuple[str, ...] = ("cifar10", "image_folder")
+
+
+def load_dataset(
+    dataset: str,
+    data_path: str | os.PathLike | None = None,
+    *,
+    allow_download: bool = True,
+    cache: bool = True,
+) -> ImageData:
+    """Load the images a run asks for and check they are what ``dataset`` says.
+
+    * ``"cifar10"``: :func:`load_cifar10` (``data_path`` or the fallbacks), then the class folders
+      must be exactly :data:`CIFAR10_CLASSES` (and, as always for those names, the full
+      50,000/10,000 split, :func:`check_cifar10`). Anything else is refused, so a run labelled
+      ``cifar10`` never trains on other classes.
+    * ``"image_folder"``: any ``train/<class>/``, ``test/<class>/`` folder or archive at
+      ``data_path`` (required: the fallbacks are CIFAR-10), with its own class count
+      ``len(classes)``; runs are labelled ``image_folder``.
+
+    Args:
+        dataset: one of :data:`DATASETS_ON_DISK`.
+        data_path: the source (see :func:`load_cifar10`); required for ``"image_folder"``.
+        allow_download, cache: as in :func:`load_cifar10`.
+
+    Returns:
+        :class:`ImageData` (uint8 images [N, 3, H, W], int64 labels [N] in 0..len(classes)-1).
+
+    Raises:
+        ValueError: unknown ``dataset``; ``"image_folder"`` without ``data_path``; ``"cifar10"``
+            with class folders other than CIFAR-10's (the message names ``data_path``, the classes
+            found and expected, and how to run the data anyway); or any error of
+            :func:`load_cifar10` (which also raises FileNotFoundError, DataUnavailableError).
+    """
+    if dataset not in DATASETS_ON_DISK:
+        raise ValueError(f"dataset must be one of {list(DATASETS_ON_DISK)} (or 'synthetic', which is "
+                         f"generated, not loaded); got {dataset!r}")
+    if dataset == "image_folder" and data_path is None:
+        raise ValueError("dataset='image_folder' needs data_path: a folder or archive holding "
+                         "train/<class>/ and test/<class>/ images")
+    data = load_cifar10(data_path, allow_download=allow_download, cache=cache)
+    if dataset == "cifar10" and tuple(data.classes) != CIFAR10_CLASSES:
+        found, expected = list(data.classes), list(CIFAR10_CLASSES)
+        extra = [c for c in found if c not in expected]
+        missing = [c for c in expected if c not in found]
+        raise ValueError(
+            f"dataset='cifar10' but data_path={data_path if data_path is None else os.fspath(data_path)!r} "
+            f"({data.source}) is not CIFAR-10: it has "
+            f"{len(found)} class folders {found}; expected CIFAR-10's ten {expected} "
+            f"(extra: {extra}; missing: {missing}). To run this data anyway, under its own label and "
+            f"with its own {len(found)} classes, set dataset='image_folder' (--dataset image_folder)"
+        )
+    return data
+
+
 # --------------------------------------------------------------------------------------------
 # source readers
 # --------------------------------------------------------------------------------------------
@@ -426,8 +482,10 @@ def _source_string(kind: str, p: Path, classes: tuple[str, ...], jpeg: bool) -> 
         except OSError:  # pragma: no cover
             is_shared = False
         note = _JPEG_NOTE if is_shared else _JPEG_NOTE_OTHER
+    elif classes == CIFAR10_CLASSES:
+        note = "CIFAR-10 class folders, not all JPEG"
     else:
-        note = f"{len(classes)} classes: {', '.join(classes)}"
+        note = f"not CIFAR-10: {len(classes)} classes: {', '.join(classes)}"
     return f"{what} {p} ({note})"
 
 
@@ -577,9 +635,14 @@ def _decode_all(found: dict[tuple[str, str, str], bytes], where: str) -> dict:
         if not classes_by_split[s]:
             raise ValueError(f"{where}: no images found under {s}/<class>/")
     if classes_by_split["train"] != classes_by_split["test"]:
+        only_test = sorted(set(classes_by_split["test"]) - set(classes_by_split["train"]))
+        only_train = sorted(set(classes_by_split["train"]) - set(classes_by_split["test"]))
         raise ValueError(
-            f"{where}: train/ and test/ have different class folders: "
-            f"{classes_by_split['train']} vs {classes_by_split['test']}"
+            f"{where}: train/ and test/ have different class folders (with images): "
+            f"test/ has classes the train split lacks: {only_test}; "
+            f"train/ has classes the test split lacks: {only_train}. "
+            "Every class must have images in both splits (a class only in test/ is never trained on, "
+            "one only in train/ is never evaluated)"
         )
     classes = tuple(classes_by_split["train"])
     index = {c: i for i, c in enumerate(classes)}

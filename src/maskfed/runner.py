@@ -47,15 +47,26 @@ class RunResult:
 
 @lru_cache(maxsize=4)
 def load_images(dataset: str, data_path: str | None, synthetic_train: int, synthetic_test: int) -> data_mod.ImageData:
-    """The image data a config asks for, loaded once per process (uint8 tensors)."""
+    """The image data a config asks for, loaded once per process (uint8 tensors); ``"cifar10"``
+    refuses a source with other classes (:func:`maskfed.data.load_dataset`)."""
     if dataset == "synthetic":
         return data_mod.synthetic_image_data(n_train=synthetic_train, n_test=synthetic_test, seed=0)
-    return data_mod.load_cifar10(data_path)
+    return data_mod.load_dataset(dataset, data_path)
 
 
 def images_for(cfg: RunConfig) -> data_mod.ImageData:
-    """The (cached) image data a run configuration uses."""
-    return load_images(cfg.dataset, cfg.data_path, cfg.synthetic_train, cfg.synthetic_test)
+    """The (cached) image data a run configuration uses.
+
+    Raises:
+        ValueError: as :func:`maskfed.data.load_dataset`, or images whose size the model cannot
+            take (``small_cnn_gn`` needs 32x32), before any training.
+    """
+    images = load_images(cfg.dataset, cfg.data_path, cfg.synthetic_train, cfg.synthetic_test)
+    size = tuple(images.x_train.shape[-2:])
+    if cfg.model == "small_cnn_gn" and size != (32, 32):
+        raise ValueError(f"model = 'small_cnn_gn' takes 32x32 images, but data_path={cfg.data_path!r} holds "
+                         f"{size[1]}x{size[0]} images; resize them to 32x32 or use model='resnet18_gn'")
+    return images
 
 
 @lru_cache(maxsize=4)
@@ -142,7 +153,8 @@ def partition_for(cfg: RunConfig, y_train: torch.Tensor) -> list:
         ValueError: from :func:`maskfed.partition.make_partition` (e.g. no Dirichlet draw gives
             every client a sample), naming alpha and num_clients.
     """
-    return partition.make_partition(cfg.partition, y_train.numpy(), cfg.num_clients, alpha=cfg.alpha, seed=cfg.seed)
+    return partition.make_partition(cfg.partition, y_train.numpy(), cfg.num_clients, alpha=cfg.alpha, seed=cfg.seed,
+                                    convention=cfg.dirichlet_convention)
 
 
 def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.device) -> fedavg.FedData:
@@ -180,7 +192,7 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
     t0 = time.perf_counter()
     data = prepare_data(cfg, images, device)
     torch.manual_seed(cfg.seed)
-    num_classes = int(images.y_train.max()) + 1
+    num_classes = len(images.classes)  # the source's own class count (10 for CIFAR-10)
     model = build_model(cfg.model, num_classes=num_classes, gn_groups=cfg.gn_groups, width=cfg.width).to(device)
     bar = tqdm(total=cfg.rounds, desc=cfg.label(), leave=False, disable=not progress, mininterval=2.0)
     records = fedavg.run_fedavg(
@@ -195,7 +207,8 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
         "run_key": run_key(cfg, images), "data_fingerprint": data_fingerprint(images), "label": cfg.label(), "seed": cfg.seed,
         "code_hash": provenance.code_hash(), **provenance.git_state(),
         "packages": provenance.package_versions(), "machine": provenance.machine(str(device)),
-        "data_source": images.source, "data_source_kind": images.source_kind,
+        "data_source": images.source, "data_source_kind": images.source_kind, "dataset": cfg.dataset,
+        "classes": list(images.classes),
         "num_parameters": num_parameters(model), "wall_s": time.perf_counter() - t0,
         "engine": engine, "precision": cfg.precision,
         "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
