@@ -8,6 +8,7 @@ Examples::
 
     maskfed sweep --profile cpu                       # the runs the book needs
     maskfed run --profile cpu --batch-size full --local-epochs 1 --alpha 0.1 --seeds 0 1 2
+    maskfed sweep --profile cpu --backend ray --address ray://head:10001   # one Ray task per run
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 
 import pandas as pd
 
-from . import experiments, runner, summary
+from . import experiments, ray_backend, runner, summary
 from .data import DataUnavailableError
 from .config import PROFILES, ConfigError, RunConfig, load_profile
 
@@ -43,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--experiments", nargs="+", default=list(experiments.EXPERIMENTS),
                        help=f"any of {', '.join(experiments.EXPERIMENTS)} (default all)")
     sweep.add_argument("--workers", type=int, default=None, help="worker processes (default: the profile's)")
+    sweep.add_argument("--backend", choices=["local", "ray"], default="local",
+                       help="local worker processes (default) or one Ray task per run (needs '.[ray]')")
+    sweep.add_argument("--address", default=None,
+                       help="Ray cluster address, e.g. ray://head:10001 or auto (default: start a local Ray)")
     _add_config_flags(sweep)
     one = sub.add_parser("run", help="run one setting over seeds and print its summary")
     one.add_argument("--profile", default="cpu", help=f"base profile, one of {', '.join(PROFILES)} (default cpu)")
@@ -65,16 +70,22 @@ def main(argv: list[str] | None = None) -> int:
         else:
             seeds = args.seeds if args.seeds is not None else profile.seeds
             cfgs = [profile.run(s) for s in seeds]
+        if args.command == "sweep" and args.address is not None and args.backend != "ray":
+            raise ConfigError(f"--address is only used with --backend ray; got --backend {args.backend}")
+        if args.command == "sweep" and args.backend == "ray":
+            ray_backend.require_ray()
         if args.workers is not None and args.workers < 1:
             raise ConfigError(f"--workers must be >= 1; got {args.workers}")
         for c in cfgs:
             runner.images_for(c)  # resolve (and decode once) the data before any training; cached
-    except (ConfigError, ValueError, FileNotFoundError, DataUnavailableError) as exc:
+    except (ConfigError, ValueError, FileNotFoundError, DataUnavailableError, ImportError) as exc:
         print(f"maskfed: error: {exc}", file=sys.stderr)
         return 2
     print(f"profile {profile.name}: {len(cfgs)} run(s); results in {runner.results_dir() / 'runs'}", file=sys.stderr)
     if getattr(args, "force", False):
         results = [runner.run(c, force=True) for c in cfgs]
+    elif getattr(args, "backend", "local") == "ray":
+        results = ray_backend.run_many(cfgs, address=args.address)
     else:
         results = runner.run_many(cfgs, workers=args.workers or profile.workers)
     table = summary.summarize(results, ["dataset", "model", "partition", "alpha", "batch_size", "local_epochs"])
