@@ -54,8 +54,8 @@ def task_resources(cfg: RunConfig, cluster_gpus: float) -> dict:
         cluster_gpus: GPUs the Ray cluster has (count; ``ray.cluster_resources()["GPU"]``).
 
     Returns:
-        ``{"num_cpus": 1, "num_gpus": 0}`` for a CPU run; ``{"num_cpus": 1, "num_gpus": 1}``
-        when ``device`` is ``"cuda"``, or ``"auto"`` on a cluster with GPUs.
+        ``{"num_cpus": 1}`` for a CPU run; ``{"num_cpus": 1, "num_gpus": 1}`` when ``device``
+        is ``"cuda"``, or ``"auto"`` on a cluster with GPUs.
 
     Raises:
         ValueError: ``device = "cuda"`` on a cluster without GPUs.
@@ -63,7 +63,7 @@ def task_resources(cfg: RunConfig, cluster_gpus: float) -> dict:
     if cfg.device == "cuda" and cluster_gpus < 1:
         raise ValueError("device = 'cuda' but the Ray cluster has no GPU; use device='cpu' or 'auto'")
     gpu = cfg.device == "cuda" or (cfg.device == "auto" and cluster_gpus >= 1)
-    return {"num_cpus": 1, "num_gpus": 1 if gpu else 0}
+    return {"num_cpus": 1, "num_gpus": 1} if gpu else {"num_cpus": 1}
 
 
 def run_task(cfg_json: str, results: str) -> str:
