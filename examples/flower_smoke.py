@@ -9,7 +9,6 @@ it shows the plumbing; its numbers mean nothing.
 
 import argparse
 
-import pandas as pd
 import torch
 
 from maskfed import flower
@@ -24,9 +23,7 @@ def main() -> None:
     torch.set_num_threads(1)
     cfg = load_profile("smoke", rounds=args.rounds).run(0)  # validated before anything starts
     sim = flower.simulate(cfg, mask_keep_prob=args.mask_keep_prob)
-    table = pd.DataFrame([{"round": r.server_round, **{m: r.metrics[m] for m in flower.METRICS}}
-                          for r in sim.strategy.history]).set_index("round")
-    print(table.to_string(float_format=lambda v: f"{v:.4g}"))
+    print(flower.history_table(sim.strategy).to_string(float_format=lambda v: f"{v:.4g}"))
 
 
 if __name__ == "__main__":

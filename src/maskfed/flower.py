@@ -127,6 +127,16 @@ class RecoveryFedAvg(FedAvg):
         return arrays, metrics
 
 
+def history_table(strategy: RecoveryFedAvg):
+    """The strategy's measurements as a pandas DataFrame, one row per round (index ``round``),
+    columns :data:`METRICS` plus the cohort size ``K_c`` and the broadcast ``mask_seed``."""
+    import pandas as pd
+
+    rows = [{"round": r.server_round, "K_c": len(r.n_K), **{m: r.metrics.get(m, float("nan")) for m in METRICS},
+             "mask_seed": r.mask_seed} for r in strategy.history]
+    return pd.DataFrame(rows, columns=["round", "K_c", *METRICS, "mask_seed"]).set_index("round")
+
+
 # --- an example client and simulation of a maskfed run configuration -----------------------------
 
 @lru_cache(maxsize=2)
