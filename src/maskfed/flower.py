@@ -25,10 +25,13 @@ from functools import lru_cache
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
-from flwr.clientapp import ClientApp
-from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg
+try:
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import FedAvg
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("maskfed.flower needs the optional extra: pip install -e '.[flower]'") from exc
 
 from . import fedavg, masking, runner
 from .config import RunConfig
