@@ -28,7 +28,7 @@ help:
 
 $(STAMP): pyproject.toml
 	@test -x "$(PY)" || $(PYTHON) -m venv "$(ENV_DIR)"
-	"$(PY)" -m pip install --quiet --disable-pip-version-check -e '.[book,test]'
+	"$(PY)" -m pip install --quiet --disable-pip-version-check -e '.[book,test,ray,flower]'
 	@touch "$(STAMP)"
 
 env: $(STAMP)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import experiments, preflight, runner, summary
+from . import experiments, preflight, ray_backend, runner, summary
 from .data import DataUnavailableError
 from .config import PROFILES, ConfigError, RunConfig, load_profile
 
@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"any of {', '.join(experiments.EXPERIMENTS)} (default all)")
     sweep.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: the profile's)")
     sweep.add_argument("--workers", type=int, default=None, help="worker processes (default: the profile's)")
+    sweep.add_argument("--backend", choices=["local", "ray"], default="local",
+                       help="local worker processes (default) or one Ray task per run (needs '.[ray]')")
+    sweep.add_argument("--address", default=None,
+                       help="Ray cluster address, e.g. ray://head:10001 or auto (default: start a local Ray)")
     _add_config_flags(sweep)
     one = sub.add_parser("run", help="run one setting over seeds and print its summary")
     one.add_argument("--profile", default="cpu", help=f"base profile, one of {', '.join(PROFILES)} (default cpu)")
@@ -77,6 +81,14 @@ def _plan(args) -> tuple:
     if getattr(args, "force", False) and args.workers is not None and args.workers > 1:
         raise ConfigError(f"--force recomputes the runs one after another in this process, so --workers "
                           f"{args.workers} would be ignored; drop --workers, or drop --force to run in parallel")
+    backend = getattr(args, "backend", "local")
+    if getattr(args, "address", None) is not None and backend != "ray":
+        raise ConfigError(f"--address is only used with --backend ray; got --backend {backend}")
+    if backend == "ray":
+        if args.workers is not None:
+            raise ConfigError("--workers is not used with --backend ray (Ray schedules one task per run on the "
+                              "cluster's CPUs or GPUs); drop --workers")
+        ray_backend.require_ray()
     profile = load_profile(args.profile, seeds=args.seeds, **_overrides(args))
     if args.command == "sweep":
         bad = [e for e in args.experiments if e not in experiments.EXPERIMENTS]
@@ -96,12 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         profile, cfgs = _plan(args)
         preflight.check_runs(cfgs)  # data, subsets, partitions, device: before any training
-    except INPUT_ERRORS as exc:
+    except (*INPUT_ERRORS, ImportError) as exc:  # ImportError: an optional extra (Ray) is missing
         return _error(exc)
     print(f"profile {profile.name}: {len(cfgs)} run(s); results in {runner.results_dir() / 'runs'}", file=sys.stderr)
     try:
         if getattr(args, "force", False):
             results = [runner.run(c, force=True) for c in cfgs]
+        elif getattr(args, "backend", "local") == "ray":
+            results = ray_backend.run_many(cfgs, address=args.address)
         else:
             results = runner.run_many(cfgs, workers=args.workers or profile.workers)
     except (*INPUT_ERRORS, RuntimeError) as exc:
