@@ -40,6 +40,8 @@ def test_bad_input_is_refused_before_ray_starts(capsys):
         ray_backend.run_many([], max_retries=-1)
     assert cli.main(["sweep", "--profile", "smoke", "--address", "auto"]) == 2
     assert "--address is only used with --backend ray" in capsys.readouterr().err
+    assert cli.main(["sweep", "--profile", "smoke", "--backend", "ray", "--workers", "2"]) == 2
+    assert "--workers is not used with --backend ray" in capsys.readouterr().err  # refused, not ignored
     assert not ray.is_initialized()
 
 
