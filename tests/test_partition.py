@@ -278,3 +278,14 @@ def test_make_partition_default_convention_is_hsu_and_niid_bench_differs():
 def test_niid_bench_bad_inputs_name_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_hopeless_niid_bench_request_fails_within_seconds():
+    y = np.repeat(np.arange(10), 5000)  # CIFAR-10's 50,000 training labels; 4,000 clients x 10 fits N
+
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError) as err:
+        P.make_partition("dirichlet", y, 4_000, alpha=0.1, seed=0, convention="niid_bench")
+
+    assert time.perf_counter() - t0 < 10.0  # the plain loop: 1,001 draws
+    assert "stopped after 1 of 1001 draws" in str(err.value) and "num_clients=4000" in str(err.value)

@@ -208,6 +208,9 @@ def dirichlet_partition_niid_bench(
     Returns:
         K sorted int64 arrays; together they use every index in ``range(N)`` exactly once.
 
+    A hopeless request stops early by the rule of :func:`dirichlet_partition` (ours): once the
+    failed draws leave on average :data:`HOPELESS_SHORT_CLIENTS` clients short.
+
     Raises:
         ValueError: invalid inputs (message names the parameter), ``min_size * K > N``, or no draw
             within the budget gives every client ``min_size`` samples.
@@ -234,7 +237,9 @@ def dirichlet_partition_niid_bench(
     conc = np.full(k, a)
     cap = n / k
     smallest = 0
-    for _attempt in range(1 + max_redraws):
+    draws = 1 + max_redraws
+    short_total = 0  # clients below min_size, summed over the failed draws (the early stop, as above)
+    for attempt in range(1, draws + 1):
         pieces: list[list[np.ndarray]] = [[] for _ in range(k)]
         sizes_K = np.zeros(k, dtype=np.int64)
         for idx_c in class_indices:
@@ -253,6 +258,14 @@ def dirichlet_partition_niid_bench(
         smallest = int(sizes_K.min())
         if smallest >= min_size:
             return [np.sort(np.concatenate(ps)).astype(np.int64, copy=False) for ps in pieces]
+        short_total += int((sizes_K < min_size).sum())
+        mean_short = short_total / attempt
+        if mean_short >= HOPELESS_SHORT_CLIENTS and attempt < draws:
+            raise ValueError(
+                f"dirichlet_partition_niid_bench: no partition of {n} samples over num_clients={k} with "
+                f"alpha={a} gives every client >= min_size={min_size} samples: stopped after {attempt} of "
+                f"{draws} draws because each draw left on average {mean_short:.1f} clients short (smallest "
+                f"client in the last draw: {smallest}); use a larger alpha or fewer clients")
     raise ValueError(
         f"dirichlet_partition_niid_bench: no partition of {n} samples over num_clients={k} with "
         f"alpha={a} gave every client >= min_size={min_size} samples in {1 + max_redraws} draws "
