@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from maskfed.config import make_run_config
 from maskfed import summary
@@ -236,3 +237,48 @@ def test_log_trend_recovers_a_known_geometric_decay():
     assert summary.log_trend(flat) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="frac"):
         summary.log_trend(metrics, frac=0)
+
+
+# ----------------------------------------------------------------------------- the identical-shards control
+
+def _control_rounds(deltas_list):
+    from maskfed.fedavg import round_metrics
+
+    return pd.DataFrame([round_metrics(d, [50] * d.shape[0]) for d in deltas_list])
+
+
+def test_control_check_accepts_identical_updates_and_rejects_a_0p1_percent_perturbation():
+    # K_c = 10 identical updates: every deviation is float64 rounding. Perturb one client's update by
+    # 0.1 % in an orthogonal direction: 1/Δ_S moves by only ~1e-7 relative (so the old 1e-6 check
+    # passed it), while the 1e-12 check and the spread column both reject it.
+    g = torch.Generator().manual_seed(0)
+    same = torch.randn(1000, generator=g).expand(10, 1000).clone()
+    noise = torch.randn(1000, generator=g)
+    noise -= (noise @ same[0]) / (same[0] @ same[0]) * same[0]          # orthogonal to Δ
+    perturbed = same.clone()
+    perturbed[3] += 1e-3 * noise * same[0].norm() / noise.norm()        # ‖Δ_4 − Δ‖ = 0.1 % of ‖Δ‖
+    tol = summary.control_tolerance("cpu")
+
+    exact = summary.control_deviations(_control_rounds([same]), 10)
+    off = summary.control_deviations(_control_rounds([same, perturbed]), 10)
+
+    assert tol == 1e-12
+    assert exact["update_spread"] == 0.0
+    assert max(exact.values()) < tol
+    assert off["update_spread"] == pytest.approx(1e-3, rel=1e-3)
+    # hand computation: ‖KΔ + e‖² / (K (K‖Δ‖² + ‖e‖²)) = K (1 + ε²/K²) / (1 + ε²/K), ε = 1e-3:
+    # relative deviation ≈ ε² (1/K − 1/K²) = 9e-8
+    assert off["recovery_unweighted"] == pytest.approx(1e-6 * (1 / 10 - 1 / 100), rel=1e-3)
+    assert off["recovery_unweighted"] < 1e-6               # what the old check let through
+    assert off["recovery_unweighted"] > tol and off["sigma2_rel"] > tol   # what the new one rejects
+
+
+def test_control_tolerance_by_device_and_errors():
+    assert summary.control_tolerance("cuda:0") == summary.CONTROL_TOLERANCE["cuda"]
+    assert summary.CONTROL_TOLERANCE["cuda"] < 1e-7        # still rejects a 0.1 % client difference
+    with pytest.raises(ValueError, match="device"):
+        summary.control_tolerance("mps")
+    with pytest.raises(ValueError, match="k_c"):
+        summary.control_deviations(pd.DataFrame(), 1)
+    with pytest.raises(ValueError, match="update_spread"):
+        summary.control_deviations(pd.DataFrame({"recovery_unweighted": [2.0]}), 2)

@@ -128,3 +128,57 @@ def log_trend(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac: 
     if len(tail) < 3:
         raise ValueError(f"need at least 3 rounds with positive {column} in the window; got {len(tail)}")
     return float(np.polyfit(tail["round"].to_numpy(float), np.log(tail[column].to_numpy(float)), 1)[0])
+
+
+#: Relative tolerance of the identical-shards control, by device type. On the CPU the client
+#: updates are bit-identical, so the only error is float64 rounding in the Gram matrix (about
+#: 1e-16 · K_c); 1e-12 leaves room for that and nothing else. On CUDA the control runs with
+#: deterministic algorithms (maskfed.determinism), which should also give identical updates;
+#: the looser 1e-9 is our allowance for float64 reductions on the GPU, still 1000 times below
+#: what a 0.1 % difference between two clients produces (about 1e-7 at K_c = 10).
+CONTROL_TOLERANCE = {"cpu": 1e-12, "cuda": 1e-9}
+
+
+def control_tolerance(device: str) -> float:
+    """The control's relative tolerance for a run's device ("cpu", "cuda" or "cuda:N").
+
+    Raises:
+        ValueError: a device type not in :data:`CONTROL_TOLERANCE`.
+    """
+    kind = str(device).split(":")[0]
+    if kind not in CONTROL_TOLERANCE:
+        raise ValueError(f"device must be one of {sorted(CONTROL_TOLERANCE)} (optionally 'cuda:N'); got {device!r}")
+    return CONTROL_TOLERANCE[kind]
+
+
+def control_deviations(metrics: pd.DataFrame, k_c: int) -> dict:
+    """How far an identical-shards control run is from its exact answer, worst round.
+
+    With identical updates Δ_1 = … = Δ_{K_c} (and equal shards), 1/Δ_S = K_c in both
+    conventions (eq. 3, 8), σ̂² = 0 (eq. 14) and every Δ_k equals Δ_1.
+
+    Args:
+        metrics: per-round table(s) of control runs, with ``recovery_unweighted``,
+            ``recovery_weighted``, ``sigma2_hat``, ``A`` and ``update_spread``.
+        k_c: cohort size K_c.
+
+    Returns:
+        ``{"recovery_unweighted", "recovery_weighted"}``: max |1/Δ_S / K_c − 1|;
+        ``"sigma2_rel"``: max |σ̂²| / A; ``"update_spread"``: max_k ‖Δ_k − Δ_1‖ / ‖Δ_1‖
+        (all dimensionless, max over rounds).
+
+    Raises:
+        ValueError: k_c < 2 (the control needs two clients) or a missing column.
+    """
+    if int(k_c) < 2:
+        raise ValueError(f"k_c (cohort size) must be >= 2 for the control; got {k_c}")
+    need = ["recovery_unweighted", "recovery_weighted", "sigma2_hat", "A", "update_spread"]
+    missing = [c for c in need if c not in metrics.columns]
+    if missing:
+        raise ValueError(f"metrics lacks column(s) {missing}; a control run's metrics.csv has {need}")
+    return {
+        "recovery_unweighted": float(np.max(np.abs(metrics["recovery_unweighted"] / k_c - 1))),
+        "recovery_weighted": float(np.max(np.abs(metrics["recovery_weighted"] / k_c - 1))),
+        "sigma2_rel": float(np.max(np.abs(metrics["sigma2_hat"]) / metrics["A"])),
+        "update_spread": float(np.max(metrics["update_spread"])),
+    }
