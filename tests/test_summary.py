@@ -282,3 +282,34 @@ def test_control_tolerance_by_device_and_errors():
         summary.control_deviations(pd.DataFrame(), 1)
     with pytest.raises(ValueError, match="update_spread"):
         summary.control_deviations(pd.DataFrame({"recovery_unweighted": [2.0]}), 2)
+
+
+# ----------------------------------------------------------------------------- orderings and eq. (12)
+
+def _table1(values):
+    idx = pd.MultiIndex.from_tuples(list(values), names=["batch_size", "local_epochs"])
+    return pd.DataFrame({"recovery_unweighted": list(values.values())}, index=idx)
+
+
+def test_protocol_orderings_hand_cases():
+    paper_like = _table1({("full", 1): 9.0, ("full", 2): 4.1, ("full", 5): 4.0,
+                          ("128", 1): 1.36, ("128", 2): 1.32, ("128", 5): 1.18,
+                          ("32", 1): 1.24, ("32", 2): 1.19, ("32", 5): 1.10})
+    out = summary.protocol_orderings(paper_like)
+    assert (out["cliff"], out["n_falling"], out["n_groups"]) == (True, 3, 3)
+    # a full-batch value below a minibatch one breaks the cliff; a rise with τ breaks one group
+    broken = _table1({("full", 1): 1.2, ("full", 2): 4.1, ("128", 1): 1.36, ("128", 2): 1.5})
+    out = summary.protocol_orderings(broken)
+    assert (out["cliff"], out["n_falling"], out["n_groups"]) == (False, 0, 2)
+    assert out["falling_text"] == ("not every full-batch protocol lies above every minibatch one, "
+                                   "and the recovery factor falls with τ in 0 of the 2 batch sizes")
+    with pytest.raises(ValueError, match="batch_size"):
+        summary.protocol_orderings(pd.DataFrame({"recovery_unweighted": [1.0]}))
+
+
+def test_eq12_identity_gap_is_rounding_for_consistent_rounds_and_large_otherwise():
+    # K_c = 4, A = 5, B = 2: σ̂² = (5 − 2)/(3/4) = 4, ‖μ̂‖² = 1, r̂ = 1/4; (4/4 + 1)/(5/4) = 1.6 = 4·2/5
+    good = pd.DataFrame({"mu2_hat": [1.0, 2.0], "sigma2_hat": [4.0, 0.0], "recovery_unweighted": [1.6, 4.0]})
+    assert summary.eq12_identity_gap(good, 4) < 1e-15          # the σ̂² = 0 round is skipped
+    bad = good.assign(recovery_unweighted=[1.6 * 1.01, 4.0])
+    assert summary.eq12_identity_gap(bad, 4) == pytest.approx(1 - 1 / 1.01, rel=1e-9)   # |1.6 / 1.616 − 1|
