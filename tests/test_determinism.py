@@ -23,7 +23,7 @@ def test_deterministic_sets_and_restores(monkeypatch):
     assert before["deterministic_algorithms"] is False
 
     with determinism.deterministic(True) as inside:
-        assert inside == {"deterministic_algorithms": True, "cublas_workspace_config": ":4096:8",
+        assert inside == {"deterministic_algorithms": True, "warn_only": True, "cublas_workspace_config": ":4096:8",
                           "cudnn_benchmark": False}
         assert torch.are_deterministic_algorithms_enabled()
         assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
