@@ -91,6 +91,21 @@ def test_round_metrics_hand_case():
     assert m["recovery_weighted"] == pytest.approx(52 / 43, rel=1e-12)
     assert m["mean_update_sqnorm"] == pytest.approx(6.5, rel=1e-12)
     assert (m["A"], m["B"], m["sigma2_hat"], m["mu2_hat"]) == pytest.approx((7.0, 5.0, 4.0, 3.0), rel=1e-12)
+    # ‖Δ_2 − Δ_1‖ / ‖Δ_1‖ = ‖(2, −2)‖ / ‖(1, 2)‖ = √8 / √5
+    assert m["update_spread"] == pytest.approx(math.sqrt(8 / 5), rel=1e-12)
+
+
+def test_update_spread_hand_cases():
+    # Δ_1 = (3, 4), ‖Δ_1‖ = 5; Δ_2 = (0, 4) is 3 away, Δ_3 = (3, 5) is 1 away -> max 3/5
+    assert F.update_spread(torch.tensor([[3.0, 4.0], [0.0, 4.0], [3.0, 5.0]])) == pytest.approx(0.6, rel=1e-12)
+    assert F.update_spread(torch.tensor([[3.0, 4.0], [3.0, 4.0]])) == 0.0        # identical: exactly zero
+    assert F.update_spread(torch.zeros(2, 3)) == 0.0
+    assert F.update_spread(torch.tensor([[0.0, 0.0], [1.0, 0.0]])) == math.inf
+    # float32 updates 1e-7 apart (relative) are resolved: no cancellation through the Gram matrix
+    d1 = torch.tensor([1.0, 1.0], dtype=torch.float32)
+    d2 = d1.clone()
+    d2[0] = torch.nextafter(d2[0], torch.tensor(2.0))   # one float32 ulp: 2^-23 ≈ 1.19e-7
+    assert F.update_spread(torch.stack([d1, d2])) == pytest.approx(2.0**-23 / math.sqrt(2), rel=1e-9)
 
 
 def test_round_metrics_single_client_has_no_split():
@@ -295,7 +310,7 @@ def test_eval_rounds_always_includes_the_last_round():
 # ----------------------------------------------------------------------------- the loop
 
 RECORD_KEYS = {"round", "cohort", "n_k", "T_mean", "T_min", "T_max", "train_loss", "recovery_unweighted",
-               "recovery_weighted", "mean_update_sqnorm", "A", "B", "sigma2_hat", "mu2_hat", "test_acc",
+               "recovery_weighted", "mean_update_sqnorm", "update_spread", "A", "B", "sigma2_hat", "mu2_hat", "test_acc",
                "test_loss", "wall_s"}
 
 
@@ -380,10 +395,11 @@ def test_control_identical_shards_and_seeds_gives_cohort_size(images):
                            aggregation="weighted", seed=0, identical_client_seeds=True)
 
     for rec in records:
-        assert rec["recovery_unweighted"] == pytest.approx(2.0, rel=1e-6)
-        assert rec["recovery_weighted"] == pytest.approx(2.0, rel=1e-6)
-        assert abs(rec["sigma2_hat"]) <= 1e-9 * rec["A"]
-        assert rec["mu2_hat"] == pytest.approx(rec["A"], rel=1e-9)
+        assert rec["update_spread"] == 0.0   # bit-identical updates on the CPU
+        assert rec["recovery_unweighted"] == pytest.approx(2.0, rel=1e-12)
+        assert rec["recovery_weighted"] == pytest.approx(2.0, rel=1e-12)
+        assert abs(rec["sigma2_hat"]) <= 1e-12 * rec["A"]
+        assert rec["mu2_hat"] == pytest.approx(rec["A"], rel=1e-12)
 
 
 def test_control_needs_identical_seeds_too(images):
@@ -395,6 +411,7 @@ def test_control_needs_identical_seeds_too(images):
     for rec in records:
         assert rec["recovery_unweighted"] < 2.0 * (1 - 1e-4)
         assert rec["sigma2_hat"] > 1e-6 * rec["A"]
+        assert rec["update_spread"] > 1e-3
 
 
 def test_different_shards_recover_less_than_cohort_size(images):
@@ -405,3 +422,36 @@ def test_different_shards_recover_less_than_cohort_size(images):
     for rec in records:
         assert 0 < rec["recovery_unweighted"] < 2.0 * (1 - 1e-4)
         assert rec["sigma2_hat"] > 0
+
+
+def test_weighted_aggregation_with_unequal_shards_matches_a_replay(images):
+    # A Dirichlet(α = 0.1) partition of 200 synthetic images over 5 clients gives very unequal shards;
+    # one round with K_c = 3 must move θ by Σ_k (n_k / Σ n) Δ_k, each Δ_k recomputed independently.
+    mean, std = data_mod.channel_stats(images.x_train)
+    parts = partition.make_partition("dirichlet", images.y_train.numpy(), 5, alpha=0.1, seed=1)
+    data = F.FedData(x_train=data_mod.normalize(images.x_train, mean, std), y_train=images.y_train, parts=parts,
+                     x_test=data_mod.normalize(images.x_test, mean, std), y_test=images.y_test)
+    model = _model()
+    replay_model = copy.deepcopy(model)
+    theta = parameters_to_vector(model.parameters()).detach().clone()
+    cohort = F.sample_cohort(5, 3, 4, 0)
+    n_k = [len(parts[k]) for k in cohort]
+    assert max(n_k) >= 2 * min(n_k), n_k   # unequal enough that a uniform mean would differ
+
+    records = F.run_fedavg(model, data, rounds=1, cohort_size=3, local_epochs=1, batch_size=16, lr=0.05,
+                           aggregation="weighted", seed=4)   # evaluates after the round: model holds θ_new
+    theta_new = parameters_to_vector(model.parameters()).detach()
+
+    deltas = []
+    for k in cohort:
+        idx = torch.as_tensor(parts[k])
+        gen = torch.Generator().manual_seed(F.client_seed(4, 0, int(k)))
+        d, _, _ = F.client_update(replay_model, theta, data.x_train[idx], data.y_train[idx], lr=0.05,
+                                  batch_size=16, local_epochs=1, generator=gen)
+        deltas.append(d)
+    total = sum(n_k)
+    expected = theta - sum((n / total) * d for n, d in zip(n_k, deltas))
+    uniform = theta - sum(d / 3 for d in deltas)
+    assert records[0]["n_k"] == " ".join(map(str, n_k))
+    assert torch.allclose(theta_new, expected, rtol=0, atol=1e-6)
+    assert not torch.allclose(theta_new, uniform, rtol=0, atol=1e-4)   # the weights matter here

@@ -30,6 +30,7 @@ def test_run_writes_complete_folder_and_reuses_it(results_in_tmp):
     for key in ("seed", "commit", "dirty", "code_hash", "packages", "machine", "data_source", "wall_s"):
         assert key in prov
     assert prov["packages"]["torch"] is not None
+    assert prov["determinism"]["deterministic_algorithms"] is False  # only a control on CUDA switches it on
     assert json.loads((first.path / "config.json").read_text()) == cfg.model_dump(mode="json")
     images = runner.load_images("synthetic", None, 200, 50)
     expected = partition.make_partition("dirichlet", images.y_train.numpy(), 4, alpha=cfg.alpha, seed=cfg.seed)
@@ -89,3 +90,27 @@ def test_force_recomputes_and_replaces_the_folder(results_in_tmp):
     assert runner.find_run(cfg).provenance["wall_s"] == forced.provenance["wall_s"]
     pd.testing.assert_frame_equal(first.metrics.drop(columns="wall_s"), forced.metrics.drop(columns="wall_s"))
     assert [p.name for p in (results_in_tmp / "runs").iterdir()] == [first.path.name]  # no leftovers
+
+
+def test_control_on_cuda_runs_with_deterministic_algorithms(results_in_tmp, monkeypatch):
+    # No GPU here: pretend the device is CUDA and record what the training loop sees.
+    import torch
+
+    from maskfed import fedavg
+
+    seen = {}
+    real = fedavg.run_fedavg
+
+    def spy(*args, **kwargs):
+        seen["deterministic"] = torch.are_deterministic_algorithms_enabled()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "_device", lambda name: torch.device("cpu"))
+    monkeypatch.setattr(runner.determinism, "needed", lambda control, device: control)
+    monkeypatch.setattr(fedavg, "run_fedavg", spy)
+    cfg = make_run_config(**{**TINY, "partition": "identical", "identical_client_seeds": True})
+    res = runner.run(cfg, progress=False)
+    assert seen["deterministic"] is True
+    assert res.provenance["determinism"]["deterministic_algorithms"] is True
+    assert res.provenance["determinism"]["cublas_workspace_config"] == ":4096:8"
+    assert not torch.are_deterministic_algorithms_enabled()   # restored after the run

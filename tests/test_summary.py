@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from maskfed.config import make_run_config
 from maskfed import summary
@@ -262,3 +263,79 @@ def test_paper_table1_aggregation_gaps_against_the_papers_two_statements():
     assert gaps["gap_pct"].max() > summary.PAPER_TEXT["aggregation_gap_sec_iv_a"]  # as printed: not within 0.04%
     assert gaps["gap_pct"].max() < summary.PAPER_TEXT["aggregation_gap_sec_iv_b"]  # but within 1%
     assert gaps.loc[("32", 2), "gap_pct"] == 0.0  # the Table II protocol prints equal values
+
+
+# ----------------------------------------------------------------------------- the identical-shards control
+
+def _control_rounds(deltas_list):
+    from maskfed.fedavg import round_metrics
+
+    return pd.DataFrame([round_metrics(d, [50] * d.shape[0]) for d in deltas_list])
+
+
+def test_control_check_accepts_identical_updates_and_rejects_a_0p1_percent_perturbation():
+    # K_c = 10 identical updates: every deviation is float64 rounding. Perturb one client's update by
+    # 0.1 % in an orthogonal direction: 1/Δ_S moves by only ~1e-7 relative (so the old 1e-6 check
+    # passed it), while the 1e-12 check and the spread column both reject it.
+    g = torch.Generator().manual_seed(0)
+    same = torch.randn(1000, generator=g).expand(10, 1000).clone()
+    noise = torch.randn(1000, generator=g)
+    noise -= (noise @ same[0]) / (same[0] @ same[0]) * same[0]          # orthogonal to Δ
+    perturbed = same.clone()
+    perturbed[3] += 1e-3 * noise * same[0].norm() / noise.norm()        # ‖Δ_4 − Δ‖ = 0.1 % of ‖Δ‖
+    tol = summary.control_tolerance("cpu")
+
+    exact = summary.control_deviations(_control_rounds([same]), 10)
+    off = summary.control_deviations(_control_rounds([same, perturbed]), 10)
+
+    assert tol == 1e-12
+    assert exact["update_spread"] == 0.0
+    assert max(exact.values()) < tol
+    assert off["update_spread"] == pytest.approx(1e-3, rel=1e-3)
+    # hand computation: ‖KΔ + e‖² / (K (K‖Δ‖² + ‖e‖²)) = K (1 + ε²/K²) / (1 + ε²/K), ε = 1e-3:
+    # relative deviation ≈ ε² (1/K − 1/K²) = 9e-8
+    assert off["recovery_unweighted"] == pytest.approx(1e-6 * (1 / 10 - 1 / 100), rel=1e-3)
+    assert off["recovery_unweighted"] < 1e-6               # what the old check let through
+    assert off["recovery_unweighted"] > tol and off["sigma2_rel"] > tol   # what the new one rejects
+
+
+def test_control_tolerance_by_device_and_errors():
+    assert summary.control_tolerance("cuda:0") == summary.CONTROL_TOLERANCE["cuda"]
+    assert summary.CONTROL_TOLERANCE["cuda"] < 1e-7        # still rejects a 0.1 % client difference
+    with pytest.raises(ValueError, match="device"):
+        summary.control_tolerance("mps")
+    with pytest.raises(ValueError, match="k_c"):
+        summary.control_deviations(pd.DataFrame(), 1)
+    with pytest.raises(ValueError, match="update_spread"):
+        summary.control_deviations(pd.DataFrame({"recovery_unweighted": [2.0]}), 2)
+
+
+# ----------------------------------------------------------------------------- orderings and eq. (12)
+
+def _table1(values):
+    idx = pd.MultiIndex.from_tuples(list(values), names=["batch_size", "local_epochs"])
+    return pd.DataFrame({"recovery_unweighted": list(values.values())}, index=idx)
+
+
+def test_protocol_orderings_hand_cases():
+    paper_like = _table1({("full", 1): 9.0, ("full", 2): 4.1, ("full", 5): 4.0,
+                          ("128", 1): 1.36, ("128", 2): 1.32, ("128", 5): 1.18,
+                          ("32", 1): 1.24, ("32", 2): 1.19, ("32", 5): 1.10})
+    out = summary.protocol_orderings(paper_like)
+    assert (out["cliff"], out["n_falling"], out["n_groups"]) == (True, 3, 3)
+    # a full-batch value below a minibatch one breaks the cliff; a rise with τ breaks one group
+    broken = _table1({("full", 1): 1.2, ("full", 2): 4.1, ("128", 1): 1.36, ("128", 2): 1.5})
+    out = summary.protocol_orderings(broken)
+    assert (out["cliff"], out["n_falling"], out["n_groups"]) == (False, 0, 2)
+    assert out["falling_text"] == ("not every full-batch protocol lies above every minibatch one, "
+                                   "and the recovery factor falls with τ in 0 of the 2 batch sizes")
+    with pytest.raises(ValueError, match="batch_size"):
+        summary.protocol_orderings(pd.DataFrame({"recovery_unweighted": [1.0]}))
+
+
+def test_eq12_identity_gap_is_rounding_for_consistent_rounds_and_large_otherwise():
+    # K_c = 4, A = 5, B = 2: σ̂² = (5 − 2)/(3/4) = 4, ‖μ̂‖² = 1, r̂ = 1/4; (4/4 + 1)/(5/4) = 1.6 = 4·2/5
+    good = pd.DataFrame({"mu2_hat": [1.0, 2.0], "sigma2_hat": [4.0, 0.0], "recovery_unweighted": [1.6, 4.0]})
+    assert summary.eq12_identity_gap(good, 4) < 1e-15          # the σ̂² = 0 round is skipped
+    bad = good.assign(recovery_unweighted=[1.6 * 1.01, 4.0])
+    assert summary.eq12_identity_gap(bad, 4) == pytest.approx(1 - 1 / 1.01, rel=1e-9)   # |1.6 / 1.616 − 1|

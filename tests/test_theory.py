@@ -140,3 +140,42 @@ def test_anisotropy_drift():
     assert float(drift.abs().median()) > 1e-3
     with pytest.raises(ValueError, match="signal"):
         theory.anisotropy_drift([4], 2.0, 2, 1.0, 1, 0, signal="bogus")
+
+
+def test_anisotropic_cohort_shapes_and_signal_strength():
+    h, deltas = theory.anisotropic_cohort([4, 4], 30.0, 5, 2.0, 0)
+    assert h.shape == (8, 8) and deltas.shape == (5, 8)
+    assert torch.equal(h[:4, 4:], torch.zeros(4, 4))          # block-diagonal
+    ev = torch.linalg.eigvalsh(h[:4, :4])
+    assert float(ev.max() / ev.min()) == pytest.approx(30.0, rel=1e-9)
+    # the drift study is built from these cohorts: same stream, same numbers
+    h2, d2 = theory.anisotropic_cohort([4, 4], 30.0, 5, 2.0, 0)
+    assert torch.equal(h, h2) and torch.equal(deltas, d2)
+    with pytest.raises(ValueError, match="signal"):
+        theory.anisotropic_cohort([4], 2.0, 2, 1.0, 0, signal="bogus")
+
+
+def test_sample_summary_hand_case():
+    # samples 0, 0, 0, 4: mean 1, sd = sqrt(12/3) = 2, se = 2/2 = 1; median 0;
+    # skewness (adjusted Fisher-Pearson): m2 = 3, m3 = 6, g1 = 6/3^1.5 = 1.1547, G1 = g1·sqrt(12)/2 = 2.0
+    s = theory.sample_summary([0.0, 0.0, 0.0, 4.0])
+    assert (s.mean, s.se, s.median, s.n) == pytest.approx((1.0, 1.0, 0.0, 4))
+    assert s.skew == pytest.approx(2.0, rel=1e-12)
+    assert theory.sample_summary([1.0, 2.0, 3.0, 4.0]).median == pytest.approx(2.5)   # midpoint, not the lower one
+    with pytest.raises(ValueError, match="samples_N"):
+        theory.sample_summary([1.0, 2.0])
+
+
+def test_bias_phrase_follows_the_numbers():
+    near = theory.SampleSummary(mean=0.004, se=0.005, median=0.0, skew=0.0, n=100)
+    high = theory.SampleSummary(mean=0.07, se=0.011, median=0.03, skew=2.0, n=400)
+    low = theory.SampleSummary(mean=-0.2, se=0.01, median=-0.2, skew=0.0, n=400)
+    assert near.bias_phrase() == "unbiased on average (mean +0.4% ± 0.5%, within 3 standard errors of zero)"
+    assert high.bias_phrase() == "too high on average (mean +7.0% ± 1.1%, 6.4 standard errors above zero)"
+    assert low.bias_phrase().startswith("too low on average (mean -20.0% ± 1.0%, 20.0 standard errors below")
+
+
+def test_tail_phrase():
+    assert theory.tail_phrase(2.9) == "a long right tail (skewness +2.90)"
+    assert theory.tail_phrase(-1.5) == "a long left tail (skewness -1.50)"
+    assert theory.tail_phrase(0.12) == "no long tail (skewness +0.12)"

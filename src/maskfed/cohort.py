@@ -24,7 +24,6 @@ float64) in every mode.
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Sequence
 
 import numpy as np
@@ -32,7 +31,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from . import fedavg
+from . import determinism, fedavg
 
 ENGINES = ("auto", "sequential", "batched")
 PRECISIONS = ("fp32", "tf32", "bf16")
@@ -99,21 +98,11 @@ def precision_context(precision: str, device: torch.device | str):
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
-@contextlib.contextmanager
 def deterministic_context(enabled: bool, device: torch.device | str):
     """Deterministic algorithms on CUDA while ``enabled`` (the identical-shards control: identical
     clients must give bitwise identical updates); a no-op on the CPU, whose kernels here are
-    deterministic already. Restores the previous setting on exit."""
-    if not (enabled and torch.device(device).type == "cuda"):
-        yield
-        return
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS first starts
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before)
+    deterministic already. One home for the settings: :func:`maskfed.determinism.deterministic`."""
+    return determinism.deterministic(determinism.needed(enabled, device))
 
 
 def client_batches(n_k: int, batch_size: int | str, local_epochs: int,

@@ -136,13 +136,35 @@ def sample_cohort(num_clients: int, cohort_size: int, seed: int, round_idx: int)
     return np.sort(rng.choice(num_clients, size=cohort_size, replace=False))
 
 
+def update_spread(deltas_KxP: torch.Tensor) -> float:
+    """Largest relative distance of a client update from the first: max_k ‖Δ_k − Δ_1‖ / ‖Δ_1‖.
+
+    Zero exactly when every update in the cohort equals Δ_1 bit for bit, as in the
+    identical-shards control. Computed from the differences in float64, not from the
+    Gram matrix, whose G_kk − 2G_k1 + G_11 would lose half the digits to cancellation.
+
+    Args:
+        deltas_KxP: client updates, [K_c, P].
+
+    Returns:
+        Dimensionless ratio >= 0 (inf when Δ_1 = 0 and another update is not).
+    """
+    d = deltas_KxP.to(torch.float64)
+    num = float(torch.linalg.vector_norm(d - d[0], dim=1).max())
+    den = float(torch.linalg.vector_norm(d[0]))
+    if den == 0:
+        return 0.0 if num == 0 else math.inf
+    return num / den
+
+
 def round_metrics(deltas_KxP: torch.Tensor, n_K) -> dict:
     """The paper's per-round measurements of a cohort's updates.
 
     Returns a dict with ``recovery_unweighted`` (eq. 3/8), ``recovery_weighted``
     (‖Σ w_k Δ_k‖² / Σ w_k² ‖Δ_k‖², w_k ∝ n_k), ``A``, ``B``, ``sigma2_hat``,
-    ``mu2_hat`` (eq. 13-14; A and B unweighted as in the paper) and
-    ``mean_update_sqnorm`` (‖Σ w_k Δ_k‖²). Gram matrix in float64.
+    ``mu2_hat`` (eq. 13-14; A and B unweighted as in the paper),
+    ``mean_update_sqnorm`` (‖Σ w_k Δ_k‖²) and ``update_spread``
+    (:func:`update_spread`). Gram matrix in float64.
     """
     gram = diversity.gram_matrix(deltas_KxP).cpu()  # [K_c, K_c]: tiny, so the rest runs on the CPU
     w = torch.as_tensor(n_K, dtype=torch.float64)
@@ -150,6 +172,7 @@ def round_metrics(deltas_KxP: torch.Tensor, n_K) -> dict:
         "recovery_unweighted": diversity.recovery_factor_from_gram(gram),
         "recovery_weighted": diversity.recovery_factor_from_gram(gram, w),
         "mean_update_sqnorm": float((w / w.sum()) @ gram @ (w / w.sum())),
+        "update_spread": update_spread(deltas_KxP),
     }
     if gram.shape[0] >= 2:
         sn = diversity.signal_noise_from_gram(gram)

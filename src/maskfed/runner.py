@@ -29,7 +29,7 @@ import torch
 from tqdm import tqdm
 
 from . import data as data_mod
-from . import cohort, fedavg, partition, provenance
+from . import cohort, determinism, fedavg, partition, provenance
 from .config import RunConfig
 from .models import build_model, num_parameters
 from .paths import results_dir
@@ -195,18 +195,20 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
     num_classes = len(images.classes)  # the source's own class count (10 for CIFAR-10)
     model = build_model(cfg.model, num_classes=num_classes, gn_groups=cfg.gn_groups, width=cfg.width).to(device)
     bar = tqdm(total=cfg.rounds, desc=cfg.label(), leave=False, disable=not progress, mininterval=2.0)
-    records = fedavg.run_fedavg(
-        model, data, rounds=cfg.rounds, cohort_size=cfg.cohort_size, local_epochs=cfg.local_epochs,
-        batch_size=cfg.batch_size, lr=cfg.lr, aggregation=cfg.aggregation, seed=cfg.seed,
-        identical_client_seeds=cfg.identical_client_seeds,
-        eval_at=fedavg.eval_rounds(cfg.rounds, cfg.eval_every, cfg.eval_every_tail), progress=bar,
-        engine=engine, precision=cfg.precision)
+    with determinism.deterministic(determinism.needed(cfg.identical_client_seeds, device)) as determinism_state:
+        records = fedavg.run_fedavg(
+            model, data, rounds=cfg.rounds, cohort_size=cfg.cohort_size, local_epochs=cfg.local_epochs,
+            batch_size=cfg.batch_size, lr=cfg.lr, aggregation=cfg.aggregation, seed=cfg.seed,
+            identical_client_seeds=cfg.identical_client_seeds,
+            eval_at=fedavg.eval_rounds(cfg.rounds, cfg.eval_every, cfg.eval_every_tail), progress=bar,
+            engine=engine, precision=cfg.precision)
     bar.close()
     sizes = [len(p) for p in data.parts]
     prov = {
         "run_key": run_key(cfg, images), "data_fingerprint": data_fingerprint(images), "label": cfg.label(), "seed": cfg.seed,
         "code_hash": provenance.code_hash(), **provenance.git_state(),
         "packages": provenance.package_versions(), "machine": provenance.machine(str(device)),
+        "determinism": determinism_state,
         "data_source": images.source, "data_source_kind": images.source_kind, "dataset": cfg.dataset,
         "classes": list(images.classes),
         "num_parameters": num_parameters(model), "wall_s": time.perf_counter() - t0,

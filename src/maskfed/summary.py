@@ -176,3 +176,113 @@ def log_trend(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac: 
     if len(tail) < 3:
         raise ValueError(f"need at least 3 rounds with positive {column} in the window; got {len(tail)}")
     return float(np.polyfit(tail["round"].to_numpy(float), np.log(tail[column].to_numpy(float)), 1)[0])
+
+
+#: Relative tolerance of the identical-shards control, by device type. On the CPU the client
+#: updates are bit-identical, so the only error is float64 rounding in the Gram matrix (about
+#: 1e-16 · K_c); 1e-12 leaves room for that and nothing else. On CUDA the control runs with
+#: deterministic algorithms (maskfed.determinism), which should also give identical updates;
+#: the looser 1e-9 is our allowance for float64 reductions on the GPU, still 1000 times below
+#: what a 0.1 % difference between two clients produces (about 1e-7 at K_c = 10).
+CONTROL_TOLERANCE = {"cpu": 1e-12, "cuda": 1e-9}
+
+
+def control_tolerance(device: str) -> float:
+    """The control's relative tolerance for a run's device ("cpu", "cuda" or "cuda:N").
+
+    Raises:
+        ValueError: a device type not in :data:`CONTROL_TOLERANCE`.
+    """
+    kind = str(device).split(":")[0]
+    if kind not in CONTROL_TOLERANCE:
+        raise ValueError(f"device must be one of {sorted(CONTROL_TOLERANCE)} (optionally 'cuda:N'); got {device!r}")
+    return CONTROL_TOLERANCE[kind]
+
+
+def control_deviations(metrics: pd.DataFrame, k_c: int) -> dict:
+    """How far an identical-shards control run is from its exact answer, worst round.
+
+    With identical updates Δ_1 = … = Δ_{K_c} (and equal shards), 1/Δ_S = K_c in both
+    conventions (eq. 3, 8), σ̂² = 0 (eq. 14) and every Δ_k equals Δ_1.
+
+    Args:
+        metrics: per-round table(s) of control runs, with ``recovery_unweighted``,
+            ``recovery_weighted``, ``sigma2_hat``, ``A`` and ``update_spread``.
+        k_c: cohort size K_c.
+
+    Returns:
+        ``{"recovery_unweighted", "recovery_weighted"}``: max |1/Δ_S / K_c − 1|;
+        ``"sigma2_rel"``: max |σ̂²| / A; ``"update_spread"``: max_k ‖Δ_k − Δ_1‖ / ‖Δ_1‖
+        (all dimensionless, max over rounds).
+
+    Raises:
+        ValueError: k_c < 2 (the control needs two clients) or a missing column.
+    """
+    if int(k_c) < 2:
+        raise ValueError(f"k_c (cohort size) must be >= 2 for the control; got {k_c}")
+    need = ["recovery_unweighted", "recovery_weighted", "sigma2_hat", "A", "update_spread"]
+    missing = [c for c in need if c not in metrics.columns]
+    if missing:
+        raise ValueError(f"metrics lacks column(s) {missing}; a control run's metrics.csv has {need}")
+    return {
+        "recovery_unweighted": float(np.max(np.abs(metrics["recovery_unweighted"] / k_c - 1))),
+        "recovery_weighted": float(np.max(np.abs(metrics["recovery_weighted"] / k_c - 1))),
+        "sigma2_rel": float(np.max(np.abs(metrics["sigma2_hat"]) / metrics["A"])),
+        "update_spread": float(np.max(metrics["update_spread"])),
+    }
+
+
+def protocol_orderings(table: pd.DataFrame, column: str = "recovery_unweighted") -> dict:
+    """The two orderings the paper reads from Table I, checked on a Table I summary.
+
+    Args:
+        table: indexed by (``batch_size`` as str, ``local_epochs``), as :func:`summarize` returns.
+        column: the quantity to order (default: unweighted 1/Δ_S).
+
+    Returns:
+        ``{"cliff": bool}``: every full-batch value is above every minibatch value;
+        ``{"n_falling": int, "n_groups": int}``: batch sizes whose values fall strictly
+        as τ grows (groups with one τ are not counted); ``"falling_text"``: a sentence
+        stating both, for the book.
+
+    Raises:
+        ValueError: the index lacks ``batch_size`` or ``local_epochs``.
+    """
+    names = list(table.index.names)
+    if "batch_size" not in names or "local_epochs" not in names:
+        raise ValueError(f"table must be indexed by batch_size and local_epochs; got index {names}")
+    bs = table.index.get_level_values("batch_size").astype(str)
+    full, mini = table[column][bs == "full"], table[column][bs != "full"]
+    cliff = bool(len(full) and len(mini) and full.min() > mini.max())
+    n_falling = n_groups = 0
+    for _, g in table[column].groupby(bs, sort=False):
+        g = g.sort_index(level="local_epochs")
+        if len(g) >= 2:
+            n_groups += 1
+            n_falling += bool((g.diff().dropna() < 0).all())
+    text = (f"{'every' if cliff else 'not every'} full-batch protocol lies above every minibatch one, "
+            f"and the recovery factor falls with τ in {n_falling} of the {n_groups} batch sizes")
+    return {"cliff": cliff, "n_falling": n_falling, "n_groups": n_groups, "falling_text": text}
+
+
+def eq12_identity_gap(metrics: pd.DataFrame, k_c: int) -> float:
+    """Largest relative gap, over rounds, between eq. (12) fed with that round's estimates and 1/Δ_S.
+
+    With r̂ = ‖μ̂‖²/σ̂² (eq. 13-14), (K_c r̂ + 1)/(r̂ + 1) = K_c B / A = 1/Δ_S holds for every
+    single round by algebra, so the gap is float rounding; a larger one means the estimators
+    or the recovery factor were computed inconsistently. Rounds with σ̂² = 0 are skipped.
+
+    Args:
+        metrics: a run's per-round table with ``mu2_hat``, ``sigma2_hat``, ``recovery_unweighted``.
+        k_c: cohort size K_c.
+
+    Returns:
+        max |pred / measured − 1| (dimensionless); 0.0 if every round is skipped.
+    """
+    from .diversity import predicted_recovery_factor
+
+    m = metrics[metrics["sigma2_hat"] > 0]
+    if m.empty:
+        return 0.0
+    pred = predicted_recovery_factor(m["mu2_hat"] / m["sigma2_hat"], k_c)
+    return float(np.max(np.abs(np.asarray(pred, dtype=float) / m["recovery_unweighted"].to_numpy(float) - 1)))

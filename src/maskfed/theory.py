@@ -413,19 +413,51 @@ def fedexp_step_size(deltas_KxP, eps: float = 0.0, clip: bool = True) -> float:
     return max(1.0, raw) if clip else raw
 
 
+def anisotropic_cohort(block_sizes: Sequence[int], cond: float, k_c: int, r: float, generator: GeneratorLike,
+                       signal: str = "isotropic") -> tuple[Tensor, Tensor]:
+    """One random cohort of the drift study and its block Hessian.
+
+    H is block-diagonal with blocks of condition number ``cond``
+    (:func:`block_anisotropic_hessian`); the cohort is Δ_k = μ + ε_k with
+    ‖μ‖² = r, σ² = 1 and isotropic Gaussian noise (eq. 9).
+
+    Args:
+        block_sizes: B block sizes, summing to P.
+        cond: condition number κ >= 1 of every H_bb.
+        k_c: cohort size K_c.
+        r: signal-to-noise ratio ‖μ‖²/σ².
+        generator: ``torch.Generator`` or integer seed.
+        signal: ``"isotropic"`` (μ uniformly random) or ``"aligned"`` (μ drawn
+            with covariance ∝ H, leaning towards sharp directions as gradients do).
+
+    Returns:
+        (H [P, P], deltas [K_c, P]), float64.
+
+    Raises:
+        ValueError: on an unknown ``signal``.
+    """
+    if signal not in ("isotropic", "aligned"):
+        raise ValueError(f"signal must be 'isotropic' or 'aligned'; got signal = {signal!r}")
+    g = as_generator(generator)
+    p_dim = sum(int(s) for s in block_sizes)
+    h = block_anisotropic_hessian(block_sizes, cond, g)
+    z = torch.randn(p_dim, generator=g, dtype=torch.float64)
+    if signal == "aligned":
+        z = torch.linalg.cholesky(h) @ z  # covariance ∝ H
+    mu = z * math.sqrt(r / float((z**2).sum()))  # ‖μ‖² = r, σ² = 1
+    return h, signal_noise_cohorts(mu, 1.0, k_c, 1, g)[0]
+
+
 def anisotropy_drift(block_sizes: Sequence[int], cond: float, k_c: int, r: float, n_cohorts: int,
                      generator: GeneratorLike, signal: str = "isotropic") -> Tensor:
     """Relative drift of the Euclidean recovery factor from the exact one, per random cohort.
 
-    For each of ``n_cohorts`` cohorts Δ_k = μ + ε_k (signal-to-noise ratio r,
-    isotropic Gaussian noise) and a block Hessian whose blocks have condition
-    number ``cond`` (:func:`block_anisotropic_hessian`), returns
-    ``(1/Δ_S)_Euclid / (R_shr/R_ind) − 1`` (Corollary 1 holds exactly when this is 0).
+    For each of ``n_cohorts`` cohorts from :func:`anisotropic_cohort` (a fresh
+    block Hessian each time) returns ``(1/Δ_S)_Euclid / (R_shr/R_ind) − 1``
+    (Corollary 1 holds exactly when this is 0).
 
     Args:
-        signal: ``"isotropic"`` (μ uniformly random) or ``"aligned"`` (μ drawn
-            with variance proportional to the curvature along each eigenvector
-            of H_bb, as gradients tend to be).
+        signal: ``"isotropic"`` or ``"aligned"`` (see :func:`anisotropic_cohort`).
 
     Returns:
         Tensor of shape [n_cohorts] (dimensionless).
@@ -436,18 +468,73 @@ def anisotropy_drift(block_sizes: Sequence[int], cond: float, k_c: int, r: float
     if signal not in ("isotropic", "aligned"):
         raise ValueError(f"signal must be 'isotropic' or 'aligned'; got signal = {signal!r}")
     g = as_generator(generator)
-    p_dim = sum(int(s) for s in block_sizes)
     out = torch.empty(n_cohorts, dtype=torch.float64)
     for i in range(n_cohorts):
-        h = block_anisotropic_hessian(block_sizes, cond, g)
-        z = torch.randn(p_dim, generator=g, dtype=torch.float64)
-        if signal == "aligned":
-            z = torch.linalg.cholesky(h) @ z  # covariance ∝ H
-        mu = z * math.sqrt(r / float((z**2).sum()))  # ‖μ‖² = r, σ² = 1
-        deltas = signal_noise_cohorts(mu, 1.0, k_c, 1, g)[0]
+        h, deltas = anisotropic_cohort(block_sizes, cond, k_c, r, g, signal)
         exact = penalty.penalty_ratio(deltas, penalty.DenseBlockHessian(h, block_sizes))
         out[i] = diversity.recovery_factor(deltas) / exact - 1.0
     return out
+
+
+@dataclass(frozen=True)
+class SampleSummary:
+    """Location, spread and shape of i.i.d. samples (e.g. drifts over random cohorts).
+
+    Attributes:
+        mean: sample mean, with ``se`` its standard error.
+        median: sample median.
+        skew: adjusted Fisher-Pearson sample skewness (pandas ``Series.skew``); > 0: a long right tail.
+        n: number of samples.
+    """
+
+    mean: float
+    se: float
+    median: float
+    skew: float
+    n: int
+
+    def bias_phrase(self, n_se: float = 3.0, scale: float = 100.0, unit: str = "%") -> str:
+        """How the mean relates to zero, phrased from the numbers.
+
+        "unbiased on average (mean +0.4% ± 0.5%, within 3 standard errors of zero)" when
+        |mean| <= n_se·se, otherwise "too high on average (mean +7.0% ± 1.1%, 6.4 standard
+        errors above zero)" or "too low …". ``scale`` and ``unit`` format the values
+        (default: a fraction shown in percent).
+        """
+        z = self.mean / self.se if self.se > 0 else (0.0 if self.mean == 0 else math.inf)
+        body = f"mean {scale * self.mean:+.1f}{unit} ± {scale * self.se:.1f}{unit}"
+        if abs(z) <= n_se:
+            return f"unbiased on average ({body}, within {n_se:g} standard errors of zero)"
+        side = "high" if z > 0 else "low"
+        return f"too {side} on average ({body}, {abs(z):.1f} standard errors {'above' if z > 0 else 'below'} zero)"
+
+
+def tail_phrase(skew: float, threshold: float = 1.0) -> str:
+    """The shape of a distribution in words, from its skewness.
+
+    "a long right tail (skewness +2.90)" when skew > threshold, "a long left tail (…)"
+    when skew < −threshold, otherwise "no long tail (skewness +0.12)".
+    """
+    if skew > threshold:
+        return f"a long right tail (skewness {skew:+.2f})"
+    if skew < -threshold:
+        return f"a long left tail (skewness {skew:+.2f})"
+    return f"no long tail (skewness {skew:+.2f})"
+
+
+def sample_summary(samples_N) -> SampleSummary:
+    """Mean ± standard error, median and skewness of samples, shape [N] (N >= 3).
+
+    Raises:
+        ValueError: fewer than 3 samples (no skewness).
+    """
+    import pandas as pd
+
+    x = torch.as_tensor(samples_N, dtype=torch.float64).flatten()
+    if x.numel() < 3:
+        raise ValueError(f"samples_N needs at least 3 samples; got {x.numel()}")
+    est = mc_estimate(x)
+    return SampleSummary(est.mean, est.se, float(torch.quantile(x, 0.5)), float(pd.Series(x.numpy()).skew()), x.numel())
 
 
 def ratio_estimate(num: MCEstimate, den: MCEstimate) -> MCEstimate:
