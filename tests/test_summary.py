@@ -210,7 +210,7 @@ def test_rank_correlation_aligns_on_index():
     assert rank_correlation(a, b) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("name", ["smoke", "cpu", "paper"])
+@pytest.mark.parametrize("name", ["smoke", "cpu", "cpu-long", "paper"])
 def test_profiles_evaluate_inside_the_summary_window(name):
     # test_acc is summarised over the last tail_window(rounds) rounds, so each profile's evaluation
     # schedule (fedavg.eval_rounds) must test every eval_every_tail rounds inside that window.
