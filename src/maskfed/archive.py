@@ -232,10 +232,22 @@ def how_to_make(profile_name: str) -> str:
     return f"maskfed sweep --profile {profile_name} && maskfed archive --profile {profile_name}"
 
 
-def column_name(profile_name: str) -> str:
-    """Header of an archived profile's column in the book's tables (``"cpu-long (archived)"``);
-    the ``paper`` profile's is ``"paper profile (archived)"``, so as not to read as the paper's own values."""
-    return f"{profile_name}{' profile' if profile_name == 'paper' else ''} (archived)"
+def column_name(profile_name: str, *, archived: bool = True) -> str:
+    """Header of a profile's column in the book's tables: ``"cpu-long (archived)"``, or the bare
+    name for the live profile. The ``paper`` profile's is ``"paper profile ..."``, so as not to
+    read as (or collide with) the column of the paper's own values, ``"paper"``."""
+    name = f"{profile_name}{' profile' if profile_name == 'paper' else ''}"
+    return f"{name} (archived)" if archived else name
+
+
+def table_sources(live_name: str, live: pd.DataFrame, found: list["ArchivedSummary"],
+                  paper: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The columns of a book table, in order: the live profile, each archived profile, the paper.
+
+    Input for :func:`maskfed.summary.compare`; every source stays its own column.
+    """
+    return {column_name(live_name, archived=False): live,
+            **{column_name(a.profile): a.table for a in found}, "paper": paper}
 
 
 @dataclass
