@@ -171,6 +171,13 @@ def test_summaries_per_profile_never_pooled_and_notes_for_absent_archives(dirs_i
     assert list(paper_t.index) == [("32", 1)] and paper_t["recovery_unweighted"].item() == 9.0
     assert len(found[1].missing) == 9 * 3 - 1 and found[1].label.devices == ["cuda (NVIDIA H200)"]
     assert notes == []
+    m = found[1].results[0].metrics
+    m["recovery_unweighted"] = 9.0 * 1.01 ** m["round"]   # rising 1 % a round
+    assert found[1].n_falling() == 0
+    assert "in 0 of these 1 runs" in archive.book_note(found, notes).data
+    m["recovery_unweighted"] = 9.0 * 0.99 ** m["round"]   # falling 1 % a round
+    assert found[1].n_falling() == 1
+    assert "in 1 of these 1 runs" in archive.book_note(found, notes).data
     # the live profile is left out by default; an explicit list is used as given
     assert [a.profile for a in archive.summaries("table1", live="cpu-long")[0]] == ["paper"]
     assert [a.profile for a in archive.summaries("table1", live="cpu-long", profiles=["cpu-long"])[0]] == ["cpu-long"]

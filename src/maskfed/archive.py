@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from . import experiments, provenance
+from . import experiments, provenance, summary
 from .config import PROFILES, RunConfig, load_profile
 from .paths import REPO_ROOT
 from .runner import RunResult, load_run
@@ -260,6 +260,11 @@ class ArchivedSummary:
     label: ArchiveLabel         # provenance of those runs
     missing: list[str]          # labels of the experiment's runs the archive lacks
 
+    def n_falling(self) -> int:
+        """Runs whose recovery factor was still falling when they stopped
+        (:func:`maskfed.summary.log_trend` below 0 over the second half of the rounds)."""
+        return sum(summary.log_trend(r.metrics) < 0 for r in self.results)
+
 
 def summaries(experiment: str, *, live: str | None = None,
               profiles: list[str] | tuple[str, ...] | None = None) -> tuple[list[ArchivedSummary], list[str]]:
@@ -315,6 +320,8 @@ def book_note(found: list[ArchivedSummary], notes: list[str]) -> "IPython.displa
     items = []
     for a in found:
         text = f"<b>{html.escape(column_name(a.profile))}</b>: {html.escape(a.label.text())}"
+        text += (f" The recovery factor was still falling at the last round (log-trend slope over the second "
+                 f"half below 0) in {a.n_falling()} of these {len(a.results)} runs.")
         if a.missing:
             text += f" Not yet archived: {html.escape(', '.join(a.missing))}."
         items.append(text)
