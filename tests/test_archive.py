@@ -107,7 +107,8 @@ def test_load_archive_keeps_the_newest_of_duplicate_runs(dirs_in_tmp):
     root = dirs_in_tmp / "archive" / "smoke"
     cfg = make_run_config(**TINY)
     fake_run(root / "old", cfg, recovery=2.0, finished="2026-12-01T10:00:00+00:00", code_hash="0" * 16)
-    fake_run(root / "new", cfg, recovery=3.0, finished="2026-12-02T10:00:00+00:00")
+    fake_run(root / "new", cfg.model_copy(update={"device": "cuda"}), recovery=3.0,
+             finished="2026-12-02T10:00:00+00:00")  # the same run made on another device
     with pytest.warns(UserWarning, match="using the newer new"):
         back = archive.load_archive("smoke")
     assert [r.path.name for r in back] == ["new"]

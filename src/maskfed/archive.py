@@ -119,8 +119,9 @@ def load_archive(profile_name: str) -> list[RunResult]:
     Malformed folders (a missing file, unreadable JSON/CSV, a config the current
     code cannot read, a metrics table of the wrong length or missing columns) are
     skipped with a :class:`UserWarning` naming the folder and the reason. Where
-    several folders hold the same configuration (archived again after a code
-    change), only the most recently finished one is kept, with a warning.
+    several folders hold the same configuration up to :data:`WHERE_FIELDS` (archived
+    again after a code change, or from another machine), only the most recently
+    finished one is kept, with a warning.
 
     Args:
         profile_name: one of :data:`maskfed.config.PROFILES`.
@@ -132,14 +133,14 @@ def load_archive(profile_name: str) -> list[RunResult]:
     root = archive_dir() / profile_name
     if not root.is_dir():
         return []
-    newest: dict[str, RunResult] = {}
+    newest: dict[RunConfig, RunResult] = {}
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         try:
             r = _read(folder)
         except ValueError as exc:
             warnings.warn(f"archive {profile_name}: skipping malformed run folder {folder.name}: {exc}", stacklevel=2)
             continue
-        key = r.config.key()
+        key = _what(r.config)  # the same run, wherever its data lay and whichever device ran it
         if key in newest:
             old = newest[key]
             keep, drop = (r, old) if r.provenance["finished_utc"] > old.provenance["finished_utc"] else (old, r)
