@@ -2,7 +2,7 @@
 #   make book   create the environment, run the experiments, execute the notebooks, build the HTML book
 #   make test   create the environment and run the test suite
 #   make bench / make device-check   throughput benchmark / the prepared GPU check (README)
-# Variables: PROFILE (smoke | cpu | paper; default cpu), DATA (path to a CIFAR-10 archive or folder).
+# Variables: PROFILE (smoke | cpu | cpu-long | paper; default cpu), DATA (path to a CIFAR-10 archive or folder).
 
 SHELL   := /bin/bash
 PROFILE ?= cpu

@@ -140,9 +140,23 @@ def test_paper_profile_matches_section_iv_a():
     assert (prof.table2.batch_size, prof.table2.local_epochs) == (32, 2)
 
 
-@pytest.mark.parametrize("name", ["smoke", "cpu"])
+@pytest.mark.parametrize("name", ["smoke", "cpu", "cpu-long"])
 def test_small_profiles_are_marked_scaled_down(name):
     assert load_profile(name).scaled_down is True
+
+
+def test_cpu_long_is_the_cpu_profile_with_100_rounds():
+    cpu, long = load_profile("cpu"), load_profile("cpu-long")
+    a, b = cpu.run(0), long.run(0)
+
+    assert b.rounds == 100 and a.rounds == 25
+    assert (b.eval_every, b.eval_every_tail) == (4 * a.eval_every, 5)  # evaluation cadence scaled with the rounds
+    same = {"rounds", "eval_every", "eval_every_tail"}
+    assert {k: v for k, v in a.model_dump().items() if k not in same} == \
+        {k: v for k, v in b.model_dump().items() if k not in same}
+    assert (long.seeds, long.workers, long.table1, long.table2, long.control) == \
+        (cpu.seeds, 2, cpu.table1, cpu.table2, cpu.control)
+    assert "1 hour" in long.description and long.scaled_down
 
 
 def test_table1_configs_grid():

@@ -13,7 +13,7 @@ import torch
 from maskfed.config import make_run_config
 from maskfed import summary
 from maskfed.runner import RunResult
-from maskfed.summary import (METRICS, paper_table, rank_correlation, side_by_side, summarize, summarize_run,
+from maskfed.summary import (METRICS, compare, paper_table, rank_correlation, side_by_side, summarize, summarize_run,
                              tail_window)
 
 NAN = float("nan")
@@ -186,6 +186,33 @@ def test_side_by_side_columns_and_alignment():
     assert out[("train_loss", "paper")].isna().all()             # the paper has no train loss column
 
 
+def test_compare_keeps_each_source_in_its_own_column():
+    # prepare: the live profile, an archived profile covering only two of its rows, and the paper
+    idx = pd.MultiIndex.from_tuples([("full", 1), ("32", 2), ("16", 1)], names=["batch_size", "local_epochs"])
+    live = pd.DataFrame({"recovery_unweighted": [7.0, 1.3, 1.1]}, index=idx)
+    longer = pd.DataFrame({"recovery_unweighted": [1.2, 5.0]}, index=pd.MultiIndex.from_tuples(
+        [("32", 2), ("full", 1)], names=["batch_size", "local_epochs"]))
+    # execute
+    out = compare({"cpu": live, "cpu-long (archived)": longer, "paper": paper_table("table1")},
+                  ["recovery_unweighted", "test_acc"])
+    # assert: rows of the first source, others aligned by setting, never averaged together
+    assert list(out.columns) == [(q, s) for q in ("recovery_unweighted", "test_acc")
+                                 for s in ("cpu", "cpu-long (archived)", "paper")]
+    assert out.index.equals(idx)
+    assert out[("recovery_unweighted", "cpu")].tolist() == [7.0, 1.3, 1.1]
+    archived = out[("recovery_unweighted", "cpu-long (archived)")]
+    assert archived.iloc[:2].tolist() == [5.0, 1.2] and math.isnan(archived.iloc[2])
+    assert out[("recovery_unweighted", "paper")].iloc[:2].tolist() == [8.96, 1.19]
+    assert out[("test_acc", "cpu")].isna().all()                 # a quantity a source lacks is NaN
+    # assert: the old two-source form is compare with "ours" and "paper"
+    assert side_by_side(live, paper_table("table1"), ["recovery_unweighted"]).equals(
+        compare({"ours": live, "paper": paper_table("table1")}, ["recovery_unweighted"]))
+    with pytest.raises(ValueError, match="indexed by"):
+        compare({"cpu": live, "table2": paper_table("table2")}, ["recovery_unweighted"])
+    with pytest.raises(ValueError, match="at least one"):
+        compare({}, ["recovery_unweighted"])
+
+
 def test_rank_correlation_hand_cases():
     a = pd.Series([1.0, 2.0, 3.0, 4.0])
     assert rank_correlation(a, pd.Series([10.0, 20.0, 35.0, 100.0])) == pytest.approx(1.0)   # monotone, not linear
@@ -211,7 +238,7 @@ def test_rank_correlation_aligns_on_index():
     assert rank_correlation(a, b) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("name", ["smoke", "cpu", "paper"])
+@pytest.mark.parametrize("name", ["smoke", "cpu", "cpu-long", "paper"])
 def test_profiles_evaluate_inside_the_summary_window(name):
     # test_acc is summarised over the last tail_window(rounds) rounds, so each profile's evaluation
     # schedule (fedavg.eval_rounds) must test every eval_every_tail rounds inside that window.

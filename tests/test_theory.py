@@ -19,6 +19,7 @@ def test_profile_value():
     assert theory.profile_value("cpu", 1, 2) == 2
     assert theory.profile_value("paper", 1, 2) == 2
     assert theory.profile_value("paper", 1, 2, 3) == 3
+    assert theory.profile_value("cpu-long", 1, 2, 3) == 2  # longer FedAvg runs, the cpu derivation settings
     with pytest.raises(ValueError, match="profile"):
         theory.profile_value("gpu", 1, 2)
 

@@ -62,9 +62,11 @@ def styled(table: pd.DataFrame):
 
 
 def profile_table() -> pd.DataFrame:
-    """The three profiles side by side (name, scaled down, seeds, rounds, model, description)."""
+    """The profiles side by side (name, scaled down, seeds, rounds, model, description)."""
+    from .config import PROFILES
+
     rows = []
-    for name in ("smoke", "cpu", "paper"):
+    for name in PROFILES:
         p = load_profile(name)
         base = p.run(p.seeds[0])
         rows.append({"profile": name, "paper's setting": not p.scaled_down, "seeds": len(p.seeds),

@@ -1,4 +1,5 @@
-"""Command line: ``maskfed sweep`` (a profile's experiments) and ``maskfed run`` (one setting).
+"""Command line: ``maskfed sweep`` (a profile's experiments), ``maskfed run`` (one setting)
+and ``maskfed archive`` (copy a profile's finished runs into ``results/archive/``).
 
 Every :class:`~maskfed.config.RunConfig` field is also a flag (``--batch-size 128``,
 ``--local-epochs 5``, ``--alpha 0.1``, ``--rounds 100`` ...), overriding the profile's
@@ -11,6 +12,7 @@ Examples::
 
     maskfed sweep --profile cpu                       # the runs the book needs
     maskfed run --profile cpu --batch-size full --local-epochs 1 --alpha 0.1 --seeds 0 1 2
+    maskfed archive --profile cpu-long                # after its sweep: keep its runs in git
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import experiments, preflight, ray_backend, runner, summary
+from . import archive, experiments, preflight, ray_backend, runner, summary
 from .data import DataUnavailableError
 from .config import PROFILES, ConfigError, RunConfig, load_profile
 
@@ -71,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     one.add_argument("--workers", type=int, default=None, help="worker processes (default: the profile's)")
     one.add_argument("--force", action="store_true", help="recompute even if a finished run exists")
     _add_config_flags(one)
+    arch = sub.add_parser("archive", help="copy a profile's finished runs (every experiment) into results/archive/<profile>/")
+    arch.add_argument("--profile", required=True, help=f"one of {', '.join(PROFILES)}")
+    arch.add_argument("--data-path", default=None, help="CIFAR-10 archive or folder the sweep used (default: as the sweep)")
     return parser
 
 
@@ -103,8 +108,38 @@ def _error(exc: BaseException) -> int:
     return 2
 
 
+def archive_profile(name: str, data_path: str | None = None) -> list:
+    """Archive every finished run of a profile's experiments (``maskfed archive``).
+
+    Returns:
+        The archived folders.
+
+    Raises:
+        ConfigError: unknown profile.
+        RuntimeError: some of the profile's runs have not finished (names them and the
+            command that computes them); nothing is archived then.
+    """
+    profile = load_profile(name, data_path=data_path)
+    cfgs = experiments.all_configs(profile)
+    found = [runner.find_run(c) for c in cfgs]
+    missing = [c.label() for c, r in zip(cfgs, found) if r is None]
+    if missing:
+        raise RuntimeError(f"{len(missing)} of the {len(cfgs)} runs of profile {name!r} have not finished with the "
+                           f"current code and data: {', '.join(missing)}. Run `maskfed sweep --profile {name}` first; "
+                           "nothing was archived.")
+    return archive.archive_runs(found, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "archive":
+        try:
+            folders = archive_profile(args.profile, absolute_path(args.data_path) if args.data_path else None)
+        except (*INPUT_ERRORS, RuntimeError) as exc:
+            return _error(exc)
+        print(f"archived {len(folders)} run(s) of profile {args.profile} in {archive.archive_dir() / args.profile}",
+              file=sys.stderr)
+        return 0
     try:
         profile, cfgs = _plan(args)
         preflight.check_runs(cfgs)  # data, subsets, partitions, device: before any training

@@ -19,7 +19,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 BatchSize = Union[int, Literal["full"]]
-PROFILES = ("smoke", "cpu", "paper")
+#: Profile names (``profiles/<name>.yaml``); ``cpu-long`` is the cpu profile run 4x longer, meant to be archived.
+PROFILES = ("smoke", "cpu", "cpu-long", "paper")
 
 
 class ConfigError(ValueError):

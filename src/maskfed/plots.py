@@ -9,7 +9,8 @@ MARKERS = {"32": "o", "128": "s", "full": "^"}
 
 
 def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, *, k_c: int = 10,
-                         ax: plt.Axes | None = None, ours_label: str = "this run") -> plt.Axes:
+                         ax: plt.Axes | None = None, ours_label: str = "this run",
+                         others: dict[str, pd.DataFrame] | None = None) -> plt.Axes:
     """Figure 1: recovery factor 1/Δ_S against test accuracy for the local protocols.
 
     Marker shape encodes the batch size, the annotation the local epochs τ;
@@ -19,10 +20,13 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
         ours, paper: summaries indexed by (batch_size, local_epochs) with
             columns ``recovery_unweighted`` and ``test_acc`` (fraction).
         k_c: cohort size, drawn as the ceiling of 1/Δ_S.
+        others: further summaries of the same protocols (e.g. archived profiles),
+            ``{legend label: summary}``, each drawn filled in its own colour.
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.2))
     sources = [(ours, ours_label, dict(color="C0"))]
+    sources += [(df, label, dict(color=f"C{i}")) for i, (label, df) in enumerate((others or {}).items(), start=1)]
     if paper is not None:
         sources.append((paper, "paper (Yan et al. 2026)", dict(facecolor="none", edgecolor="0.45")))
     for df, label, style in sources:

@@ -142,12 +142,38 @@ def aggregation_gap_pct(table: pd.DataFrame, decimals: int | None = None) -> pd.
 
 def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """Our summary and the paper's values in adjacent columns: (quantity, "ours"/"paper")."""
-    paper = paper.reindex(ours.index)
-    parts = {}
-    for c in columns:
-        parts[(c, "ours")] = ours[c]
-        parts[(c, "paper")] = paper[c] if c in paper else np.nan
-    return pd.DataFrame(parts, index=ours.index)
+    return compare({"ours": ours, "paper": paper}, columns)
+
+
+def compare(sources: dict[str, pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    """Several summaries of the same settings, each quantity's sources in adjacent columns.
+
+    Each source stays its own column; nothing is pooled across sources.
+
+    Args:
+        sources: ``{name: summary}`` in column order, e.g. the live profile, archived
+            profiles and the paper's table; all indexed by the same setting fields. The
+            first source's index gives the rows; the others are aligned to it (missing
+            rows and quantities become NaN).
+        columns: quantities to show, e.g. :data:`maskfed.experiments.TABLE_COLUMNS`.
+
+    Returns:
+        DataFrame with (quantity, source name) columns.
+
+    Raises:
+        ValueError: no sources, or two sources indexed by different fields.
+    """
+    if not sources:
+        raise ValueError("sources must name at least one summary; got none")
+    first = next(iter(sources.values()))
+    for name, df in sources.items():
+        if list(df.index.names) != list(first.index.names):
+            raise ValueError(f"source {name!r} is indexed by {list(df.index.names)}; "
+                             f"expected {list(first.index.names)} like the first source")
+    aligned = {name: df.reindex(first.index) for name, df in sources.items()}
+    parts = {(c, name): (df[c] if c in df else pd.Series(np.nan, index=first.index))
+             for c in columns for name, df in aligned.items()}
+    return pd.DataFrame(parts, index=first.index)
 
 
 def rank_correlation(a: pd.Series, b: pd.Series) -> float:

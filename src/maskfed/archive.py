@@ -1,0 +1,330 @@
+"""An archive of finished runs kept in git: ``results/archive/<profile>/<run-folder>/``.
+
+Some profiles take too long to recompute in every ``make book`` (``cpu-long``:
+about an hour on 2 cores; ``paper``: a GPU). Their finished run folders are
+copied here once, small files only (:data:`FILES`: metrics, config, partition,
+provenance), committed, and read back by the book beside the live profile's
+numbers. Each profile's archive carries a provenance label (device, dates,
+commits, run-code hashes) that says plainly when the run code has changed
+since the runs were made. Archived runs are never pooled across profiles.
+
+``results/runs/`` stays a git-ignored cache; only ``results/archive/`` is tracked.
+``$MASKFED_ARCHIVE_DIR`` moves the archive (tests use this).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from . import experiments, provenance, summary
+from .config import PROFILES, RunConfig, load_profile
+from .paths import REPO_ROOT
+from .runner import RunResult, load_run
+
+if TYPE_CHECKING:
+    import IPython.display
+
+#: The files of a run folder that are archived (all small: a few kB to a few hundred kB).
+FILES = ("metrics.csv", "config.json", "partition.json", "provenance.json")
+#: Columns a metrics.csv must have to be read back.
+REQUIRED_COLUMNS = ("round", "recovery_unweighted", "recovery_weighted", "mu2_hat", "sigma2_hat", "test_acc")
+#: RunConfig fields that say where a run ran, not what it computed: ignored when matching
+#: archived runs to a profile's configurations.
+WHERE_FIELDS = ("data_path", "device")
+#: Profiles the book looks for in the archive, in column order.
+BOOK_PROFILES = ("cpu-long", "paper")
+
+
+def archive_dir() -> Path:
+    """The archive root: ``$MASKFED_ARCHIVE_DIR`` or ``<repo>/results/archive``."""
+    return Path(os.environ.get("MASKFED_ARCHIVE_DIR", REPO_ROOT / "results" / "archive"))
+
+
+def _check_profile(profile_name: str) -> None:
+    if profile_name not in PROFILES:
+        raise ValueError(f"profile_name must be one of {list(PROFILES)}; got {profile_name!r}")
+
+
+def archive_runs(results: list[RunResult], profile_name: str) -> list[Path]:
+    """Copy finished run folders into ``archive_dir()/<profile_name>/<run-folder>/``.
+
+    Only :data:`FILES` are copied. Each folder is written to a temporary name and
+    renamed into place, so an archived folder is always complete; a folder of the
+    same name (same config, code and data: the same run) is replaced.
+
+    Args:
+        results: finished runs (:class:`~maskfed.runner.RunResult`), e.g. from
+            :func:`maskfed.runner.run_many`.
+        profile_name: the profile they belong to, one of :data:`maskfed.config.PROFILES`.
+
+    Returns:
+        The archived folders, in the order of ``results``.
+
+    Raises:
+        ValueError: unknown profile name, or a run folder lacking one of :data:`FILES`
+            (checked for every run before anything is copied).
+    """
+    _check_profile(profile_name)
+    for r in results:
+        missing = [f for f in FILES if not (r.path / f).is_file()]
+        if missing:
+            raise ValueError(f"run folder {r.path} is not a finished run: missing {missing}")
+    dest_root = archive_dir() / profile_name
+    dest_root.mkdir(parents=True, exist_ok=True)
+    out = []
+    for r in results:
+        dest = dest_root / r.path.name
+        tmp = dest_root / f".tmp-{r.path.name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        for f in FILES:
+            shutil.copy2(r.path / f, tmp / f)
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(tmp, dest)
+        out.append(dest)
+    return out
+
+
+def _read(folder: Path) -> RunResult:
+    """Read one archived folder, raising ValueError with the reason if it is malformed."""
+    missing = [f for f in FILES if not (folder / f).is_file()]
+    if missing:
+        raise ValueError(f"missing {missing}")
+    try:
+        r = load_run(folder)
+    except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:  # bad JSON/CSV or unknown config fields
+        raise ValueError(f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+    absent = [c for c in REQUIRED_COLUMNS if c not in r.metrics.columns]
+    if absent:
+        raise ValueError(f"metrics.csv lacks columns {absent}")
+    if len(r.metrics) != r.config.rounds:
+        raise ValueError(f"metrics.csv has {len(r.metrics)} rows for a {r.config.rounds}-round run")
+    for key in ("code_hash", "commit", "finished_utc", "machine"):
+        if key not in r.provenance:
+            raise ValueError(f"provenance.json lacks {key!r}")
+    return r
+
+
+def load_archive(profile_name: str) -> list[RunResult]:
+    """The archived runs of one profile, sorted by folder name; [] when there are none.
+
+    Malformed folders (a missing file, unreadable JSON/CSV, a config the current
+    code cannot read, a metrics table of the wrong length or missing columns) are
+    skipped with a :class:`UserWarning` naming the folder and the reason. Where
+    several folders hold the same configuration up to :data:`WHERE_FIELDS` (archived
+    again after a code change, or from another machine), only the most recently
+    finished one is kept, with a warning.
+
+    Args:
+        profile_name: one of :data:`maskfed.config.PROFILES`.
+
+    Raises:
+        ValueError: unknown profile name.
+    """
+    _check_profile(profile_name)
+    root = archive_dir() / profile_name
+    if not root.is_dir():
+        return []
+    newest: dict[RunConfig, RunResult] = {}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        try:
+            r = _read(folder)
+        except ValueError as exc:
+            warnings.warn(f"archive {profile_name}: skipping malformed run folder {folder.name}: {exc}", stacklevel=2)
+            continue
+        key = _what(r.config)  # the same run, wherever its data lay and whichever device ran it
+        if key in newest:
+            old = newest[key]
+            keep, drop = (r, old) if r.provenance["finished_utc"] > old.provenance["finished_utc"] else (old, r)
+            warnings.warn(f"archive {profile_name}: {drop.path.name} and {keep.path.name} hold the same run; "
+                          f"using the newer {keep.path.name}", stacklevel=2)
+            newest[key] = keep
+        else:
+            newest[key] = r
+    return sorted(newest.values(), key=lambda r: r.path.name)
+
+
+def _what(cfg: RunConfig) -> RunConfig:
+    return cfg.model_copy(update={f: RunConfig.model_fields[f].default for f in WHERE_FIELDS})
+
+
+def select(results: list[RunResult], configs: list[RunConfig]) -> list[RunResult]:
+    """The runs among ``results`` whose configuration is one of ``configs``, in the order of ``configs``.
+
+    Configurations are compared on every field except :data:`WHERE_FIELDS` (where the
+    data lay, which device ran it). Configurations without a run are left out.
+    """
+    by_what = {_what(r.config): r for r in results}
+    return [by_what[_what(c)] for c in configs if _what(c) in by_what]
+
+
+def missing_runs(profile_name: str, results: list[RunResult] | None = None) -> list[str]:
+    """Labels of the profile's runs (every experiment) that ``results`` (default: its archive) lacks."""
+    results = load_archive(profile_name) if results is None else results
+    have = {_what(r.config) for r in results}
+    return [c.label() for c in experiments.all_configs(load_profile(profile_name)) if _what(c) not in have]
+
+
+@dataclass
+class ArchiveLabel:
+    """Where and when an archive's runs were made, and whether the run code has changed since."""
+
+    profile: str
+    runs: int
+    devices: list[str]          # e.g. ["cuda (NVIDIA H200)"], ["cpu (x86_64)"]
+    first_utc: str              # finish time of the earliest run, ISO 8601
+    last_utc: str               # finish time of the latest run
+    commits: list[str]          # 10-digit git commits, "+dirty" when src/ had uncommitted changes
+    code_hashes: list[str]      # run-code hashes (provenance.code_hash) of the runs
+    current_code_hash: str      # provenance.code_hash() of this checkout
+
+    @property
+    def code_changed(self) -> bool:
+        """True when some run was made by other run code than this checkout's."""
+        return any(h != self.current_code_hash for h in self.code_hashes)
+
+    def text(self) -> str:
+        """One plain sentence for the book, e.g. ``"12 runs on cpu (x86_64), finished 2026-12-01,
+        commit 1a2b3c4d5e, run code 0123456789abcdef (the same as this checkout's)."``"""
+        dates = sorted({self.first_utc[:10], self.last_utc[:10]})
+        code = ", ".join(self.code_hashes)
+        s = (f"{self.runs} run{'s' if self.runs != 1 else ''} on {', '.join(self.devices)}, "
+             f"finished {' to '.join(dates)}, commit{'s' if len(self.commits) > 1 else ''} {', '.join(self.commits)}, "
+             f"run code {code}")
+        if self.code_changed:
+            return (s + f". The run code has changed since these runs: their numbers are from code {code}, "
+                    f"not this checkout's {self.current_code_hash}.")
+        return s + " (the same as this checkout's)."
+
+
+def _device(p: dict) -> str:
+    m = p.get("machine", {})
+    detail = m.get("cuda_device") or m.get("processor") or "unknown machine"
+    return f"{m.get('device', '?')} ({detail})"
+
+
+def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
+    """The provenance label of a profile's archived runs.
+
+    Raises:
+        ValueError: ``results`` is empty.
+    """
+    if not results:
+        raise ValueError(f"no archived runs of profile {profile_name!r} to label")
+    provs = [r.provenance for r in results]
+    times = sorted(p["finished_utc"] for p in provs)
+    return ArchiveLabel(
+        profile=profile_name, runs=len(results),
+        devices=sorted({_device(p) for p in provs}), first_utc=times[0], last_utc=times[-1],
+        commits=sorted({p["commit"][:10] + ("+dirty" if p.get("dirty") else "") for p in provs}),
+        code_hashes=sorted({p["code_hash"] for p in provs}), current_code_hash=provenance.code_hash())
+
+
+def how_to_make(profile_name: str) -> str:
+    """The commands that create (or refresh) a profile's archive."""
+    return f"maskfed sweep --profile {profile_name} && maskfed archive --profile {profile_name}"
+
+
+def column_name(profile_name: str, *, archived: bool = True) -> str:
+    """Header of a profile's column in the book's tables: ``"cpu-long (archived)"``, or the bare
+    name for the live profile. The ``paper`` profile's is ``"paper profile ..."``, so as not to
+    read as (or collide with) the column of the paper's own values, ``"paper"``."""
+    name = f"{profile_name}{' profile' if profile_name == 'paper' else ''}"
+    return f"{name} (archived)" if archived else name
+
+
+def table_sources(live_name: str, live: pd.DataFrame, found: list["ArchivedSummary"],
+                  paper: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The columns of a book table, in order: the live profile, each archived profile, the paper.
+
+    Input for :func:`maskfed.summary.compare`; every source stays its own column.
+    """
+    return {column_name(live_name, archived=False): live,
+            **{column_name(a.profile): a.table for a in found}, "paper": paper}
+
+
+@dataclass
+class ArchivedSummary:
+    """One archived profile's runs of one experiment, summarised like the live runs."""
+
+    profile: str
+    results: list[RunResult]    # the archived runs of the experiment's configurations
+    table: pd.DataFrame         # experiments.table1 / table2 of those runs (never pooled with other profiles)
+    label: ArchiveLabel         # provenance of those runs
+    missing: list[str]          # labels of the experiment's runs the archive lacks
+
+    def n_falling(self) -> int:
+        """Runs whose recovery factor was still falling when they stopped
+        (:func:`maskfed.summary.log_trend` below 0 over the second half of the rounds)."""
+        return sum(summary.log_trend(r.metrics) < 0 for r in self.results)
+
+
+def summaries(experiment: str, *, live: str | None = None,
+              profiles: list[str] | tuple[str, ...] | None = None) -> tuple[list[ArchivedSummary], list[str]]:
+    """Archived summaries of one experiment for every profile in ``profiles`` that has archived runs.
+
+    Each profile's runs are matched to that profile's own configurations
+    (:func:`select`) and summarised on their own; profiles are never pooled.
+
+    Args:
+        experiment: "table1" or "table2".
+        live: the profile the book is built with. With ``profiles`` None it is left out
+            of :data:`BOOK_PROFILES` (``make book PROFILE=cpu-long`` recomputes cpu-long
+            live instead of reading its archive).
+        profiles: profiles to look for, in column order; None: :data:`BOOK_PROFILES`
+            less ``live``. A list given here is used as it is (a check can show a smoke
+            archive beside live smoke runs).
+
+    Returns:
+        ``(found, notes)``: an :class:`ArchivedSummary` per profile with runs, and one
+        sentence per profile without any (saying how to make its archive).
+
+    Raises:
+        ValueError: experiment other than "table1"/"table2", or an unknown profile.
+    """
+    tables = {"table1": experiments.table1, "table2": experiments.table2}
+    if experiment not in tables:
+        raise ValueError(f"experiment must be one of {sorted(tables)}; got {experiment!r}")
+    if profiles is None:
+        profiles = [p for p in BOOK_PROFILES if p != live]
+    for name in profiles:
+        _check_profile(name)
+    found, notes = [], []
+    for name in profiles:
+        cfgs = experiments.configs(load_profile(name), experiment)
+        runs = select(load_archive(name), cfgs)
+        if not runs:
+            where = " on a GPU" if name == "paper" else ""
+            notes.append(f"No archived run of the {name} profile's {experiment} settings exists "
+                         f"(make one{where} with: {how_to_make(name)}).")
+            continue
+        have = {_what(r.config) for r in runs}
+        found.append(ArchivedSummary(name, runs, tables[experiment](runs), label(runs, name),
+                                     [c.label() for c in cfgs if _what(c) not in have]))
+    return found, notes
+
+
+def book_note(found: list[ArchivedSummary], notes: list[str]) -> "IPython.display.HTML":
+    """The provenance labels of the archived columns (and the notes of absent archives), as HTML."""
+    import html
+
+    from IPython.display import HTML
+
+    items = []
+    for a in found:
+        text = f"<b>{html.escape(column_name(a.profile))}</b>: {html.escape(a.label.text())}"
+        text += (f" The recovery factor was still falling at the last round (log-trend slope over the second "
+                 f"half below 0) in {a.n_falling()} of these {len(a.results)} runs.")
+        if a.missing:
+            text += f" Not yet archived: {html.escape(', '.join(a.missing))}."
+        items.append(text)
+    items += [html.escape(n) for n in notes]
+    return HTML('<ul style="font-size: 0.85em">' + "".join(f"<li>{i}</li>" for i in items) + "</ul>")

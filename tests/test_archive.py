@@ -1,0 +1,237 @@
+"""The run archive: copying finished runs, reading them back (malformed folders skipped),
+the provenance label, matching archived runs to a profile, and per-profile summaries."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from maskfed import archive, cli, experiments, provenance, runner
+from maskfed.config import load_profile, make_run_config
+
+TINY = dict(dataset="synthetic", synthetic_train=200, synthetic_test=50, num_clients=4, cohort_size=2, rounds=2,
+            model="small_cnn_gn", width=2, batch_size=16, local_epochs=1, eval_every=1)
+
+
+@pytest.fixture(autouse=True)
+def dirs_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("MASKFED_ARCHIVE_DIR", str(tmp_path / "archive"))
+    return tmp_path
+
+
+def fake_run(folder, cfg, *, recovery, acc=0.5, code_hash=None, finished="2026-12-01T10:00:00+00:00",
+             commit="a" * 40, dirty=False, device="cpu", cuda=None):
+    """Write a finished run folder by hand: constant per-round metrics, so its summary is known."""
+    folder.mkdir(parents=True)
+    r = np.arange(1, cfg.rounds + 1)
+    pd.DataFrame({"round": r, "T_mean": 4.0, "recovery_unweighted": recovery, "recovery_weighted": recovery,
+                  "mu2_hat": 1.0, "sigma2_hat": 2.0, "test_acc": acc, "train_loss": 1.0}).to_csv(
+        folder / "metrics.csv", index=False)
+    (folder / "config.json").write_text(cfg.model_dump_json())
+    (folder / "partition.json").write_text(json.dumps({"sizes": [1], "min": 1, "max": 1}))
+    machine = {"device": device, "processor": "x86_64", **({"cuda_device": cuda} if cuda else {})}
+    (folder / "provenance.json").write_text(json.dumps({
+        "seed": cfg.seed, "code_hash": code_hash or provenance.code_hash(), "commit": commit, "dirty": dirty,
+        "machine": machine, "finished_utc": finished}))
+    return folder
+
+
+def test_archive_runs_copies_small_files_and_reads_back(dirs_in_tmp):
+    # prepare: two real (tiny) runs, one with an extra file in its folder that must not be archived
+    cfgs = [make_run_config(**TINY), make_run_config(**{**TINY, "batch_size": "full"})]
+    results = runner.run_many(cfgs, workers=1, progress=False)
+    (results[0].path / "scratch.bin").write_bytes(b"x" * 10)
+    # execute
+    folders = archive.archive_runs(results, "smoke")
+    back = archive.load_archive("smoke")
+    # assert
+    assert [f.parent for f in folders] == [dirs_in_tmp / "archive" / "smoke"] * 2
+    assert [f.name for f in folders] == [r.path.name for r in results]
+    assert sorted(p.name for p in folders[0].iterdir()) == sorted(archive.FILES)
+    assert sorted(r.path.name for r in back) == sorted(r.path.name for r in results)
+    for r in results:
+        b = next(x for x in back if x.path.name == r.path.name)
+        assert b.config == r.config and b.provenance == r.provenance
+        pd.testing.assert_frame_equal(b.metrics, r.metrics)
+    # archiving again replaces the folders (same runs), leaving no temporary folder behind
+    archive.archive_runs(results, "smoke")
+    assert sorted(p.name for p in (dirs_in_tmp / "archive" / "smoke").iterdir()) == sorted(f.name for f in folders)
+
+
+def test_archive_runs_refuses_unfinished_folders_and_unknown_profiles(dirs_in_tmp):
+    cfg = make_run_config(**TINY)
+    done = fake_run(dirs_in_tmp / "runs" / "a", cfg, recovery=2.0)
+    (done / "provenance.json").unlink()
+    r = runner.RunResult(cfg, done, pd.DataFrame(), {})
+    with pytest.raises(ValueError, match="provenance.json"):
+        archive.archive_runs([r], "smoke")
+    assert not (dirs_in_tmp / "archive" / "smoke").exists()  # nothing copied
+    with pytest.raises(ValueError, match="profile_name must be one of"):
+        archive.archive_runs([], "laptop")
+    with pytest.raises(ValueError, match="profile_name must be one of"):
+        archive.load_archive("laptop")
+
+
+def test_load_archive_without_archive_is_empty():
+    assert archive.load_archive("cpu-long") == []
+
+
+def test_load_archive_skips_malformed_folders_with_a_warning(dirs_in_tmp):
+    root = dirs_in_tmp / "archive" / "smoke"
+    cfg = make_run_config(**TINY)
+    fake_run(root / "good", cfg, recovery=2.0)
+    fake_run(root / "no-provenance", cfg.model_copy(update={"seed": 1}), recovery=2.0)
+    (root / "no-provenance" / "provenance.json").unlink()
+    fake_run(root / "bad-json", cfg.model_copy(update={"seed": 2}), recovery=2.0)
+    (root / "bad-json" / "config.json").write_text("{not json")
+    fake_run(root / "short", cfg.model_copy(update={"seed": 3, "rounds": 5}), recovery=2.0)
+    pd.read_csv(root / "short" / "metrics.csv").head(3).to_csv(root / "short" / "metrics.csv", index=False)
+    fake_run(root / "unknown-field", cfg.model_copy(update={"seed": 4}), recovery=2.0)
+    (root / "unknown-field" / "config.json").write_text(json.dumps({**cfg.model_dump(mode="json"), "warp": 9}))
+    (root / ".tmp-half-written").mkdir()  # an interrupted copy: ignored silently
+
+    with pytest.warns(UserWarning) as caught:
+        back = archive.load_archive("smoke")
+
+    assert [r.path.name for r in back] == ["good"]
+    messages = " | ".join(str(w.message) for w in caught)
+    for name, reason in [("no-provenance", "provenance.json"), ("bad-json", "unreadable"),
+                         ("short", "3 rows for a 5-round run"), ("unknown-field", "unreadable")]:
+        assert f"{name}: " in messages and reason in messages
+    assert ".tmp-half-written" not in messages
+
+
+def test_load_archive_keeps_the_newest_of_duplicate_runs(dirs_in_tmp):
+    root = dirs_in_tmp / "archive" / "smoke"
+    cfg = make_run_config(**TINY)
+    fake_run(root / "old", cfg, recovery=2.0, finished="2026-12-01T10:00:00+00:00", code_hash="0" * 16)
+    fake_run(root / "new", cfg.model_copy(update={"device": "cuda"}), recovery=3.0,
+             finished="2026-12-02T10:00:00+00:00")  # the same run made on another device
+    with pytest.warns(UserWarning, match="using the newer new"):
+        back = archive.load_archive("smoke")
+    assert [r.path.name for r in back] == ["new"]
+
+
+def test_label_names_devices_dates_commits_and_a_code_change(dirs_in_tmp, monkeypatch):
+    root = dirs_in_tmp / "archive" / "paper"
+    cfg = make_run_config(**TINY)
+    a = fake_run(root / "a", cfg, recovery=2.0, code_hash="1111222233334444", finished="2026-12-01T23:00:00+00:00",
+                 commit="abcdef0123" + "9" * 30, device="cuda", cuda="NVIDIA H200")
+    b = fake_run(root / "b", cfg.model_copy(update={"seed": 1}), recovery=2.0, code_hash="1111222233334444",
+                 finished="2026-12-03T01:00:00+00:00", commit="0123456789" + "8" * 30, dirty=True,
+                 device="cuda", cuda="NVIDIA H200")
+    runs = [runner.load_run(a), runner.load_run(b)]
+    monkeypatch.setattr(provenance, "code_hash", lambda: "1111222233334444")
+    same = archive.label(runs, "paper")
+    assert (same.runs, same.devices, same.first_utc[:10], same.last_utc[:10]) == (
+        2, ["cuda (NVIDIA H200)"], "2026-12-01", "2026-12-03")
+    assert same.commits == ["0123456789+dirty", "abcdef0123"] and same.code_changed is False
+    assert same.text() == ("2 runs on cuda (NVIDIA H200), finished 2026-12-01 to 2026-12-03, commits "
+                           "0123456789+dirty, abcdef0123, run code 1111222233334444 (the same as this checkout's).")
+    monkeypatch.setattr(provenance, "code_hash", lambda: "ffffeeeeddddcccc")
+    changed = archive.label(runs, "paper")
+    assert changed.code_changed is True
+    assert changed.text().endswith("The run code has changed since these runs: their numbers are from code "
+                                   "1111222233334444, not this checkout's ffffeeeeddddcccc.")
+    with pytest.raises(ValueError, match="no archived runs"):
+        archive.label([], "paper")
+
+
+def test_select_ignores_where_a_run_ran_but_not_what_it_computed():
+    base = make_run_config(**TINY)
+    moved = base.model_copy(update={"data_path": "/elsewhere", "device": "cpu"})
+    other = base.model_copy(update={"lr": 0.02})
+    runs = [runner.RunResult(c, None, None, {}) for c in (moved, other)]
+    assert archive.select(runs, [other, base]) == [runs[1], runs[0]]  # order of the configs
+    assert archive.select(runs, [base.model_copy(update={"rounds": 3})]) == []
+
+
+def test_summaries_per_profile_never_pooled_and_notes_for_absent_archives(dirs_in_tmp):
+    # prepare: a full cpu-long Table I archive with 1/Δ_S = 2 everywhere except bs 32, τ 1 (= 5),
+    # a second run of that setting in the *paper* archive with 1/Δ_S = 9, and one extra cpu-long
+    # run that belongs to no Table I setting (α = 1: a Table II run).
+    long = load_profile("cpu-long")
+    for c in experiments.configs(long, "table1"):
+        fake_run(dirs_in_tmp / "archive" / "cpu-long" / c.label(), c,
+                 recovery=5.0 if (c.batch_size, c.local_epochs) == (32, 1) else 2.0)
+    t2 = experiments.configs(long, "table2")[1]
+    fake_run(dirs_in_tmp / "archive" / "cpu-long" / t2.label(), t2, recovery=100.0)
+    paper_cfg = experiments.configs(load_profile("paper"), "table1")[0]  # bs 32, τ 1, seed 0
+    fake_run(dirs_in_tmp / "archive" / "paper" / paper_cfg.label(), paper_cfg, recovery=9.0, device="cuda",
+             cuda="NVIDIA H200")
+    # execute
+    found, notes = archive.summaries("table1", live="cpu")
+    # assert: one summary per profile, each from its own runs only
+    assert [a.profile for a in found] == ["cpu-long", "paper"]
+    long_t, paper_t = found[0].table, found[1].table
+    assert long_t.loc[("32", 1), "recovery_unweighted"] == 5.0
+    assert (long_t["recovery_unweighted"].drop(("32", 1)) == 2.0).all()  # the α = 1 run was not pooled in
+    assert len(long_t) == 9 and found[0].missing == [] and found[0].label.runs == 9
+    assert list(paper_t.index) == [("32", 1)] and paper_t["recovery_unweighted"].item() == 9.0
+    assert len(found[1].missing) == 9 * 3 - 1 and found[1].label.devices == ["cuda (NVIDIA H200)"]
+    assert notes == []
+    m = found[1].results[0].metrics
+    m["recovery_unweighted"] = 9.0 * 1.01 ** m["round"]   # rising 1 % a round
+    assert found[1].n_falling() == 0
+    assert "in 0 of these 1 runs" in archive.book_note(found, notes).data
+    m["recovery_unweighted"] = 9.0 * 0.99 ** m["round"]   # falling 1 % a round
+    assert found[1].n_falling() == 1
+    assert "in 1 of these 1 runs" in archive.book_note(found, notes).data
+    # the live profile is left out by default; an explicit list is used as given
+    assert [a.profile for a in archive.summaries("table1", live="cpu-long")[0]] == ["paper"]
+    assert [a.profile for a in archive.summaries("table1", live="cpu-long", profiles=["cpu-long"])[0]] == ["cpu-long"]
+    # Table II reads the α runs only: α = 1 present, α = 100 (the Table I run bs 32, τ 2) too, α = 0.1 missing
+    t2_found, _ = archive.summaries("table2", live="cpu", profiles=["cpu-long"])
+    assert list(t2_found[0].table.index) == [100.0, 1.0]
+    assert t2_found[0].table.loc[1.0, "recovery_unweighted"] == 100.0
+    assert t2_found[0].missing == [experiments.configs(long, "table2")[2].label()]
+    with pytest.raises(ValueError, match="experiment must be one of"):
+        archive.summaries("control")
+
+
+def test_summaries_without_archive_say_how_to_make_one():
+    found, notes = archive.summaries("table1", live="smoke")
+    assert found == []
+    assert notes == [
+        "No archived run of the cpu-long profile's table1 settings exists "
+        "(make one with: maskfed sweep --profile cpu-long && maskfed archive --profile cpu-long).",
+        "No archived run of the paper profile's table1 settings exists "
+        "(make one on a GPU with: maskfed sweep --profile paper && maskfed archive --profile paper)."]
+    html = archive.book_note(found, notes).data
+    assert html.count("<li>") == 2 and "cpu-long" in html
+
+
+def test_missing_runs_lists_the_profile_runs_not_archived(dirs_in_tmp):
+    smoke = load_profile("smoke")
+    cfgs = experiments.all_configs(smoke)
+    for c in cfgs[:-1]:
+        fake_run(dirs_in_tmp / "archive" / "smoke" / c.label(), c, recovery=2.0)
+    assert archive.missing_runs("smoke") == [cfgs[-1].label()]
+
+
+def test_cli_archive_refuses_until_every_run_has_finished(dirs_in_tmp, monkeypatch, capsys):
+    cfgs = [make_run_config(**TINY), make_run_config(**{**TINY, "local_epochs": 2})]
+    monkeypatch.setattr(cli.experiments, "all_configs", lambda profile: cfgs)  # a two-run "profile"
+    runner.run(cfgs[0], progress=False)
+
+    assert cli.main(["archive", "--profile", "smoke"]) == 2
+    err = capsys.readouterr().err
+    assert "1 of the 2 runs" in err and cfgs[1].label() in err and "maskfed sweep --profile smoke" in err
+    assert not (dirs_in_tmp / "archive").exists()
+
+    runner.run(cfgs[1], progress=False)
+    assert cli.main(["archive", "--profile", "smoke"]) == 0
+    assert len(archive.load_archive("smoke")) == 2
+    assert cli.main(["archive", "--profile", "laptop"]) == 2
+    assert "profile must be one of" in capsys.readouterr().err
+
+
+def test_table_sources_keep_the_paper_profile_apart_from_the_papers_values():
+    live, arch, paper = (pd.DataFrame({"x": [v]}) for v in (1.0, 2.0, 3.0))
+    found = [archive.ArchivedSummary("paper", [], arch, None, [])]
+    assert archive.table_sources("cpu", live, found, paper) == {
+        "cpu": live, "paper profile (archived)": arch, "paper": paper}
+    # a build at the paper profile: its live column must not overwrite the paper's values
+    assert list(archive.table_sources("paper", live, [], paper)) == ["paper profile", "paper"]
