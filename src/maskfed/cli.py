@@ -73,10 +73,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"maskfed: error: {exc}", file=sys.stderr)
         return 2
     print(f"profile {profile.name}: {len(cfgs)} run(s); results in {runner.results_dir() / 'runs'}", file=sys.stderr)
-    if getattr(args, "force", False):
-        results = [runner.run(c, force=True) for c in cfgs]
-    else:
-        results = runner.run_many(cfgs, workers=args.workers or profile.workers)
+    try:
+        if getattr(args, "force", False):
+            results = [runner.run(c, force=True) for c in cfgs]
+        else:
+            results = runner.run_many(cfgs, workers=args.workers or profile.workers)
+    except KeyboardInterrupt as exc:  # Ctrl-C: finished runs and checkpoints are on disk
+        if getattr(args, "force", False):
+            msg = "interrupted; --force starts every run from round 1: rerun without it to resume from the checkpoints"
+        else:
+            msg = str(exc) or "interrupted; " + runner.resume_hint()
+        print(f"maskfed: {msg}", file=sys.stderr)
+        return 130
     table = summary.summarize(results, ["dataset", "model", "partition", "alpha", "batch_size", "local_epochs"])
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.drop(columns=["train_loss"]).to_string(float_format=lambda v: f"{v:.4g}"))

@@ -17,6 +17,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from . import data as data_mod
-from . import fedavg, partition, provenance
+from . import checkpoint, fedavg, partition, provenance
 from .config import RunConfig
 from .models import build_model, num_parameters
 from .paths import results_dir
@@ -130,9 +131,17 @@ def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.devic
 def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunResult:
     """Run one FedAvg configuration, or return its finished run folder.
 
+    While it trains, the run saves a checkpoint every ``cfg.checkpoint_every``
+    rounds into its hidden partial folder (:mod:`maskfed.checkpoint`); the same
+    call after a kill or Ctrl-C resumes from the last one, and on the same device
+    gives numbers bit-identical to a run that never stopped. The finished folder
+    is renamed into place atomically and the partial folder removed. Only one
+    process computes a run at a time: a second one waits, then reuses it.
+
     Args:
         cfg: the run's configuration (validated).
-        force: recompute even if a finished run exists.
+        force: recompute even if a finished run exists; also ignores (and deletes)
+            a checkpoint, so the run starts from round 1.
         progress: show a tqdm bar over rounds.
 
     Returns:
@@ -147,25 +156,52 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
     if (path / "provenance.json").exists() and not force:
         return load_run(path)
     device = _device(cfg.device)
+    key = run_key(cfg, images)
+    with checkpoint.claim(checkpoint.partial_dir(path)) as partial:
+        if (path / "provenance.json").exists() and not force:  # finished by another process while we waited
+            return load_run(path)
+        return _train(cfg, images, path, key, partial, device, force=force, progress=progress)
+
+
+def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, partial: Path,
+           device: torch.device, *, force: bool, progress: bool) -> RunResult:
+    """Train ``cfg`` (from its checkpoint if there is one), write the run folder, drop the checkpoint."""
     t0 = time.perf_counter()
     data = prepare_data(cfg, images, device)
     torch.manual_seed(cfg.seed)
     num_classes = int(images.y_train.max()) + 1
     model = build_model(cfg.model, num_classes=num_classes, gn_groups=cfg.gn_groups, width=cfg.width).to(device)
-    bar = tqdm(total=cfg.rounds, desc=cfg.label(), leave=False, disable=not progress, mininterval=2.0)
+    if force:
+        checkpoint.discard(partial)
+    state = checkpoint.load(partial, key)
+    if state is not None:
+        checkpoint.restore_rng(state)
+    done_before = 0 if state is None else state.rounds_done
+    wall_before = 0.0 if state is None else state.wall_s
+
+    def save_state(rounds_done: int, theta_P: torch.Tensor, records: list[dict]) -> None:
+        if cfg.checkpoint_every and rounds_done % cfg.checkpoint_every == 0 and rounds_done < cfg.rounds:
+            wall = wall_before + time.perf_counter() - t0
+            checkpoint.save(partial, checkpoint.RunState(rounds_done, theta_P, records, wall_s=wall), key)
+
+    bar = tqdm(total=cfg.rounds, initial=done_before, desc=cfg.label(), leave=False, disable=not progress,
+               mininterval=2.0)
     records = fedavg.run_fedavg(
         model, data, rounds=cfg.rounds, cohort_size=cfg.cohort_size, local_epochs=cfg.local_epochs,
         batch_size=cfg.batch_size, lr=cfg.lr, aggregation=cfg.aggregation, seed=cfg.seed,
         identical_client_seeds=cfg.identical_client_seeds,
-        eval_at=fedavg.eval_rounds(cfg.rounds, cfg.eval_every, cfg.eval_every_tail), progress=bar)
+        eval_at=fedavg.eval_rounds(cfg.rounds, cfg.eval_every, cfg.eval_every_tail), progress=bar,
+        start_round=done_before, theta_P=None if state is None else state.theta_P.to(device),
+        records=None if state is None else state.records, on_state=save_state)
     bar.close()
     sizes = [len(p) for p in data.parts]
     prov = {
-        "run_key": run_key(cfg, images), "data_fingerprint": data_fingerprint(images), "label": cfg.label(), "seed": cfg.seed,
+        "run_key": key, "data_fingerprint": data_fingerprint(images), "label": cfg.label(), "seed": cfg.seed,
         "code_hash": provenance.code_hash(), **provenance.git_state(),
         "packages": provenance.package_versions(), "machine": provenance.machine(str(device)),
         "data_source": images.source, "data_source_kind": images.source_kind,
-        "num_parameters": num_parameters(model), "wall_s": time.perf_counter() - t0,
+        "num_parameters": num_parameters(model), "wall_s": wall_before + time.perf_counter() - t0,
+        "resumed_after_round": done_before,
         "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     _write_atomically(path, replace=force, files={
@@ -174,24 +210,33 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
         "partition.json": json.dumps({"sizes": sizes, "min": min(sizes), "max": max(sizes)}),
         "provenance.json": json.dumps(prov, indent=2),
     })
+    checkpoint.discard(partial)
     return load_run(path)
 
 
 def _write_atomically(path: Path, files: dict[str, str], replace: bool = False) -> None:
+    """Write ``files`` into a hidden temporary folder, then rename it to ``path`` in one step.
+
+    A folder at ``path`` is therefore always complete; an interruption while
+    writing leaves at most the hidden ``.tmp-*`` folder, which is removed.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".tmp-{path.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for name, text in files.items():
-        (tmp / name).write_text(text)
-    old = path.parent / f".old-{path.name}-{os.getpid()}"
-    if replace and path.exists():  # a forced rerun: move the old folder aside first
-        os.replace(path, old)
     try:
-        os.replace(tmp, path)
-    except OSError:  # another process finished the same run first: keep theirs
+        tmp.mkdir()
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+        old = path.parent / f".old-{path.name}-{os.getpid()}"
+        if replace and path.exists():  # a forced rerun: move the old folder aside first
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # another process finished the same run first: keep theirs
+            pass
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _cost(cfg: RunConfig) -> float:
@@ -199,6 +244,8 @@ def _cost(cfg: RunConfig) -> float:
 
 
 def _worker_init() -> None:
+    """One torch thread; Ctrl-C is left to the parent, which stops the workers itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
 
 
@@ -206,37 +253,85 @@ def _run_in_worker(cfg_json: str) -> str:
     return str(run(RunConfig(**json.loads(cfg_json)), progress=False).path)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) during :func:`run_many`; ``str()`` says what was kept and how to resume."""
+
+
+def resume_hint() -> str:
+    """How to continue after an interruption (used by :class:`Interrupted` and the CLI)."""
+    return (f"rerun the same command to resume: finished runs are reused, and each unfinished run continues "
+            f"from its last checkpoint (hidden .partial-* folders in {results_dir() / 'runs'})")
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel queued runs and end the worker processes now (their checkpoints stay on disk)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    if terminate is not None:
+        terminate()
+        return
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):  # Python 3.11-3.13
+        proc.terminate()
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.join(timeout=5)
+
+
 def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = True) -> list[RunResult]:
     """Run several configurations (finished ones are reused), in parallel processes.
 
     Runs are independent, so ``workers`` one-thread processes share them out,
     longest first. Results come back in the order of ``configs``. A run that
-    fails does not discard the others: they are kept on disk and the first
-    error is raised at the end.
+    fails does not discard the others: every other run still runs and is kept on
+    disk, and the first failure is raised at the end as its own exception (same
+    type and message, with a note naming the run and the number of failures).
+
+    Ctrl-C stops within seconds: queued runs are cancelled and worker processes
+    ended; finished runs stay, unfinished ones keep their last checkpoint in
+    their hidden ``.partial-*`` folder, and no run folder is left half-written.
+    The same call again resumes them (:func:`run`).
 
     Args:
         configs: run configurations (duplicates are run once).
         workers: worker processes; 1 runs in this process with torch's default threads.
         progress: tqdm bars.
+
+    Raises:
+        Interrupted: on Ctrl-C, with what was kept and how to resume.
+        Exception: the first failed run's own error, after every other run ended.
     """
     unique = list(dict.fromkeys(configs))
     done = {c: find_run(c) for c in unique}
     pending = [c for c in unique if done[c] is None]
-    if pending and workers > 1 and len(pending) > 1:
-        pending.sort(key=_cost, reverse=True)
-        ctx = multiprocessing.get_context("spawn")
-        errors = []
-        with ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=ctx,
-                                 initializer=_worker_init) as pool:
-            futures = {pool.submit(_run_in_worker, c.model_dump_json()): c for c in pending}
-            for fut in tqdm(as_completed(futures), total=len(futures), desc="runs", disable=not progress):
-                if fut.exception() is not None:
-                    errors.append((futures[fut].label(), fut.exception()))
-                else:
-                    done[futures[fut]] = load_run(Path(fut.result()))
-        if errors:
-            raise RuntimeError(f"{len(errors)} run(s) failed; first: {errors[0][0]}") from errors[0][1]
-    else:
-        for c in tqdm(pending, desc="runs", disable=not progress or len(pending) < 2):
-            done[c] = run(c, progress=progress)
+    errors: list[tuple[RunConfig, BaseException]] = []
+    try:
+        if pending and workers > 1 and len(pending) > 1:
+            pending.sort(key=_cost, reverse=True)
+            pool = ProcessPoolExecutor(max_workers=min(workers, len(pending)),
+                                       mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init)
+            try:
+                futures = {pool.submit(_run_in_worker, c.model_dump_json()): c for c in pending}
+                for fut in tqdm(as_completed(futures), total=len(futures), desc="runs", disable=not progress):
+                    if fut.exception() is not None:
+                        errors.append((futures[fut], fut.exception()))
+                    else:
+                        done[futures[fut]] = load_run(Path(fut.result()))
+            except BaseException:
+                _stop_workers(pool)
+                raise
+            pool.shutdown(wait=True)
+        else:
+            for c in tqdm(pending, desc="runs", disable=not progress or len(pending) < 2):
+                try:
+                    done[c] = run(c, progress=progress)
+                except Exception as exc:  # noqa: BLE001 - kept and re-raised below, after the other runs
+                    errors.append((c, exc))
+    except KeyboardInterrupt:
+        finished = sum(r is not None for r in done.values())
+        raise Interrupted(f"interrupted; {finished} of {len(unique)} run(s) finished and kept; "
+                          + resume_hint()) from None
+    if errors:
+        cfg, exc = errors[0]
+        exc.add_note(f"(run {cfg.label()}; {len(errors)} of {len(unique)} run(s) failed, "
+                     "the others are kept)")
+        raise exc
     return [done[c] for c in configs]
