@@ -265,15 +265,17 @@ def resume_hint() -> str:
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Cancel queued runs and end the worker processes now (their checkpoints stay on disk)."""
-    pool.shutdown(wait=False, cancel_futures=True)
     terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
     if terminate is not None:
         terminate()
         return
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):  # Python 3.11-3.13
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # Python 3.11-3.13; shutdown clears it
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
         proc.terminate()
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+    for proc in procs:
         proc.join(timeout=5)
+    pool.shutdown(wait=True)  # the pool's own thread sees the ended workers and releases its queues
 
 
 def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = True) -> list[RunResult]:
@@ -326,7 +328,7 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
                 except Exception as exc:  # noqa: BLE001 - kept and re-raised below, after the other runs
                     errors.append((c, exc))
     except KeyboardInterrupt:
-        finished = sum(r is not None for r in done.values())
+        finished = sum(find_run(c) is not None for c in unique)  # on disk: one may have landed just now
         raise Interrupted(f"interrupted; {finished} of {len(unique)} run(s) finished and kept; "
                           + resume_hint()) from None
     if errors:
