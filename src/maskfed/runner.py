@@ -6,8 +6,15 @@ round), ``config.json`` (the resolved :class:`~maskfed.config.RunConfig`),
 dirty flag, code hash, package versions, device, data source, wall time). It is
 written to a temporary folder and renamed into place when the run ends, so a
 folder that exists is complete, and an interrupted sweep keeps every run it
-had finished. The key hashes the config, the source code of ``maskfed`` and
-a fingerprint of the data: a code change never reuses stale numbers.
+had finished. The key hashes the config (less ``checkpoint_every``), the
+source code of ``maskfed`` and a fingerprint of the data: a code change never
+reuses stale numbers.
+
+While a run trains, its checkpoints live in the hidden partial folder
+``results/runs/.partial-<label>-<key>`` (:mod:`maskfed.checkpoint`): the same
+call after a kill resumes from it, and Ctrl-C during :func:`run_many` ends the
+worker processes at once and raises :class:`Interrupted`, whose message says
+how to resume.
 """
 
 from __future__ import annotations
