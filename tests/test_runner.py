@@ -272,3 +272,18 @@ def test_ctrl_c_stops_a_sweep_with_workers_keeps_finished_runs_and_resumes(tmp_p
         assert res.provenance["resumed_after_round"] >= rounds_done
         straight = runner.run(res.config.model_copy(update={"checkpoint_every": 0}), force=True, progress=False)
         _same_metrics(straight.metrics, res.metrics)
+
+
+def test_ctrl_c_in_a_one_process_sweep_says_what_was_kept_and_how_to_resume(results_in_tmp, monkeypatch):
+    cfgs = [make_run_config(**{**TINY, "seed": s}) for s in (0, 1)]
+    real_run = runner.run
+
+    def interrupted_second(cfg, **kw):
+        if cfg.seed == 1:
+            raise KeyboardInterrupt
+        return real_run(cfg, **kw)
+
+    monkeypatch.setattr(runner, "run", interrupted_second)
+    with pytest.raises(runner.Interrupted, match="1 of 2 run.s. finished and kept; rerun the same command to resume"):
+        runner.run_many(cfgs, workers=1, progress=False)
+    assert runner.find_run(cfgs[0]) is not None and runner.find_run(cfgs[1]) is None

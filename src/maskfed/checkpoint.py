@@ -60,8 +60,8 @@ class RunState:
     records: list[dict]                 # the per-round records of rounds 1..rounds_done
     wall_s: float = 0.0                 # seconds spent on the run so far, over every attempt
     torch_rng: torch.Tensor = field(default_factory=torch.get_rng_state)  # global CPU generator state
-    cuda_rng: list[torch.Tensor] | None = field(  # global CUDA generator states, one per device; None without CUDA
-        default_factory=lambda: torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+    cuda_rng: list[torch.Tensor] | None = field(  # global CUDA generator states, one per device; None if CUDA unused
+        default_factory=lambda: torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
 
 
 def partial_dir(run_path: Path) -> Path:
