@@ -80,6 +80,7 @@ def test_a_failing_run_keeps_the_finished_ones_and_raises_its_own_error(results_
     assert "1 of 2 run(s) failed" in "".join(info.value.__notes__)
     assert runner.find_run(good) is not None
     assert runner.find_run(bad) is None
+    assert [p.name for p in (results_in_tmp / "runs").iterdir()] == [runner.find_run(good).path.name]  # no litter
 
 
 def test_force_recomputes_and_replaces_the_folder(results_in_tmp):

@@ -80,8 +80,11 @@ def save(folder: Path, state: RunState, run_key: str) -> None:
             "theta_P": state.theta_P.detach().cpu().clone(), "records_json": json.dumps(state.records),
             "wall_s": float(state.wall_s), "torch_rng": state.torch_rng, "cuda_rng": state.cuda_rng}
     tmp = folder / f".{CHECKPOINT}.{os.getpid()}.tmp"
-    torch.save(blob, tmp)
-    os.replace(tmp, folder / CHECKPOINT)
+    try:
+        torch.save(blob, tmp)
+        os.replace(tmp, folder / CHECKPOINT)
+    finally:
+        tmp.unlink(missing_ok=True)  # only left if interrupted while writing
 
 
 def load(folder: Path, run_key: str) -> RunState | None:
@@ -125,8 +128,8 @@ def claim(folder: Path):
 
     If another process holds it, says so on stderr (with that process's pid and
     host) and waits. The caller must check again, once inside, whether the run was
-    finished meanwhile. After a clean exit with no checkpoint left (the run
-    finished or was never saved), the folder is removed.
+    finished meanwhile. On leaving, a folder with no checkpoint in it (the run
+    finished, or failed or stopped before its first checkpoint) is removed.
     """
     folder.mkdir(parents=True, exist_ok=True)
     lock = FileLock(folder / "lock")
@@ -145,5 +148,5 @@ def claim(folder: Path):
         yield folder
     finally:
         lock.release()
-    if not (folder / CHECKPOINT).exists():
-        shutil.rmtree(folder, ignore_errors=True)
+        if not (folder / CHECKPOINT).exists():
+            shutil.rmtree(folder, ignore_errors=True)
