@@ -155,3 +155,14 @@ def test_resuming_the_loop_from_a_saved_state_is_bit_identical(fed_data):
 def test_resume_arguments_are_checked(fed_data, kw, word):
     with pytest.raises(ValueError, match=word):
         fedavg.run_fedavg(_model(), fed_data, **kw, **KW)
+
+
+def test_remove_stale_leaves_a_folder_whose_lock_is_held(tmp_path):
+    folder = tmp_path / ".partial-run"
+    checkpoint.save(folder, _state(), run_key="k")
+    holder = FileLock(folder / "lock")
+    with holder:
+        checkpoint.remove_stale(folder)
+        assert folder.exists()  # someone is computing it
+    checkpoint.remove_stale(folder)
+    assert not folder.exists()

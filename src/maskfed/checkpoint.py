@@ -122,6 +122,25 @@ def discard(folder: Path) -> None:
     (folder / CHECKPOINT).unlink(missing_ok=True)
 
 
+def remove_stale(folder: Path) -> None:
+    """Delete the partial folder of a run that is already finished, unless a process holds its lock.
+
+    A run killed after its folder was renamed into place but before it removed its
+    partial folder leaves one behind; the next call that finds the finished run tidies it.
+    """
+    if not folder.exists():
+        return
+    lock = FileLock(folder / "lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:  # being recomputed (--force) by another process: leave it
+        return
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        lock.release()
+
+
 @contextmanager
 def claim(folder: Path):
     """Hold the lock of a partial folder while computing its run; yields the folder.

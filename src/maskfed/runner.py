@@ -103,9 +103,12 @@ def load_run(path: Path) -> RunResult:
 
 
 def find_run(cfg: RunConfig) -> RunResult | None:
-    """The finished run of ``cfg`` with the current code and data, or None."""
+    """The finished run of ``cfg`` with the current code and data, or None (tidies a stale partial folder)."""
     path = run_path(cfg, images_for(cfg))
-    return load_run(path) if (path / "provenance.json").exists() else None
+    if not (path / "provenance.json").exists():
+        return None
+    checkpoint.remove_stale(checkpoint.partial_dir(path))
+    return load_run(path)
 
 
 def _device(name: str) -> torch.device:
@@ -158,10 +161,10 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
         ValueError / FileNotFoundError / DataUnavailableError: bad device or data,
             before training starts.
     """
+    if not force and (found := find_run(cfg)) is not None:
+        return found
     images = images_for(cfg)
     path = run_path(cfg, images)
-    if (path / "provenance.json").exists() and not force:
-        return load_run(path)
     device = _device(cfg.device)
     key = run_key(cfg, images)
     with checkpoint.claim(checkpoint.partial_dir(path)) as partial:
