@@ -1,6 +1,7 @@
 # maskfed: two commands do everything.
 #   make book   create the environment, run the experiments, execute the notebooks, build the HTML book
 #   make test   create the environment and run the test suite
+#   make bench / make device-check   throughput benchmark / the prepared GPU check (README)
 # Variables: PROFILE (smoke | cpu | paper; default cpu), DATA (path to a CIFAR-10 archive or folder).
 
 SHELL   := /bin/bash
@@ -20,14 +21,14 @@ PY    := $(ENV_DIR)/bin/python
 STAMP := $(ENV_DIR)/.maskfed-installed
 DATA_FLAG := $(if $(DATA),--data-path "$(DATA)")
 
-.PHONY: env book test clean help
+.PHONY: env book test clean help bench device-prepare device-check
 
 help:
-	@sed -n '2,5p' Makefile
+	@sed -n '2,6p' Makefile
 
 $(STAMP): pyproject.toml
 	@test -x "$(PY)" || $(PYTHON) -m venv "$(ENV_DIR)"
-	"$(PY)" -m pip install --quiet --disable-pip-version-check -e '.[book,test]'
+	"$(PY)" -m pip install --quiet --disable-pip-version-check -e '.[book,test,ray,flower]'
 	@touch "$(STAMP)"
 
 env: $(STAMP)
@@ -44,3 +45,37 @@ test: $(STAMP)
 
 clean:
 	rm -rf book/_build book/nb
+
+# Throughput benchmark (one round per protocol: ours vs bare SGD vs a typical FedAvg loop, batched vs
+# sequential engine) into results/bench/bench-<utc>.csv. τ = 1 for each batch size: a round's time
+# scales with its steps, and τ = 2, 5 repeat the same steps (the whole grid would take about 15 min here).
+BENCH_ARGS ?= --profile cpu --protocols 32:1 128:1 full:1 --repeats 3
+bench: $(STAMP)
+	"$(PY)" -m maskfed.bench $(BENCH_ARGS) $(DATA_FLAG)
+
+# The prepared GPU check (README "Running on a GPU"). DEVICE_CHECK_SIZE=tiny runs it on this CPU in seconds.
+# device-prepare fills the git-ignored .device/ with what the GPU machine lacks: pydantic's wheels
+# (Python 3.12, x86-64) and the offline CIFAR-10 archive (about 22 MB in all).
+DEVICE_CHECK_SIZE ?= full
+DEVICE_WHEELS := pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0
+DEVICE_ARCHIVE ?= ../shared/data/cifar10-jpeg.tar.gz
+device-prepare:
+	mkdir -p .device/whl
+	"$(if $(wildcard $(PY)),$(PY),$(PYTHON))" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+	  --python-version 3.12 --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d .device/whl $(DEVICE_WHEELS)
+	cp "$(DEVICE_ARCHIVE)" .device/cifar10-jpeg.tar.gz
+	@du -ab .device | sort -k2 | awk '{printf "%10.1f MB  %s\n", $$1/1e6, $$2}'
+
+# Runs with DEVICE_PY (default: the environment's python if there is one, else python3: on the GPU machine
+# its own torch). Where pydantic is missing, installs every carried wheel into /tmp/site first.
+# Writes under $OUT when set, else results/device-check/.
+DEVICE_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+device-check:
+	@set -o pipefail; OUTDIR="$${OUT:-results/device-check}"; mkdir -p "$$OUTDIR"; \
+	if ! "$(DEVICE_PY)" -c "import pydantic" 2>/dev/null; then \
+	  "$(DEVICE_PY)" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+	    --target /tmp/site .device/whl/*.whl || exit 1; fi; \
+	export PYTHONPATH="$$PWD/src:/tmp/site$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1; \
+	if [ -f .device/cifar10-jpeg.tar.gz ]; then export MASKFED_SHARED_ARCHIVE="$$PWD/.device/cifar10-jpeg.tar.gz"; fi; \
+	"$(DEVICE_PY)" -m maskfed.devicecheck --size $(DEVICE_CHECK_SIZE) --out "$$OUTDIR" 2>&1 | tee "$$OUTDIR/log.txt"

@@ -1,6 +1,7 @@
 """Every notebook executes at the smoke profile, and the book builds from them offline,
 with no warnings (a missing glue key is a warning) and math served from _static."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -81,3 +82,31 @@ def test_math_renders_without_network(built_book):
     assert "cdn.jsdelivr.net/npm/mathjax" not in page
     assert "_static/mathjax/tex-chtml.js" in page
     assert (html / "_static" / "mathjax" / "tex-chtml.js").exists()
+
+
+def test_no_page_loads_anything_from_the_network(built_book):
+    book, _, _ = built_book
+    pages = sorted((book / "_build" / "html").rglob("*.html"))
+    assert len(pages) >= len(NAMES)
+    # a script, stylesheet, image or frame fetched from another host on page load (hyperlinks are fine)
+    fetch = re.compile(r"<(?:script|img|iframe)\b[^>]*\bsrc=[\"'](?:https?:)?//[^>]*>|"
+                       r"<link\b[^>]*\bhref=[\"'](?:https?:)?//[^>]*>", re.I)
+    for page in pages:
+        assert fetch.findall(page.read_text()) == [], page.name
+    # the check bites on the theme's live-code loader, which the pages carry only as an inline
+    # constant (fetched on a click of a live-code button, which thebe: false leaves out)
+    assert fetch.findall('<script src="https://unpkg.com/thebe@0.8.2/lib/index.js"></script>')
+    assert fetch.findall('<link rel="stylesheet" href="//cdn.example.org/x.css">')
+
+
+def test_launch_and_repository_buttons_use_the_one_repository_setting(built_book):
+    import yaml
+
+    book, _, _ = built_book
+    repo = yaml.safe_load((book / "_config.yml").read_text())["repository"]
+    slug = repo["url"].removeprefix("https://github.com/")
+    page = (book / "_build" / "html" / "nb" / "flower.html").read_text()
+    nb_path = f"{repo['path_to_book']}/nb/flower.ipynb"
+    assert f"https://mybinder.org/v2/gh/{slug}/{repo['branch']}?urlpath=lab/tree/{nb_path}" in page
+    assert f"https://colab.research.google.com/github/{slug}/blob/{repo['branch']}/{nb_path}" in page
+    assert f'href="{repo["url"]}"' in page  # the repository button

@@ -1,8 +1,13 @@
 """The command line refuses bad input before any compute and runs a tiny setting."""
 
-import pytest
+import tarfile
+from pathlib import Path
 
-from maskfed import cli
+import numpy as np
+import pytest
+from PIL import Image
+
+from maskfed import cli, notebooks, runner
 
 TINY = ["--profile", "smoke", "--rounds", "2", "--num-clients", "4", "--cohort-size", "2", "--synthetic-train", "200",
         "--synthetic-test", "50", "--width", "2"]
@@ -40,3 +45,219 @@ def test_run_prints_a_summary_and_the_run_folders(capsys, tmp_path, monkeypatch)
     out = capsys.readouterr().out
     assert "recovery_unweighted" in out
     assert out.count(str(tmp_path / "runs")) == 2
+
+
+# ----------------------------------------------------------------------------- errors after validation
+
+def _noise_archive(tmp_path: Path) -> Path:
+    """A small train/<class>/ test/<class>/ archive of noise PNGs (incompressible, so a cut is mid-stream)."""
+    rng = np.random.default_rng(0)
+    src = tmp_path / "imgs"
+    for split in ("train", "test"):
+        for cls in ("airplane", "automobile"):
+            (src / split / cls).mkdir(parents=True)
+            for i in range(6):
+                Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(src / split / cls / f"{i}.png")
+    archive = tmp_path / "cifar10.tar.gz"
+    with tarfile.open(archive, "w:gz") as tf:
+        tf.add(src, arcname="cifar10")
+    return archive
+
+
+def _refused(capsys, tmp_path, argv: list[str], names: list[str]) -> str:
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err and err.startswith("maskfed: error: ")
+    for name in names:
+        assert name in err, (name, err)
+    assert not (tmp_path / "runs").exists()  # nothing ran
+    return err
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setenv("MASKFED_CACHE_DIR", str(tmp_path / "cache"))
+    runner.load_images.cache_clear()
+    yield tmp_path
+    runner.load_images.cache_clear()
+
+
+def test_truncated_archive_is_one_message_naming_the_file(capsys, results):
+    whole = _noise_archive(results).read_bytes()
+    cut = results / "cut.tar.gz"
+    cut.write_bytes(whole[: len(whole) // 2])  # like `head -c` of a partial download
+
+    _refused(capsys, results, ["run", "--profile", "cpu", "--rounds", "2", "--data-path", str(cut)],
+             [str(cut), "truncated", "train/<class>/"])
+
+
+def test_hopeless_partition_is_one_message_naming_alpha(capsys, results):
+    # the cpu profile's K = 100 clients over 10 classes at alpha = 1e-3, on smoke's synthetic images
+    _refused(capsys, results, ["run", "--profile", "smoke", "--num-clients", "100", "--alpha", "1e-3"],
+             ["alpha=0.001", "num_clients=100", "larger alpha", "synthetic-small_cnn_gn-dirichlet-a0.001"])
+
+
+def test_more_clients_than_images_is_one_message(capsys, results):
+    _refused(capsys, results, ["run", "--profile", "smoke", "--num-clients", "2000"],
+             ["num_clients = 2000", "1000 training images"])
+    _refused(capsys, results, ["run", "--profile", "smoke", "--train-subset", "5000"],
+             ["train_subset = 5000", "1000"])
+
+
+def test_an_input_error_during_the_runs_keeps_finished_runs(capsys, results, monkeypatch):
+    real, calls = runner.prepare_data, []
+
+    def fail_second(cfg, images, device):
+        calls.append(cfg.seed)
+        if len(calls) == 2:
+            raise ValueError("num_clients = 4 exceeds the 3 training images (injected)")
+        return real(cfg, images, device)
+
+    monkeypatch.setattr(runner, "prepare_data", fail_second)
+    code = cli.main(["run", *TINY, "--seeds", "0", "1", "--workers", "1"])
+    err = capsys.readouterr().err
+
+    assert code == 2 and "maskfed: error: num_clients = 4 exceeds" in err and "Traceback" not in err
+    assert "finished runs are kept" in err
+    finished = [p for p in (results / "runs").iterdir() if (p / "provenance.json").exists()]
+    assert len(finished) == 1 and finished[0].name.startswith("synthetic-small_cnn_gn-dirichlet-a100-bs32-t2-s0")
+
+
+# ----------------------------------------------------------------------------- nothing silently dropped
+
+@pytest.mark.parametrize("flags, names", [
+    (["--experiments", "table2", "--alpha", "0.5"], ["alpha = 0.5", "table2", "[100, 1, 0.1]", "maskfed run"]),
+    (["--experiments", "table1", "--batch-size", "128"], ["batch_size = 128", "table1", "[16, 64, 'full']"]),
+    (["--experiments", "table1", "--local-epochs", "3"], ["local_epochs = 3", "table1", "[1, 2, 5]"]),
+    (["--experiments", "control", "--partition", "iid"], ["partition = 'iid'", "control"]),
+    (["--experiments", "control", "--alpha", "0.5"], ["alpha = 0.5", "'identical'"]),
+    (["--data-path", "/some/cifar"], ["data_path", "synthetic"]),
+])
+def test_sweep_refuses_a_flag_its_grid_would_ignore(flags, names, capsys, results):
+    _refused(capsys, results, ["sweep", "--profile", "smoke", *flags], names)
+
+
+def test_seeds_flag_reaches_every_run_and_force_with_workers_is_refused(capsys, results):
+    _profile, cfgs = cli._plan(cli.build_parser().parse_args(
+        ["sweep", "--profile", "smoke", "--experiments", "table2", "control", "--seeds", "5", "6"]))
+    assert sorted({c.seed for c in cfgs}) == [5, 6] and len(cfgs) == (3 + 1) * 2
+
+    _refused(capsys, results, ["run", "--profile", "smoke", "--force", "--workers", "2"], ["--force", "--workers 2"])
+    for command in ("sweep", "run"):  # --seed is read as --seeds, not dropped
+        _profile, cfgs = cli._plan(cli.build_parser().parse_args([command, "--profile", "smoke", "--seed", "3"]))
+        assert {c.seed for c in cfgs} == {3}
+
+
+def test_notebook_runner_refuses_bad_names_and_profiles_before_running(capsys):
+    for argv, shown in ((["--profile", "smoke", "table1_local_protocol", "no_such_chapter"], "no_such_chapter"),
+                        (["--profile", "laptop"], "laptop")):
+        with pytest.raises(SystemExit) as exc:
+            notebooks.main(argv)
+        assert exc.value.code == 2
+        assert shown in capsys.readouterr().err
+
+
+def test_notebook_cell_failure_is_named():
+    from papermill.exceptions import PapermillExecutionError
+
+    err = PapermillExecutionError(3, 1, "ConfigError: alpha ...", "ConfigError", "alpha = 0.5 would be ignored", [])
+    assert notebooks._cell_failure(err) == ("ConfigError", "alpha = 0.5 would be ignored")
+    assert notebooks._cell_failure(RuntimeError("x")) is None
+
+
+def test_notebook_runner_refuses_a_data_path_the_profile_would_not_read(capsys):
+    with pytest.raises(SystemExit) as exc:
+        notebooks.main(["--profile", "smoke", "--data-path", "/some/cifar", "table2_heterogeneity"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--data-path" in err and "synthetic" in err
+
+
+def test_a_relative_data_path_means_the_same_file_to_the_cli_and_the_notebooks(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _profile, cfgs = cli._plan(cli.build_parser().parse_args(["run", "--profile", "cpu", "--data-path", "data/c.tgz"]))
+    assert cfgs[0].data_path == str(tmp_path / "data" / "c.tgz")  # not re-read from notebooks/ by papermill
+
+
+# --- data that is not what it says, through the CLI ---
+
+IMAGE_TINY = ["--rounds", "1", "--num-clients", "2", "--cohort-size", "2", "--width", "2", "--batch-size", "4",
+              "--local-epochs", "1", "--eval-every", "1"]
+
+
+@pytest.fixture
+def image_dirs(tmp_path, monkeypatch):
+    from test_data import write_image_folder
+
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("MASKFED_CACHE_DIR", str(tmp_path / "cache"))
+    four = {"train": ["0000.jpg", "0001.jpg", "0002.jpg", "0003.jpg"], "test": ["0000.jpg"]}
+    eleven = tmp_path / "eleven"
+    write_image_folder(eleven, classes=(*cifar_classes(), "zebra"), names=four)
+    three = tmp_path / "three"
+    write_image_folder(three, classes=("a", "b", "c"), names=four)
+    return {"eleven": eleven, "three": three, "results": tmp_path / "results"}
+
+
+def cifar_classes():
+    from maskfed.data import CIFAR10_CLASSES
+    return CIFAR10_CLASSES
+
+
+def test_cli_refuses_an_eleven_class_folder_as_cifar10(image_dirs, capsys):
+    code = cli.main(["run", "--profile", "smoke", "--dataset", "cifar10", "--data-path", str(image_dirs["eleven"]),
+                     *IMAGE_TINY])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "data_path=" in err and "zebra" in err and "'truck'" in err and "--dataset image_folder" in err
+    assert not (image_dirs["results"] / "runs").exists()  # nothing ran
+
+
+def test_cli_image_folder_runs_under_its_own_label_and_class_count(image_dirs, capsys):
+    import json
+
+    code = cli.main(["run", "--profile", "smoke", "--dataset", "image_folder", "--data-path",
+                     str(image_dirs["three"]), *IMAGE_TINY])
+    out = capsys.readouterr().out
+    assert code == 0
+    runs = list((image_dirs["results"] / "runs").iterdir())
+    assert len(runs) == 1 and runs[0].name.startswith("image_folder-small_cnn_gn-")
+    assert "cifar10" not in runs[0].name and "image_folder" in out
+    prov = json.loads((runs[0] / "provenance.json").read_text())
+    assert "not CIFAR-10: 3 classes: a, b, c" in prov["data_source"]
+    assert prov["dataset"] == "image_folder" and prov["classes"] == ["a", "b", "c"]
+    # the classifier has 3 outputs: small CNN width 2 -> hidden 8, last layer 8*3 + 3 parameters
+    from maskfed.models import build_model, num_parameters
+    assert prov["num_parameters"] == num_parameters(build_model("small_cnn_gn", num_classes=3, gn_groups=2, width=2))
+    assert prov["num_parameters"] != num_parameters(build_model("small_cnn_gn", num_classes=10, gn_groups=2, width=2))
+
+
+def test_cli_image_folder_without_a_path_and_a_test_only_class_are_refused(image_dirs, capsys, tmp_path):
+    from test_data import write_image_folder
+
+    assert cli.main(["run", "--profile", "smoke", "--dataset", "image_folder", *IMAGE_TINY]) == 2
+    assert "needs data_path" in capsys.readouterr().err
+    write_image_folder(image_dirs["three"], classes=("d",), names={"test": ["0000.jpg"]})
+    assert cli.main(["run", "--profile", "smoke", "--dataset", "image_folder", "--data-path",
+                     str(image_dirs["three"]), *IMAGE_TINY]) == 2
+    assert "test/ has classes the train split lacks: ['d']" in capsys.readouterr().err
+    assert not (image_dirs["results"] / "runs").exists()
+
+
+def test_cli_refuses_images_the_small_cnn_cannot_take(tmp_path, monkeypatch, capsys):
+    from test_data import write_image_folder
+
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("MASKFED_CACHE_DIR", str(tmp_path / "cache"))
+    big = tmp_path / "big"
+    write_image_folder(big, classes=("a", "b"), names={"train": ["0000.jpg", "0001.jpg"], "test": ["0000.jpg"]},
+                       size=48)
+
+    code = cli.main(["run", "--profile", "smoke", "--dataset", "image_folder", "--data-path", str(big), *IMAGE_TINY])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "small_cnn_gn" in err and "48x48" in err and "data_path" in err
+    assert not (tmp_path / "results" / "runs").exists()

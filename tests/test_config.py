@@ -12,7 +12,7 @@ from maskfed.config import PROFILES, ConfigError, Profile, RunConfig, load_profi
 
 # ----------------------------------------------------------------------------- defaults
 
-def test_defaults_are_the_papers_setting():
+def test_defaults_are_the_papers_setting_where_it_states_one():
     cfg = make_run_config()
 
     assert cfg.num_clients == 100          # K
@@ -20,7 +20,8 @@ def test_defaults_are_the_papers_setting():
     assert cfg.lr == 0.01
     assert cfg.rounds == 200
     assert cfg.model == "resnet18_gn"
-    assert cfg.gn_groups == 2
+    assert cfg.gn_groups == 2              # ours: the paper says "GroupNorm" without a group count
+    assert cfg.dirichlet_convention == "hsu"  # ours: the paper does not say how the split is drawn
     assert cfg.aggregation == "weighted"   # n_k-weighted mean
     assert cfg.partition == "dirichlet" and cfg.alpha == 100.0
     assert (cfg.batch_size, cfg.local_epochs) == (32, 2)  # the Table II protocol
@@ -198,3 +199,103 @@ def test_load_profile_errors():
         load_profile("smoke", cohort_size=30)  # K = 10 in smoke
     with pytest.raises(ConfigError, match="bogus"):
         load_profile("smoke", bogus=1)
+
+
+# ----------------------------------------------------------------------------- nothing silently dropped
+
+@pytest.mark.parametrize("given, experiment, shown", [
+    ({"alpha": 0.5}, "table2", ["alpha = 0.5", "table2", "[100, 1, 0.1]", "--alpha 0.5", "table2.alphas"]),
+    ({"batch_size": 64}, "table1", ["batch_size = 64", "table1", "[16, 64, 'full']", "--batch-size 64"]),
+    ({"local_epochs": 3}, "table1", ["local_epochs = 3", "[1, 2, 5]", "table1.local_epochs"]),
+    ({"alpha": 0.5}, "table1", ["alpha = 0.5", "table1", "[100]", "table1.alpha"]),
+    ({"batch_size": 64}, "table2", ["batch_size = 64", "table2", "[16]"]),
+    ({"partition": "iid"}, "table2", ["partition = 'iid'", "table2", "['dirichlet']"]),
+    ({"identical_client_seeds": False}, "control", ["identical_client_seeds = False", "control", "[True]"]),
+    ({"local_epochs": 5}, "control", ["local_epochs = 5", "control", "table2.local_epochs"]),
+])
+def test_a_field_an_experiment_sets_is_refused_not_dropped(given, experiment, shown):
+    from maskfed import experiments
+
+    prof = load_profile("smoke", **given)  # as a notebook's overrides do
+
+    with pytest.raises(ConfigError) as exc:
+        experiments.configs(prof, experiment)
+    for s in shown:
+        assert s in str(exc.value)
+
+
+def test_fields_no_experiment_sets_still_apply_to_every_run():
+    prof = load_profile("smoke", rounds=2, lr=0.05, seeds=[3, 4])
+
+    cfgs = prof.table1_configs() + prof.table2_configs() + prof.control_configs()
+
+    assert len(cfgs) == (9 + 3 + 1) * 2
+    assert all(c.rounds == 2 and c.lr == 0.05 for c in cfgs)
+    assert {c.seed for c in cfgs} == {3, 4}
+
+
+def test_an_experiment_grid_can_be_changed_through_load_profile():
+    prof = load_profile("smoke", table2={"alphas": [0.5]}, table1={"local_epochs": [3]})
+
+    assert [(c.alpha, c.batch_size, c.local_epochs) for c in prof.table2_configs()] == [(0.5, 16, 2)]
+    assert [(c.batch_size, c.local_epochs) for c in prof.table1_configs()] == [(16, 3), (64, 3), ("full", 3)]
+    with pytest.raises(ConfigError, match="alphaz.*allowed: alphas"):
+        load_profile("smoke", table2={"alphaz": [0.5]})
+
+
+@pytest.mark.parametrize("given, shown", [
+    ({"partition": "iid", "alpha": 0.5}, ["alpha = 0.5", "'iid'"]),
+    ({"data_path": "/some/cifar"}, ["data_path = '/some/cifar'", "synthetic"]),        # smoke is synthetic
+    ({"dataset": "cifar10", "synthetic_train": 500}, ["synthetic_train = 500", "train_subset"]),
+    ({"model": "resnet18_gn", "width": 8}, ["width = 8", "resnet18_gn"]),
+])
+def test_a_field_the_run_never_reads_is_refused(given, shown):
+    with pytest.raises(ConfigError) as exc:
+        load_profile("smoke", **given).run(0)
+    for s in shown:
+        assert s in str(exc.value)
+
+
+def test_unread_fields_from_the_profile_itself_are_not_refused():
+    # smoke's yaml sets synthetic_train; switching the dataset does not make that the user's mistake
+    assert load_profile("smoke", dataset="cifar10").run(0).dataset == "cifar10"
+    assert load_profile("cpu").control_configs()[0].partition == "identical"  # base alpha, unused, is fine
+
+
+def test_seed_is_refused_with_the_way_to_set_seeds():
+    with pytest.raises(ConfigError, match=r"seeds=\[3\].*--seeds 3"):
+        load_profile("smoke", seed=3)
+    with pytest.raises(ConfigError, match="seeds"):
+        load_profile("smoke", seeds=[])
+
+
+@pytest.mark.parametrize("fields, allowed", [
+    ({"model": "small_cnn_gn", "width": 4, "gn_groups": 3}, "[1, 2, 4]"),
+    ({"model": "resnet18_gn", "gn_groups": 3}, "[1, 2, 4, 8, 16, 32, 64]"),
+])
+def test_gn_groups_must_divide_the_channels(fields, allowed):
+    with pytest.raises(ConfigError) as exc:
+        make_run_config(**fields)
+    assert "gn_groups = 3" in str(exc.value) and allowed in str(exc.value)
+
+
+def test_repeated_seeds_are_refused():
+    with pytest.raises(ConfigError, match=r"seeds must be distinct; got \[0, 0\]"):
+        load_profile("smoke", seeds=[0, 0])
+
+
+# ----------------------------------------------------------------------------- whose setting, which data
+
+def test_dirichlet_convention_default_keeps_the_label_and_niid_bench_is_named():
+    assert make_run_config().dirichlet_convention == "hsu"
+    assert make_run_config(dirichlet_convention="niid_bench", seed=1).label() == \
+        "cifar10-resnet18_gn-dirichlet-niid_bench-a100-bs32-t2-s1"
+    with pytest.raises(ConfigError, match="dirichlet_convention = 'fedlab'"):
+        make_run_config(dirichlet_convention="fedlab")
+
+
+def test_image_folder_dataset_needs_a_data_path_and_is_labelled_as_such():
+    with pytest.raises(ConfigError, match="image_folder.*needs data_path"):
+        make_run_config(dataset="image_folder")
+    cfg = make_run_config(dataset="image_folder", data_path="/some/folder")
+    assert cfg.label().startswith("image_folder-")

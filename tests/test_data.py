@@ -286,3 +286,100 @@ def test_real_cifar10_archive():
     assert d.source_kind == "archive" and "JPEG" in d.source
     assert d.classes == data.CIFAR10_CLASSES
     print(f"real CIFAR-10 archive loaded in {elapsed:.2f} s")
+
+
+@pytest.mark.parametrize("name", ["imgs.tar.gz", "imgs.tar"])
+def test_truncated_archive_names_the_file_and_what_is_expected(tmp_path, tmp_cache, name):
+    whole = write_archive(tmp_path, name=name).read_bytes()
+    cut = tmp_path / f"cut-{name}"
+    cut.write_bytes(whole[: len(whole) // 2])  # as a download stopped half way
+
+    with pytest.raises(data.DataReadError) as exc:
+        data.load_cifar10(cut)
+
+    msg = str(exc.value)
+    assert str(cut) in msg and "truncated" in msg and "train/<class>/" in msg
+    assert isinstance(exc.value, ValueError)
+
+
+def test_undecodable_image_and_unreadable_torchvision_folder_are_named(tmp_path, tmp_cache):
+    folder = tmp_path / "broken"
+    write_image_folder(folder)
+    (folder / "train" / "a" / "0001.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(data.DataReadError, match="train/a/0001.jpg cannot be decoded"):
+        data.load_cifar10(folder, cache=False)
+
+    tv = tmp_path / "cifar-10-batches-py"
+    tv.mkdir()
+    with pytest.raises(data.DataReadError) as exc:
+        data.load_cifar10(tv)
+    assert str(tv) in str(exc.value) and "data_batch_1" in str(exc.value)
+
+
+def test_an_unwritable_cache_folder_costs_a_warning_not_the_load(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("MASKFED_CACHE_DIR", str(blocker / "cache"))
+    folder = tmp_path / "imgs"
+    write_image_folder(folder)
+
+    with pytest.warns(UserWarning, match="MASKFED_CACHE_DIR"):
+        d = data.load_cifar10(folder)
+    assert_matches_folder(d)
+
+
+# --- data that is not what it says: dataset "cifar10" refuses other classes, "image_folder" runs them ---
+
+
+def test_cifar10_dataset_refuses_an_eleventh_class_folder(tmp_path, tmp_cache):
+    folder = tmp_path / "cifar_plus_one"
+    write_image_folder(folder, classes=(*data.CIFAR10_CLASSES, "zebra"),
+                       names={"train": ["0000.jpg"], "test": ["0000.jpg"]})
+
+    with pytest.raises(ValueError) as exc:
+        data.load_dataset("cifar10", folder, cache=False)
+
+    msg = str(exc.value)
+    assert f"data_path={str(folder)!r}" in msg
+    assert "11 class folders" in msg and "'zebra'" in msg and "extra: ['zebra']" in msg
+    assert "expected CIFAR-10's ten" in msg and "'airplane'" in msg
+    assert "dataset='image_folder'" in msg  # says how to run it anyway
+
+
+def test_cifar10_dataset_refuses_other_classes_in_an_archive(tmp_path, tmp_cache):
+    archive = write_archive(tmp_path)  # classes a, b, c
+
+    with pytest.raises(ValueError, match=r"is not CIFAR-10: it has 3 class folders \['a', 'b', 'c'\]"):
+        data.load_dataset("cifar10", archive, cache=False)
+
+
+def test_image_folder_dataset_keeps_its_own_classes_and_says_it_is_not_cifar10(tmp_path, tmp_cache):
+    archive = write_archive(tmp_path)
+
+    d = data.load_dataset("image_folder", archive, cache=False)
+
+    assert_matches_folder(d)  # 3 classes, labels 0..2
+    assert "not CIFAR-10: 3 classes: a, b, c" in d.source
+
+
+def test_image_folder_dataset_needs_a_data_path_and_unknown_datasets_are_refused(tmp_cache):
+    with pytest.raises(ValueError, match="image_folder.*needs data_path"):
+        data.load_dataset("image_folder", None)
+    with pytest.raises(ValueError, match=r"dataset must be one of \['cifar10', 'image_folder'\]"):
+        data.load_dataset("cifar100", None)
+
+
+@pytest.mark.parametrize("as_archive", [False, True])
+def test_a_test_class_the_train_split_lacks_is_refused(tmp_path, tmp_cache, as_archive):
+    folder = tmp_path / "extra_test_class"
+    write_image_folder(folder)
+    write_image_folder(folder, classes=("d",), names={"test": ["0000.jpg"]})  # test/d only
+    src = folder
+    if as_archive:
+        src = tmp_path / "extra.tar"
+        with tarfile.open(src, "w") as tf:
+            tf.add(folder, arcname="extra")
+
+    for dataset in ("cifar10", "image_folder"):
+        with pytest.raises(ValueError, match=r"test/ has classes the train split lacks: \['d'\]"):
+            data.load_dataset(dataset, src, cache=False)

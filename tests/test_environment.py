@@ -35,3 +35,13 @@ def test_environment_yml_python_matches_requires_python():
     python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python="))
     requires = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
     assert python == "python=3.11" and ">=3.11" in requires
+
+
+def test_make_installs_every_extra():
+    # prepare: the extras pyproject.toml defines, and the Makefile's install line
+    extras = set(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    line = next(l for l in (REPO_ROOT / "Makefile").read_text().splitlines() if "pip install" in l)
+    installed = set(line.split("'.[")[1].split("]'")[0].split(","))
+    # assert: make test / make book install all of them, so the Ray and Flower tests run
+    assert {"ray", "flower", "book", "test"} <= extras
+    assert installed == extras

@@ -1,4 +1,5 @@
-"""Tests for maskfed.models: ResNet-18-GN (paper §IV-A), the small CPU CNN, the buffer check."""
+"""Tests for maskfed.models: ResNet-18-GN (paper §IV-A: "ResNet-18 with GroupNorm"; the group
+count, the CIFAR stem and its init are ours, see maskfed.settings), the small CPU CNN, the buffer check."""
 
 from __future__ import annotations
 
@@ -19,12 +20,14 @@ def test_resnet18_gn_uses_groupnorm_only(resnet):
     gns = [m for m in resnet.modules() if isinstance(m, nn.GroupNorm)]
     assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in resnet.modules())
     assert len(gns) == 20  # stem 1 + 8 blocks x 2 + 3 downsample shortcuts
-    assert all(m.num_groups == 2 for m in gns)
+    assert all(m.num_groups == 2 for m in gns)  # 2 groups: ours (the paper gives no count)
     assert len(list(resnet.buffers())) == 0
     check_parameters_only(resnet)  # does not raise
 
 
 def test_resnet18_gn_cifar_stem(resnet):
+    # ours, following He et al. (2016, Sec. 4.2) and common CIFAR ResNet practice: the paper says
+    # only "ResNet-18 with GroupNorm"
     conv1 = resnet.conv1
     assert conv1.kernel_size == (3, 3) and conv1.stride == (1, 1) and conv1.padding == (1, 1)
     assert conv1.in_channels == 3 and conv1.out_channels == 64 and conv1.bias is None
@@ -41,7 +44,7 @@ def test_resnet18_gn_parameter_count(resnet):
     # torchvision resnet18(num_classes=10): 11,181,642 parameters (GroupNorm has the same
     # affine weight + bias per channel as BatchNorm, so swapping the norm changes nothing).
     # The CIFAR stem swaps the 7x7 conv (64·3·7·7 = 9,408) for a 3x3 one (64·3·3·3 = 1,728):
-    # 11,181,642 - 9,408 + 1,728 = 11,173,962 ("about 11.2 M", paper §IV-A).
+    # 11,181,642 - 9,408 + 1,728 = 11,173,962 (about 11.2 M; the paper gives no parameter count).
     assert num_parameters(resnet) == 11_173_962
     assert num_parameters(resnet18_gn(num_classes=100)) == 11_173_962 + 512 * 90 + 90  # wider head
 

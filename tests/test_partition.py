@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import time
+
 import numpy as np
 import pytest
 
@@ -166,3 +169,123 @@ def test_partition_stats_hand_case():
 def test_bad_inputs_raise_value_error_naming_the_parameter(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_dirichlet_draw_stream_is_frozen():
+    # Digest of partitions made by the plain redraw loop before the early stop and the vectorised
+    # size check were added (19 of the 20 small seeds need redraws; the CIFAR-sized ones are the
+    # cpu profile's). Cached runs depend on these exact partitions.
+    m = hashlib.sha256()
+    small = np.arange(200) % 4
+    for s in range(20):
+        for p in P.dirichlet_partition(small, 20, 0.1, np.random.default_rng(s)):
+            m.update(p.tobytes())
+            m.update(b"|")
+    y = np.repeat(np.arange(10), 5000)
+    for a in (100.0, 1.0, 0.1):
+        for p in P.dirichlet_partition(y, 100, a, np.random.default_rng(0)):
+            m.update(p.tobytes())
+            m.update(b"|")
+    assert m.hexdigest()[:16] == "58579ba2837010fe"
+
+
+def test_hopeless_dirichlet_request_fails_within_seconds():
+    y = np.repeat(np.arange(10), 5000)  # CIFAR-10's 50,000 training labels
+
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError) as err:
+        P.make_partition("dirichlet", y, 20_000, alpha=0.1, seed=0)
+    elapsed = time.perf_counter() - t0
+
+    assert elapsed < 5.0  # the plain loop took minutes (1,001 draws of about 0.5 s)
+    msg = str(err.value)
+    assert "num_clients=20000" in msg and "alpha=0.1" in msg and "larger alpha" in msg
+    assert "stopped after 1 of 1001 draws" in msg and "clients short" in msg
+
+
+def test_early_stop_needs_many_short_clients_per_draw():
+    # 10 clients can never leave 30 short: the full budget is drawn and the plain message given
+    labels = np.arange(1000) % 10
+    with pytest.raises(ValueError) as err:
+        P.dirichlet_partition(labels, 10, 1e-3, np.random.default_rng(0), max_redraws=20)
+    assert "in 21 draws" in str(err.value) and "stopped after" not in str(err.value)
+
+
+# --- the NIID-Bench convention (Li et al., 2021), an option beside the default (Hsu et al., 2019) ---
+
+
+@pytest.mark.parametrize("alpha", [100.0, 1.0, 0.1])
+def test_niid_bench_covers_every_index_once_with_at_least_ten_per_client(alpha):
+    parts = P.dirichlet_partition_niid_bench(CIFAR_LIKE, 100, alpha, np.random.default_rng(0))
+
+    joined = np.concatenate(parts)
+    assert len(parts) == 100
+    assert np.array_equal(np.sort(joined), np.arange(CIFAR_LIKE.size))  # every index exactly once
+    assert min(len(p) for p in parts) >= 10
+    assert all(np.all(np.diff(p) > 0) for p in parts)  # sorted, no repeats within a client
+
+
+def test_niid_bench_cap_sends_a_class_to_clients_below_n_over_k():
+    # 2 classes x 4 samples, K = 2, so N/K = 4. With alpha = 1e-3 each Dirichlet draw is one-hot:
+    # class 0 goes whole to one client, which then holds N/K = 4 and is capped, so class 1 must go
+    # whole to the other client. Without the cap (Hsu et al.) both classes land on one client
+    # about half the time.
+    labels = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    hsu_sizes = set()
+    for seed in range(20):
+        parts = P.dirichlet_partition_niid_bench(labels, 2, 1e-3, np.random.default_rng(seed), min_size=0)
+        assert sorted(p.tolist() for p in parts) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        hsu = P.dirichlet_partition(labels, 2, 1e-3, np.random.default_rng(seed), min_size=0)
+        hsu_sizes.add(tuple(sorted(len(p) for p in hsu)))
+    assert (0, 8) in hsu_sizes  # the uncapped split does put everything on one client
+
+
+def test_niid_bench_spread_on_cifar_labels_matches_the_reference_numbers():
+    # CIFAR-10-sized labels (10 classes x 5,000; sizes depend only on the class counts), K = 100, seed 0.
+    rows = {(r["alpha"], r["convention"]): r for r in P.shard_size_spread(CIFAR_LIKE, 100, [100, 1, 0.1], seed=0)}
+
+    assert (rows[100.0, "hsu"]["min"], rows[100.0, "hsu"]["max"]) == (462, 554)
+    assert (rows[100.0, "niid_bench"]["min"], rows[100.0, "niid_bench"]["max"]) == (468, 535)
+    assert rows[100.0, "niid_bench"]["cv"] < 0.03 < rows[100.0, "hsu"]["cv"]  # the paper: "under 3%"
+    assert rows[100.0, "hsu"]["cv"] == pytest.approx(0.0347, abs=5e-4)
+    assert rows[100.0, "niid_bench"]["cv"] == pytest.approx(0.0269, abs=5e-4)
+    assert (rows[1.0, "niid_bench"]["min"], rows[1.0, "niid_bench"]["max"]) == (220, 846)
+    assert (rows[1.0, "hsu"]["min"], rows[1.0, "hsu"]["max"]) == (180, 815)
+    assert (rows[0.1, "niid_bench"]["min"], rows[0.1, "niid_bench"]["max"]) == (18, 2514)
+    assert (rows[0.1, "hsu"]["min"], rows[0.1, "hsu"]["max"]) == (3, 2276)
+
+
+def test_make_partition_default_convention_is_hsu_and_niid_bench_differs():
+    default = P.make_partition("dirichlet", CIFAR_LIKE, 100, alpha=100.0, seed=0)
+    hsu = P.make_partition("dirichlet", CIFAR_LIKE, 100, alpha=100.0, seed=0, convention="hsu")
+    niid = P.make_partition("dirichlet", CIFAR_LIKE, 100, alpha=100.0, seed=0, convention="niid_bench")
+
+    assert all(np.array_equal(a, b) for a, b in zip(default, hsu))  # cached runs keep their partition
+    assert [len(p) for p in niid] != [len(p) for p in hsu]
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: P.make_partition("dirichlet", CIFAR_LIKE, 10, alpha=1.0, seed=0, convention="fedlab"),
+         "dirichlet_convention must be one of hsu, niid_bench; got 'fedlab'"),
+        (lambda: P.dirichlet_partition_niid_bench(CIFAR_LIKE[:10], 2, 0.0, np.random.default_rng(0)), "alpha"),
+        (lambda: P.dirichlet_partition_niid_bench(CIFAR_LIKE[:10], 11, 1.0, np.random.default_rng(0)), "num_clients"),
+        (lambda: P.dirichlet_partition_niid_bench(CIFAR_LIKE[:30], 4, 1.0, np.random.default_rng(0)),
+         "min_size=10"),  # 4 clients x 10 > 30 labels: refused before drawing
+    ],
+)
+def test_niid_bench_bad_inputs_name_the_parameter(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
+
+
+def test_hopeless_niid_bench_request_fails_within_seconds():
+    y = np.repeat(np.arange(10), 5000)  # CIFAR-10's 50,000 training labels; 4,000 clients x 10 fits N
+
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError) as err:
+        P.make_partition("dirichlet", y, 4_000, alpha=0.1, seed=0, convention="niid_bench")
+
+    assert time.perf_counter() - t0 < 10.0  # the plain loop: 1,001 draws
+    assert "stopped after 1 of 1001 draws" in str(err.value) and "num_clients=4000" in str(err.value)

@@ -128,8 +128,9 @@ def test_checkpoint_every_is_recorded_but_left_out_of_the_key():
         make_run_config(**TINY, checkpoint_every=-1)
 
 
-def test_a_run_killed_after_a_checkpoint_resumes_with_identical_numbers(results_in_tmp, monkeypatch):
-    cfg = make_run_config(**{**TINY, "rounds": 5, "checkpoint_every": 2})
+@pytest.mark.parametrize("engine", ["sequential", "batched"])
+def test_a_run_killed_after_a_checkpoint_resumes_with_identical_numbers(results_in_tmp, monkeypatch, engine):
+    cfg = make_run_config(**{**TINY, "rounds": 5, "checkpoint_every": 2, "engine": engine})
     real_save = checkpoint.save
 
     def save_then_die(folder, state, run_key):

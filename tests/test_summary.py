@@ -236,3 +236,29 @@ def test_log_trend_recovers_a_known_geometric_decay():
     assert summary.log_trend(flat) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="frac"):
         summary.log_trend(metrics, frac=0)
+
+
+def test_aggregation_gap_pct_hand_case_and_rounding_bounds():
+    table = pd.DataFrame({"recovery_unweighted": [1.36, 2.00], "recovery_weighted": [1.35, 2.00]})
+
+    gaps = summary.aggregation_gap_pct(table, decimals=2)
+
+    assert gaps["gap_pct"].tolist() == pytest.approx([100 * 0.01 / 1.36, 0.0])
+    # printed 1.36 vs 1.35: the true values may agree exactly, or differ by up to 0.02
+    assert gaps["gap_min_pct"].tolist() == pytest.approx([0.0, 0.0])
+    assert gaps["gap_max_pct"].tolist() == pytest.approx([100 * 0.02 / 1.36, 100 * 0.01 / 2.0])
+    assert "gap_min_pct" not in summary.aggregation_gap_pct(table)
+    with pytest.raises(ValueError, match="recovery_weighted"):
+        summary.aggregation_gap_pct(table[["recovery_unweighted"]])
+
+
+def test_paper_table1_aggregation_gaps_against_the_papers_two_statements():
+    gaps = summary.aggregation_gap_pct(summary.paper_table("table1"), decimals=2)
+
+    assert gaps["gap_pct"].max() == pytest.approx(100 * 0.01 / 1.32)  # 1.32 vs 1.31 at bs 128, tau 2
+    assert gaps["gap_pct"].idxmax() == ("128", 2)
+    assert gaps.loc[("128", 1), "gap_pct"] == pytest.approx(100 * 0.01 / 1.36)  # 1.36 vs 1.35
+    assert int((gaps["gap_pct"] > 0).sum()) == 3
+    assert gaps["gap_pct"].max() > summary.PAPER_TEXT["aggregation_gap_sec_iv_a"]  # as printed: not within 0.04%
+    assert gaps["gap_pct"].max() < summary.PAPER_TEXT["aggregation_gap_sec_iv_b"]  # but within 1%
+    assert gaps.loc[("32", 2), "gap_pct"] == 0.0  # the Table II protocol prints equal values

@@ -9,6 +9,7 @@ import pandas as pd
 
 from .config import Profile, load_profile
 from .runner import images_for
+from .settings import settings_table  # noqa: F401  (the book's table of whose setting is whose)
 
 if TYPE_CHECKING:
     import IPython.display

@@ -2,7 +2,10 @@
 
 Every :class:`~maskfed.config.RunConfig` field is also a flag (``--batch-size 128``,
 ``--local-epochs 5``, ``--alpha 0.1``, ``--rounds 100`` ...), overriding the profile's
-base config. Everything is validated before any compute starts.
+base config. Everything is validated before any compute starts: each field, the fields an
+experiment's grid sets (refused, never dropped), and what needs the data (its files, each run's
+partition; :mod:`maskfed.preflight`). Bad input ends as one ``maskfed: error: ...`` line naming
+the parameter or file, with exit status 2.
 
 Examples::
 
@@ -14,10 +17,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import pandas as pd
 
-from . import experiments, runner, summary
+from . import experiments, preflight, ray_backend, runner, summary
 from .data import DataUnavailableError
 from .config import PROFILES, ConfigError, RunConfig, load_profile
 
@@ -32,7 +36,19 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _overrides(args) -> dict:
-    return {n: getattr(args, n) for n in RunConfig.model_fields if getattr(args, n, None) is not None}
+    given = {n: getattr(args, n) for n in RunConfig.model_fields if getattr(args, n, None) is not None}
+    if "data_path" in given:  # as the user meant it: relative to where the command runs, not to a notebook's folder
+        given["data_path"] = absolute_path(given["data_path"])
+    return given
+
+
+def absolute_path(path: str) -> str:
+    """``path`` with ``~`` expanded, made absolute against the current directory."""
+    return str(Path(path).expanduser().absolute())
+
+
+#: Errors that mean "this input cannot work" (the message says why): printed, exit status 2.
+INPUT_ERRORS = (ConfigError, ValueError, FileNotFoundError, DataUnavailableError)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--profile", default="cpu", help=f"one of {', '.join(PROFILES)} (default cpu)")
     sweep.add_argument("--experiments", nargs="+", default=list(experiments.EXPERIMENTS),
                        help=f"any of {', '.join(experiments.EXPERIMENTS)} (default all)")
+    sweep.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: the profile's)")
     sweep.add_argument("--workers", type=int, default=None, help="worker processes (default: the profile's)")
+    sweep.add_argument("--backend", choices=["local", "ray"], default="local",
+                       help="local worker processes (default) or one Ray task per run (needs '.[ray]')")
+    sweep.add_argument("--address", default=None,
+                       help="Ray cluster address, e.g. ray://head:10001 or auto (default: start a local Ray)")
     _add_config_flags(sweep)
     one = sub.add_parser("run", help="run one setting over seeds and print its summary")
     one.add_argument("--profile", default="cpu", help=f"base profile, one of {', '.join(PROFILES)} (default cpu)")
@@ -53,29 +74,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _plan(args) -> tuple:
+    """The profile and the runs a command asks for; every input is checked (ConfigError)."""
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1; got {args.workers}")
+    if getattr(args, "force", False) and args.workers is not None and args.workers > 1:
+        raise ConfigError(f"--force recomputes the runs one after another in this process, so --workers "
+                          f"{args.workers} would be ignored; drop --workers, or drop --force to run in parallel")
+    backend = getattr(args, "backend", "local")
+    if getattr(args, "address", None) is not None and backend != "ray":
+        raise ConfigError(f"--address is only used with --backend ray; got --backend {backend}")
+    if backend == "ray":
+        if args.workers is not None:
+            raise ConfigError("--workers is not used with --backend ray (Ray schedules one task per run on the "
+                              "cluster's CPUs or GPUs); drop --workers")
+        ray_backend.require_ray()
+    profile = load_profile(args.profile, seeds=args.seeds, **_overrides(args))
+    if args.command == "sweep":
+        bad = [e for e in args.experiments if e not in experiments.EXPERIMENTS]
+        if bad:
+            raise ConfigError(f"--experiments: {bad} not allowed; choose from {list(experiments.EXPERIMENTS)}")
+        return profile, experiments.all_configs(profile, args.experiments)
+    return profile, [profile.run(s) for s in profile.seeds]
+
+
+def _error(exc: BaseException) -> int:
+    print(f"maskfed: error: {exc}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        profile = load_profile(args.profile, **_overrides(args))
-        if args.command == "sweep":
-            bad = [e for e in args.experiments if e not in experiments.EXPERIMENTS]
-            if bad:
-                raise ConfigError(f"--experiments: {bad} not allowed; choose from {list(experiments.EXPERIMENTS)}")
-            cfgs = experiments.all_configs(profile, args.experiments)
-        else:
-            seeds = args.seeds if args.seeds is not None else profile.seeds
-            cfgs = [profile.run(s) for s in seeds]
-        if args.workers is not None and args.workers < 1:
-            raise ConfigError(f"--workers must be >= 1; got {args.workers}")
-        for c in cfgs:
-            runner.images_for(c)  # resolve (and decode once) the data before any training; cached
-    except (ConfigError, ValueError, FileNotFoundError, DataUnavailableError) as exc:
-        print(f"maskfed: error: {exc}", file=sys.stderr)
-        return 2
+        profile, cfgs = _plan(args)
+        preflight.check_runs(cfgs)  # data, subsets, partitions, device: before any training
+    except (*INPUT_ERRORS, ImportError) as exc:  # ImportError: an optional extra (Ray) is missing
+        return _error(exc)
     print(f"profile {profile.name}: {len(cfgs)} run(s); results in {runner.results_dir() / 'runs'}", file=sys.stderr)
     try:
         if getattr(args, "force", False):
             results = [runner.run(c, force=True) for c in cfgs]
+        elif getattr(args, "backend", "local") == "ray":
+            results = ray_backend.run_many(cfgs, address=args.address)
         else:
             results = runner.run_many(cfgs, workers=args.workers or profile.workers)
     except KeyboardInterrupt as exc:  # Ctrl-C: finished runs and checkpoints are on disk
@@ -85,6 +125,14 @@ def main(argv: list[str] | None = None) -> int:
             msg = str(exc) or "interrupted; " + runner.resume_hint()
         print(f"maskfed: {msg}", file=sys.stderr)
         return 130
+    except (*INPUT_ERRORS, RuntimeError) as exc:
+        cause = exc if isinstance(exc, INPUT_ERRORS) else exc.__cause__  # run_many wraps a worker's error
+        if not isinstance(cause, INPUT_ERRORS):
+            raise  # not an input problem: a bug, keep its traceback
+        where = "" if cause is exc else f"{exc}: "
+        print(f"maskfed: finished runs are kept in {runner.results_dir() / 'runs'}; the same command reuses them",
+              file=sys.stderr)
+        return _error(f"{where}{cause}")
     table = summary.summarize(results, ["dataset", "model", "partition", "alpha", "batch_size", "local_epochs"])
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.drop(columns=["train_loss"]).to_string(float_format=lambda v: f"{v:.4g}"))

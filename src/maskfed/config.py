@@ -10,9 +10,10 @@ and what is allowed.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from importlib import resources
-from typing import Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -28,13 +29,17 @@ class ConfigError(ValueError):
 
 
 class RunConfig(BaseModel):
-    """One FedAvg run. Units in the comments; paper values in brackets (§IV-A)."""
+    """One FedAvg run. Units in the comments; values the paper states in brackets (§IV-A); settings
+    it does not state are marked "ours" with the reference they follow (see maskfed.settings)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # data
-    dataset: Literal["cifar10", "synthetic"] = "cifar10"  # "synthetic": class-conditional noise images (smoke)
-    data_path: str | None = None          # CIFAR-10 archive/folder; None: ../shared archive, then torchvision
+    # "cifar10": refuses a source whose class folders are not CIFAR-10's ten; "image_folder": any
+    # train/<class>/ test/<class>/ source (needs data_path), labelled as such, with its own class
+    # count; "synthetic": class-conditional noise images (smoke)
+    dataset: Literal["cifar10", "image_folder", "synthetic"] = "cifar10"
+    data_path: str | None = None          # archive/folder; None: ../shared archive, then torchvision (cifar10 only)
     train_subset: int | None = Field(None, ge=100)  # images kept from the train split (None: all 50,000)
     test_subset: int | None = Field(None, ge=10)    # test images used for evaluation (None: all 10,000)
     synthetic_train: int = Field(2000, ge=100)      # images, synthetic dataset only
@@ -43,6 +48,10 @@ class RunConfig(BaseModel):
     num_clients: int = Field(100, ge=1)             # K, clients in the population [100]
     partition: Literal["dirichlet", "iid", "identical"] = "dirichlet"
     alpha: float = 100.0                            # Dirichlet concentration α [100, 1, 0.1]
+    # how the per-class Dirichlet split is drawn (ours; the paper does not say): "hsu" = Hsu et al.
+    # 2019, empty clients redrawn; "niid_bench" = Li et al. 2021 (NIID-Bench): N/K cap per client,
+    # redrawn until every client holds >= 10 samples. Default "hsu" keeps earlier runs' partitions.
+    dirichlet_convention: Literal["hsu", "niid_bench"] = "hsu"
     identical_client_seeds: bool = False            # control: every client shuffles with the same seed
     # FedAvg
     cohort_size: int = Field(10, ge=1)              # K_c, clients per round [10]
@@ -52,18 +61,32 @@ class RunConfig(BaseModel):
     lr: float = Field(0.01, gt=0)                   # SGD learning rate, no momentum [0.01]
     aggregation: Literal["weighted", "uniform"] = "weighted"  # n_k-weighted mean [weighted]
     # model
-    model: Literal["resnet18_gn", "small_cnn_gn"] = "resnet18_gn"
-    gn_groups: int = Field(2, ge=1)                 # GroupNorm groups [2]
+    model: Literal["resnet18_gn", "small_cnn_gn"] = "resnet18_gn"  # [resnet18_gn; its CIFAR stem is ours]
+    # GroupNorm groups per layer (count). Ours: the paper says only "GroupNorm" (no count). GroupNorm:
+    # Wu & He 2018; replacing BatchNorm by it under non-IID data: Hsieh et al. 2020 (the non-IID quagmire)
+    gn_groups: int = Field(2, ge=1)
     width: int = Field(16, ge=1)                    # small CNN first-layer channels
     # evaluation and run
     eval_every: int = Field(10, ge=1)               # rounds between test evaluations
-    eval_every_tail: int = Field(1, ge=1)           # rounds between evaluations in the last quarter (the summary window)
+    # rounds between evaluations in the summary window: the last quarter of rounds (paper: the last
+    # 50 of 200; a quarter at other round counts is ours)
+    eval_every_tail: int = Field(1, ge=1)
     seed: int = Field(0, ge=0)                      # model init, partition, cohorts, shuffling
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    engine: Literal["auto", "sequential", "batched"] = "auto"  # local training: client by client, or the K_c clients as one batched model; auto: per device (cohort.AUTO_ENGINE)
+    precision: Literal["fp32", "tf32", "bf16"] = "fp32"      # arithmetic of local training: fp32, or on CUDA TF32 matmuls / bf16 autocast; θ and Δ_k stay fp32
+
     # bookkeeping only: changes no result, so RunConfig.key() leaves it out (config.json keeps it)
     checkpoint_every: int = Field(10, ge=0)         # rounds between checkpoints of a running run; 0: none.
     # Our default, not the paper's: 10 rounds keep at most about 2 minutes of work at risk wherever a
     # round takes under 12 s; the profiles set their own (smoke 1, cpu 5, paper 10).
+
+    @model_validator(mode="after")
+    def _precision_on_device(self) -> "RunConfig":
+        if self.precision != "fp32" and self.device == "cpu":
+            raise ValueError(f"precision = {self.precision!r} needs device 'cuda' or 'auto' with a GPU; "
+                             "allowed on CPU: 'fp32'")
+        return self
 
     @field_validator("alpha")
     @classmethod
@@ -97,6 +120,26 @@ class RunConfig(BaseModel):
                 f"cohort_size (K_c = {self.cohort_size}) must be <= num_clients (K = {self.num_clients})")
         return self
 
+    @model_validator(mode="after")
+    def _gn_groups_divide_widths(self) -> "RunConfig":
+        # GroupNorm(g, C) needs g | C: ResNet-18's widths are 64..512, the small CNN's width and 2*width
+        channels = 64 if self.model == "resnet18_gn" else self.width
+        if channels % self.gn_groups:
+            allowed = [g for g in range(1, channels + 1) if channels % g == 0]
+            what = "ResNet-18's 64 channels" if self.model == "resnet18_gn" else f"width = {self.width}"
+            raise ValueError(f"gn_groups = {self.gn_groups} must divide {what} (model {self.model}); "
+                             f"allowed: {allowed}")
+        return self
+
+    @model_validator(mode="after")
+    def _image_folder_needs_a_path(self) -> "RunConfig":
+        if self.dataset == "image_folder" and self.data_path is None:
+            raise ValueError(
+                "dataset = 'image_folder' needs data_path: a train/<class>/ test/<class>/ folder or "
+                "archive (the fallbacks, the shared archive and torchvision, are CIFAR-10: use "
+                "dataset = 'cifar10' for those)")
+        return self
+
     def key(self) -> str:
         """Stable hash of every field that can change a result (16 hex digits).
 
@@ -109,7 +152,8 @@ class RunConfig(BaseModel):
 
     def label(self) -> str:
         """Readable run name, e.g. ``cifar10-small_cnn_gn-dirichlet-a100-bs32-t2-s0``."""
-        return (f"{self.dataset}-{self.model}-{self.partition}-a{self.alpha:g}-bs{self.batch_size}"
+        conv = "-niid_bench" if self.partition == "dirichlet" and self.dirichlet_convention != "hsu" else ""
+        return (f"{self.dataset}-{self.model}-{self.partition}{conv}-a{self.alpha:g}-bs{self.batch_size}"
                 f"-t{self.local_epochs}-s{self.seed}")
 
 
@@ -131,9 +175,42 @@ def _describe(exc: ValidationError) -> str:
         name = ".".join(str(p) for p in err["loc"]) or "config"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = f"unknown parameter; allowed: {', '.join(RunConfig.model_fields)}"
-        lines.append(f"{name} = {err.get('input')!r}: {msg}")
+            spec = {"table1": Table1Spec, "table2": Table2Spec}.get(str(err["loc"][0]), RunConfig)
+            msg = f"unknown parameter; allowed: {', '.join(spec.model_fields)}"
+        lines.append(f"{name} = {err.get('input')!r}: {msg}" if err["loc"] else msg)  # model-level: msg names its fields
     return "invalid run configuration:\n  " + "\n  ".join(lines)
+
+
+#: RunConfig fields that a setting never reads: field -> (unused when, why). A value given
+#: explicitly for such a field is refused (it would be dropped without a word).
+UNUSED_WHEN = {
+    "alpha": (lambda c: c.partition in ("iid", "identical"),
+              "partition = {c.partition!r} does not draw from a Dirichlet; alpha is read by partition = 'dirichlet'"),
+    "data_path": (lambda c: c.dataset == "synthetic",
+                  "dataset = 'synthetic' makes its images and reads no file; use dataset = 'cifar10'"),
+    "synthetic_train": (lambda c: c.dataset != "synthetic",
+                        "only dataset = 'synthetic' reads it; for a smaller CIFAR-10 use train_subset"),
+    "synthetic_test": (lambda c: c.dataset != "synthetic",
+                       "only dataset = 'synthetic' reads it; for a smaller CIFAR-10 use test_subset"),
+    "width": (lambda c: c.model == "resnet18_gn",
+              "model = 'resnet18_gn' has fixed widths (64..512); width is read by model = 'small_cnn_gn'"),
+}
+
+
+def check_fields_used(cfg: RunConfig, given) -> None:
+    """Refuse explicitly given fields that ``cfg``'s other settings never read (see :data:`UNUSED_WHEN`).
+
+    Args:
+        cfg: the resolved run configuration.
+        given: names of the fields the user set explicitly (profile defaults are not checked).
+
+    Raises:
+        ConfigError: naming each such field, its value and why it would be ignored.
+    """
+    lines = [f"{f} = {getattr(cfg, f)!r} would be ignored: " + why.format(c=cfg)
+             for f, (unused, why) in UNUSED_WHEN.items() if f in given and unused(cfg)]
+    if lines:
+        raise ConfigError("settings that this run would not use:\n  " + "\n  ".join(lines))
 
 
 class Table1Spec(BaseModel):
@@ -162,46 +239,145 @@ class Profile(BaseModel):
     description: str                 # one line for README and the book
     scaled_down: bool                # True unless this is the paper's exact setting
     base: dict                       # RunConfig fields shared by every run
-    seeds: list[int] = [0]
+    seeds: list[Annotated[int, Field(ge=0)]] = Field([0], min_length=1)  # one run per seed
     workers: int = Field(1, ge=1)    # worker processes for independent runs
     table1: Table1Spec = Table1Spec()
     table2: Table2Spec = Table2Spec()
     control: dict = {"partition": "identical", "identical_client_seeds": True}
+    overrides: dict[str, Any] = {}   # base fields the user set explicitly (load_profile); never set in yaml
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, v: list[int]) -> list[int]:
+        if len(set(v)) != len(v):  # a repeated seed would be counted twice in every median
+            raise ValueError(f"seeds must be distinct; got {v}")
+        return v
 
     def run(self, seed: int, **overrides) -> RunConfig:
-        """The base config with ``overrides`` applied, at ``seed``."""
-        return make_run_config(**{**self.base, **overrides, "seed": seed})
+        """The base config with ``overrides`` applied, at ``seed``.
+
+        Raises:
+            ConfigError: invalid fields, or an explicitly given field (in ``self.overrides`` or
+                ``overrides``) that this run never reads (:func:`check_fields_used`).
+        """
+        cfg = make_run_config(**{**self.base, **overrides, "seed": seed})
+        check_fields_used(cfg, set(self.overrides) | set(overrides))
+        return cfg
+
+    def grid(self, experiment: str) -> dict[str, tuple[list, str | None]]:
+        """The RunConfig fields an experiment sets for its runs: field -> (values, profile key or None).
+
+        Table I varies batch size and τ at one α; Table II varies α at one protocol; the control
+        fixes the Table II protocol and its own fields (``control``). The runs are the product of
+        the values, in this order, times the seeds. A key of None means the experiment fixes it.
+
+        Raises:
+            ValueError: unknown experiment.
+        """
+        t1, t2 = self.table1, self.table2
+        grids = {
+            "table1": {"batch_size": (t1.batch_sizes, "table1.batch_sizes"),
+                       "local_epochs": (t1.local_epochs, "table1.local_epochs"),
+                       "alpha": ([t1.alpha], "table1.alpha"), "partition": (["dirichlet"], None)},
+            "table2": {"alpha": (t2.alphas, "table2.alphas"), "batch_size": ([t2.batch_size], "table2.batch_size"),
+                       "local_epochs": ([t2.local_epochs], "table2.local_epochs"), "partition": (["dirichlet"], None)},
+            "control": {"batch_size": ([t2.batch_size], "table2.batch_size"),
+                        "local_epochs": ([t2.local_epochs], "table2.local_epochs"),
+                        **{k: ([v], f"control.{k}") for k, v in self.control.items()}},
+        }
+        if experiment not in grids:
+            raise ValueError(f"experiment must be one of {list(grids)}; got {experiment!r}")
+        return grids[experiment]
+
+    def experiment_configs(self, experiment: str) -> list[RunConfig]:
+        """Every run of one experiment: the product of its :meth:`grid` values, times the seeds.
+
+        Raises:
+            ConfigError: the user set a field the experiment's grid sets (it would be ignored):
+                the message names the field, the experiment, its values and how to do it instead.
+        """
+        grid = self.grid(experiment)
+        self._refuse_grid_overrides(experiment, grid)
+        names = list(grid)
+        return [self.run(s, **dict(zip(names, combo)))
+                for combo in itertools.product(*(grid[n][0] for n in names)) for s in self.seeds]
+
+    def _refuse_grid_overrides(self, experiment: str, grid: dict) -> None:
+        clash = [f for f in self.overrides if f in grid]
+        if not clash:
+            return
+        given = make_run_config(**self.base)  # the values as validated (flags arrive as strings)
+        lines = [f"{f} = {getattr(given, f)!r} would be ignored: experiment {experiment} sets {f} to "
+                 f"{_show(grid[f][0])} for its runs" + (f" (profile key {grid[f][1]})" if grid[f][1] else "")
+                 for f in clash]
+        flags = " ".join(f"--{f.replace('_', '-')} {getattr(given, f)}" for f in clash)
+        keys = [grid[f][1] for f in clash if grid[f][1]]
+        lines.append(f"for one setting: maskfed run --profile {self.name} {flags}")
+        if keys:
+            lines.append(f"to change the experiment: edit {', '.join(keys)} in src/maskfed/profiles/{self.name}.yaml"
+                         + (f", or load_profile({self.name!r}, {_spec_kwargs(keys)}) (a notebook's overrides "
+                            f"take the same keys)" if all(k.startswith("table") for k in keys) else ""))
+        raise ConfigError(f"experiment {experiment} cannot take these settings:\n  " + "\n  ".join(lines))
 
     def table1_configs(self) -> list[RunConfig]:
         """Every (batch size, τ, seed) run of Table I."""
-        t = self.table1
-        return [self.run(s, batch_size=bs, local_epochs=tau, alpha=t.alpha, partition="dirichlet")
-                for bs in t.batch_sizes for tau in t.local_epochs for s in self.seeds]
+        return self.experiment_configs("table1")
 
     def table2_configs(self) -> list[RunConfig]:
         """Every (α, seed) run of Table II."""
-        t = self.table2
-        return [self.run(s, batch_size=t.batch_size, local_epochs=t.local_epochs, alpha=a, partition="dirichlet")
-                for a in t.alphas for s in self.seeds]
+        return self.experiment_configs("table2")
 
     def control_configs(self) -> list[RunConfig]:
         """The identical-shards, identical-seeds control (one run per seed)."""
-        t = self.table2
-        return [self.run(s, batch_size=t.batch_size, local_epochs=t.local_epochs, **self.control)
-                for s in self.seeds]
+        return self.experiment_configs("control")
 
 
-def load_profile(name: str, **base_overrides) -> Profile:
+def _show(values: list) -> str:
+    return "[" + ", ".join(f"{v:g}" if isinstance(v, float) else repr(v) for v in values) + "]"
+
+
+def _spec_kwargs(keys: list[str]) -> str:
+    by_spec: dict[str, list[str]] = {}
+    for k in keys:
+        spec, field = k.split(".")
+        by_spec.setdefault(spec, []).append(f"{field!r}: [...]" if field.endswith("s") else f"{field!r}: ...")
+    return ", ".join(f"{spec}={{{', '.join(fs)}}}" for spec, fs in by_spec.items())
+
+
+def load_profile(name: str, *, seeds: list[int] | None = None, table1: dict | None = None,
+                 table2: dict | None = None, **base_overrides) -> Profile:
     """Load ``profiles/<name>.yaml``; ``base_overrides`` replace fields of its base config.
 
+    The explicitly given base fields are kept in ``Profile.overrides``: an experiment whose grid
+    sets one of them refuses it (:meth:`Profile.experiment_configs`) instead of dropping it.
+    A value of None means "not given".
+
+    Args:
+        name: one of :data:`PROFILES`.
+        seeds: replace the profile's seeds.
+        table1, table2: replace fields of the profile's Table I / Table II grid, e.g.
+            ``table2={"alphas": [0.5]}``.
+        base_overrides: RunConfig fields, e.g. ``rounds=50``.
+
     Raises:
-        ConfigError: unknown profile name (listing the allowed ones) or invalid fields.
+        ConfigError: unknown profile name (listing the allowed ones), invalid fields, or ``seed``
+            (each run's seed comes from ``seeds``).
     """
     if name not in PROFILES:
         raise ConfigError(f"profile must be one of {list(PROFILES)}; got {name!r}")
+    given = {k: v for k, v in base_overrides.items() if v is not None}
+    if "seed" in given:
+        raise ConfigError(f"seed = {given['seed']!r}: each run's seed comes from the profile's seeds; "
+                          f"give seeds=[{given['seed']!r}] (command line: --seeds {given['seed']})")
     text = resources.files("maskfed").joinpath(f"profiles/{name}.yaml").read_text()
     raw = yaml.safe_load(text)
-    raw["base"] = {**raw.get("base", {}), **{k: v for k, v in base_overrides.items() if v is not None}}
+    raw["base"] = {**raw.get("base", {}), **given}
+    raw["overrides"] = given
+    if seeds is not None:
+        raw["seeds"] = seeds
+    for key, spec in (("table1", table1), ("table2", table2)):
+        if spec is not None:
+            raw[key] = {**raw.get(key, {}), **spec}
     try:
         profile = Profile(**raw)
     except ValidationError as exc:

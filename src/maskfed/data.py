@@ -21,6 +21,8 @@ import io
 import os
 import tarfile
 import tempfile
+import warnings
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +63,15 @@ _JPEG_NOTE_OTHER = (
 
 class DataUnavailableError(RuntimeError):
     """No CIFAR-10 source could be found or fetched (message lists every option tried)."""
+
+
+class DataReadError(ValueError):
+    """A data source exists but cannot be read: a truncated or corrupt archive, an undecodable
+    image, an unreadable torchvision folder. The message names the file and what was expected."""
+
+
+_ARCHIVE_EXPECTED = (".tar.gz/.tgz/.tar archive of train/<class>/<image> and test/<class>/<image> "
+                     "(e.g. ../shared/data/cifar10-jpeg.tar.gz)")
 
 
 @dataclass(frozen=True, eq=False)
@@ -167,6 +178,9 @@ def load_cifar10(
         FileNotFoundError: ``data_path`` was given but does not exist.
         ValueError: a source was found but is malformed (no train/ or test/ images, mixed image
             sizes, differing class sets between splits, or CIFAR-10 classes with wrong counts).
+        DataReadError: (a ValueError) a source was found but cannot be read: a truncated or
+            corrupt archive, an undecodable image, an unreadable torchvision folder; the message
+            names the file and what was expected.
         DataUnavailableError: no source could be found or downloaded.
     """
     if data_path is not None:
@@ -361,6 +375,62 @@ def check_cifar10(data: ImageData) -> None:
         )
 
 
+#: Values of ``RunConfig.dataset`` that read images from disk (``"synthetic"`` is generated).
+DATASETS_ON_DISK: tuple[str, ...] = ("cifar10", "image_folder")
+
+
+def load_dataset(
+    dataset: str,
+    data_path: str | os.PathLike | None = None,
+    *,
+    allow_download: bool = True,
+    cache: bool = True,
+) -> ImageData:
+    """Load the images a run asks for and check they are what ``dataset`` says.
+
+    * ``"cifar10"``: :func:`load_cifar10` (``data_path`` or the fallbacks), then the class folders
+      must be exactly :data:`CIFAR10_CLASSES` (and, as always for those names, the full
+      50,000/10,000 split, :func:`check_cifar10`). Anything else is refused, so a run labelled
+      ``cifar10`` never trains on other classes.
+    * ``"image_folder"``: any ``train/<class>/``, ``test/<class>/`` folder or archive at
+      ``data_path`` (required: the fallbacks are CIFAR-10), with its own class count
+      ``len(classes)``; runs are labelled ``image_folder``.
+
+    Args:
+        dataset: one of :data:`DATASETS_ON_DISK`.
+        data_path: the source (see :func:`load_cifar10`); required for ``"image_folder"``.
+        allow_download, cache: as in :func:`load_cifar10`.
+
+    Returns:
+        :class:`ImageData` (uint8 images [N, 3, H, W], int64 labels [N] in 0..len(classes)-1).
+
+    Raises:
+        ValueError: unknown ``dataset``; ``"image_folder"`` without ``data_path``; ``"cifar10"``
+            with class folders other than CIFAR-10's (the message names ``data_path``, the classes
+            found and expected, and how to run the data anyway); or any error of
+            :func:`load_cifar10` (which also raises FileNotFoundError, DataUnavailableError).
+    """
+    if dataset not in DATASETS_ON_DISK:
+        raise ValueError(f"dataset must be one of {list(DATASETS_ON_DISK)} (or 'synthetic', which is "
+                         f"generated, not loaded); got {dataset!r}")
+    if dataset == "image_folder" and data_path is None:
+        raise ValueError("dataset='image_folder' needs data_path: a folder or archive holding "
+                         "train/<class>/ and test/<class>/ images")
+    data = load_cifar10(data_path, allow_download=allow_download, cache=cache)
+    if dataset == "cifar10" and tuple(data.classes) != CIFAR10_CLASSES:
+        found, expected = list(data.classes), list(CIFAR10_CLASSES)
+        extra = [c for c in found if c not in expected]
+        missing = [c for c in expected if c not in found]
+        raise ValueError(
+            f"dataset='cifar10' but data_path={data_path if data_path is None else os.fspath(data_path)!r} "
+            f"({data.source}) is not CIFAR-10: it has "
+            f"{len(found)} class folders {found}; expected CIFAR-10's ten {expected} "
+            f"(extra: {extra}; missing: {missing}). To run this data anyway, under its own label and "
+            f"with its own {len(found)} classes, set dataset='image_folder' (--dataset image_folder)"
+        )
+    return data
+
+
 # --------------------------------------------------------------------------------------------
 # source readers
 # --------------------------------------------------------------------------------------------
@@ -379,15 +449,29 @@ def _load_from_path(p: Path, *, cache: bool) -> ImageData:
             )
         return _cached(p, "archive", cache, lambda: _read_archive(p))
     if p.name == _TV_FOLDER and p.is_dir():
-        return _load_torchvision(p.parent, download=False)
+        return _read_torchvision_folder(p.parent)
     if (p / _TV_FOLDER).is_dir():
-        return _load_torchvision(p, download=False)
+        return _read_torchvision_folder(p)
     if (p / "train").is_dir() and (p / "test").is_dir():
         return _cached(p, "image_folder", cache, lambda: _read_image_folder(p))
     raise ValueError(
         f"data_path {str(p)!r} holds neither train/<class>/ and test/<class>/ image folders "
         f"nor torchvision's {_TV_FOLDER}"
     )
+
+
+def _read_torchvision_folder(root: Path) -> ImageData:
+    """An explicitly given torchvision folder; an unreadable one raises :class:`DataReadError`."""
+    try:
+        return _load_torchvision(root, download=False)
+    except ValueError:  # check_cifar10's message already names the source and what failed
+        raise
+    except Exception as exc:  # torchvision: "Dataset not found or corrupted", unpickling errors, ...
+        raise DataReadError(
+            f"data_path {str(root / _TV_FOLDER)!r} cannot be read as torchvision's CIFAR-10 "
+            f"({type(exc).__name__}: {exc}); expected the complete {_TV_FOLDER} folder "
+            f"(data_batch_1..5, test_batch, batches.meta)"
+        ) from exc
 
 
 def _source_string(kind: str, p: Path, classes: tuple[str, ...], jpeg: bool) -> str:
@@ -398,8 +482,10 @@ def _source_string(kind: str, p: Path, classes: tuple[str, ...], jpeg: bool) -> 
         except OSError:  # pragma: no cover
             is_shared = False
         note = _JPEG_NOTE if is_shared else _JPEG_NOTE_OTHER
+    elif classes == CIFAR10_CLASSES:
+        note = "CIFAR-10 class folders, not all JPEG"
     else:
-        note = f"{len(classes)} classes: {', '.join(classes)}"
+        note = f"not CIFAR-10: {len(classes)} classes: {', '.join(classes)}"
     return f"{what} {p} ({note})"
 
 
@@ -447,8 +533,13 @@ def _cached(p: Path, kind: str, cache: bool, decode) -> ImageData:
             pass
     decoded = decode()
     decoded["format"] = _CACHE_FORMAT
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.stem + ".", suffix=".tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.stem + ".", suffix=".tmp")
+    except OSError as exc:  # a read-only cache folder costs a decode next time, not the run
+        warnings.warn(f"the decoded-data cache {target.parent} cannot be written ({exc}); continuing without "
+                      f"it (set MASKFED_CACHE_DIR to a writable folder)", stacklevel=2)
+        return _finish(kind, p, decoded)
     try:
         with os.fdopen(fd, "wb") as fh:
             torch.save(decoded, fh)
@@ -476,23 +567,53 @@ def _read_archive(p: Path) -> dict:
     """Stream a tar(.gz) once, keep the encoded images in memory, then decode in sorted order."""
     found: dict[tuple[str, str, str], bytes] = {}
     prefixes: set[tuple[str, ...]] = set()
-    with tarfile.open(p, mode="r|*") as tf:
-        for m in tf:
-            if not m.isfile():
-                continue
-            parts = [q for q in m.name.replace("\\", "/").split("/") if q not in ("", ".")]
-            key = _split_member(parts)
-            if key is None:
-                continue
-            prefixes.add(tuple(parts[:-3]))
-            fh = tf.extractfile(m)
-            if fh is None:  # pragma: no cover - regular files always have data
-                continue
-            found[key] = fh.read()
+    try:
+        with tarfile.open(p, mode="r|*") as tf:
+            for m in tf:
+                if not m.isfile():
+                    continue
+                parts = [q for q in m.name.replace("\\", "/").split("/") if q not in ("", ".")]
+                key = _split_member(parts)
+                if key is None:
+                    continue
+                prefixes.add(tuple(parts[:-3]))
+                fh = tf.extractfile(m)
+                if fh is None:  # pragma: no cover - regular files always have data
+                    continue
+                found[key] = fh.read()
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:  # truncated, corrupt, not a tar
+        raise DataReadError(
+            f"data_path {str(p)!r} cannot be read as an archive after {len(found)} images "
+            f"({type(exc).__name__}: {exc}); expected a complete {_ARCHIVE_EXPECTED}. "
+            f"It may be truncated or damaged: copy or download it again"
+        ) from exc
+    if not _tar_end_present(p):
+        raise DataReadError(
+            f"data_path {str(p)!r} ends without tar's end-of-archive blocks after {len(found)} images; "
+            f"expected a complete {_ARCHIVE_EXPECTED}. It is probably truncated: copy or download it again"
+        )
     if len(prefixes) > 1:
         shown = sorted("/".join(x) or "<top level>" for x in prefixes)
         raise ValueError(f"archive {p} holds train/ and test/ folders under several prefixes: {shown}")
     return _decode_all(found, str(p))
+
+
+def _tar_end_present(p: Path) -> bool:
+    """Whether an uncompressed tar ends with zero blocks (POSIX: two 512-byte blocks of zeros).
+
+    Python's streaming reader takes a plain tar cut at a member boundary for a complete one, so
+    this is checked separately. Compressed archives are checked by their codec (a cut gzip stream
+    raises EOFError), so they count as present here.
+    """
+    with open(p, "rb") as fh:
+        magic = fh.read(6)
+        if magic.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ")):
+            return True
+        size = fh.seek(0, os.SEEK_END)
+        if size < 1024:
+            return False
+        fh.seek(size - 1024)
+        return fh.read(1024) == bytes(1024)
 
 
 def _read_image_folder(p: Path) -> dict:
@@ -514,9 +635,14 @@ def _decode_all(found: dict[tuple[str, str, str], bytes], where: str) -> dict:
         if not classes_by_split[s]:
             raise ValueError(f"{where}: no images found under {s}/<class>/")
     if classes_by_split["train"] != classes_by_split["test"]:
+        only_test = sorted(set(classes_by_split["test"]) - set(classes_by_split["train"]))
+        only_train = sorted(set(classes_by_split["train"]) - set(classes_by_split["test"]))
         raise ValueError(
-            f"{where}: train/ and test/ have different class folders: "
-            f"{classes_by_split['train']} vs {classes_by_split['test']}"
+            f"{where}: train/ and test/ have different class folders (with images): "
+            f"test/ has classes the train split lacks: {only_test}; "
+            f"train/ has classes the test split lacks: {only_train}. "
+            "Every class must have images in both splits (a class only in test/ is never trained on, "
+            "one only in train/ is never evaluated)"
         )
     classes = tuple(classes_by_split["train"])
     index = {c: i for i, c in enumerate(classes)}
@@ -527,8 +653,7 @@ def _decode_all(found: dict[tuple[str, str, str], bytes], where: str) -> dict:
         x = None
         y = np.empty(len(keys), dtype=np.int64)
         for i, k in enumerate(keys):
-            with Image.open(io.BytesIO(found[k])) as im:
-                arr = np.asarray(im.convert("RGB"), dtype=np.uint8)
+            arr = _decode_image(found[k], where, k)
             if x is None:
                 x = np.empty((len(keys), *arr.shape), dtype=np.uint8)
             elif arr.shape != x.shape[1:]:
@@ -541,6 +666,18 @@ def _decode_all(found: dict[tuple[str, str, str], bytes], where: str) -> dict:
         out[f"x_{s}"] = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
         out[f"y_{s}"] = torch.from_numpy(y)
     return out
+
+
+def _decode_image(blob: bytes, where: str, key: tuple[str, str, str]) -> np.ndarray:
+    """One encoded image -> uint8 [H, W, 3]; an undecodable file raises :class:`DataReadError`."""
+    try:
+        with Image.open(io.BytesIO(blob)) as im:
+            return np.asarray(im.convert("RGB"), dtype=np.uint8)
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:  # PIL: UnidentifiedImageError, truncated
+        raise DataReadError(
+            f"{where}: image {'/'.join(key)} cannot be decoded ({type(exc).__name__}: {exc}); "
+            f"expected an image file ({', '.join(_IMAGE_EXTS)})"
+        ) from exc
 
 
 def _load_torchvision(root: Path, *, download: bool) -> ImageData:

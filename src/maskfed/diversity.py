@@ -78,6 +78,8 @@ def recovery_factor_from_gram(gram_KxK, weights_K=None) -> float:
 
         1/Δ_S^w = ‖Σ_k w_k Δ_k‖² / Σ_k w_k² ‖Δ_k‖² = wᵀ G w / Σ_k w_k² G_kk
 
+    The paper reports an n_k-weighted value (Sec. IV-A) without writing its formula; this form, the
+    ratio of eq. (7) to eq. (6) with the aggregation weights w_k in place of 1/K_c, is ours.
     The weighted form equals the unweighted one for equal weights, equals
     1/Σ w_k² when all updates coincide, and never exceeds K_c
     (Cauchy-Schwarz). Both are scale-free: weights need not be normalised.

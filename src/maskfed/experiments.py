@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from . import runner, summary
+from . import preflight, runner, summary
 from .config import Profile, RunConfig
 
 EXPERIMENTS = ("table1", "table2", "control")
@@ -35,8 +35,18 @@ def all_configs(profile: Profile, experiments=EXPERIMENTS) -> list[RunConfig]:
 
 
 def run(profile: Profile, experiment: str, *, workers: int | None = None, progress: bool = True):
-    """Run (or reuse) one experiment's runs; returns their :class:`~maskfed.runner.RunResult` list."""
-    return runner.run_many(configs(profile, experiment), workers=workers or profile.workers, progress=progress)
+    """Run (or reuse) one experiment's runs; returns their :class:`~maskfed.runner.RunResult` list.
+
+    Everything checkable is checked first (:func:`maskfed.preflight.check_runs`), so bad input
+    stops before the first run trains.
+
+    Raises:
+        ConfigError: a refused setting or a run that cannot work with its data.
+        FileNotFoundError, DataUnavailableError, DataReadError: the data cannot be found or read.
+    """
+    cfgs = configs(profile, experiment)
+    preflight.check_runs(cfgs)
+    return runner.run_many(cfgs, workers=workers or profile.workers, progress=progress)
 
 
 def table1(results) -> pd.DataFrame:

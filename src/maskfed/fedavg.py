@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from . import cohort as cohort_mod
 from . import diversity
 
 
@@ -183,8 +184,9 @@ def eval_rounds(rounds: int, eval_every: int, eval_every_tail: int) -> set[int]:
 def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int, local_epochs: int,
                batch_size: int | str, lr: float, aggregation: str, seed: int,
                identical_client_seeds: bool = False, eval_at: set[int] | None = None,
-               progress=None, on_round=None, start_round: int = 0, theta_P: torch.Tensor | None = None,
-               records: list[dict] | None = None, on_state=None) -> list[dict]:
+               progress=None, on_round=None, engine: str = "sequential", precision: str = "fp32",
+               start_round: int = 0, theta_P: torch.Tensor | None = None, records: list[dict] | None = None,
+               on_state=None) -> list[dict]:
     """Train with FedAvg and measure every round.
 
     Args:
@@ -193,10 +195,14 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
         rounds, cohort_size, local_epochs, batch_size, lr, aggregation, seed:
             as in :class:`maskfed.config.RunConfig`.
         identical_client_seeds: give every client the same shuffling seed
-            (with identical shards this makes every Δ_k equal: the control).
+            (with identical shards this makes every Δ_k equal: the control); on CUDA
+            it also switches deterministic algorithms on for local training.
         eval_at: 0-based rounds after which to test; ``None``: only the last.
         progress: optional tqdm-like object with ``update(1)`` and ``set_postfix``.
         on_round: optional callback receiving each round's record as it finishes.
+        engine: local-training engine of :func:`maskfed.cohort.train_cohort`
+            ("sequential" reference, "batched", or "auto").
+        precision: "fp32", or on CUDA "tf32" / "bf16" (:func:`maskfed.cohort.precision_context`).
         start_round: 0-based round to start from; > 0 resumes a run from its checkpoint,
             together with ``theta_P`` and ``records``.
         theta_P: global parameters θ after round ``start_round`` (flat [P], on the
@@ -231,14 +237,12 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
     for r in range(start_round, rounds):
         t0 = time.perf_counter()
         cohort = sample_cohort(len(data.parts), cohort_size, seed, r)
-        deltas, n_k, steps, losses = [], [], [], []
-        for k in cohort:
-            idx = torch.as_tensor(data.parts[k], device=data.x_train.device)
-            gen = torch.Generator().manual_seed(client_seed(seed, r, 0 if identical_client_seeds else int(k)))
-            delta, loss, t = client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=lr,
-                                           batch_size=batch_size, local_epochs=local_epochs, generator=gen)
-            deltas.append(delta), n_k.append(len(idx)), steps.append(t), losses.append(loss)
-        deltas_KxP = torch.stack(deltas)
+        gens = [torch.Generator().manual_seed(client_seed(seed, r, 0 if identical_client_seeds else int(k)))
+                for k in cohort]
+        deltas_KxP, n_k, steps, losses = cohort_mod.train_cohort(
+            model, theta, data.x_train, data.y_train, [data.parts[k] for k in cohort], lr=lr,
+            batch_size=batch_size, local_epochs=local_epochs, generators=gens, engine=engine, precision=precision,
+            deterministic=identical_client_seeds)
         weights = aggregation_weights(n_k, aggregation)
         theta = theta - aggregate(deltas_KxP, weights)
         rec = {"round": r + 1, "cohort": " ".join(map(str, cohort)), "n_k": " ".join(map(str, n_k)),

@@ -1,5 +1,9 @@
 """Models: ResNet-18 with GroupNorm (the paper's) and a small GroupNorm CNN (CPU profiles).
 
+The paper says "ResNet-18 with GroupNorm" (Sec. IV-A) and nothing more. The group count, the
+CIFAR stem and the stem's initialisation are this project's choices; each is labelled below with
+the reference it follows (the whole list: :mod:`maskfed.settings`).
+
 FedAvg here averages parameters only, so a model must keep no running
 statistics: BatchNorm layers (and any other buffers) are refused.
 """
@@ -13,16 +17,26 @@ from torch import nn
 
 
 def resnet18_gn(num_classes: int = 10, gn_groups: int = 2) -> nn.Module:
-    """ResNet-18 with GroupNorm and the CIFAR stem (the paper's model, §IV-A).
+    """ResNet-18 with GroupNorm (the paper's model, §IV-A) and a CIFAR stem (ours).
 
     torchvision's ``resnet18`` (He et al., 2016) with every BatchNorm replaced by
-    ``GroupNorm(gn_groups, C)``, a 3x3 stride-1 first convolution and no
-    max-pool, so a 32x32 input keeps its resolution in the first stage.
-    About 11.2 M parameters.
+    ``GroupNorm(gn_groups, C)`` (Wu & He, 2018), a 3x3 stride-1 first convolution and no
+    max-pool, so a 32x32 input keeps its resolution in the first stage. About 11.2 M parameters.
+
+    Whose choices (the paper states only "ResNet-18 with GroupNorm"):
+
+    * ``gn_groups`` (default 2): ours. GroupNorm for BatchNorm under non-IID data follows
+      Hsieh et al. (2020); the paper gives no group count.
+    * the stem (3x3 stride-1 conv, no max-pool): ours, following He et al. (2016, Sec. 4.2), whose
+      CIFAR-10 networks start with a 3x3 convolution, and common CIFAR ResNet practice.
+    * the stem's initialisation: ours. The replaced ``conv1`` keeps PyTorch's default ``Conv2d``
+      init (Kaiming-uniform with a = sqrt(5), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in))), while every
+      other convolution keeps torchvision's Kaiming-normal (fan-out, He et al., 2015) and every
+      GroupNorm weight 1, bias 0 (tests/test_settings.py checks both).
 
     Args:
         num_classes: output logits.
-        gn_groups: GroupNorm groups; must divide every width (64..512).
+        gn_groups: GroupNorm groups (count, ours, see above); must divide every width (64..512).
 
     Input [N, 3, 32, 32] float32 -> logits [N, num_classes].
     """

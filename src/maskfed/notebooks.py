@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from .config import PROFILES
+from .config import PROFILES, ConfigError, load_profile
 from .paths import REPO_ROOT
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -66,6 +66,11 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Execute notebooks; bad input (profile, notebook name) or a failed cell ends as one message.
+
+    Exit status: 0 all executed; 2 a bad profile or notebook name (checked before any runs), or a
+    cell stopped on bad input (ConfigError, ValueError, ...); 1 a cell failed otherwise.
+    """
     parser = argparse.ArgumentParser(prog="python -m maskfed.notebooks", description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", help="notebooks to run (default: all, in book order)")
     parser.add_argument("--profile", default="cpu", help=f"one of {', '.join(PROFILES)}")
@@ -73,12 +78,47 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.profile not in PROFILES:
         parser.error(f"--profile must be one of {list(PROFILES)}; got {args.profile!r}")
+    known = sorted(p.stem for p in NOTEBOOK_DIR.glob("*.md"))
+    unknown = [n for n in args.names if n not in known]
+    if unknown:  # all names checked before the first notebook runs
+        parser.error(f"notebook(s) {unknown} not found in {NOTEBOOK_DIR.name}/; choose from {known}")
+    if args.data_path:  # papermill runs each notebook in notebooks/: a relative path must not move with it
+        args.data_path = str(Path(args.data_path).expanduser().absolute())
     params = {"data_path": args.data_path} if args.data_path else {}
+    if args.data_path:  # e.g. a synthetic profile reads no data: refuse before any notebook runs
+        try:
+            prof = load_profile(args.profile, data_path=args.data_path)
+            prof.run(prof.seeds[0])
+        except ConfigError as exc:
+            parser.error(f"--data-path: {exc}")
     for name in args.names or book_order():
         t0 = time.perf_counter()
-        execute(name, profile=args.profile, parameters=params)
-        print(f"executed {name} ({args.profile}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        try:
+            out = execute(name, profile=args.profile, parameters=params)
+        except Exception as exc:
+            failed = _cell_failure(exc)
+            if failed is None:
+                raise
+            ename, evalue = failed
+            print(f"maskfed.notebooks: error: {name} stopped: {ename}: {evalue}\n"
+                  f"  (the executed notebook, up to the failing cell, is {OUT_DIR / (name + '.ipynb')})",
+                  file=sys.stderr)
+            return 2 if ename in _INPUT_ERROR_NAMES else 1
+        print(f"executed {name} ({args.profile}) in {time.perf_counter() - t0:.1f} s -> {out.name}", file=sys.stderr)
     return 0
+
+
+#: Exception names raised inside a notebook that mean bad input rather than a bug.
+_INPUT_ERROR_NAMES = ("ConfigError", "ValueError", "FileNotFoundError", "DataUnavailableError", "DataReadError")
+
+
+def _cell_failure(exc: BaseException) -> tuple[str, str] | None:
+    """(exception name, message) of a papermill cell failure, else None."""
+    from papermill.exceptions import PapermillExecutionError
+
+    if isinstance(exc, PapermillExecutionError):
+        return exc.ename, exc.evalue
+    return None
 
 
 if __name__ == "__main__":

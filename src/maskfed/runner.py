@@ -37,7 +37,7 @@ import torch
 from tqdm import tqdm
 
 from . import data as data_mod
-from . import checkpoint, fedavg, partition, provenance
+from . import checkpoint, cohort, fedavg, partition, provenance
 from .config import RunConfig
 from .models import build_model, num_parameters
 from .paths import results_dir
@@ -55,15 +55,26 @@ class RunResult:
 
 @lru_cache(maxsize=4)
 def load_images(dataset: str, data_path: str | None, synthetic_train: int, synthetic_test: int) -> data_mod.ImageData:
-    """The image data a config asks for, loaded once per process (uint8 tensors)."""
+    """The image data a config asks for, loaded once per process (uint8 tensors); ``"cifar10"``
+    refuses a source with other classes (:func:`maskfed.data.load_dataset`)."""
     if dataset == "synthetic":
         return data_mod.synthetic_image_data(n_train=synthetic_train, n_test=synthetic_test, seed=0)
-    return data_mod.load_cifar10(data_path)
+    return data_mod.load_dataset(dataset, data_path)
 
 
 def images_for(cfg: RunConfig) -> data_mod.ImageData:
-    """The (cached) image data a run configuration uses."""
-    return load_images(cfg.dataset, cfg.data_path, cfg.synthetic_train, cfg.synthetic_test)
+    """The (cached) image data a run configuration uses.
+
+    Raises:
+        ValueError: as :func:`maskfed.data.load_dataset`, or images whose size the model cannot
+            take (``small_cnn_gn`` needs 32x32), before any training.
+    """
+    images = load_images(cfg.dataset, cfg.data_path, cfg.synthetic_train, cfg.synthetic_test)
+    size = tuple(images.x_train.shape[-2:])
+    if cfg.model == "small_cnn_gn" and size != (32, 32):
+        raise ValueError(f"model = 'small_cnn_gn' takes 32x32 images, but data_path={cfg.data_path!r} holds "
+                         f"{size[1]}x{size[0]} images; resize them to 32x32 or use model='resnet18_gn'")
+    return images
 
 
 @lru_cache(maxsize=4)
@@ -119,9 +130,21 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.device) -> fedavg.FedData:
-    """Subset, normalise (train-split channel statistics) and partition the images."""
+def split_images(cfg: RunConfig, images: data_mod.ImageData):
+    """The run's train and test images (uint8) after ``train_subset`` / ``test_subset``.
+
+    Returns:
+        ``(x_train [N, 3, H, W], y_train [N], x_test [M, 3, H, W], y_test [M])``.
+
+    Raises:
+        ValueError: a subset larger than its split, or ``num_clients`` above the training images
+            (each message names the parameter and the allowed range).
+    """
     x_tr, y_tr, x_te, y_te = images.x_train, images.y_train, images.x_test, images.y_test
+    for name, want, have in (("train_subset", cfg.train_subset, len(y_tr)), ("test_subset", cfg.test_subset, len(y_te))):
+        if want is not None and want > have:
+            raise ValueError(f"{name} = {want} exceeds the {have} images of that split; allowed: up to {have} "
+                             f"(or None for all)")
     if cfg.train_subset is not None and cfg.train_subset < len(y_tr):
         keep = torch.randperm(len(y_tr), generator=torch.Generator().manual_seed(0))[:cfg.train_subset]
         x_tr, y_tr = x_tr[keep], y_tr[keep]
@@ -131,7 +154,24 @@ def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.devic
     if len(y_tr) < cfg.num_clients:
         raise ValueError(f"num_clients = {cfg.num_clients} exceeds the {len(y_tr)} training images; "
                          "allowed: 1 <= num_clients <= number of training images")
-    parts = partition.make_partition(cfg.partition, y_tr.numpy(), cfg.num_clients, alpha=cfg.alpha, seed=cfg.seed)
+    return x_tr, y_tr, x_te, y_te
+
+
+def partition_for(cfg: RunConfig, y_train: torch.Tensor) -> list:
+    """The run's client partition of ``y_train`` (labels after :func:`split_images`); K index arrays.
+
+    Raises:
+        ValueError: from :func:`maskfed.partition.make_partition` (e.g. no Dirichlet draw gives
+            every client a sample), naming alpha and num_clients.
+    """
+    return partition.make_partition(cfg.partition, y_train.numpy(), cfg.num_clients, alpha=cfg.alpha, seed=cfg.seed,
+                                    convention=cfg.dirichlet_convention)
+
+
+def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.device) -> fedavg.FedData:
+    """Subset, normalise (train-split channel statistics) and partition the images."""
+    x_tr, y_tr, x_te, y_te = split_images(cfg, images)
+    parts = partition_for(cfg, y_tr)
     mean, std = data_mod.channel_stats(x_tr)
     return fedavg.FedData(
         x_train=data_mod.normalize(x_tr, mean, std).to(device), y_train=y_tr.to(device), parts=parts,
@@ -166,20 +206,22 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
     images = images_for(cfg)
     path = run_path(cfg, images)
     device = _device(cfg.device)
+    engine = cohort.resolve_engine(cfg.engine, device)
+    cohort.check_precision(cfg.precision, device)
     key = run_key(cfg, images)
     with checkpoint.claim(checkpoint.partial_dir(path)) as partial:
         if (path / "provenance.json").exists() and not force:  # finished by another process while we waited
             return load_run(path)
-        return _train(cfg, images, path, key, partial, device, force=force, progress=progress)
+        return _train(cfg, images, path, key, partial, device, engine, force=force, progress=progress)
 
 
 def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, partial: Path,
-           device: torch.device, *, force: bool, progress: bool) -> RunResult:
+           device: torch.device, engine: str, *, force: bool, progress: bool) -> RunResult:
     """Train ``cfg`` (from its checkpoint if there is one), write the run folder, drop the checkpoint."""
     t0 = time.perf_counter()
     data = prepare_data(cfg, images, device)
     torch.manual_seed(cfg.seed)
-    num_classes = int(images.y_train.max()) + 1
+    num_classes = len(images.classes)  # the source's own class count (10 for CIFAR-10)
     model = build_model(cfg.model, num_classes=num_classes, gn_groups=cfg.gn_groups, width=cfg.width).to(device)
     if force:
         checkpoint.discard(partial)
@@ -201,6 +243,7 @@ def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, par
         batch_size=cfg.batch_size, lr=cfg.lr, aggregation=cfg.aggregation, seed=cfg.seed,
         identical_client_seeds=cfg.identical_client_seeds,
         eval_at=fedavg.eval_rounds(cfg.rounds, cfg.eval_every, cfg.eval_every_tail), progress=bar,
+        engine=engine, precision=cfg.precision,
         start_round=done_before, theta_P=None if state is None else state.theta_P.to(device),
         records=None if state is None else state.records, on_state=save_state)
     bar.close()
@@ -209,9 +252,11 @@ def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, par
         "run_key": key, "data_fingerprint": data_fingerprint(images), "label": cfg.label(), "seed": cfg.seed,
         "code_hash": provenance.code_hash(), **provenance.git_state(),
         "packages": provenance.package_versions(), "machine": provenance.machine(str(device)),
-        "data_source": images.source, "data_source_kind": images.source_kind,
+        "data_source": images.source, "data_source_kind": images.source_kind, "dataset": cfg.dataset,
+        "classes": list(images.classes),
         "num_parameters": num_parameters(model), "wall_s": wall_before + time.perf_counter() - t0,
         "resumed_after_round": done_before,
+        "engine": engine, "precision": cfg.precision,
         "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     _write_atomically(path, replace=force, files={

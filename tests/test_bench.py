@@ -1,0 +1,67 @@
+"""Tests for maskfed.bench at tiny sizes: the CSV columns, and that bare SGD, the typical loop and
+our round make the same number of local steps over the same images."""
+
+from __future__ import annotations
+
+import pytest
+
+from maskfed import bench
+from maskfed import fedavg as F
+
+
+def test_bench_columns_and_equal_steps(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
+    # prepare / execute: two protocols of the smoke profile, every path, one timed round
+    df = bench.bench("smoke", protocols=[(16, 2), ("full", 1)], repeats=1, device="cpu")
+    # assert: the documented columns, one row per (protocol, path)
+    assert list(df.columns) == bench.COLUMNS
+    assert len(df) == 2 * len(bench.PATHS) and set(df["path"]) == set(bench.PATHS)
+    assert (df["seconds"] > 0).all() and (df["device"] == "cpu").all() and df["machine"].nunique() == 1
+    for (bs, tau), g in df.groupby(["batch_size", "local_epochs"]):
+        # every path makes the same steps: Σ_k ceil(n_k/bs)·τ over round 0's cohort
+        assert g["steps"].nunique() == 1, g[["path", "steps"]]
+        assert g["images"].nunique() == 1
+    r = bench.ratios(df)
+    assert set(r.columns) >= {"P2_ours_over_bare", "P3_typical_over_ours", "batched_speedup"}
+    assert r["P2_ours_over_bare"].notna().all() and (r["P2_ours_over_bare"] > 0).all()
+
+
+def test_round_bench_steps_match_local_steps():
+    from maskfed import runner
+    from maskfed.config import load_profile
+    from maskfed.models import build_model
+    import torch
+
+    cfg = load_profile("smoke").run(0, device="cpu", alpha=0.1)
+    data = runner.prepare_data(cfg, runner.images_for(cfg), torch.device("cpu"))
+    torch.manual_seed(0)
+    rb = bench.RoundBench(build_model("small_cnn_gn", width=2), data, cohort_size=3, lr=0.01)
+    expected = sum(F.local_steps(n, 16, 2) for n in rb.n_K)
+    for path in bench.PATHS:
+        assert rb.time_path(path, 16, 2)[1] == expected, path
+
+
+def test_bench_rejects_bad_inputs_before_timing():
+    with pytest.raises(ValueError, match="paths"):
+        bench.bench("smoke", paths=("fast",), device="cpu")
+    with pytest.raises(ValueError, match="precision"):
+        bench.bench("smoke", precisions=("bf16",), device="cpu")
+    with pytest.raises(ValueError, match="repeats"):
+        bench.bench("smoke", repeats=0, device="cpu")
+
+
+def test_paths_leave_theta_unchanged():
+    # every path starts from the same θ: a path that trained θ in place would bias the next one
+    import torch
+    from maskfed import runner
+    from maskfed.config import load_profile
+    from maskfed.models import build_model
+
+    cfg = load_profile("smoke").run(0, device="cpu")
+    data = runner.prepare_data(cfg, runner.images_for(cfg), torch.device("cpu"))
+    torch.manual_seed(0)
+    rb = bench.RoundBench(build_model("small_cnn_gn", width=2), data, cohort_size=3, lr=0.1)
+    theta0 = rb.theta.clone()
+    for path in bench.PATHS:
+        rb.time_path(path, 16, 1)
+        assert torch.equal(rb.theta, theta0), path

@@ -1,0 +1,86 @@
+"""Tests for maskfed.settings: every setting says whose it is, and the values are the code's."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+from torch import nn
+
+from maskfed import settings
+from maskfed.config import RunConfig, load_profile
+from maskfed.models import resnet18_gn
+from maskfed.settings import SETTINGS, settings_table
+
+
+def test_every_setting_is_credited_to_the_paper_with_a_section_or_is_ours_with_a_reference():
+    for s in SETTINGS:
+        if s.ours:
+            # ours: names what it follows, or says plainly the paper is silent
+            assert "following" in s.whose or "the paper does not say" in s.whose or "keeping" in s.whose \
+                or "suggest" in s.whose or "mirror" in s.whose or "reports" in s.whose, s
+        else:
+            assert s.whose.startswith(("paper, Sec.", "paper, Table")), s
+
+
+@pytest.mark.parametrize("name", ["GroupNorm groups per layer", "ResNet-18 stem", "stem initialisation",
+                                  "Dirichlet convention", "empty-client rule",
+                                  "summary window at other round counts", "momentum, weight decay"])
+def test_settings_the_paper_does_not_state_are_labelled_ours(name):
+    row = {s.name: s for s in SETTINGS}[name]
+    assert row.ours and row.whose.startswith("ours")
+
+
+def test_where_names_code_that_exists():
+    for s in SETTINGS:
+        for ref in s.where.split(", "):
+            if ref == "profile seeds":
+                continue
+            module, _, attr = ref.partition(".")
+            if module == "config":
+                assert attr in RunConfig.model_fields, ref
+            else:
+                mod = importlib.import_module(f"maskfed.{module}")
+                assert not attr or hasattr(mod, attr), ref
+
+
+def test_values_come_from_the_profile_and_match_the_built_model():
+    paper = settings_table()
+    base = load_profile("paper").run(0)
+    assert paper.loc["GroupNorm groups per layer", "value"] == str(base.gn_groups)
+    assert paper.loc["rounds", "value"] == "200"
+    assert paper.loc["summary window at 200 rounds", "value"] == "median over the last 50 rounds"
+    assert paper.loc["seeds", "value"] == "3"
+
+    model = resnet18_gn(gn_groups=base.gn_groups)
+    assert {g.num_groups for g in model.modules() if isinstance(g, nn.GroupNorm)} == {base.gn_groups}
+    assert model.conv1.kernel_size == (3, 3) and model.conv1.stride == (1, 1)
+    assert isinstance(model.maxpool, nn.Identity)
+
+
+def test_stem_initialisation_is_what_the_table_says():
+    # PyTorch's default Conv2d init: U(-b, b) with b = 1/sqrt(fan_in), std = b/sqrt(3);
+    # torchvision's Kaiming-normal (fan-out, ReLU): std = sqrt(2 / fan_out).
+    torch.manual_seed(0)
+    model = resnet18_gn()
+    fan_in_stem = 3 * 3 * 3
+    stem = model.conv1.weight.detach()
+    assert float(stem.abs().max()) <= 1 / fan_in_stem ** 0.5
+    assert float(stem.std()) == pytest.approx(1 / (3 * fan_in_stem) ** 0.5, rel=0.08)
+    inner = model.layer1[0].conv1.weight.detach()  # 64 -> 64, 3x3
+    assert float(inner.std()) == pytest.approx((2 / (64 * 9)) ** 0.5, rel=0.05)
+
+
+def test_a_scaled_down_profile_gets_its_own_column():
+    cpu = settings_table("cpu")
+    assert list(cpu.columns) == ["value", "whose", "cpu profile", "where"]
+    assert cpu.loc["rounds", "cpu profile"] == str(load_profile("cpu").run(0).rounds)
+    assert cpu.loc["model", "cpu profile"] == "small_cnn_gn"
+    assert cpu.loc["ResNet-18 stem", "cpu profile"].startswith("none")
+    assert cpu.loc["summary window at other round counts", "cpu profile"].endswith("(here: last 6 of 25)")
+
+
+def test_unknown_profile_is_refused():
+    with pytest.raises(ValueError, match="profile must be one of"):
+        settings_table("laptop")
