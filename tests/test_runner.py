@@ -72,13 +72,16 @@ def test_worker_processes_give_the_same_numbers_as_one_process(results_in_tmp, m
     assert parallel[0].metrics["recovery_unweighted"].iloc[0] != parallel[1].metrics["recovery_unweighted"].iloc[0]
 
 
-def test_a_failing_run_keeps_the_finished_ones(results_in_tmp):
-    good = make_run_config(**TINY)
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failing_run_keeps_the_finished_ones_and_raises_its_own_error(results_in_tmp, workers):
     bad = make_run_config(**{**TINY, "num_clients": 500, "cohort_size": 2})  # more clients than images
-    with pytest.raises(ValueError, match="num_clients"):
-        runner.run_many([good, bad], workers=1, progress=False)
+    good = make_run_config(**TINY)  # listed after the failing one: still runs
+    with pytest.raises(ValueError, match="num_clients = 500 exceeds the 200 training images") as info:
+        runner.run_many([bad, good], workers=workers, progress=False)
+    assert "1 of 2 run(s) failed" in "".join(info.value.__notes__)
     assert runner.find_run(good) is not None
     assert runner.find_run(bad) is None
+    assert [p.name for p in (results_in_tmp / "runs").iterdir()] == [runner.find_run(good).path.name]  # no litter
 
 
 def test_force_recomputes_and_replaces_the_folder(results_in_tmp):
@@ -114,3 +117,210 @@ def test_control_on_cuda_runs_with_deterministic_algorithms(results_in_tmp, monk
     assert res.provenance["determinism"]["deterministic_algorithms"] is True
     assert res.provenance["determinism"]["cublas_workspace_config"] == ":4096:8"
     assert not torch.are_deterministic_algorithms_enabled()   # restored after the run
+
+
+# ----------------------------------------------------------------------------- checkpoints and resume
+
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+from maskfed import checkpoint  # noqa: E402
+from maskfed.paths import REPO_ROOT  # noqa: E402
+
+
+def _same_metrics(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    """Every column but wall time, exactly (NaN where not evaluated counts as equal)."""
+    pd.testing.assert_frame_equal(a.drop(columns="wall_s"), b.drop(columns="wall_s"), check_exact=True)
+
+
+def _visible(runs: Path) -> list[Path]:
+    return [p for p in runs.iterdir() if not p.name.startswith(".")] if runs.exists() else []
+
+
+def test_checkpoint_every_is_recorded_but_left_out_of_the_key():
+    images = runner.load_images("synthetic", None, 200, 50)
+    a, b = make_run_config(**TINY, checkpoint_every=1), make_run_config(**TINY, checkpoint_every=0)
+    assert a.key() == b.key() and runner.run_key(a, images) == runner.run_key(b, images)
+    assert a.model_dump()["checkpoint_every"] == 1  # what config.json is written from
+    assert make_run_config(**{**TINY, "rounds": 3}).key() != a.key()  # other fields still count
+    with pytest.raises(Exception, match="checkpoint_every"):
+        make_run_config(**TINY, checkpoint_every=-1)
+
+
+@pytest.mark.parametrize("engine", ["sequential", "batched"])
+def test_a_run_killed_after_a_checkpoint_resumes_with_identical_numbers(results_in_tmp, monkeypatch, engine):
+    cfg = make_run_config(**{**TINY, "rounds": 5, "checkpoint_every": 2, "engine": engine})
+    real_save = checkpoint.save
+
+    def save_then_die(folder, state, run_key):
+        real_save(folder, state, run_key)
+        if state.rounds_done == 4:
+            raise KeyboardInterrupt  # killed right after the round-4 checkpoint
+
+    monkeypatch.setattr(checkpoint, "save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(cfg, progress=False)
+    runs = results_in_tmp / "runs"
+    assert _visible(runs) == []  # no run folder, only the hidden partial one
+    (partial,) = runs.glob(".partial-*")
+    assert checkpoint.load(partial, runner.run_key(cfg, runner.images_for(cfg))).rounds_done == 4
+
+    monkeypatch.setattr(checkpoint, "save", real_save)
+    resumed = runner.run(cfg, progress=False)
+    assert resumed.provenance["resumed_after_round"] == 4
+    assert not partial.exists()  # a finished run removes its checkpoint
+    assert [p.name for p in runs.iterdir()] == [resumed.path.name]
+
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(results_in_tmp / "straight"))
+    straight = runner.run(cfg.model_copy(update={"checkpoint_every": 0}), progress=False)
+    assert straight.provenance["resumed_after_round"] == 0
+    assert straight.path.name == resumed.path.name  # same key: checkpoint_every changes no result
+    _same_metrics(straight.metrics, resumed.metrics)
+
+
+def test_force_starts_from_round_1_despite_a_checkpoint(results_in_tmp, monkeypatch):
+    cfg = make_run_config(**{**TINY, "rounds": 3, "checkpoint_every": 1})
+    monkeypatch.setattr(runner.fedavg, "evaluate", _fail_at_last_round(cfg.rounds, runner.fedavg.evaluate))
+    with pytest.raises(RuntimeError, match="injected"):
+        runner.run(cfg, progress=False)
+    monkeypatch.undo()
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(results_in_tmp))
+    forced = runner.run(cfg, force=True, progress=False)
+    assert forced.provenance["resumed_after_round"] == 0
+    assert not list((results_in_tmp / "runs").glob(".partial-*"))
+
+
+def test_a_finished_run_tidies_a_partial_folder_left_by_a_late_kill(results_in_tmp):
+    cfg = make_run_config(**TINY)
+    done = runner.run(cfg, progress=False)
+    stale = checkpoint.partial_dir(done.path)  # as if killed between the rename and the clean-up
+    checkpoint.save(stale, checkpoint.RunState(1, torch.zeros(3), [{}]), run_key="k")
+    assert runner.run(cfg, progress=False).path == done.path
+    assert not stale.exists()
+
+
+def _fail_at_last_round(rounds, evaluate):
+    calls = []
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == rounds:  # TINY evaluates every round
+            raise RuntimeError("injected failure")
+        return evaluate(*args, **kwargs)
+    return wrapped
+
+
+def _cli(results: Path, *args: str, **popen) -> subprocess.Popen:
+    env = {**os.environ, "MASKFED_RESULTS_DIR": str(results), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(REPO_ROOT / "src")}
+    return subprocess.Popen([sys.executable, "-m", "maskfed", *args], env=env, cwd=REPO_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+#: smoke profile shrunk further (every flag is one no experiment grid varies): a round takes well under 1 s
+SMALL = ["--profile", "smoke", "--synthetic-train", "200", "--num-clients", "4", "--cohort-size", "2",
+         "--width", "2", "--checkpoint-every", "1"]
+
+
+def _wait_for(condition, timeout: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"process ended early ({proc.returncode}): {proc.communicate()[1][-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("timed out waiting")
+        time.sleep(0.1)
+
+
+def _checkpoint_rounds(runs: Path) -> dict[str, int]:
+    """Rounds done per unfinished run, from the checkpoints in the hidden partial folders."""
+    out = {}
+    for f in runs.glob(".partial-*/checkpoint.pt"):
+        try:
+            out[f.parent.name.removeprefix(".partial-")] = int(
+                torch.load(f, map_location="cpu", weights_only=True)["rounds_done"])
+        except Exception:  # noqa: BLE001 - replaced while we read it
+            pass
+    return out
+
+
+def test_a_cli_run_killed_with_sigkill_resumes_with_identical_numbers(tmp_path):
+    args = ["run", *SMALL, "--rounds", "20"]
+    runs = tmp_path / "killed" / "runs"
+    proc = _cli(tmp_path / "killed", *args)
+    _wait_for(lambda: any(n >= 3 for n in _checkpoint_rounds(runs).values()), 240, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert _visible(runs) == []  # nothing but the hidden checkpoint folder
+    (done_before,) = _checkpoint_rounds(runs).values()
+    assert 3 <= done_before < 20
+
+    again = _cli(tmp_path / "killed", *args)
+    straight = _cli(tmp_path / "straight", *args)  # the same command, never interrupted
+    for p in (again, straight):
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    (resumed_path,) = _visible(runs)
+    (straight_path,) = _visible(tmp_path / "straight" / "runs")
+    resumed, reference = runner.load_run(resumed_path), runner.load_run(straight_path)
+    assert resumed.provenance["resumed_after_round"] >= done_before
+    assert reference.provenance["resumed_after_round"] == 0
+    assert len(resumed.metrics) == 20
+    _same_metrics(reference.metrics, resumed.metrics)
+    assert not list(runs.glob(".partial-*"))
+
+
+def test_ctrl_c_stops_a_sweep_with_workers_keeps_finished_runs_and_resumes(tmp_path, monkeypatch):
+    # 4 runs (Table II's 3 alphas and the control) of 30 rounds on 2 worker processes
+    args = ["sweep", *SMALL, "--rounds", "30", "--workers", "2", "--experiments", "table2", "control"]
+    runs = tmp_path / "runs"
+    proc = _cli(tmp_path, *args)
+    # wait until a run has finished and another one is at most a quarter done (so it cannot finish first)
+    _wait_for(lambda: any((p / "provenance.json").exists() for p in _visible(runs))
+              and any(n <= 7 for n in _checkpoint_rounds(runs).values()), 400, proc)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 10, "Ctrl-C took more than 10 s to stop the sweep"
+    assert proc.returncode == 130, err[-2000:]
+    assert "rerun the same command to resume" in err and "Traceback" not in err
+    finished = _visible(runs)
+    assert finished and all((p / "provenance.json").exists() for p in finished)  # no half-written run folder
+    assert not list(runs.glob(".tmp-*"))
+    # (a run killed between its rename and its clean-up may leave a stale checkpoint: not unfinished)
+    unfinished = {n: r for n, r in _checkpoint_rounds(runs).items() if n not in {p.name for p in finished}}
+    assert unfinished
+
+    again = _cli(tmp_path, *args)
+    out, err = again.communicate(timeout=400)
+    assert again.returncode == 0, err[-2000:]
+    results = {p.name: runner.load_run(p) for p in _visible(runs)}
+    assert len(results) == 4 and not list(runs.glob(".partial-*"))
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "straight"))
+    for name, rounds_done in unfinished.items():
+        res = results[name]
+        assert res.provenance["resumed_after_round"] >= rounds_done
+        straight = runner.run(res.config.model_copy(update={"checkpoint_every": 0}), force=True, progress=False)
+        _same_metrics(straight.metrics, res.metrics)
+
+
+def test_ctrl_c_in_a_one_process_sweep_says_what_was_kept_and_how_to_resume(results_in_tmp, monkeypatch):
+    cfgs = [make_run_config(**{**TINY, "seed": s}) for s in (0, 1)]
+    real_run = runner.run
+
+    def interrupted_second(cfg, **kw):
+        if cfg.seed == 1:
+            raise KeyboardInterrupt
+        return real_run(cfg, **kw)
+
+    monkeypatch.setattr(runner, "run", interrupted_second)
+    with pytest.raises(runner.Interrupted, match="1 of 2 run.s. finished and kept; rerun the same command to resume"):
+        runner.run_many(cfgs, workers=1, progress=False)
+    assert runner.find_run(cfgs[0]) is not None and runner.find_run(cfgs[1]) is None

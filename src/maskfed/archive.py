@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from . import experiments, provenance, summary
-from .config import PROFILES, RunConfig, load_profile
+from .config import NOT_IN_KEY, PROFILES, RunConfig, load_profile
 from .paths import REPO_ROOT
 from .runner import RunResult, load_run
 
@@ -36,9 +36,9 @@ if TYPE_CHECKING:
 FILES = ("metrics.csv", "config.json", "partition.json", "provenance.json")
 #: Columns a metrics.csv must have to be read back.
 REQUIRED_COLUMNS = ("round", "recovery_unweighted", "recovery_weighted", "mu2_hat", "sigma2_hat", "test_acc")
-#: RunConfig fields that say where a run ran, not what it computed: ignored when matching
-#: archived runs to a profile's configurations.
-WHERE_FIELDS = ("data_path", "device")
+#: RunConfig fields that say where or how a run ran, not what it computed: ignored when matching
+#: archived runs to a profile's configurations (``checkpoint_every`` is :data:`~maskfed.config.NOT_IN_KEY`).
+WHERE_FIELDS = ("data_path", "device", *NOT_IN_KEY)
 #: Profiles the book looks for in the archive, in column order.
 BOOK_PROFILES = ("cpu-long", "paper")
 

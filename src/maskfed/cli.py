@@ -153,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
             results = ray_backend.run_many(cfgs, address=args.address)
         else:
             results = runner.run_many(cfgs, workers=args.workers or profile.workers)
+    except KeyboardInterrupt as exc:  # Ctrl-C: finished runs and checkpoints are on disk
+        if getattr(args, "force", False):
+            msg = "interrupted; --force starts every run from round 1: rerun without it to resume from the checkpoints"
+        else:
+            msg = str(exc) or "interrupted; " + runner.resume_hint()
+        print(f"maskfed: {msg}", file=sys.stderr)
+        return 130
     except (*INPUT_ERRORS, RuntimeError) as exc:
         cause = exc if isinstance(exc, INPUT_ERRORS) else exc.__cause__  # run_many wraps a worker's error
         if not isinstance(cause, INPUT_ERRORS):

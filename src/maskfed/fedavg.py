@@ -207,7 +207,9 @@ def eval_rounds(rounds: int, eval_every: int, eval_every_tail: int) -> set[int]:
 def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int, local_epochs: int,
                batch_size: int | str, lr: float, aggregation: str, seed: int,
                identical_client_seeds: bool = False, eval_at: set[int] | None = None,
-               progress=None, on_round=None, engine: str = "sequential", precision: str = "fp32") -> list[dict]:
+               progress=None, on_round=None, engine: str = "sequential", precision: str = "fp32",
+               start_round: int = 0, theta_P: torch.Tensor | None = None, records: list[dict] | None = None,
+               on_state=None) -> list[dict]:
     """Train with FedAvg and measure every round.
 
     Args:
@@ -224,16 +226,38 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
         engine: local-training engine of :func:`maskfed.cohort.train_cohort`
             ("sequential" reference, "batched", or "auto").
         precision: "fp32", or on CUDA "tf32" / "bf16" (:func:`maskfed.cohort.precision_context`).
+        start_round: 0-based round to start from; > 0 resumes a run from its checkpoint,
+            together with ``theta_P`` and ``records``.
+        theta_P: global parameters θ after round ``start_round`` (flat [P], on the
+            model's device); ``None``: the model's current parameters (θ_0).
+        records: the records of rounds 1..``start_round`` (copied, not modified).
+        on_state: optional callback ``on_state(rounds_done, theta_P, records)`` after every
+            round, with everything needed to resume (the runner writes checkpoints with it).
+
+    Every random draw inside the loop comes from generators seeded by (seed, round,
+    client) (:func:`sample_cohort`, :func:`client_seed`); torch's and numpy's global
+    generators are not used, so (round, θ, records) is the whole state of a run and
+    resuming from it gives bit-identical numbers on the same device.
+
+    Raises:
+        ValueError: ``start_round`` outside [0, rounds], ``start_round > 0`` without
+            ``theta_P``, or ``records`` whose length is not ``start_round``.
 
     Returns:
         One dict per round: ``round`` (1-based), the cohort, shard sizes, T,
         train loss, the metrics of :func:`round_metrics`, ``test_acc`` and
         ``test_loss`` (NaN when not evaluated) and ``wall_s``.
     """
+    records = [] if records is None else list(records)
+    if not 0 <= start_round <= rounds:
+        raise ValueError(f"start_round must be in [0, rounds = {rounds}]; got {start_round}")
+    if start_round > 0 and theta_P is None:
+        raise ValueError("start_round > 0 needs theta_P, the global parameters after that round")
+    if len(records) != start_round:
+        raise ValueError(f"records must hold the {start_round} round(s) before start_round; got {len(records)}")
     eval_at = {rounds - 1} if eval_at is None else eval_at
-    theta = parameters_to_vector(model.parameters()).detach().clone()
-    records = []
-    for r in range(rounds):
+    theta = (parameters_to_vector(model.parameters()) if theta_P is None else theta_P).detach().clone()
+    for r in range(start_round, rounds):
         t0 = time.perf_counter()
         cohort = sample_cohort(len(data.parts), cohort_size, seed, r)
         gens = [torch.Generator().manual_seed(client_seed(seed, r, 0 if identical_client_seeds else int(k)))
@@ -253,6 +277,8 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
         records.append(rec)
         if on_round is not None:
             on_round(rec)
+        if on_state is not None:
+            on_state(r + 1, theta, records)
         if progress is not None:
             progress.update(1)
             progress.set_postfix(recovery=f"{rec['recovery_unweighted']:.2f}", loss=f"{rec['train_loss']:.3f}")

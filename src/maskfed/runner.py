@@ -6,8 +6,15 @@ round), ``config.json`` (the resolved :class:`~maskfed.config.RunConfig`),
 dirty flag, code hash, package versions, device, data source, wall time). It is
 written to a temporary folder and renamed into place when the run ends, so a
 folder that exists is complete, and an interrupted sweep keeps every run it
-had finished. The key hashes the config, the source code of ``maskfed`` and
-a fingerprint of the data: a code change never reuses stale numbers.
+had finished. The key hashes the config (less ``checkpoint_every``), the
+source code of ``maskfed`` and a fingerprint of the data: a code change never
+reuses stale numbers.
+
+While a run trains, its checkpoints live in the hidden partial folder
+``results/runs/.partial-<label>-<key>`` (:mod:`maskfed.checkpoint`): the same
+call after a kill resumes from it, and Ctrl-C during :func:`run_many` ends the
+worker processes at once and raises :class:`Interrupted`, whose message says
+how to resume.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -29,7 +37,7 @@ import torch
 from tqdm import tqdm
 
 from . import data as data_mod
-from . import cohort, determinism, fedavg, partition, provenance
+from . import checkpoint, cohort, determinism, fedavg, partition, provenance
 from .config import RunConfig
 from .models import build_model, num_parameters
 from .paths import results_dir
@@ -106,9 +114,12 @@ def load_run(path: Path) -> RunResult:
 
 
 def find_run(cfg: RunConfig) -> RunResult | None:
-    """The finished run of ``cfg`` with the current code and data, or None."""
+    """The finished run of ``cfg`` with the current code and data, or None (tidies a stale partial folder)."""
     path = run_path(cfg, images_for(cfg))
-    return load_run(path) if (path / "provenance.json").exists() else None
+    if not (path / "provenance.json").exists():
+        return None
+    checkpoint.remove_stale(checkpoint.partial_dir(path))
+    return load_run(path)
 
 
 def _device(name: str) -> torch.device:
@@ -170,9 +181,17 @@ def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.devic
 def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunResult:
     """Run one FedAvg configuration, or return its finished run folder.
 
+    While it trains, the run saves a checkpoint every ``cfg.checkpoint_every``
+    rounds into its hidden partial folder (:mod:`maskfed.checkpoint`); the same
+    call after a kill or Ctrl-C resumes from the last one, and on the same device
+    gives numbers bit-identical to a run that never stopped. The finished folder
+    is renamed into place atomically and the partial folder removed. Only one
+    process computes a run at a time: a second one waits, then reuses it.
+
     Args:
         cfg: the run's configuration (validated).
-        force: recompute even if a finished run exists.
+        force: recompute even if a finished run exists; also ignores (and deletes)
+            a checkpoint, so the run starts from round 1.
         progress: show a tqdm bar over rounds.
 
     Returns:
@@ -182,36 +201,63 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
         ValueError / FileNotFoundError / DataUnavailableError: bad device or data,
             before training starts.
     """
+    if not force and (found := find_run(cfg)) is not None:
+        return found
     images = images_for(cfg)
     path = run_path(cfg, images)
-    if (path / "provenance.json").exists() and not force:
-        return load_run(path)
     device = _device(cfg.device)
     engine = cohort.resolve_engine(cfg.engine, device)
     cohort.check_precision(cfg.precision, device)
+    key = run_key(cfg, images)
+    with checkpoint.claim(checkpoint.partial_dir(path)) as partial:
+        if (path / "provenance.json").exists() and not force:  # finished by another process while we waited
+            return load_run(path)
+        return _train(cfg, images, path, key, partial, device, engine, force=force, progress=progress)
+
+
+def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, partial: Path,
+           device: torch.device, engine: str, *, force: bool, progress: bool) -> RunResult:
+    """Train ``cfg`` (from its checkpoint if there is one), write the run folder, drop the checkpoint."""
     t0 = time.perf_counter()
     data = prepare_data(cfg, images, device)
     torch.manual_seed(cfg.seed)
     num_classes = len(images.classes)  # the source's own class count (10 for CIFAR-10)
     model = build_model(cfg.model, num_classes=num_classes, gn_groups=cfg.gn_groups, width=cfg.width).to(device)
-    bar = tqdm(total=cfg.rounds, desc=cfg.label(), leave=False, disable=not progress, mininterval=2.0)
+    if force:
+        checkpoint.discard(partial)
+    state = checkpoint.load(partial, key)
+    if state is not None:
+        checkpoint.restore_rng(state)
+    done_before = 0 if state is None else state.rounds_done
+    wall_before = 0.0 if state is None else state.wall_s
+
+    def save_state(rounds_done: int, theta_P: torch.Tensor, records: list[dict]) -> None:
+        if cfg.checkpoint_every and rounds_done % cfg.checkpoint_every == 0 and rounds_done < cfg.rounds:
+            wall = wall_before + time.perf_counter() - t0
+            checkpoint.save(partial, checkpoint.RunState(rounds_done, theta_P, records, wall_s=wall), key)
+
+    bar = tqdm(total=cfg.rounds, initial=done_before, desc=cfg.label(), leave=False, disable=not progress,
+               mininterval=2.0)
     with determinism.deterministic(determinism.needed(cfg.identical_client_seeds, device)) as determinism_state:
         records = fedavg.run_fedavg(
             model, data, rounds=cfg.rounds, cohort_size=cfg.cohort_size, local_epochs=cfg.local_epochs,
             batch_size=cfg.batch_size, lr=cfg.lr, aggregation=cfg.aggregation, seed=cfg.seed,
             identical_client_seeds=cfg.identical_client_seeds,
             eval_at=fedavg.eval_rounds(cfg.rounds, cfg.eval_every, cfg.eval_every_tail), progress=bar,
-            engine=engine, precision=cfg.precision)
+            engine=engine, precision=cfg.precision,
+            start_round=done_before, theta_P=None if state is None else state.theta_P.to(device),
+            records=None if state is None else state.records, on_state=save_state)
     bar.close()
     sizes = [len(p) for p in data.parts]
     prov = {
-        "run_key": run_key(cfg, images), "data_fingerprint": data_fingerprint(images), "label": cfg.label(), "seed": cfg.seed,
+        "run_key": key, "data_fingerprint": data_fingerprint(images), "label": cfg.label(), "seed": cfg.seed,
         "code_hash": provenance.code_hash(), **provenance.git_state(),
         "packages": provenance.package_versions(), "machine": provenance.machine(str(device)),
         "determinism": determinism_state,
         "data_source": images.source, "data_source_kind": images.source_kind, "dataset": cfg.dataset,
         "classes": list(images.classes),
-        "num_parameters": num_parameters(model), "wall_s": time.perf_counter() - t0,
+        "num_parameters": num_parameters(model), "wall_s": wall_before + time.perf_counter() - t0,
+        "resumed_after_round": done_before,
         "engine": engine, "precision": cfg.precision,
         "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -221,24 +267,33 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
         "partition.json": json.dumps({"sizes": sizes, "min": min(sizes), "max": max(sizes)}),
         "provenance.json": json.dumps(prov, indent=2),
     })
+    checkpoint.discard(partial)
     return load_run(path)
 
 
 def _write_atomically(path: Path, files: dict[str, str], replace: bool = False) -> None:
+    """Write ``files`` into a hidden temporary folder, then rename it to ``path`` in one step.
+
+    A folder at ``path`` is therefore always complete; an interruption while
+    writing leaves at most the hidden ``.tmp-*`` folder, which is removed.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".tmp-{path.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for name, text in files.items():
-        (tmp / name).write_text(text)
-    old = path.parent / f".old-{path.name}-{os.getpid()}"
-    if replace and path.exists():  # a forced rerun: move the old folder aside first
-        os.replace(path, old)
     try:
-        os.replace(tmp, path)
-    except OSError:  # another process finished the same run first: keep theirs
+        tmp.mkdir()
+        for name, text in files.items():
+            (tmp / name).write_text(text)
+        old = path.parent / f".old-{path.name}-{os.getpid()}"
+        if replace and path.exists():  # a forced rerun: move the old folder aside first
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # another process finished the same run first: keep theirs
+            pass
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _cost(cfg: RunConfig) -> float:
@@ -246,6 +301,8 @@ def _cost(cfg: RunConfig) -> float:
 
 
 def _worker_init() -> None:
+    """One torch thread; Ctrl-C is left to the parent, which stops the workers itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
 
 
@@ -253,37 +310,87 @@ def _run_in_worker(cfg_json: str) -> str:
     return str(run(RunConfig(**json.loads(cfg_json)), progress=False).path)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) during :func:`run_many`; ``str()`` says what was kept and how to resume."""
+
+
+def resume_hint() -> str:
+    """How to continue after an interruption (used by :class:`Interrupted` and the CLI)."""
+    return (f"rerun the same command to resume: finished runs are reused, and each unfinished run continues "
+            f"from its last checkpoint (hidden .partial-* folders in {results_dir() / 'runs'})")
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel queued runs and end the worker processes now (their checkpoints stay on disk)."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    if terminate is not None:
+        terminate()
+        return
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # Python 3.11-3.13; shutdown clears it
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(timeout=5)
+    pool.shutdown(wait=True)  # the pool's own thread sees the ended workers and releases its queues
+
+
 def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = True) -> list[RunResult]:
     """Run several configurations (finished ones are reused), in parallel processes.
 
     Runs are independent, so ``workers`` one-thread processes share them out,
     longest first. Results come back in the order of ``configs``. A run that
-    fails does not discard the others: they are kept on disk and the first
-    error is raised at the end.
+    fails does not discard the others: every other run still runs and is kept on
+    disk, and the first failure is raised at the end as its own exception (same
+    type and message, with a note naming the run and the number of failures).
+
+    Ctrl-C stops within seconds: queued runs are cancelled and worker processes
+    ended; finished runs stay, unfinished ones keep their last checkpoint in
+    their hidden ``.partial-*`` folder, and no run folder is left half-written.
+    The same call again resumes them (:func:`run`).
 
     Args:
         configs: run configurations (duplicates are run once).
         workers: worker processes; 1 runs in this process with torch's default threads.
         progress: tqdm bars.
+
+    Raises:
+        Interrupted: on Ctrl-C, with what was kept and how to resume.
+        Exception: the first failed run's own error, after every other run ended.
     """
     unique = list(dict.fromkeys(configs))
     done = {c: find_run(c) for c in unique}
     pending = [c for c in unique if done[c] is None]
-    if pending and workers > 1 and len(pending) > 1:
-        pending.sort(key=_cost, reverse=True)
-        ctx = multiprocessing.get_context("spawn")
-        errors = []
-        with ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=ctx,
-                                 initializer=_worker_init) as pool:
-            futures = {pool.submit(_run_in_worker, c.model_dump_json()): c for c in pending}
-            for fut in tqdm(as_completed(futures), total=len(futures), desc="runs", disable=not progress):
-                if fut.exception() is not None:
-                    errors.append((futures[fut].label(), fut.exception()))
-                else:
-                    done[futures[fut]] = load_run(Path(fut.result()))
-        if errors:
-            raise RuntimeError(f"{len(errors)} run(s) failed; first: {errors[0][0]}") from errors[0][1]
-    else:
-        for c in tqdm(pending, desc="runs", disable=not progress or len(pending) < 2):
-            done[c] = run(c, progress=progress)
+    errors: list[tuple[RunConfig, BaseException]] = []
+    try:
+        if pending and workers > 1 and len(pending) > 1:
+            pending.sort(key=_cost, reverse=True)
+            pool = ProcessPoolExecutor(max_workers=min(workers, len(pending)),
+                                       mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init)
+            try:
+                futures = {pool.submit(_run_in_worker, c.model_dump_json()): c for c in pending}
+                for fut in tqdm(as_completed(futures), total=len(futures), desc="runs", disable=not progress):
+                    if fut.exception() is not None:
+                        errors.append((futures[fut], fut.exception()))
+                    else:
+                        done[futures[fut]] = load_run(Path(fut.result()))
+            except BaseException:
+                _stop_workers(pool)
+                raise
+            pool.shutdown(wait=True)
+        else:
+            for c in tqdm(pending, desc="runs", disable=not progress or len(pending) < 2):
+                try:
+                    done[c] = run(c, progress=progress)
+                except Exception as exc:  # noqa: BLE001 - kept and re-raised below, after the other runs
+                    errors.append((c, exc))
+    except KeyboardInterrupt:
+        finished = sum(find_run(c) is not None for c in unique)  # on disk: one may have landed just now
+        raise Interrupted(f"interrupted; {finished} of {len(unique)} run(s) finished and kept; "
+                          + resume_hint()) from None
+    if errors:
+        cfg, exc = errors[0]
+        exc.add_note(f"(run {cfg.label()}; {len(errors)} of {len(unique)} run(s) failed, "
+                     "the others are kept)")
+        raise exc
     return [done[c] for c in configs]
