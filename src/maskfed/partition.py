@@ -54,6 +54,33 @@ def _check_count(name: str, value, lo: int, hi: int | None = None, hint: str = "
     return v
 
 
+def _check_dirichlet_args(labels, num_clients, alpha, rng, min_size, max_redraws) -> tuple:
+    """Validate the arguments of the Dirichlet partitions; returns (y, N, K, alpha, min_size, max_redraws).
+
+    Raises:
+        ValueError: naming the bad parameter, or ``min_size * K > N`` (no draw can succeed).
+    """
+    y = _check_labels(labels)
+    n = y.shape[0]
+    k = _check_count("num_clients", num_clients, 1, n, hint=f" (len(labels) = {n})")
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError):
+        raise ValueError(f"alpha must be > 0; got {alpha!r}") from None
+    if not (a > 0 and math.isfinite(a)):
+        raise ValueError(f"alpha must be > 0; got {alpha!r}")
+    min_size = _check_count("min_size", min_size, 0)
+    max_redraws = _check_count("max_redraws", max_redraws, 0)
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
+    if min_size * k > n:
+        raise ValueError(
+            f"cannot give each of num_clients={k} clients min_size={min_size} samples from only "
+            f"{n} labels (alpha={a}); use fewer clients or a smaller min_size"
+        )
+    return y, n, k, a, min_size, max_redraws
+
+
 def dirichlet_partition(
     labels: np.ndarray,
     num_clients: int,
@@ -101,24 +128,7 @@ def dirichlet_partition(
             budget gives every client ``min_size`` samples (message names ``alpha`` and
             ``num_clients`` and suggests a larger alpha or fewer clients).
     """
-    y = _check_labels(labels)
-    n = y.shape[0]
-    k = _check_count("num_clients", num_clients, 1, n, hint=f" (len(labels) = {n})")
-    try:
-        a = float(alpha)
-    except (TypeError, ValueError):
-        raise ValueError(f"alpha must be > 0; got {alpha!r}") from None
-    if not (a > 0 and math.isfinite(a)):
-        raise ValueError(f"alpha must be > 0; got {alpha!r}")
-    min_size = _check_count("min_size", min_size, 0)
-    max_redraws = _check_count("max_redraws", max_redraws, 0)
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
-    if min_size * k > n:
-        raise ValueError(
-            f"cannot give each of num_clients={k} clients min_size={min_size} samples from only "
-            f"{n} labels (alpha={a}); use fewer clients or a smaller min_size"
-        )
+    y, n, k, a, min_size, max_redraws = _check_dirichlet_args(labels, num_clients, alpha, rng, min_size, max_redraws)
 
     class_indices = [np.flatnonzero(y == c) for c in np.unique(y)]
     conc = np.full(k, a)
@@ -215,23 +225,7 @@ def dirichlet_partition_niid_bench(
         ValueError: invalid inputs (message names the parameter), ``min_size * K > N``, or no draw
             within the budget gives every client ``min_size`` samples.
     """
-    y = _check_labels(labels)
-    n = y.shape[0]
-    k = _check_count("num_clients", num_clients, 1, n, hint=f" (len(labels) = {n})")
-    try:
-        a = float(alpha)
-    except (TypeError, ValueError):
-        raise ValueError(f"alpha must be > 0; got {alpha!r}") from None
-    if not (a > 0 and math.isfinite(a)):
-        raise ValueError(f"alpha must be > 0; got {alpha!r}")
-    min_size = _check_count("min_size", min_size, 0)
-    max_redraws = _check_count("max_redraws", max_redraws, 0)
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
-    if min_size * k > n:
-        raise ValueError(
-            f"cannot give each of num_clients={k} clients min_size={min_size} samples from only "
-            f"{n} labels (alpha={a}); use fewer clients or a smaller min_size")
+    y, n, k, a, min_size, max_redraws = _check_dirichlet_args(labels, num_clients, alpha, rng, min_size, max_redraws)
 
     class_indices = [np.flatnonzero(y == c) for c in np.unique(y)]
     conc = np.full(k, a)
