@@ -32,6 +32,26 @@ def book_order() -> list[str]:
     return [Path(f).name for f in files if (NOTEBOOK_DIR / f"{Path(f).name}.md").exists()]
 
 
+def hide_injected_like_parameters(nb) -> None:
+    """Give papermill's injected-parameters cell the ``remove-*`` tags of the notebook's parameters
+    cell, in place, so a chapter whose parameters are hidden does not show the injected ones as a
+    stray code box (a chapter that shows its parameters keeps showing both).
+
+    Args:
+        nb: an executed notebook (``nbformat.NotebookNode``).
+    """
+    def tags(cell):
+        return cell.setdefault("metadata", {}).setdefault("tags", [])
+
+    params = next((c for c in nb.cells if "parameters" in tags(c)), None)
+    if params is None:
+        return
+    hide = [t for t in tags(params) if t.startswith("remove-")]
+    for cell in nb.cells:
+        if "injected-parameters" in tags(cell):
+            cell["metadata"]["tags"] = tags(cell) + [t for t in hide if t not in tags(cell)]
+
+
 def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dict | None = None) -> Path:
     """Execute ``notebooks/<name>.md`` into ``out_dir/<name>.ipynb``.
 
@@ -46,6 +66,7 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
         papermill.PapermillExecutionError: a cell failed (e.g. a live check's assert).
     """
     import jupytext
+    import nbformat
     import papermill
 
     if profile not in PROFILES:
@@ -62,6 +83,9 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
         papermill.execute_notebook(str(ipynb), str(out), parameters={"profile": profile, **(parameters or {})},
                                    kernel_name="python3", language="python", progress_bar=False,
                                    cwd=str(NOTEBOOK_DIR))
+    nb = nbformat.read(out, as_version=4)
+    hide_injected_like_parameters(nb)
+    nbformat.write(nb, out)
     return out
 
 
