@@ -128,6 +128,7 @@ def trajectories(results, *, ax=None, window: int = 3):
     with the summary window (last quarter of rounds) shaded."""
     import matplotlib.pyplot as plt
 
+    from .plots import plain_log_ticks
     from .summary import tail_window
 
     if ax is None:
@@ -140,8 +141,7 @@ def trajectories(results, *, ax=None, window: int = 3):
     rounds = len(results[0].metrics)
     ax.axvspan(rounds - tail_window(rounds) + 0.5, rounds + 0.5, color="0.9", zorder=0)
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(plt.matplotlib.ticker.ScalarFormatter())
-    ax.yaxis.set_minor_formatter(plt.matplotlib.ticker.ScalarFormatter())
+    plain_log_ticks(ax, "y")
     ax.set_xlabel("round")
     ax.set_ylabel("1/Δ_S (rolling median)")
     ax.legend(fontsize=6, ncol=3)
