@@ -27,7 +27,8 @@ def built_book(tmp_path_factory):
     book.mkdir()
     for f in ("_config.yml", "_toc.yml"):
         shutil.copy(REPO_ROOT / "book" / f, book / f)
-    shutil.copytree(REPO_ROOT / "book" / "_static", book / "_static")
+    for folder in ("_static", "_ext"):
+        shutil.copytree(REPO_ROOT / "book" / folder, book / folder)
     failures = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MASKFED_RESULTS_DIR", str(root / "results"))
@@ -126,9 +127,10 @@ def test_glued_numbers_are_rendered(built_book):
 def test_math_renders_without_network(built_book):
     book, _, _ = built_book
     html = book / "_build" / "html"
-    page = (html / "nb" / "intro.html").read_text()
-    assert "cdn.jsdelivr.net/npm/mathjax" not in page
-    assert "_static/mathjax/tex-chtml.js" in page
+    for name in NAMES:  # every page: the navigation shows chapter titles with math
+        page = (html / "nb" / f"{name}.html").read_text()
+        assert "cdn.jsdelivr.net/npm/mathjax" not in page
+        assert "_static/mathjax/tex-chtml.js" in page, name
     assert (html / "_static" / "mathjax" / "tex-chtml.js").exists()
 
 
