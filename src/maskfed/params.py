@@ -118,7 +118,9 @@ def check_parameters(namespace: dict) -> dict[str, Any]:
     """Check a notebook's parameters against its parameters cell and rebind the coerced values.
 
     Call it first thing in the cell after the parameters cell, before any import that binds
-    a plain value or any compute, as ``params.check_parameters(globals())``.
+    a plain value or any compute, as ``params.check_parameters(globals())``. It sees every name
+    bound so far, so in an interactive session rerun it only from a fresh kernel ("Restart and
+    run all"): run again after later cells, it refuses their variables as undeclared.
 
     Args:
         namespace: the notebook's globals. The declared parameters are its ``__annotations__``
