@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -21,6 +22,7 @@ from maskfed.params import ParameterError, check_parameters, coerce
     ("{rounds: 50}", dict, {"rounds": 50}),        # YAML flow mapping
     ("{'rounds': 50}", dict, {"rounds": 50}),      # Python literal
     ("None", int | None, None),
+    ("7", Optional[int], 7),
     ("1e-3", float, 0.001),                        # not a YAML 1.1 float, but a Python literal
     (2, float, 2.0),                               # an int is a float
     ([1, 3, 1000], list[int | float], [1, 3, 1000]),  # ints stay ints where allowed
@@ -61,8 +63,9 @@ def test_check_parameters_rebinds_coerced_values():
 
 
 def test_check_parameters_refuses_undeclared_names_listing_the_declared_ones():
-    ns = {"__annotations__": {"profile": str, "workers": int | None}, "profile": "cpu", "workers": None,
-          "alpha": 0.5, "params": params, "check_parameters": check_parameters, "_private": 1}
+    ns = {"__annotations__": {"profile": str, "workers": Optional[int]}, "profile": "cpu", "workers": None,
+          "alpha": 0.5, "params": params, "check_parameters": check_parameters, "_private": 1,
+          "Optional": Optional}
     with pytest.raises(ParameterError) as err:
         check_parameters(ns)
     msg = str(err.value)
@@ -94,9 +97,10 @@ def test_every_notebook_checks_its_parameters_first(name):
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert "parameters" in code[0].metadata.get("tags", []), "the parameters cell comes first"
     for line in code[0].source.splitlines():
-        if line.strip() and not line.startswith("#"):
+        if line.strip() and not line.startswith(("#", "from typing import")):
             assert re.match(r"^\w+: [^=]+ = .+#", line), f"parameter without a type or a comment: {line!r}"
     assert "params.check_parameters(globals())" in code[1].source
+    assert " | " not in code[0].source.split("#")[0], "papermill --help-notebook cannot read X | Y"
 
 
 # --- through papermill, as a user runs it -------------------------------------------------

@@ -2,8 +2,10 @@
 
 Each notebook's parameters cell declares its parameters with type annotations,
 
+    from typing import Optional       # papermill --help-notebook reads Optional[int], not int | None
     profile: str = "cpu"              # smoke | cpu | paper
     block_sizes: list[int] = [3, 4, 5]
+    n_draws: Optional[int] = None
 
 and the cell right after it (after the cell papermill injects) calls
 
@@ -107,10 +109,11 @@ def _hidden_names() -> set[str]:
 
 def user_names(namespace: dict) -> list[str]:
     """Names in ``namespace`` that a parameters cell or papermill could have bound: not private
-    (``_x``), not kernel names, and not modules, functions or classes (papermill injects literals)."""
+    (``_x``), not kernel names, and not modules, functions, classes or ``typing`` names such as
+    ``Optional`` (imported for the annotations; papermill injects only literals)."""
     hidden = _hidden_names()
     return sorted(k for k, v in namespace.items()
-                  if not k.startswith("_") and k not in hidden
+                  if not k.startswith("_") and k not in hidden and type(v).__module__ != "typing"
                   and not isinstance(v, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)))
 
 
