@@ -1,15 +1,20 @@
 """Every notebook executes at the smoke profile, and the book builds from them offline,
-with no warnings (a missing glue key is a warning) and math served from _static."""
+with no warnings (a missing glue key is a warning) and math served from _static; the pages
+show numbers as a reader writes them and no path of the machine that built them. The book's
+rendering helpers (maskfed.book) are tested first, on tiny inputs."""
 
+import dataclasses
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from maskfed import notebooks
+from maskfed import book as book_mod
+from maskfed import data, notebooks, paths
 from maskfed.paths import REPO_ROOT
 
 NAMES = notebooks.book_order()
@@ -23,6 +28,8 @@ def built_book(tmp_path_factory):
     book.mkdir()
     for f in ("_config.yml", "_toc.yml"):
         shutil.copy(REPO_ROOT / "book" / f, book / f)
+    for folder in ("_static", "_ext"):
+        shutil.copytree(REPO_ROOT / "book" / folder, book / folder)
     failures = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MASKFED_RESULTS_DIR", str(root / "results"))
@@ -34,6 +41,49 @@ def built_book(tmp_path_factory):
     jb = Path(sys.executable).with_name("jupyter-book")
     proc = subprocess.run([str(jb), "build", str(book)], capture_output=True, text=True, timeout=600)
     return book, failures, proc
+
+
+# --- the rendering helpers, on tiny inputs ---------------------------------------------------
+
+@pytest.mark.parametrize("x, text", [(0.1, "0.1"), (100.0, "100"), (100, "100"), (1e-6, "1e-06"),
+                                     (12.3456, "12.35"), (float("nan"), "–"), ("full", "full")])
+def test_number_writes_numbers_as_a_reader_does(x, text):
+    assert book_mod.number(x) == text
+
+
+def test_styled_formats_index_and_plain_cells_as_a_reader_writes_them():
+    # prepare: a Table II-like table, α as a float index
+    table = pd.DataFrame({"recovery_unweighted": [1.234, 2.0], "wall_s": [12.3, float("nan")]},
+                         index=pd.Index([100.0, 0.1], name="alpha"))
+    # execute
+    html = book_mod.styled(table).to_html()
+    # assert: paper format where it has one, the reader's elsewhere; never pandas' six decimals
+    assert ">100</th>" in html and ">0.1</th>" in html and ">1.23</td>" in html and ">12.3</td>" in html
+    assert "0.100000" not in html and "100.000000" not in html
+
+
+def test_without_paths_keeps_only_the_last_component():
+    text = "offline image-folder archive /work/shared/data/cifar10-jpeg.tar.gz (JPEG, quality 75)"
+    assert book_mod.without_paths(text) == "offline image-folder archive cifar10-jpeg.tar.gz (JPEG, quality 75)"
+    assert book_mod.without_paths(f"at {REPO_ROOT}/results/runs/x-1") == "at x-1"
+    assert book_mod.without_paths(3) == 3
+
+
+def test_data_note_names_source_and_fingerprint_not_the_path(monkeypatch):
+    # prepare: images whose source names an archive by its absolute path
+    archive = str(paths.shared_archive().resolve())
+    images = dataclasses.replace(data.synthetic_image_data(n_train=20, n_test=10, seed=0),
+                                 source=f"offline image-folder archive {archive} (JPEG)")
+    monkeypatch.setattr(book_mod, "images_for", lambda cfg: images)
+    from maskfed.config import load_profile
+    # execute
+    note = book_mod.data_note(load_profile("smoke"))
+    # assert
+    assert archive not in note and "cifar10-jpeg.tar.gz" in note
+    assert book_mod.data_fingerprint(images) in note
+
+
+# --- the built book ------------------------------------------------------------------------
 
 
 def test_book_lists_every_notebook():
@@ -78,9 +128,10 @@ def test_glued_numbers_are_rendered(built_book):
 def test_math_renders_without_network(built_book):
     book, _, _ = built_book
     html = book / "_build" / "html"
-    page = (html / "nb" / "intro.html").read_text()
-    assert "cdn.jsdelivr.net/npm/mathjax" not in page
-    assert "_static/mathjax/tex-chtml.js" in page
+    for name in NAMES:  # every page: the navigation shows chapter titles with math
+        page = (html / "nb" / f"{name}.html").read_text()
+        assert "cdn.jsdelivr.net/npm/mathjax" not in page
+        assert "_static/mathjax/tex-chtml.js" in page, name
     assert (html / "_static" / "mathjax" / "tex-chtml.js").exists()
 
 
@@ -110,3 +161,28 @@ def test_launch_and_repository_buttons_use_the_one_repository_setting(built_book
     assert f"https://mybinder.org/v2/gh/{slug}/{repo['branch']}?urlpath=lab/tree/{nb_path}" in page
     assert f"https://colab.research.google.com/github/{slug}/blob/{repo['branch']}/{nb_path}" in page
     assert f'href="{repo["url"]}"' in page  # the repository button
+
+
+def test_pages_show_no_path_of_the_build_machine(built_book):
+    book, _, _ = built_book
+    html = book / "_build" / "html"
+    machine_paths = {str(REPO_ROOT), str(paths.shared_archive()), str(paths.shared_archive().resolve()),
+                     str(book.parent), str(Path.home())}
+    for name in NAMES:
+        page = (html / "nb" / f"{name}.html").read_text()
+        shown = [p for p in machine_paths if p in page]
+        assert shown == [], f"{name}.html shows {shown}"
+
+
+def test_alpha_index_renders_as_a_reader_writes_it(built_book):
+    book, _, _ = built_book
+    page = (book / "_build" / "html" / "nb" / "table2_heterogeneity.html").read_text()
+    assert ">0.1</th>" in page and ">100</th>" in page
+    assert "0.100000" not in page and "100.000000" not in page
+
+
+def test_wide_tables_scroll_in_their_own_box(built_book):
+    book, _, _ = built_book
+    html = book / "_build" / "html"
+    assert "_static/maskfed.css" in (html / "nb" / "table1_local_protocol.html").read_text()
+    assert "overflow-x: auto" in (html / "_static" / "maskfed.css").read_text()

@@ -1,4 +1,4 @@
-"""Figure 1 draws one filled series per source (live, archived profiles) and the paper's hollow one."""
+"""Figure helpers (maskfed.plots): Figure 1 with one filled series per source, plain log ticks."""
 
 import matplotlib
 
@@ -6,8 +6,9 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
 
-from maskfed.plots import recovery_vs_accuracy  # noqa: E402
+from maskfed.plots import plain_log_ticks, recovery_vs_accuracy  # noqa: E402
 from maskfed.summary import paper_table  # noqa: E402
 
 
@@ -29,4 +30,27 @@ def test_recovery_vs_accuracy_draws_archived_sources_in_their_own_colour():
     assert all(face == () for _, face in points[4:])          # the paper's markers stay hollow
     labels = ax.get_legend_handles_labels()[1]
     assert "cpu-long (archived), bs=32" in labels and "cpu, bs=32" in labels
+
+
+
+
+def test_plain_log_ticks_writes_plain_numbers_on_a_short_log_axis():
+    # prepare: a log axis spanning less than a decade, where matplotlib writes 3×10⁰
+    fig, ax = plt.subplots()
+    ax.set_yscale("log")
+    ax.set_ylim(2, 7)
+    # execute
+    plain_log_ticks(ax, "y")
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.yaxis.get_ticklabels(which="both") if t.get_text()]
+    plt.close(fig)
+    # assert
+    assert "3" in labels and "5" in labels
+    assert not any("×" in t or "$" in t for t in labels)  # no 3×10⁰ (mathtext)
+
+
+def test_plain_log_ticks_refuses_an_unknown_axis():
+    fig, ax = plt.subplots()
+    with pytest.raises(ValueError, match="axis must be 'x' or 'y'"):
+        plain_log_ticks(ax, "z")
     plt.close(fig)

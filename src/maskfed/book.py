@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import html
+import math
+import numbers
+import re
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from .config import Profile, load_profile
-from .runner import images_for
+from .runner import data_fingerprint, images_for
 from .settings import settings_table  # noqa: F401  (the book's table of whose setting is whose)
 
 if TYPE_CHECKING:
@@ -20,11 +23,48 @@ FORMATS = {"T_mean": "{:.0f}", "recovery_unweighted": "{:.2f}", "recovery_weight
 #: Column headers as the paper prints them.
 HEADERS = {"T_mean": "T", "recovery_unweighted": "1/Δ_S unwtd.", "recovery_weighted": "1/Δ_S n_k-wtd.",
            "mu2_hat": "‖μ̂‖²", "sigma2_hat": "σ̂²", "test_acc": "acc", "pct_rounds_below_one": "rds. <1 (%)"}
+#: Index names as the paper writes them.
+INDEX_NAMES = {"alpha": "α", "batch_size": "bs", "local_epochs": "τ"}
+
+
+#: An absolute POSIX path (two or more components), as found in a data source or a config.
+_ABS_PATH = re.compile(r"(?<![\w.~])(?:/[^\s/()'\",;:]+)+/([^\s/()'\",;:]+)")
+
+
+def without_paths(value):
+    """``value`` with every absolute path in it replaced by the path's last component, so that a
+    page never shows where the machine that built it keeps its files; non-strings are returned
+    unchanged (so it can be mapped over a table).
+
+    ``"archive /work/shared/data/cifar10-jpeg.tar.gz (JPEG)"`` -> ``"archive cifar10-jpeg.tar.gz (JPEG)"``.
+    """
+    return _ABS_PATH.sub(r"\1", value) if isinstance(value, str) else value
+
+
+def number(x, digits: int = 4) -> str:
+    """A number as a reader writes it: ``0.1``, ``100``, ``1e-06``, ``12.35`` (``digits`` significant
+    digits, no trailing zeros); integers in full; anything else unchanged (as ``str``).
+
+    Used as the default cell and index format of :func:`styled` (pandas' Styler writes 0.100000).
+    """
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        return x if isinstance(x, str) else str(x)
+    if isinstance(x, numbers.Integral):
+        return str(int(x))
+    x = float(x)
+    if not math.isfinite(x):
+        return "–" if math.isnan(x) else ("∞" if x > 0 else "−∞")
+    if x == int(x) and abs(x) < 10 ** 15:
+        return str(int(x))
+    return format(x, f".{digits}g")
 
 
 def data_note(profile: Profile) -> str:
-    """One sentence naming the data the profile's runs use (the JPEG caveat included)."""
-    return images_for(profile.run(profile.seeds[0])).source
+    """One sentence naming the data the profile's runs use (the JPEG caveat included): the kind of
+    source and the file or folder name, never its path on this machine, and the content
+    fingerprint that the runs' cache keys use (:func:`maskfed.runner.data_fingerprint`)."""
+    images = images_for(profile.run(profile.seeds[0]))
+    return f"{without_paths(images.source)}; content fingerprint {data_fingerprint(images)}"
 
 
 def banner(profile: Profile, *, what: str = "these numbers") -> "IPython.display.HTML":
@@ -43,12 +83,22 @@ def banner(profile: Profile, *, what: str = "these numbers") -> "IPython.display
     return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{title}</p><p>{body}</p></div>')
 
 
-def styled(table: pd.DataFrame):
-    """A pandas Styler with the paper's number formats and headers; works on
-    plain and (quantity, source) column tables."""
+def styled(table: pd.DataFrame, formats: dict | None = None):
+    """A pandas Styler with the paper's number formats and headers; works on plain and
+    (quantity, source) column tables, with the paper's symbols as headers and index names
+    (α, bs, τ). Cells and index labels without a format of their own are
+    written by :func:`number` (``0.1``, ``100``), and missing values as "–".
+
+    Args:
+        table: the table to show.
+        formats: further ``{column: format}`` entries (format strings or callables), on top of
+            :data:`FORMATS`.
+    """
+    formats_by_name = {**FORMATS, **(formats or {})}
+
     def fmt_for(col):
         name = col[0] if isinstance(col, tuple) else col
-        return FORMATS.get(name, "{}")
+        return formats_by_name.get(name, number)
 
     def header(col):
         return (HEADERS.get(col[0], col[0]), col[1]) if isinstance(col, tuple) else HEADERS.get(col, col)
@@ -56,8 +106,9 @@ def styled(table: pd.DataFrame):
     shown = table.copy()
     shown.columns = (pd.MultiIndex.from_tuples([header(c) for c in table.columns])
                      if isinstance(table.columns, pd.MultiIndex) else [header(c) for c in table.columns])
-    formats = {header(c): fmt_for(c) for c in table.columns}
-    return (shown.style.format(formats, na_rep="–")
+    shown.index.names = [INDEX_NAMES.get(n, n) for n in table.index.names]
+    cell_formats = {header(c): fmt_for(c) for c in table.columns}
+    return (shown.style.format(cell_formats, na_rep="–").format_index(number, axis=0)
             .set_table_styles([{"selector": "td, th", "props": "white-space: nowrap; padding: 0.15em 0.45em;"}]))
 
 
@@ -80,6 +131,7 @@ def trajectories(results, *, ax=None, window: int = 3):
     with the summary window (last quarter of rounds) shaded."""
     import matplotlib.pyplot as plt
 
+    from .plots import plain_log_ticks
     from .summary import tail_window
 
     if ax is None:
@@ -92,8 +144,7 @@ def trajectories(results, *, ax=None, window: int = 3):
     rounds = len(results[0].metrics)
     ax.axvspan(rounds - tail_window(rounds) + 0.5, rounds + 0.5, color="0.9", zorder=0)
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(plt.matplotlib.ticker.ScalarFormatter())
-    ax.yaxis.set_minor_formatter(plt.matplotlib.ticker.ScalarFormatter())
+    plain_log_ticks(ax, "y")
     ax.set_xlabel("round")
     ax.set_ylabel("1/Δ_S (rolling median)")
     ax.legend(fontsize=6, ncol=3)

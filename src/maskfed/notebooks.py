@@ -32,6 +32,30 @@ def book_order() -> list[str]:
     return [Path(f).name for f in files if (NOTEBOOK_DIR / f"{Path(f).name}.md").exists()]
 
 
+def hide_injected_like_parameters(nb) -> None:
+    """Give papermill's injected-parameters cell the ``remove-*`` tags of the notebook's parameters
+    cell, in place, so a chapter whose parameters are hidden does not show the injected ones as a
+    stray code box (a chapter that shows its parameters keeps showing both).
+
+    Args:
+        nb: an executed notebook (``nbformat.NotebookNode``).
+    """
+    def tags(cell):
+        return cell.setdefault("metadata", {}).setdefault("tags", [])
+
+    params = next((c for c in nb.cells if "parameters" in tags(c)), None)
+    if params is None:
+        return
+    hide = [t for t in tags(params) if t.startswith("remove-")]
+    for cell in nb.cells:
+        if "injected-parameters" in tags(cell):
+            cell["metadata"]["tags"] = tags(cell) + [t for t in hide if t not in tags(cell)]
+
+
+#: Parameters ``make book`` gives every notebook; a notebook that does not declare one is not given it.
+BOOK_WIDE = ("profile", "data_path")
+
+
 def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dict | None = None) -> Path:
     """Execute ``notebooks/<name>.md`` into ``out_dir/<name>.ipynb``.
 
@@ -39,13 +63,15 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
         name: notebook stem, e.g. "table1_local_protocol".
         profile: one of :data:`maskfed.config.PROFILES`.
         out_dir: where the executed notebook goes.
-        parameters: further papermill parameters (e.g. ``{"data_path": "..."}``).
+        parameters: further papermill parameters (e.g. ``{"data_path": "..."}``). ``profile`` and
+            ``data_path`` (:data:`BOOK_WIDE`) reach only the notebooks that declare them.
 
     Raises:
         ValueError: unknown profile or notebook (before anything runs);
         papermill.PapermillExecutionError: a cell failed (e.g. a live check's assert).
     """
     import jupytext
+    import nbformat
     import papermill
 
     if profile not in PROFILES:
@@ -59,9 +85,18 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
     with tempfile.TemporaryDirectory() as tmp:
         ipynb = Path(tmp) / f"{name}.ipynb"
         jupytext.write(jupytext.read(src), ipynb)
-        papermill.execute_notebook(str(ipynb), str(out), parameters={"profile": profile, **(parameters or {})},
+        declared = papermill.inspect_notebook(str(ipynb))
+        given = {"profile": profile, **(parameters or {})}
+        # the book-wide parameters go to the notebooks that read them (a page that computes nothing,
+        # like the citation page, declares none); any other parameter goes as given, and the
+        # notebook's own check refuses it if it does not declare it
+        given = {k: v for k, v in given.items() if k in declared or k not in BOOK_WIDE}
+        papermill.execute_notebook(str(ipynb), str(out), parameters=given,
                                    kernel_name="python3", language="python", progress_bar=False,
                                    cwd=str(NOTEBOOK_DIR))
+    nb = nbformat.read(out, as_version=4)
+    hide_injected_like_parameters(nb)
+    nbformat.write(nb, out)
     return out
 
 

@@ -8,6 +8,25 @@ import pandas as pd
 MARKERS = {"32": "o", "128": "s", "full": "^"}
 
 
+def plain_log_ticks(ax: plt.Axes, axis: str = "y") -> None:
+    """Label a log axis's major and minor ticks as a reader writes numbers (3, 0.5, 100), not
+    as ``3×10⁰``, which matplotlib uses when the axis spans less than a decade.
+
+    Args:
+        ax: the axes.
+        axis: "x" or "y".
+
+    Raises:
+        ValueError: ``axis`` is not "x" or "y".
+    """
+    if axis not in ("x", "y"):
+        raise ValueError(f"axis must be 'x' or 'y'; got {axis!r}")
+    fmt = plt.matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(fmt)
+    target.set_minor_formatter(fmt)
+
+
 def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, *, k_c: int = 10,
                          ax: plt.Axes | None = None, ours_label: str = "this run",
                          others: dict[str, pd.DataFrame] | None = None) -> plt.Axes:
@@ -39,7 +58,7 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
     ax.text(ax.get_xlim()[0], k_c, f" ceiling K_c = {k_c}", va="bottom", fontsize=8, color="0.4")
     ax.axhline(1, color="0.6", ls=":", lw=1)
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(plt.matplotlib.ticker.ScalarFormatter())
+    plain_log_ticks(ax, "y")
     ax.set_xlabel("test accuracy (%), median over the last quarter of rounds")
     ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
     ax.legend(fontsize=7, loc="best")

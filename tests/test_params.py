@@ -1,0 +1,155 @@
+"""Notebook parameters are checked and coerced once, before any compute (maskfed.params), and
+every notebook calls the check right after its parameters cell."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from maskfed import notebooks, params
+from maskfed.params import ParameterError, check_parameters, coerce
+
+
+# --- coerce: one value against one annotation -------------------------------------------
+
+@pytest.mark.parametrize("value, annotation, expected", [
+    ("[4, 4, 4]", list[int], [4, 4, 4]),          # papermill -p hands a list over as text
+    ("{rounds: 50}", dict, {"rounds": 50}),        # YAML flow mapping
+    ("{'rounds': 50}", dict, {"rounds": 50}),      # Python literal
+    ("None", int | None, None),
+    ("7", Optional[int], 7),
+    ("1e-3", float, 0.001),                        # not a YAML 1.1 float, but a Python literal
+    (2, float, 2.0),                               # an int is a float
+    ([1, 3, 1000], list[int | float], [1, 3, 1000]),  # ints stay ints where allowed
+    ("smoke", str, "smoke"),                       # a string that is meant as one is left alone
+    ("None", str | None, "None"),
+])
+def test_coerce_parses_text_and_keeps_good_values(value, annotation, expected):
+    out = coerce("x", value, annotation)
+    assert out == expected and type(out) is type(expected)
+
+
+@pytest.mark.parametrize("value, annotation, says", [
+    ("[4, x]", list[int], "x[1]: input should be a valid integer"),
+    ("[1, 2", list[int], "neither a Python literal nor YAML"),
+    (2.5, int, "must be int"),
+    (True, int, "must be int"),                    # a bool is not a count
+    (3, str, "must be str"),
+    ("abc", float | None, "must be float | None"),
+    ("[0.1, 'a']", list[float], "x[1]"),
+])
+def test_coerce_refuses_wrong_types_naming_parameter_and_type(value, annotation, says):
+    with pytest.raises(ParameterError) as err:
+        coerce("x", value, annotation)
+    assert "'x'" in str(err.value) and says in str(err.value)
+
+
+# --- check_parameters: a whole namespace -------------------------------------------------
+
+def test_check_parameters_rebinds_coerced_values():
+    # prepare: a parameters cell's namespace after papermill injected two values as text
+    ns = {"__annotations__": {"profile": str, "block_sizes": list[int], "p": float},
+          "profile": "smoke", "block_sizes": "[4, 4, 4]", "p": 1, "__name__": "__main__"}
+    # execute
+    out = check_parameters(ns)
+    # assert: returned in declaration order and rebound in the namespace
+    assert out == {"profile": "smoke", "block_sizes": [4, 4, 4], "p": 1.0}
+    assert ns["block_sizes"] == [4, 4, 4] and isinstance(ns["p"], float)
+
+
+def test_check_parameters_refuses_undeclared_names_listing_the_declared_ones():
+    ns = {"__annotations__": {"profile": str, "workers": Optional[int]}, "profile": "cpu", "workers": None,
+          "alpha": 0.5, "params": params, "check_parameters": check_parameters, "_private": 1,
+          "Optional": Optional}
+    with pytest.raises(ParameterError) as err:
+        check_parameters(ns)
+    msg = str(err.value)
+    assert "no parameter 'alpha'" in msg and "its parameters are: profile, workers" in msg
+    assert "params" not in msg.replace("parameters", "")  # modules and functions are not parameters
+
+
+def test_check_parameters_reports_every_problem_at_once_and_binds_nothing():
+    ns = {"__annotations__": {"seed": int, "p": float}, "seed": "zero", "p": "[1]", "beta": 2}
+    with pytest.raises(ParameterError) as err:
+        check_parameters(ns)
+    msg = str(err.value)
+    assert "'beta'" in msg and "'seed' must be int" in msg and "'p' must be float" in msg
+    assert ns["seed"] == "zero"  # nothing rebound when anything is wrong
+
+
+# --- every notebook: annotated parameters, checked right after ---------------------------
+
+@pytest.mark.parametrize("name", notebooks.book_order())
+def test_every_notebook_checks_its_parameters_first(name):
+    import jupytext
+
+    nb = jupytext.read(notebooks.NOTEBOOK_DIR / f"{name}.md")
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata.get("tags", []), "the parameters cell comes first"
+    for line in code[0].source.splitlines():
+        if line.strip() and not line.startswith(("#", "from typing import")):
+            assert re.match(r"^\w+: [^=]+ = .+#", line), f"parameter without a type or a comment: {line!r}"
+    assert "params.check_parameters(globals())" in code[1].source
+    assert " | " not in code[0].source.split("#")[0], "papermill --help-notebook cannot read X | Y"
+
+
+# --- through papermill, as a user runs it -------------------------------------------------
+
+def papermill(name: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """``jupytext --to ipynb -o - notebooks/<name>.md | papermill - out.ipynb -p profile smoke ARGS``."""
+    bindir = Path(sys.executable).parent
+    env = {**os.environ, "MASKFED_RESULTS_DIR": str(tmp_path / "results")}
+    ipynb = subprocess.run([str(bindir / "jupytext"), "--to", "ipynb", "-o", "-",
+                            str(notebooks.NOTEBOOK_DIR / f"{name}.md")], capture_output=True, check=True).stdout
+    return subprocess.run([str(bindir / "papermill"), "-", str(tmp_path / "out.ipynb"), "--cwd",
+                           str(notebooks.NOTEBOOK_DIR), "-k", "python3", "-p", "profile", "smoke", *args],
+                          input=ipynb, capture_output=True, env=env, timeout=600)
+
+
+def executed_cells(path: Path) -> list[dict]:
+    cells = json.loads(path.read_text())["cells"]
+    return [c for c in cells if c["cell_type"] == "code" and c.get("execution_count")]
+
+
+def test_papermill_list_parameter_given_as_text_runs(tmp_path):
+    # prepare / execute: a block partition of four blocks (the default has three), as -p text
+    proc = papermill("theory_02_prop1", tmp_path, "-p", "block_sizes", "[2, 4, 4, 2]")
+    # assert: the chapter ran with the parsed list: 2^4 masks, not the default's 2^3
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    nb = json.loads((tmp_path / "out.ipynb").read_text())
+    glued = {o["metadata"]["scrapbook"]["name"]: o["data"] for c in nb["cells"] for o in c.get("outputs", [])
+             if "scrapbook" in o.get("metadata", {})}
+    assert next(iter(glued["t2_n_masks"].values())) == "16"
+
+
+def test_papermill_undeclared_parameter_stops_before_compute(tmp_path):
+    proc = papermill("table2_heterogeneity", tmp_path, "-p", "alpha", "0.5")
+    assert proc.returncode != 0
+    err = proc.stderr.decode()
+    assert "ParameterError" in err and "no parameter 'alpha'" in err
+    assert "its parameters are: profile, data_path, workers, overrides" in err
+    # nothing after the check ran, and no run folder was made
+    cells = executed_cells(tmp_path / "out.ipynb")
+    assert "check_parameters" in "".join(cells[-1]["source"])
+    assert not (tmp_path / "results").exists()
+
+
+def test_papermill_wrong_type_names_parameter_and_type(tmp_path):
+    proc = papermill("theory_02_prop1", tmp_path, "-p", "block_sizes", "[4, four, 4]")
+    assert proc.returncode != 0
+    err = proc.stderr.decode()
+    assert "parameter 'block_sizes' must be list[int]" in err and "block_sizes[1]" in err
+    assert "check_parameters" in "".join(executed_cells(tmp_path / "out.ipynb")[-1]["source"])
+
+
+def test_a_notebook_without_parameters_refuses_any_given_one():
+    # prepare: a page whose parameters cell declares nothing (the citation page)
+    assert params.check_parameters({"__annotations__": {}, "In": [], "Out": {}}) == {}
+    # execute / assert: papermill injecting `profile` into it is refused, not ignored
+    with pytest.raises(params.ParameterError, match="no parameter 'profile'; it takes no parameters"):
+        params.check_parameters({"__annotations__": {}, "profile": "cpu"})
