@@ -191,9 +191,10 @@ def penalty_check(model: nn.Module, theta_P: Tensor, deltas_KxP: Tensor, x: Tens
         generator: source of the mask draws.
         weights_K: aggregation weights n_k; None: 1/K_c.
         granularity: block partition (``"tensor"``: one block per parameter tensor).
-        dtype: precision of the loss and Hessian evaluations on a copy of the model.
+        dtype: precision of the Monte Carlo loss evaluations, on a copy of the model.
             float64 by default: a full-batch round's penalty (~1e-6 nats) is below
-            float32's resolution of a loss near 2.3 nats.
+            float32's resolution of a loss near 2.3 nats. The Hessian-vector
+            products run in the model's own dtype (they need no cancellation).
 
     Raises:
         ValueError: bad ``p`` or ``n_draws`` (before any compute).
@@ -201,8 +202,8 @@ def penalty_check(model: nn.Module, theta_P: Tensor, deltas_KxP: Tensor, x: Tens
     check_keep_probability(p)
     if n_draws < 2:
         raise ValueError(f"n_draws must be >= 2 for a standard error; got {n_draws}")
-    model = copy.deepcopy(model).to(dtype)
-    x = x.to(dtype) if x.is_floating_point() else x
+    model_mc = copy.deepcopy(model).to(dtype)
+    x_mc = x.to(dtype) if x.is_floating_point() else x
     d = deltas_KxP.detach().to(torch.float64).cpu()
     theta = theta_P.detach().to(torch.float64).cpu()
     w = diversity.normalised_weights(weights_K, d.shape[0])
@@ -211,7 +212,7 @@ def penalty_check(model: nn.Module, theta_P: Tensor, deltas_KxP: Tensor, x: Tens
     hess = model_block_hessian(model, at, x, y, granularity)
     grad = hess._flat_grad.detach().to(torch.float64)
     cp = penalty.cohort_penalty(d, p, hess, weights_K)
-    loss_fn = model_loss_at(model, x, y)
+    loss_fn = model_loss_at(model_mc, x_mc, y)
     est = {mode: perturbations.aggregate_excess_mc(loss_fn, theta, d, "block_mask", p, mode, n_draws, generator,
                                                    weights_K, block_sizes=blocks, grad_P=grad, chunk=32)
            for mode in ("independent", "shared")}
