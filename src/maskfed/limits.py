@@ -210,7 +210,7 @@ def penalty_check(model: nn.Module, theta_P: Tensor, deltas_KxP: Tensor, x: Tens
     at = theta - w @ d
     blocks = block_sizes_of(list(model.parameters()), granularity)
     hess = model_block_hessian(model, at, x, y, granularity)
-    grad = hess._flat_grad.detach().to(torch.float64)
+    grad = hess.gradient
     cp = penalty.cohort_penalty(d, p, hess, weights_K)
     loss_fn = model_loss_at(model_mc, x_mc, y)
     est = {mode: perturbations.aggregate_excess_mc(loss_fn, theta, d, "block_mask", p, mode, n_draws, generator,
