@@ -258,6 +258,9 @@ def trajectory_snapshots(cfg: RunConfig, at_rounds: Sequence[int], protocols: di
         protocols: name -> (batch_size, local_epochs τ), e.g. ``{"full, τ=1": ("full", 1)}``.
         train_protocol: the key of ``protocols`` that the trajectory trains with.
 
+    Training runs on the CPU whatever ``cfg.device`` says (the chapter's
+    settings are sized for it).
+
     Returns:
         ``(model, data, snapshots)``: the model (scratch), the prepared
         :class:`maskfed.fedavg.FedData` and a list of :class:`Snapshot`.
