@@ -114,3 +114,27 @@ def test_measure_limits_on_smoke_profile_is_cached(tmp_path, monkeypatch):
                                    and (again.r_ind - table.r_ind).abs().max() < 1e-12 * table.r_ind.max())
     with pytest.raises(ValueError, match="train_protocol"):
         limits.measure_limits(cfg, **{**kw, "train_protocol": "bs 8"}, force=True)
+
+
+def test_trajectory_snapshots_follow_fedavg():
+    # prepare: the same smoke configuration trained by fedavg.run_fedavg for 3 rounds
+    from maskfed import fedavg, runner
+    from maskfed.config import load_profile
+    from maskfed.models import build_model
+
+    cfg = load_profile("smoke").run(0, batch_size=16, local_epochs=1, rounds=3)
+    images = runner.images_for(cfg)
+    data = runner.prepare_data(cfg, images, torch.device("cpu"))
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, num_classes=int(images.y_train.max()) + 1, gn_groups=cfg.gn_groups, width=cfg.width)
+    records = fedavg.run_fedavg(model, data, rounds=3, cohort_size=cfg.cohort_size, local_epochs=1, batch_size=16,
+                                lr=cfg.lr, aggregation=cfg.aggregation, seed=cfg.seed)
+    # execute
+    _, _, snaps = limits.trajectory_snapshots(cfg, [0, 2], {"full": ("full", 1), "bs 16": (16, 1)}, "bs 16")
+    # assert: the recorded cohorts are FedAvg's, round for round (a drifted trajectory changes 1/Δ_S)
+    assert [s.round for s in snaps] == [0, 2]
+    for s in snaps:
+        rec = records[s.round]
+        assert " ".join(map(str, s.n_K)) == rec["n_k"]
+        assert diversity.recovery_factor(s.deltas["bs 16"], s.n_K) == pytest.approx(rec["recovery_weighted"], rel=1e-9)
+        assert not torch.equal(s.deltas["full"], s.deltas["bs 16"])
