@@ -20,9 +20,10 @@ mean, and to second order the loss rises by ½ E[eᵀ H e]. Closed forms
 
 So independent perturbations are attenuated at the aggregate by Σ_k w_k²
 (1/K_c for the plain mean) relative to the average single-client penalty,
-and shared ones are not. The paper states this for dropout and noise at the
-end of Sec. IV-F without a check; the closed forms are ours, following its
-eq. (4)-(7).
+and shared ones are not. The paper remarks at the end of Sec. IV-F, without
+a check, that the attenuation of its Prop. 2 applies equally to update
+dropout and additive gradient noise; the closed forms and the shared-draw
+case are ours, following its eq. (4)-(7).
 
 Paper reference: Yan, Kuroda, Jin, Chen (2026), arXiv 2608.23286, eq. (2), (4)-(7), Sec. IV-F.
 """
