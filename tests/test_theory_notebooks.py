@@ -1,4 +1,4 @@
-"""The six derivation chapters (notebooks/theory_0*.md) are well-formed.
+"""The seven derivation chapters (notebooks/theory_0*.md) are well-formed.
 
 (Their execution at profile smoke is tested with the rest of the book in tests/test_book.py.)
 
@@ -23,6 +23,7 @@ NAMES = [
     "theory_04_prop3",
     "theory_05_corollary1",
     "theory_06_signal_noise",
+    "theory_07_other_noise",
 ]
 
 

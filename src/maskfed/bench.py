@@ -197,7 +197,7 @@ def bench(profile: str = "cpu", *, protocols=None, paths=PATHS, precisions=("fp3
     images = runner.images_for(cfg)
     data = runner.prepare_data(cfg, images, dev)
     torch.manual_seed(cfg.seed)
-    net = build_model(cfg.model, num_classes=int(images.y_train.max()) + 1, gn_groups=cfg.gn_groups,
+    net = build_model(cfg.model, num_classes=len(images.classes), gn_groups=cfg.gn_groups,
                       width=cfg.width).to(dev)
     warmup = dev.type == "cuda" if warmup is None else warmup
     rb = RoundBench(net, data, cohort_size=cfg.cohort_size, lr=cfg.lr, seed=cfg.seed)

@@ -135,6 +135,11 @@ class HVPBlockHessian:
         self._flat_grad = torch.cat([g.reshape(-1) for g in self._grad])
         self._dtype = self._flat_grad.dtype
 
+    @property
+    def gradient(self) -> Tensor:
+        """The loss gradient at the current parameters, flat [P] (float64, detached)."""
+        return self._flat_grad.detach().to(torch.float64)
+
     def hvp(self, v_P: Tensor) -> Tensor:
         """Full Hessian-vector product H v, shape [P] -> [P] (float64)."""
         if not self._flat_grad.requires_grad:  # loss linear in the parameters
