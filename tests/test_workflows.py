@@ -6,6 +6,7 @@ import re
 
 import yaml
 
+from maskfed.config import PROFILES
 from maskfed.paths import REPO_ROOT
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "book.yml"
@@ -42,7 +43,7 @@ def test_build_command_is_the_readmes_with_the_profile_per_event():
     readme = (REPO_ROOT / "README.md").read_text()
     # assert: exactly one build step, the README's command with PROFILE from the event
     assert runs == ["make book PROFILE=${{ env.PROFILE }}"]
-    assert "make book PROFILE=smoke|cpu|paper" in readme and "make book    #" in readme
+    assert f"make book PROFILE={'|'.join(PROFILES)}" in readme and "make book    #" in readme
     expression = build["env"]["PROFILE"]
     assert _profile_for(expression, "push") == "smoke"
     assert _profile_for(expression, "schedule") == "cpu"
