@@ -313,3 +313,25 @@ def test_image_folder_dataset_needs_a_data_path_and_is_labelled_as_such():
         make_run_config(dataset="image_folder")
     cfg = make_run_config(dataset="image_folder", data_path="/some/folder")
     assert cfg.label().startswith("image_folder-")
+
+
+def test_masked_training_fields_are_checked_and_refused_when_unused():
+    with pytest.raises(ConfigError, match="mask_keep_prob"):
+        make_run_config(mask_keep_prob=0.0)
+    with pytest.raises(ConfigError, match="mask_keep_prob"):
+        make_run_config(mask_keep_prob=1.5)
+    with pytest.raises(ConfigError, match="mask_mode"):
+        make_run_config(mask_keep_prob=0.5, mask_mode="per_block")
+    profile = load_profile("smoke", mask_mode="shared")
+    with pytest.raises(ConfigError, match="mask_mode = 'shared' would be ignored: mask_keep_prob = 1 masks nothing"):
+        profile.run(0)
+    assert load_profile("smoke", mask_keep_prob=0.5, mask_mode="shared").run(0).mask_mode == "shared"
+    with pytest.raises(ConfigError, match="hessian_batch = 64 would be ignored"):
+        load_profile("smoke", hessian_batch=64).run(0)
+    assert load_profile("smoke", hessian_every=2, hessian_batch=64).run(0).hessian_batch == 64
+
+
+def test_masked_runs_have_their_own_key_and_label():
+    plain, masked = make_run_config(), make_run_config(mask_keep_prob=0.5, mask_mode="shared")
+    assert plain.key() != masked.key()
+    assert masked.label().endswith("-p0.5-shared-s0") and "-p" not in plain.label().split("-t2")[1]

@@ -455,3 +455,127 @@ def test_weighted_aggregation_with_unequal_shards_matches_a_replay(images):
     assert records[0]["n_k"] == " ".join(map(str, n_k))
     assert torch.allclose(theta_new, expected, rtol=0, atol=1e-6)
     assert not torch.allclose(theta_new, uniform, rtol=0, atol=1e-4)   # the weights matter here
+
+
+# ----------------------------------------------------------------------------- masked FedAvg (limitation 3)
+
+def test_mask_generators_shared_identical_independent_distinct_and_reproducible():
+    shared = [g.initial_seed() for g in F.mask_generators(0, 3, [1, 5, 7], "shared")]
+    indep = [g.initial_seed() for g in F.mask_generators(0, 3, [1, 5, 7], "independent")]
+    assert len(set(shared)) == 1 and len(set(indep)) == 3
+    assert indep == [g.initial_seed() for g in F.mask_generators(0, 3, [1, 5, 7], "independent")]
+    assert shared != [g.initial_seed() for g in F.mask_generators(0, 4, [1, 5, 7], "shared")]  # new round, new mask
+    with pytest.raises(ValueError, match="mask_mode must be 'independent' or 'shared'"):
+        F.mask_generators(0, 0, [1], "per_block")
+
+
+def test_mask_updates_shared_masks_equal_across_clients_and_independent_not():
+    sizes = [1] * 40                                   # 40 one-coordinate blocks: equal masks by chance ~ 0.5^40
+    deltas = torch.ones(3, 40)
+    _, m_shr = F.mask_updates(deltas, sizes, 0.5, F.mask_generators(0, 2, [0, 1, 2], "shared"))
+    _, m_ind = F.mask_updates(deltas, sizes, 0.5, F.mask_generators(0, 2, [0, 1, 2], "independent"))
+    assert torch.equal(m_shr[0], m_shr[1]) and torch.equal(m_shr[0], m_shr[2])
+    assert not torch.equal(m_ind[0], m_ind[1]) and not torch.equal(m_ind[1], m_ind[2])
+
+
+def test_mask_updates_hand_case_and_p1_is_identity():
+    deltas = torch.tensor([[1.0, 2.0, 3.0]])
+    out, m = F.mask_updates(deltas, [2, 1], 1.0, [torch.Generator()])
+    assert out is deltas and torch.equal(m, torch.ones(1, 2))
+    g = torch.Generator().manual_seed(0)
+    m_expected = (torch.rand(2, generator=torch.Generator().manual_seed(0), dtype=torch.float64) < 0.5).double()
+    out, m = F.mask_updates(deltas, [2, 1], 0.5, [g])
+    assert torch.equal(m[0], m_expected)
+    expected = torch.tensor([[1.0, 2.0, 3.0]]) * torch.repeat_interleave(m_expected, torch.tensor([2, 1])).float() / 0.5
+    assert torch.equal(out, expected)
+    with pytest.raises(ValueError, match="p"):
+        F.mask_updates(deltas, [2, 1], 0.0, [g])
+
+
+@pytest.mark.parametrize("mode", ["independent", "shared"])
+def test_masked_aggregate_is_unbiased_monte_carlo(mode):
+    # Fixed cohort of 3 updates over 4 blocks; E[Σ w_k Δ̃_k] = Σ w_k Δ_k (eq. 2: E[m/p] = 1).
+    gen = torch.Generator().manual_seed(1)
+    deltas = torch.randn(3, 10, generator=gen, dtype=torch.float64)
+    sizes, w, p, n = [1, 2, 3, 4], F.aggregation_weights([1, 2, 3]), 0.5, 4000
+    draws = torch.stack([F.aggregate(F.mask_updates(deltas, sizes, p, F.mask_generators(9, r, [0, 1, 2], mode))[0], w)
+                         for r in range(n)])
+    mean, se = draws.mean(0), draws.std(0) / n ** 0.5
+    z = (mean - F.aggregate(deltas, w)) / se
+    assert z.abs().max() < 4.5                         # every coordinate within 4.5 standard errors
+    assert (draws.std(0) > 0).all()                    # and the masks did vary
+
+
+def _run_kw(**extra):
+    return dict(rounds=3, cohort_size=3, local_epochs=1, batch_size=16, lr=0.05, aggregation="weighted", seed=2,
+                eval_at={2}, **extra)
+
+
+def test_masked_training_with_p1_reproduces_fedavg_bit_for_bit(images):
+    import pandas as pd
+    data = _fed_data(images, "iid")
+    plain_model = _model()
+    plain = pd.DataFrame(F.run_fedavg(plain_model, data, **_run_kw())).drop(columns="wall_s")
+    for mode in ("independent", "shared"):
+        model = _model()
+        masked = pd.DataFrame(F.run_fedavg(model, data, **_run_kw(mask_keep_prob=1.0, mask_mode=mode)))
+        assert masked.drop(columns="wall_s").equals(plain)          # NaN == NaN here, every float bit for bit
+        assert torch.equal(parameters_to_vector(model.parameters()), parameters_to_vector(plain_model.parameters()))
+
+
+def test_masked_training_changes_theta_but_not_the_round_metrics_convention(images):
+    # With p < 1 round 1's updates (from θ_0) are the same: its metrics are of the UNMASKED updates.
+    data = _fed_data(images, "iid")
+    plain = F.run_fedavg(_model(), data, **_run_kw())
+    shr = F.run_fedavg(_model(), data, **_run_kw(mask_keep_prob=0.5, mask_mode="shared"))
+    ind = F.run_fedavg(_model(), data, **_run_kw(mask_keep_prob=0.5, mask_mode="independent"))
+    for rec in (shr, ind):
+        assert rec[0]["recovery_unweighted"] == plain[0]["recovery_unweighted"]
+        assert rec[1]["recovery_unweighted"] != plain[1]["recovery_unweighted"]  # θ_1 moved differently
+    assert shr[2]["test_loss"] != ind[2]["test_loss"]
+    again = F.run_fedavg(_model(), data, **_run_kw(mask_keep_prob=0.5, mask_mode="shared"))
+    assert again[2]["test_loss"] == shr[2]["test_loss"]   # deterministic
+
+
+def test_masked_training_resumes_bit_for_bit(images):
+    data = _fed_data(images, "iid")
+    kw = _run_kw(mask_keep_prob=0.5, mask_mode="independent")
+    states = {}
+    full = F.run_fedavg(_model(), data, on_state=lambda n, th, recs: states.setdefault(n, (th.clone(), list(recs))),
+                        **kw)
+    theta1, recs1 = states[1]
+    resumed = F.run_fedavg(_model(), data, start_round=1, theta_P=theta1, records=recs1, **kw)
+    assert resumed[2]["test_loss"] == full[2]["test_loss"]
+
+
+def test_hessian_recovery_logged_every_n_rounds_and_sharpness_at_the_end(images):
+    data = _fed_data(images, "iid")
+    recs = F.run_fedavg(_model(), data, **_run_kw(hessian_every=2, hessian_batch_size=32, sharpness_iters=5))
+    assert [math.isnan(r["recovery_hessian_unweighted"]) for r in recs] == [True, False, True]
+    assert [math.isnan(r["sharpness_top_eig"]) for r in recs] == [True, True, False]
+    # the logged value is limits' Hessian-weighted factor at θ − Δ̄ on the same fixed batch
+    from maskfed import limits
+    model, theta, states = _model(), None, {}
+    F.run_fedavg(model, data, on_state=lambda n, th, r: states.setdefault(n, th.clone()), **_run_kw())
+    theta1 = states[1]
+    x, y = F.hessian_batch(data, 32, 2)
+    cohort = F.sample_cohort(4, 3, 2, 1)
+    gens = [torch.Generator().manual_seed(F.client_seed(2, 1, int(k))) for k in cohort]
+    from maskfed import cohort as cohort_mod
+    deltas, n_k, _, _ = cohort_mod.train_cohort(model, theta1, data.x_train, data.y_train,
+                                                [data.parts[k] for k in cohort], lr=0.05, batch_size=16,
+                                                local_epochs=1, generators=gens)
+    at = theta1 - F.aggregate(deltas, F.aggregation_weights(n_k))
+    rf = limits.hessian_recovery_factor(deltas, limits.model_block_hessian(model, at, x, y))
+    assert recs[1]["recovery_hessian_unweighted"] == pytest.approx(rf.hessian, rel=1e-6)
+    assert recs[1]["recovery_unweighted"] == pytest.approx(rf.euclidean, rel=1e-9)
+
+
+def test_run_fedavg_refuses_bad_mask_settings_before_compute(images):
+    data = _fed_data(images, "iid")
+    with pytest.raises(ValueError, match="p"):
+        F.run_fedavg(_model(), data, **_run_kw(mask_keep_prob=1.5))
+    with pytest.raises(ValueError, match="mask_mode"):
+        F.run_fedavg(_model(), data, **_run_kw(mask_keep_prob=0.5, mask_mode="blockwise"))
+    with pytest.raises(ValueError, match="hessian_batch"):
+        F.run_fedavg(_model(), data, **_run_kw(hessian_every=1, hessian_batch_size=10_000))

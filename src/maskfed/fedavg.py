@@ -18,7 +18,7 @@ from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from . import cohort as cohort_mod
-from . import diversity
+from . import diversity, masking, penalty, sharpness
 
 
 def local_steps(n_k: int, batch_size: int | str, local_epochs: int) -> int:
@@ -180,6 +180,100 @@ def round_metrics(deltas_KxP: torch.Tensor, n_K) -> dict:
     return out
 
 
+#: Extra entry of the SeedSequence that seeds the mask draws, so they never share a stream with
+#: the shuffles (client_seed) or the cohort draw (sample_cohort). Ours.
+MASK_STREAM = 104729
+#: Extra entry of the seed of the fixed Hessian evaluation batch. Ours.
+HESSIAN_STREAM = 130363
+
+
+def mask_generators(seed: int, round_idx: int, cohort, mode: str) -> list[torch.Generator]:
+    """Generators of the round's block masks: one per client ("independent") or one broadcast seed ("shared").
+
+    Seeded from (seed, round[, client]) only, so a resumed run draws the same masks. In
+    "shared" mode every client of the round gets a generator with the same seed, as if the
+    server broadcast it (Prop. 3); in "independent" mode each client's seed includes its id
+    (Prop. 2).
+
+    Raises:
+        ValueError: ``mode`` not "independent" or "shared".
+    """
+    if mode not in ("independent", "shared"):
+        raise ValueError(f"mask_mode must be 'independent' or 'shared'; got {mode!r}")
+    seeds = [int(np.random.SeedSequence([seed, round_idx, MASK_STREAM] + ([] if mode == "shared" else [int(k)]))
+                 .generate_state(1)[0]) for k in cohort]
+    return [torch.Generator().manual_seed(s) for s in seeds]
+
+
+def mask_updates(deltas_KxP: torch.Tensor, block_sizes, p: float, generators) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each client masks its own update: Δ̃_k = m_k ⊙ Δ_k / p, block by block (eq. 2).
+
+    Args:
+        deltas_KxP: client updates Δ_k, [K_c, P].
+        block_sizes: the B blocks (one per parameter tensor), summing to P.
+        p: keep probability in (0, 1]; p = 1 returns the updates unchanged (the same tensor).
+        generators: K_c generators (:func:`mask_generators`); client k draws its mask from the k-th.
+
+    Returns:
+        (masked updates [K_c, P], block masks [K_c, B] float64).
+
+    Raises:
+        ValueError: ``p`` outside (0, 1], or a generator count other than K_c.
+    """
+    pf = masking.check_keep_probability(p)
+    if len(generators) != deltas_KxP.shape[0]:
+        raise ValueError(f"need one generator per client: {deltas_KxP.shape[0]}; got {len(generators)}")
+    if pf == 1.0:
+        return deltas_KxP, torch.ones(deltas_KxP.shape[0], len(block_sizes), dtype=torch.float64)
+    masks_KxB = torch.stack([masking.draw_block_mask(len(block_sizes), pf, g) for g in generators])
+    return masking.apply_block_mask(deltas_KxP, block_sizes, masks_KxB.to(deltas_KxP.device), pf), masks_KxB
+
+
+def hessian_batch(data: "FedData", size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed batch of ``size`` training images (without replacement), seeded by (seed, HESSIAN_STREAM).
+
+    Raises:
+        ValueError: ``size`` outside 1..number of training images.
+    """
+    n = data.y_train.shape[0]
+    if not 1 <= size <= n:
+        raise ValueError(f"hessian_batch must be in 1..{n} (training images); got {size}")
+    g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, HESSIAN_STREAM]).generate_state(1)[0]))
+    idx = torch.randperm(n, generator=g)[:size].to(data.x_train.device)
+    return data.x_train[idx], data.y_train[idx]
+
+
+def hessian_recovery(model: nn.Module, theta_P: torch.Tensor, deltas_KxP: torch.Tensor, n_K,
+                     x: torch.Tensor, y: torch.Tensor) -> dict:
+    """The recovery factor in the block-diagonal Hessian inner product ⟨Δ_k, Δ_l⟩_{H_bd} (Corollary 1, eq. 8).
+
+    H_bd is the block-diagonal Hessian (one block per parameter tensor) of the mean
+    cross-entropy on (x, y) at ``theta_P``, applied by block Hessian-vector products
+    (:func:`maskfed.penalty.block_hessian_gram`); same as
+    :func:`maskfed.limits.hessian_recovery_factor`.
+
+    Returns:
+        ``recovery_hessian_unweighted`` and ``recovery_hessian_weighted`` (w_k ∝ n_k), the
+        conventions of :func:`round_metrics`.
+    """
+    op = sharpness.model_hessian(model, theta_P, x, y)
+    gram = penalty.block_hessian_gram(deltas_KxP.detach().cpu(), op)
+    w = torch.as_tensor(n_K, dtype=torch.float64)
+    return {"recovery_hessian_unweighted": diversity.recovery_factor_from_gram(gram),
+            "recovery_hessian_weighted": diversity.recovery_factor_from_gram(gram, w)}
+
+
+def final_sharpness(model: nn.Module, theta_P: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *,
+                    iters: int, seed: int) -> dict:
+    """Sharpness of θ on (x, y): ``sharpness_top_eig`` (power iteration, ``iters`` steps) and
+    ``sharpness_trace`` ± ``sharpness_trace_se`` (Hutchinson, ``iters`` probes), seeded by ``seed``."""
+    op = sharpness.model_hessian(model, theta_P, x, y)
+    g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, HESSIAN_STREAM, 1]).generate_state(1)[0]))
+    lam = sharpness.top_eigenvalue(op.hvp, op.num_coords, iters=iters, generator=g)
+    tr = sharpness.hutchinson_trace(op.hvp, op.num_coords, probes=iters, generator=g)
+    return {"sharpness_top_eig": lam, "sharpness_trace": tr.mean, "sharpness_trace_se": tr.se}
+
+
 @dataclass
 class FedData:
     """Normalised client shards and test set, on the training device."""
@@ -209,7 +303,8 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
                identical_client_seeds: bool = False, eval_at: set[int] | None = None,
                progress=None, on_round=None, engine: str = "sequential", precision: str = "fp32",
                start_round: int = 0, theta_P: torch.Tensor | None = None, records: list[dict] | None = None,
-               on_state=None) -> list[dict]:
+               on_state=None, mask_keep_prob: float = 1.0, mask_mode: str = "independent",
+               hessian_every: int = 0, hessian_batch_size: int = 256, sharpness_iters: int = 0) -> list[dict]:
     """Train with FedAvg and measure every round.
 
     Args:
@@ -233,6 +328,15 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
         records: the records of rounds 1..``start_round`` (copied, not modified).
         on_state: optional callback ``on_state(rounds_done, theta_P, records)`` after every
             round, with everything needed to resume (the runner writes checkpoints with it).
+        mask_keep_prob, mask_mode: masked FedAvg: every client masks its round update
+            (:func:`mask_updates`, eq. 2) before the server averages; p = 1 is plain FedAvg,
+            bit for bit. The round's metrics are those of the UNMASKED updates Δ_k.
+        hessian_every: every this many rounds (0: never), log the recovery factor in the
+            block-Hessian inner product (:func:`hessian_recovery`) at θ − Δ̄ (Δ̄ the unmasked
+            aggregate) on a fixed batch of ``hessian_batch_size`` training images; NaN on
+            other rounds.
+        sharpness_iters: > 0: after the last round, the final model's top Hessian eigenvalue
+            and Hutchinson trace on the same fixed batch (:func:`final_sharpness`).
 
     Every random draw inside the loop comes from generators seeded by (seed, round,
     client) (:func:`sample_cohort`, :func:`client_seed`); torch's and numpy's global
@@ -241,7 +345,8 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
 
     Raises:
         ValueError: ``start_round`` outside [0, rounds], ``start_round > 0`` without
-            ``theta_P``, or ``records`` whose length is not ``start_round``.
+            ``theta_P``, ``records`` whose length is not ``start_round``, a keep probability
+            outside (0, 1], a mask mode other than "independent"/"shared", or a bad Hessian batch.
 
     Returns:
         One dict per round: ``round`` (1-based), the cohort, shard sizes, T,
@@ -255,6 +360,12 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
         raise ValueError("start_round > 0 needs theta_P, the global parameters after that round")
     if len(records) != start_round:
         raise ValueError(f"records must hold the {start_round} round(s) before start_round; got {len(records)}")
+    masking.check_keep_probability(mask_keep_prob)
+    mask_generators(seed, 0, [], mask_mode)  # checks the mode before any compute
+    if hessian_every < 0 or sharpness_iters < 0:
+        raise ValueError(f"hessian_every and sharpness_iters must be >= 0; got {hessian_every}, {sharpness_iters}")
+    x_h, y_h = (hessian_batch(data, hessian_batch_size, seed) if hessian_every or sharpness_iters else (None, None))
+    block_sizes = masking.block_sizes_of(list(model.parameters()))
     eval_at = {rounds - 1} if eval_at is None else eval_at
     theta = (parameters_to_vector(model.parameters()) if theta_P is None else theta_P).detach().clone()
     for r in range(start_round, rounds):
@@ -267,10 +378,21 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
             batch_size=batch_size, local_epochs=local_epochs, generators=gens, engine=engine, precision=precision,
             deterministic=identical_client_seeds)
         weights = aggregation_weights(n_k, aggregation)
-        theta = theta - aggregate(deltas_KxP, weights)
+        masked_KxP, _ = mask_updates(deltas_KxP, block_sizes, mask_keep_prob,
+                                     mask_generators(seed, r, cohort, mask_mode))
+        theta_start = theta
+        theta = theta - aggregate(masked_KxP, weights)
         rec = {"round": r + 1, "cohort": " ".join(map(str, cohort)), "n_k": " ".join(map(str, n_k)),
                "T_mean": float(np.mean(steps)), "T_min": int(min(steps)), "T_max": int(max(steps)),
                "train_loss": float(np.average(losses, weights=n_k)), **round_metrics(deltas_KxP, n_k)}
+        if hessian_every:
+            rec.update(hessian_recovery(model, theta_start - aggregate(deltas_KxP, weights), deltas_KxP, n_k, x_h, y_h)
+                       if (r + 1) % hessian_every == 0 else
+                       {"recovery_hessian_unweighted": float("nan"), "recovery_hessian_weighted": float("nan")})
+        if sharpness_iters:
+            rec.update(final_sharpness(model, theta, x_h, y_h, iters=sharpness_iters, seed=seed) if r == rounds - 1
+                       else {"sharpness_top_eig": float("nan"), "sharpness_trace": float("nan"),
+                             "sharpness_trace_se": float("nan")})
         rec["test_acc"], rec["test_loss"] = (evaluate(model, theta, data.x_test, data.y_test)
                                              if r in eval_at else (float("nan"), float("nan")))
         rec["wall_s"] = time.perf_counter() - t0

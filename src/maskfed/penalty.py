@@ -137,17 +137,19 @@ class HVPBlockHessian:
 
     @property
     def gradient(self) -> Tensor:
-        """The loss gradient at the current parameters, flat [P] (float64, detached)."""
-        return self._flat_grad.detach().to(torch.float64)
+        """The loss gradient at the current parameters, flat [P] (float64, detached, on the CPU)."""
+        return self._flat_grad.detach().to(device="cpu", dtype=torch.float64)
 
     def hvp(self, v_P: Tensor) -> Tensor:
-        """Full Hessian-vector product H v, shape [P] -> [P] (float64)."""
+        """Full Hessian-vector product H v, shape [P] -> [P] (float64, on the CPU whatever the parameters' device)."""
         if not self._flat_grad.requires_grad:  # loss linear in the parameters
             return torch.zeros(self.num_coords, dtype=torch.float64)
-        hv = torch.autograd.grad(self._flat_grad, self.params, grad_outputs=v_P.to(self._dtype),
+        # v arrives on the CPU in float64; the graph may live on a GPU: compute there, answer on the CPU
+        hv = torch.autograd.grad(self._flat_grad, self.params,
+                                 grad_outputs=v_P.to(device=self._flat_grad.device, dtype=self._dtype),
                                  retain_graph=True, allow_unused=True)
         return torch.cat([(torch.zeros_like(t) if h is None else h).reshape(-1)
-                          for t, h in zip(self.params, hv)]).detach().to(torch.float64)
+                          for t, h in zip(self.params, hv)]).detach().to(device="cpu", dtype=torch.float64)
 
     def __call__(self, vectors_NxP) -> Tensor:
         v = _f64(vectors_NxP)

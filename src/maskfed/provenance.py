@@ -18,8 +18,8 @@ from .paths import REPO_ROOT
 PACKAGES = ("torch", "torchvision", "numpy", "pandas", "pydantic", "pillow")
 #: The modules a FedAvg run executes (``maskfed.runner`` and what it imports);
 #: tests/test_provenance.py checks the list is complete.
-RUN_MODULES = ("checkpoint", "cohort", "config", "data", "determinism", "diversity", "fedavg", "models", "partition",
-               "paths", "provenance", "runner")
+RUN_MODULES = ("checkpoint", "cohort", "config", "data", "determinism", "diversity", "fedavg", "masking", "models",
+               "partition", "paths", "penalty", "provenance", "runner", "sharpness")
 
 
 @lru_cache(maxsize=1)

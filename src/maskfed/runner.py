@@ -246,7 +246,9 @@ def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, par
             eval_at=fedavg.eval_rounds(cfg.rounds, cfg.eval_every, cfg.eval_every_tail), progress=bar,
             engine=engine, precision=cfg.precision,
             start_round=done_before, theta_P=None if state is None else state.theta_P.to(device),
-            records=None if state is None else state.records, on_state=save_state)
+            records=None if state is None else state.records, on_state=save_state,
+            mask_keep_prob=cfg.mask_keep_prob, mask_mode=cfg.mask_mode, hessian_every=cfg.hessian_every,
+            hessian_batch_size=cfg.hessian_batch, sharpness_iters=cfg.sharpness_iters)
     bar.close()
     sizes = [len(p) for p in data.parts]
     prov = {

@@ -1,0 +1,174 @@
+"""Masked FedAvg training (past the paper's limits, limitation 3): the runs and their summaries.
+
+The paper measures how much of the masking penalty survives averaging, not
+what it is worth. This module builds the runs of the chapter
+``notebooks/masked_training.md`` (every keep probability p × mask mode ×
+protocol × seed, each a cached :mod:`maskfed.runner` run with
+``mask_keep_prob``/``mask_mode`` set, the final model's sharpness and, on the
+unmasked runs, the Hessian-weighted recovery factor logged) and summarises
+them: medians and ranges across seeds, and a stated rule for "does masking buy
+flatness or accuracy". It is a book helper: no run executes it, so it is not in
+:data:`maskfed.provenance.RUN_MODULES`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from maskfed.config import Profile, RunConfig
+from maskfed.masking import check_keep_probability
+
+#: Summary columns of the final model: name in metrics.csv -> (label, whether larger is better).
+FINAL_METRICS = {"test_acc": ("test accuracy", True), "sharpness_top_eig": ("top Hessian eigenvalue", False),
+                 "sharpness_trace": ("Hessian trace", False)}
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One cell of the comparison: a local protocol and a mask (p = 1: no mask, mode "none")."""
+
+    protocol: str
+    p: float
+    mode: str
+
+
+def settings(protocols: dict, keep_probs, modes) -> list[Setting]:
+    """Every (protocol, p, mode) to run; p = 1 appears once per protocol with mode "none" (no mask to share).
+
+    Args:
+        protocols: name -> (batch size or "full", local epochs τ).
+        keep_probs: keep probabilities p, each in (0, 1].
+        modes: subset of ("independent", "shared").
+
+    Raises:
+        ValueError: a p outside (0, 1], an unknown mode, or empty inputs.
+    """
+    if not protocols or not keep_probs or not modes:
+        raise ValueError("protocols, keep_probs and modes must each be non-empty")
+    for m in modes:
+        if m not in ("independent", "shared"):
+            raise ValueError(f"modes must be among 'independent', 'shared'; got {m!r}")
+    ps = [check_keep_probability(p) for p in keep_probs]
+    out = []
+    for name in protocols:
+        for p in ps:
+            out += [Setting(name, 1.0, "none")] if p == 1.0 else [Setting(name, p, m) for m in modes]
+    return list(dict.fromkeys(out))
+
+
+def configs(profile: Profile, protocols: dict, keep_probs, modes, *, sharpness_iters: int, hessian_every: int,
+            hessian_batch: int, **fields) -> dict[tuple[Setting, int], RunConfig]:
+    """The run configuration of every (setting, seed); ``fields`` replace the profile's base (e.g. rounds).
+
+    The unmasked runs (p = 1) also log the Hessian-weighted recovery factor every ``hessian_every``
+    rounds (0: never); every run measures its final model's sharpness with ``sharpness_iters``
+    power iterations and Hutchinson probes on a fixed batch of ``hessian_batch`` training images.
+
+    Raises:
+        ValueError / ConfigError: as :func:`settings` and :meth:`maskfed.config.Profile.run`.
+    """
+    out = {}
+    for s in settings(protocols, keep_probs, modes):
+        bs, tau = protocols[s.protocol]
+        mask = {} if s.p == 1.0 else {"mask_keep_prob": s.p, "mask_mode": s.mode}
+        hess = {"hessian_every": hessian_every} if s.p == 1.0 else {}
+        for seed in profile.seeds:
+            out[(s, seed)] = profile.run(seed, batch_size=bs, local_epochs=tau, sharpness_iters=sharpness_iters,
+                                         hessian_batch=hessian_batch, **mask, **hess, **fields)
+    return out
+
+
+def final_table(metrics: dict[tuple[Setting, int], pd.DataFrame]) -> pd.DataFrame:
+    """One row per (setting, seed): the last round's test accuracy and sharpness.
+
+    Args:
+        metrics: (setting, seed) -> the run's metrics.csv as a DataFrame.
+
+    Raises:
+        KeyError: a run without the sharpness columns (run with sharpness_iters = 0).
+    """
+    rows = []
+    for (s, seed), m in metrics.items():
+        last = m.iloc[-1]
+        rows.append({"protocol": s.protocol, "p": s.p, "mode": s.mode, "seed": seed,
+                     **{k: float(last[k]) for k in FINAL_METRICS}})
+    return pd.DataFrame(rows)
+
+
+def summary(final: pd.DataFrame) -> pd.DataFrame:
+    """Median, min and max across seeds of each final metric, per (protocol, p, mode).
+
+    Columns ``<metric>_median``, ``<metric>_min``, ``<metric>_max`` and ``seeds``.
+    """
+    g = final.groupby(["protocol", "p", "mode"], sort=False)
+    out = g.size().rename("seeds").to_frame()
+    for k in FINAL_METRICS:
+        out[f"{k}_median"] = g[k].median()
+        out[f"{k}_min"] = g[k].min()
+        out[f"{k}_max"] = g[k].max()
+    return out.reset_index()
+
+
+def verdicts(summ: pd.DataFrame) -> pd.DataFrame:
+    """Does a mask buy accuracy or flatness over p = 1 on the same protocol? A stated rule, ours.
+
+    Rule: a masked setting is "better" on a metric when its whole range across seeds lies on
+    the good side of the unmasked setting's range (higher accuracy; lower top eigenvalue or
+    trace), "worse" when it lies wholly on the bad side, and "within seed spread" when the two
+    ranges overlap. With 3 seeds this is a strict test: disjoint ranges of three runs each.
+
+    Returns:
+        One row per masked setting and metric: protocol, p, mode, metric, difference of
+        medians (masked minus unmasked), the verdict.
+
+    Raises:
+        ValueError: a protocol without its p = 1 row.
+    """
+    rows = []
+    for _, r in summ[summ.p < 1].iterrows():
+        base = summ[(summ.protocol == r.protocol) & (summ.p == 1.0)]
+        if base.empty:
+            raise ValueError(f"protocol {r.protocol!r} has no unmasked (p = 1) runs to compare with")
+        b = base.iloc[0]
+        for k, (label, larger_better) in FINAL_METRICS.items():
+            lo, hi, blo, bhi = r[f"{k}_min"], r[f"{k}_max"], b[f"{k}_min"], b[f"{k}_max"]
+            above, below = lo > bhi, hi < blo
+            good, bad = (above, below) if larger_better else (below, above)
+            verdict = "better" if good else "worse" if bad else "within seed spread"
+            rows.append({"protocol": r.protocol, "p": r.p, "mode": r["mode"], "metric": label,
+                         "median difference": r[f"{k}_median"] - b[f"{k}_median"], "verdict": verdict})
+    return pd.DataFrame(rows)
+
+
+def answer(verd: pd.DataFrame) -> str:
+    """One sentence from :func:`verdicts`: which masked settings buy flatness or accuracy, if any."""
+    better = verd[verd.verdict == "better"]
+    if better.empty:
+        return ("no masked setting beats the unmasked runs on accuracy, top eigenvalue or trace beyond "
+                "the spread across seeds")
+    parts = [f"{r.metric} at p = {r.p:g}, {r['mode']} masks, {r.protocol}" for _, r in better.iterrows()]
+    return "masking beats the unmasked runs beyond the seed spread on: " + "; ".join(parts)
+
+
+def recovery_trajectory(metrics: dict[tuple[Setting, int], pd.DataFrame]) -> pd.DataFrame:
+    """The rounds where the Hessian-weighted recovery factor was logged, both norms, unmasked runs only.
+
+    Returns:
+        Long table: protocol, seed, round, ``euclidean`` (1/Δ_S, eq. 3) and ``hessian``
+        (1/Δ_S in ⟨·,·⟩_{H_bd}, eq. 8), unweighted convention, and ``gap`` = hessian − euclidean.
+    """
+    rows = []
+    for (s, seed), m in metrics.items():
+        if s.p != 1.0 or "recovery_hessian_unweighted" not in m:
+            continue
+        logged = m[np.isfinite(m["recovery_hessian_unweighted"])]
+        for _, r in logged.iterrows():
+            rows.append({"protocol": s.protocol, "seed": seed, "round": int(r["round"]),
+                         "euclidean": float(r["recovery_unweighted"]),
+                         "hessian": float(r["recovery_hessian_unweighted"])})
+    out = pd.DataFrame(rows, columns=["protocol", "seed", "round", "euclidean", "hessian"])
+    out["gap"] = out["hessian"] - out["euclidean"]
+    return out
