@@ -16,9 +16,10 @@ from importlib import metadata
 from .paths import REPO_ROOT
 
 PACKAGES = ("torch", "torchvision", "numpy", "pandas", "pydantic", "pillow")
-#: The modules a FedAvg run executes (``maskfed.runner`` and what it imports);
+#: The modules a FedAvg run or a stage measurement executes (``maskfed.runner``, ``maskfed.stage``
+#: and what they import);
 #: tests/test_provenance.py checks the list is complete.
-RUN_MODULES = ("config", "data", "diversity", "fedavg", "models", "partition", "paths", "provenance", "runner")
+RUN_MODULES = ("config", "data", "diversity", "fedavg", "models", "partition", "paths", "provenance", "runner", "stage")
 
 
 @lru_cache(maxsize=1)
