@@ -81,8 +81,8 @@ class StageSpec(BaseModel):
 #: `make book` on 2 cores; see the README). The paper profile keeps every 10th round as a candidate
 #: (ResNet-18's θ is 45 MB).
 PROFILE_DEFAULTS = {
-    "smoke": {"stages": 3, "pool_size": 6, "num_cohorts": 8, "branch_rounds": 2},
-    "cpu": {"stages": 5, "pool_size": 20, "num_cohorts": 50, "branch_rounds": 0},
+    "smoke": {"stages": 3, "pool_size": 4, "num_cohorts": 4, "branch_rounds": 1},
+    "cpu": {"stages": 5, "pool_size": 16, "num_cohorts": 50, "branch_rounds": 0, "candidate_every": 2},
     "paper": {"stages": 6, "pool_size": 40, "num_cohorts": 50, "branch_rounds": 5, "candidate_every": 10},
 }
 
@@ -522,8 +522,10 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
         progress: tqdm bars.
 
     Raises:
-        ConfigError: a pool larger than K, K_c larger than the pool, or Table I without Table II's
-            protocol, before any training.
+        ConfigError: a pool larger than K, K_c larger than the pool, Table I without Table II's
+            protocol, or a run that cannot work with its data (:func:`maskfed.preflight.check_runs`),
+            before any training.
+        FileNotFoundError, DataUnavailableError, DataReadError: the data cannot be found or read.
     """
     ref = ladder_config(profile)
     cfgs = study_configs(profile)
@@ -531,20 +533,32 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
         pool_and_cohorts(ref.num_clients, spec.pool_size, ref.cohort_size, 1, ref.seed)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    ladder = build_ladder(ref, spec, progress=progress)
-    tasks = list(dict.fromkeys((c, s) for e in cfgs for c in cfgs[e] for s in range(len(ladder.checkpoints))))
-    pending = [(c, s) for c, s in tasks if not (measure_path(c, ladder, s, spec) / "provenance.json").exists()]
-    workers = workers or profile.workers
-    if workers > 1 and len(pending) > 1:
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=runner._worker_init) as pool:
-            futs = [pool.submit(_measure_in_worker, c.model_dump_json(), str(ladder.path), s, spec.model_dump_json())
-                    for c, s in sorted(pending, key=lambda t: -t[0].local_epochs)]
-            for fut in tqdm(as_completed(futs), total=len(futs), desc="stage measurements", disable=not progress):
-                fut.result()
-    else:
-        for c, s in tqdm(pending, desc="stage measurements", disable=not progress):
-            measure(c, str(ladder.path), s, spec)
+    from .preflight import check_runs, check_writable  # data, subsets, partitions, device: before training
+
+    check_runs([ref, *(c for cs in cfgs.values() for c in cs)])
+    check_writable(results_dir() / "stages", "MASKFED_RESULTS_DIR")
+    threads = torch.get_num_threads()
+    if runner._device(ref.device).type == "cpu":
+        # the small CPU models run several times faster on one thread than on two contended ones
+        # (5x measured on the 2-core reference machine under load); restored below
+        torch.set_num_threads(1)
+    try:
+        ladder = build_ladder(ref, spec, progress=progress)
+        tasks = list(dict.fromkeys((c, s) for e in cfgs for c in cfgs[e] for s in range(len(ladder.checkpoints))))
+        pending = [(c, s) for c, s in tasks if not (measure_path(c, ladder, s, spec) / "provenance.json").exists()]
+        workers = workers or profile.workers
+        if workers > 1 and len(pending) > 1:
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=runner._worker_init) as pool:
+                futs = [pool.submit(_measure_in_worker, c.model_dump_json(), str(ladder.path), s, spec.model_dump_json())
+                        for c, s in sorted(pending, key=lambda t: -t[0].local_epochs)]
+                for fut in tqdm(as_completed(futs), total=len(futs), desc="stage measurements", disable=not progress):
+                    fut.result()
+        else:
+            for c, s in tqdm(pending, desc="stage measurements", disable=not progress):
+                measure(c, str(ladder.path), s, spec)
+    finally:
+        torch.set_num_threads(threads)
     rows, branches = [], []
     for e, cs in cfgs.items():
         for c in cs:
@@ -558,3 +572,43 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
                     branches.append(b.assign(steps=b["round"] - key["round"], stage_round=key["round"],
                                              **{k: v for k, v in key.items() if k != "round"}))
     return StageStudy(ladder, pd.DataFrame(rows), pd.concat(branches) if branches else pd.DataFrame(), spec)
+
+
+#: What each verdict of :func:`verdict` means, in the chapter's words.
+VERDICT_TEXT = {
+    "sampling": "sampling: whether the local gradients are exact or sampled accounts for at least the threshold "
+                "share of the variation, and the checkpoint does not",
+    "stage": "stage: the checkpoint accounts for at least the threshold share of the variation, and exact versus "
+             "sampled local gradients do not",
+    "both": "both: the checkpoint and exact versus sampled local gradients each account for at least the threshold "
+            "share of the variation",
+    "neither": "neither: neither the checkpoint nor exact versus sampled local gradients accounts for the threshold "
+               "share of the variation",
+}
+
+
+def first_last(table: pd.DataFrame, value: str = "recovery_unweighted") -> pd.DataFrame:
+    """Median ``value`` of each protocol at the first and the last stage (index: batch size, τ;
+    columns: the two checkpoint rounds)."""
+    ends = table[table["stage"].isin([table["stage"].min(), table["stage"].max()])]
+    out = ends.pivot_table(index=["batch_size", "local_epochs"], columns="round", values=value, sort=False)
+    out.columns = [f"round {r}" for r in out.columns]
+    return out
+
+
+def paper_cliff() -> float:
+    """The paper's cliff: :func:`cliff_by_stage` applied to its Table I (via
+    :func:`maskfed.summary.paper_table`)."""
+    from .summary import paper_table
+
+    return float(cliff_by_stage(paper_table("table1").reset_index().assign(stage=0)).iloc[0])
+
+
+def parameter_ratio(cfg: RunConfig, other_model: str) -> float:
+    """Parameters of ``other_model`` over those of ``cfg``'s model (same classes and GroupNorm groups)."""
+    from .models import num_parameters
+
+    def count(name: str) -> int:
+        return num_parameters(build_model(name, num_classes=10, gn_groups=cfg.gn_groups, width=cfg.width))
+
+    return count(other_model) / count(cfg.model)
