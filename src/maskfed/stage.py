@@ -93,6 +93,9 @@ def make_spec(profile: str, **fields) -> StageSpec:
         ConfigError: unknown fields or invalid values, naming the parameter and what is allowed.
     """
     given = {k: v for k, v in fields.items() if v is not None}
+    unknown = sorted(set(given) - set(StageSpec.model_fields))
+    if unknown:
+        raise ConfigError(f"unknown stage settings {unknown}; allowed: {', '.join(StageSpec.model_fields)}")
     try:
         return StageSpec(**{**PROFILE_DEFAULTS.get(profile, {}), **given})
     except ValidationError as exc:
@@ -389,6 +392,7 @@ class Ladder:
     thetas_SxP: torch.Tensor      # θ at each stage, [S, P], float32
 
     def theta(self, stage: int) -> torch.Tensor:
+        """θ_s of stage ``stage`` (0 = initialisation), flat [P]."""
         return self.thetas_SxP[stage]
 
 
