@@ -69,3 +69,23 @@ def against_stage(table: pd.DataFrame, value: str = "recovery_unweighted", *, ax
     ax.set_xlabel("test accuracy of the checkpoint θ_s (%)")
     ax.set_ylabel(label)
     return ax
+
+
+def branches(branch: pd.DataFrame, *, ax: plt.Axes | None = None) -> plt.Axes:
+    """Per-round recovery factor of the short FedAvg branches of the stage study, one colour per
+    protocol, one line per (protocol, checkpoint); solid: full batch. Log scale.
+
+    Args:
+        branch: rows of :attr:`maskfed.stage.StageStudy.branches` (``round``, ``stage``, ``batch_size``,
+            ``local_epochs``, ``recovery_unweighted``).
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.6))
+    for i, ((bs, tau), g) in enumerate(branch.groupby(["batch_size", "local_epochs"], sort=False)):
+        for j, (_, gs) in enumerate(g.groupby("stage")):
+            ax.plot(gs["round"], gs["recovery_unweighted"], color=f"C{i}", marker=".", ls="-" if str(bs) == "full" else "--",
+                    label=f"bs={bs}, τ={tau}" if j == 0 else None)
+    ax.set_yscale("log")
+    ax.set_xlabel("round (ladder round + branch round)")
+    ax.set_ylabel("1/Δ_S (one cohort a round)")
+    return ax
