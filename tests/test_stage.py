@@ -180,3 +180,27 @@ def test_run_study_at_smoke_with_branches(results):
     assert (study.table["recovery_unweighted_q1"] <= study.table["recovery_unweighted_q3"]).all()
     with pytest.raises(ConfigError, match="pool_size"):
         stage.run_study(prof, stage.StageSpec(pool_size=50), workers=1, progress=False)
+
+
+def test_stage_zero_measured_before_the_ladder_matches(results, monkeypatch, tmp_path):
+    # θ_0 measured while the ladder trains (at_init) gives the same cohorts as θ_0 read from the ladder
+    cfg = make_run_config(**SMOKE)
+    ladder = stage.build_ladder(cfg, SPEC, progress=False)
+    from_ladder = pd.read_csv(stage.measure(cfg, str(ladder.path), 0, SPEC) / "cohorts.csv")
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "other"))
+    early = pd.read_csv(stage.measure(cfg, str(ladder.path), 0, SPEC, at_init=cfg) / "cohorts.csv")
+    pd.testing.assert_frame_equal(from_ladder, early, check_exact=True)
+    with pytest.raises(ValueError, match="stage 0"):
+        stage.measure(cfg, str(ladder.path), 1, SPEC, at_init=cfg)
+
+
+def test_run_study_in_worker_processes_matches_one_process(results, monkeypatch, tmp_path):
+    from maskfed.config import load_profile
+
+    prof = load_profile("smoke", rounds=2, table1={"batch_sizes": [16, "full"], "local_epochs": [1]},
+                        table2={"alphas": [100], "local_epochs": 1})
+    spec = stage.StageSpec(stages=2, pool_size=4, num_cohorts=3)
+    one = stage.run_study(prof, spec, workers=1, progress=False).table
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "two"))
+    two = stage.run_study(prof, spec, workers=2, progress=False).table
+    pd.testing.assert_frame_equal(one, two, check_exact=True)

@@ -447,14 +447,16 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True) -> L
     return load_ladder(path)
 
 
-def measure_path(cfg: RunConfig, ladder: Ladder, stage: int, spec: StageSpec) -> Path:
-    """Folder of one (stage, protocol) measurement: ``results/stages/measure-<label>-st<s>-<key>``."""
-    blob = {"cfg": cfg.key(), "ladder": ladder.path.name, "stage": stage, "pool": spec.pool_size,
+def measure_path(cfg: RunConfig, ladder: Ladder | Path, stage: int, spec: StageSpec) -> Path:
+    """Folder of one (stage, protocol) measurement: ``results/stages/measure-<label>-st<s>-<key>``
+    (``ladder``: the ladder or its folder, which need not exist yet)."""
+    name = ladder.path.name if isinstance(ladder, Ladder) else Path(ladder).name
+    blob = {"cfg": cfg.key(), "ladder": name, "stage": stage, "pool": spec.pool_size,
             "cohorts": spec.num_cohorts, "branch": spec.branch_rounds}
     return results_dir() / "stages" / f"measure-{cfg.label()}-st{stage}-{_key(blob, cfg)}"
 
 
-def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec) -> Path:
+def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec, *, at_init: RunConfig | None = None) -> Path:
     """Measure protocol ``cfg`` at θ_stage of a ladder (or reuse the folder); returns the folder.
 
     The pool's clients (:func:`pool_and_cohorts`) each train once from θ_s with
@@ -462,15 +464,26 @@ def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec) -> Pat
     ladder's seed (the same for every protocol); ``cohorts.csv`` holds :func:`cohort_table`.
     With ``spec.branch_rounds`` = M > 0, ``branch.csv`` holds M rounds of FedAvg of ``cfg``
     from θ_s (the cohorts of rounds round_s + 1, ...).
+
+    ``at_init``: the ladder's config; stage 0 (θ_0, round 0) is then measured without reading the
+    ladder, which may still be training (the two share the machine's cores).
+
+    Raises:
+        ValueError: ``at_init`` with a stage other than 0.
     """
-    ladder = load_ladder(Path(ladder_dir))
-    path = measure_path(cfg, ladder, stage, spec)
+    path = measure_path(cfg, Path(ladder_dir), stage, spec)
     if (path / "provenance.json").exists():
         return path
     t0 = time.perf_counter()
     data, model = _prepared(cfg)
-    theta = ladder.theta(stage).to(data.x_train.device)
-    round_s = int(ladder.checkpoints["round"].iloc[stage])
+    if at_init is not None:
+        if stage != 0:
+            raise ValueError(f"at_init measures stage 0 (θ_0) only; got stage = {stage}")
+        theta, round_s = initial_theta(at_init).to(data.x_train.device), 0
+    else:
+        ladder = load_ladder(Path(ladder_dir))
+        theta = ladder.theta(stage).to(data.x_train.device)
+        round_s = int(ladder.checkpoints["round"].iloc[stage])
     pool, cohorts = pool_and_cohorts(len(data.parts), spec.pool_size, cfg.cohort_size, spec.num_cohorts, cfg.seed)
     seeds = [fedavg.client_seed(cfg.seed, round_s, 0 if cfg.identical_client_seeds else int(k)) for k in pool]
 
@@ -487,13 +500,15 @@ def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec) -> Pat
         branch, _ = fedavg_from(model, data, theta, cfg, start_round=round_s, rounds=spec.branch_rounds)
         files["branch.csv"] = pd.DataFrame(branch).to_csv(index=False)
     files["provenance.json"] = json.dumps({**_provenance(cfg, path.name, t0), "stage": stage, "round": round_s,
-                                           "ladder": ladder.path.name}, indent=2)
+                                           "ladder": Path(ladder_dir).name}, indent=2)
     _write_folder(path, files)
     return path
 
 
-def _measure_in_worker(cfg_json: str, ladder_dir: str, stage: int, spec_json: str) -> str:
-    return str(measure(RunConfig(**json.loads(cfg_json)), ladder_dir, stage, StageSpec(**json.loads(spec_json))))
+def _measure_in_worker(cfg_json: str, ladder_dir: str, stage: int, spec_json: str, init_json: str | None = None) -> str:
+    at_init = None if init_json is None else RunConfig(**json.loads(init_json))
+    return str(measure(RunConfig(**json.loads(cfg_json)), ladder_dir, stage, StageSpec(**json.loads(spec_json)),
+                       at_init=at_init))
 
 
 # --------------------------------------------------------------------------- the study
@@ -561,21 +576,33 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
         # the small CPU models run several times faster on one thread than on two contended ones
         # (5x measured on the 2-core reference machine under load); restored below
         torch.set_num_threads(1)
+    every = list(dict.fromkeys(c for cs in cfgs.values() for c in cs))
+    lpath = ladder_path(ref, spec)
+
+    def todo(stages) -> list[tuple[RunConfig, int]]:
+        tasks = [(c, s) for s in stages for c in every if not (measure_path(c, lpath, s, spec) / "provenance.json").exists()]
+        return sorted(tasks, key=lambda t: (t[0].alpha != ref.alpha, t[0].alpha, -t[0].local_epochs))
+
+    workers = workers or profile.workers
+    finished = (lpath / "provenance.json").exists() and not todo(range(len(load_ladder(lpath).checkpoints)))
     try:
-        ladder = build_ladder(ref, spec, progress=progress)
-        tasks = list(dict.fromkeys((c, s) for e in cfgs for c in cfgs[e] for s in range(len(ladder.checkpoints))))
-        pending = [(c, s) for c, s in tasks if not (measure_path(c, ladder, s, spec) / "provenance.json").exists()]
-        workers = workers or profile.workers
-        if workers > 1 and len(pending) > 1:
+        if workers > 1 and not finished:
+            # stage 0 is θ_0 (round 0 is always a ladder stage unless explicit rounds leave it out), so the
+            # workers measure it while this process trains the ladder
+            early = spec.rounds is None or 0 in spec.rounds
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=runner._worker_init) as pool:
-                futs = [pool.submit(_measure_in_worker, c.model_dump_json(), str(ladder.path), s, spec.model_dump_json())
-                        for c, s in sorted(pending, key=lambda t: (t[0].alpha != ref.alpha, t[0].alpha, -t[0].local_epochs))]
+                futs = [pool.submit(_measure_in_worker, c.model_dump_json(), str(lpath), 0, spec.model_dump_json(),
+                                    ref.model_dump_json()) for c, _ in (todo([0]) if early else [])]
+                ladder = build_ladder(ref, spec, progress=progress)
+                futs += [pool.submit(_measure_in_worker, c.model_dump_json(), str(lpath), s, spec.model_dump_json())
+                         for c, s in todo(range(1 if early else 0, len(ladder.checkpoints)))]
                 for fut in tqdm(as_completed(futs), total=len(futs), desc="stage measurements", disable=not progress):
                     fut.result()
         else:
-            for c, s in tqdm(pending, desc="stage measurements", disable=not progress):
-                measure(c, str(ladder.path), s, spec)
+            ladder = build_ladder(ref, spec, progress=progress)
+            for c, s in tqdm(todo(range(len(ladder.checkpoints))), desc="stage measurements", disable=not progress):
+                measure(c, str(lpath), s, spec)
     finally:
         torch.set_num_threads(threads)
     rows, branches = [], []
