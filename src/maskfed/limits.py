@@ -322,10 +322,7 @@ def eval_batch(data: fedavg.FedData, size: int, seed: int) -> tuple[Tensor, Tens
 
 
 def _source_hash() -> str:
-    h = hashlib.sha256(provenance.code_hash().encode())
-    for name in LIMITS_MODULES:
-        h.update((REPO_ROOT / "src" / "maskfed" / f"{name}.py").read_bytes())
-    return h.hexdigest()[:16]
+    return provenance.code_hash_with(*LIMITS_MODULES)
 
 
 def measure_limits(cfg: RunConfig, *, at_rounds: Sequence[int], protocols: dict, train_protocol: str, p: float = 0.5,

@@ -63,3 +63,52 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
     ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
     ax.legend(fontsize=7, loc="best")
     return ax
+
+
+def against_stage(table: pd.DataFrame, value: str = "recovery_unweighted", *, ax: plt.Axes | None = None,
+                  label: str = "1/Δ_S (unweighted)", k_c: int | None = None) -> plt.Axes:
+    """A stage-study quantity against the checkpoint's test accuracy, one line per local protocol.
+
+    Markers are medians over cohorts, bars their interquartile range (columns ``<value>``,
+    ``<value>_q1``, ``<value>_q3``, see :func:`maskfed.stage.summarise_cohorts`); solid lines are
+    full-batch protocols, dashed ones minibatch; marker shape is the batch size. Log scale.
+
+    Args:
+        table: one row per (stage, protocol) with ``stage_acc`` (fraction), ``batch_size``,
+            ``local_epochs`` and the value columns.
+        k_c: if given, drawn as the ceiling of 1/Δ_S.
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, ((bs, tau), g) in enumerate(table.groupby(["batch_size", "local_epochs"], sort=False)):
+        g = g.sort_values("stage_acc")
+        x = 100 * g["stage_acc"]
+        ax.errorbar(x, g[value], yerr=[g[value] - g[f"{value}_q1"], g[f"{value}_q3"] - g[value]],
+                    marker=MARKERS.get(str(bs), "D"), ms=5, lw=1.2, capsize=2, color=f"C{i}",
+                    ls="-" if str(bs) == "full" else "--", label=f"bs={bs}, τ={tau}")
+    if k_c is not None:
+        ax.axhline(k_c, color="0.6", ls="--", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("test accuracy of the checkpoint θ_s (%)")
+    ax.set_ylabel(label)
+    return ax
+
+
+def branches(branch: pd.DataFrame, *, ax: plt.Axes | None = None) -> plt.Axes:
+    """Per-round recovery factor of the short FedAvg branches of the stage study, one colour per
+    protocol, one line per (protocol, checkpoint); solid: full batch. Log scale.
+
+    Args:
+        branch: rows of :attr:`maskfed.stage.StageStudy.branches` (``round``, ``stage``, ``batch_size``,
+            ``local_epochs``, ``recovery_unweighted``).
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.6))
+    for i, ((bs, tau), g) in enumerate(branch.groupby(["batch_size", "local_epochs"], sort=False)):
+        for j, (_, gs) in enumerate(g.groupby("stage")):
+            ax.plot(gs["round"], gs["recovery_unweighted"], color=f"C{i}", marker=".", ls="-" if str(bs) == "full" else "--",
+                    label=f"bs={bs}, τ={tau}" if j == 0 else None)
+    ax.set_yscale("log")
+    ax.set_xlabel("round (ladder round + branch round)")
+    ax.set_ylabel("1/Δ_S (one cohort a round)")
+    return ax

@@ -16,7 +16,8 @@ from importlib import metadata
 from .paths import REPO_ROOT
 
 PACKAGES = ("torch", "torchvision", "numpy", "pandas", "pydantic", "pillow")
-#: The modules a FedAvg run executes (``maskfed.runner`` and what it imports);
+#: The modules a FedAvg run or a stage measurement executes (``maskfed.runner``, ``maskfed.stage``
+#: and what they import);
 #: tests/test_provenance.py checks the list is complete.
 RUN_MODULES = ("checkpoint", "cohort", "config", "data", "determinism", "diversity", "fedavg", "masking", "models",
                "partition", "paths", "penalty", "provenance", "runner", "sharpness")
@@ -35,6 +36,23 @@ def code_hash() -> str:
     for name in RUN_MODULES:
         h.update(name.encode())
         h.update((pkg / f"{name}.py").read_bytes())
+    return h.hexdigest()[:16]
+
+
+def code_hash_with(*modules: str) -> str:
+    """:func:`code_hash` extended by the source of further ``maskfed`` modules (16 hex digits).
+
+    For results cached outside run folders (the stage study, the limits chapter): their key
+    changes with the run code and with their own modules, while editing them leaves the run
+    folders' keys alone.
+
+    Raises:
+        FileNotFoundError: a module name with no ``src/maskfed/<name>.py``.
+    """
+    h = hashlib.sha256(code_hash().encode())
+    for name in modules:
+        h.update(name.encode())
+        h.update((REPO_ROOT / "src" / "maskfed" / f"{name}.py").read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -1,0 +1,206 @@
+"""Stage or sampling: the ladder, the paired pool measurement, the variance split, the cache."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from maskfed import diversity, provenance, runner, stage
+from maskfed.config import ConfigError, make_run_config
+
+SMOKE = dict(dataset="synthetic", synthetic_train=400, synthetic_test=100, num_clients=8, cohort_size=3,
+             rounds=2, lr=0.05, model="small_cnn_gn", width=4, batch_size=16, local_epochs=1, device="cpu")
+SPEC = stage.StageSpec(stages=2, pool_size=5, num_cohorts=6)
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
+    return tmp_path
+
+
+# ---------------------------------------------------------------- pure pieces
+
+def test_pick_rounds_at_even_accuracy_levels():
+    # prepare: accuracy climbs fast, then slowly; levels 0.1 + (0.5 - 0.1) * [1/4, 2/4, 3/4] = 0.2, 0.3, 0.4
+    acc = pd.Series([0.1, 0.25, 0.31, 0.32, 0.38, 0.41, 0.5], index=range(7))
+    # execute / assert: the first rounds reaching each level, with θ_0 and the last round
+    assert stage.pick_rounds(acc, stage.StageSpec(stages=5)) == [0, 1, 2, 5, 6]
+    assert stage.pick_rounds(acc, stage.StageSpec(target_accuracies=(0.315, 0.9))) == [0, 3, 6]
+    assert stage.pick_rounds(acc, stage.StageSpec(rounds=(4, 2))) == [2, 4]
+    with pytest.raises(ValueError, match="not ladder rounds"):
+        stage.pick_rounds(acc, stage.StageSpec(rounds=(9,)))
+
+
+def test_spec_errors_name_the_parameter():
+    with pytest.raises(ConfigError, match="pool_size"):
+        stage.make_spec("cpu", pool_size=1)
+    with pytest.raises(ConfigError, match="rounds or target_accuracies"):
+        stage.make_spec("cpu", rounds=[0, 5], target_accuracies=[0.3])
+    with pytest.raises(ConfigError, match=r"unknown stage settings \['pools'\]; allowed: stages"):
+        stage.make_spec("cpu", pools=3)
+    assert stage.make_spec("cpu", pool_size=None).pool_size == stage.PROFILE_DEFAULTS["cpu"]["pool_size"]
+
+
+def test_pool_and_cohorts_are_seeded_subsets():
+    pool, cohorts = stage.pool_and_cohorts(100, 20, 10, 50, seed=3)
+    again = stage.pool_and_cohorts(100, 20, 10, 50, seed=3)
+    assert np.array_equal(pool, again[0]) and np.array_equal(cohorts, again[1])
+    assert len(set(pool)) == 20 and pool.max() < 100
+    assert cohorts.shape == (50, 10) and all(len(set(c)) == 10 for c in cohorts) and cohorts.max() < 20
+    assert not np.array_equal(pool, stage.pool_and_cohorts(100, 20, 10, 50, seed=4)[0])
+    with pytest.raises(ValueError, match="pool_size"):
+        stage.pool_and_cohorts(10, 3, 5, 1, seed=0)
+
+
+def test_variance_shares_and_verdict():
+    # prepare: 2 stages x 4 protocols; log 1/Δ_S = log 4 for full batch, log 1 for minibatch, no stage effect
+    rows = [{"stage": s, "batch_size": bs, "local_epochs": t, "recovery_unweighted": 4.0 if bs == "full" else 1.0}
+            for s in (0, 1) for bs in ("32", "full") for t in (1, 2)]
+    table = pd.DataFrame(rows)
+    # execute
+    shares = stage.variance_shares(table)
+    # assert: sampling explains everything, stage nothing
+    assert shares == pytest.approx({"stage": 0.0, "protocol": 1.0, "sampling": 1.0})
+    assert stage.verdict(shares) == "sampling"
+    # a stage effect only: stage 1 doubles every value
+    table["recovery_unweighted"] = [2.0 ** s for s in table["stage"]]
+    assert stage.verdict(stage.variance_shares(table)) == "stage"
+    assert stage.verdict({"stage": 0.5, "sampling": 0.4}) == "both"
+    assert stage.verdict({"stage": 0.1, "sampling": 0.2}) == "neither"
+
+
+def test_cliff_by_stage_is_min_full_over_max_minibatch():
+    table = pd.DataFrame({"stage": [0, 0, 0, 0, 1, 1, 1, 1], "batch_size": ["32", "128", "full", "full"] * 2,
+                          "local_epochs": [1] * 8, "recovery_unweighted": [1.5, 2.0, 6.0, 5.0, 1.0, 1.2, 3.0, 9.0]})
+    assert stage.cliff_by_stage(table).tolist() == pytest.approx([5.0 / 2.0, 3.0 / 1.2])
+
+
+def test_least_squares_recovery_matches_closed_form():
+    # prepare: linear least squares, loss_k(θ) = ‖X_k θ − y_k‖² / (2 n_k); τ full-batch GD steps from θ give
+    # Δ_k = (I − (I − lr H_k)^τ)(θ − θ*_k), H_k = X_kᵀX_k / n_k, θ*_k = H_k⁻¹ X_kᵀ y_k / n_k
+    g = torch.Generator().manual_seed(0)
+    d, lr, tau, pool_size = 4, 0.1, 3, 6
+    shards = [(torch.randn(12 + k, d, generator=g, dtype=torch.float64),
+               torch.randn(12 + k, generator=g, dtype=torch.float64)) for k in range(pool_size)]
+    theta = torch.randn(d, generator=g, dtype=torch.float64)
+
+    def gd_update(th, k, gen):  # the measurement path: autograd GD on client k's shard
+        x, y = shards[k]
+        w = th.clone().requires_grad_(True)
+        for _ in range(tau):
+            (grad,) = torch.autograd.grad(((x @ w - y) ** 2).sum() / (2 * len(y)), w)
+            w = (w - lr * grad).detach().requires_grad_(True)
+        return th - w.detach()
+
+    def closed_form(k):
+        x, y = shards[k]
+        h = x.T @ x / len(y)
+        star = torch.linalg.solve(h, x.T @ y / len(y))
+        return (torch.eye(d, dtype=torch.float64) - torch.linalg.matrix_power(torch.eye(d, dtype=torch.float64) - lr * h, tau)) @ (theta - star)
+
+    pool, cohorts = stage.pool_and_cohorts(pool_size, pool_size, 3, 10, seed=0)
+    n_P = [len(shards[k][1]) for k in pool]
+    # execute
+    measured = stage.cohort_table(stage.pool_updates(gd_update, theta, pool, [0] * pool_size), n_P, cohorts)
+    # assert: each cohort's recovery factors equal those of the closed-form updates
+    exact = torch.stack([closed_form(int(k)) for k in pool])
+    for row, c in zip(measured.itertuples(), cohorts):
+        assert row.recovery_unweighted == pytest.approx(diversity.recovery_factor(exact[c]), rel=1e-10)
+        assert row.recovery_weighted == pytest.approx(diversity.recovery_factor(exact[c], np.asarray(n_P)[c]), rel=1e-10)
+    assert measured["recovery_unweighted"].nunique() > 1  # the cohorts differ
+
+
+# ---------------------------------------------------------------- training, folders, cache
+
+def test_identical_shards_and_seeds_give_k_c(results):
+    # prepare: the control (every client holds the same shard and shuffles with the same seed)
+    cfg = make_run_config(**SMOKE, partition="identical", identical_client_seeds=True)
+    ladder = stage.build_ladder(cfg, SPEC, progress=False)
+    # execute
+    path = stage.measure(cfg, str(ladder.path), 1, SPEC)
+    # assert: every cohort recovers all K_c, both conventions, and has no noise
+    cohorts = pd.read_csv(path / "cohorts.csv")
+    assert np.allclose(cohorts["recovery_unweighted"], cfg.cohort_size, rtol=0, atol=1e-12 * cfg.cohort_size)
+    assert np.allclose(cohorts["recovery_weighted"], cfg.cohort_size, rtol=0, atol=1e-12 * cfg.cohort_size)
+    assert (cohorts["sigma2_hat"].abs() <= 1e-12 * cohorts["mu2_hat"]).all()
+
+
+def test_ladder_follows_the_run_trajectory(results):
+    # the ladder's last checkpoint is the model runner.run trains for the same config
+    cfg = make_run_config(**SMOKE)
+    ladder = stage.build_ladder(cfg, SPEC, progress=False)
+    run = runner.run(cfg, progress=False)
+    assert ladder.checkpoints["round"].tolist() == [0, cfg.rounds]
+    assert ladder.checkpoints["test_acc"].iloc[-1] == pytest.approx(run.metrics["test_acc"].iloc[-1], abs=1e-12)
+    assert ladder.thetas_SxP.shape[0] == 2
+    assert json.loads((ladder.path / "provenance.json").read_text())["code_hash"] == provenance.code_hash()
+
+
+def test_paired_cohorts_identical_across_protocols(results):
+    base = make_run_config(**SMOKE)
+    ladder = stage.build_ladder(base, SPEC, progress=False)
+    paths = [stage.measure(make_run_config(**{**SMOKE, "batch_size": bs, "local_epochs": t}), str(ladder.path), 1, SPEC)
+             for bs, t in ((16, 1), ("full", 2))]
+    a, b = (pd.read_csv(p / "cohorts.csv") for p in paths)
+    assert a["cohort"].tolist() == b["cohort"].tolist() and len(a) == SPEC.num_cohorts
+    assert json.loads((paths[0] / "pool.json").read_text()) == json.loads((paths[1] / "pool.json").read_text())
+    assert not np.allclose(a["recovery_unweighted"], b["recovery_unweighted"])  # the protocols did differ
+
+
+def test_cached_results_reused_and_invalidated_by_code(results, monkeypatch):
+    cfg = make_run_config(**SMOKE)
+    ladder = stage.build_ladder(cfg, SPEC, progress=False)
+    first = stage.measure(cfg, str(ladder.path), 0, SPEC)
+    # reuse: a second call trains nothing
+    monkeypatch.setattr(stage, "fedavg_from", lambda *a, **k: pytest.fail("ladder retrained"))
+    monkeypatch.setattr(stage, "pool_updates", lambda *a, **k: pytest.fail("pool retrained"))
+    assert stage.build_ladder(cfg, SPEC, progress=False).path == ladder.path
+    assert stage.measure(cfg, str(ladder.path), 0, SPEC) == first
+    # a code change: new folders
+    monkeypatch.setattr(provenance, "code_hash", lambda: "0" * 16)
+    assert stage.ladder_path(cfg, SPEC) != ladder.path
+    assert stage.measure_path(cfg, ladder, 0, SPEC) != first
+    with pytest.raises(pytest.fail.Exception, match="ladder retrained"):
+        stage.build_ladder(cfg, SPEC, progress=False)
+
+
+def test_run_study_at_smoke_with_branches(results):
+    from maskfed.config import load_profile
+
+    prof = load_profile("smoke", rounds=2, table1={"batch_sizes": [16, "full"], "local_epochs": [1, 2]},
+                        table2={"alphas": [100, 0.1]})
+    spec = stage.StageSpec(stages=2, pool_size=4, num_cohorts=3, branch_rounds=1)
+    study = stage.run_study(prof, spec, workers=1, progress=False)
+    t1 = study.table[study.table.experiment == "table1"]
+    assert len(t1) == 2 * 4 and len(study.table[study.table.experiment == "table2"]) == 2 * 2
+    assert set(study.branches["steps"]) == {1}
+    assert (study.table["recovery_unweighted_q1"] <= study.table["recovery_unweighted_q3"]).all()
+    with pytest.raises(ConfigError, match="pool_size"):
+        stage.run_study(prof, stage.StageSpec(pool_size=50), workers=1, progress=False)
+
+
+def test_stage_zero_measured_before_the_ladder_matches(results, monkeypatch, tmp_path):
+    # θ_0 measured while the ladder trains (at_init) gives the same cohorts as θ_0 read from the ladder
+    cfg = make_run_config(**SMOKE)
+    ladder = stage.build_ladder(cfg, SPEC, progress=False)
+    from_ladder = pd.read_csv(stage.measure(cfg, str(ladder.path), 0, SPEC) / "cohorts.csv")
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "other"))
+    early = pd.read_csv(stage.measure(cfg, str(ladder.path), 0, SPEC, at_init=cfg) / "cohorts.csv")
+    pd.testing.assert_frame_equal(from_ladder, early, check_exact=True)
+    with pytest.raises(ValueError, match="stage 0"):
+        stage.measure(cfg, str(ladder.path), 1, SPEC, at_init=cfg)
+
+
+def test_run_study_in_worker_processes_matches_one_process(results, monkeypatch, tmp_path):
+    from maskfed.config import load_profile
+
+    prof = load_profile("smoke", rounds=2, table1={"batch_sizes": [16, "full"], "local_epochs": [1]},
+                        table2={"alphas": [100], "local_epochs": 1})
+    spec = stage.StageSpec(stages=2, pool_size=4, num_cohorts=3)
+    one = stage.run_study(prof, spec, workers=1, progress=False).table
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "two"))
+    two = stage.run_study(prof, spec, workers=2, progress=False).table
+    pd.testing.assert_frame_equal(one, two, check_exact=True)
