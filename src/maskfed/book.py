@@ -67,10 +67,12 @@ def data_note(profile: Profile) -> str:
     return f"{without_paths(images.source)}; content fingerprint {data_fingerprint(images)}"
 
 
-def banner(profile: Profile, *, what: str = "these numbers") -> "IPython.display.HTML":
+def banner(profile: Profile, *, what: str = "these numbers", changes: dict | None = None) -> "IPython.display.HTML":
     """An admonition box saying which profile produced ``what`` and on which data.
 
     Scaled-down profiles get a warning box that says they are not the paper's setting.
+    ``changes`` (setting -> value) names what the page itself sets differently from the
+    profile (e.g. a chapter's own shorter runs); the box then says so after the profile's text.
     """
     from IPython.display import HTML
 
@@ -79,7 +81,9 @@ def banner(profile: Profile, *, what: str = "these numbers") -> "IPython.display
              else f"Profile “{profile.name}”: the paper's setting")
     body = (f"{html.escape(what.capitalize())} come from the <code>{profile.name}</code> profile: "
             f"{html.escape(profile.description)} Seeds: {profile.seeds}. "
-            f"Data: {html.escape(data_note(profile))}.")
+            + (f"<strong>This page changes:</strong> "
+               f"{html.escape(', '.join(f'{k} = {v}' for k, v in changes.items()))}. " if changes else "")
+            + f"Data: {html.escape(data_note(profile))}.")
     return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{title}</p><p>{body}</p></div>')
 
 
