@@ -108,7 +108,7 @@ def test_control_on_cuda_runs_with_deterministic_algorithms(results_in_tmp, monk
         seen["deterministic"] = torch.are_deterministic_algorithms_enabled()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "_device", lambda name: torch.device("cpu"))
+    monkeypatch.setattr(runner, "resolve_device", lambda name: torch.device("cpu"))
     monkeypatch.setattr(runner.determinism, "needed", lambda control, device: control)
     monkeypatch.setattr(fedavg, "run_fedavg", spy)
     cfg = make_run_config(**{**TINY, "partition": "identical", "identical_client_seeds": True})

@@ -185,7 +185,7 @@ def bench(profile: str = "cpu", *, protocols=None, paths=PATHS, precisions=("fp3
     prof = load_profile(profile)
     fields = {**overrides, **({"device": device} if device else {}), **({"model": model} if model else {})}
     cfg = prof.run(prof.seeds[0], **fields)
-    dev = runner._device(cfg.device)
+    dev = runner.resolve_device(cfg.device)
     for p in paths:
         if p not in PATHS:
             raise ValueError(f"paths: {p!r} not allowed; choose from {list(PATHS)}")

@@ -178,10 +178,10 @@ def make_run_config(**fields) -> RunConfig:
     try:
         return RunConfig(**fields)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
+        raise ConfigError(describe_errors(exc)) from None
 
 
-def _describe(exc: ValidationError) -> str:
+def describe_errors(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
         name = ".".join(str(p) for p in err["loc"]) or "config"
@@ -397,6 +397,6 @@ def load_profile(name: str, *, seeds: list[int] | None = None, table1: dict | No
     try:
         profile = Profile(**raw)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
+        raise ConfigError(describe_errors(exc)) from None
     make_run_config(**profile.base)  # validate the base now, before any compute
     return profile

@@ -65,7 +65,7 @@ def check_control(profile: str, device: str, rounds: int) -> list[dict]:
     out = []
     for engine in ("sequential", "batched"):
         cfg = prof.control_configs()[0].model_copy(update={"rounds": rounds, "device": device, "engine": engine})
-        dev = runner._device(device)
+        dev = runner.resolve_device(device)
         data = runner.prepare_data(cfg, runner.images_for(cfg), dev)
         torch.manual_seed(cfg.seed)
         model = build_model(cfg.model, num_classes=10, gn_groups=cfg.gn_groups, width=cfg.width).to(dev)
@@ -88,7 +88,7 @@ def check_engines_agree(profile: str, device: str, rtol: float = 1e-5) -> dict:
     """
     prof = load_profile(profile)
     cfg = prof.run(0, device=device, alpha=0.1, batch_size=32, local_epochs=1)
-    dev = runner._device(device)
+    dev = runner.resolve_device(device)
     data = runner.prepare_data(cfg, runner.images_for(cfg), dev)
     torch.manual_seed(0)
     model = build_model(cfg.model, num_classes=10, gn_groups=cfg.gn_groups, width=cfg.width).to(dev)
@@ -110,7 +110,7 @@ def eval_images_per_s(profile: str, device: str) -> float:
     """Test-set images per second of :func:`maskfed.fedavg.evaluate` (one timed pass after one untimed)."""
     prof = load_profile(profile)
     cfg = prof.run(0, device=device)
-    dev = runner._device(device)
+    dev = runner.resolve_device(device)
     data = runner.prepare_data(cfg, runner.images_for(cfg), dev)
     model = build_model(cfg.model, num_classes=10, gn_groups=cfg.gn_groups, width=cfg.width).to(dev)
     theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     runs_root = out / "results" if not os.environ.get("OUT") else Path(tempfile.mkdtemp(prefix="maskfed-runs-"))
     os.environ["MASKFED_RESULTS_DIR"] = str(runs_root)
     try:
-        dev = runner._device(size["device"])
+        dev = runner.resolve_device(size["device"])
         cohort.check_precision(args.precision, dev)
     except ValueError as exc:
         print(f"device-check: error: {exc}", file=sys.stderr)

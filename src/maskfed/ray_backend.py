@@ -115,7 +115,7 @@ def run_many(configs: list[RunConfig], *, address: str | None = None, progress: 
     ray = require_ray()
     unique = list(dict.fromkeys(configs))
     done = {c: runner.find_run(c) for c in unique}
-    pending = sorted((c for c in unique if done[c] is None), key=runner._cost, reverse=True)
+    pending = sorted((c for c in unique if done[c] is None), key=runner.run_cost, reverse=True)
     if pending:
         started = not ray.is_initialized()
         if started:

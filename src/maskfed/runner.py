@@ -122,7 +122,12 @@ def find_run(cfg: RunConfig) -> RunResult | None:
     return load_run(path)
 
 
-def _device(name: str) -> torch.device:
+def resolve_device(name: str) -> torch.device:
+    """The torch device of a config's ``device`` ("auto": CUDA when available, else CPU).
+
+    Raises:
+        ValueError: ``cuda`` asked for but not available.
+    """
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
@@ -205,7 +210,7 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
         return found
     images = images_for(cfg)
     path = run_path(cfg, images)
-    device = _device(cfg.device)
+    device = resolve_device(cfg.device)
     engine = cohort.resolve_engine(cfg.engine, device)
     cohort.check_precision(cfg.precision, device)
     key = run_key(cfg, images)
@@ -298,7 +303,8 @@ def _write_atomically(path: Path, files: dict[str, str], replace: bool = False) 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _cost(cfg: RunConfig) -> float:
+def run_cost(cfg: RunConfig) -> float:
+    """Relative cost of a run (rounds x τ x K_c: images trained, up to shard size), for longest-first scheduling."""
     return cfg.rounds * cfg.local_epochs * cfg.cohort_size
 
 
@@ -366,7 +372,7 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
     errors: list[tuple[RunConfig, BaseException]] = []
     try:
         if pending and workers > 1 and len(pending) > 1:
-            pending.sort(key=_cost, reverse=True)
+            pending.sort(key=run_cost, reverse=True)
             pool = ProcessPoolExecutor(max_workers=min(workers, len(pending)),
                                        mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init)
             try:

@@ -44,7 +44,7 @@ from torch.nn.utils import parameters_to_vector
 from tqdm import tqdm
 
 from . import fedavg, provenance, runner
-from .config import ConfigError, Profile, RunConfig, _describe
+from .config import ConfigError, Profile, RunConfig, describe_errors
 from .models import build_model
 from .paths import results_dir
 
@@ -102,7 +102,7 @@ def make_spec(profile: str, **fields) -> StageSpec:
     try:
         return StageSpec(**{**PROFILE_DEFAULTS.get(profile, {}), **given})
     except ValidationError as exc:
-        raise ConfigError(_describe(exc).replace("run configuration", "stage settings")) from None
+        raise ConfigError(describe_errors(exc).replace("run configuration", "stage settings")) from None
 
 
 # --------------------------------------------------------------------------- pure pieces
@@ -340,11 +340,11 @@ def _prepared(cfg: RunConfig) -> tuple[fedavg.FedData, torch.nn.Module]:
     if dkey not in _DATA_CACHE:
         while len(_DATA_CACHE) >= 2:
             _DATA_CACHE.pop(next(iter(_DATA_CACHE)))
-        _DATA_CACHE[dkey] = runner.prepare_data(cfg, runner.images_for(cfg), runner._device(cfg.device))
+        _DATA_CACHE[dkey] = runner.prepare_data(cfg, runner.images_for(cfg), runner.resolve_device(cfg.device))
     if mkey not in _MODEL_CACHE:
         images = runner.images_for(cfg)
         _MODEL_CACHE[mkey] = build_model(cfg.model, num_classes=len(images.classes), gn_groups=cfg.gn_groups,
-                                         width=cfg.width).to(runner._device(cfg.device))
+                                         width=cfg.width).to(runner.resolve_device(cfg.device))
     return _DATA_CACHE[dkey], _MODEL_CACHE[mkey]
 
 
@@ -577,7 +577,7 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
     check_runs([ref, *(c for cs in cfgs.values() for c in cs)])
     check_writable(results_dir() / "stages", "MASKFED_RESULTS_DIR")
     threads = torch.get_num_threads()
-    if runner._device(ref.device).type == "cpu":
+    if runner.resolve_device(ref.device).type == "cpu":
         # the small CPU models run several times faster on one thread than on two contended ones
         # (5x measured on the 2-core reference machine under load); restored below
         torch.set_num_threads(1)
