@@ -36,7 +36,7 @@ env: $(STAMP)
 book: $(STAMP)
 	@SECONDS=0; \
 	"$(PY)" -m maskfed sweep --profile $(PROFILE) $(DATA_FLAG) && echo "[make book] runs: $${SECONDS} s" && \
-	"$(PY)" -m maskfed.notebooks --profile $(PROFILE) $(DATA_FLAG) && echo "[make book] runs + notebooks: $${SECONDS} s" && \
+	"$(PY)" -m maskfed.book.notebooks --profile $(PROFILE) $(DATA_FLAG) && echo "[make book] runs + notebooks: $${SECONDS} s" && \
 	"$(ENV_DIR)/bin/jupyter-book" build book/ --quiet && \
 	echo "[make book] done in $${SECONDS} s: open book/_build/html/index.html"
 

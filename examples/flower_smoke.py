@@ -11,8 +11,8 @@ import argparse
 
 import torch
 
-from maskfed import flower
-from maskfed.config import load_profile
+from maskfed.integrations import flower
+from maskfed.fl.config import load_profile
 
 
 def main() -> None:

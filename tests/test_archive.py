@@ -7,8 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from maskfed import archive, cli, experiments, provenance, runner
-from maskfed.config import load_profile, make_run_config
+from maskfed import cli, provenance
+
+from maskfed.book import archive
+
+from maskfed.fl import experiments, runner
+from maskfed.fl.config import load_profile, make_run_config
 
 TINY = dict(dataset="synthetic", synthetic_train=200, synthetic_test=50, num_clients=4, cohort_size=2, rounds=2,
             model="small_cnn_gn", width=2, batch_size=16, local_epochs=1, eval_every=1)

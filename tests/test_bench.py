@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from maskfed import bench
-from maskfed import fedavg as F
+from maskfed.fl import fedavg as F
 
 
 def test_bench_columns_and_equal_steps(tmp_path, monkeypatch):
@@ -27,9 +27,9 @@ def test_bench_columns_and_equal_steps(tmp_path, monkeypatch):
 
 
 def test_round_bench_steps_match_local_steps():
-    from maskfed import runner
-    from maskfed.config import load_profile
-    from maskfed.models import build_model
+    from maskfed.fl import runner
+    from maskfed.fl.config import load_profile
+    from maskfed.fl.models import build_model
     import torch
 
     cfg = load_profile("smoke").run(0, device="cpu", alpha=0.1)
@@ -53,9 +53,9 @@ def test_bench_rejects_bad_inputs_before_timing():
 def test_paths_leave_theta_unchanged():
     # every path starts from the same θ: a path that trained θ in place would bias the next one
     import torch
-    from maskfed import runner
-    from maskfed.config import load_profile
-    from maskfed.models import build_model
+    from maskfed.fl import runner
+    from maskfed.fl.config import load_profile
+    from maskfed.fl.models import build_model
 
     cfg = load_profile("smoke").run(0, device="cpu")
     data = runner.prepare_data(cfg, runner.images_for(cfg), torch.device("cpu"))

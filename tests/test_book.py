@@ -14,7 +14,9 @@ import pandas as pd
 import pytest
 
 from maskfed import book as book_mod
-from maskfed import data, notebooks, paths
+from maskfed import paths
+from maskfed.book import notebooks
+from maskfed.fl import data
 from maskfed.paths import REPO_ROOT
 
 NAMES = notebooks.book_order()
@@ -75,7 +77,7 @@ def test_data_note_names_source_and_fingerprint_not_the_path(monkeypatch):
     images = dataclasses.replace(data.synthetic_image_data(n_train=20, n_test=10, seed=0),
                                  source=f"offline image-folder archive {archive} (JPEG)")
     monkeypatch.setattr(book_mod, "images_for", lambda cfg: images)
-    from maskfed.config import load_profile
+    from maskfed.fl.config import load_profile
     # execute
     note = book_mod.data_note(load_profile("smoke"))
     # assert

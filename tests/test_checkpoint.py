@@ -11,9 +11,9 @@ import pytest
 import torch
 from filelock import FileLock
 
-from maskfed import checkpoint, fedavg, partition
-from maskfed import data as data_mod
-from maskfed.models import build_model
+from maskfed.fl import checkpoint, fedavg, partition
+from maskfed.fl import data as data_mod
+from maskfed.fl.models import build_model
 
 
 @pytest.fixture(scope="module")

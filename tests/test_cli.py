@@ -7,7 +7,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from maskfed import cli, notebooks, runner
+from maskfed import cli
+
+from maskfed.book import notebooks
+
+from maskfed.fl import runner
 
 TINY = ["--profile", "smoke", "--rounds", "2", "--num-clients", "4", "--cohort-size", "2", "--synthetic-train", "200",
         "--synthetic-test", "50", "--width", "2"]
@@ -202,7 +206,7 @@ def image_dirs(tmp_path, monkeypatch):
 
 
 def cifar_classes():
-    from maskfed.data import CIFAR10_CLASSES
+    from maskfed.fl.data import CIFAR10_CLASSES
     return CIFAR10_CLASSES
 
 
@@ -229,7 +233,7 @@ def test_cli_image_folder_runs_under_its_own_label_and_class_count(image_dirs, c
     assert "not CIFAR-10: 3 classes: a, b, c" in prov["data_source"]
     assert prov["dataset"] == "image_folder" and prov["classes"] == ["a", "b", "c"]
     # the classifier has 3 outputs: small CNN width 2 -> hidden 8, last layer 8*3 + 3 parameters
-    from maskfed.models import build_model, num_parameters
+    from maskfed.fl.models import build_model, num_parameters
     assert prov["num_parameters"] == num_parameters(build_model("small_cnn_gn", num_classes=3, gn_groups=2, width=2))
     assert prov["num_parameters"] != num_parameters(build_model("small_cnn_gn", num_classes=10, gn_groups=2, width=2))
 

@@ -1,4 +1,4 @@
-"""Tests for maskfed.cohort: the batched engine gives the reference path's Δ_k for every client
+"""Tests for maskfed.fl.cohort: the batched engine gives the reference path's Δ_k for every client
 (unequal Dirichlet shards, every local protocol), engine/precision resolution and validation,
 and a whole tiny FedAvg run gives the same metrics with either engine."""
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from maskfed import cohort as C
-from maskfed import data as data_mod
-from maskfed import fedavg as F
-from maskfed import partition
-from maskfed.models import build_model
+from maskfed.fl import cohort as C
+from maskfed.fl import data as data_mod
+from maskfed.fl import fedavg as F
+from maskfed.fl import partition
+from maskfed.fl.models import build_model
 
 
 def _problem(dtype: torch.dtype, seed: int = 0):
@@ -110,8 +110,8 @@ def test_train_cohort_rejects_bad_inputs_before_compute():
 
 def test_whole_run_same_metrics_with_either_engine():
     # prepare: a tiny smoke-sized run, Dirichlet 0.1, with each engine
-    from maskfed import runner
-    from maskfed.config import make_run_config
+    from maskfed.fl import runner
+    from maskfed.fl.config import make_run_config
 
     out = {}
     for engine in ("sequential", "batched"):
@@ -131,7 +131,7 @@ def test_whole_run_same_metrics_with_either_engine():
 
 
 def test_config_fields_validated_before_compute():
-    from maskfed.config import ConfigError, make_run_config
+    from maskfed.fl.config import ConfigError, make_run_config
 
     with pytest.raises(ConfigError, match="engine"):
         make_run_config(engine="fast")
@@ -145,8 +145,8 @@ def test_config_fields_validated_before_compute():
 def test_run_records_resolved_engine_and_precision(tmp_path, monkeypatch):
     # prepare: a 2-round smoke run with engine auto on the CPU
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
-    from maskfed import runner
-    from maskfed.config import load_profile
+    from maskfed.fl import runner
+    from maskfed.fl.config import load_profile
 
     cfg = load_profile("smoke").run(0, rounds=2, device="cpu")
     # execute

@@ -1,4 +1,4 @@
-"""Tests for maskfed.config: RunConfig defaults (paper §IV-A), validation messages, keys, profiles."""
+"""Tests for maskfed.fl.config: RunConfig defaults (paper §IV-A), validation messages, keys, profiles."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from maskfed.config import PROFILES, ConfigError, Profile, RunConfig, load_profile, make_run_config
+from maskfed.fl.config import PROFILES, ConfigError, Profile, RunConfig, load_profile, make_run_config
 
 
 # ----------------------------------------------------------------------------- defaults
@@ -228,7 +228,7 @@ def test_load_profile_errors():
     ({"local_epochs": 5}, "control", ["local_epochs = 5", "control", "table2.local_epochs"]),
 ])
 def test_a_field_an_experiment_sets_is_refused_not_dropped(given, experiment, shown):
-    from maskfed import experiments
+    from maskfed.fl import experiments
 
     prof = load_profile("smoke", **given)  # as a notebook's overrides do
 

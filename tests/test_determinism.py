@@ -1,4 +1,4 @@
-"""Tests for maskfed.determinism: when the control switches on deterministic algorithms, and that
+"""Tests for maskfed.fl.determinism: when the control switches on deterministic algorithms, and that
 the settings are restored after the run."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from maskfed import determinism
+from maskfed.fl import determinism
 
 
 def test_needed_only_for_a_control_on_cuda():

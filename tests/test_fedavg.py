@@ -1,4 +1,4 @@
-"""Tests for maskfed.fedavg: local steps T, aggregation, one client's local SGD (checked against the
+"""Tests for maskfed.fl.fedavg: local steps T, aggregation, one client's local SGD (checked against the
 closed-form softmax-regression gradient), cohort sampling, evaluation rounds and the full loop
 on a tiny synthetic problem (including the paper's identical-shards control)."""
 
@@ -13,10 +13,10 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
-from maskfed import data as data_mod
-from maskfed import diversity, partition
-from maskfed import fedavg as F
-from maskfed.models import build_model
+from maskfed.fl import data as data_mod
+from maskfed.fl import diversity, partition
+from maskfed.fl import fedavg as F
+from maskfed.fl.models import build_model
 
 
 # ----------------------------------------------------------------------------- local steps T
@@ -47,7 +47,7 @@ def test_local_steps_rejects_bad_inputs(n_k, bs, tau, word):
 
 def test_local_steps_matches_paper_table1_column():
     # The paper's T column, with n_k ≈ 500 (K = 100 clients over 50,000 images).
-    from maskfed.summary import paper_table
+    from maskfed.fl.summary import paper_table
 
     t1 = paper_table("table1")
     for (bs, tau), row in t1.iterrows():
@@ -554,14 +554,14 @@ def test_hessian_recovery_logged_every_n_rounds_and_sharpness_at_the_end(images)
     assert [math.isnan(r["recovery_hessian_unweighted"]) for r in recs] == [True, False, True]
     assert [math.isnan(r["sharpness_top_eig"]) for r in recs] == [True, True, False]
     # the logged value is limits' Hessian-weighted factor at θ − Δ̄ on the same fixed batch
-    from maskfed import limits
+    from maskfed.derivation import limits
     model, theta, states = _model(), None, {}
     F.run_fedavg(model, data, on_state=lambda n, th, r: states.setdefault(n, th.clone()), **_run_kw())
     theta1 = states[1]
     x, y = F.hessian_batch(data, 32, 2)
     cohort = F.sample_cohort(4, 3, 2, 1)
     gens = [torch.Generator().manual_seed(F.client_seed(2, 1, int(k))) for k in cohort]
-    from maskfed import cohort as cohort_mod
+    from maskfed.fl import cohort as cohort_mod
     deltas, n_k, _, _ = cohort_mod.train_cohort(model, theta1, data.x_train, data.y_train,
                                                 [data.parts[k] for k in cohort], lr=0.05, batch_size=16,
                                                 local_epochs=1, generators=gens)

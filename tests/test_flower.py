@@ -1,5 +1,5 @@
 """The Flower strategy in a real Flower simulation (2 rounds of the smoke setting, on Ray): its
-logged 1/Δ_S, σ̂² and ‖μ̂‖² are maskfed.diversity's on the updates Δ_k = θ − θ_k it received, and
+logged 1/Δ_S, σ̂² and ‖μ̂‖² are maskfed.fl.diversity's on the updates Δ_k = θ − θ_k it received, and
 the clients applied the round's broadcast block mask. Flower is the optional extra '.[flower]'."""
 
 import math
@@ -7,8 +7,10 @@ import math
 import pytest
 import torch
 
-from maskfed import diversity, flower, masking
-from maskfed.config import load_profile
+from maskfed.fl import diversity, masking
+
+from maskfed.integrations import flower
+from maskfed.fl.config import load_profile
 
 P_KEEP = 0.5  # keep probability of the shared block mask (ours, to exercise the mask seed)
 

@@ -1,4 +1,4 @@
-"""Measured masking penalty and the Hessian-weighted recovery factor (maskfed.limits)."""
+"""Measured masking penalty and the Hessian-weighted recovery factor (maskfed.derivation.limits)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
-from maskfed import diversity, limits, penalty
-from maskfed.masking import block_sizes_of
+from maskfed.derivation import limits
+
+from maskfed.fl import diversity, penalty
+from maskfed.fl.masking import block_sizes_of
 
 
 def _tiny_classifier(seed=0, n=40):
@@ -98,7 +100,7 @@ def test_penalty_check_refuses_bad_input(kwargs, match):
 
 
 def test_measure_limits_on_smoke_profile_is_cached(tmp_path, monkeypatch):
-    from maskfed.config import load_profile
+    from maskfed.fl.config import load_profile
 
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
     cfg = load_profile("smoke").run(0)
@@ -118,9 +120,9 @@ def test_measure_limits_on_smoke_profile_is_cached(tmp_path, monkeypatch):
 
 def test_trajectory_snapshots_follow_fedavg():
     # prepare: the same smoke configuration trained by fedavg.run_fedavg for 3 rounds
-    from maskfed import fedavg, runner
-    from maskfed.config import load_profile
-    from maskfed.models import build_model
+    from maskfed.fl import fedavg, runner
+    from maskfed.fl.config import load_profile
+    from maskfed.fl.models import build_model
 
     cfg = load_profile("smoke").run(0, batch_size=16, local_epochs=1, rounds=3)
     images = runner.images_for(cfg)

@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from maskfed import masked_training as M
-from maskfed.config import load_profile
+from maskfed.fl import masked_training as M
+from maskfed.fl.config import load_profile
 
 PROTOCOLS = {"full": ("full", 1), "bs16": (16, 1)}
 

@@ -1,8 +1,8 @@
-"""The book's notebook runner (maskfed.notebooks): hiding papermill's injected cell."""
+"""The book's notebook runner (maskfed.book.notebooks): hiding papermill's injected cell."""
 
 import nbformat
 
-from maskfed.notebooks import hide_injected_like_parameters
+from maskfed.book.notebooks import hide_injected_like_parameters
 
 
 def _nb(param_tags):

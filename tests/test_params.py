@@ -1,4 +1,4 @@
-"""Notebook parameters are checked and coerced once, before any compute (maskfed.params), and
+"""Notebook parameters are checked and coerced once, before any compute (maskfed.book.params), and
 every notebook calls the check right after its parameters cell."""
 
 import json
@@ -11,8 +11,8 @@ from typing import Optional
 
 import pytest
 
-from maskfed import notebooks, params
-from maskfed.params import ParameterError, check_parameters, coerce
+from maskfed.book import notebooks, params
+from maskfed.book.params import ParameterError, check_parameters, coerce
 
 
 # --- coerce: one value against one annotation -------------------------------------------

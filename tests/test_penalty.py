@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from maskfed import diversity, masking, penalty, theory
+from maskfed.derivation import theory
+
+from maskfed.fl import diversity, masking, penalty
 
 torch.set_num_threads(1)  # the test machine is small and shared
 

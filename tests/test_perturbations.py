@@ -1,11 +1,13 @@
-"""Zero-mean perturbations of client updates (maskfed.perturbations): closed forms and Monte Carlo."""
+"""Zero-mean perturbations of client updates (maskfed.derivation.perturbations): closed forms and Monte Carlo."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from maskfed import penalty, perturbations, theory
+from maskfed.derivation import perturbations, theory
+
+from maskfed.fl import penalty
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Figure helpers (maskfed.plots): Figure 1 with one filled series per source, plain log ticks."""
+"""Figure helpers (maskfed.book.plots): Figure 1 with one filled series per source, plain log ticks."""
 
 import matplotlib
 
@@ -8,8 +8,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from maskfed.plots import plain_log_ticks, recovery_vs_accuracy  # noqa: E402
-from maskfed.summary import paper_table  # noqa: E402
+from maskfed.book.plots import plain_log_ticks, recovery_vs_accuracy  # noqa: E402
+from maskfed.fl.summary import paper_table  # noqa: E402
 
 
 def _summary(rec: float) -> pd.DataFrame:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from maskfed import experiments, preflight, runner
-from maskfed.config import ConfigError, load_profile
+from maskfed import preflight
+
+from maskfed.fl import experiments, runner
+from maskfed.fl.config import ConfigError, load_profile
 
 
 def test_a_sweep_draws_each_distinct_partition_once(monkeypatch, tmp_path):

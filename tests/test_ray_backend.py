@@ -9,8 +9,12 @@ import pandas as pd
 import pytest
 import ray
 
-from maskfed import cli, experiments, ray_backend, runner
-from maskfed.config import RunConfig, load_profile
+from maskfed import cli
+
+from maskfed.fl import experiments, runner
+
+from maskfed.integrations import ray_backend
+from maskfed.fl.config import RunConfig, load_profile
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,10 @@ import json
 import pandas as pd
 import pytest
 
-from maskfed import partition, provenance, runner
-from maskfed.config import make_run_config
+from maskfed import provenance
+
+from maskfed.fl import partition, runner
+from maskfed.fl.config import make_run_config
 
 TINY = dict(dataset="synthetic", synthetic_train=200, synthetic_test=50, num_clients=4, cohort_size=2, rounds=2,
             model="small_cnn_gn", width=2, batch_size=16, local_epochs=1, eval_every=1)
@@ -99,7 +101,7 @@ def test_control_on_cuda_runs_with_deterministic_algorithms(results_in_tmp, monk
     # No GPU here: pretend the device is CUDA and record what the training loop sees.
     import torch
 
-    from maskfed import fedavg
+    from maskfed.fl import fedavg
 
     seen = {}
     real = fedavg.run_fedavg
@@ -130,7 +132,7 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from maskfed import checkpoint  # noqa: E402
+from maskfed.fl import checkpoint  # noqa: E402
 from maskfed.paths import REPO_ROOT  # noqa: E402
 
 

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from maskfed import sharpness as S
+from maskfed.fl import sharpness as S
 
 
 def _tiny():

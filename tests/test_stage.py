@@ -7,8 +7,10 @@ import pandas as pd
 import pytest
 import torch
 
-from maskfed import diversity, provenance, runner, stage
-from maskfed.config import ConfigError, make_run_config
+from maskfed import provenance
+
+from maskfed.fl import diversity, runner, stage
+from maskfed.fl.config import ConfigError, make_run_config
 
 SMOKE = dict(dataset="synthetic", synthetic_train=400, synthetic_test=100, num_clients=8, cohort_size=3,
              rounds=2, lr=0.05, model="small_cnn_gn", width=4, batch_size=16, local_epochs=1, device="cpu")
@@ -168,7 +170,7 @@ def test_cached_results_reused_and_invalidated_by_code(results, monkeypatch):
 
 
 def test_run_study_at_smoke_with_branches(results):
-    from maskfed.config import load_profile
+    from maskfed.fl.config import load_profile
 
     prof = load_profile("smoke", rounds=2, table1={"batch_sizes": [16, "full"], "local_epochs": [1, 2]},
                         table2={"alphas": [100, 0.1]})
@@ -195,7 +197,7 @@ def test_stage_zero_measured_before_the_ladder_matches(results, monkeypatch, tmp
 
 
 def test_run_study_in_worker_processes_matches_one_process(results, monkeypatch, tmp_path):
-    from maskfed.config import load_profile
+    from maskfed.fl.config import load_profile
 
     prof = load_profile("smoke", rounds=2, table1={"batch_sizes": [16, "full"], "local_epochs": [1]},
                         table2={"alphas": [100], "local_epochs": 1})

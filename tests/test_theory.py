@@ -1,4 +1,4 @@
-"""Tests for the simulation helpers of the theory chapters (maskfed.theory)."""
+"""Tests for the simulation helpers of the theory chapters (maskfed.derivation.theory)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import math
 import pytest
 import torch
 
-from maskfed import diversity, penalty, theory
+from maskfed.derivation import theory
+
+from maskfed.fl import diversity, penalty
 
 torch.set_num_threads(1)  # the test machine is small and shared
 

@@ -6,7 +6,7 @@ import re
 
 import yaml
 
-from maskfed.config import PROFILES
+from maskfed.fl.config import PROFILES
 from maskfed.paths import REPO_ROOT
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "book.yml"

@@ -3,9 +3,9 @@
 In one process, on one machine, with the same data, model, cohort, batches and number of local
 steps, it times one round of each local protocol (batch size × τ) along these paths:
 
-- ``ours_sequential`` / ``ours_batched``: our round (:func:`maskfed.cohort.train_cohort` with
+- ``ours_sequential`` / ``ours_batched``: our round (:func:`maskfed.fl.cohort.train_cohort` with
   either engine, the server's aggregate and the per-round measurements of
-  :func:`maskfed.fedavg.round_metrics`);
+  :func:`maskfed.fl.fedavg.round_metrics`);
 - ``bare_sgd``: the same local steps on the same batches with ``torch.optim.SGD`` and
   ``loss.backward()``, no FL bookkeeping (P2: ours/bare time, target ≤ 1.05);
 - ``typical_fedavg``: the round as public FedAvg code usually writes it, a
@@ -34,10 +34,12 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from . import cohort, fedavg, provenance, runner
-from .config import load_profile
-from .models import build_model
-from .paths import results_dir
+from maskfed import provenance
+
+from maskfed.fl import cohort, fedavg, runner
+from maskfed.fl.config import load_profile
+from maskfed.fl.models import build_model
+from maskfed.paths import results_dir
 
 PATHS = ("ours_sequential", "ours_batched", "bare_sgd", "typical_fedavg")
 COLUMNS = ["machine", "device", "cuda_device", "torch", "threads", "profile", "model", "num_parameters", "precision",
@@ -68,8 +70,8 @@ class RoundBench:
 
     Args:
         model: network whose current parameters are θ; on ``data``'s device.
-        data: :class:`maskfed.fedavg.FedData`.
-        cohort_size: K_c clients (round 0's cohort of :func:`maskfed.fedavg.sample_cohort`).
+        data: :class:`maskfed.fl.fedavg.FedData`.
+        cohort_size: K_c clients (round 0's cohort of :func:`maskfed.fl.fedavg.sample_cohort`).
         lr: SGD step size.
         seed: run seed (cohort and shuffling generators).
     """
@@ -230,7 +232,7 @@ def bench(profile: str = "cpu", *, protocols=None, paths=PATHS, precisions=("fp3
 def ratios(df: pd.DataFrame) -> pd.DataFrame:
     """Per (precision, protocol): P2 = ours/bare time, P3 = typical/ours time, batched/sequential speed-up.
 
-    "ours" is the engine ``engine="auto"`` picks on the bench's device (:data:`maskfed.cohort.AUTO_ENGINE`).
+    "ours" is the engine ``engine="auto"`` picks on the bench's device (:data:`maskfed.fl.cohort.AUTO_ENGINE`).
     """
     out = []
     for (prec, bs, tau), g in df.groupby(["precision", "batch_size", "local_epochs"], sort=False):

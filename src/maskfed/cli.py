@@ -1,7 +1,7 @@
 """Command line: ``maskfed sweep`` (a profile's experiments), ``maskfed run`` (one setting)
 and ``maskfed archive`` (copy a profile's finished runs into ``results/archive/``).
 
-Every :class:`~maskfed.config.RunConfig` field is also a flag (``--batch-size 128``,
+Every :class:`~maskfed.fl.config.RunConfig` field is also a flag (``--batch-size 128``,
 ``--local-epochs 5``, ``--alpha 0.1``, ``--rounds 100`` ...), overriding the profile's
 base config. Everything is validated before any compute starts: each field, the fields an
 experiment's grid sets (refused, never dropped), and what needs the data (its files, each run's
@@ -23,9 +23,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import archive, experiments, preflight, ray_backend, runner, summary
-from .data import DataUnavailableError
-from .config import PROFILES, ConfigError, RunConfig, load_profile
+from maskfed import preflight
+
+from maskfed.book import archive
+
+from maskfed.fl import experiments, runner, summary
+
+from maskfed.integrations import ray_backend
+from maskfed.fl.data import DataUnavailableError
+from maskfed.fl.config import PROFILES, ConfigError, RunConfig, load_profile
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:

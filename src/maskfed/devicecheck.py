@@ -35,10 +35,12 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuB
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from . import bench, cohort, experiments, fedavg, provenance, runner  # noqa: E402
-from .config import load_profile  # noqa: E402
-from .models import build_model  # noqa: E402
-from .paths import results_dir  # noqa: E402
+from maskfed import bench, provenance  # noqa: E402
+
+from maskfed.fl import cohort, experiments, fedavg, runner
+from maskfed.fl.config import load_profile  # noqa: E402
+from maskfed.fl.models import build_model  # noqa: E402
+from maskfed.paths import results_dir  # noqa: E402
 
 #: Per size: profile, device, protocols and precisions of the throughput stage, timed repeats,
 #: rounds of the control check, and the whole check's time budget (seconds).
@@ -107,7 +109,7 @@ def check_engines_agree(profile: str, device: str, rtol: float = 1e-5) -> dict:
 
 
 def eval_images_per_s(profile: str, device: str) -> float:
-    """Test-set images per second of :func:`maskfed.fedavg.evaluate` (one timed pass after one untimed)."""
+    """Test-set images per second of :func:`maskfed.fl.fedavg.evaluate` (one timed pass after one untimed)."""
     prof = load_profile(profile)
     cfg = prof.run(0, device=device)
     dev = runner.resolve_device(device)

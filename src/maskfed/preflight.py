@@ -1,9 +1,9 @@
 """Check everything about a list of runs that can be checked before any training starts.
 
-Validation of single fields happens in :mod:`maskfed.config`; what needs the data is checked
+Validation of single fields happens in :mod:`maskfed.fl.config`; what needs the data is checked
 here: that the data can be found and read, that each subset fits its split, that each run's
 partition can be drawn (cheap: a Dirichlet partition of 50,000 labels over 100 clients takes
-milliseconds, and a hopeless one stops within a second, see :mod:`maskfed.partition`) and that
+milliseconds, and a hopeless one stops within a second, see :mod:`maskfed.fl.partition`) and that
 its device exists. The same functions build these things when the run trains, so a run that
 passes here does not fail on them later.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from . import runner
-from .config import ConfigError, RunConfig
+from maskfed.fl import runner
+from maskfed.fl.config import ConfigError, RunConfig
 
 
 def check_runs(cfgs: list[RunConfig]) -> None:
@@ -27,7 +27,7 @@ def check_runs(cfgs: list[RunConfig]) -> None:
         cfgs: validated run configurations.
 
     Raises:
-        FileNotFoundError, DataUnavailableError, maskfed.data.DataReadError: the data cannot be
+        FileNotFoundError, DataUnavailableError, maskfed.fl.data.DataReadError: the data cannot be
             found or read (the message names the file and what was expected).
         ConfigError: the results folder cannot be written, or a run's subsets, number of
             clients, partition or device cannot work with its data (the message starts with the

@@ -13,14 +13,25 @@ import sys
 from functools import lru_cache
 from importlib import metadata
 
-from .paths import REPO_ROOT
+from maskfed.paths import REPO_ROOT
 
 PACKAGES = ("torch", "torchvision", "numpy", "pandas", "pydantic", "pillow")
-#: The modules a FedAvg run or a stage measurement executes (``maskfed.runner``, ``maskfed.stage``
+#: The modules a FedAvg run or a stage measurement executes (``maskfed.fl.runner``, ``maskfed.fl.stage``
 #: and what they import);
 #: tests/test_provenance.py checks the list is complete.
-RUN_MODULES = ("checkpoint", "cohort", "config", "data", "determinism", "diversity", "fedavg", "masking", "models",
-               "partition", "paths", "penalty", "provenance", "runner", "sharpness")
+#: Names are dotted paths under ``maskfed`` (``fl.runner`` is ``src/maskfed/fl/runner.py``).
+RUN_MODULES = ("fl.checkpoint", "fl.cohort", "fl.config", "fl.data", "fl.determinism", "fl.diversity", "fl.fedavg",
+               "fl.masking", "fl.models", "fl.partition", "paths", "fl.penalty", "provenance", "fl.runner",
+               "fl.sharpness")
+
+
+def module_source(name: str) -> bytes:
+    """Source bytes of the ``maskfed`` module ``name``, a dotted path under the package (``"fl.runner"``).
+
+    Raises:
+        FileNotFoundError: no ``src/maskfed/<name with / for .>.py``.
+    """
+    return (REPO_ROOT / "src" / "maskfed" / f"{name.replace('.', '/')}.py").read_bytes()
 
 
 @lru_cache(maxsize=1)
@@ -31,11 +42,10 @@ def code_hash() -> str:
     number invalidates the cached number, while editing the book's helpers or
     the derivation chapters does not. Computed once per process.
     """
-    pkg = REPO_ROOT / "src" / "maskfed"
     h = hashlib.sha256()
     for name in RUN_MODULES:
         h.update(name.encode())
-        h.update((pkg / f"{name}.py").read_bytes())
+        h.update(module_source(name))
     return h.hexdigest()[:16]
 
 
@@ -47,12 +57,12 @@ def code_hash_with(*modules: str) -> str:
     folders' keys alone.
 
     Raises:
-        FileNotFoundError: a module name with no ``src/maskfed/<name>.py``.
+        FileNotFoundError: a module name (dotted, ``"fl.stage"``) with no source file.
     """
     h = hashlib.sha256(code_hash().encode())
     for name in modules:
         h.update(name.encode())
-        h.update((REPO_ROOT / "src" / "maskfed" / f"{name}.py").read_bytes())
+        h.update(module_source(name))
     return h.hexdigest()[:16]
 
 

@@ -9,7 +9,7 @@ cuBLAS workspaces, cuDNN autotuning) may not be, so a control run on CUDA switch
 and turns cuDNN benchmarking off. ``warn_only=True``: an op with no deterministic CUDA
 kernel (PyTorch's list includes the backward of ``AdaptiveAvgPool2d``, which ResNet-18
 uses) warns instead of stopping the run; the control's own check (1/Δ_S = K_c and
-the update spread, :func:`maskfed.summary.control_deviations`) then shows whether the
+the update spread, :func:`maskfed.fl.summary.control_deviations`) then shows whether the
 updates still coincide. The settings are restored afterwards, so other runs in the same
 process keep PyTorch's faster defaults. The choice is ours, following PyTorch's
 reproducibility guide; the paper does not say how its control was run.

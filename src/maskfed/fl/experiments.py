@@ -1,15 +1,17 @@
 """The book's experiments: which runs each table needs, and their summaries.
 
-Thin glue over :mod:`maskfed.config` (which runs), :mod:`maskfed.runner`
-(running or reusing them) and :mod:`maskfed.summary` (the paper's convention).
+Thin glue over :mod:`maskfed.fl.config` (which runs), :mod:`maskfed.fl.runner`
+(running or reusing them) and :mod:`maskfed.fl.summary` (the paper's convention).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from . import preflight, runner, summary
-from .config import Profile, RunConfig
+from maskfed import preflight
+
+from maskfed.fl import runner, summary
+from maskfed.fl.config import Profile, RunConfig
 
 EXPERIMENTS = ("table1", "table2", "control")
 #: Columns of Tables I and II, in the paper's order.
@@ -35,7 +37,7 @@ def all_configs(profile: Profile, experiments=EXPERIMENTS) -> list[RunConfig]:
 
 
 def run(profile: Profile, experiment: str, *, workers: int | None = None, progress: bool = True):
-    """Run (or reuse) one experiment's runs; returns their :class:`~maskfed.runner.RunResult` list.
+    """Run (or reuse) one experiment's runs; returns their :class:`~maskfed.fl.runner.RunResult` list.
 
     Everything checkable is checked first (:func:`maskfed.preflight.check_runs`), so bad input
     stops before the first run trains.

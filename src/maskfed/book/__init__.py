@@ -1,4 +1,9 @@
-"""Small helpers the book's notebooks share: banners, table styling, glue."""
+"""Book helpers. This module: what every page shares (banners, table styling, numbers, glue).
+
+Submodules: ``notebooks`` (executes the chapters with papermill), ``params`` (checks a chapter's
+parameters), ``plots`` (the figures), ``settings`` (whose setting is whose), ``archive``
+(archived runs of the cpu-long and paper profiles).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from .config import Profile, load_profile
-from .runner import data_fingerprint, images_for
-from .settings import settings_table  # noqa: F401  (the book's table of whose setting is whose)
+from maskfed.fl.config import Profile, load_profile
+from maskfed.fl.runner import data_fingerprint, images_for
+from maskfed.book.settings import settings_table  # noqa: F401  (the book's table of whose setting is whose)
 
 if TYPE_CHECKING:
     import IPython.display
@@ -62,7 +67,7 @@ def number(x, digits: int = 4) -> str:
 def data_note(profile: Profile) -> str:
     """One sentence naming the data the profile's runs use (the JPEG caveat included): the kind of
     source and the file or folder name, never its path on this machine, and the content
-    fingerprint that the runs' cache keys use (:func:`maskfed.runner.data_fingerprint`)."""
+    fingerprint that the runs' cache keys use (:func:`maskfed.fl.runner.data_fingerprint`)."""
     images = images_for(profile.run(profile.seeds[0]))
     return f"{without_paths(images.source)}; content fingerprint {data_fingerprint(images)}"
 
@@ -118,7 +123,7 @@ def styled(table: pd.DataFrame, formats: dict | None = None):
 
 def profile_table() -> pd.DataFrame:
     """The profiles side by side (name, scaled down, seeds, rounds, model, description)."""
-    from .config import PROFILES
+    from maskfed.fl.config import PROFILES
 
     rows = []
     for name in PROFILES:
@@ -135,8 +140,8 @@ def trajectories(results, *, ax=None, window: int = 3):
     with the summary window (last quarter of rounds) shaded."""
     import matplotlib.pyplot as plt
 
-    from .plots import plain_log_ticks
-    from .summary import tail_window
+    from maskfed.book.plots import plain_log_ticks
+    from maskfed.fl.summary import tail_window
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.6))
@@ -173,7 +178,7 @@ def provenance_note() -> "IPython.display.HTML":
 
     from IPython.display import HTML
 
-    from . import provenance
+    from maskfed import provenance
 
     git = provenance.git_state()
     versions = ", ".join(f"{k} {v}" for k, v in provenance.package_versions().items() if v)

@@ -1,6 +1,6 @@
 """The curvature penalty of update masking, for one update and for a FedAvg cohort.
 
-Masking an update Δ block-wise (eq. 2, :mod:`maskfed.masking`) adds, to second
+Masking an update Δ block-wise (eq. 2, :mod:`maskfed.fl.masking`) adds, to second
 order, the curvature penalty (eq. 4)::
 
     R(Δ) = (1 − p)/(2p) · Σ_b Δ_bᵀ H_bb Δ_b
@@ -21,7 +21,7 @@ At the FedAvg aggregate ``Δ_agg = Σ_k w_k Δ_k`` (w_k = 1/K_c, or n_k / Σ n_k
 * one shared mask per round (Prop. 3, eq. 7): ``R_shr = R(Δ_agg)``;
 * their ratio is the recovery factor 1/Δ_S in the block-Hessian norm
   ``‖v‖²_H = Σ_b v_bᵀ H_bb v_b`` (Corollary 1, eq. 8), computed with
-  :func:`maskfed.diversity.recovery_factor` and ``inner=H_bd``. It equals the
+  :func:`maskfed.fl.diversity.recovery_factor` and ``inner=H_bd``. It equals the
   Euclidean 1/Δ_S when every H_bb = c·I.
 
 Paper reference: Yan, Kuroda, Jin, Chen (2026), arXiv 2608.23286, eq. (4)-(8).
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import torch
 
-from maskfed import diversity
-from maskfed.masking import block_sizes_of, block_slices, check_keep_probability, flatten_params
+from maskfed.fl import diversity
+from maskfed.fl.masking import block_sizes_of, block_slices, check_keep_probability, flatten_params
 
 Tensor = torch.Tensor
 BlockHessianOp = Callable[[Tensor], Tensor]
@@ -106,7 +106,7 @@ class HVPBlockHessian:
             from ``params`` (e.g. ``lambda: F.mse_loss(model(x), y)``).
         params: the parameter tensors the loss depends on (``requires_grad``),
             e.g. ``list(model.parameters())``; vectors are laid out as
-            :func:`maskfed.masking.flatten_params` lays these out.
+            :func:`maskfed.fl.masking.flatten_params` lays these out.
         block_sizes: block partition of the flat vector; default one block
             per tensor (or per output channel with ``granularity="channel"``).
         granularity: used only when ``block_sizes`` is None.
@@ -292,7 +292,7 @@ def penalty_shared(deltas_KxP, p, hessian_bd: BlockHessianOp, weights_K=None) ->
 def block_hessian_gram(deltas_KxP, hessian_bd: BlockHessianOp) -> Tensor:
     """Gram matrix in the block-Hessian inner product, G_kl = Σ_b Δ_k,bᵀ H_bb Δ_l,b, shape [K_c, K_c].
 
-    Uses :func:`maskfed.diversity.gram_matrix` with ``inner=hessian_bd``.
+    Uses :func:`maskfed.fl.diversity.gram_matrix` with ``inner=hessian_bd``.
     """
     return diversity.gram_matrix(_deltas(deltas_KxP), inner=hessian_bd)
 
@@ -300,7 +300,7 @@ def block_hessian_gram(deltas_KxP, hessian_bd: BlockHessianOp) -> Tensor:
 def penalty_ratio(deltas_KxP, hessian_bd: BlockHessianOp, weights_K=None) -> float:
     """Exact ratio R_shr / R_ind (Corollary 1, eq. 8), independent of p.
 
-    Equals the recovery factor 1/Δ_S of :func:`maskfed.diversity.recovery_factor`
+    Equals the recovery factor 1/Δ_S of :func:`maskfed.fl.diversity.recovery_factor`
     measured in the block-Hessian norm; with weights, ``wᵀGw / Σ_k w_k² G_kk``.
     """
     return diversity.recovery_factor_from_gram(block_hessian_gram(deltas_KxP, hessian_bd), weights_K)

@@ -3,7 +3,7 @@
 :func:`train_cohort` returns the stacked client updates Δ_k = θ − θ_k of a round.
 Two engines compute the same thing:
 
-- ``"sequential"``: the reference path, :func:`maskfed.fedavg.client_update` once per client.
+- ``"sequential"``: the reference path, :func:`maskfed.fl.fedavg.client_update` once per client.
 - ``"batched"``: the K_c client models are stacked along a leading axis and trained together
   with ``torch.func`` (``functional_call`` + ``vmap`` + ``grad_and_value``), so each local step
   is one set of kernels over up to K_c × bs images.
@@ -31,7 +31,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from . import determinism, fedavg
+from maskfed.fl import determinism, fedavg
 
 ENGINES = ("auto", "sequential", "batched")
 PRECISIONS = ("fp32", "tf32", "bf16")
@@ -101,7 +101,7 @@ def precision_context(precision: str, device: torch.device | str):
 def deterministic_context(enabled: bool, device: torch.device | str):
     """Deterministic algorithms on CUDA while ``enabled`` (the identical-shards control: identical
     clients must give bitwise identical updates); a no-op on the CPU, whose kernels here are
-    deterministic already. One home for the settings: :func:`maskfed.determinism.deterministic`."""
+    deterministic already. One home for the settings: :func:`maskfed.fl.determinism.deterministic`."""
     return determinism.deterministic(determinism.needed(enabled, device))
 
 
@@ -110,7 +110,7 @@ def client_batches(n_k: int, batch_size: int | str, local_epochs: int,
     """The index batches (into the client's shard) of its T_k local steps, in order.
 
     Draws one ``torch.randperm(n_k, generator=generator)`` per epoch, exactly as
-    :func:`maskfed.fedavg.client_update` does, and cuts it into batches of ``batch_size``
+    :func:`maskfed.fl.fedavg.client_update` does, and cuts it into batches of ``batch_size``
     (last partial batch kept; "full": the whole permutation).
 
     Returns:
@@ -202,7 +202,7 @@ def train_cohort(model: nn.Module, theta_P: torch.Tensor, x_train: torch.Tensor,
         batch_size: images per step, or "full" (one step per epoch).
         local_epochs: τ.
         generators: one CPU generator per client for its shuffles (consumed as in
-            :func:`maskfed.fedavg.client_update`).
+            :func:`maskfed.fl.fedavg.client_update`).
         engine: "sequential" (reference), "batched" or "auto" (:func:`resolve_engine`).
         precision: "fp32", "tf32" or "bf16" (:func:`precision_context`; tf32/bf16 on CUDA only).
         deterministic: deterministic algorithms on CUDA (:func:`deterministic_context`).

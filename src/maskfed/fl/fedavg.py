@@ -17,8 +17,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from . import cohort as cohort_mod
-from . import diversity, masking, penalty, sharpness
+from maskfed.fl import cohort as cohort_mod
+from maskfed.fl import diversity, masking, penalty, sharpness
 
 
 def local_steps(n_k: int, batch_size: int | str, local_epochs: int) -> int:
@@ -249,8 +249,8 @@ def hessian_recovery(model: nn.Module, theta_P: torch.Tensor, deltas_KxP: torch.
 
     H_bd is the block-diagonal Hessian (one block per parameter tensor) of the mean
     cross-entropy on (x, y) at ``theta_P``, applied by block Hessian-vector products
-    (:func:`maskfed.penalty.block_hessian_gram`); same as
-    :func:`maskfed.limits.hessian_recovery_factor`.
+    (:func:`maskfed.fl.penalty.block_hessian_gram`); same as
+    :func:`maskfed.derivation.limits.hessian_recovery_factor`.
 
     Returns:
         ``recovery_hessian_unweighted`` and ``recovery_hessian_weighted`` (w_k ∝ n_k), the
@@ -311,16 +311,16 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
         model: initialised network (its parameters are θ_0) on the data's device.
         data: :class:`FedData` with K client shards.
         rounds, cohort_size, local_epochs, batch_size, lr, aggregation, seed:
-            as in :class:`maskfed.config.RunConfig`.
+            as in :class:`maskfed.fl.config.RunConfig`.
         identical_client_seeds: give every client the same shuffling seed
             (with identical shards this makes every Δ_k equal: the control); on CUDA
             it also switches deterministic algorithms on for local training.
         eval_at: 0-based rounds after which to test; ``None``: only the last.
         progress: optional tqdm-like object with ``update(1)`` and ``set_postfix``.
         on_round: optional callback receiving each round's record as it finishes.
-        engine: local-training engine of :func:`maskfed.cohort.train_cohort`
+        engine: local-training engine of :func:`maskfed.fl.cohort.train_cohort`
             ("sequential" reference, "batched", or "auto").
-        precision: "fp32", or on CUDA "tf32" / "bf16" (:func:`maskfed.cohort.precision_context`).
+        precision: "fp32", or on CUDA "tf32" / "bf16" (:func:`maskfed.fl.cohort.precision_context`).
         start_round: 0-based round to start from; > 0 resumes a run from its checkpoint,
             together with ``theta_P`` and ``records``.
         theta_P: global parameters θ after round ``start_round`` (flat [P], on the

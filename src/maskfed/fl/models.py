@@ -2,7 +2,7 @@
 
 The paper says "ResNet-18 with GroupNorm" (Sec. IV-A) and nothing more. The group count, the
 CIFAR stem and the stem's initialisation are this project's choices; each is labelled below with
-the reference it follows (the whole list: :mod:`maskfed.settings`).
+the reference it follows (the whole list: :mod:`maskfed.book.settings`).
 
 FedAvg here averages parameters only, so a model must keep no running
 statistics: BatchNorm layers (and any other buffers) are refused.

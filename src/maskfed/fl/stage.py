@@ -13,7 +13,7 @@ the partition, so for each α the same pool *ids* hold that α's shards.
 Optional *branches*: from each θ_s each protocol runs M rounds of real FedAvg, to show how fast
 the recovery factor moves once a protocol trains on its own.
 
-Results are cached like runs (:mod:`maskfed.runner`): folders under ``results/stages/``, keyed by
+Results are cached like runs (:mod:`maskfed.fl.runner`): folders under ``results/stages/``, keyed by
 configuration, :func:`maskfed.provenance.code_hash_with` (the run code plus this module: :data:`STAGE_MODULES`) and the data
 fingerprint, written atomically with a ``provenance.json``.
 
@@ -43,14 +43,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from torch.nn.utils import parameters_to_vector
 from tqdm import tqdm
 
-from . import fedavg, provenance, runner
-from .config import ConfigError, Profile, RunConfig, describe_errors
-from .models import build_model
-from .paths import results_dir
+from maskfed import provenance
 
-#: Per-cohort metrics summarised over cohorts (from :func:`maskfed.fedavg.round_metrics`).
+from maskfed.fl import fedavg, runner
+from maskfed.fl.config import ConfigError, Profile, RunConfig, describe_errors
+from maskfed.fl.models import build_model
+from maskfed.paths import results_dir
+
+#: Per-cohort metrics summarised over cohorts (from :func:`maskfed.fl.fedavg.round_metrics`).
 #: Modules hashed into the stage cache keys beside the run code (provenance.code_hash_with).
-STAGE_MODULES = ("stage",)
+STAGE_MODULES = ("fl.stage",)
 COHORT_METRICS = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
 
 
@@ -172,7 +174,7 @@ def pool_and_cohorts(num_clients: int, pool_size: int, cohort_size: int, num_coh
 
 
 def cohort_table(deltas_PxD: torch.Tensor, n_P, cohorts_CxK: np.ndarray) -> pd.DataFrame:
-    """The paper's per-round measurements (:func:`maskfed.fedavg.round_metrics`) for each cohort.
+    """The paper's per-round measurements (:func:`maskfed.fl.fedavg.round_metrics`) for each cohort.
 
     Args:
         deltas_PxD: updates Δ_k of the pool's clients, [pool_size, P].
@@ -257,7 +259,7 @@ def pool_updates(update_fn: UpdateFn, theta_P: torch.Tensor, pool, seeds) -> tor
 
     Args:
         update_fn: ``(θ [P], client id, generator) -> Δ_k [P]`` (e.g. wrapping
-            :func:`maskfed.fedavg.client_update`).
+            :func:`maskfed.fl.fedavg.client_update`).
         theta_P: the checkpoint θ_s, [P].
         pool: client ids, [pool_size].
         seeds: one shuffling seed per pool client, [pool_size].
@@ -272,8 +274,8 @@ def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConf
                 rounds: int, test_every: int | None = None, progress=None) -> tuple[list[dict], dict[int, torch.Tensor]]:
     """``rounds`` FedAvg rounds from θ, with the cohorts and shuffles of rounds
     ``start_round, start_round + 1, ...`` of a run with ``cfg`` (the same draws as
-    :func:`maskfed.fedavg.run_fedavg`, whose loop this repeats with the reference
-    :func:`maskfed.fedavg.client_update`).
+    :func:`maskfed.fl.fedavg.run_fedavg`, whose loop this repeats with the reference
+    :func:`maskfed.fl.fedavg.client_update`).
 
     Args:
         model: scratch network on the data's device.
@@ -288,7 +290,7 @@ def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConf
 
     Returns:
         ``(records, kept)``: one dict per round (``round`` = rounds done since θ_0, the
-        :func:`maskfed.fedavg.round_metrics`, ``test_acc``/``test_loss`` or NaN), and
+        :func:`maskfed.fl.fedavg.round_metrics`, ``test_acc``/``test_loss`` or NaN), and
         ``{round: θ (CPU copy)}`` for the tested rounds.
     """
     theta = theta_P.clone()
@@ -320,7 +322,7 @@ def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConf
 
 # --------------------------------------------------------------------------- cached work
 
-#: RunConfig fields the prepared client data depends on (:func:`maskfed.runner.prepare_data`);
+#: RunConfig fields the prepared client data depends on (:func:`maskfed.fl.runner.prepare_data`);
 #: the local protocol (batch size, τ, lr) is not among them, so Table I's nine protocols share one copy.
 DATA_FIELDS = ("dataset", "data_path", "train_subset", "test_subset", "synthetic_train", "synthetic_test",
                "num_clients", "partition", "alpha", "seed", "device")
@@ -364,7 +366,7 @@ def _write_folder(path: Path, files: dict[str, str | bytes]) -> None:
 
 
 def initial_theta(cfg: RunConfig) -> torch.Tensor:
-    """θ_0 of a run, flat [P]: the model :func:`maskfed.runner.run` builds after ``torch.manual_seed(seed)``."""
+    """θ_0 of a run, flat [P]: the model :func:`maskfed.fl.runner.run` builds after ``torch.manual_seed(seed)``."""
     images = runner.images_for(cfg)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, num_classes=len(images.classes), gn_groups=cfg.gn_groups, width=cfg.width)
@@ -417,7 +419,7 @@ def load_ladder(path: Path) -> Ladder:
 def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True) -> Ladder:
     """Train the reference trajectory of ``cfg`` (or reuse its folder) and keep θ at the stages.
 
-    The trajectory is the one :func:`maskfed.runner.run` trains for ``cfg`` (same θ_0, cohorts and
+    The trajectory is the one :func:`maskfed.fl.runner.run` trains for ``cfg`` (same θ_0, cohorts and
     shuffles), tested every ``spec.candidate_every`` rounds; the stages are then chosen by
     :func:`pick_rounds`.
 
@@ -465,7 +467,7 @@ def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec, *, at_
     """Measure protocol ``cfg`` at θ_stage of a ladder (or reuse the folder); returns the folder.
 
     The pool's clients (:func:`pool_and_cohorts`) each train once from θ_s with
-    :func:`maskfed.fedavg.client_update` and the shuffling seed of round ``round_s`` of the
+    :func:`maskfed.fl.fedavg.client_update` and the shuffling seed of round ``round_s`` of the
     ladder's seed (the same for every protocol); ``cohorts.csv`` holds :func:`cohort_table`.
     With ``spec.branch_rounds`` = M > 0, ``branch.csv`` holds M rounds of FedAvg of ``cfg``
     from θ_s (the cohorts of rounds round_s + 1, ...).
@@ -572,7 +574,7 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
         pool_and_cohorts(ref.num_clients, spec.pool_size, ref.cohort_size, 1, ref.seed)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    from .preflight import check_runs, check_writable  # data, subsets, partitions, device: before training
+    from maskfed.preflight import check_runs, check_writable  # data, subsets, partitions, device: before training
 
     check_runs([ref, *(c for cs in cfgs.values() for c in cs)])
     check_writable(results_dir() / "stages", "MASKFED_RESULTS_DIR")
@@ -649,15 +651,15 @@ def first_last(table: pd.DataFrame, value: str = "recovery_unweighted") -> pd.Da
 
 def paper_cliff() -> float:
     """The paper's cliff: :func:`cliff_by_stage` applied to its Table I (via
-    :func:`maskfed.summary.paper_table`)."""
-    from .summary import paper_table
+    :func:`maskfed.fl.summary.paper_table`)."""
+    from maskfed.fl.summary import paper_table
 
     return float(cliff_by_stage(paper_table("table1").reset_index().assign(stage=0)).iloc[0])
 
 
 def parameter_ratio(cfg: RunConfig, other_model: str) -> float:
     """Parameters of ``other_model`` over those of ``cfg``'s model (same classes and GroupNorm groups)."""
-    from .models import num_parameters
+    from maskfed.fl.models import num_parameters
 
     def count(name: str) -> int:
         return num_parameters(build_model(name, num_classes=10, gn_groups=cfg.gn_groups, width=cfg.width))

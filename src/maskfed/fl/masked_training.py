@@ -3,7 +3,7 @@
 The paper measures how much of the masking penalty survives averaging, not
 what it is worth. This module builds the runs of the chapter
 ``notebooks/masked_training.md`` (every keep probability p × mask mode ×
-protocol × seed, each a cached :mod:`maskfed.runner` run with
+protocol × seed, each a cached :mod:`maskfed.fl.runner` run with
 ``mask_keep_prob``/``mask_mode`` set, the final model's sharpness and, on the
 unmasked runs, the Hessian-weighted recovery factor logged) and summarises
 them: medians and ranges across seeds, and a stated rule for "does masking buy
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from maskfed.config import Profile, RunConfig
-from maskfed.masking import check_keep_probability
+from maskfed.fl.config import Profile, RunConfig
+from maskfed.fl.masking import check_keep_probability
 
 #: Summary columns of the final model: name in metrics.csv -> (label, whether larger is better).
 FINAL_METRICS = {"test_acc": ("test accuracy", True), "sharpness_top_eig": ("top Hessian eigenvalue", False),
@@ -68,7 +68,7 @@ def configs(profile: Profile, protocols: dict, keep_probs, modes, *, sharpness_i
     power iterations and Hutchinson probes on a fixed batch of ``hessian_batch`` training images.
 
     Raises:
-        ValueError / ConfigError: as :func:`settings` and :meth:`maskfed.config.Profile.run`.
+        ValueError / ConfigError: as :func:`settings` and :meth:`maskfed.fl.config.Profile.run`.
     """
     out = {}
     for s in settings(protocols, keep_probs, modes):

@@ -31,7 +31,7 @@ class ConfigError(ValueError):
 
 class RunConfig(BaseModel):
     """One FedAvg run. Units in the comments; values the paper states in brackets (§IV-A); settings
-    it does not state are marked "ours" with the reference they follow (see maskfed.settings)."""
+    it does not state are marked "ours" with the reference they follow (see maskfed.book.settings)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

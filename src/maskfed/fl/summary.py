@@ -15,7 +15,7 @@ from io import StringIO
 import numpy as np
 import pandas as pd
 
-from .runner import RunResult
+from maskfed.fl.runner import RunResult
 
 #: Per-round columns summarised by their median over the tail window.
 METRICS = ("T_mean", "recovery_unweighted", "recovery_weighted", "mu2_hat", "sigma2_hat", "test_acc", "train_loss")
@@ -155,7 +155,7 @@ def compare(sources: dict[str, pd.DataFrame], columns: list[str]) -> pd.DataFram
             profiles and the paper's table; all indexed by the same setting fields. The
             first source's index gives the rows; the others are aligned to it (missing
             rows and quantities become NaN).
-        columns: quantities to show, e.g. :data:`maskfed.experiments.TABLE_COLUMNS`.
+        columns: quantities to show, e.g. :data:`maskfed.fl.experiments.TABLE_COLUMNS`.
 
     Returns:
         DataFrame with (quantity, source name) columns.
@@ -207,7 +207,7 @@ def log_trend(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac: 
 #: Relative tolerance of the identical-shards control, by device type. On the CPU the client
 #: updates are bit-identical, so the only error is float64 rounding in the Gram matrix (about
 #: 1e-16 · K_c); 1e-12 leaves room for that and nothing else. On CUDA the control runs with
-#: deterministic algorithms (maskfed.determinism), which should also give identical updates;
+#: deterministic algorithms (maskfed.fl.determinism), which should also give identical updates;
 #: the looser 1e-9 is our allowance for float64 reductions on the GPU, still 1000 times below
 #: what a 0.1 % difference between two clients produces (about 1e-7 at K_c = 10).
 CONTROL_TOLERANCE = {"cpu": 1e-12, "cuda": 1e-9}
@@ -305,7 +305,7 @@ def eq12_identity_gap(metrics: pd.DataFrame, k_c: int) -> float:
     Returns:
         max |pred / measured − 1| (dimensionless); 0.0 if every round is skipped.
     """
-    from .diversity import predicted_recovery_factor
+    from maskfed.fl.diversity import predicted_recovery_factor
 
     m = metrics[metrics["sigma2_hat"] > 0]
     if m.empty:

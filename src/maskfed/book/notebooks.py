@@ -4,8 +4,8 @@ papermill cannot read jupytext text files, so each ``notebooks/<name>.md`` is
 converted in memory to ``.ipynb`` and executed into ``book/nb/<name>.ipynb``
 with the given profile (and any other parameters).
 
-    python -m maskfed.notebooks --profile cpu                 # all, in book order
-    python -m maskfed.notebooks --profile smoke table1_local_protocol
+    python -m maskfed.book.notebooks --profile cpu                 # all, in book order
+    python -m maskfed.book.notebooks --profile smoke table1_local_protocol
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from .config import PROFILES, ConfigError, load_profile
-from .paths import REPO_ROOT
+from maskfed.fl.config import PROFILES, ConfigError, load_profile
+from maskfed.paths import REPO_ROOT
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 OUT_DIR = REPO_ROOT / "book" / "nb"
@@ -61,7 +61,7 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
 
     Args:
         name: notebook stem, e.g. "table1_local_protocol".
-        profile: one of :data:`maskfed.config.PROFILES`.
+        profile: one of :data:`maskfed.fl.config.PROFILES`.
         out_dir: where the executed notebook goes.
         parameters: further papermill parameters (e.g. ``{"data_path": "..."}``). ``profile`` and
             ``data_path`` (:data:`BOOK_WIDE`) reach only the notebooks that declare them.
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     Exit status: 0 all executed; 2 a bad profile or notebook name (checked before any runs), or a
     cell stopped on bad input (ConfigError, ValueError, ...); 1 a cell failed otherwise.
     """
-    parser = argparse.ArgumentParser(prog="python -m maskfed.notebooks", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m maskfed.book.notebooks", description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", help="notebooks to run (default: all, in book order)")
     parser.add_argument("--profile", default="cpu", help=f"one of {', '.join(PROFILES)}")
     parser.add_argument("--data-path", default=None, help="CIFAR-10 archive or folder")
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             if failed is None:
                 raise
             ename, evalue = failed
-            print(f"maskfed.notebooks: error: {name} stopped: {ename}: {evalue}\n"
+            print(f"maskfed.book.notebooks: error: {name} stopped: {ename}: {evalue}\n"
                   f"  (the executed notebook, up to the failing cell, is {OUT_DIR / (name + '.ipynb')})",
                   file=sys.stderr)
             return 2 if ename in _INPUT_ERROR_NAMES else 1

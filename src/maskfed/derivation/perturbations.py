@@ -34,9 +34,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from maskfed import diversity, penalty
-from maskfed.masking import GeneratorLike, as_generator, check_keep_probability, mask_cohort
-from maskfed.theory import MCEstimate, mc_estimate
+from maskfed.fl import diversity, penalty
+from maskfed.fl.masking import GeneratorLike, as_generator, check_keep_probability, mask_cohort
+from maskfed.derivation.theory import MCEstimate, mc_estimate
 
 Tensor = torch.Tensor
 KINDS = ("block_mask", "dropout", "gaussian")
@@ -121,7 +121,7 @@ def aggregate_excess_mc(loss_fn: Callable[[Tensor], Tensor], theta_P, deltas_KxP
         chunk: draws per batch (memory only).
 
     Returns:
-        :class:`maskfed.theory.MCEstimate` (loss units).
+        :class:`maskfed.derivation.theory.MCEstimate` (loss units).
 
     Raises:
         ValueError: bad kind, mode, level or n_draws < 2 (before any draw).

@@ -70,7 +70,7 @@ def against_stage(table: pd.DataFrame, value: str = "recovery_unweighted", *, ax
     """A stage-study quantity against the checkpoint's test accuracy, one line per local protocol.
 
     Markers are medians over cohorts, bars their interquartile range (columns ``<value>``,
-    ``<value>_q1``, ``<value>_q3``, see :func:`maskfed.stage.summarise_cohorts`); solid lines are
+    ``<value>_q1``, ``<value>_q3``, see :func:`maskfed.fl.stage.summarise_cohorts`); solid lines are
     full-batch protocols, dashed ones minibatch; marker shape is the batch size. Log scale.
 
     Args:
@@ -99,7 +99,7 @@ def branches(branch: pd.DataFrame, *, ax: plt.Axes | None = None) -> plt.Axes:
     protocol, one line per (protocol, checkpoint); solid: full batch. Log scale.
 
     Args:
-        branch: rows of :attr:`maskfed.stage.StageStudy.branches` (``round``, ``stage``, ``batch_size``,
+        branch: rows of :attr:`maskfed.fl.stage.StageStudy.branches` (``round``, ``stage``, ``batch_size``,
             ``local_epochs``, ``recovery_unweighted``).
     """
     if ax is None:

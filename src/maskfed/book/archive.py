@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from . import experiments, provenance, summary
-from .config import NOT_IN_KEY, PROFILES, RunConfig, load_profile
-from .paths import REPO_ROOT
-from .runner import RunResult, load_run
+from maskfed import provenance
+
+from maskfed.fl import experiments, summary
+from maskfed.fl.config import NOT_IN_KEY, PROFILES, RunConfig, load_profile
+from maskfed.paths import REPO_ROOT
+from maskfed.fl.runner import RunResult, load_run
 
 if TYPE_CHECKING:
     import IPython.display
@@ -37,7 +39,7 @@ FILES = ("metrics.csv", "config.json", "partition.json", "provenance.json")
 #: Columns a metrics.csv must have to be read back.
 REQUIRED_COLUMNS = ("round", "recovery_unweighted", "recovery_weighted", "mu2_hat", "sigma2_hat", "test_acc")
 #: RunConfig fields that say where or how a run ran, not what it computed: ignored when matching
-#: archived runs to a profile's configurations (``checkpoint_every`` is :data:`~maskfed.config.NOT_IN_KEY`).
+#: archived runs to a profile's configurations (``checkpoint_every`` is :data:`~maskfed.fl.config.NOT_IN_KEY`).
 WHERE_FIELDS = ("data_path", "device", *NOT_IN_KEY)
 #: Profiles the book looks for in the archive, in column order.
 BOOK_PROFILES = ("cpu-long", "paper")
@@ -61,9 +63,9 @@ def archive_runs(results: list[RunResult], profile_name: str) -> list[Path]:
     same name (same config, code and data: the same run) is replaced.
 
     Args:
-        results: finished runs (:class:`~maskfed.runner.RunResult`), e.g. from
-            :func:`maskfed.runner.run_many`.
-        profile_name: the profile they belong to, one of :data:`maskfed.config.PROFILES`.
+        results: finished runs (:class:`~maskfed.fl.runner.RunResult`), e.g. from
+            :func:`maskfed.fl.runner.run_many`.
+        profile_name: the profile they belong to, one of :data:`maskfed.fl.config.PROFILES`.
 
     Returns:
         The archived folders, in the order of ``results``.
@@ -124,7 +126,7 @@ def load_archive(profile_name: str) -> list[RunResult]:
     finished one is kept, with a warning.
 
     Args:
-        profile_name: one of :data:`maskfed.config.PROFILES`.
+        profile_name: one of :data:`maskfed.fl.config.PROFILES`.
 
     Raises:
         ValueError: unknown profile name.
@@ -245,7 +247,7 @@ def table_sources(live_name: str, live: pd.DataFrame, found: list["ArchivedSumma
                   paper: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The columns of a book table, in order: the live profile, each archived profile, the paper.
 
-    Input for :func:`maskfed.summary.compare`; every source stays its own column.
+    Input for :func:`maskfed.fl.summary.compare`; every source stays its own column.
     """
     return {column_name(live_name, archived=False): live,
             **{column_name(a.profile): a.table for a in found}, "paper": paper}
@@ -263,7 +265,7 @@ class ArchivedSummary:
 
     def n_falling(self) -> int:
         """Runs whose recovery factor was still falling when they stopped
-        (:func:`maskfed.summary.log_trend` below 0 over the second half of the rounds)."""
+        (:func:`maskfed.fl.summary.log_trend` below 0 over the second half of the rounds)."""
         return sum(summary.log_trend(r.metrics) < 0 for r in self.results)
 
 

@@ -5,7 +5,7 @@ plus the paper's per-round measurements. The server already holds the global
 parameters θ it sent and the parameters θ_k each client returns, so it forms the
 client updates Δ_k = θ − θ_k and reports, as round metrics next to Flower's own,
 the recovery factor 1/Δ_S in both conventions (unweighted, eq. 3 and 8; n_k-weighted),
-σ̂² and ‖μ̂‖² (eq. 13-14), all computed by :func:`maskfed.fedavg.round_metrics`.
+σ̂² and ‖μ̂‖² (eq. 13-14), all computed by :func:`maskfed.fl.fedavg.round_metrics`.
 
 With ``mask_keep_prob`` set, the strategy also sends one mask seed per round in the
 fit config (keys ``mask-seed`` and ``mask-keep-prob``), so every client of the round
@@ -31,15 +31,15 @@ try:
     from flwr.serverapp import Grid, ServerApp
     from flwr.serverapp.strategy import FedAvg
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError("maskfed.flower needs the optional extra: pip install -e '.[flower]'") from exc
+    raise ImportError("maskfed.integrations.flower needs the optional extra: pip install -e '.[flower]'") from exc
 
-from . import fedavg, masking, runner
-from .config import RunConfig
-from .models import build_model
+from maskfed.fl import fedavg, masking, runner
+from maskfed.fl.config import RunConfig
+from maskfed.fl.models import build_model
 
 #: Fit-config keys the strategy broadcasts when masking is on.
 MASK_SEED_KEY, MASK_P_KEY = "mask-seed", "mask-keep-prob"
-#: Per-round metric names the strategy adds (those of :func:`maskfed.fedavg.round_metrics`).
+#: Per-round metric names the strategy adds (those of :func:`maskfed.fl.fedavg.round_metrics`).
 METRICS = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
 
 
@@ -156,7 +156,7 @@ def client_app(cfg: RunConfig) -> ClientApp:
     """An example Flower client for a maskfed run configuration.
 
     Node ``partition-id`` i trains on shard i of ``cfg``'s partition with
-    :func:`maskfed.fedavg.client_update` (τ = ``cfg.local_epochs`` epochs of SGD,
+    :func:`maskfed.fl.fedavg.client_update` (τ = ``cfg.local_epochs`` epochs of SGD,
     batch ``cfg.batch_size``, step ``cfg.lr``; shuffles seeded by (seed, round, i)).
     When the fit config carries a mask seed, it masks its update Δ_k with the
     round's shared block mask (one block per tensor, eq. 2) and returns θ − Δ̃_k.
@@ -206,7 +206,7 @@ def simulate(cfg: RunConfig, *, mask_keep_prob: float | None = None, keep_update
     in Flower's simulation engine with :class:`RecoveryFedAvg` and :func:`client_app`.
 
     Each virtual client takes one CPU. Flower samples the cohort itself (not
-    :func:`maskfed.fedavg.sample_cohort`), so the numbers are not those of ``maskfed run``.
+    :func:`maskfed.fl.fedavg.sample_cohort`), so the numbers are not those of ``maskfed run``.
 
     Args:
         cfg: run configuration; clients train on the CPU (``device`` "cpu" or "auto").

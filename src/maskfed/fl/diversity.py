@@ -1,6 +1,6 @@
 """Gradient diversity, the recovery factor and the signal-noise split.
 
-Pure tensor math shared by the FedAvg metrics (``maskfed.fedavg``) and the
+Pure tensor math shared by the FedAvg metrics (``maskfed.fl.fedavg``) and the
 derivation chapters of the book. Every quantity is computed from the Gram
 matrix of the cohort's updates, ``G_kl = <Δ_k, Δ_l>``, so the Euclidean form
 used in the experiments and the Hessian-weighted form of Corollary 1

@@ -9,7 +9,7 @@ Each notebook's parameters cell declares its parameters with type annotations,
 
 and the cell right after it (after the cell papermill injects) calls
 
-    from maskfed import params
+    from maskfed.book import params
     params.check_parameters(globals())
 
 ``papermill -p`` passes lists, dicts and numbers it cannot parse itself as strings

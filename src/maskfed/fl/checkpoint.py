@@ -21,7 +21,7 @@ config, code or data never does. It holds:
 
 What a checkpoint holds, and why that is all: every random draw of a round
 comes from generators seeded by (seed, round, client) (cohort sampling, client
-shuffles; :mod:`maskfed.fedavg`), the model's initialisation happens before
+shuffles; :mod:`maskfed.fl.fedavg`), the model's initialisation happens before
 round 1 from ``torch.manual_seed(seed)``, and evaluation is deterministic; the
 models have no buffers (GroupNorm, no BatchNorm) and local SGD has no state that
 outlives a round. So θ after the round, the round count and the records so far

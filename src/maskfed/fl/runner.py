@@ -1,7 +1,7 @@
 """Run FedAvg configurations, store each run in its own folder, reuse finished ones.
 
 A run folder ``results/runs/<label>-<key>`` holds ``metrics.csv`` (one row per
-round), ``config.json`` (the resolved :class:`~maskfed.config.RunConfig`),
+round), ``config.json`` (the resolved :class:`~maskfed.fl.config.RunConfig`),
 ``partition.json`` (shard sizes) and ``provenance.json`` (seed, git commit and
 dirty flag, code hash, package versions, device, data source, wall time). It is
 written to a temporary folder and renamed into place when the run ends, so a
@@ -11,7 +11,7 @@ source code of ``maskfed`` and a fingerprint of the data: a code change never
 reuses stale numbers.
 
 While a run trains, its checkpoints live in the hidden partial folder
-``results/runs/.partial-<label>-<key>`` (:mod:`maskfed.checkpoint`): the same
+``results/runs/.partial-<label>-<key>`` (:mod:`maskfed.fl.checkpoint`): the same
 call after a kill resumes from it, and Ctrl-C during :func:`run_many` ends the
 worker processes at once and raises :class:`Interrupted`, whose message says
 how to resume.
@@ -36,11 +36,12 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from . import data as data_mod
-from . import checkpoint, cohort, determinism, fedavg, partition, provenance
-from .config import RunConfig
-from .models import build_model, num_parameters
-from .paths import results_dir
+from maskfed.fl import data as data_mod
+from maskfed import provenance
+from maskfed.fl import checkpoint, cohort, determinism, fedavg, partition
+from maskfed.fl.config import RunConfig
+from maskfed.fl.models import build_model, num_parameters
+from maskfed.paths import results_dir
 
 
 @dataclass
@@ -56,7 +57,7 @@ class RunResult:
 @lru_cache(maxsize=4)
 def load_images(dataset: str, data_path: str | None, synthetic_train: int, synthetic_test: int) -> data_mod.ImageData:
     """The image data a config asks for, loaded once per process (uint8 tensors); ``"cifar10"``
-    refuses a source with other classes (:func:`maskfed.data.load_dataset`)."""
+    refuses a source with other classes (:func:`maskfed.fl.data.load_dataset`)."""
     if dataset == "synthetic":
         return data_mod.synthetic_image_data(n_train=synthetic_train, n_test=synthetic_test, seed=0)
     return data_mod.load_dataset(dataset, data_path)
@@ -66,7 +67,7 @@ def images_for(cfg: RunConfig) -> data_mod.ImageData:
     """The (cached) image data a run configuration uses.
 
     Raises:
-        ValueError: as :func:`maskfed.data.load_dataset`, or images whose size the model cannot
+        ValueError: as :func:`maskfed.fl.data.load_dataset`, or images whose size the model cannot
             take (``small_cnn_gn`` needs 32x32), before any training.
     """
     images = load_images(cfg.dataset, cfg.data_path, cfg.synthetic_train, cfg.synthetic_test)
@@ -166,7 +167,7 @@ def partition_for(cfg: RunConfig, y_train: torch.Tensor) -> list:
     """The run's client partition of ``y_train`` (labels after :func:`split_images`); K index arrays.
 
     Raises:
-        ValueError: from :func:`maskfed.partition.make_partition` (e.g. no Dirichlet draw gives
+        ValueError: from :func:`maskfed.fl.partition.make_partition` (e.g. no Dirichlet draw gives
             every client a sample), naming alpha and num_clients.
     """
     return partition.make_partition(cfg.partition, y_train.numpy(), cfg.num_clients, alpha=cfg.alpha, seed=cfg.seed,
@@ -187,7 +188,7 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
     """Run one FedAvg configuration, or return its finished run folder.
 
     While it trains, the run saves a checkpoint every ``cfg.checkpoint_every``
-    rounds into its hidden partial folder (:mod:`maskfed.checkpoint`); the same
+    rounds into its hidden partial folder (:mod:`maskfed.fl.checkpoint`); the same
     call after a kill or Ctrl-C resumes from the last one, and on the same device
     gives numbers bit-identical to a run that never stopped. The finished folder
     is renamed into place atomically and the partial folder removed. Only one

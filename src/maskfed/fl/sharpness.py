@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn.utils import vector_to_parameters
 
-from maskfed import penalty
+from maskfed.fl import penalty
 
 Tensor = torch.Tensor
 HVP = Callable[[Tensor], Tensor]  # v [P] float64 -> H v [P] float64

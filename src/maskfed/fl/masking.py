@@ -4,7 +4,7 @@ An update Δ is cut into B disjoint blocks Δ^(b). Masking draws one
 m^(b) ~ Bernoulli(p) per block, independently across blocks, and replaces the
 update by ``Δ̃^(b) = m^(b) Δ^(b) / p``. The factor 1/p keeps the masked update
 unbiased, E[Δ̃] = Δ; its variance is what produces the curvature penalty of
-:mod:`maskfed.penalty`.
+:mod:`maskfed.fl.penalty`.
 
 Two layouts are supported:
 

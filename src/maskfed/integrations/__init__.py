@@ -1,0 +1,2 @@
+"""The recovery factor inside the field's tools: a Flower strategy (``flower``) and a Ray
+backend for sweeps (``ray_backend``)."""
