@@ -175,13 +175,19 @@ def partition_for(cfg: RunConfig, y_train: torch.Tensor) -> list:
 
 
 def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.device) -> fedavg.FedData:
-    """Subset, normalise (train-split channel statistics) and partition the images."""
+    """Subset, normalise (train-split channel statistics) and partition the images.
+
+    On a CPU the images are stored channels-last (NHWC strides; indexing a batch keeps them), which
+    oneDNN's convolutions run faster: measured here for the cpu profile's CNN, one thread, one SGD
+    step, +7% at bs 32, +19% at bs 128, +27% at bs 500 (ours; PyTorch's channels-last tutorial). The
+    values are the same; the convolution sums in another order, so results agree to float32 rounding.
+    """
     x_tr, y_tr, x_te, y_te = split_images(cfg, images)
     parts = partition_for(cfg, y_tr)
     mean, std = data_mod.channel_stats(x_tr)
-    return fedavg.FedData(
-        x_train=data_mod.normalize(x_tr, mean, std).to(device), y_train=y_tr.to(device), parts=parts,
-        x_test=data_mod.normalize(x_te, mean, std).to(device), y_test=y_te.to(device))
+    layout = torch.channels_last if device.type == "cpu" else torch.contiguous_format
+    x_tr, x_te = (data_mod.normalize(x, mean, std).to(device).contiguous(memory_format=layout) for x in (x_tr, x_te))
+    return fedavg.FedData(x_train=x_tr, y_train=y_tr.to(device), parts=parts, x_test=x_te, y_test=y_te.to(device))
 
 
 def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunResult:
