@@ -24,8 +24,10 @@ def test_recovery_vs_accuracy_draws_archived_sources_in_their_own_colour():
     points = [(c.get_offsets()[0].tolist(), tuple(c.get_facecolor().ravel())) for c in ax.collections]
     assert len(points) == 2 + 2 + 9                          # live, archived, the paper's nine protocols
     live, archived = points[:2], points[2:4]
-    assert [p for p, _ in live] == [[50.0, 1.5], [40.0, 3.0]]
-    assert [p for p, _ in archived] == [[50.0, 1.2], [40.0, 2.4]]
+    # accuracy stays a fraction, as the tables and prose write it (not 50 %)
+    assert [p for p, _ in live] == [[0.5, 1.5], [0.4, 3.0]]
+    assert [p for p, _ in archived] == [[0.5, 1.2], [0.4, 2.4]]
+    assert "fraction" in ax.get_xlabel()
     assert live[0][1] != archived[0][1] and live[0][1]       # a (filled) colour per source
     assert all(face == () for _, face in points[4:])          # the paper's markers stay hollow
     labels = ax.get_legend_handles_labels()[1]

@@ -326,6 +326,24 @@ def test_control_check_accepts_identical_updates_and_rejects_a_0p1_percent_pertu
     assert off["recovery_unweighted"] > tol and off["sigma2_rel"] > tol   # what the new one rejects
 
 
+def test_control_deviations_by_round_gives_each_rounds_deviation_and_the_max_is_the_worst():
+    # prepare: K_c = 4, two hand-made rounds: exact, then 1/Δ_S = 4.4 (10 % over) with σ̂² = 0.5, A = 2
+    m = pd.DataFrame({"recovery_unweighted": [4.0, 4.4], "recovery_weighted": [4.0, 3.8],
+                      "sigma2_hat": [0.0, 0.5], "A": [1.0, 2.0], "update_spread": [0.0, 1e-3]})
+    # execute
+    by_round = summary.control_deviations_by_round(m, 4)
+    worst = summary.control_deviations(m, 4)
+    # assert: per round, and the worst round's values
+    assert list(by_round.columns) == ["dev_unweighted", "dev_weighted", "sigma2_rel", "update_spread"]
+    assert by_round["dev_unweighted"].tolist() == pytest.approx([0.0, 0.1])
+    assert by_round["dev_weighted"].tolist() == pytest.approx([0.0, 0.05])
+    assert by_round["sigma2_rel"].tolist() == pytest.approx([0.0, 0.25])
+    assert worst == pytest.approx({"recovery_unweighted": 0.1, "recovery_weighted": 0.05, "sigma2_rel": 0.25,
+                                   "update_spread": 1e-3})
+    # a round whose measurement is missing is no pass
+    assert math.isnan(summary.control_deviations(m.assign(A=[1.0, float("nan")]), 4)["sigma2_rel"])
+
+
 def test_control_tolerance_by_device_and_errors():
     assert summary.control_tolerance("cuda:0") == summary.CONTROL_TOLERANCE["cuda"]
     assert summary.CONTROL_TOLERANCE["cuda"] < 1e-7        # still rejects a 0.1 % client difference

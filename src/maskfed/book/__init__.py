@@ -13,6 +13,7 @@ import numbers
 import re
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from maskfed.fl.config import Profile, load_profile
@@ -25,12 +26,28 @@ if TYPE_CHECKING:
 #: Display formats of the table columns.
 FORMATS = {"T_mean": "{:.0f}", "recovery_unweighted": "{:.2f}", "recovery_weighted": "{:.2f}",
            "mu2_hat": "{:.1e}", "sigma2_hat": "{:.1e}", "test_acc": "{:.3f}", "pct_rounds_below_one": "{:.1f}"}
-#: Column headers as the paper prints them.
+#: Column headers as the paper prints them, and for the book's other columns as a reader names them.
 HEADERS = {"T_mean": "T", "recovery_unweighted": "1/Δ_S unwtd.", "recovery_weighted": "1/Δ_S n_k-wtd.",
-           "mu2_hat": "‖μ̂‖²", "sigma2_hat": "σ̂²", "test_acc": "acc", "pct_rounds_below_one": "rds. <1 (%)"}
+           "mu2_hat": "‖μ̂‖²", "sigma2_hat": "σ̂²", "test_acc": "acc", "pct_rounds_below_one": "rds. <1 (%)",
+           # the control (summary.control_deviations_by_round): deviations from the exact answer
+           "dev_unweighted": "|1/Δ_S − K_c| / K_c unwtd.", "dev_weighted": "|1/Δ_S − K_c| / K_c n_k-wtd.",
+           "sigma2_rel": "|σ̂²| / A", "update_spread": "max_k ‖Δ_k − Δ_1‖ / ‖Δ_1‖",
+           "A": "A (mean ‖Δ_k‖²)", "train_loss": "train loss", "test_loss": "test loss",
+           # the run grid and the partitions
+           "alpha": "α", "batch_size": "bs", "local_epochs": "τ", "cv": "shard-size CV (%)",
+           # the benchmark (maskfed.bench): its four paths and three ratios
+           "ours_sequential": "ours, sequential", "ours_batched": "ours, batched", "bare_sgd": "bare SGD",
+           "typical_fedavg": "typical FedAvg", "P2_ours_over_bare": "P2 = ours / bare SGD time",
+           "P3_typical_over_ours": "P3 = typical / ours time", "batched_speedup": "batched / sequential speed"}
 #: Index names as the paper writes them.
 INDEX_NAMES = {"alpha": "α", "batch_size": "bs", "local_epochs": "τ"}
 
+
+#: A text column whose longest entry has more characters than this wraps inside a column at least
+#: :data:`WRAP_MIN_EM` wide (a description, a reference) instead of stretching the table.
+WRAP_OVER_CHARS = 40
+#: Narrowest width (em) of a wrapping text column: about six words a line.
+WRAP_MIN_EM = 14
 
 #: An absolute POSIX path (two or more components), as found in a data source or a config.
 _ABS_PATH = re.compile(r"(?<![\w.~])(?:/[^\s/()'\",;:]+)+/([^\s/()'\",;:]+)")
@@ -48,11 +65,14 @@ def without_paths(value):
 
 def number(x, digits: int = 4) -> str:
     """A number as a reader writes it: ``0.1``, ``100``, ``1e-06``, ``12.35`` (``digits`` significant
-    digits, no trailing zeros); integers in full; anything else unchanged (as ``str``).
+    digits, no trailing zeros); integers in full; a truth value as ``yes``/``no``; anything else
+    unchanged (as ``str``).
 
     Used as the default cell and index format of :func:`styled` (pandas' Styler writes 0.100000).
     """
-    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+    if isinstance(x, (bool, np.bool_)):
+        return "yes" if x else "no"
+    if not isinstance(x, numbers.Real):
         return x if isinstance(x, str) else str(x)
     if isinstance(x, numbers.Integral):
         return str(int(x))
@@ -64,6 +84,35 @@ def number(x, digits: int = 4) -> str:
     return format(x, f".{digits}g")
 
 
+def scientific(x, digits: int = 2) -> str:
+    """A small or large number in scientific notation as a reader writes it: ``3e-15``, ``1.2e-09``
+    (``digits`` significant digits, no trailing zeros, no padded exponent); zero as ``0``; NaN as "–".
+
+    For deviations whose point is their order of magnitude (the control's 1e-12 agreement), where
+    fixed decimals would show ``10.000000000000`` and hide the deviation.
+
+    Raises:
+        ValueError: ``digits`` < 1.
+    """
+    if digits < 1:
+        raise ValueError(f"digits must be >= 1; got {digits}")
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        return x if isinstance(x, str) else str(x)
+    x = float(x)
+    if x == 0 or not math.isfinite(x):
+        return number(x)
+    mantissa, exponent = format(x, f".{digits - 1}e").split("e")
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def without_comment_lines(text: str) -> str:
+    """``text`` (YAML, e.g. CITATION.cff) without its whole-line ``#`` comments, which are notes for
+    the file's maintainers, not for a reader of the page; every other line is kept as it is."""
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")) + "\n"
+
+
 def data_note(profile: Profile) -> str:
     """One sentence naming the data the profile's runs use (the JPEG caveat included): the kind of
     source and the file or folder name, never its path on this machine, and the content
@@ -72,22 +121,38 @@ def data_note(profile: Profile) -> str:
     return f"{without_paths(images.source)}; content fingerprint {data_fingerprint(images)}"
 
 
+def profile_changes(profile: Profile) -> dict:
+    """The base fields a page set differently from the profile's own file (``load_profile(name,
+    rounds=2)`` -> ``{"rounds": 2}``), in the order given; the data location is left to
+    :func:`data_note`, and a value equal to the file's is not a change."""
+    if not profile.overrides:
+        return {}
+    default = load_profile(profile.name).base
+    return {k: v for k, v in profile.overrides.items() if k != "data_path" and default.get(k) != v}
+
+
 def banner(profile: Profile, *, what: str = "these numbers", changes: dict | None = None) -> "IPython.display.HTML":
     """An admonition box saying which profile produced ``what`` and on which data.
 
     Scaled-down profiles get a warning box that says they are not the paper's setting.
-    ``changes`` (setting -> value) names what the page itself sets differently from the
-    profile (e.g. a chapter's own shorter runs); the box then says so after the profile's text.
+    The box states what ran: the base fields the page set differently from the profile
+    (:func:`profile_changes`, e.g. a chapter's own shorter runs) follow the profile's text, and so
+    do ``changes`` (setting -> value, e.g. ``{"cohort_size (K_c)": 5}``), which name anything else
+    the page sets differently and take precedence over a field of the same name.
     """
     from IPython.display import HTML
 
+    explicit = changes or {}
+    changes = {k: v for k, v in profile_changes(profile).items()
+               if not any(name == k or name.startswith(f"{k} ") for name in explicit)} | explicit
     kind = "warning" if profile.scaled_down else "note"
     title = (f"Profile “{profile.name}”: scaled down, not the paper's setting" if profile.scaled_down
              else f"Profile “{profile.name}”: the paper's setting")
     body = (f"{html.escape(what.capitalize())} come from the <code>{profile.name}</code> profile: "
             f"{html.escape(profile.description)} Seeds: {profile.seeds}. "
             + (f"<strong>This page changes:</strong> "
-               f"{html.escape(', '.join(f'{k} = {v}' for k, v in changes.items()))}. " if changes else "")
+               f"{html.escape(', '.join(f'{k} = {without_paths(number(v))}' for k, v in changes.items()))}. "
+               if changes else "")
             + f"Data: {html.escape(data_note(profile))}.")
     return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{title}</p><p>{body}</p></div>')
 
@@ -95,8 +160,11 @@ def banner(profile: Profile, *, what: str = "these numbers", changes: dict | Non
 def styled(table: pd.DataFrame, formats: dict | None = None):
     """A pandas Styler with the paper's number formats and headers; works on plain and
     (quantity, source) column tables, with the paper's symbols as headers and index names
-    (α, bs, τ). Cells and index labels without a format of their own are
-    written by :func:`number` (``0.1``, ``100``), and missing values as "–".
+    (α, bs, τ) and reader names for the other known columns (:data:`HEADERS`). Cells and index
+    labels without a format of their own are written by :func:`number` (``0.1``, ``100``, ``yes``),
+    and missing values as "–". A default 0, 1, 2, ... index is hidden (it means nothing to a
+    reader); text is never truncated, and a long-text column (:data:`WRAP_OVER_CHARS`) wraps in a
+    left-aligned column at least :data:`WRAP_MIN_EM` wide while numbers stay on one line.
 
     Args:
         table: the table to show.
@@ -117,8 +185,17 @@ def styled(table: pd.DataFrame, formats: dict | None = None):
                      if isinstance(table.columns, pd.MultiIndex) else [header(c) for c in table.columns])
     shown.index.names = [INDEX_NAMES.get(n, n) for n in table.index.names]
     cell_formats = {header(c): fmt_for(c) for c in table.columns}
-    return (shown.style.format(cell_formats, na_rep="–").format_index(number, axis=0)
-            .set_table_styles([{"selector": "td, th", "props": "white-space: nowrap; padding: 0.15em 0.45em;"}]))
+    style = (shown.style.format(cell_formats, na_rep="–").format_index(number, axis=0)
+             .set_table_styles([{"selector": "td, th", "props": "white-space: nowrap; padding: 0.15em 0.45em;"}]))
+    long_text = [header(c) for c in table.columns
+                 if table[c].dtype == object and table[c].map(lambda v: len(v) if isinstance(v, str) else 0)
+                 .max() > WRAP_OVER_CHARS]
+    if long_text:
+        style = style.set_properties(subset=long_text, **{"white-space": "normal", "text-align": "left",
+                                                          "min-width": f"{WRAP_MIN_EM}em"})
+    if isinstance(table.index, pd.RangeIndex) and table.index.name is None:
+        style = style.hide(axis="index")
+    return style
 
 
 def profile_table() -> pd.DataFrame:

@@ -33,7 +33,8 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
     """Figure 1: recovery factor 1/Δ_S against test accuracy for the local protocols.
 
     Marker shape encodes the batch size, the annotation the local epochs τ;
-    filled markers are ours, hollow grey ones the paper's (if given).
+    filled markers are ours, hollow grey ones the paper's (if given). Accuracy is a fraction on
+    the axis as in the book's tables and prose (one convention on every page).
 
     Args:
         ours, paper: summaries indexed by (batch_size, local_epochs) with
@@ -50,16 +51,16 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
         sources.append((paper, "paper (Yan et al. 2026)", dict(facecolor="none", edgecolor="0.45")))
     for df, label, style in sources:
         for i, ((bs, tau), row) in enumerate(df.iterrows()):
-            ax.scatter(100 * row["test_acc"], row["recovery_unweighted"], marker=MARKERS.get(str(bs), "D"), s=55,
+            ax.scatter(row["test_acc"], row["recovery_unweighted"], marker=MARKERS.get(str(bs), "D"), s=55,
                        label=f"{label}, bs={bs}" if tau == df.loc[bs].index[0] else None, **style)
-            ax.annotate(f"τ={tau}", (100 * row["test_acc"], row["recovery_unweighted"]), textcoords="offset points",
+            ax.annotate(f"τ={tau}", (row["test_acc"], row["recovery_unweighted"]), textcoords="offset points",
                         xytext=(5, 4), fontsize=8, color=style.get("color", "0.45"))
     ax.axhline(k_c, color="0.6", ls="--", lw=1)
     ax.text(ax.get_xlim()[0], k_c, f" ceiling K_c = {k_c}", va="bottom", fontsize=8, color="0.4")
     ax.axhline(1, color="0.6", ls=":", lw=1)
     ax.set_yscale("log")
     plain_log_ticks(ax, "y")
-    ax.set_xlabel("test accuracy (%), median over the last quarter of rounds")
+    ax.set_xlabel("test accuracy (fraction), median over the last quarter of rounds")
     ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
     ax.legend(fontsize=7, loc="best")
     return ax
@@ -82,14 +83,14 @@ def against_stage(table: pd.DataFrame, value: str = "recovery_unweighted", *, ax
         _, ax = plt.subplots(figsize=(6.4, 4.2))
     for i, ((bs, tau), g) in enumerate(table.groupby(["batch_size", "local_epochs"], sort=False)):
         g = g.sort_values("stage_acc")
-        x = 100 * g["stage_acc"]
+        x = g["stage_acc"]
         ax.errorbar(x, g[value], yerr=[g[value] - g[f"{value}_q1"], g[f"{value}_q3"] - g[value]],
                     marker=MARKERS.get(str(bs), "D"), ms=5, lw=1.2, capsize=2, color=f"C{i}",
                     ls="-" if str(bs) == "full" else "--", label=f"bs={bs}, τ={tau}")
     if k_c is not None:
         ax.axhline(k_c, color="0.6", ls="--", lw=1)
     ax.set_yscale("log")
-    ax.set_xlabel("test accuracy of the checkpoint θ_s (%)")
+    ax.set_xlabel("test accuracy of the checkpoint θ_s (fraction)")
     ax.set_ylabel(label)
     return ax
 

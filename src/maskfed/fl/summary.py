@@ -225,8 +225,8 @@ def control_tolerance(device: str) -> float:
     return CONTROL_TOLERANCE[kind]
 
 
-def control_deviations(metrics: pd.DataFrame, k_c: int) -> dict:
-    """How far an identical-shards control run is from its exact answer, worst round.
+def control_deviations_by_round(metrics: pd.DataFrame, k_c: int) -> pd.DataFrame:
+    """How far an identical-shards control run is from its exact answer, round by round.
 
     With identical updates Δ_1 = … = Δ_{K_c} (and equal shards), 1/Δ_S = K_c in both
     conventions (eq. 3, 8), σ̂² = 0 (eq. 14) and every Δ_k equals Δ_1.
@@ -237,9 +237,9 @@ def control_deviations(metrics: pd.DataFrame, k_c: int) -> dict:
         k_c: cohort size K_c.
 
     Returns:
-        ``{"recovery_unweighted", "recovery_weighted"}``: max |1/Δ_S / K_c − 1|;
-        ``"sigma2_rel"``: max |σ̂²| / A; ``"update_spread"``: max_k ‖Δ_k − Δ_1‖ / ‖Δ_1‖
-        (all dimensionless, max over rounds).
+        One row per row of ``metrics`` (same index): ``dev_unweighted``, ``dev_weighted``
+        (|1/Δ_S / K_c − 1|), ``sigma2_rel`` (|σ̂²| / A) and ``update_spread``
+        (max_k ‖Δ_k − Δ_1‖ / ‖Δ_1‖), all dimensionless.
 
     Raises:
         ValueError: k_c < 2 (the control needs two clients) or a missing column.
@@ -250,12 +250,25 @@ def control_deviations(metrics: pd.DataFrame, k_c: int) -> dict:
     missing = [c for c in need if c not in metrics.columns]
     if missing:
         raise ValueError(f"metrics lacks column(s) {missing}; a control run's metrics.csv has {need}")
-    return {
-        "recovery_unweighted": float(np.max(np.abs(metrics["recovery_unweighted"] / k_c - 1))),
-        "recovery_weighted": float(np.max(np.abs(metrics["recovery_weighted"] / k_c - 1))),
-        "sigma2_rel": float(np.max(np.abs(metrics["sigma2_hat"]) / metrics["A"])),
-        "update_spread": float(np.max(metrics["update_spread"])),
-    }
+    return pd.DataFrame({
+        "dev_unweighted": np.abs(metrics["recovery_unweighted"] / k_c - 1),
+        "dev_weighted": np.abs(metrics["recovery_weighted"] / k_c - 1),
+        "sigma2_rel": np.abs(metrics["sigma2_hat"]) / metrics["A"],
+        "update_spread": metrics["update_spread"],
+    }, index=metrics.index)
+
+
+def control_deviations(metrics: pd.DataFrame, k_c: int) -> dict:
+    """The worst round of :func:`control_deviations_by_round` (same arguments and errors).
+
+    Returns:
+        ``{"recovery_unweighted", "recovery_weighted"}``: max |1/Δ_S / K_c − 1|;
+        ``"sigma2_rel"``: max |σ̂²| / A; ``"update_spread"``: max_k ‖Δ_k − Δ_1‖ / ‖Δ_1‖
+        (all dimensionless, max over rounds).
+    """
+    worst = control_deviations_by_round(metrics, k_c).max(skipna=False)  # a NaN round is no pass
+    return {"recovery_unweighted": float(worst["dev_unweighted"]), "recovery_weighted": float(worst["dev_weighted"]),
+            "sigma2_rel": float(worst["sigma2_rel"]), "update_spread": float(worst["update_spread"])}
 
 
 def protocol_orderings(table: pd.DataFrame, column: str = "recovery_unweighted") -> dict:
