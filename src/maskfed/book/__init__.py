@@ -107,6 +107,27 @@ def scientific(x, digits: int = 2) -> str:
     return f"{mantissa}e{int(exponent)}"
 
 
+def with_error(mean, se) -> str:
+    """A Monte Carlo estimate as a reader writes it: the standard error to two significant digits
+    and the mean to the same decimal place (``68.101988 ± 0.942150`` -> ``"68.10 ± 0.94"``); a
+    zero, missing or infinite standard error leaves the mean to :func:`number`.
+
+    Args:
+        mean: the estimate (any real).
+        se: its standard error (same units, >= 0).
+
+    Raises:
+        ValueError: a negative ``se``.
+    """
+    mean, se = float(mean), float(se)
+    if se < 0:
+        raise ValueError(f"se (standard error) must be >= 0; got {se}")
+    if se == 0 or not math.isfinite(se) or not math.isfinite(mean):
+        return f"{number(mean)} ± {number(se)}"
+    decimals = max(0, 1 - math.floor(math.log10(se)))
+    return f"{mean:.{decimals}f} ± {se:.{decimals}f}"
+
+
 def without_comment_lines(text: str) -> str:
     """``text`` (YAML, e.g. CITATION.cff) without its whole-line ``#`` comments, which are notes for
     the file's maintainers, not for a reader of the page; every other line is kept as it is."""
