@@ -6,11 +6,14 @@ with the given profile (and any other parameters).
 
     python -m maskfed.book.notebooks --profile cpu                 # all, in book order
     python -m maskfed.book.notebooks --profile smoke table1_local_protocol
+    python -m maskfed.book.notebooks --profile smoke stage_or_sampling -p branch_rounds 0
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import re
 import sys
 import tempfile
 import time
@@ -32,10 +35,11 @@ def book_order() -> list[str]:
     return [Path(f).name for f in files if (NOTEBOOK_DIR / f"{Path(f).name}.md").exists()]
 
 
-def hide_injected_like_parameters(nb) -> None:
-    """Give papermill's injected-parameters cell the ``remove-*`` tags of the notebook's parameters
-    cell, in place, so a chapter whose parameters are hidden does not show the injected ones as a
-    stray code box (a chapter that shows its parameters keeps showing both).
+def hide_injected_parameters(nb) -> None:
+    """Hide papermill's injected-parameters cell, in place: it gets the ``remove-cell`` tag, so no
+    page shows it as a stray code box. Where the chapter shows its parameters cell (the derivation
+    chapters), the values given for this build are appended to that cell as a comment instead, so
+    the one box shown still says what ran; a hidden parameters cell is left as it is.
 
     Args:
         nb: an executed notebook (``nbformat.NotebookNode``).
@@ -44,12 +48,84 @@ def hide_injected_like_parameters(nb) -> None:
         return cell.setdefault("metadata", {}).setdefault("tags", [])
 
     params = next((c for c in nb.cells if "parameters" in tags(c)), None)
-    if params is None:
-        return
-    hide = [t for t in tags(params) if t.startswith("remove-")]
     for cell in nb.cells:
-        if "injected-parameters" in tags(cell):
-            cell["metadata"]["tags"] = tags(cell) + [t for t in hide if t not in tags(cell)]
+        if "injected-parameters" not in tags(cell):
+            continue
+        if "remove-cell" not in tags(cell):
+            cell["metadata"]["tags"] = tags(cell) + ["remove-cell"]
+        given = [line for line in cell["source"].splitlines() if line.strip() and not line.startswith("#")]
+        shown = params is not None and not any(t in tags(params) for t in ("remove-cell", "remove-input"))
+        if shown and given:
+            params["source"] = (params["source"].rstrip("\n") + "\n\n# given for this build (papermill):\n"
+                                + "\n".join(f"# {line}" for line in given))
+
+
+#: Tags under which a cell's outputs never reach a page.
+_HIDDEN_OUTPUT_TAGS = ("remove-cell", "remove-output", "remove_cell", "remove_output")
+#: A line of a Python warning as the warnings module writes it to stderr (``path:line: XWarning: ...``).
+_WARNING_LINE = re.compile(r"^\S.*:\d+: \w*Warning: ")
+
+
+def _only_warnings(text: str) -> bool:
+    """True when every line of a stderr text is a Python warning or the source line under it."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return bool(lines) and _WARNING_LINE.match(lines[0]) is not None and all(
+        _WARNING_LINE.match(line) or line.startswith((" ", "\t")) for line in lines)
+
+
+def scrub_machine_paths(nb, *, name: str) -> None:
+    """Remove from an executed notebook, in place, what tells where the building machine keeps its
+    files, as the published ``.ipynb`` (the launch buttons open it) shows it:
+
+    - papermill's metadata keeps the parameters, with paths reduced to their last component
+      (:func:`maskfed.book.without_paths`), and names the input and output relative to the repository;
+    - stderr streams are dropped from cells whose outputs no page shows (progress bars, library
+      logs) and, in shown cells, where they hold only Python warnings; other stderr and stdout
+      text, and error tracebacks, get :func:`~maskfed.book.without_paths`;
+    - finally any remaining mention of the repository root becomes a relative path.
+
+    Args:
+        nb: an executed notebook (``nbformat.NotebookNode``).
+        name: its notebook stem (``notebooks/<name>.md``).
+    """
+    from maskfed.book import without_paths
+
+    meta = nb.metadata.get("papermill")
+    if meta is not None:
+        meta["input_path"] = f"notebooks/{name}.md"
+        meta["output_path"] = f"book/nb/{name}.ipynb"
+        for key in ("parameters", "default_parameters"):
+            if isinstance(meta.get(key), dict):
+                meta[key] = {k: without_paths(v) for k, v in meta[key].items()}
+    for cell in nb.cells:
+        if cell.get("cell_type") != "code":
+            continue
+        hidden = any(t in _HIDDEN_OUTPUT_TAGS for t in cell.get("metadata", {}).get("tags", []))
+        kept = []
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                if out.get("name") == "stderr" and (hidden or _only_warnings(out["text"])):
+                    continue
+                out["text"] = without_paths(out["text"])
+            elif out.get("output_type") == "error":
+                out["evalue"] = without_paths(out.get("evalue", ""))
+                out["traceback"] = [without_paths(t) for t in out.get("traceback", [])]
+            kept.append(out)
+        cell["outputs"] = kept
+
+    root = str(REPO_ROOT)
+
+    def relative(value):
+        if isinstance(value, str):
+            return value.replace(root + "/", "").replace(root, ".")
+        if isinstance(value, list):
+            return [relative(v) for v in value]
+        if isinstance(value, dict):
+            return type(value)({k: relative(v) for k, v in value.items()})
+        return value
+
+    nb.metadata = relative(nb.metadata)
+    nb.cells = relative(nb.cells)
 
 
 #: Parameters ``make book`` gives every notebook; a notebook that does not declare one is not given it.
@@ -91,12 +167,16 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
         # like the citation page, declares none); any other parameter goes as given, and the
         # notebook's own check refuses it if it does not declare it
         given = {k: v for k, v in given.items() if k in declared or k not in BOOK_WIDE}
-        papermill.execute_notebook(str(ipynb), str(out), parameters=given,
-                                   kernel_name="python3", language="python", progress_bar=False,
-                                   cwd=str(NOTEBOOK_DIR))
-    nb = nbformat.read(out, as_version=4)
-    hide_injected_like_parameters(nb)
-    nbformat.write(nb, out)
+        try:
+            papermill.execute_notebook(str(ipynb), str(out), parameters=given,
+                                       kernel_name="python3", language="python", progress_bar=False,
+                                       cwd=str(NOTEBOOK_DIR))
+        finally:  # a notebook that stopped in a cell is written up to it: scrub that one too
+            if out.exists():
+                nb = nbformat.read(out, as_version=4)
+                hide_injected_parameters(nb)
+                scrub_machine_paths(nb, name=name)
+                nbformat.write(nb, out)
     return out
 
 
@@ -110,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="notebooks to run (default: all, in book order)")
     parser.add_argument("--profile", default="cpu", help=f"one of {', '.join(PROFILES)}")
     parser.add_argument("--data-path", default=None, help="CIFAR-10 archive or folder")
+    parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                        help="a further notebook parameter, as papermill's -p (the value as text: the "
+                             "notebook's own check parses and refuses it)")
     args = parser.parse_args(argv)
     if args.profile not in PROFILES:
         parser.error(f"--profile must be one of {list(PROFILES)}; got {args.profile!r}")
@@ -120,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_path:  # papermill runs each notebook in notebooks/: a relative path must not move with it
         args.data_path = str(Path(args.data_path).expanduser().absolute())
     params = {"data_path": args.data_path} if args.data_path else {}
+    params |= dict(args.parameter)
+    # papermill warns "Passed unknown parameter" itself; the notebook's own check then says it in full
+    logging.getLogger("papermill").setLevel(logging.ERROR)
     if args.data_path:  # e.g. a synthetic profile reads no data: refuse before any notebook runs
         try:
             prof = load_profile(args.profile, data_path=args.data_path)
@@ -144,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 #: Exception names raised inside a notebook that mean bad input rather than a bug.
-_INPUT_ERROR_NAMES = ("ConfigError", "ValueError", "FileNotFoundError", "DataUnavailableError", "DataReadError")
+_INPUT_ERROR_NAMES = ("ParameterError", "ConfigError", "ValueError", "FileNotFoundError", "DataUnavailableError", "DataReadError")
 
 
 def _cell_failure(exc: BaseException) -> tuple[str, str] | None:
