@@ -50,7 +50,7 @@ def test_values_come_from_the_profile_and_match_the_built_model():
     base = load_profile("paper").run(0)
     assert paper.loc["GroupNorm groups per layer", "value"] == str(base.gn_groups)
     assert paper.loc["rounds", "value"] == "200"
-    assert paper.loc["summary window at 200 rounds", "value"] == "median over the last 50 rounds"
+    assert paper.loc["summary window", "value"] == "median over the last 50 of 200 rounds"
     assert paper.loc["seeds", "value"] == "3"
 
     model = resnet18_gn(gn_groups=base.gn_groups)
@@ -78,9 +78,21 @@ def test_a_scaled_down_profile_gets_its_own_column():
     assert cpu.loc["rounds", "cpu profile"] == str(load_profile("cpu").run(0).rounds)
     assert cpu.loc["model", "cpu profile"] == "small_cnn_gn"
     assert cpu.loc["ResNet-18 stem", "cpu profile"].startswith("none")
-    assert cpu.loc["summary window at other round counts", "cpu profile"].endswith("(here: last 6 of 25)")
+    assert cpu.loc["summary window", "cpu profile"] == "median over the last 6 of 25 rounds"
 
 
 def test_unknown_profile_is_refused():
     with pytest.raises(ValueError, match="profile must be one of"):
         settings_table("laptop")
+
+
+@pytest.mark.parametrize("name, window, rounds", [("smoke", 1, 4), ("cpu", 6, 25), ("cpu-long", 25, 100),
+                                                  ("paper", 50, 200)])
+def test_summary_window_is_the_profiles_own_last_quarter(name, window, rounds):
+    # prepare: the window each profile's tables use, by hand (the last quarter of its rounds, at least 1)
+    table = settings_table(name)
+    # execute
+    shown = table.loc["summary window", "value" if name == "paper" else f"{name} profile"]
+    # assert: never the paper's 50 for a profile that runs fewer rounds
+    assert load_profile(name).run(0).rounds == rounds
+    assert shown == f"median over the last {window} of {rounds} rounds"
