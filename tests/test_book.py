@@ -64,6 +64,63 @@ def test_styled_formats_index_and_plain_cells_as_a_reader_writes_them():
     assert "0.100000" not in html and "100.000000" not in html
 
 
+@pytest.mark.parametrize("x, text", [(True, "yes"), (False, "no"), (0.5, "0.5"), (67.037777217747, "67.04")])
+def test_number_writes_truth_values_as_words_and_floats_to_significant_digits(x, text):
+    assert book_mod.number(x) == text
+
+
+@pytest.mark.parametrize("x, text", [(3.1e-15, "3.1e-15"), (3e-15, "3e-15"), (1e-6, "1e-6"), (1.234e9, "1.2e9"),
+                                     (0.0, "0"), (-2.5e-12, "-2.5e-12")])
+def test_scientific_writes_a_deviation_by_its_order_of_magnitude(x, text):
+    assert book_mod.scientific(x) == text
+
+
+@pytest.mark.parametrize("mean, se, text", [(68.101988, 0.942150, "68.10 ± 0.94"), (0.98847, 0.0108, "0.988 ± 0.011"),
+                                            (1234.5, 12.0, "1234 ± 12"), (4.0, 0.0, "4 ± 0")])
+def test_with_error_rounds_the_mean_to_its_standard_error(mean, se, text):
+    assert book_mod.with_error(mean, se) == text
+
+
+def test_with_error_refuses_a_negative_standard_error():
+    with pytest.raises(ValueError, match="se"):
+        book_mod.with_error(1.0, -0.1)
+
+
+def test_styled_hides_a_default_index_names_known_columns_and_wraps_long_text():
+    # prepare: a bench-like ratio table with a 0, 1 index, a control column and a long description
+    table = pd.DataFrame({"P2_ours_over_bare": [1.0234, 0.98], "update_spread": [0.0, 1e-3],
+                          "description": ["short", "a description far longer than forty characters, never cut"]})
+    # execute
+    html = book_mod.styled(table).to_html()
+    # assert: no 0/1 row labels, reader headers, the full text, and the long column allowed to wrap
+    assert ">0</th>" not in html and ">1</th>" not in html
+    assert "P2 = ours / bare SGD time" in html and "P2_ours_over_bare" not in html
+    assert "max_k ‖Δ_k − Δ_1‖ / ‖Δ_1‖" in html
+    assert "never cut" in html and "..." not in html
+    assert "white-space: normal" in html and f"min-width: {book_mod.WRAP_MIN_EM}em" in html
+
+
+def test_banner_states_what_the_page_changed_from_the_profile():
+    from maskfed.fl.config import load_profile
+
+    # prepare: the Flower chapter's profile, 2 rounds instead of the smoke profile's 4
+    prof = load_profile("smoke", rounds=2)
+    # execute
+    html = book_mod.banner(prof).data
+    # assert: the box says what ran; the profile's own value is not a change
+    assert book_mod.profile_changes(prof) == {"rounds": 2}
+    assert "This page changes:</strong> rounds = 2." in html
+    assert book_mod.profile_changes(load_profile("smoke", rounds=4)) == {}
+
+
+def test_without_comment_lines_keeps_the_yaml():
+    import yaml
+
+    text = "# a maintainer's note\ntitle: x  # kept: not a whole-line comment\nauthors:\n  # note\n  - name: y\n"
+    shown = book_mod.without_comment_lines(text)
+    assert "note" not in shown and yaml.safe_load(shown) == yaml.safe_load(text)
+
+
 def test_without_paths_keeps_only_the_last_component():
     text = "offline image-folder archive /work/shared/data/cifar10-jpeg.tar.gz (JPEG, quality 75)"
     assert book_mod.without_paths(text) == "offline image-folder archive cifar10-jpeg.tar.gz (JPEG, quality 75)"

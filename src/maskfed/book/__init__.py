@@ -209,7 +209,7 @@ def styled(table: pd.DataFrame, formats: dict | None = None):
     style = (shown.style.format(cell_formats, na_rep="–").format_index(number, axis=0)
              .set_table_styles([{"selector": "td, th", "props": "white-space: nowrap; padding: 0.15em 0.45em;"}]))
     long_text = [header(c) for c in table.columns
-                 if table[c].dtype == object and table[c].map(lambda v: len(v) if isinstance(v, str) else 0)
+                 if not pd.api.types.is_numeric_dtype(table[c]) and table[c].map(lambda v: len(v) if isinstance(v, str) else 0)
                  .max() > WRAP_OVER_CHARS]
     if long_text:
         style = style.set_properties(subset=long_text, **{"white-space": "normal", "text-align": "left",
