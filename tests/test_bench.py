@@ -65,3 +65,18 @@ def test_paths_leave_theta_unchanged():
     for path in bench.PATHS:
         rb.time_path(path, 16, 1)
         assert torch.equal(rb.theta, theta0), path
+
+
+def test_figure_legend_names_the_paths_as_a_reader_does():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    # prepare: one protocol, every path, hand-made speeds
+    df = pd.DataFrame({"batch_size": "32", "local_epochs": 1, "precision": "fp32", "path": list(bench.PATHS),
+                       "images_per_s": [100.0, 200.0, 110.0, 50.0]})
+    # execute
+    ax = bench.figure(df)
+    # assert
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [bench.PATH_LABELS[p] for p in bench.PATHS]

@@ -42,6 +42,9 @@ from maskfed.fl.models import build_model
 from maskfed.paths import results_dir
 
 PATHS = ("ours_sequential", "ours_batched", "bare_sgd", "typical_fedavg")
+#: The paths as a reader names them (legends, table headers).
+PATH_LABELS = {"ours_sequential": "ours, sequential", "ours_batched": "ours, batched", "bare_sgd": "bare SGD",
+               "typical_fedavg": "typical FedAvg"}
 COLUMNS = ["machine", "device", "cuda_device", "torch", "threads", "profile", "model", "num_parameters", "precision",
            "batch_size", "local_epochs", "path", "clients", "steps", "images", "seconds", "images_per_s",
            "repeats", "utc"]
@@ -267,10 +270,10 @@ def latest_or_tiny(folder: Path | None = None) -> tuple[pd.DataFrame, str]:
     path = latest_csv(folder)
     if path is not None:
         df = pd.read_csv(path, dtype={"batch_size": str, "cuda_device": str}).fillna({"cuda_device": ""})
-        source = f"the newest `make bench` result, {path.name}"
+        source = f"the newest “make bench” result, {path.name}"
     else:
         df = bench("smoke", protocols=[(16, 1), ("full", 1)], repeats=1, device="cpu")
-        source = "no `make bench` result was found, so a tiny benchmark at the smoke profile ran now (its numbers mean little)"
+        source = "no “make bench” result was found, so a tiny benchmark at the smoke profile ran now (its numbers mean little)"
     if df[["machine", "device", "cuda_device"]].drop_duplicates().shape[0] != 1:
         raise ValueError(f"bench rows come from more than one machine: {sorted(df['machine'].unique())}")
     return df, source
@@ -285,11 +288,11 @@ def figure(df: pd.DataFrame, ax=None):
     piv = df.assign(protocol=lambda d: "bs " + d["batch_size"].astype(str) + ", τ " + d["local_epochs"].astype(str)
                     + ((", " + d["precision"]) if d["precision"].nunique() > 1 else "")) \
         .pivot_table(index="protocol", columns="path", values="images_per_s", sort=False)
-    piv = piv[[p for p in PATHS if p in piv.columns]]
+    piv = piv[[p for p in PATHS if p in piv.columns]].rename(columns=PATH_LABELS)
     piv.plot.bar(ax=ax, rot=0, width=0.8)
     ax.set_ylabel("images / s (higher is faster)")
     ax.set_xlabel("")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, title=None)
     return ax
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from maskfed import bench
 from maskfed.fl.config import Profile, load_profile
 from maskfed.fl.runner import data_fingerprint, images_for
 from maskfed.book.settings import settings_table  # noqa: F401  (the book's table of whose setting is whose)
@@ -36,8 +37,7 @@ HEADERS = {"T_mean": "T", "recovery_unweighted": "1/Δ_S unwtd.", "recovery_weig
            # the run grid and the partitions
            "alpha": "α", "batch_size": "bs", "local_epochs": "τ", "cv": "shard-size CV (%)",
            # the benchmark (maskfed.bench): its four paths and three ratios
-           "ours_sequential": "ours, sequential", "ours_batched": "ours, batched", "bare_sgd": "bare SGD",
-           "typical_fedavg": "typical FedAvg", "P2_ours_over_bare": "P2 = ours / bare SGD time",
+           **bench.PATH_LABELS, "P2_ours_over_bare": "P2 = ours / bare SGD time",
            "P3_typical_over_ours": "P3 = typical / ours time", "batched_speedup": "batched / sequential speed"}
 #: Index names as the paper writes them.
 INDEX_NAMES = {"alpha": "α", "batch_size": "bs", "local_epochs": "τ"}
@@ -207,13 +207,14 @@ def styled(table: pd.DataFrame, formats: dict | None = None):
     shown.index.names = [INDEX_NAMES.get(n, n) for n in table.index.names]
     cell_formats = {header(c): fmt_for(c) for c in table.columns}
     style = (shown.style.format(cell_formats, na_rep="–").format_index(number, axis=0)
-             .set_table_styles([{"selector": "td, th", "props": "white-space: nowrap; padding: 0.15em 0.45em;"}]))
+             .set_table_styles([{"selector": "td, th", "props": "white-space: nowrap; padding: 0.15em 0.45em;"},
+                                {"selector": "th.col_heading", "props": "white-space: normal; vertical-align: bottom;"}]))
     long_text = [header(c) for c in table.columns
                  if not pd.api.types.is_numeric_dtype(table[c]) and table[c].map(lambda v: len(v) if isinstance(v, str) else 0)
                  .max() > WRAP_OVER_CHARS]
-    if long_text:
-        style = style.set_properties(subset=long_text, **{"white-space": "normal", "text-align": "left",
-                                                          "min-width": f"{WRAP_MIN_EM}em"})
+    if long_text:  # per-column rules (#T_id td.colN) outrank the table-wide nowrap above (#T_id td)
+        wrap = f"white-space: normal; text-align: left; min-width: {WRAP_MIN_EM}em;"
+        style = style.set_table_styles({c: [{"selector": "td", "props": wrap}] for c in long_text}, overwrite=False)
     if isinstance(table.index, pd.RangeIndex) and table.index.name is None:
         style = style.hide(axis="index")
     return style
