@@ -190,13 +190,13 @@ def styled(table: pd.DataFrame, formats: dict | None = None):
     Args:
         table: the table to show.
         formats: further ``{column: format}`` entries (format strings or callables), on top of
-            :data:`FORMATS`.
+            :data:`FORMATS`; a two-level column takes its own ``(a, b)`` entry, else that of ``a``.
     """
     formats_by_name = {**FORMATS, **(formats or {})}
 
-    def fmt_for(col):
+    def fmt_for(col):  # a (quantity, source) column: its own entry, else its quantity's
         name = col[0] if isinstance(col, tuple) else col
-        return formats_by_name.get(name, number)
+        return formats_by_name.get(col, formats_by_name.get(name, number))
 
     def header(col):
         return (HEADERS.get(col[0], col[0]), col[1]) if isinstance(col, tuple) else HEADERS.get(col, col)
