@@ -285,4 +285,4 @@ def provenance_note() -> "IPython.display.HTML":
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return HTML(f'<p style="font-size: 0.8em; color: #666">Executed {when} from commit <code>{commit}</code> '
                 f"(run code hash <code>{provenance.code_hash()}</code>); {html.escape(versions)}. "
-                "The parameters are those of the cells above, after any injected by papermill.</p>")
+                "The parameters are the chapter's own, with any given for this build (papermill) in their place.</p>")
