@@ -56,3 +56,18 @@ def test_plain_log_ticks_refuses_an_unknown_axis():
     with pytest.raises(ValueError, match="axis must be 'x' or 'y'"):
         plain_log_ticks(ax, "z")
     plt.close(fig)
+
+
+def test_against_stage_writes_plain_ticks_on_a_short_log_axis():
+    from maskfed.book.plots import against_stage
+
+    # prepare: recovery factors between 2.2 and 2.7 (less than a decade)
+    table = pd.DataFrame({"stage_acc": [0.1, 0.4], "batch_size": ["32", "32"], "local_epochs": [1, 1],
+                          "v": [2.2, 2.7], "v_q1": [2.1, 2.6], "v_q3": [2.3, 2.8]})
+    fig, ax = plt.subplots()
+    # execute
+    against_stage(table, "v", ax=ax)
+    fig.canvas.draw()
+    # assert: no "×10⁰" labels
+    labels = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels()]
+    assert any(labels) and not any("10^" in t or "times" in t for t in labels), labels

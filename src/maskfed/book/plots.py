@@ -27,6 +27,14 @@ def plain_log_ticks(ax: plt.Axes, axis: str = "y") -> None:
     target.set_minor_formatter(fmt)
 
 
+def _plain_if_short(ax: plt.Axes) -> None:
+    """:func:`plain_log_ticks` on a log y axis spanning less than a decade (where matplotlib writes
+    3×10⁰); a longer axis keeps matplotlib's powers of ten and unlabelled minor ticks."""
+    low, high = ax.get_ylim()
+    if low > 0 and high / low < 10:
+        plain_log_ticks(ax, "y")
+
+
 def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, *, k_c: int = 10,
                          ax: plt.Axes | None = None, ours_label: str = "this run",
                          others: dict[str, pd.DataFrame] | None = None) -> plt.Axes:
@@ -90,6 +98,7 @@ def against_stage(table: pd.DataFrame, value: str = "recovery_unweighted", *, ax
     if k_c is not None:
         ax.axhline(k_c, color="0.6", ls="--", lw=1)
     ax.set_yscale("log")
+    _plain_if_short(ax)
     ax.set_xlabel("test accuracy of the checkpoint θ_s (fraction)")
     ax.set_ylabel(label)
     return ax
@@ -110,6 +119,8 @@ def branches(branch: pd.DataFrame, *, ax: plt.Axes | None = None) -> plt.Axes:
             ax.plot(gs["round"], gs["recovery_unweighted"], color=f"C{i}", marker=".", ls="-" if str(bs) == "full" else "--",
                     label=f"bs={bs}, τ={tau}" if j == 0 else None)
     ax.set_yscale("log")
+    _plain_if_short(ax)
+    ax.xaxis.set_major_locator(plt.matplotlib.ticker.MaxNLocator(integer=True))  # rounds are whole numbers
     ax.set_xlabel("round (ladder round + branch round)")
     ax.set_ylabel("1/Δ_S (one cohort a round)")
     return ax
