@@ -81,6 +81,16 @@ def test_with_error_rounds_the_mean_to_its_standard_error(mean, se, text):
     assert book_mod.with_error(mean, se) == text
 
 
+@pytest.mark.parametrize("column, text", [([1.003, 0.9379, 0.9625], ["1.003", "0.938", "0.963"]),
+                                          ([2.2, 2.38, 2.423], ["2.20", "2.38", "2.42"]),
+                                          ([2.2e-16, 0.0, 2.1e-16], ["2.2e-16", "0", "2.1e-16"]),
+                                          ([4309.4, 184.2, 7320.0], ["4309", "184", "7320"]),
+                                          ([1.0, 2.0, float("nan")], ["1", "2", "–"])])
+def test_column_format_gives_every_row_the_same_decimals(column, text):
+    write = book_mod.column_format(column)
+    assert [write(x) for x in column] == text
+
+
 def test_with_error_refuses_a_negative_standard_error():
     with pytest.raises(ValueError, match="se"):
         book_mod.with_error(1.0, -0.1)

@@ -84,6 +84,44 @@ def number(x, digits: int = 4) -> str:
     return format(x, f".{digits}g")
 
 
+def column_format(values, digits: int = 3):
+    """The format a reader would give a whole column of numbers: one number of decimals for every
+    row, ``digits`` significant digits at the column's median magnitude (``0.938``, ``1.003``;
+    ``2.42``, ``12.3``; ``4309``), or :func:`scientific` for a column spanning more than four
+    decades or smaller than 1e-3 (``2.2e-16``, ``0``). A column of integers keeps :func:`number`.
+
+    Args:
+        values: the column (any iterable of numbers; NaN and infinities are ignored).
+        digits: significant digits at the median magnitude (>= 1).
+
+    Returns:
+        A callable writing one cell (NaN as "–").
+
+    Raises:
+        ValueError: ``digits`` < 1.
+    """
+    if digits < 1:
+        raise ValueError(f"digits must be >= 1; got {digits}")
+    finite = [abs(float(v)) for v in values if isinstance(v, numbers.Real) and not isinstance(v, bool)
+              and math.isfinite(float(v))]
+    if not finite or all(float(v).is_integer() for v in finite):
+        return number
+    nonzero = sorted(v for v in finite if v > 0)
+    if not nonzero:
+        return number
+    if nonzero[-1] / nonzero[0] > 1e4 or nonzero[-1] < 1e-3:
+        return scientific
+    median = nonzero[len(nonzero) // 2]
+    decimals = min(6, max(0, digits - 1 - math.floor(math.log10(median))))
+
+    def write(x):
+        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(float(x)):
+            return number(x)
+        return f"{float(x):.{decimals}f}"
+
+    return write
+
+
 def scientific(x, digits: int = 2) -> str:
     """A small or large number in scientific notation as a reader writes it: ``3e-15``, ``1.2e-09``
     (``digits`` significant digits, no trailing zeros, no padded exponent); zero as ``0``; NaN as "–".
@@ -181,9 +219,10 @@ def banner(profile: Profile, *, what: str = "these numbers", changes: dict | Non
 def styled(table: pd.DataFrame, formats: dict | None = None):
     """A pandas Styler with the paper's number formats and headers; works on plain and
     (quantity, source) column tables, with the paper's symbols as headers and index names
-    (α, bs, τ) and reader names for the other known columns (:data:`HEADERS`). Cells and index
-    labels without a format of their own are written by :func:`number` (``0.1``, ``100``, ``yes``),
-    and missing values as "–". A default 0, 1, 2, ... index is hidden (it means nothing to a
+    (α, bs, τ) and reader names for the other known columns (:data:`HEADERS`). A float column
+    without a format of its own gets one for the whole column (:func:`column_format`: the same
+    decimals in every row); other cells and the index labels are written by :func:`number`
+    (``0.1``, ``100``, ``yes``), and missing values as "–". A default 0, 1, 2, ... index is hidden (it means nothing to a
     reader); text is never truncated, and a long-text column (:data:`WRAP_OVER_CHARS`) wraps in a
     left-aligned column at least :data:`WRAP_MIN_EM` wide while numbers stay on one line.
 
@@ -194,9 +233,12 @@ def styled(table: pd.DataFrame, formats: dict | None = None):
     """
     formats_by_name = {**FORMATS, **(formats or {})}
 
-    def fmt_for(col):  # a (quantity, source) column: its own entry, else its quantity's
+    def fmt_for(col):  # a (quantity, source) column: its own entry, else its quantity's, else the column's own
         name = col[0] if isinstance(col, tuple) else col
-        return formats_by_name.get(col, formats_by_name.get(name, number))
+        values = table[col]
+        default = (column_format(values) if isinstance(values, pd.Series) and pd.api.types.is_float_dtype(values)
+                   else number)
+        return formats_by_name.get(col, formats_by_name.get(name, default))
 
     def header(col):
         return (HEADERS.get(col[0], col[0]), col[1]) if isinstance(col, tuple) else HEADERS.get(col, col)
