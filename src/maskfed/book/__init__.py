@@ -250,8 +250,11 @@ def styled(table: pd.DataFrame, formats: dict | None = None):
     cell_formats = {header(c): fmt_for(c) for c in table.columns}
     style = (shown.style.format(cell_formats, na_rep="–").format_index(number, axis=0)
              .set_table_styles([{"selector": "td, th", "props": "white-space: nowrap; padding: 0.15em 0.45em;"},
-                                {"selector": "th.col_heading", "props": "white-space: normal; vertical-align: bottom;"},
-                                {"selector": "th.row_heading", "props": "white-space: normal; min-width: 6em;"}]))
+                                {"selector": "th.col_heading", "props": "white-space: normal; vertical-align: bottom;"}]))
+    if max((len(str(v)) for v in table.index.get_level_values(-1)), default=0) > WRAP_OVER_CHARS // 2:
+        # long row labels (the settings table's) wrap too, instead of taking a third of the page
+        style = style.set_table_styles([{"selector": "th.row_heading", "props": "white-space: normal; min-width: 8em;"}],
+                                       overwrite=False)
     long_text = [header(c) for c in table.columns
                  if not pd.api.types.is_numeric_dtype(table[c]) and table[c].map(lambda v: len(v) if isinstance(v, str) else 0)
                  .max() > WRAP_OVER_CHARS]
