@@ -89,3 +89,19 @@ def test_a_refused_parameter_ends_as_one_line_and_exit_2(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert "ParameterError: this notebook has no parameter 'alpha'" in err and "Traceback" not in err
+
+
+def test_a_failed_notebook_never_replaces_the_books_page(tmp_path):
+    # prepare: the book's page from an earlier run that finished
+    from papermill.exceptions import PapermillExecutionError
+
+    page = tmp_path / "theory_01_notation.ipynb"
+    page.write_text("the page of the last finished run")
+    # execute: the chapter's own parameter check stops it in its first cell
+    with pytest.raises(PapermillExecutionError, match="ParameterError"):
+        notebooks.execute("theory_01_notation", profile="smoke", out_dir=tmp_path, parameters={"alpha": "0.5"})
+    # assert: the page is untouched; the failed notebook sits beside it, outside the table of contents
+    assert page.read_text() == "the page of the last finished run"
+    failed = notebooks.failed_path("theory_01_notation", tmp_path)
+    assert "ParameterError" in failed.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [failed.name, page.name]

@@ -29,7 +29,7 @@ FORMATS = {"T_mean": "{:.0f}", "recovery_unweighted": "{:.2f}", "recovery_weight
            "mu2_hat": "{:.1e}", "sigma2_hat": "{:.1e}", "test_acc": "{:.3f}", "pct_rounds_below_one": "{:.1f}"}
 #: Column headers as the paper prints them, and for the book's other columns as a reader names them.
 HEADERS = {"T_mean": "T", "recovery_unweighted": "1/Δ_S unwtd.", "recovery_weighted": "1/Δ_S n_k-wtd.",
-           "mu2_hat": "‖μ̂‖²", "sigma2_hat": "σ̂²", "test_acc": "acc", "pct_rounds_below_one": "rds. <1 (%)",
+           "mu2_hat": "‖μ̂‖²", "sigma2_hat": "σ̂²", "test_acc": "acc", "pct_rounds_below_one": "rounds with 1/Δ_S < 1 (%)",
            # the control (summary.control_deviations_by_round): deviations from the exact answer
            "dev_unweighted": "|1/Δ_S − K_c| / K_c unwtd.", "dev_weighted": "|1/Δ_S − K_c| / K_c n_k-wtd.",
            "sigma2_rel": "|σ̂²| / A", "update_spread": "max_k ‖Δ_k − Δ_1‖ / ‖Δ_1‖",
@@ -88,7 +88,9 @@ def column_format(values, digits: int = 3):
     """The format a reader would give a whole column of numbers: one number of decimals for every
     row, ``digits`` significant digits at the column's median magnitude (``0.938``, ``1.003``;
     ``2.42``, ``12.3``; ``4309``), or :func:`scientific` for a column spanning more than four
-    decades or smaller than 1e-3 (``2.2e-16``, ``0``). A column of integers keeps :func:`number`.
+    decades or smaller than 1e-3 (``2.2e-16``, ``0``). A column of integers, or of values with at most
+    two significant digits (settings: α = 100, 1, 0.1), keeps :func:`number`; no nonzero value is
+    rounded to 0.
 
     Args:
         values: the column (any iterable of numbers; NaN and infinities are ignored).
@@ -106,13 +108,16 @@ def column_format(values, digits: int = 3):
               and math.isfinite(float(v))]
     if not finite or all(float(v).is_integer() for v in finite):
         return number
+    if all(v == float(f"{v:.2g}") for v in finite):
+        return number   # settings such as α = 100, 1, 0.1 or lr 0.01: written as given, never rounded away
     nonzero = sorted(v for v in finite if v > 0)
     if not nonzero:
         return number
     if nonzero[-1] / nonzero[0] > 1e4 or nonzero[-1] < 1e-3:
         return scientific
     median = nonzero[len(nonzero) // 2]
-    decimals = min(6, max(0, digits - 1 - math.floor(math.log10(median))))
+    decimals = digits - 1 - math.floor(math.log10(median))
+    decimals = min(6, max(0, decimals, -math.floor(math.log10(nonzero[0]))))  # no nonzero value shows as 0
 
     def write(x):
         if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(float(x)):

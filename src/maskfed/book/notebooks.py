@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
 import tempfile
@@ -144,7 +145,8 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
 
     Raises:
         ValueError: unknown profile or notebook (before anything runs);
-        papermill.PapermillExecutionError: a cell failed (e.g. a live check's assert).
+        papermill.PapermillExecutionError: a cell failed (e.g. a live check's assert); the notebook,
+            up to that cell, is then at :func:`failed_path` and ``out_dir/<name>.ipynb`` is unchanged.
     """
     import jupytext
     import nbformat
@@ -157,7 +159,8 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
         known = sorted(p.stem for p in NOTEBOOK_DIR.glob("*.md"))
         raise ValueError(f"notebook must be one of {known}; got {name!r}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / f"{name}.ipynb"
+    out, failed = out_dir / f"{name}.ipynb", failed_path(name, out_dir)
+    running = out_dir / f".{name}.running.ipynb"
     with tempfile.TemporaryDirectory() as tmp:
         ipynb = Path(tmp) / f"{name}.ipynb"
         jupytext.write(jupytext.read(src), ipynb)
@@ -167,17 +170,30 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
         # like the citation page, declares none); any other parameter goes as given, and the
         # notebook's own check refuses it if it does not declare it
         given = {k: v for k, v in given.items() if k in declared or k not in BOOK_WIDE}
+        ok = False
         try:
-            papermill.execute_notebook(str(ipynb), str(out), parameters=given,
+            papermill.execute_notebook(str(ipynb), str(running), parameters=given,
                                        kernel_name="python3", language="python", progress_bar=False,
                                        cwd=str(NOTEBOOK_DIR))
+            ok = True
         finally:  # a notebook that stopped in a cell is written up to it: scrub that one too
-            if out.exists():
-                nb = nbformat.read(out, as_version=4)
+            if running.exists():
+                nb = nbformat.read(running, as_version=4)
                 hide_injected_parameters(nb)
                 scrub_machine_paths(nb, name=name)
-                nbformat.write(nb, out)
+                nbformat.write(nb, running)
+                # only a notebook that ran to its end replaces the book's page; a failed one is kept
+                # beside it (not in the table of contents, so never published)
+                os.replace(running, out if ok else failed)
+                if ok:
+                    failed.unlink(missing_ok=True)
     return out
+
+
+def failed_path(name: str, out_dir: Path = OUT_DIR) -> Path:
+    """Where :func:`execute` keeps a notebook that stopped in a cell: ``out_dir/<name>.failed.ipynb``
+    (the book's own ``<name>.ipynb``, from the last run that finished, stays as it was)."""
+    return out_dir / f"{name}.failed.ipynb"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             ename, evalue = failed
             print(f"maskfed.book.notebooks: error: {name} stopped: {ename}: {evalue}\n"
-                  f"  (the executed notebook, up to the failing cell, is {OUT_DIR / (name + '.ipynb')})",
+                  f"  (the notebook up to the failing cell is {failed_path(name).relative_to(REPO_ROOT)}; "
+                  f"the book's page {name}.ipynb is unchanged)",
                   file=sys.stderr)
             return 2 if ename in _INPUT_ERROR_NAMES else 1
         print(f"executed {name} ({args.profile}) in {time.perf_counter() - t0:.1f} s -> {out.name}", file=sys.stderr)
