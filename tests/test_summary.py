@@ -384,3 +384,19 @@ def test_eq12_identity_gap_is_rounding_for_consistent_rounds_and_large_otherwise
     assert summary.eq12_identity_gap(good, 4) < 1e-15          # the σ̂² = 0 round is skipped
     bad = good.assign(recovery_unweighted=[1.6 * 1.01, 4.0])
     assert summary.eq12_identity_gap(bad, 4) == pytest.approx(1 - 1 / 1.01, rel=1e-9)   # |1.6 / 1.616 − 1|
+
+
+def test_table1_contrast_by_hand():
+    # prepare: two full-batch and two minibatch protocols; the paper's table ranks them the same way
+    idx = pd.MultiIndex.from_tuples([("full", 1), ("full", 2), ("32", 1), ("32", 2)],
+                                    names=["batch_size", "local_epochs"])
+    ours = pd.DataFrame({"recovery_unweighted": [5.0, 4.0, 2.0, 1.0], "sigma2_hat": [1e-4, 2e-4, 1e-2, 5e-2]}, index=idx)
+    paper = pd.DataFrame({"recovery_unweighted": [9.0, 4.1, 1.3, 1.2], "sigma2_hat": [4e-4, 1e-3, 7e-2, 2e-1]}, index=idx)
+    # execute
+    c = summary.table1_contrast(ours, paper)
+    # assert: ranges, cliff = 4 / 2, perfect rank agreement
+    assert (c["full_min"], c["full_max"], c["mini_min"], c["mini_max"]) == (4.0, 5.0, 1.0, 2.0)
+    assert c["cliff"] == 2.0
+    assert c["spearman_rec"] == pytest.approx(1.0) and c["spearman_sigma"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="full-batch and minibatch"):
+        summary.table1_contrast(ours.iloc[:2], paper)

@@ -185,6 +185,36 @@ def rank_correlation(a: pd.Series, b: pd.Series) -> float:
     return float(both.iloc[:, 0].rank().corr(both.iloc[:, 1].rank()))
 
 
+def table1_contrast(ours: pd.DataFrame, paper: pd.DataFrame) -> dict:
+    """Full batch against minibatch in a Table I summary, and its agreement with the paper's.
+
+    Args:
+        ours: a Table I summary indexed by (batch_size as text, local_epochs), with columns
+            ``recovery_unweighted`` and ``sigma2_hat`` (:func:`maskfed.fl.experiments.table1`).
+        paper: the paper's Table I in the same layout (:func:`paper_table`).
+
+    Returns:
+        ``full_min``, ``full_max``, ``mini_min``, ``mini_max`` (recovery factor 1/Δ_S of the
+        full-batch and of the minibatch protocols), ``cliff`` (smallest full-batch 1/Δ_S over the
+        largest minibatch one: above 1 when every full-batch protocol recovers more), and
+        ``spearman_rec``, ``spearman_sigma`` (rank correlations with the paper's 1/Δ_S and σ̂² over
+        the protocols both tables have).
+
+    Raises:
+        ValueError: ``ours`` lacks a full-batch or a minibatch protocol.
+    """
+    is_full = ours.index.get_level_values("batch_size") == "full"
+    if is_full.all() or not is_full.any():
+        raise ValueError("ours must hold full-batch and minibatch protocols (batch_size 'full' and a number)")
+    rec = ours["recovery_unweighted"]
+    both = ours.join(paper, rsuffix="_paper")
+    return {"full_min": float(rec[is_full].min()), "full_max": float(rec[is_full].max()),
+            "mini_min": float(rec[~is_full].min()), "mini_max": float(rec[~is_full].max()),
+            "cliff": float(rec[is_full].min() / rec[~is_full].max()),
+            "spearman_rec": rank_correlation(both["recovery_unweighted"], both["recovery_unweighted_paper"]),
+            "spearman_sigma": rank_correlation(both["sigma2_hat"], both["sigma2_hat_paper"])}
+
+
 def log_trend(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac: float = 0.5) -> float:
     """Least-squares slope of log(column) against round over the last ``frac`` of rounds (at least 3).
 
