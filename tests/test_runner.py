@@ -133,6 +133,7 @@ from pathlib import Path  # noqa: E402
 import torch  # noqa: E402
 
 from maskfed.fl import checkpoint  # noqa: E402
+from maskfed.fl.models import build_model  # noqa: E402
 from maskfed.paths import REPO_ROOT  # noqa: E402
 
 
@@ -326,3 +327,57 @@ def test_ctrl_c_in_a_one_process_sweep_says_what_was_kept_and_how_to_resume(resu
     with pytest.raises(runner.Interrupted, match="1 of 2 run.s. finished and kept; rerun the same command to resume"):
         runner.run_many(cfgs, workers=1, progress=False)
     assert runner.find_run(cfgs[0]) is not None and runner.find_run(cfgs[1]) is None
+
+
+# ---------------------------------------------------------------- θ snapshots (keep_every)
+
+def test_kept_rounds_are_round_0_every_nth_and_the_last():
+    assert runner.kept_rounds(5, 2) == [0, 2, 4, 5]
+    assert runner.kept_rounds(4, 2) == [0, 2, 4]
+    assert runner.kept_rounds(3, 10) == [0, 3]
+    with pytest.raises(ValueError, match="keep_every"):
+        runner.kept_rounds(3, 0)
+
+
+def test_keep_every_refused_below_0_before_training(results_in_tmp):
+    with pytest.raises(ValueError, match=r"keep_every must be >= 0"):
+        runner.run(make_run_config(**TINY), keep_every=-1, progress=False)
+    assert not (results_in_tmp / "runs").exists() or _visible(results_in_tmp / "runs") == []
+
+
+def test_snapshots_survive_a_resume_and_change_no_number(results_in_tmp, monkeypatch):
+    # prepare: a 5-round run keeping θ every 2 rounds, killed right after its round-4 checkpoint
+    cfg = make_run_config(**{**TINY, "rounds": 5, "checkpoint_every": 2})
+    real_save = checkpoint.save
+
+    def save_then_die(folder, state, run_key):
+        real_save(folder, state, run_key)
+        if state.rounds_done == 4:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "save", save_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(cfg, keep_every=2, progress=False)
+    monkeypatch.setattr(checkpoint, "save", real_save)
+    # execute: resume it; run the same config straight through, with and without snapshots
+    resumed = runner.run(cfg, keep_every=2, progress=False)
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(results_in_tmp / "straight"))
+    straight = runner.run(cfg, keep_every=2, progress=False)
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(results_in_tmp / "plain"))
+    plain = runner.run(cfg, progress=False)
+    # assert: the resumed run kept rounds 0, 2, 4 before the kill and 5 after, equal to the straight
+    # run's bit for bit; snapshots change no metric and no key; a run without them has no file
+    assert resumed.provenance["resumed_after_round"] == 4
+    kept, ref = runner.load_thetas(resumed.path), runner.load_thetas(straight.path)
+    assert sorted(kept) == [0, 2, 4, 5]
+    assert all(torch.equal(kept[r], ref[r]) for r in kept)
+    assert not torch.equal(kept[0], kept[5])
+    assert runner.load_thetas(plain.path) is None
+    assert plain.path.name == straight.path.name == resumed.path.name
+    _same_metrics(plain.metrics, resumed.metrics)
+    _same_metrics(plain.metrics, straight.metrics)
+    # θ_0 is the initial model and the last snapshot trains on from it to the run's own final θ
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, num_classes=len(runner.images_for(cfg).classes), gn_groups=cfg.gn_groups,
+                        width=cfg.width)
+    assert torch.equal(kept[0], torch.nn.utils.parameters_to_vector(model.parameters()).detach())

@@ -1,6 +1,7 @@
 """Stage or sampling: the ladder, the paired pool measurement, the variance split, the cache."""
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -139,6 +140,42 @@ def test_ladder_follows_the_run_trajectory(results):
     assert ladder.checkpoints["test_acc"].iloc[-1] == pytest.approx(run.metrics["test_acc"].iloc[-1], abs=1e-12)
     assert ladder.thetas_SxP.shape[0] == 2
     assert json.loads((ladder.path / "provenance.json").read_text())["code_hash"] == provenance.code_hash()
+
+
+def test_ladder_reads_the_runs_snapshots_and_matches_a_trained_ladder_bit_for_bit(results, monkeypatch):
+    # prepare: a ladder trained here (no run yet), then the same config's run keeping θ every round
+    cfg = make_run_config(**{**SMOKE, "rounds": 4})
+    spec = stage.StageSpec(stages=3, pool_size=5, num_cohorts=6)
+    trained = stage.build_ladder(cfg, spec, progress=False)
+    shutil.rmtree(trained.path)
+    runner.run(cfg, keep_every=spec.candidate_every, progress=False)
+    # execute: the ladder again, with training forbidden
+    monkeypatch.setattr(stage, "fedavg_from", lambda *a, **k: pytest.fail("ladder retrained"))
+    read = stage.build_ladder(cfg, spec, progress=False)
+    # assert: same stages, accuracies and θ; provenance says where θ came from
+    assert torch.equal(read.thetas_SxP, trained.thetas_SxP)
+    pd.testing.assert_frame_equal(read.checkpoints, trained.checkpoints)
+    pd.testing.assert_frame_equal(read.accuracy, trained.accuracy)
+    assert json.loads((read.path / "provenance.json").read_text())["trajectory"].startswith("θ kept by run ")
+
+
+def test_ladder_trains_when_the_run_kept_too_few_rounds(results):
+    cfg = make_run_config(**{**SMOKE, "rounds": 4})
+    runner.run(cfg, keep_every=2, progress=False)  # rounds 0, 2, 4: the ladder wants every round
+    ladder = stage.build_ladder(cfg, stage.StageSpec(stages=3, pool_size=5, num_cohorts=6), progress=False)
+    assert json.loads((ladder.path / "provenance.json").read_text())["trajectory"] == "trained here"
+
+
+def test_a_sweep_asks_the_ladder_run_for_snapshots():
+    from maskfed.fl import experiments
+    from maskfed.fl.config import load_profile
+
+    prof = load_profile("cpu")
+    cfgs = experiments.all_configs(prof)
+    keep = stage.ladder_snapshots(prof, cfgs)
+    assert keep == {stage.ladder_config(prof): stage.PROFILE_DEFAULTS["cpu"]["candidate_every"]}
+    assert stage.ladder_snapshots(prof, experiments.configs(prof, "control")) == {}  # no ladder run in it
+    assert stage.ladder_snapshots(prof, cfgs, stage.StageSpec(candidate_every=3)) == {stage.ladder_config(prof): 3}
 
 
 def test_paired_cohorts_identical_across_protocols(results):

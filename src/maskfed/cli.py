@@ -27,7 +27,7 @@ from maskfed import preflight
 
 from maskfed.book import archive
 
-from maskfed.fl import experiments, runner, summary
+from maskfed.fl import experiments, runner, stage, summary
 
 from maskfed.integrations import ray_backend
 from maskfed.fl.data import DataUnavailableError
@@ -153,12 +153,13 @@ def main(argv: list[str] | None = None) -> int:
         return _error(exc)
     print(f"profile {profile.name}: {len(cfgs)} run(s); results in {runner.results_dir() / 'runs'}", file=sys.stderr)
     try:
+        keep = stage.ladder_snapshots(profile, cfgs)  # θ of the stage chapter's ladder, kept by its run
         if getattr(args, "force", False):
-            results = [runner.run(c, force=True) for c in cfgs]
+            results = [runner.run(c, force=True, keep_every=keep.get(c, 0)) for c in cfgs]
         elif getattr(args, "backend", "local") == "ray":
             results = ray_backend.run_many(cfgs, address=args.address)
         else:
-            results = runner.run_many(cfgs, workers=args.workers or profile.workers)
+            results = runner.run_many(cfgs, workers=args.workers or profile.workers, keep_every=keep)
     except KeyboardInterrupt as exc:  # Ctrl-C: finished runs and checkpoints are on disk
         if getattr(args, "force", False):
             msg = "interrupted; --force starts every run from round 1: rerun without it to resume from the checkpoints"

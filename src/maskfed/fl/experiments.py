@@ -46,9 +46,12 @@ def run(profile: Profile, experiment: str, *, workers: int | None = None, progre
         ConfigError: a refused setting or a run that cannot work with its data.
         FileNotFoundError, DataUnavailableError, DataReadError: the data cannot be found or read.
     """
+    from maskfed.fl import stage  # the ladder's run keeps θ snapshots for the stage chapter
+
     cfgs = configs(profile, experiment)
     preflight.check_runs(cfgs)
-    return runner.run_many(cfgs, workers=workers or profile.workers, progress=progress)
+    return runner.run_many(cfgs, workers=workers or profile.workers, progress=progress,
+                           keep_every=stage.ladder_snapshots(profile, cfgs))
 
 
 def table1(results) -> pd.DataFrame:

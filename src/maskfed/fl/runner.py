@@ -8,7 +8,8 @@ written to a temporary folder and renamed into place when the run ends, so a
 folder that exists is complete, and an interrupted sweep keeps every run it
 had finished. The key hashes the config (less ``checkpoint_every``), the
 source code of ``maskfed`` and a fingerprint of the data: a code change never
-reuses stale numbers.
+reuses stale numbers. A run asked to keep θ snapshots (``keep_every``) also holds
+``thetas.pt`` (:func:`load_thetas`), read by the stage chapter's checkpoint ladder.
 
 While a run trains, its checkpoints live in the hidden partial folder
 ``results/runs/.partial-<label>-<key>`` (:mod:`maskfed.fl.checkpoint`): the same
@@ -20,6 +21,7 @@ how to resume.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import multiprocessing
 import os
@@ -114,6 +116,33 @@ def load_run(path: Path) -> RunResult:
     return RunResult(cfg, path, pd.read_csv(path / "metrics.csv"), json.loads((path / "provenance.json").read_text()))
 
 
+#: File of a run folder holding θ at some rounds (:func:`run` with ``keep_every``).
+THETAS = "thetas.pt"
+
+
+def kept_rounds(rounds: int, every: int) -> list[int]:
+    """Rounds whose θ a run with ``keep_every = every`` keeps: 0 (θ_0), every multiple of ``every``
+    up to ``rounds``, and ``rounds`` itself (the same rounds :func:`maskfed.fl.stage.fedavg_from`
+    tests from round 0).
+
+    Raises:
+        ValueError: ``every`` < 1.
+    """
+    if every < 1:
+        raise ValueError(f"keep_every must be a positive number of rounds; got {every}")
+    return sorted(set(range(0, rounds + 1, every)) | {rounds})
+
+
+def load_thetas(path: Path) -> dict[int, torch.Tensor] | None:
+    """θ snapshots of a finished run folder, ``{round: θ [P] float32 on the CPU}`` (round 0 =
+    initialisation), or None when the run kept none."""
+    file = path / THETAS
+    if not file.exists():
+        return None
+    blob = torch.load(file, weights_only=True)
+    return {int(r): t for r, t in zip(blob["rounds"], blob["thetas_RxP"])}
+
+
 def find_run(cfg: RunConfig) -> RunResult | None:
     """The finished run of ``cfg`` with the current code and data, or None (tidies a stale partial folder)."""
     path = run_path(cfg, images_for(cfg))
@@ -190,7 +219,7 @@ def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.devic
     return fedavg.FedData(x_train=x_tr, y_train=y_tr.to(device), parts=parts, x_test=x_te, y_test=y_te.to(device))
 
 
-def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunResult:
+def run(cfg: RunConfig, *, force: bool = False, progress: bool = True, keep_every: int = 0) -> RunResult:
     """Run one FedAvg configuration, or return its finished run folder.
 
     While it trains, the run saves a checkpoint every ``cfg.checkpoint_every``
@@ -205,14 +234,22 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
         force: recompute even if a finished run exists; also ignores (and deletes)
             a checkpoint, so the run starts from round 1.
         progress: show a tqdm bar over rounds.
+        keep_every: n > 0 also keeps θ at :func:`kept_rounds` (round 0, every n-th, the last) in
+            the run folder's ``thetas.pt`` (:func:`load_thetas`), so that the stage chapter's
+            checkpoint ladder reads this trajectory instead of training it again. Snapshots are
+            written as the run goes into its partial folder, so they survive a resume; a run
+            resumed from a checkpoint made without them gets none. It changes no number and is
+            not part of the key: a finished run found without snapshots is returned as it is.
 
     Returns:
         :class:`RunResult`.
 
     Raises:
-        ValueError / FileNotFoundError / DataUnavailableError: bad device or data,
-            before training starts.
+        ValueError / FileNotFoundError / DataUnavailableError: bad device or data, or
+            ``keep_every`` < 0, before training starts.
     """
+    if keep_every < 0:
+        raise ValueError(f"keep_every must be >= 0 rounds (0: keep no θ snapshots); got {keep_every}")
     if not force and (found := find_run(cfg)) is not None:
         return found
     images = images_for(cfg)
@@ -224,26 +261,41 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True) -> RunRes
     with checkpoint.claim(checkpoint.partial_dir(path)) as partial:
         if (path / "provenance.json").exists() and not force:  # finished by another process while we waited
             return load_run(path)
-        return _train(cfg, images, path, key, partial, device, engine, force=force, progress=progress)
+        return _train(cfg, images, path, key, partial, device, engine, force=force, progress=progress,
+                      keep_every=keep_every)
 
 
 def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, partial: Path,
-           device: torch.device, engine: str, *, force: bool, progress: bool) -> RunResult:
+           device: torch.device, engine: str, *, force: bool, progress: bool, keep_every: int = 0) -> RunResult:
     """Train ``cfg`` (from its checkpoint if there is one), write the run folder, drop the checkpoint."""
     t0 = time.perf_counter()
     data = prepare_data(cfg, images, device)
     torch.manual_seed(cfg.seed)
     num_classes = len(images.classes)  # the source's own class count (10 for CIFAR-10)
     model = build_model(cfg.model, num_classes=num_classes, gn_groups=cfg.gn_groups, width=cfg.width).to(device)
+    snapshots = partial / "thetas"
     if force:
         checkpoint.discard(partial)
+        shutil.rmtree(snapshots, ignore_errors=True)
+    keep = set(kept_rounds(cfg.rounds, keep_every)) if keep_every else set()
+
+    def snapshot(rounds_done: int, theta_P: torch.Tensor) -> None:
+        if rounds_done in keep:
+            snapshots.mkdir(exist_ok=True)
+            tmp = snapshots / f".r{rounds_done:05d}.tmp"
+            torch.save(theta_P.detach().float().cpu().clone(), tmp)
+            os.replace(tmp, snapshots / f"r{rounds_done:05d}.pt")
+
     state = checkpoint.load(partial, key)
     if state is not None:
         checkpoint.restore_rng(state)
     done_before = 0 if state is None else state.rounds_done
     wall_before = 0.0 if state is None else state.wall_s
+    if state is None:
+        snapshot(0, torch.nn.utils.parameters_to_vector(model.parameters()))
 
     def save_state(rounds_done: int, theta_P: torch.Tensor, records: list[dict]) -> None:
+        snapshot(rounds_done, theta_P)
         if cfg.checkpoint_every and rounds_done % cfg.checkpoint_every == 0 and rounds_done < cfg.rounds:
             wall = wall_before + time.perf_counter() - t0
             checkpoint.save(partial, checkpoint.RunState(rounds_done, theta_P, records, wall_s=wall), key)
@@ -275,17 +327,24 @@ def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, par
         "engine": engine, "precision": cfg.precision,
         "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    _write_atomically(path, replace=force, files={
+    files: dict[str, str | bytes] = {
         "metrics.csv": pd.DataFrame(records).to_csv(index=False),
         "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2),
         "partition.json": json.dumps({"sizes": sizes, "min": min(sizes), "max": max(sizes)}),
         "provenance.json": json.dumps(prov, indent=2),
-    })
+    }
+    if keep and all((snapshots / f"r{r:05d}.pt").exists() for r in keep):
+        rounds_kept = sorted(keep)
+        buf = io.BytesIO()
+        torch.save({"rounds": rounds_kept, "thetas_RxP": torch.stack(
+            [torch.load(snapshots / f"r{r:05d}.pt", weights_only=True) for r in rounds_kept])}, buf)
+        files[THETAS] = buf.getvalue()
+    _write_atomically(path, replace=force, files=files)
     checkpoint.discard(partial)
     return load_run(path)
 
 
-def _write_atomically(path: Path, files: dict[str, str], replace: bool = False) -> None:
+def _write_atomically(path: Path, files: dict[str, str | bytes], replace: bool = False) -> None:
     """Write ``files`` into a hidden temporary folder, then rename it to ``path`` in one step.
 
     A folder at ``path`` is therefore always complete; an interruption while
@@ -296,8 +355,11 @@ def _write_atomically(path: Path, files: dict[str, str], replace: bool = False) 
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        for name, text in files.items():
-            (tmp / name).write_text(text)
+        for name, content in files.items():
+            if isinstance(content, bytes):
+                (tmp / name).write_bytes(content)
+            else:
+                (tmp / name).write_text(content)
         old = path.parent / f".old-{path.name}-{os.getpid()}"
         if replace and path.exists():  # a forced rerun: move the old folder aside first
             os.replace(path, old)
@@ -321,8 +383,8 @@ def _worker_init() -> None:
     torch.set_num_threads(1)
 
 
-def _run_in_worker(cfg_json: str) -> str:
-    return str(run(RunConfig(**json.loads(cfg_json)), progress=False).path)
+def _run_in_worker(cfg_json: str, keep_every: int = 0) -> str:
+    return str(run(RunConfig(**json.loads(cfg_json)), progress=False, keep_every=keep_every).path)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -350,7 +412,8 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=True)  # the pool's own thread sees the ended workers and releases its queues
 
 
-def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = True) -> list[RunResult]:
+def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = True,
+             keep_every: dict[RunConfig, int] | None = None) -> list[RunResult]:
     """Run several configurations (finished ones are reused), in parallel processes.
 
     Runs are independent, so ``workers`` one-thread processes share them out,
@@ -368,12 +431,14 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
         configs: run configurations (duplicates are run once).
         workers: worker processes; 1 runs in this process with torch's default threads.
         progress: tqdm bars.
+        keep_every: ``{config: n}`` for runs that also keep θ snapshots (:func:`run`); others keep none.
 
     Raises:
         Interrupted: on Ctrl-C, with what was kept and how to resume.
         Exception: the first failed run's own error, after every other run ended.
     """
     unique = list(dict.fromkeys(configs))
+    keep = keep_every or {}
     done = {c: find_run(c) for c in unique}
     pending = [c for c in unique if done[c] is None]
     errors: list[tuple[RunConfig, BaseException]] = []
@@ -383,7 +448,7 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
             pool = ProcessPoolExecutor(max_workers=min(workers, len(pending)),
                                        mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init)
             try:
-                futures = {pool.submit(_run_in_worker, c.model_dump_json()): c for c in pending}
+                futures = {pool.submit(_run_in_worker, c.model_dump_json(), keep.get(c, 0)): c for c in pending}
                 for fut in tqdm(as_completed(futures), total=len(futures), desc="runs", disable=not progress):
                     if fut.exception() is not None:
                         errors.append((futures[fut], fut.exception()))
@@ -396,7 +461,7 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
         else:
             for c in tqdm(pending, desc="runs", disable=not progress or len(pending) < 2):
                 try:
-                    done[c] = run(c, progress=progress)
+                    done[c] = run(c, progress=progress, keep_every=keep.get(c, 0))
                 except Exception as exc:  # noqa: BLE001 - kept and re-raised below, after the other runs
                     errors.append((c, exc))
     except KeyboardInterrupt:

@@ -416,12 +416,36 @@ def load_ladder(path: Path) -> Ladder:
                   torch.load(path / "thetas.pt", weights_only=True))
 
 
+def ladder_snapshots(profile: Profile, configs: list[RunConfig], spec: StageSpec | None = None) -> dict[RunConfig, int]:
+    """``{ladder run: spec.candidate_every}`` when ``configs`` include the stage ladder's trajectory
+    (:func:`ladder_config`), else ``{}``: the ``keep_every`` a sweep passes to
+    :func:`maskfed.fl.runner.run_many`, so that the run it trains anyway keeps θ at the ladder's
+    candidate rounds and :func:`build_ladder` reads them instead of training that trajectory a
+    second time. ``spec``: the stage settings (None: the profile's defaults)."""
+    try:
+        ref = ladder_config(profile)
+    except ConfigError:  # a grid without Table II's protocol has no ladder run
+        return {}
+    spec = spec or make_spec(profile.name)
+    return {ref: spec.candidate_every} if ref in configs else {}
+
+
+def _from_run(cfg: RunConfig) -> tuple[str, dict[int, torch.Tensor]] | None:
+    """(run folder name, θ snapshots) of the finished run of ``cfg`` if it kept any, else None."""
+    found = runner.find_run(cfg)
+    thetas = None if found is None else runner.load_thetas(found.path)
+    return None if thetas is None else (found.path.name, thetas)
+
+
 def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True) -> Ladder:
-    """Train the reference trajectory of ``cfg`` (or reuse its folder) and keep θ at the stages.
+    """The reference trajectory of ``cfg`` with θ kept at the stages (or its cached folder).
 
     The trajectory is the one :func:`maskfed.fl.runner.run` trains for ``cfg`` (same θ_0, cohorts and
     shuffles), tested every ``spec.candidate_every`` rounds; the stages are then chosen by
-    :func:`pick_rounds`.
+    :func:`pick_rounds`. If the finished run of ``cfg`` kept θ at every candidate round
+    (:func:`ladder_snapshots`, ``make book``'s sweep asks for them), those θ are tested here and
+    nothing is trained; otherwise the trajectory is trained with :func:`fedavg_from`. Both give
+    the same θ bit for bit on one machine (a test checks it); ``provenance.json`` says which.
 
     Raises:
         ValueError: explicit rounds beyond the trajectory (naming the allowed ones).
@@ -434,11 +458,20 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True) -> L
                          f"allowed: 0..{cfg.rounds}")
     t0 = time.perf_counter()
     data, model = _prepared(cfg)
-    theta0 = initial_theta(cfg).to(data.x_train.device)
-    bar = tqdm(total=cfg.rounds, desc=f"ladder {cfg.label()}", leave=False, disable=not progress, mininterval=2.0)
-    records, kept = fedavg_from(model, data, theta0, cfg, start_round=0, rounds=cfg.rounds,
-                                test_every=spec.candidate_every, progress=bar)
-    bar.close()
+    candidates = runner.kept_rounds(cfg.rounds, spec.candidate_every)
+    run = _from_run(cfg)
+    if run is not None and set(candidates) <= set(run[1]):
+        source = f"θ kept by run {run[0]}"
+        kept = {r: run[1][r] for r in candidates}
+        records = [{"round": r, **dict(zip(("test_acc", "test_loss"), fedavg.evaluate(
+            model, kept[r].to(data.x_train.device), data.x_test, data.y_test)))} for r in candidates]
+    else:
+        source = "trained here"
+        theta0 = initial_theta(cfg).to(data.x_train.device)
+        bar = tqdm(total=cfg.rounds, desc=f"ladder {cfg.label()}", leave=False, disable=not progress, mininterval=2.0)
+        records, kept = fedavg_from(model, data, theta0, cfg, start_round=0, rounds=cfg.rounds,
+                                    test_every=spec.candidate_every, progress=bar)
+        bar.close()
     acc = pd.DataFrame([r for r in records if "test_acc" in r])[["round", "test_acc", "test_loss"]]
     chosen = pick_rounds(acc.set_index("round")["test_acc"], spec)
     ckpts = acc.set_index("round").loc[chosen].reset_index()
@@ -450,7 +483,7 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True) -> L
         "accuracy.csv": acc.to_csv(index=False), "checkpoints.csv": ckpts.to_csv(index=False),
         "thetas.pt": buf.getvalue(), "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2),
         "spec.json": spec.model_dump_json(indent=2),
-        "provenance.json": json.dumps(_provenance(cfg, path.name, t0), indent=2)})
+        "provenance.json": json.dumps({**_provenance(cfg, path.name, t0), "trajectory": source}, indent=2)})
     return load_ladder(path)
 
 
