@@ -166,6 +166,22 @@ def test_ladder_trains_when_the_run_kept_too_few_rounds(results):
     assert json.loads((ladder.path / "provenance.json").read_text())["trajectory"] == "trained here"
 
 
+def test_prepared_data_shares_one_image_copy_across_alpha_and_equals_the_runners(monkeypatch):
+    monkeypatch.setattr(stage, "_DATA_CACHE", {})
+    a, b = (make_run_config(**{**SMOKE, "partition": "dirichlet", "alpha": al}) for al in (100.0, 0.1))
+    data_a, _ = stage._prepared(a)
+    data_b, _ = stage._prepared(b)
+    # one normalised copy of the images, two partitions
+    assert data_b.x_train.data_ptr() == data_a.x_train.data_ptr()
+    assert [len(p) for p in data_a.parts] != [len(p) for p in data_b.parts]
+    # each equals what runner.prepare_data makes for its config, bit for bit
+    for cfg, got in ((a, data_a), (b, data_b)):
+        want = runner.prepare_data(cfg, runner.images_for(cfg), torch.device("cpu"))
+        assert torch.equal(got.x_train, want.x_train) and torch.equal(got.x_test, want.x_test)
+        assert torch.equal(got.y_train, want.y_train) and torch.equal(got.y_test, want.y_test)
+        assert all(np.array_equal(p, q) for p, q in zip(got.parts, want.parts)) and len(got.parts) == len(want.parts)
+
+
 def test_a_sweep_asks_the_ladder_run_for_snapshots():
     from maskfed.fl import experiments
     from maskfed.fl.config import load_profile
