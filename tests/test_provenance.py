@@ -1,5 +1,6 @@
 """Provenance: the code hash covers every module a run executes, and only those."""
 
+import platform
 import subprocess
 import sys
 
@@ -39,3 +40,12 @@ def test_git_state_and_versions_have_the_documented_keys():
     assert set(state) == {"commit", "dirty"}
     versions = provenance.package_versions()
     assert versions["torch"].startswith("2.") and versions["python"].count(".") == 2
+
+
+def test_machine_records_the_cpu_model(tmp_path):
+    # float32 trajectories differ between CPU models, so the model is part of every record
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9B14\nflags\t: fpu\n")
+    assert provenance.cpu_model(info) == "AMD EPYC 9B14"
+    assert provenance.cpu_model(tmp_path / "missing") == (platform.processor() or "unknown")
+    assert provenance.machine("cpu")["cpu_model"] == provenance.cpu_model()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
+from pathlib import Path
 import subprocess
 import sys
 from functools import lru_cache
@@ -91,12 +92,27 @@ def package_versions() -> dict:
     return out
 
 
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else :func:`platform.processor`), or "unknown".
+
+    Recorded because float32 results depend on it: the same run on two x86-64 CPUs sums in a
+    different order inside oneDNN's kernels, so a 100-round trajectory drifts apart round by round
+    (its summaries stay within the seed spread)."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
 def machine(device: str) -> dict:
     """Device and host description (CPU model, threads, CUDA device name)."""
     import torch
 
     info = {"device": device, "platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "torch_threads": torch.get_num_threads()}
+            "cpu_model": cpu_model(), "torch_threads": torch.get_num_threads()}
     if device.startswith("cuda") and torch.cuda.is_available():
         info["cuda_device"] = torch.cuda.get_device_name(0)
     return info
