@@ -26,7 +26,7 @@ def dirs_in_tmp(tmp_path, monkeypatch):
 
 
 def fake_run(folder, cfg, *, recovery, acc=0.5, code_hash=None, finished="2026-12-01T10:00:00+00:00",
-             commit="a" * 40, dirty=False, device="cpu", cuda=None):
+             commit="a" * 40, dirty=False, device="cpu", cuda=None, cpu_model=None):
     """Write a finished run folder by hand: constant per-round metrics, so its summary is known."""
     folder.mkdir(parents=True)
     r = np.arange(1, cfg.rounds + 1)
@@ -35,7 +35,8 @@ def fake_run(folder, cfg, *, recovery, acc=0.5, code_hash=None, finished="2026-1
         folder / "metrics.csv", index=False)
     (folder / "config.json").write_text(cfg.model_dump_json())
     (folder / "partition.json").write_text(json.dumps({"sizes": [1], "min": 1, "max": 1}))
-    machine = {"device": device, "processor": "x86_64", **({"cuda_device": cuda} if cuda else {})}
+    machine = {"device": device, "processor": "x86_64", **({"cuda_device": cuda} if cuda else {}),
+               **({"cpu_model": cpu_model} if cpu_model else {})}
     (folder / "provenance.json").write_text(json.dumps({
         "seed": cfg.seed, "code_hash": code_hash or provenance.code_hash(), "commit": commit, "dirty": dirty,
         "machine": machine, "finished_utc": finished}))
@@ -116,6 +117,17 @@ def test_load_archive_keeps_the_newest_of_duplicate_runs(dirs_in_tmp):
     with pytest.warns(UserWarning, match="using the newer new"):
         back = archive.load_archive("smoke")
     assert [r.path.name for r in back] == ["new"]
+
+
+def test_label_names_the_cpu_model_when_recorded(dirs_in_tmp):
+    # runs on two CPU models are two machines (float32 trajectories differ between them)
+    root = dirs_in_tmp / "archive" / "cpu-long"
+    cfg = make_run_config(**TINY)
+    runs = [runner.load_run(fake_run(root / "a", cfg, recovery=2.0, cpu_model="AMD EPYC 9B14")),
+            runner.load_run(fake_run(root / "b", cfg.model_copy(update={"seed": 1}), recovery=2.0)),
+            runner.load_run(fake_run(root / "c", cfg.model_copy(update={"seed": 2}), recovery=2.0,
+                                     cpu_model="Intel Xeon"))]
+    assert archive.label(runs, "cpu-long").devices == ["cpu (AMD EPYC 9B14)", "cpu (Intel Xeon)", "cpu (x86_64)"]
 
 
 def test_label_names_devices_dates_commits_and_a_code_change(dirs_in_tmp, monkeypatch):

@@ -209,7 +209,7 @@ class ArchiveLabel:
 
 def _device(p: dict) -> str:
     m = p.get("machine", {})
-    detail = m.get("cuda_device") or m.get("processor") or "unknown machine"
+    detail = m.get("cuda_device") or m.get("cpu_model") or m.get("processor") or "unknown machine"
     return f"{m.get('device', '?')} ({detail})"
 
 
