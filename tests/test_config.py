@@ -156,7 +156,7 @@ def test_cpu_long_is_the_cpu_profile_with_100_rounds():
         {k: v for k, v in b.model_dump().items() if k not in same}
     assert (long.seeds, long.workers, long.table1, long.table2, long.control) == \
         (cpu.seeds, 2, cpu.table1, cpu.table2, cpu.control)
-    assert "half an hour" in long.description and "100 rounds" in long.description and long.scaled_down
+    assert "20 to 35 minutes" in long.description and "100 rounds" in long.description and long.scaled_down
 
 
 def test_table1_configs_grid():
