@@ -29,6 +29,7 @@ def test_a_sweep_draws_each_distinct_partition_once(monkeypatch, tmp_path):
     ({"test_subset": 400}, ["test_subset = 400", "200 images"]),
     ({"num_clients": 100, "alpha": 1e-3}, ["alpha=0.001", "stopped after"]),
     ({"device": "cuda"}, ["device = 'cuda'", "no CUDA device"]),
+    ({"precision": "bf16"}, ["precision = 'bf16' needs a CUDA device", "allowed on CPU: 'fp32'"]),
 ])
 def test_a_run_that_cannot_work_is_refused_with_its_label(fields, shown, monkeypatch):
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # the same on a GPU machine

@@ -194,6 +194,15 @@ def test_a_sweep_asks_the_ladder_run_for_snapshots():
     assert keep == {stage.ladder_config(prof): stage.PROFILE_DEFAULTS["cpu"]["candidate_every"]}
     assert stage.ladder_snapshots(prof, experiments.configs(prof, "control")) == {}  # no ladder run in it
     assert stage.ladder_snapshots(prof, cfgs, stage.StageSpec(candidate_every=3)) == {stage.ladder_config(prof): 3}
+    # the same run asked for alone, with flags that set its protocol (Table I's grid cannot then be
+    # formed), is still the ladder's run; another protocol or partition is not
+    alone = load_profile("cpu", batch_size=32, local_epochs=2)
+    assert stage.ladder_snapshots(alone, [alone.run(0)]) == {stage.ladder_config(prof): 2}
+    other = load_profile("cpu", batch_size=32, local_epochs=1)
+    assert stage.ladder_snapshots(other, [other.run(0)]) == {}
+    for name in ("smoke", "cpu-long", "paper"):
+        p = load_profile(name)
+        assert list(stage.ladder_snapshots(p, experiments.all_configs(p))) == [stage.ladder_config(p)]
 
 
 def test_paired_cohorts_identical_across_protocols(results):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from maskfed.fl import runner
+from maskfed.fl import cohort, runner
 from maskfed.fl.config import ConfigError, RunConfig
 
 
@@ -40,7 +40,7 @@ def check_runs(cfgs: list[RunConfig]) -> None:
         key = (cfg.dataset, cfg.data_path, cfg.synthetic_train, cfg.synthetic_test, cfg.train_subset,
                cfg.test_subset, cfg.num_clients, cfg.partition, cfg.alpha, cfg.seed)
         try:
-            runner.resolve_device(cfg.device)
+            cohort.check_precision(cfg.precision, runner.resolve_device(cfg.device))
             if key not in drawn:
                 _x_tr, y_tr, _x_te, _y_te = runner.split_images(cfg, images)
                 runner.partition_for(cfg, y_tr)

@@ -442,9 +442,12 @@ def ladder_snapshots(profile: Profile, configs: list[RunConfig], spec: StageSpec
     :func:`maskfed.fl.runner.run_many`, so that the run it trains anyway keeps θ at the ladder's
     candidate rounds and :func:`build_ladder` reads them instead of training that trajectory a
     second time. ``spec``: the stage settings (None: the profile's defaults)."""
-    try:
-        ref = ladder_config(profile)
-    except ConfigError:  # a grid without Table II's protocol has no ladder run
+    t1, t2 = profile.table1, profile.table2
+    try:  # the run ladder_config picks, built directly: a `maskfed run` whose flags set batch size
+        # and τ (so Table I's grid cannot be formed) still asks for snapshots when it is that run
+        ref = profile.run(profile.seeds[0], batch_size=t2.batch_size, local_epochs=t2.local_epochs,
+                          alpha=t1.alpha, partition="dirichlet")
+    except ConfigError:  # e.g. an IID or identical partition asked for: not the ladder's run
         return {}
     spec = spec or make_spec(profile.name)
     return {ref: spec.candidate_every} if ref in configs else {}
