@@ -36,6 +36,26 @@ def test_bad_input_is_refused_with_a_named_parameter(args, names, capsys, tmp_pa
     assert not (tmp_path / "runs").exists()  # nothing ran
 
 
+def test_help_names_each_flags_allowed_values(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--precision VALUE one of 'fp32', 'tf32', 'bf16'" in out
+    assert "--train-subset VALUE an integer >= 100, or none" in out
+    assert "--mask-keep-prob VALUE a number > 0 and <= 1" in out
+    assert "--batch-size VALUE an integer >= 1 or 'full'" in out
+    assert "Literal" not in out and "Union" not in out
+
+
+def test_none_clears_an_optional_field_and_is_refused_for_others(capsys, tmp_path, monkeypatch):
+    parser = cli.build_parser()
+    given = cli._overrides(parser.parse_args(["run", "--train-subset", "None", "--data-path", "none", "--rounds", "3"]))
+    assert given == {"train_subset": None, "data_path": None, "rounds": "3"}
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
+    assert cli.main(["run", "--profile", "smoke", "--rounds", "none"]) == 2
+    assert "rounds = 'none'" in capsys.readouterr().err
+
+
 def test_unknown_profile_and_experiment(capsys):
     assert cli.main(["sweep", "--profile", "laptop"]) == 2
     assert "smoke" in capsys.readouterr().err

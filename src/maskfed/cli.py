@@ -31,21 +31,24 @@ from maskfed.fl import experiments, runner, stage, summary
 
 from maskfed.integrations import ray_backend
 from maskfed.fl.data import DataUnavailableError
-from maskfed.fl.config import PROFILES, ConfigError, RunConfig, load_profile
+from maskfed.fl.config import PROFILES, ConfigError, RunConfig, allowed_values, load_profile
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("run configuration (overrides the profile's base)")
-    for name, field in RunConfig.model_fields.items():
+    for name in RunConfig.model_fields:
         if name == "seed":
             continue
         group.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar="VALUE",
-                           help=f"default from the profile; type {getattr(field.annotation, '__name__', field.annotation)}")
+                           help=f"{allowed_values(name)} (default: the profile's)")
 
 
 def _overrides(args) -> dict:
     given = {n: getattr(args, n) for n in RunConfig.model_fields if getattr(args, n, None) is not None}
-    if "data_path" in given:  # as the user meant it: relative to where the command runs, not to a notebook's folder
+    for name, value in given.items():  # "--train-subset none" clears a field the profile sets
+        if value.strip().lower() in ("none", "null") and allowed_values(name).endswith("or none"):
+            given[name] = None
+    if given.get("data_path") is not None:  # as the user meant it: relative to where the command runs, not to a notebook's folder
         given["data_path"] = absolute_path(given["data_path"])
     return given
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import types
+import typing
 from importlib import resources
 from typing import Annotated, Any, Literal, Union
 
@@ -179,6 +181,40 @@ def make_run_config(**fields) -> RunConfig:
         return RunConfig(**fields)
     except ValidationError as exc:
         raise ConfigError(describe_errors(exc)) from None
+
+
+#: Allowed values that a field validator (not the annotation) enforces, for :func:`allowed_values`.
+_VALIDATED = {"alpha": "a number > 0", "local_epochs": "an integer >= 1",
+              "batch_size": "an integer >= 1 or 'full'"}
+#: How a constraint of ``Field(...)`` reads in :func:`allowed_values`.
+_BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+
+
+def allowed_values(name: str) -> str:
+    """The values a :class:`RunConfig` field accepts, in words, e.g. ``"an integer >= 100, or none"``
+    or ``"one of 'fp32', 'tf32', 'bf16'"``: the CLI's help for ``--<name>`` (the message of a refused
+    value comes from the validators themselves, :func:`describe_errors`).
+
+    Args:
+        name: a field of :class:`RunConfig`.
+
+    Raises:
+        KeyError: ``name`` is not a field.
+    """
+    field = RunConfig.model_fields[name]
+    union = typing.get_origin(field.annotation) in (Union, types.UnionType)
+    args = typing.get_args(field.annotation) if union else (field.annotation,)
+    optional = type(None) in args
+    args = [a for a in args if a is not type(None)]
+    if name in _VALIDATED:
+        text = _VALIDATED[name]
+    elif len(args) == 1 and typing.get_origin(args[0]) is Literal:
+        text = "one of " + ", ".join(repr(v) for v in typing.get_args(args[0]))
+    else:
+        kind = {int: "an integer", float: "a number", bool: "true or false", str: "a path"}.get(args[0], str(args[0]))
+        bounds = [f"{sym} {getattr(m, attr)}" for m in field.metadata for attr, sym in _BOUNDS if hasattr(m, attr)]
+        text = kind + (" " + " and ".join(bounds) if bounds else "")
+    return text + (", or none" if optional else "")
 
 
 def describe_errors(exc: ValidationError) -> str:
