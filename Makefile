@@ -1,8 +1,10 @@
 # maskfed: two commands do everything.
 #   make book   create the environment, run the experiments, execute the notebooks, build the HTML book
 #   make test   create the environment and run the test suite
-#   make bench / make device-check   throughput benchmark / the prepared GPU check (README)
-# Variables: PROFILE (smoke | cpu | cpu-long | paper; default cpu), DATA (path to a CIFAR-10 archive or folder).
+#   make env / make clean   only create the environment / remove the built book (book/_build, book/nb)
+#   make bench / make device-prepare / make device-check   benchmark / carry wheels+data / the GPU check (README)
+# Variables: PROFILE (smoke | cpu | cpu-long | paper; default cpu), DATA (path to a CIFAR-10 archive or folder),
+#   DEVICE_CHECK_SIZE (full | tiny; default full), BENCH_ARGS.
 
 SHELL   := /bin/bash
 PROFILE ?= cpu
@@ -24,7 +26,7 @@ DATA_FLAG := $(if $(DATA),--data-path "$(DATA)")
 .PHONY: env book test clean help bench device-prepare device-check
 
 help:
-	@sed -n '2,6p' Makefile
+	@sed -n '2,8p' Makefile
 
 $(STAMP): pyproject.toml
 	@test -x "$(PY)" || $(PYTHON) -m venv "$(ENV_DIR)"

@@ -12,7 +12,7 @@ import argparse
 import torch
 
 from maskfed.integrations import flower
-from maskfed.fl.config import load_profile
+from maskfed.fl.config import ConfigError, load_profile
 
 
 def main() -> None:
@@ -20,8 +20,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="FedAvg rounds (default 4)")
     parser.add_argument("--mask-keep-prob", type=float, default=None, help="keep probability p of a shared block mask")
     args = parser.parse_args()
+    if args.mask_keep_prob is not None and not 0 < args.mask_keep_prob <= 1:
+        parser.error(f"--mask-keep-prob must lie in (0, 1]; got {args.mask_keep_prob}")
+    try:
+        cfg = load_profile("smoke", rounds=args.rounds).run(0)  # validated before anything starts
+    except ConfigError as exc:
+        parser.error(str(exc))
     torch.set_num_threads(1)
-    cfg = load_profile("smoke", rounds=args.rounds).run(0)  # validated before anything starts
     sim = flower.simulate(cfg, mask_keep_prob=args.mask_keep_prob)
     print(flower.history_table(sim.strategy).to_string(float_format=lambda v: f"{v:.4g}"))
 

@@ -40,11 +40,26 @@ def test_help_names_each_flags_allowed_values(capsys):
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "--precision VALUE one of 'fp32', 'tf32', 'bf16'" in out
-    assert "--train-subset VALUE an integer >= 100, or none" in out
-    assert "--mask-keep-prob VALUE a number > 0 and <= 1" in out
-    assert "--batch-size VALUE an integer >= 1 or 'full'" in out
+    # what each flag means (its unit comment in RunConfig) and what it accepts
+    assert "--rounds VALUE communication rounds [200]. Allowed: an integer >= 1" in out
+    assert "--precision VALUE arithmetic of local training" in out and "Allowed: one of 'fp32', 'tf32', 'bf16'" in out
+    assert "Allowed: an integer >= 100, or none" in out        # train_subset
+    assert "Allowed: a number > 0 and <= 1" in out             # mask_keep_prob
+    assert "Allowed: an integer >= 1 or 'full'" in out         # batch_size
+    assert "Allowed: a finite number > 0" in out               # lr, alpha
     assert "Literal" not in out and "Union" not in out
+    assert set(cli.field_notes()) == set(cli.RunConfig.model_fields)  # every field has its comment
+
+
+def test_an_unparsable_command_line_is_one_error_line(capsys):
+    for argv, shown in ((["run", "--seeds", "x"], "argument --seeds: invalid int value: 'x' (see maskfed run --help)"),
+                        (["archive"], "required: --profile (see maskfed archive --help)"),
+                        (["sweep", "--backend", "dask"], "invalid choice: 'dask'")):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.startswith("maskfed: error: ") and shown in err, err
+        assert "usage:" not in err and err.count("\n") == 1
 
 
 def test_none_clears_an_optional_field_and_is_refused_for_others(capsys, tmp_path, monkeypatch):
@@ -69,6 +84,8 @@ def test_run_prints_a_summary_and_the_run_folders(capsys, tmp_path, monkeypatch)
     out = capsys.readouterr().out
     assert "recovery_unweighted" in out
     assert out.count(str(tmp_path / "runs")) == 2
+    assert cli.main(["run", *TINY, "--seeds", "0", "1", "2", "--workers", "1"]) == 0  # two of three finished
+    assert "3 run(s), 2 finished before and reused (--force recomputes)" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------------- errors after validation
@@ -235,7 +252,8 @@ def test_cli_refuses_an_eleven_class_folder_as_cifar10(image_dirs, capsys):
                      *IMAGE_TINY])
     err = capsys.readouterr().err
     assert code == 2
-    assert "data_path=" in err and "zebra" in err and "'truck'" in err and "--dataset image_folder" in err
+    assert "data_path=" in err and "11 class folders" in err and "extra: ['zebra']" in err
+    assert "--dataset image_folder" in err and err.count("zebra") == 1  # the classes are not listed again
     assert not (image_dirs["results"] / "runs").exists()  # nothing ran
 
 

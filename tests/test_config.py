@@ -56,6 +56,10 @@ def test_label_names_the_setting():
     ({"rounds": 0}, "rounds", "0"),
     ({"lr": 0}, "lr", "0"),
     ({"lr": -0.1}, "lr", "-0.1"),
+    ({"lr": float("inf")}, "lr", "finite"),           # would train to NaN
+    ({"alpha": float("inf")}, "alpha", "finite number > 0; got inf"),
+    ({"rounds": "none"}, "rounds", "allowed: an integer >= 1"),
+    ({"mask_keep_prob": 1.5}, "mask_keep_prob", "allowed: a number > 0 and <= 1"),
     ({"num_rounds": 5}, "num_rounds", "5"),           # unknown field
     ({"device": "tpu"}, "device", "'tpu'"),
 ])
@@ -199,8 +203,19 @@ def test_load_profile_overrides_apply_everywhere():
     assert prof.base["rounds"] == 3
     assert all(c.rounds == 3 and c.lr == 0.05 for c in prof.table1_configs() + prof.table2_configs()
                + prof.control_configs())
-    assert load_profile("smoke", rounds=None).run(0).rounds == 4  # None means "not given"
     assert load_profile("smoke").run(0).rounds == 4               # overrides do not leak between loads
+
+
+def test_a_none_given_is_applied_or_refused_except_the_books_data_path():
+    # a notebook's overrides {test_subset: null} clears the field; {rounds: null} or a misspelt key
+    # (YAML reads "{rounds:0}" as {"rounds:0": None}) is refused, not dropped
+    assert load_profile("cpu", test_subset=None).run(0).test_subset is None
+    with pytest.raises(ConfigError, match="rounds = None.*allowed: an integer >= 1"):
+        load_profile("smoke", rounds=None)
+    with pytest.raises(ConfigError, match="rounds:0"):
+        load_profile("smoke", **{"rounds:0": None})
+    # every chapter passes data_path=None for "no path given": that one stays "not given"
+    assert load_profile("cpu", data_path=None).overrides == {}
 
 
 def test_load_profile_errors():

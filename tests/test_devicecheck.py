@@ -39,3 +39,20 @@ def test_make_device_check_tiny_end_to_end(tmp_path):
         names = tar.getnames()
     for f in ("metrics.csv", "config.json", "partition.json", "provenance.json"):
         assert any(n.endswith("/" + f) for n in names), (f, names)
+    assert "batched_equals_sequential: ok" in proc.stdout  # no empty "()" where a check has no engine
+
+
+def test_full_size_without_a_gpu_says_what_to_do_and_leaves_no_old_results(tmp_path, monkeypatch, capsys):
+    import torch
+
+    from maskfed import devicecheck
+
+    if torch.cuda.is_available():  # the message under test is the one a machine without CUDA gives
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))  # main() sets it; restored after
+    stale = tmp_path / "summary.json"
+    stale.write_text('{"ok": true}')
+    assert devicecheck.main(["--size", "full", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "needs a CUDA GPU" in err and "DEVICE_CHECK_SIZE=tiny" in err
+    assert not stale.exists()

@@ -18,6 +18,8 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -34,13 +36,30 @@ from maskfed.fl.data import DataUnavailableError
 from maskfed.fl.config import PROFILES, ConfigError, RunConfig, allowed_values, load_profile
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, ending a command line it cannot parse (``--seeds x``, a missing
+    ``--profile``) as one ``maskfed: error:`` line with exit status 2, like every other refusal,
+    instead of the usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"maskfed: error: {message} (see {self.prog} --help)\n")
+
+
+def field_notes() -> dict[str, str]:
+    """What each :class:`RunConfig` field means, from its unit comment in the class's source (the
+    comments are the fields' one documentation), e.g. ``{"rounds": "communication rounds [200]"}``."""
+    source = inspect.getsource(RunConfig)
+    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^    (\w+): [^#\n]*#\s*(.+)$", source, re.M)}
+
+
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("run configuration (overrides the profile's base)")
+    group = parser.add_argument_group("run configuration (overrides the profile's base; [the paper's values])")
+    notes = field_notes()
     for name in RunConfig.model_fields:
         if name == "seed":
             continue
         group.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar="VALUE",
-                           help=f"{allowed_values(name)} (default: the profile's)")
+                           help=f"{notes.get(name, name)}. Allowed: {allowed_values(name)} (default: the profile's)")
 
 
 def _overrides(args) -> dict:
@@ -63,14 +82,14 @@ INPUT_ERRORS = (ConfigError, ValueError, FileNotFoundError, DataUnavailableError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="maskfed", description=__doc__.split("\n")[0])
+    parser = Parser(prog="maskfed", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sweep = sub.add_parser("sweep", help="run (or reuse) the runs of a profile's experiments")
     sweep.add_argument("--profile", default="cpu", help=f"one of {', '.join(PROFILES)} (default cpu)")
     sweep.add_argument("--experiments", nargs="+", default=list(experiments.EXPERIMENTS),
                        help=f"any of {', '.join(experiments.EXPERIMENTS)} (default all)")
-    sweep.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: the profile's)")
-    sweep.add_argument("--workers", type=int, default=None, help="worker processes (default: the profile's)")
+    sweep.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds, integers >= 0, no repeats (default: the profile's)")
+    sweep.add_argument("--workers", type=int, default=None, help="worker processes, an integer >= 1 (default: the profile's)")
     sweep.add_argument("--backend", choices=["local", "ray"], default="local",
                        help="local worker processes (default) or one Ray task per run (needs '.[ray]')")
     sweep.add_argument("--address", default=None,
@@ -78,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(sweep)
     one = sub.add_parser("run", help="run one setting over seeds and print its summary")
     one.add_argument("--profile", default="cpu", help=f"base profile, one of {', '.join(PROFILES)} (default cpu)")
-    one.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds (default: the profile's)")
-    one.add_argument("--workers", type=int, default=None, help="worker processes (default: the profile's)")
+    one.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds, integers >= 0, no repeats (default: the profile's)")
+    one.add_argument("--workers", type=int, default=None, help="worker processes, an integer >= 1 (default: the profile's)")
     one.add_argument("--force", action="store_true", help="recompute even if a finished run exists")
     _add_config_flags(one)
     arch = sub.add_parser("archive", help="copy a profile's finished runs (every experiment) into results/archive/<profile>/")
@@ -154,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
         preflight.check_runs(cfgs)  # data, subsets, partitions, device: before any training
     except (*INPUT_ERRORS, ImportError) as exc:  # ImportError: an optional extra (Ray) is missing
         return _error(exc)
-    print(f"profile {profile.name}: {len(cfgs)} run(s); results in {runner.results_dir() / 'runs'}", file=sys.stderr)
+    done = 0 if getattr(args, "force", False) else sum(runner.find_run(c) is not None for c in cfgs)
+    reused = f", {done} finished before and reused (--force recomputes)" if done else ""
+    print(f"profile {profile.name}: {len(cfgs)} run(s){reused}; results in {runner.results_dir() / 'runs'}",
+          file=sys.stderr)
     try:
         keep = stage.ladder_snapshots(profile, cfgs)  # θ of the stage chapter's ladder, kept by its run
         if getattr(args, "force", False):
@@ -168,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             msg = "interrupted; --force starts every run from round 1: rerun without it to resume from the checkpoints"
         else:
             msg = str(exc) or "interrupted; " + runner.resume_hint()
-        print(f"maskfed: {msg}", file=sys.stderr)
+        print(f"\nmaskfed: {msg}", file=sys.stderr)  # on its own line, not after a progress bar
         return 130
     except (*INPUT_ERRORS, RuntimeError) as exc:
         cause = exc if isinstance(exc, INPUT_ERRORS) else exc.__cause__  # run_many wraps a worker's error

@@ -16,7 +16,8 @@ Four stages, all written under one output folder (``$OUT`` when set, else ``resu
 Sizes: ``full`` (the paper profile, ResNet-18-GN, CUDA; sized for at most 8 minutes on one H200) and
 ``tiny`` (the smoke profile on the CPU, well under a minute: checks this code end to end).
 Output files (a few, flat, so a remote runner can send them back): ``summary.json``,
-``throughput.csv``, ``projection.csv``, ``runs.tar.gz``.
+``throughput.csv``, ``projection.csv``, ``runs.tar.gz`` (:data:`OUTPUT_FILES`; a new check removes
+the previous check's first, so a failed check never leaves older results beside its log).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from maskfed.fl import cohort, experiments, fedavg, runner
 from maskfed.fl.config import load_profile  # noqa: E402
 from maskfed.fl.models import build_model  # noqa: E402
 from maskfed.paths import results_dir  # noqa: E402
+
+#: What a check writes into its output folder (besides ``log.txt``, which ``make device-check`` tees).
+OUTPUT_FILES = ("summary.json", "throughput.csv", "projection.csv", "runs.tar.gz")
 
 #: Per size: profile, device, protocols and precisions of the throughput stage, timed repeats,
 #: rounds of the control check, and the whole check's time budget (seconds).
@@ -193,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     budget = args.budget_s or size["budget_s"]
     out = Path(args.out) if args.out else results_dir() / "device-check"
     out.mkdir(parents=True, exist_ok=True)
+    for name in OUTPUT_FILES:  # a previous check's results must not pass as this one's
+        (out / name).unlink(missing_ok=True)
     # run folders: beside the other outputs locally; with $OUT (a remote runner that sends back a few flat
     # files) in a scratch folder, and in both cases packed into runs.tar.gz
     runs_root = out / "results" if not os.environ.get("OUT") else Path(tempfile.mkdtemp(prefix="maskfed-runs-"))
@@ -201,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
         dev = runner.resolve_device(size["device"])
         cohort.check_precision(args.precision, dev)
     except ValueError as exc:
-        print(f"device-check: error: {exc}", file=sys.stderr)
+        hint = (f"size {args.size!r} needs a CUDA GPU and none is available here: run it on a GPU machine "
+                "(README, 'Running on a GPU'), or DEVICE_CHECK_SIZE=tiny to check the code on this CPU"
+                if size["device"] == "cuda" and not torch.cuda.is_available() else str(exc))
+        print(f"device-check: error: {hint}", file=sys.stderr)
         return 2
     torch.set_num_threads(max(1, min(torch.get_num_threads(), 16 if dev.type == "cuda" else 1)))
     t_start = time.perf_counter()
@@ -213,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     checks = check_control(size["profile"], size["device"], size["control_rounds"])
     checks.append(check_engines_agree(size["profile"], size["device"]))
     for c in checks:
-        _log(f"{c['check']} ({c.get('engine', '')}): {'ok' if c['ok'] else 'FAILED'} "
+        _log(f"{c['check']}" + (f" ({c['engine']})" if c.get("engine") else "") + f": {'ok' if c['ok'] else 'FAILED'} "
              f"{c.get('max_rel_deviation', c.get('max_rel_difference')):.3g}")
     summary["correctness"] = checks
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import types
 import typing
 from importlib import resources
@@ -41,7 +42,7 @@ class RunConfig(BaseModel):
     # "cifar10": refuses a source whose class folders are not CIFAR-10's ten; "image_folder": any
     # train/<class>/ test/<class>/ source (needs data_path), labelled as such, with its own class
     # count; "synthetic": class-conditional noise images (smoke)
-    dataset: Literal["cifar10", "image_folder", "synthetic"] = "cifar10"
+    dataset: Literal["cifar10", "image_folder", "synthetic"] = "cifar10"  # cifar10 (its ten classes checked), image_folder (any classes) or synthetic noise
     data_path: str | None = None          # archive/folder; None: ../shared archive, then torchvision (cifar10 only)
     train_subset: int | None = Field(None, ge=100)  # images kept from the train split (None: all 50,000)
     test_subset: int | None = Field(None, ge=10)    # test images used for evaluation (None: all 10,000)
@@ -49,33 +50,33 @@ class RunConfig(BaseModel):
     synthetic_test: int = Field(500, ge=10)         # images, synthetic dataset only
     # partition
     num_clients: int = Field(100, ge=1)             # K, clients in the population [100]
-    partition: Literal["dirichlet", "iid", "identical"] = "dirichlet"
+    partition: Literal["dirichlet", "iid", "identical"] = "dirichlet"  # how images go to clients; identical: the control
     alpha: float = 100.0                            # Dirichlet concentration α [100, 1, 0.1]
     # how the per-class Dirichlet split is drawn (ours; the paper does not say): "hsu" = Hsu et al.
     # 2019, empty clients redrawn; "niid_bench" = Li et al. 2021 (NIID-Bench): N/K cap per client,
     # redrawn until every client holds >= 10 samples. Default "hsu" keeps earlier runs' partitions.
-    dirichlet_convention: Literal["hsu", "niid_bench"] = "hsu"
+    dirichlet_convention: Literal["hsu", "niid_bench"] = "hsu"  # per-class Dirichlet split: Hsu et al. 2019 or NIID-Bench (ours)
     identical_client_seeds: bool = False            # control: every client shuffles with the same seed
     # FedAvg
     cohort_size: int = Field(10, ge=1)              # K_c, clients per round [10]
     rounds: int = Field(200, ge=1)                  # communication rounds [200]
     local_epochs: int = 2                           # τ, passes over the client's shard per round [1, 2, 5]
     batch_size: BatchSize = 32                      # images per SGD step, or "full" (one step per epoch) [32, 128, full]
-    lr: float = Field(0.01, gt=0)                   # SGD learning rate, no momentum [0.01]
+    lr: float = Field(0.01, gt=0, allow_inf_nan=False)  # SGD learning rate, no momentum [0.01]
     aggregation: Literal["weighted", "uniform"] = "weighted"  # n_k-weighted mean [weighted]
     # model
-    model: Literal["resnet18_gn", "small_cnn_gn"] = "resnet18_gn"  # [resnet18_gn; its CIFAR stem is ours]
+    model: Literal["resnet18_gn", "small_cnn_gn"] = "resnet18_gn"  # network [resnet18_gn; its CIFAR stem is ours]
     # GroupNorm groups per layer (count). Ours: the paper says only "GroupNorm" (no count). GroupNorm:
     # Wu & He 2018; replacing BatchNorm by it under non-IID data: Hsieh et al. 2020 (the non-IID quagmire)
-    gn_groups: int = Field(2, ge=1)
+    gn_groups: int = Field(2, ge=1)                 # GroupNorm groups per layer (ours: the paper gives no count)
     width: int = Field(16, ge=1)                    # small CNN first-layer channels
     # evaluation and run
     eval_every: int = Field(10, ge=1)               # rounds between test evaluations
     # rounds between evaluations in the summary window: the last quarter of rounds (paper: the last
     # 50 of 200; a quarter at other round counts is ours)
-    eval_every_tail: int = Field(1, ge=1)
+    eval_every_tail: int = Field(1, ge=1)           # rounds between evaluations in the last quarter
     seed: int = Field(0, ge=0)                      # model init, partition, cohorts, shuffling
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # where to train; auto: CUDA if available
     engine: Literal["auto", "sequential", "batched"] = "auto"  # local training: client by client, or the K_c clients as one batched model; auto: per device (cohort.AUTO_ENGINE)
     precision: Literal["fp32", "tf32", "bf16"] = "fp32"      # arithmetic of local training: fp32, or on CUDA TF32 matmuls / bf16 autocast; θ and Δ_k stay fp32
     # masked FedAvg (past the paper's limits, limitation 3; ours: the paper trains without masks).
@@ -104,8 +105,8 @@ class RunConfig(BaseModel):
     @field_validator("alpha")
     @classmethod
     def _alpha_positive(cls, v: float) -> float:
-        if not v > 0:
-            raise ValueError(f"alpha (Dirichlet concentration) must be > 0; got {v}")
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"alpha (Dirichlet concentration) must be a finite number > 0; got {v}")
         return v
 
     @field_validator("local_epochs", mode="before")
@@ -184,7 +185,7 @@ def make_run_config(**fields) -> RunConfig:
 
 
 #: Allowed values that a field validator (not the annotation) enforces, for :func:`allowed_values`.
-_VALIDATED = {"alpha": "a number > 0", "local_epochs": "an integer >= 1",
+_VALIDATED = {"alpha": "a finite number > 0", "local_epochs": "an integer >= 1",
               "batch_size": "an integer >= 1 or 'full'"}
 #: How a constraint of ``Field(...)`` reads in :func:`allowed_values`.
 _BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
@@ -211,7 +212,9 @@ def allowed_values(name: str) -> str:
     elif len(args) == 1 and typing.get_origin(args[0]) is Literal:
         text = "one of " + ", ".join(repr(v) for v in typing.get_args(args[0]))
     else:
-        kind = {int: "an integer", float: "a number", bool: "true or false", str: "a path"}.get(args[0], str(args[0]))
+        finite = any(getattr(m, "allow_inf_nan", True) is False for m in field.metadata)
+        kind = {int: "an integer", float: "a finite number" if finite else "a number", bool: "true or false",
+                str: "a path"}.get(args[0], str(args[0]))
         bounds = [f"{sym} {getattr(m, attr)}" for m in field.metadata for attr, sym in _BOUNDS if hasattr(m, attr)]
         text = kind + (" " + " and ".join(bounds) if bounds else "")
     return text + (", or none" if optional else "")
@@ -225,6 +228,8 @@ def describe_errors(exc: ValidationError) -> str:
         if err["type"] == "extra_forbidden":
             spec = {"table1": Table1Spec, "table2": Table2Spec}.get(str(err["loc"][0]), RunConfig)
             msg = f"unknown parameter; allowed: {', '.join(spec.model_fields)}"
+        if len(err["loc"]) == 1 and name in RunConfig.model_fields and not err["type"].startswith("value_error"):
+            msg += f" (allowed: {allowed_values(name)})"  # pydantic's own text; our validators say it already
         lines.append(f"{name} = {err.get('input')!r}: {msg}" if err["loc"] else msg)  # model-level: msg names its fields
     return "invalid run configuration:\n  " + "\n  ".join(lines)
 
@@ -402,7 +407,9 @@ def load_profile(name: str, *, seeds: list[int] | None = None, table1: dict | No
 
     The explicitly given base fields are kept in ``Profile.overrides``: an experiment whose grid
     sets one of them refuses it (:meth:`Profile.experiment_configs`) instead of dropping it.
-    A value of None means "not given".
+    A value given is applied or refused, None included (``train_subset=None``: all images;
+    ``rounds=None`` is refused), except ``data_path=None``, which every chapter passes to mean
+    "no path given" (the data are then found as :func:`maskfed.fl.data.resolve_source` says).
 
     Args:
         name: one of :data:`PROFILES`.
@@ -417,7 +424,7 @@ def load_profile(name: str, *, seeds: list[int] | None = None, table1: dict | No
     """
     if name not in PROFILES:
         raise ConfigError(f"profile must be one of {list(PROFILES)}; got {name!r}")
-    given = {k: v for k, v in base_overrides.items() if v is not None}
+    given = {k: v for k, v in base_overrides.items() if not (k == "data_path" and v is None)}
     if "seed" in given:
         raise ConfigError(f"seed = {given['seed']!r}: each run's seed comes from the profile's seeds; "
                           f"give seeds=[{given['seed']!r}] (command line: --seeds {given['seed']})")

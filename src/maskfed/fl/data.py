@@ -213,10 +213,10 @@ def load_cifar10(
 
     raise DataUnavailableError(
         "CIFAR-10 is not available. Tried, in order:\n"
-        f"  1. the shared offline archive {shared}: not found "
-        "(set MASKFED_SHARED_ARCHIVE to move it);\n"
-        "  2. pass a path (data_path= / --data-path / DATA=...) to an image-folder archive, "
+        "  1. a path you give (data_path= / --data-path / DATA=...) to an image-folder archive, "
         "a train/ test/ image-folder directory, or torchvision's cifar-10-batches-py: none given;\n"
+        f"  2. the shared offline archive {shared}: not found "
+        "(set MASKFED_SHARED_ARCHIVE to move it);\n"
         f"  3. {download_msg}."
     )
 
@@ -421,10 +421,10 @@ def load_dataset(
         found, expected = list(data.classes), list(CIFAR10_CLASSES)
         extra = [c for c in found if c not in expected]
         missing = [c for c in expected if c not in found]
+        where = data.source.split(" (", 1)[0]  # the source without its note (which lists the classes again)
         raise ValueError(
             f"dataset='cifar10' but data_path={data_path if data_path is None else os.fspath(data_path)!r} "
-            f"({data.source}) is not CIFAR-10: it has "
-            f"{len(found)} class folders {found}; expected CIFAR-10's ten {expected} "
+            f"({where}) is not CIFAR-10: it has {len(found)} class folders, not CIFAR-10's ten "
             f"(extra: {extra}; missing: {missing}). To run this data anyway, under its own label and "
             f"with its own {len(found)} classes, set dataset='image_folder' (--dataset image_folder)"
         )

@@ -179,7 +179,7 @@ def split_images(cfg: RunConfig, images: data_mod.ImageData):
     for name, want, have in (("train_subset", cfg.train_subset, len(y_tr)), ("test_subset", cfg.test_subset, len(y_te))):
         if want is not None and want > have:
             raise ValueError(f"{name} = {want} exceeds the {have} images of that split; allowed: up to {have} "
-                             f"(or None for all)")
+                             f"(or none for all: --{name.replace('_', '-')} none)")
     if cfg.train_subset is not None and cfg.train_subset < len(y_tr):
         keep = torch.randperm(len(y_tr), generator=torch.Generator().manual_seed(0))[:cfg.train_subset]
         x_tr, y_tr = x_tr[keep], y_tr[keep]

@@ -207,7 +207,7 @@ def table1_contrast(ours: pd.DataFrame, paper: pd.DataFrame) -> dict:
     if is_full.all() or not is_full.any():
         raise ValueError("ours must hold full-batch and minibatch protocols (batch_size 'full' and a number)")
     rec = ours["recovery_unweighted"]
-    both = ours.join(paper, rsuffix="_paper")
+    both = ours.join(paper.add_suffix("_paper"))
     return {"full_min": float(rec[is_full].min()), "full_max": float(rec[is_full].max()),
             "mini_min": float(rec[~is_full].min()), "mini_max": float(rec[~is_full].max()),
             "cliff": float(rec[is_full].min() / rec[~is_full].max()),

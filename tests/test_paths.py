@@ -1,0 +1,20 @@
+"""Where the project keeps its cache, results and the shared archive, and how to move each."""
+
+from maskfed import paths
+
+
+def test_defaults_are_inside_the_checkout_and_beside_it():
+    assert (paths.REPO_ROOT / "src" / "maskfed" / "paths.py").is_file()
+
+
+def test_each_location_moves_with_its_environment_variable(tmp_path, monkeypatch):
+    for var in ("MASKFED_CACHE_DIR", "MASKFED_RESULTS_DIR", "MASKFED_SHARED_ARCHIVE"):
+        monkeypatch.delenv(var, raising=False)
+    assert paths.cache_dir() == paths.REPO_ROOT / ".cache"
+    assert paths.results_dir() == paths.REPO_ROOT / "results"
+    assert paths.shared_archive() == paths.REPO_ROOT.parent / "shared" / "data" / "cifar10-jpeg.tar.gz"
+    monkeypatch.setenv("MASKFED_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "r"))
+    monkeypatch.setenv("MASKFED_SHARED_ARCHIVE", str(tmp_path / "a.tar.gz"))
+    assert (paths.cache_dir(), paths.results_dir(), paths.shared_archive()) == (
+        tmp_path / "c", tmp_path / "r", tmp_path / "a.tar.gz")
