@@ -282,7 +282,7 @@ def test_a_cli_run_killed_with_sigkill_resumes_with_identical_numbers(tmp_path):
 
 def test_ctrl_c_stops_a_sweep_with_workers_keeps_finished_runs_and_resumes(tmp_path, monkeypatch):
     # 4 runs (Table II's 3 alphas and the control) of 30 rounds on 2 worker processes
-    args = ["sweep", *SMALL, "--rounds", "30", "--workers", "2", "--experiments", "table2", "control"]
+    args = ["sweep", *SMALL, "--rounds", "120", "--workers", "2", "--experiments", "table2", "control"]
     runs = tmp_path / "runs"
     proc = _cli(tmp_path, *args)
     # wait until a run has finished and another one is at most a quarter done (so it cannot finish first)
