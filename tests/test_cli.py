@@ -45,7 +45,7 @@ def test_help_names_each_flags_allowed_values(capsys):
     assert "--precision VALUE arithmetic of local training" in out and "Allowed: one of 'fp32', 'tf32', 'bf16'" in out
     assert "Allowed: an integer >= 100, or none" in out        # train_subset
     assert "Allowed: a number > 0 and <= 1" in out             # mask_keep_prob
-    assert "Allowed: an integer >= 1 or 'full'" in out         # batch_size
+    assert "Allowed: a positive integer or 'full'" in out      # batch_size (the validator's own words)
     assert "Allowed: a finite number > 0" in out               # lr, alpha
     assert "Literal" not in out and "Union" not in out
     assert set(cli.field_notes()) == set(cli.RunConfig.model_fields)  # every field has its comment

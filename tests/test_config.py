@@ -206,6 +206,18 @@ def test_load_profile_overrides_apply_everywhere():
     assert load_profile("smoke").run(0).rounds == 4               # overrides do not leak between loads
 
 
+def test_allowed_values_and_accepts_none_read_the_annotations():
+    from maskfed.fl.config import RunConfig, accepts_none, allowed_values
+
+    assert [f for f in RunConfig.model_fields if accepts_none(f)] == ["data_path", "train_subset", "test_subset"]
+    assert allowed_values("train_subset") == "an integer >= 100, or none"
+    assert allowed_values("mask_keep_prob") == "a number > 0 and <= 1"
+    assert allowed_values("lr") == "a finite number > 0"
+    assert allowed_values("aggregation") == "one of 'weighted', 'uniform'"
+    with pytest.raises(ConfigError, match="batch_size must be a positive integer or 'full'"):  # one home
+        make_run_config(batch_size=0)
+
+
 def test_a_none_given_is_applied_or_refused_except_the_books_data_path():
     # a notebook's overrides {test_subset: null} clears the field; {rounds: null} or a misspelt key
     # (YAML reads "{rounds:0}" as {"rounds:0": None}) is refused, not dropped

@@ -3,10 +3,6 @@
 from maskfed import paths
 
 
-def test_defaults_are_inside_the_checkout_and_beside_it():
-    assert (paths.REPO_ROOT / "src" / "maskfed" / "paths.py").is_file()
-
-
 def test_each_location_moves_with_its_environment_variable(tmp_path, monkeypatch):
     for var in ("MASKFED_CACHE_DIR", "MASKFED_RESULTS_DIR", "MASKFED_SHARED_ARCHIVE"):
         monkeypatch.delenv(var, raising=False)

@@ -33,7 +33,7 @@ from maskfed.fl import experiments, runner, stage, summary
 
 from maskfed.integrations import ray_backend
 from maskfed.fl.data import DataUnavailableError
-from maskfed.fl.config import PROFILES, ConfigError, RunConfig, allowed_values, load_profile
+from maskfed.fl.config import PROFILES, ConfigError, RunConfig, accepts_none, allowed_values, load_profile
 
 
 class Parser(argparse.ArgumentParser):
@@ -65,7 +65,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
 def _overrides(args) -> dict:
     given = {n: getattr(args, n) for n in RunConfig.model_fields if getattr(args, n, None) is not None}
     for name, value in given.items():  # "--train-subset none" clears a field the profile sets
-        if value.strip().lower() in ("none", "null") and allowed_values(name).endswith("or none"):
+        if value.strip().lower() in ("none", "null") and accepts_none(name):
             given[name] = None
     if given.get("data_path") is not None:  # as the user meant it: relative to where the command runs, not to a notebook's folder
         given["data_path"] = absolute_path(given["data_path"])

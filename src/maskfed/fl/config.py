@@ -106,7 +106,7 @@ class RunConfig(BaseModel):
     @classmethod
     def _alpha_positive(cls, v: float) -> float:
         if not (math.isfinite(v) and v > 0):
-            raise ValueError(f"alpha (Dirichlet concentration) must be a finite number > 0; got {v}")
+            raise ValueError(f"alpha (Dirichlet concentration) must be {_VALIDATED['alpha']}; got {v}")
         return v
 
     @field_validator("local_epochs", mode="before")
@@ -115,7 +115,7 @@ class RunConfig(BaseModel):
         if isinstance(v, str) and v.strip().isdigit():
             v = int(v)
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"local_epochs (τ) must be an integer >= 1; got {v}")
+            raise ValueError(f"local_epochs (τ) must be {_VALIDATED['local_epochs']}; got {v}")
         return v
 
     @field_validator("batch_size", mode="before")
@@ -125,7 +125,7 @@ class RunConfig(BaseModel):
             v = int(v)
         if v == "full" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             return v
-        raise ValueError(f"batch_size must be a positive integer or 'full'; got {v!r}")
+        raise ValueError(f"batch_size must be {_VALIDATED['batch_size']}; got {v!r}")
 
     @model_validator(mode="after")
     def _cohort_fits(self) -> "RunConfig":
@@ -184,11 +184,29 @@ def make_run_config(**fields) -> RunConfig:
         raise ConfigError(describe_errors(exc)) from None
 
 
-#: Allowed values that a field validator (not the annotation) enforces, for :func:`allowed_values`.
+#: Allowed values that a field validator (not the annotation) enforces: the validators' messages
+#: and :func:`allowed_values` both read them here.
 _VALIDATED = {"alpha": "a finite number > 0", "local_epochs": "an integer >= 1",
-              "batch_size": "an integer >= 1 or 'full'"}
+              "batch_size": "a positive integer or 'full'"}
 #: How a constraint of ``Field(...)`` reads in :func:`allowed_values`.
 _BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+
+
+def _annotation(name: str) -> tuple[list, bool]:
+    """The types a :class:`RunConfig` field's annotation allows, without None, and whether None is one."""
+    annotation = RunConfig.model_fields[name].annotation
+    union = typing.get_origin(annotation) in (Union, types.UnionType)
+    args = typing.get_args(annotation) if union else (annotation,)
+    return [a for a in args if a is not type(None)], type(None) in args
+
+
+def accepts_none(name: str) -> bool:
+    """Whether the :class:`RunConfig` field ``name`` takes None (``train_subset``: all images).
+
+    Raises:
+        KeyError: ``name`` is not a field.
+    """
+    return _annotation(name)[1]
 
 
 def allowed_values(name: str) -> str:
@@ -203,10 +221,7 @@ def allowed_values(name: str) -> str:
         KeyError: ``name`` is not a field.
     """
     field = RunConfig.model_fields[name]
-    union = typing.get_origin(field.annotation) in (Union, types.UnionType)
-    args = typing.get_args(field.annotation) if union else (field.annotation,)
-    optional = type(None) in args
-    args = [a for a in args if a is not type(None)]
+    args, optional = _annotation(name)
     if name in _VALIDATED:
         text = _VALIDATED[name]
     elif len(args) == 1 and typing.get_origin(args[0]) is Literal:
@@ -409,7 +424,7 @@ def load_profile(name: str, *, seeds: list[int] | None = None, table1: dict | No
     sets one of them refuses it (:meth:`Profile.experiment_configs`) instead of dropping it.
     A value given is applied or refused, None included (``train_subset=None``: all images;
     ``rounds=None`` is refused), except ``data_path=None``, which every chapter passes to mean
-    "no path given" (the data are then found as :func:`maskfed.fl.data.resolve_source` says).
+    "no path given" (the data are then found as :func:`maskfed.fl.data.load_cifar10` says).
 
     Args:
         name: one of :data:`PROFILES`.

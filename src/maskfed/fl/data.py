@@ -421,10 +421,11 @@ def load_dataset(
         found, expected = list(data.classes), list(CIFAR10_CLASSES)
         extra = [c for c in found if c not in expected]
         missing = [c for c in expected if c not in found]
-        where = data.source.split(" (", 1)[0]  # the source without its note (which lists the classes again)
+        where = (f"data_path={os.fspath(data_path)!r}" if data_path is not None  # (no torchvision copy gets here)
+                 else f"data_path=None, so the shared archive {str(paths.shared_archive())!r},")
         raise ValueError(
-            f"dataset='cifar10' but data_path={data_path if data_path is None else os.fspath(data_path)!r} "
-            f"({where}) is not CIFAR-10: it has {len(found)} class folders, not CIFAR-10's ten "
+            f"dataset='cifar10' but {where} ({data.source_kind}) is not CIFAR-10: it has {len(found)} class "
+            f"folders, not CIFAR-10's ten "
             f"(extra: {extra}; missing: {missing}). To run this data anyway, under its own label and "
             f"with its own {len(found)} classes, set dataset='image_folder' (--dataset image_folder)"
         )
