@@ -87,7 +87,8 @@ def test_with_error_rounds_the_mean_to_its_standard_error(mean, se, text):
                                           ([4309.4, 184.2, 7320.0], ["4309", "184", "7320"]),
                                           ([1.0, 2.0, float("nan")], ["1", "2", "–"]),
                                           ([100.0, 1.0, 0.1], ["100", "1", "0.1"]),
-                                          ([250.3, 120.7, 0.04], ["250.30", "120.70", "0.04"])])
+                                          ([250.3, 120.7, 0.04], ["250.30", "120.70", "0.04"]),
+                                          ([0.0123, -0.0, 0.5], ["0.012", "0.000", "0.500"])])  # no "-0.000"
 def test_column_format_gives_every_row_the_same_decimals(column, text):
     write = book_mod.column_format(column)
     assert [write(x) for x in column] == text

@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
 
@@ -42,6 +42,8 @@ def test_coerce_parses_text_and_keeps_good_values(value, annotation, expected):
     (3, str, "must be str"),
     ("abc", float | None, "must be float | None"),
     ("[0.1, 'a']", list[float], "x[1]"),
+    ("{rounds:0}", dict[str, Any], "as the key(s) ['rounds:0'] with no value; a YAML mapping needs a space after "
+                                   "each colon (rounds: 0)"),
 ])
 def test_coerce_refuses_wrong_types_naming_parameter_and_type(value, annotation, says):
     with pytest.raises(ParameterError) as err:
@@ -139,11 +141,16 @@ def test_papermill_undeclared_parameter_stops_before_compute(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_papermill_wrong_type_names_parameter_and_type(tmp_path):
-    proc = papermill("theory_02_prop1", tmp_path, "-p", "block_sizes", "[4, four, 4]")
+@pytest.mark.parametrize("name, given, says", [
+    ("theory_02_prop1", ["block_sizes", "[4, four, 4]"], ["parameter 'block_sizes' must be list[int]", "block_sizes[1]"]),
+    # "{rounds:0}" is valid YAML for {"rounds:0": None}: refused at the check, saying why
+    ("table2_heterogeneity", ["overrides", "{rounds:0}"], ["needs a space after each colon (rounds: 0)"]),
+])
+def test_papermill_a_wrong_value_is_refused_at_the_check_naming_the_parameter(name, given, says, tmp_path):
+    proc = papermill(name, tmp_path, "-p", *given)
     assert proc.returncode != 0
     err = proc.stderr.decode()
-    assert "parameter 'block_sizes' must be list[int]" in err and "block_sizes[1]" in err
+    assert "ParameterError" in err and all(s in err for s in says), err[-2000:]
     assert "check_parameters" in "".join(executed_cells(tmp_path / "out.ipynb")[-1]["source"])
 
 

@@ -59,7 +59,7 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         if name == "seed":
             continue
         group.add_argument("--" + name.replace("_", "-"), dest=name, default=None, metavar="VALUE",
-                           help=f"{notes.get(name, name)}. Allowed: {allowed_values(name)} (default: the profile's)")
+                           help=f"{notes.get(name, name).rstrip('.')}. Allowed: {allowed_values(name)} (default: the profile's)")
 
 
 def _overrides(args) -> dict:

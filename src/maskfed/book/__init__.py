@@ -122,7 +122,8 @@ def column_format(values, digits: int = 3):
     def write(x):
         if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(float(x)):
             return number(x)
-        return f"{float(x):.{decimals}f}"
+        text = f"{float(x):.{decimals}f}"
+        return text.lstrip("-") if float(text) == 0 else text  # -0.0 (or a tiny negative) is written 0.000
 
     return write
 

@@ -57,10 +57,16 @@ def parse_text(name: str, text: str, annotation: Any) -> Any:
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         pass
     try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ParameterError(f"parameter {name!r} must be {type_name(annotation)}; got {text!r}, which is "
                              f"neither a Python literal nor YAML ({getattr(exc, 'problem', None) or exc})") from None
+    glued = [k for k, v in value.items() if isinstance(k, str) and ":" in k and v is None] if isinstance(value, dict) else []
+    if glued:  # "{rounds:0}" is YAML for {"rounds:0": None}: say so rather than pass on an odd key
+        fixed = ", ".join(k.replace(":", ": ", 1) for k in glued)
+        raise ParameterError(f"parameter {name!r}: YAML reads {text!r} as the key(s) {glued} with no value; "
+                             f"a YAML mapping needs a space after each colon ({fixed})")
+    return value
 
 
 def coerce(name: str, value: Any, annotation: Any) -> Any:
