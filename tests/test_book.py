@@ -94,6 +94,13 @@ def test_column_format_gives_every_row_the_same_decimals(column, text):
     assert [write(x) for x in column] == text
 
 
+def test_signed_writes_a_rounding_level_deviation_as_zero_without_a_sign():
+    write = book_mod.signed(3)
+    assert [write(x) for x in (0.0412, -0.09, -1e-17, 0.0, float("nan"))] == ["+0.041", "-0.090", "0.000", "0.000", "–"]
+    with pytest.raises(ValueError, match="decimals"):
+        book_mod.signed(-1)
+
+
 def test_with_error_refuses_a_negative_standard_error():
     with pytest.raises(ValueError, match="se"):
         book_mod.with_error(1.0, -0.1)

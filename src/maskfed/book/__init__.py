@@ -151,6 +151,31 @@ def scientific(x, digits: int = 2) -> str:
     return f"{mantissa}e{int(exponent)}"
 
 
+def signed(decimals: int):
+    """A cell format for a signed deviation, ``+0.041`` / ``-0.090``, that writes a value rounding to
+    zero as ``0.000`` (``"{:+.3f}"`` writes a rounding-level -1e-17 as ``-0.000``).
+
+    Args:
+        decimals: decimal places (>= 0).
+
+    Returns:
+        A callable writing one cell; non-numbers (and NaN) go to :func:`number`.
+
+    Raises:
+        ValueError: ``decimals`` < 0.
+    """
+    if decimals < 0:
+        raise ValueError(f"decimals must be >= 0; got {decimals}")
+
+    def write(x):
+        if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(float(x)):
+            return number(x)
+        text = f"{float(x):+.{decimals}f}"
+        return text[1:] if float(text) == 0 else text
+
+    return write
+
+
 def with_error(mean, se) -> str:
     """A Monte Carlo estimate as a reader writes it: the standard error to two significant digits
     and the mean to the same decimal place (``68.101988 ± 0.942150`` -> ``"68.10 ± 0.94"``); a
