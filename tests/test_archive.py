@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from maskfed import cli, provenance
 
@@ -46,7 +47,7 @@ def fake_run(folder, cfg, *, recovery, acc=0.5, code_hash=None, finished="2026-1
 def test_archive_runs_copies_small_files_and_reads_back(dirs_in_tmp):
     # prepare: two real (tiny) runs, one with an extra file in its folder that must not be archived
     cfgs = [make_run_config(**TINY), make_run_config(**{**TINY, "batch_size": "full"})]
-    results = runner.run_many(cfgs, workers=1, progress=False)
+    results = runner.run_many(cfgs, workers=1, progress=False, keep_every={cfgs[1]: 1})  # the second keeps θ
     (results[0].path / "scratch.bin").write_bytes(b"x" * 10)
     # execute
     folders = archive.archive_runs(results, "smoke")
@@ -55,6 +56,9 @@ def test_archive_runs_copies_small_files_and_reads_back(dirs_in_tmp):
     assert [f.parent for f in folders] == [dirs_in_tmp / "archive" / "smoke"] * 2
     assert [f.name for f in folders] == [r.path.name for r in results]
     assert sorted(p.name for p in folders[0].iterdir()) == sorted(archive.FILES)
+    assert sorted(p.name for p in folders[1].iterdir()) == sorted(archive.FILES + archive.OPTIONAL_FILES)
+    kept = runner.load_thetas(folders[1])
+    assert sorted(kept) == [0, 1, 2] and all(torch.equal(kept[r], t) for r, t in runner.load_thetas(results[1].path).items())
     assert sorted(r.path.name for r in back) == sorted(r.path.name for r in results)
     for r in results:
         b = next(x for x in back if x.path.name == r.path.name)

@@ -160,6 +160,28 @@ def test_ladder_reads_the_runs_snapshots_and_matches_a_trained_ladder_bit_for_bi
     assert stage.ladder_source(read).startswith("read from that run's folder")
 
 
+def test_candidate_rounds_list_is_kept_by_the_run_and_read_by_the_ladder(results, monkeypatch):
+    # prepare: a 4-round run keeping θ at rounds [1, 3] (+ 0 and 4) and a ladder asking for the same
+    cfg = make_run_config(**{**SMOKE, "rounds": 4})
+    spec = stage.StageSpec(stages=2, pool_size=5, num_cohorts=6, candidate_rounds=(1, 3))
+    assert stage.candidates(spec, cfg.rounds) == [0, 1, 3, 4]
+    runner.run(cfg, keep_every=spec.candidate_rounds, progress=False)
+    assert sorted(runner.load_thetas(runner.find_run(cfg).path)) == [0, 1, 3, 4]
+    # execute: the ladder reads them (training would fail here) ...
+    with monkeypatch.context() as m:
+        m.setattr(stage, "fedavg_from", lambda *a, **k: pytest.fail("ladder retrained"))
+        read = stage.build_ladder(cfg, spec, progress=False)
+    # ... and equals a ladder trained at the same rounds, bit for bit
+    shutil.rmtree(read.path)
+    shutil.rmtree(runner.find_run(cfg).path)
+    trained = stage.build_ladder(cfg, spec, progress=False)
+    assert list(read.accuracy["round"]) == [0, 1, 3, 4]
+    assert torch.equal(read.thetas_SxP, trained.thetas_SxP)
+    pd.testing.assert_frame_equal(read.accuracy, trained.accuracy)
+    with pytest.raises(ConfigError, match="candidate_rounds"):
+        stage.make_spec("cpu", candidate_rounds=[-1])
+
+
 def test_ladder_trains_when_the_run_kept_too_few_rounds(results):
     cfg = make_run_config(**{**SMOKE, "rounds": 4})
     runner.run(cfg, keep_every=2, progress=False)  # rounds 0, 2, 4: the ladder wants every round
@@ -200,9 +222,15 @@ def test_a_sweep_asks_the_ladder_run_for_snapshots():
     assert stage.ladder_snapshots(alone, [alone.run(0)]) == {stage.ladder_config(prof): 2}
     other = load_profile("cpu", batch_size=32, local_epochs=1)
     assert stage.ladder_snapshots(other, [other.run(0)]) == {}
-    for name in ("smoke", "cpu-long", "paper"):
+    for name in ("smoke", "cpu-long", "cpu-paper", "paper"):  # one ladder run per seed of the profile
         p = load_profile(name)
-        assert list(stage.ladder_snapshots(p, experiments.all_configs(p))) == [stage.ladder_config(p)]
+        assert list(stage.ladder_snapshots(p, experiments.all_configs(p))) == [
+            stage.ladder_config(p, s) for s in p.seeds]
+    paper = load_profile("cpu-paper")
+    keep = stage.ladder_snapshots(paper, experiments.all_configs(paper))
+    assert set(keep.values()) == {stage.PROFILE_DEFAULTS["cpu-paper"]["candidate_rounds"]}
+    with pytest.raises(ConfigError, match="seed = 7"):
+        stage.ladder_config(paper, 7)
 
 
 def test_paired_cohorts_identical_across_protocols(results):

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 #: The files of a run folder that are archived (all small: a few kB to a few hundred kB).
 FILES = ("metrics.csv", "config.json", "partition.json", "provenance.json")
+#: Files archived when the run has them: θ snapshots of a stage-ladder run (:data:`maskfed.fl.runner.THETAS`;
+#: about 2 MB for 28 rounds of the 17 k-parameter CNN), read back by the stage chapter.
+OPTIONAL_FILES = ("thetas.pt",)
 #: Columns a metrics.csv must have to be read back.
 REQUIRED_COLUMNS = ("round", "recovery_unweighted", "recovery_weighted", "mu2_hat", "sigma2_hat", "test_acc")
 #: RunConfig fields that say where or how a run ran, not what it computed: ignored when matching
@@ -58,7 +61,7 @@ def _check_profile(profile_name: str) -> None:
 def archive_runs(results: list[RunResult], profile_name: str) -> list[Path]:
     """Copy finished run folders into ``archive_dir()/<profile_name>/<run-folder>/``.
 
-    Only :data:`FILES` are copied. Each folder is written to a temporary name and
+    Only :data:`FILES` (and :data:`OPTIONAL_FILES` where present) are copied. Each folder is written to a temporary name and
     renamed into place, so an archived folder is always complete; a folder of the
     same name (same config, code and data: the same run) is replaced.
 
@@ -87,7 +90,7 @@ def archive_runs(results: list[RunResult], profile_name: str) -> list[Path]:
         tmp = dest_root / f".tmp-{r.path.name}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        for f in FILES:
+        for f in FILES + tuple(o for o in OPTIONAL_FILES if (r.path / o).is_file()):
             shutil.copy2(r.path / f, tmp / f)
         shutil.rmtree(dest, ignore_errors=True)
         os.replace(tmp, dest)

@@ -22,8 +22,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 BatchSize = Union[int, Literal["full"]]
-#: Profile names (``profiles/<name>.yaml``); ``cpu-long`` is the cpu profile run 4x longer, meant to be archived.
-PROFILES = ("smoke", "cpu", "cpu-long", "paper")
+#: Profile names (``profiles/<name>.yaml``); ``cpu-long`` is the cpu profile run 4x longer and ``cpu-paper``
+#: the paper's protocol (200 rounds, 3 seeds) with the cpu profile's model, both meant to be archived.
+PROFILES = ("smoke", "cpu", "cpu-long", "cpu-paper", "paper")
 #: RunConfig fields that change no result and so stay out of :meth:`RunConfig.key`.
 NOT_IN_KEY = ("checkpoint_every",)
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
+from typing import Sequence
 
 import pandas as pd
 import torch
@@ -120,17 +121,24 @@ def load_run(path: Path) -> RunResult:
 THETAS = "thetas.pt"
 
 
-def kept_rounds(rounds: int, every: int) -> list[int]:
-    """Rounds whose θ a run with ``keep_every = every`` keeps: 0 (θ_0), every multiple of ``every``
-    up to ``rounds``, and ``rounds`` itself (the same rounds :func:`maskfed.fl.stage.fedavg_from`
-    tests from round 0).
+def kept_rounds(rounds: int, every: int | Sequence[int]) -> list[int]:
+    """Rounds whose θ a run with ``keep_every = every`` keeps.
+
+    An integer n: 0 (θ_0), every multiple of n up to ``rounds``, and ``rounds`` itself (the same
+    rounds :func:`maskfed.fl.stage.fedavg_from` tests from round 0). A list of rounds: those up to
+    ``rounds``, with 0 and ``rounds`` added (for ladders denser early in training, where accuracy
+    climbs fastest).
 
     Raises:
-        ValueError: ``every`` < 1.
+        ValueError: an integer ``every`` < 1, or a negative round in the list.
     """
-    if every < 1:
-        raise ValueError(f"keep_every must be a positive number of rounds; got {every}")
-    return sorted(set(range(0, rounds + 1, every)) | {rounds})
+    if isinstance(every, int):
+        if every < 1:
+            raise ValueError(f"keep_every must be a positive number of rounds; got {every}")
+        return sorted(set(range(0, rounds + 1, every)) | {rounds})
+    if any(int(r) < 0 for r in every):
+        raise ValueError(f"keep_every rounds must be >= 0 (0 = initialisation); got {list(every)}")
+    return sorted({int(r) for r in every if int(r) <= rounds} | {0, rounds})
 
 
 def load_thetas(path: Path) -> dict[int, torch.Tensor] | None:
@@ -219,7 +227,8 @@ def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.devic
     return fedavg.FedData(x_train=x_tr, y_train=y_tr.to(device), parts=parts, x_test=x_te, y_test=y_te.to(device))
 
 
-def run(cfg: RunConfig, *, force: bool = False, progress: bool = True, keep_every: int = 0) -> RunResult:
+def run(cfg: RunConfig, *, force: bool = False, progress: bool = True,
+        keep_every: int | Sequence[int] = 0) -> RunResult:
     """Run one FedAvg configuration, or return its finished run folder.
 
     While it trains, the run saves a checkpoint every ``cfg.checkpoint_every``
@@ -234,7 +243,8 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True, keep_ever
         force: recompute even if a finished run exists; also ignores (and deletes)
             a checkpoint, so the run starts from round 1.
         progress: show a tqdm bar over rounds.
-        keep_every: n > 0 also keeps θ at :func:`kept_rounds` (round 0, every n-th, the last) in
+        keep_every: n > 0 (or a list of rounds) also keeps θ at :func:`kept_rounds` (round 0, every
+            n-th or the listed rounds, the last) in
             the run folder's ``thetas.pt`` (:func:`load_thetas`), so that the stage chapter's
             checkpoint ladder reads this trajectory instead of training it again. Snapshots are
             written as the run goes into its partial folder, so they survive a resume; a run
@@ -248,8 +258,10 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True, keep_ever
         ValueError / FileNotFoundError / DataUnavailableError: bad device or data, or
             ``keep_every`` < 0, before training starts.
     """
-    if keep_every < 0:
+    if isinstance(keep_every, int) and keep_every < 0:
         raise ValueError(f"keep_every must be >= 0 rounds (0: keep no θ snapshots); got {keep_every}")
+    if not isinstance(keep_every, int):
+        kept_rounds(cfg.rounds, keep_every)  # refuses negative rounds before training
     if not force and (found := find_run(cfg)) is not None:
         return found
     images = images_for(cfg)
@@ -266,7 +278,8 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True, keep_ever
 
 
 def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, partial: Path,
-           device: torch.device, engine: str, *, force: bool, progress: bool, keep_every: int = 0) -> RunResult:
+           device: torch.device, engine: str, *, force: bool, progress: bool,
+           keep_every: int | Sequence[int] = 0) -> RunResult:
     """Train ``cfg`` (from its checkpoint if there is one), write the run folder, drop the checkpoint."""
     t0 = time.perf_counter()
     data = prepare_data(cfg, images, device)
@@ -383,7 +396,7 @@ def _worker_init() -> None:
     torch.set_num_threads(1)
 
 
-def _run_in_worker(cfg_json: str, keep_every: int = 0) -> str:
+def _run_in_worker(cfg_json: str, keep_every: int | Sequence[int] = 0) -> str:
     return str(run(RunConfig(**json.loads(cfg_json)), progress=False, keep_every=keep_every).path)
 
 
@@ -413,7 +426,7 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
 
 
 def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = True,
-             keep_every: dict[RunConfig, int] | None = None) -> list[RunResult]:
+             keep_every: dict[RunConfig, int | Sequence[int]] | None = None) -> list[RunResult]:
     """Run several configurations (finished ones are reused), in parallel processes.
 
     Runs are independent, so ``workers`` one-thread processes share them out,
@@ -431,7 +444,7 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
         configs: run configurations (duplicates are run once).
         workers: worker processes; 1 runs in this process with torch's default threads.
         progress: tqdm bars.
-        keep_every: ``{config: n}`` for runs that also keep θ snapshots (:func:`run`); others keep none.
+        keep_every: ``{config: n or rounds}`` for runs that also keep θ snapshots (:func:`run`); others keep none.
 
     Raises:
         Interrupted: on Ctrl-C, with what was kept and how to resume.

@@ -69,6 +69,9 @@ class StageSpec(BaseModel):
     num_cohorts: int = Field(50, ge=1)              # cohorts of K_c drawn from the pool
     branch_rounds: int = Field(0, ge=0)             # M, rounds of real FedAvg from each checkpoint (0: none)
     candidate_every: int = Field(1, ge=1)           # rounds between ladder rounds tested (and kept as candidates)
+    # explicit candidate rounds (0 and the last round added), replacing candidate_every: denser early
+    # in training, where accuracy climbs fastest, so a 200-round ladder keeps a few MB of θ
+    candidate_rounds: tuple[int, ...] | None = None  # rounds tested (and kept) as ladder candidates; None: every candidate_every
 
     @model_validator(mode="after")
     def _one_way_to_place_stages(self) -> "StageSpec":
@@ -76,6 +79,8 @@ class StageSpec(BaseModel):
             raise ValueError("give rounds or target_accuracies, not both")
         if self.rounds is not None and (len(self.rounds) < 1 or min(self.rounds) < 0):
             raise ValueError(f"rounds must be a non-empty list of rounds >= 0 (0 = initialisation); got {self.rounds}")
+        if self.candidate_rounds is not None and (len(self.candidate_rounds) < 1 or min(self.candidate_rounds) < 0):
+            raise ValueError(f"candidate_rounds must be a non-empty list of rounds >= 0; got {self.candidate_rounds}")
         if self.target_accuracies is not None and not all(0 <= a <= 1 for a in self.target_accuracies):
             raise ValueError(f"target_accuracies must be fractions in [0, 1]; got {self.target_accuracies}")
         return self
@@ -88,8 +93,19 @@ PROFILE_DEFAULTS = {
     "smoke": {"stages": 3, "pool_size": 4, "num_cohorts": 4, "branch_rounds": 1},
     "cpu": {"stages": 5, "pool_size": 16, "num_cohorts": 50, "branch_rounds": 0, "candidate_every": 2},
     "cpu-long": {"stages": 5, "pool_size": 16, "num_cohorts": 50, "branch_rounds": 0, "candidate_every": 5},
+    "cpu-paper": {"stages": 6, "pool_size": 20, "num_cohorts": 100, "branch_rounds": 0,
+                  "candidate_rounds": (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 18, 20, 25, 30, 35, 40, 50, 60, 70, 80,
+                                       100, 120, 140, 160, 180)},
     "paper": {"stages": 6, "pool_size": 40, "num_cohorts": 50, "branch_rounds": 5, "candidate_every": 10},
 }
+
+
+def candidates(spec: StageSpec, rounds: int) -> list[int]:
+    """The ladder's candidate rounds for a trajectory of ``rounds`` rounds: ``spec.candidate_rounds``
+    (those up to ``rounds``) or every ``spec.candidate_every``-th round, with 0 and ``rounds``
+    always included (:func:`maskfed.fl.runner.kept_rounds`)."""
+    return runner.kept_rounds(rounds, spec.candidate_rounds if spec.candidate_rounds is not None
+                              else spec.candidate_every)
 
 
 def make_spec(profile: str, **fields) -> StageSpec:
@@ -272,7 +288,8 @@ def pool_updates(update_fn: UpdateFn, theta_P: torch.Tensor, pool, seeds) -> tor
 
 
 def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConfig, *, start_round: int,
-                rounds: int, test_every: int | None = None, progress=None) -> tuple[list[dict], dict[int, torch.Tensor]]:
+                rounds: int, test_every: int | None = None, test_at=None,
+                progress=None) -> tuple[list[dict], dict[int, torch.Tensor]]:
     """``rounds`` FedAvg rounds from θ, with the cohorts and shuffles of rounds
     ``start_round, start_round + 1, ...`` of a run with ``cfg`` (the same draws as
     :func:`maskfed.fl.fedavg.run_fedavg`, whose loop this repeats with the reference
@@ -286,7 +303,9 @@ def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConf
         start_round: 0-based index of the first round (θ is the model after ``start_round`` rounds).
         rounds: rounds to run.
         test_every: test (and keep θ) after every this many rounds, counted from round 0, and
-            before the first; None: never.
+            before the first and after the last; None: never.
+        test_at: instead of ``test_every``, the rounds (counted from round 0) after which to test
+            and keep θ (a collection of ints); the last round is always tested.
         progress: optional tqdm-like bar (``update(1)``).
 
     Returns:
@@ -296,7 +315,17 @@ def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConf
     """
     theta = theta_P.clone()
     records, kept = [], {}
-    if test_every is not None and start_round % test_every == 0:
+    if test_at is not None:
+        if test_every is not None:
+            raise ValueError("give test_every or test_at, not both")
+        at = {int(r) for r in test_at}
+    elif test_every is not None:
+        at = {r for r in range(start_round, start_round + rounds + 1) if r % test_every == 0}
+    else:
+        at = None
+    if at is not None:
+        at.add(start_round + rounds)
+    if at is not None and start_round in at:
         kept[start_round] = theta.cpu()
         acc, loss = fedavg.evaluate(model, theta, data.x_test, data.y_test)
         records.append({"round": start_round, "test_acc": acc, "test_loss": loss})
@@ -312,7 +341,7 @@ def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConf
         deltas_KxP = torch.stack(deltas)
         theta = theta - fedavg.aggregate(deltas_KxP, fedavg.aggregation_weights(n_k, cfg.aggregation))
         rec = {"round": r + 1, **fedavg.round_metrics(deltas_KxP, n_k)}
-        if test_every is not None and (r + 1) % test_every == 0 or (test_every is not None and r + 1 == start_round + rounds):
+        if at is not None and r + 1 in at:
             kept[r + 1] = theta.cpu()
             rec["test_acc"], rec["test_loss"] = fedavg.evaluate(model, theta, data.x_test, data.y_test)
         records.append(rec)
@@ -418,6 +447,8 @@ def ladder_path(cfg: RunConfig, spec: StageSpec) -> Path:
     """Folder of a ladder: ``results/stages/ladder-<label>-<key>``."""
     blob = {"ladder": cfg.key(), "rounds": spec.rounds, "targets": spec.target_accuracies,
             "stages": spec.stages, "every": spec.candidate_every}
+    if spec.candidate_rounds is not None:  # only then, so the keys of ladders without it are unchanged
+        blob["candidates"] = candidates(spec, cfg.rounds)
     return results_dir() / "stages" / f"ladder-{cfg.label()}-{_key(blob, cfg)}"
 
 
@@ -436,21 +467,28 @@ def load_ladder(path: Path) -> Ladder:
                   torch.load(path / "thetas.pt", weights_only=True))
 
 
-def ladder_snapshots(profile: Profile, configs: list[RunConfig], spec: StageSpec | None = None) -> dict[RunConfig, int]:
-    """``{ladder run: spec.candidate_every}`` when ``configs`` include the stage ladder's trajectory
-    (:func:`ladder_config`), else ``{}``: the ``keep_every`` a sweep passes to
-    :func:`maskfed.fl.runner.run_many`, so that the run it trains anyway keeps θ at the ladder's
-    candidate rounds and :func:`build_ladder` reads them instead of training that trajectory a
-    second time. ``spec``: the stage settings (None: the profile's defaults)."""
+def ladder_snapshots(profile: Profile, configs: list[RunConfig],
+                     spec: StageSpec | None = None) -> dict[RunConfig, int | tuple[int, ...]]:
+    """``{ladder run: its candidate rounds}`` for each of the profile's seeds whose stage-ladder
+    trajectory (:func:`ladder_config`) is among ``configs``, else ``{}``: the ``keep_every`` a sweep
+    passes to :func:`maskfed.fl.runner.run_many`, so that the runs it trains anyway keep θ at the
+    ladder's candidate rounds and :func:`build_ladder` reads them instead of training those
+    trajectories a second time. The value is ``spec.candidate_every`` (an int) or
+    ``spec.candidate_rounds``. ``spec``: the stage settings (None: the profile's defaults)."""
     t1, t2 = profile.table1, profile.table2
-    try:  # the run ladder_config picks, built directly: a `maskfed run` whose flags set batch size
-        # and τ (so Table I's grid cannot be formed) still asks for snapshots when it is that run
-        ref = profile.run(profile.seeds[0], batch_size=t2.batch_size, local_epochs=t2.local_epochs,
-                          alpha=t1.alpha, partition="dirichlet")
-    except ConfigError:  # e.g. an IID or identical partition asked for: not the ladder's run
-        return {}
     spec = spec or make_spec(profile.name)
-    return {ref: spec.candidate_every} if ref in configs else {}
+    keep = spec.candidate_rounds if spec.candidate_rounds is not None else spec.candidate_every
+    out = {}
+    for seed in profile.seeds:
+        try:  # the run ladder_config picks, built directly: a `maskfed run` whose flags set batch size
+            # and τ (so Table I's grid cannot be formed) still asks for snapshots when it is that run
+            ref = profile.run(seed, batch_size=t2.batch_size, local_epochs=t2.local_epochs,
+                              alpha=t1.alpha, partition="dirichlet")
+        except ConfigError:  # e.g. an IID or identical partition asked for: not the ladder's run
+            return {}
+        if ref in configs:
+            out[ref] = keep
+    return out
 
 
 def _from_run(cfg: RunConfig) -> tuple[str, dict[int, torch.Tensor]] | None:
@@ -481,19 +519,19 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True) -> L
                          f"allowed: 0..{cfg.rounds}")
     t0 = time.perf_counter()
     data, model = _prepared(cfg)
-    candidates = runner.kept_rounds(cfg.rounds, spec.candidate_every)
+    wanted = candidates(spec, cfg.rounds)
     run = _from_run(cfg)
-    if run is not None and set(candidates) <= set(run[1]):
+    if run is not None and set(wanted) <= set(run[1]):
         source = f"θ kept by run {run[0]}"
-        kept = {r: run[1][r] for r in candidates}
+        kept = {r: run[1][r] for r in wanted}
         records = [{"round": r, **dict(zip(("test_acc", "test_loss"), fedavg.evaluate(
-            model, kept[r].to(data.x_train.device), data.x_test, data.y_test)))} for r in candidates]
+            model, kept[r].to(data.x_train.device), data.x_test, data.y_test)))} for r in wanted]
     else:
         source = "trained here"
         theta0 = initial_theta(cfg).to(data.x_train.device)
         bar = tqdm(total=cfg.rounds, desc=f"ladder {cfg.label()}", leave=False, disable=not progress, mininterval=2.0)
         records, kept = fedavg_from(model, data, theta0, cfg, start_round=0, rounds=cfg.rounds,
-                                    test_every=spec.candidate_every, progress=bar)
+                                    test_at=wanted, progress=bar)
         bar.close()
     acc = pd.DataFrame([r for r in records if "test_acc" in r])[["round", "test_acc", "test_loss"]]
     chosen = pick_rounds(acc.set_index("round")["test_acc"], spec)
@@ -587,16 +625,20 @@ class StageStudy:
     spec: StageSpec
 
 
-def ladder_config(profile: Profile) -> RunConfig:
+def ladder_config(profile: Profile, seed: int | None = None) -> RunConfig:
     """The reference trajectory: the Table I run with Table II's protocol (default bs 32, τ 2,
-    α 100), at the profile's first seed.
+    α 100), at ``seed`` (None: the profile's first seed).
 
     Raises:
-        ConfigError: Table I has no run with Table II's protocol.
+        ConfigError: Table I has no run with Table II's protocol, or ``seed`` is not one of the
+            profile's seeds.
     """
     t2 = profile.table2
+    seed = profile.seeds[0] if seed is None else seed
+    if seed not in profile.seeds:
+        raise ConfigError(f"seed = {seed} is not one of the profile's seeds {profile.seeds}")
     for c in profile.experiment_configs("table1"):
-        if c.seed == profile.seeds[0] and c.batch_size == t2.batch_size and c.local_epochs == t2.local_epochs:
+        if c.seed == seed and c.batch_size == t2.batch_size and c.local_epochs == t2.local_epochs:
             return c
     raise ConfigError(f"the stage ladder needs Table I to include Table II's protocol (batch_size = "
                       f"{t2.batch_size!r}, local_epochs = {t2.local_epochs}); table1 has batch_sizes "
