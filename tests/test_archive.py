@@ -184,21 +184,23 @@ def test_summaries_per_profile_never_pooled_and_notes_for_absent_archives(dirs_i
     # execute
     found, notes = archive.summaries("table1", live="cpu")
     # assert: one summary per profile, each from its own runs only
-    assert [a.profile for a in found] == ["cpu-long", "paper"]
+    assert [a.profile for a in found] == ["paper", "cpu-long"]  # closest to the paper's setting first
+    found = found[::-1]
     long_t, paper_t = found[0].table, found[1].table
     assert long_t.loc[("32", 1), "recovery_unweighted"] == 5.0
     assert (long_t["recovery_unweighted"].drop(("32", 1)) == 2.0).all()  # the α = 1 run was not pooled in
     assert len(long_t) == 9 and found[0].missing == [] and found[0].label.runs == 9
     assert list(paper_t.index) == [("32", 1)] and paper_t["recovery_unweighted"].item() == 9.0
     assert len(found[1].missing) == 9 * 3 - 1 and found[1].label.devices == ["cuda (NVIDIA H200)"]
-    assert notes == []
+    assert notes == [n for n in notes if "cpu-paper" in n] and len(notes) == 1  # no cpu-paper archive here
+    notes = []
     m = found[1].results[0].metrics
     m["recovery_unweighted"] = 9.0 * 1.01 ** m["round"]   # rising 1 % a round
-    assert found[1].n_falling() == 0
-    assert "in 0 of these 1 runs" in archive.book_note(found, notes).data
+    assert (found[1].trends()["falling"], found[1].trends()["rising"]) == (0, 1)
+    assert "still falling in 0 of these 1 runs, flat in 0 and rising in 1" in archive.book_note(found, notes).data
     m["recovery_unweighted"] = 9.0 * 0.99 ** m["round"]   # falling 1 % a round
-    assert found[1].n_falling() == 1
-    assert "in 1 of these 1 runs" in archive.book_note(found, notes).data
+    assert found[1].trends()["falling"] == 1
+    assert "still falling in 1 of these 1 runs" in archive.book_note(found, notes).data
     # the live profile is left out by default; an explicit list is used as given
     assert [a.profile for a in archive.summaries("table1", live="cpu-long")[0]] == ["paper"]
     assert [a.profile for a in archive.summaries("table1", live="cpu-long", profiles=["cpu-long"])[0]] == ["cpu-long"]
@@ -215,12 +217,14 @@ def test_summaries_without_archive_say_how_to_make_one():
     found, notes = archive.summaries("table1", live="smoke")
     assert found == []
     assert notes == [
-        "No archived run of the cpu-long profile's table1 settings exists "
-        "(make one with: maskfed sweep --profile cpu-long && maskfed archive --profile cpu-long).",
         "No archived run of the paper profile's table1 settings exists "
-        "(make one on a GPU with: maskfed sweep --profile paper && maskfed archive --profile paper)."]
+        "(make one on a GPU with: maskfed sweep --profile paper && maskfed archive --profile paper).",
+        "No archived run of the cpu-paper profile's table1 settings exists "
+        "(make one with: maskfed sweep --profile cpu-paper && maskfed archive --profile cpu-paper).",
+        "No archived run of the cpu-long profile's table1 settings exists "
+        "(make one with: maskfed sweep --profile cpu-long && maskfed archive --profile cpu-long)."]
     html = archive.book_note(found, notes).data
-    assert html.count("<li>") == 2 and "cpu-long" in html
+    assert html.count("<li>") == 3 and "cpu-long" in html
 
 
 def test_missing_runs_lists_the_profile_runs_not_archived(dirs_in_tmp):
@@ -255,3 +259,55 @@ def test_table_sources_keep_the_paper_profile_apart_from_the_papers_values():
         "cpu": live, "paper profile (archived)": arch, "paper": paper}
     # a build at the paper profile: its live column must not overwrite the paper's values
     assert list(archive.table_sources("paper", live, [], paper)) == ["paper profile", "paper"]
+
+
+def test_verify_relabels_only_when_every_rerun_metric_is_bit_identical(dirs_in_tmp, monkeypatch):
+    # prepare: two tiny runs archived by "old" code; this checkout's code hash is another one
+    cfgs = [make_run_config(**TINY), make_run_config(**{**TINY, "batch_size": "full"})]
+    archive.archive_runs(runner.run_many(cfgs, workers=1, progress=False), "smoke")
+    old = provenance.code_hash()
+    monkeypatch.setattr(provenance, "code_hash", lambda: "feedfacefeedface")
+    runs = archive.load_archive("smoke")
+    assert archive.label(runs, "smoke").code_changed is True
+    labels = [c.label() for c in cfgs]
+    # execute: the re-runs reproduce the archive (the code changed only in name)
+    record = archive.verify_archive("smoke", labels=labels)
+    # assert: recorded, and the label now says the current code reproduces the runs
+    assert record["identical"] is True and [r["identical"] for r in record["runs"]] == [True, True]
+    assert record["code_hash"] == "feedfacefeedface" and record["archived_code_hashes"] == [old]
+    lab = archive.label(runs, "smoke")
+    assert lab.code_changed is False and "reproduced every metric bit for bit" in lab.text()
+    assert labels[0] in lab.text()
+    # another code hash is not covered by that check
+    monkeypatch.setattr(provenance, "code_hash", lambda: "0000000000000000")
+    assert archive.label(runs, "smoke").code_changed is True
+    # a re-run that differs in one value (here: the archive altered in its last digit) relabels nothing
+    monkeypatch.setattr(provenance, "code_hash", lambda: "1111111111111111")
+    path = runs[0].path / "metrics.csv"
+    m = pd.read_csv(path)
+    m.loc[1, "recovery_unweighted"] = np.nextafter(m.loc[1, "recovery_unweighted"], np.inf)
+    m.to_csv(path, index=False)
+    bad = archive.verify_archive("smoke", labels=labels)
+    assert bad["identical"] is False and bad["runs"][0]["identical"] is False and bad["runs"][1]["identical"]
+    assert 0 < bad["runs"][0]["max_abs_diff"] < 1e-12
+    assert archive.label(archive.load_archive("smoke"), "smoke").code_changed is True
+    assert len(json.loads((dirs_in_tmp / "archive" / "smoke" / archive.VERIFIED).read_text())) == 2
+    with pytest.raises(ValueError, match="not in the smoke archive"):
+        archive.verify_archive("smoke", labels=["nope"])
+
+
+def test_same_metrics_ignores_wall_time_and_treats_nan_as_equal():
+    a = pd.DataFrame({"round": [1, 2], "test_acc": [np.nan, 0.5], "wall_s": [1.0, 2.0]})
+    assert archive.same_metrics(a, a.assign(wall_s=[9.0, 9.0])) == (True, 0.0)
+    assert archive.same_metrics(a, a.assign(test_acc=[np.nan, 0.25])) == (False, 0.25)
+    assert archive.same_metrics(a, a.drop(columns="test_acc"))[0] is False
+
+
+def test_default_sample_is_one_run_per_experiment(dirs_in_tmp):
+    smoke = load_profile("smoke")
+    for c in experiments.all_configs(smoke):
+        fake_run(dirs_in_tmp / "archive" / "smoke" / c.label(), c, recovery=2.0)
+    picked = archive.default_sample(archive.load_archive("smoke"), "smoke")
+    kinds = {e: {c.label() for c in experiments.configs(smoke, e)} for e in experiments.EXPERIMENTS}
+    assert len(picked) == 3
+    assert all(any(r.config.label() in kinds[e] for r in picked) for e in experiments.EXPERIMENTS)

@@ -298,3 +298,67 @@ def test_run_study_in_worker_processes_matches_one_process(results, monkeypatch,
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "two"))
     two = stage.run_study(prof, spec, workers=2, progress=False).table
     pd.testing.assert_frame_equal(one, two, check_exact=True)
+
+
+def test_ladder_from_an_archived_folder_equals_the_live_runs_bit_for_bit(results, tmp_path, monkeypatch):
+    # prepare: a run keeping θ every round, and a copy of its folder elsewhere (as `maskfed archive` makes)
+    cfg = make_run_config(**{**SMOKE, "rounds": 4})
+    spec = stage.StageSpec(stages=3, pool_size=5, num_cohorts=6)
+    run = runner.run(cfg, keep_every=1, progress=False)
+    copy = tmp_path / "archive" / "smoke" / run.path.name
+    shutil.copytree(run.path, copy)
+    live = stage.build_ladder(cfg, spec, progress=False)
+    # execute: the ladder read from the copy, with training forbidden
+    monkeypatch.setattr(stage, "fedavg_from", lambda *a, **k: pytest.fail("ladder retrained"))
+    archived = stage.build_ladder(cfg, spec, progress=False, trajectory=copy)
+    # assert: its own folder, the same θ, stages and accuracies; provenance names the archive
+    assert archived.path != live.path
+    assert torch.equal(archived.thetas_SxP, live.thetas_SxP)
+    pd.testing.assert_frame_equal(archived.checkpoints, live.checkpoints)
+    assert "read from smoke/" in json.loads((archived.path / "provenance.json").read_text())["trajectory"]
+    # a folder of another run, or one without θ at the candidate rounds, is refused
+    other = make_run_config(**{**SMOKE, "rounds": 4, "batch_size": "full"})
+    with pytest.raises(ValueError, match="holds run"):
+        stage.build_ladder(other, spec, progress=False, trajectory=copy)
+    (copy / runner.THETAS).unlink()
+    with pytest.raises(ValueError, match="keeps no θ"):
+        stage.build_ladder(cfg, stage.StageSpec(stages=2, pool_size=5, num_cohorts=6), progress=False,
+                           trajectory=copy)
+
+
+def test_run_study_over_two_seeds_measures_each_on_its_own_trajectory(results):
+    from maskfed.fl.config import load_profile
+
+    prof = load_profile("smoke", rounds=2, seeds=[0, 1], table1={"batch_sizes": [16, "full"], "local_epochs": [1]},
+                        table2={"alphas": [100], "local_epochs": 1})
+    spec = stage.StageSpec(stages=2, pool_size=4, num_cohorts=3)
+    study = stage.run_study(prof, spec, workers=1, progress=False, seeds=[0, 1])
+    assert sorted(study.ladders) == [0, 1] and study.ladder is study.ladders[0]
+    assert sorted(study.table["seed"].unique()) == [0, 1]
+    # each seed's rows are that seed's own measurement: seed 0's equal a one-seed study's
+    alone = stage.run_study(prof, spec, workers=1, progress=False)
+    pd.testing.assert_frame_equal(study.table[study.table.seed == 0].reset_index(drop=True), alone.table)
+    assert not study.table[study.table.seed == 1]["recovery_unweighted"].equals(
+        study.table[study.table.seed == 0]["recovery_unweighted"].reset_index(drop=True))
+    with pytest.raises(ConfigError, match="seed = 5"):
+        stage.run_study(prof, spec, workers=1, progress=False, seeds=[5])
+
+
+def test_verdict_by_range_splits_training_in_halves_across_seeds():
+    # prepare: 2 seeds x 4 stages x 4 protocols; early (stages 0-1): the checkpoint sets the value
+    # (stage and seed differ, protocols do not); late (stages 2-3): full batch 4x minibatch
+    rows = []
+    for seed in (0, 1):
+        for st in range(4):
+            for bs in ("32", "full"):
+                for tau in (1, 2):
+                    early = st < 2
+                    v = (1.0 + st + 3 * seed) if early else (4.0 if bs == "full" else 1.0)
+                    rows.append({"seed": seed, "stage": st, "stage_acc": 0.1 * (st + 1), "batch_size": bs,
+                                 "local_epochs": tau, "recovery_unweighted": v})
+    out = stage.verdict_by_range(pd.DataFrame(rows))
+    # assert
+    assert out["early"]["verdict"] == "stage" and out["early"]["stages"] == [0, 1]
+    assert out["late"]["verdict"] == "sampling" and out["late"]["sampling"] == pytest.approx(1.0)
+    assert stage.range_text(out) == "stage early, sampling late"
+    assert stage.range_text({"early": {"verdict": "both"}, "late": {"verdict": "both"}}) == "both"

@@ -254,18 +254,6 @@ def test_profiles_evaluate_inside_the_summary_window(name):
         assert evaluated == set(range(150, 200))  # every one of the last 50 rounds
 
 
-def test_log_trend_recovers_a_known_geometric_decay():
-    # prepare: 1/Δ_S = 8 · 0.9^(round-1), so log falls by log(0.9) ≈ -0.10536 per round
-    rounds = np.arange(1, 21)
-    metrics = pd.DataFrame({"round": rounds, "recovery_unweighted": 8 * 0.9 ** (rounds - 1)})
-    # execute / assert
-    assert summary.log_trend(metrics) == pytest.approx(np.log(0.9), rel=1e-9)
-    flat = metrics.assign(recovery_unweighted=3.0)
-    assert summary.log_trend(flat) == pytest.approx(0.0, abs=1e-12)
-    with pytest.raises(ValueError, match="frac"):
-        summary.log_trend(metrics, frac=0)
-
-
 def test_aggregation_gap_pct_hand_case_and_rounding_bounds():
     table = pd.DataFrame({"recovery_unweighted": [1.36, 2.00], "recovery_weighted": [1.35, 2.00]})
 

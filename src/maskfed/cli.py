@@ -104,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     arch = sub.add_parser("archive", help="copy a profile's finished runs (every experiment) into results/archive/<profile>/")
     arch.add_argument("--profile", required=True, help=f"one of {', '.join(PROFILES)}")
     arch.add_argument("--data-path", default=None, help="CIFAR-10 archive or folder the sweep used (default: as the sweep)")
+    arch.add_argument("--verify", action="store_true",
+                      help="instead of archiving: re-run a sample of the archived runs with this checkout's code and "
+                           "record whether every metric is bit-identical (the archive's label then says so)")
+    arch.add_argument("--runs", nargs="+", default=None, metavar="LABEL",
+                      help="with --verify: the run labels to re-run (default: the cheapest run of each experiment)")
+    arch.add_argument("--workers", type=int, default=2, help="with --verify: worker processes, an integer >= 1 (default 2)")
     return parser
 
 
@@ -161,6 +167,23 @@ def archive_profile(name: str, data_path: str | None = None) -> list:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "archive":
+        if not args.verify and args.runs is not None:
+            return _error("--runs is used with --verify only")
+        if args.workers < 1:
+            return _error(f"--workers must be >= 1; got {args.workers}")
+        if args.verify:
+            try:
+                record = archive.verify_archive(args.profile, labels=args.runs, workers=args.workers, progress=True)
+            except (*INPUT_ERRORS, RuntimeError) as exc:
+                return _error(exc)
+            for r in record["runs"]:
+                print(f"{'identical' if r['identical'] else 'DIFFERENT'}  {r['label']}  (max |diff| {r['max_abs_diff']:.3g})",
+                      file=sys.stderr)
+            verdict = ("every metric bit-identical: the archive's label now says this code reproduces it"
+                       if record["identical"] else "not bit-identical: the archive's label keeps saying the run code changed")
+            print(f"verified {len(record['runs'])} run(s) of profile {args.profile} with code {record['code_hash']}: "
+                  f"{verdict}", file=sys.stderr)
+            return 0 if record["identical"] else 1
         try:
             folders = archive_profile(args.profile, absolute_path(args.data_path) if args.data_path else None)
         except (*INPUT_ERRORS, RuntimeError) as exc:

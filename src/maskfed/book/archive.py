@@ -26,7 +26,7 @@ import pandas as pd
 
 from maskfed import provenance
 
-from maskfed.fl import experiments, summary
+from maskfed.fl import experiments, uncertainty
 from maskfed.fl.config import NOT_IN_KEY, PROFILES, RunConfig, load_profile
 from maskfed.paths import REPO_ROOT
 from maskfed.fl.runner import RunResult, load_run
@@ -44,8 +44,9 @@ REQUIRED_COLUMNS = ("round", "recovery_unweighted", "recovery_weighted", "mu2_ha
 #: RunConfig fields that say where or how a run ran, not what it computed: ignored when matching
 #: archived runs to a profile's configurations (``checkpoint_every`` is :data:`~maskfed.fl.config.NOT_IN_KEY`).
 WHERE_FIELDS = ("data_path", "device", *NOT_IN_KEY)
-#: Profiles the book looks for in the archive, in column order.
-BOOK_PROFILES = ("cpu-long", "paper")
+#: Profiles the book looks for in the archive, in column order: closest to the paper's setting first
+#: (the paper profile on a GPU, then its protocol on the CPU with a small model, then 100 rounds).
+BOOK_PROFILES = ("paper", "cpu-paper", "cpu-long")
 
 
 def archive_dir() -> Path:
@@ -190,11 +191,13 @@ class ArchiveLabel:
     commits: list[str]          # 10-digit git commits, "+dirty" when src/ had uncommitted changes
     code_hashes: list[str]      # run-code hashes (provenance.code_hash) of the runs
     current_code_hash: str      # provenance.code_hash() of this checkout
+    verification: dict | None = None  # the passed check of this checkout's code (verify_archive), if any
 
     @property
     def code_changed(self) -> bool:
-        """True when some run was made by other run code than this checkout's."""
-        return any(h != self.current_code_hash for h in self.code_hashes)
+        """True when some run was made by other run code than this checkout's, and no verification
+        (:func:`verify_archive`) showed this checkout's code reproducing them bit for bit."""
+        return any(h != self.current_code_hash for h in self.code_hashes) and self.verification is None
 
     def text(self) -> str:
         """One plain sentence for the book, e.g. ``"12 runs on cpu (x86_64), finished 2026-12-01,
@@ -207,6 +210,13 @@ class ArchiveLabel:
         if self.code_changed:
             return (s + f". The run code has changed since these runs: their numbers are from code {code}, "
                     f"not this checkout's {self.current_code_hash}.")
+        if self.verification is not None:
+            v = self.verification
+            runs = v["runs"]
+            return (s + f". This checkout's run code ({self.current_code_hash}) differs, but re-running "
+                    f"{len(runs)} of these runs with it ({', '.join(r['label'] for r in runs)}) on "
+                    f"{v['machine']} on {v['utc'][:10]} reproduced every metric bit for bit "
+                    "(maskfed archive --verify).")
         return s + " (the same as this checkout's)."
 
 
@@ -226,11 +236,157 @@ def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
         raise ValueError(f"no archived runs of profile {profile_name!r} to label")
     provs = [r.provenance for r in results]
     times = sorted(p["finished_utc"] for p in provs)
+    current = provenance.code_hash()
+    hashes = sorted({p["code_hash"] for p in provs})
     return ArchiveLabel(
         profile=profile_name, runs=len(results),
         devices=sorted({_device(p) for p in provs}), first_utc=times[0], last_utc=times[-1],
         commits=sorted({p["commit"][:10] + ("+dirty" if p.get("dirty") else "") for p in provs}),
-        code_hashes=sorted({p["code_hash"] for p in provs}), current_code_hash=provenance.code_hash())
+        code_hashes=hashes, current_code_hash=current,
+        verification=passed_verification(profile_name, current, hashes))
+
+
+#: File in ``archive_dir()/<profile>/`` recording each verification (:func:`verify_archive`).
+VERIFIED = "verified.json"
+
+
+def _verifications(profile_name: str) -> list[dict]:
+    path = archive_dir() / profile_name / VERIFIED
+    if not path.is_file():
+        return []
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        warnings.warn(f"archive {profile_name}: {VERIFIED} is unreadable ({exc}); ignoring it", stacklevel=2)
+        return []
+
+
+def passed_verification(profile_name: str, code_hash: str, archived_hashes: list[str]) -> dict | None:
+    """The newest verification of ``code_hash`` against an archive made with ``archived_hashes`` in
+    which every re-run metric was bit-identical, or None (no such check: the label says "changed")."""
+    for v in reversed(_verifications(profile_name)):
+        if (v.get("code_hash") == code_hash and v.get("identical") is True
+                and sorted(v.get("archived_code_hashes", [])) == sorted(archived_hashes)):
+            return v
+    return None
+
+
+def default_sample(results: list[RunResult], profile_name: str) -> list[RunResult]:
+    """The runs :func:`verify_archive` re-runs by default: for each experiment of the profile, its
+    cheapest archived run (:func:`maskfed.fl.runner.run_cost`, then the lowest seed), so every
+    experiment's code path (Table I, Table II, the control) is exercised at the least cost."""
+    from maskfed.fl.runner import run_cost
+
+    prof = load_profile(profile_name)
+    picked: dict = {}
+    for e in experiments.EXPERIMENTS:
+        runs = [r for r in select(results, experiments.configs(prof, e)) if r.path.name not in picked]
+        if runs:
+            best = min(runs, key=lambda r: (run_cost(r.config), r.config.seed, r.path.name))
+            picked[best.path.name] = best
+    return list(picked.values())
+
+
+#: Per-round columns that are measurements of time, not results: left out of the comparison.
+TIMING_COLUMNS = ("wall_s",)
+
+
+def same_metrics(a: pd.DataFrame, b: pd.DataFrame) -> tuple[bool, float]:
+    """Whether two metrics tables hold the same numbers bit for bit (every column but
+    :data:`TIMING_COLUMNS`; NaN equals NaN), and the largest absolute difference between them
+    (inf when their shapes or columns differ)."""
+    cols = [c for c in a.columns if c not in TIMING_COLUMNS]
+    if list(a.columns) != list(b.columns) or a.shape != b.shape:
+        return False, float("inf")
+    identical = a[cols].equals(b[cols])
+    numeric = [c for c in cols if pd.api.types.is_numeric_dtype(a[c])]
+    diff = (a[numeric] - b[numeric]).abs().max().max() if numeric else 0.0
+    return bool(identical), float(0.0 if pd.isna(diff) else diff)
+
+
+def verify_archive(profile_name: str, *, labels: list[str] | None = None, workers: int = 1,
+                   scratch: Path | None = None, progress: bool = False) -> dict:
+    """Re-run a sample of an archive's runs with this checkout's code and compare every metric.
+
+    The sample (``labels``, or :func:`default_sample`: one run per experiment) is recomputed from
+    round 1 in a scratch results folder (the archive and ``results/runs`` are not touched), and its
+    ``metrics.csv`` is compared with the archived one column by column, bit for bit
+    (:func:`same_metrics`). The outcome is appended to ``archive_dir()/<profile>/verified.json``
+    whatever it is; only an outcome with every run identical lets :func:`label` say that this
+    code reproduces the archive. Float32 sums differ between CPU models, so a check on another
+    machine than the archive's may fail without any code change (the record names the machine).
+
+    Args:
+        profile_name: a profile with an archive.
+        labels: run labels (``RunConfig.label()``) to re-run; None: :func:`default_sample`.
+        workers: worker processes for the re-runs (used when the archived runs recorded one torch
+            thread each, as a sweep's workers do; otherwise the runs go one after another in this
+            process with the thread count they recorded, since float32 sums depend on it).
+        scratch: folder for the re-runs (None: a temporary folder, removed afterwards).
+        progress: tqdm bars.
+
+    Returns:
+        The record appended: ``code_hash``, ``commit``, ``utc``, ``machine``, ``archived_code_hashes``,
+        ``identical`` (all runs), ``runs`` (label, folder, identical, max_abs_diff).
+
+    Raises:
+        ValueError: unknown profile, no archive, or a label not in the archive (naming those it has).
+    """
+    import tempfile
+
+    from maskfed.fl import runner
+
+    _check_profile(profile_name)
+    results = load_archive(profile_name)
+    if not results:
+        raise ValueError(f"profile {profile_name!r} has no archived runs to verify ({how_to_make(profile_name)})")
+    if labels is None:
+        sample = default_sample(results, profile_name)
+    else:
+        by_label = {r.config.label(): r for r in results}
+        unknown = [x for x in labels if x not in by_label]
+        if unknown:
+            raise ValueError(f"runs {unknown} are not in the {profile_name} archive; it has: {', '.join(sorted(by_label))}")
+        sample = [by_label[x] for x in dict.fromkeys(labels)]
+    import torch
+
+    # float32 sums depend on the thread count: re-run with the threads the archived runs recorded
+    threads = {r.provenance.get("machine", {}).get("torch_threads") for r in sample}
+    threads = threads.pop() if len(threads) == 1 and None not in threads else None
+    own = scratch is None
+    scratch = Path(tempfile.mkdtemp(prefix="maskfed-verify-")) if own else Path(scratch)
+    old, old_threads = os.environ.get("MASKFED_RESULTS_DIR"), torch.get_num_threads()
+    os.environ["MASKFED_RESULTS_DIR"] = str(scratch)
+    try:
+        if threads == 1 and workers > 1:  # one-thread worker processes, as a sweep's
+            fresh = runner.run_many([r.config for r in sample], workers=workers, progress=progress)
+        else:
+            if threads is not None:
+                torch.set_num_threads(threads)
+            fresh = runner.run_many([r.config for r in sample], workers=1, progress=progress)
+    finally:
+        torch.set_num_threads(old_threads)
+        if old is None:
+            os.environ.pop("MASKFED_RESULTS_DIR", None)
+        else:
+            os.environ["MASKFED_RESULTS_DIR"] = old
+        if own:
+            shutil.rmtree(scratch, ignore_errors=True)
+    checked = []
+    for arch, new in zip(sample, fresh):
+        same, diff = same_metrics(arch.metrics, new.metrics)
+        checked.append({"label": arch.config.label(), "folder": arch.path.name, "identical": same,
+                        "max_abs_diff": diff})
+    git = provenance.git_state()
+    record = {"code_hash": provenance.code_hash(), "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
+              "torch_threads": threads,
+              "utc": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
+              "machine": _device({"machine": fresh[0].provenance["machine"]}),
+              "archived_code_hashes": sorted({r.provenance["code_hash"] for r in results}),
+              "identical": all(c["identical"] for c in checked), "runs": checked}
+    path = archive_dir() / profile_name / VERIFIED
+    path.write_text(json.dumps(_verifications(profile_name) + [record], indent=2) + "\n")
+    return record
 
 
 def how_to_make(profile_name: str) -> str:
@@ -266,10 +422,10 @@ class ArchivedSummary:
     label: ArchiveLabel         # provenance of those runs
     missing: list[str]          # labels of the experiment's runs the archive lacks
 
-    def n_falling(self) -> int:
-        """Runs whose recovery factor was still falling when they stopped
-        (:func:`maskfed.fl.summary.log_trend` below 0 over the second half of the rounds)."""
-        return sum(summary.log_trend(r.metrics) < 0 for r in self.results)
+    def trends(self) -> dict:
+        """How many runs' recovery factor was still falling, flat or rising over the second half of
+        their rounds (:func:`maskfed.fl.uncertainty.trend_counts`: a significant slope of its log)."""
+        return uncertainty.trend_counts(self.results)
 
 
 def summaries(experiment: str, *, live: str | None = None,
@@ -326,8 +482,10 @@ def book_note(found: list[ArchivedSummary], notes: list[str]) -> "IPython.displa
     items = []
     for a in found:
         text = f"<b>{html.escape(column_name(a.profile))}</b>: {html.escape(a.label.text())}"
-        text += (f" The recovery factor was still falling at the last round (log-trend slope over the second "
-                 f"half below 0) in {a.n_falling()} of these {len(a.results)} runs.")
+        t = a.trends()
+        text += (f" Over the second half of their rounds the recovery factor was still falling in {t['falling']} of "
+                 f"these {len(a.results)} runs, flat in {t['flat']} and rising in {t['rising']} (slope of its log, "
+                 "significant at 5 % with a Newey-West standard error).")
         if a.missing:
             text += f" Not yet archived: {html.escape(', '.join(a.missing))}."
         items.append(text)

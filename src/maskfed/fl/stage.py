@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import multiprocessing
 import os
 import shutil
@@ -443,12 +444,15 @@ class Ladder:
         return self.thetas_SxP[stage]
 
 
-def ladder_path(cfg: RunConfig, spec: StageSpec) -> Path:
-    """Folder of a ladder: ``results/stages/ladder-<label>-<key>``."""
+def ladder_path(cfg: RunConfig, spec: StageSpec, trajectory: Path | None = None) -> Path:
+    """Folder of a ladder: ``results/stages/ladder-<label>-<key>`` (``trajectory``: the run folder
+    its θ are read from, when not the run of ``cfg`` in ``results/runs``; see :func:`build_ladder`)."""
     blob = {"ladder": cfg.key(), "rounds": spec.rounds, "targets": spec.target_accuracies,
             "stages": spec.stages, "every": spec.candidate_every}
     if spec.candidate_rounds is not None:  # only then, so the keys of ladders without it are unchanged
         blob["candidates"] = candidates(spec, cfg.rounds)
+    if trajectory is not None:
+        blob["trajectory"] = Path(trajectory).name
     return results_dir() / "stages" / f"ladder-{cfg.label()}-{_key(blob, cfg)}"
 
 
@@ -498,7 +502,26 @@ def _from_run(cfg: RunConfig) -> tuple[str, dict[int, torch.Tensor]] | None:
     return None if thetas is None else (found.path.name, thetas)
 
 
-def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True) -> Ladder:
+def _from_folder(cfg: RunConfig, folder: Path, wanted: list[int]) -> tuple[str, dict[int, torch.Tensor]]:
+    """(folder name, θ snapshots) of a finished run folder given by path, checked against ``cfg``.
+
+    Raises:
+        ValueError: the folder holds another configuration (up to where it ran), or lacks θ at a
+            wanted round.
+    """
+    held = RunConfig(**json.loads((folder / "config.json").read_text()))
+    where = {"data_path": None, "device": "auto", "checkpoint_every": 0}
+    if held.model_copy(update=where) != cfg.model_copy(update=where):
+        raise ValueError(f"trajectory {folder} holds run {held.label()}, not {cfg.label()}")
+    thetas = runner.load_thetas(folder) or {}
+    missing = sorted(set(wanted) - set(thetas))
+    if missing:
+        raise ValueError(f"trajectory {folder} keeps no θ at rounds {missing}; it has {sorted(thetas)}")
+    return folder.name, thetas
+
+
+def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True,
+                 trajectory: Path | None = None) -> Ladder:
     """The reference trajectory of ``cfg`` with θ kept at the stages (or its cached folder).
 
     The trajectory is the one :func:`maskfed.fl.runner.run` trains for ``cfg`` (same θ_0, cohorts and
@@ -508,10 +531,19 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True) -> L
     nothing is trained; otherwise the trajectory is trained with :func:`fedavg_from`. Both give
     the same θ bit for bit on one machine (a test checks it); ``provenance.json`` says which.
 
+    Args:
+        cfg: the trajectory's run configuration (:func:`ladder_config`).
+        spec: stage settings.
+        progress: tqdm bar while training.
+        trajectory: a finished run folder of ``cfg`` elsewhere (an archived one,
+            ``results/archive/<profile>/<run>/``) whose ``thetas.pt`` holds the candidate rounds;
+            read instead of looking for the run in ``results/runs``.
+
     Raises:
-        ValueError: explicit rounds beyond the trajectory (naming the allowed ones).
+        ValueError: explicit rounds beyond the trajectory (naming the allowed ones), or a
+            ``trajectory`` folder of another configuration or without θ at every candidate round.
     """
-    path = ladder_path(cfg, spec)
+    path = ladder_path(cfg, spec, trajectory)
     if (path / "provenance.json").exists():
         return load_ladder(path)
     if spec.rounds is not None and max(spec.rounds) > cfg.rounds:
@@ -520,9 +552,9 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True) -> L
     t0 = time.perf_counter()
     data, model = _prepared(cfg)
     wanted = candidates(spec, cfg.rounds)
-    run = _from_run(cfg)
+    run = _from_run(cfg) if trajectory is None else _from_folder(cfg, Path(trajectory), wanted)
     if run is not None and set(wanted) <= set(run[1]):
-        source = f"θ kept by run {run[0]}"
+        source = f"θ kept by run {run[0]}" + ("" if trajectory is None else f" (read from {Path(trajectory).parent.name}/)")
         kept = {r: run[1][r] for r in wanted}
         records = [{"round": r, **dict(zip(("test_acc", "test_loss"), fedavg.evaluate(
             model, kept[r].to(data.x_train.device), data.x_test, data.y_test)))} for r in wanted]
@@ -616,13 +648,18 @@ def _measure_in_worker(cfg_json: str, ladder_dir: str, stage: int, spec_json: st
 
 @dataclass
 class StageStudy:
-    """Everything the chapter reads: the ladder, one summary row per (experiment, stage, protocol)
-    and the branches (empty without them)."""
+    """Everything the chapter reads: the ladders (one per seed), one summary row per (seed,
+    experiment, stage, protocol) and the branches (empty without them)."""
 
-    ladder: Ladder
-    table: pd.DataFrame      # experiment, stage, round, stage_acc, batch_size, local_epochs, alpha, summaries
-    branches: pd.DataFrame   # experiment, stage, batch_size, local_epochs, alpha, round, recovery_unweighted, ...
+    ladders: dict[int, Ladder]  # seed -> its trajectory's ladder
+    table: pd.DataFrame      # seed, experiment, stage, round, stage_acc, batch_size, local_epochs, alpha, summaries
+    branches: pd.DataFrame   # seed, experiment, stage, batch_size, local_epochs, alpha, round, recovery_unweighted, ...
     spec: StageSpec
+
+    @property
+    def ladder(self) -> Ladder:
+        """The first seed's ladder."""
+        return self.ladders[min(self.ladders)]
 
 
 def ladder_config(profile: Profile, seed: int | None = None) -> RunConfig:
@@ -645,84 +682,157 @@ def ladder_config(profile: Profile, seed: int | None = None) -> RunConfig:
                       f"{profile.table1.batch_sizes} and local_epochs {profile.table1.local_epochs}")
 
 
-def study_configs(profile: Profile) -> dict[str, list[RunConfig]]:
-    """The protocols measured at every stage: Table I's nine and Table II's α (first seed only)."""
-    seed = profile.seeds[0]
+def study_configs(profile: Profile, seed: int | None = None) -> dict[str, list[RunConfig]]:
+    """The protocols measured at every stage: Table I's nine and Table II's α, at ``seed`` (None:
+    the profile's first seed)."""
+    seed = profile.seeds[0] if seed is None else seed
     return {e: [c for c in profile.experiment_configs(e) if c.seed == seed] for e in ("table1", "table2")}
 
 
-def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, progress: bool = True) -> StageStudy:
-    """Build the ladder, then measure every protocol at every stage (cached), in worker processes.
+def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, progress: bool = True,
+              seeds: list[int] | None = None, trajectories: dict[int, Path] | None = None) -> StageStudy:
+    """Build the ladders, then measure every protocol at every stage (cached), in worker processes.
+
+    One ladder per seed: the trajectory of :func:`ladder_config` at that seed, and the protocols
+    measured on it are that seed's (its partition, pool, cohorts and shuffles).
 
     Args:
-        profile: the book's profile (its first seed is used).
+        profile: the book's profile.
         spec: stage settings (:func:`make_spec`).
         workers: worker processes (spawn, one torch thread each); None: the profile's.
         progress: tqdm bars.
+        seeds: the seeds whose trajectories are measured; None: the profile's first seed only.
+        trajectories: ``{seed: run folder}`` whose ``thetas.pt`` gives that seed's ladder (an
+            archived run, :func:`build_ladder`); seeds not in it read their run in ``results/runs``
+            or train it.
 
     Raises:
         ConfigError: a pool larger than K, K_c larger than the pool, Table I without Table II's
-            protocol, or a run that cannot work with its data (:func:`maskfed.preflight.check_runs`),
-            before any training.
+            protocol, a seed not among the profile's, or a run that cannot work with its data
+            (:func:`maskfed.preflight.check_runs`), before any training.
         FileNotFoundError, DataUnavailableError, DataReadError: the data cannot be found or read.
+        ValueError: a trajectory folder of another run or without θ at the candidate rounds.
     """
-    ref = ladder_config(profile)
-    cfgs = study_configs(profile)
+    seeds = [profile.seeds[0]] if seeds is None else list(seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds must be distinct seeds of the profile; got {seeds}")
+    trajectories = trajectories or {}
+    refs = {s: ladder_config(profile, s) for s in seeds}
+    cfgs = {s: study_configs(profile, s) for s in seeds}
+    ref0 = refs[seeds[0]]
     try:
-        pool_and_cohorts(ref.num_clients, spec.pool_size, ref.cohort_size, 1, ref.seed)
+        pool_and_cohorts(ref0.num_clients, spec.pool_size, ref0.cohort_size, 1, ref0.seed)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     from maskfed.preflight import check_runs, check_writable  # data, subsets, partitions, device: before training
 
-    check_runs([ref, *(c for cs in cfgs.values() for c in cs)])
+    check_runs([*refs.values(), *(c for s in seeds for cs in cfgs[s].values() for c in cs)])
     check_writable(results_dir() / "stages", "MASKFED_RESULTS_DIR")
     threads = torch.get_num_threads()
-    if runner.resolve_device(ref.device).type == "cpu":
+    if runner.resolve_device(ref0.device).type == "cpu":
         # the small CPU models run several times faster on one thread than on two contended ones
         # (5x measured on the 2-core reference machine under load); restored below
         torch.set_num_threads(1)
-    every = list(dict.fromkeys(c for cs in cfgs.values() for c in cs))
-    lpath = ladder_path(ref, spec)
+    every = {s: list(dict.fromkeys(c for cs in cfgs[s].values() for c in cs)) for s in seeds}
+    lpaths = {s: ladder_path(refs[s], spec, trajectories.get(s)) for s in seeds}
 
-    def todo(stages) -> list[tuple[RunConfig, int]]:
-        tasks = [(c, s) for s in stages for c in every if not (measure_path(c, lpath, s, spec) / "provenance.json").exists()]
+    def todo(s: int, stages) -> list[tuple[RunConfig, int]]:
+        ref = refs[s]
+        tasks = [(c, st) for st in stages for c in every[s]
+                 if not (measure_path(c, lpaths[s], st, spec) / "provenance.json").exists()]
         return sorted(tasks, key=lambda t: (t[0].alpha != ref.alpha, t[0].alpha, -t[0].local_epochs))
 
+    def finished(s: int) -> bool:
+        return (lpaths[s] / "provenance.json").exists() and not todo(s, range(len(load_ladder(lpaths[s]).checkpoints)))
+
     workers = workers or profile.workers
-    finished = (lpath / "provenance.json").exists() and not todo(range(len(load_ladder(lpath).checkpoints)))
+    ladders: dict[int, Ladder] = {}
     try:
-        if workers > 1 and not finished:
+        if workers > 1 and not all(finished(s) for s in seeds):
             # stage 0 is θ_0 (round 0 is always a ladder stage unless explicit rounds leave it out), so the
-            # workers measure it while this process trains the ladder
+            # workers measure it while this process builds the ladders
             early = spec.rounds is None or 0 in spec.rounds
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=runner._worker_init) as pool:
-                futs = [pool.submit(_measure_in_worker, c.model_dump_json(), str(lpath), 0, spec.model_dump_json(),
-                                    ref.model_dump_json()) for c, _ in (todo([0]) if early else [])]
-                ladder = build_ladder(ref, spec, progress=progress)
-                futs += [pool.submit(_measure_in_worker, c.model_dump_json(), str(lpath), s, spec.model_dump_json())
-                         for c, s in todo(range(1 if early else 0, len(ladder.checkpoints)))]
+                futs = [pool.submit(_measure_in_worker, c.model_dump_json(), str(lpaths[s]), 0, spec.model_dump_json(),
+                                    refs[s].model_dump_json()) for s in seeds for c, _ in (todo(s, [0]) if early else [])]
+                for s in seeds:
+                    ladders[s] = build_ladder(refs[s], spec, progress=progress, trajectory=trajectories.get(s))
+                    futs += [pool.submit(_measure_in_worker, c.model_dump_json(), str(lpaths[s]), st,
+                                         spec.model_dump_json())
+                             for c, st in todo(s, range(1 if early else 0, len(ladders[s].checkpoints)))]
                 for fut in tqdm(as_completed(futs), total=len(futs), desc="stage measurements", disable=not progress):
                     fut.result()
         else:
-            ladder = build_ladder(ref, spec, progress=progress)
-            for c, s in tqdm(todo(range(len(ladder.checkpoints))), desc="stage measurements", disable=not progress):
-                measure(c, str(lpath), s, spec)
+            for s in seeds:
+                ladders[s] = build_ladder(refs[s], spec, progress=progress, trajectory=trajectories.get(s))
+                for c, st in tqdm(todo(s, range(len(ladders[s].checkpoints))), desc="stage measurements",
+                                  disable=not progress):
+                    measure(c, str(lpaths[s]), st, spec)
     finally:
         torch.set_num_threads(threads)
     rows, branches = [], []
-    for e, cs in cfgs.items():
-        for c in cs:
-            for s, ck in ladder.checkpoints.iterrows():
-                path = measure_path(c, ladder, s, spec)
-                key = {"experiment": e, "stage": s, "round": int(ck["round"]), "stage_acc": float(ck["test_acc"]),
-                       "batch_size": str(c.batch_size), "local_epochs": c.local_epochs, "alpha": c.alpha}
-                rows.append({**key, **summarise_cohorts(pd.read_csv(path / "cohorts.csv"))})
-                if (path / "branch.csv").exists():
-                    b = pd.read_csv(path / "branch.csv")
-                    branches.append(b.assign(steps=b["round"] - key["round"], stage_round=key["round"],
-                                             **{k: v for k, v in key.items() if k != "round"}))
-    return StageStudy(ladder, pd.DataFrame(rows), pd.concat(branches) if branches else pd.DataFrame(), spec)
+    for s in seeds:
+        ladder = ladders[s]
+        for e, cs in cfgs[s].items():
+            for c in cs:
+                for st, ck in ladder.checkpoints.iterrows():
+                    path = measure_path(c, ladder, st, spec)
+                    key = {"seed": s, "experiment": e, "stage": st, "round": int(ck["round"]),
+                           "stage_acc": float(ck["test_acc"]), "batch_size": str(c.batch_size),
+                           "local_epochs": c.local_epochs, "alpha": c.alpha}
+                    rows.append({**key, **summarise_cohorts(pd.read_csv(path / "cohorts.csv"))})
+                    if (path / "branch.csv").exists():
+                        b = pd.read_csv(path / "branch.csv")
+                        branches.append(b.assign(steps=b["round"] - key["round"], stage_round=key["round"],
+                                                 **{k: v for k, v in key.items() if k != "round"}))
+    return StageStudy(ladders, pd.DataFrame(rows), pd.concat(branches) if branches else pd.DataFrame(), spec)
+
+
+def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
+                     threshold: float = EXPLAINS) -> dict[str, dict]:
+    """The stage-or-sampling verdict in the early and the late half of training, across seeds.
+
+    The checkpoints of every seed's ladder are split at the middle stage (early: stages
+    0..⌈S/2⌉-1, late: the rest; a ladder's stages are spaced by accuracy, so "early" is the lower
+    half of its accuracy climb). Within each half, :func:`variance_shares` is computed over every
+    (seed, stage, protocol) row with each (seed, stage) pair as its own checkpoint: the "stage"
+    share then holds every difference between the θ measured, along one trajectory and across
+    seeds, so stage is judged across trajectories, not along one. Ours.
+
+    Args:
+        table: :attr:`StageStudy.table` rows of one experiment (``seed`` column optional).
+        value: the measured quantity.
+        threshold: share a factor must explain (:data:`EXPLAINS`).
+
+    Returns:
+        ``{"early": {"verdict", "stage", "sampling", "protocol", "stages", "acc_min", "acc_max"},
+        "late": {...}}``.
+    """
+    t = table.copy()
+    if "seed" not in t:
+        t["seed"] = 0
+    n_stages = int(t["stage"].max()) + 1
+    cut = math.ceil(n_stages / 2)
+    out = {}
+    for name, part in (("early", t[t["stage"] < cut]), ("late", t[t["stage"] >= cut])):
+        if part.empty:
+            continue
+        grid = part.assign(stage=part["seed"].astype(str) + "/" + part["stage"].astype(str))
+        shares = variance_shares(grid, value=value)
+        out[name] = {"verdict": verdict(shares, threshold), **shares,
+                     "stages": sorted(part["stage"].unique().tolist()),
+                     "acc_min": float(part["stage_acc"].min()), "acc_max": float(part["stage_acc"].max())}
+    return out
+
+
+def range_text(by_range: dict[str, dict]) -> str:
+    """One phrase for :func:`verdict_by_range`: ``"sampling"`` when both halves agree, else e.g.
+    ``"stage early, sampling late"``."""
+    verdicts = [v["verdict"] for v in by_range.values()]
+    if len(set(verdicts)) == 1:
+        return verdicts[0]
+    return ", ".join(f"{v['verdict']} {k}" for k, v in by_range.items())
 
 
 #: What each verdict of :func:`verdict` means, in the chapter's words.

@@ -215,25 +215,6 @@ def table1_contrast(ours: pd.DataFrame, paper: pd.DataFrame) -> dict:
             "spearman_sigma": rank_correlation(both["sigma2_hat"], both["sigma2_hat_paper"])}
 
 
-def log_trend(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac: float = 0.5) -> float:
-    """Least-squares slope of log(column) against round over the last ``frac`` of rounds (at least 3).
-
-    Negative: the quantity was still falling when the run ended (per round, in
-    natural-log units; -0.02 is about 2 % a round). Used to ask whether a short
-    run's summary window has settled.
-
-    Raises:
-        ValueError: ``frac`` outside (0, 1] or fewer than 3 rounds in the window.
-    """
-    if not 0 < frac <= 1:
-        raise ValueError(f"frac must be in (0, 1]; got {frac}")
-    tail = metrics.tail(max(3, int(round(len(metrics) * frac))))
-    tail = tail[tail[column] > 0]
-    if len(tail) < 3:
-        raise ValueError(f"need at least 3 rounds with positive {column} in the window; got {len(tail)}")
-    return float(np.polyfit(tail["round"].to_numpy(float), np.log(tail[column].to_numpy(float)), 1)[0])
-
-
 #: Relative tolerance of the identical-shards control, by device type. On the CPU the client
 #: updates are bit-identical, so the only error is float64 rounding in the Gram matrix (about
 #: 1e-16 · K_c); 1e-12 leaves room for that and nothing else. On CUDA the control runs with

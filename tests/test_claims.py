@@ -1,0 +1,100 @@
+"""The verdict criteria on hand-made tables: one that holds, one that fails, one with a missing profile."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from maskfed.fl import claims
+
+PROTOCOLS = [("full", 1, 1), ("full", 2, 2), ("full", 5, 5), ("128", 1, 4), ("128", 2, 8), ("32", 1, 16),
+             ("128", 5, 20), ("32", 2, 32), ("32", 5, 80)]
+
+
+def table1(rec, *, sigma=None, mu=None, acc=None, below=None):
+    """A Table I summary with the given recovery factors (the paper's protocol order)."""
+    idx = pd.MultiIndex.from_tuples([(b, t) for b, t, _ in PROTOCOLS], names=["batch_size", "local_epochs"])
+    n = len(PROTOCOLS)
+    return pd.DataFrame({"T_mean": [float(T) for _, _, T in PROTOCOLS], "recovery_unweighted": rec,
+                         "recovery_weighted": rec,
+                         "mu2_hat": mu if mu is not None else np.geomspace(1e-3, 8e-3, n),
+                         "sigma2_hat": sigma if sigma is not None else np.geomspace(1e-4, 1.0, n),
+                         "test_acc": acc if acc is not None else np.linspace(0.3, 0.8, n),
+                         "pct_rounds_below_one": below if below is not None else [0, 0, 0, 4, 2, 1, 0, 0, 0]},
+                        index=idx)
+
+
+def table2(unweighted, weighted):
+    return pd.DataFrame({"recovery_unweighted": unweighted, "recovery_weighted": weighted},
+                        index=pd.Index([100.0, 1.0, 0.1], name="alpha"))
+
+
+HOLDS = claims.Evidence("good", table1([9.0, 4.5, 4.0, 1.4, 1.3, 1.25, 1.2, 1.15, 1.1]),
+                        table2([1.2, 1.2, 1.5], [1.2, 1.19, 1.2]),
+                        control={"deviation": 1e-15, "tolerance": 1e-12},
+                        stage={"by_range": {"early": "sampling", "late": "sampling"}})
+FAILS = claims.Evidence("bad", table1([3.0] * 9, sigma=[1e-2] * 9, mu=[1e-3] * 9, acc=[0.5] * 9,
+                                      below=[0] * 9),
+                        table2([1.0, 2.0, 1.0], [1.0, 2.0, 1.0]),
+                        control={"deviation": 1e-6, "tolerance": 1e-12},
+                        stage={"by_range": {"early": "stage", "late": "neither"}})
+
+
+def test_a_table_that_holds_holds_every_claim():
+    found = {c.key: c.evaluate(HOLDS) for c in claims.CLAIMS}
+    assert {k: f.verdict for k, f in found.items()} == {c.key: "holds" for c in claims.CLAIMS}
+    assert found["cliff"].value == f"{4.0 / 1.4:.2f}"
+    assert found["below_one"].value.startswith("max 4.0% (bs 128, τ 1)")
+
+
+def test_a_table_that_fails_fails_every_claim():
+    found = {c.key: c.evaluate(FAILS).verdict for c in claims.CLAIMS}
+    assert found == {c.key: "does not hold" for c in claims.CLAIMS}
+
+
+def test_partial_verdicts_between_the_thresholds():
+    # the cliff above 1 but below 2; one batch size not falling with τ; a minibatch value of 1.8
+    ev = claims.Evidence("mid", table1([3.0, 2.8, 2.6, 1.8, 1.3, 1.25, 1.2, 1.25, 1.1]))
+    f = {c.key: c.evaluate(ev) for c in claims.CLAIMS}
+    assert f["cliff"].verdict == "partly" and f["cliff"].value == f"{2.6 / 1.8:.2f}"
+    assert f["floor"].verdict == "partly"
+    assert f["tau"].value == "2 of 3 batch sizes" and f["tau"].verdict == "partly"
+    assert f["monotone_t"].verdict == "does not hold" and "bs 128, τ 5 → bs 32, τ 2" in f["monotone_t"].detail
+
+
+def test_a_missing_profile_is_not_measured_and_the_next_source_decides():
+    # prepare: the closest source has Table I only; the next has both tables
+    t1_only = claims.Evidence("closest", HOLDS.table1)
+    table = claims.verdict_table([t1_only, FAILS])
+    # assert: Table I claims from the closest source, Table II ones from the next
+    assert table.loc["cliff", "closest verdict"] == "holds" and table.loc["cliff", "from"] == "closest"
+    assert table.loc["alpha_span", "closest verdict"] == "not measured here"
+    assert table.loc["alpha_span", "verdict"] == "does not hold" and table.loc["alpha_span", "from"] == "bad"
+    assert sum(claims.counts(table).values()) == len(claims.CLAIMS)
+    assert claims.verdict_table([claims.Evidence("none")])["verdict"].eq("not measured here").all()
+
+
+def test_the_papers_own_table_breaks_its_monotone_in_t_claim():
+    # Sec. IV-B: "within each group the ordering is monotone in T"; its Table I has T = 20 at 1.18
+    # and T = 32 at 1.19 (bs 128 τ 5, bs 32 τ 2)
+    paper = claims.paper_evidence()
+    f = claims.CLAIMS[[c.key for c in claims.CLAIMS].index("monotone_t")].evaluate(paper)
+    assert f.verdict == "does not hold" and f.detail == "bs 128, τ 5 → bs 32, τ 2"
+    assert claims.cliff(paper.table1) == pytest.approx(3.96 / 1.36)
+    assert claims.span_ratio(paper.table1, paper.table2) == pytest.approx(np.log(1.50 / 1.19) / np.log(8.96 / 1.10))
+
+
+def test_bootstrap_replicates_widen_a_verdict_into_an_interval():
+    # prepare: replicates that scatter the bs 128 τ 1 value up to 2.5 make the cliff's interval reach below 2
+    base = HOLDS.table1
+    reps = []
+    for v in np.linspace(1.2, 2.5, 50):
+        t = base.copy()
+        t.loc[("128", 1), "recovery_unweighted"] = v
+        reps.append(t)
+    f = claims.CLAIMS[0].evaluate(claims.Evidence("wide", base, reps1=reps))
+    assert f.verdict == "partly" and "[" in f.value
+
+
+def test_finding_refuses_an_unknown_verdict():
+    with pytest.raises(ValueError, match="verdict must be one of"):
+        claims.Finding("1", "maybe")
