@@ -311,3 +311,31 @@ def test_default_sample_is_one_run_per_experiment(dirs_in_tmp):
     kinds = {e: {c.label() for c in experiments.configs(smoke, e)} for e in experiments.EXPERIMENTS}
     assert len(picked) == 3
     assert all(any(r.config.label() in kinds[e] for r in picked) for e in experiments.EXPERIMENTS)
+
+
+def test_stage_study_from_archived_trajectories_is_archived_and_read_back(dirs_in_tmp):
+    from maskfed.fl import stage
+
+    # prepare: the smoke profile's ladder run, with θ snapshots, archived
+    smoke = load_profile("smoke")
+    ref = stage.ladder_config(smoke)
+    keep = stage.ladder_snapshots(smoke, [ref])
+    archive.archive_runs(runner.run_many([ref], progress=False, keep_every=keep), "smoke")
+    assert archive.ladder_trajectories("smoke") == {0: dirs_in_tmp / "archive" / "smoke" / runner.run_path(
+        ref, runner.images_for(ref)).name}
+    # execute
+    dest = archive.archive_stage_study("smoke", workers=1, progress=False)
+    back = archive.load_stage_study("smoke")
+    # assert: every protocol of both tables at every checkpoint of the one trajectory, read back as written
+    assert sorted(p.name for p in dest.iterdir()) == sorted(archive.STAGE_FILES)
+    n_stages = len(back.checkpoints)
+    n_protocols = len(stage.study_configs(smoke)["table1"]) + len(stage.study_configs(smoke)["table2"])
+    assert len(back.table) == n_stages * n_protocols and set(back.table["seed"]) == {0}
+    assert back.spec == stage.make_spec("smoke")
+    assert back.provenance["trajectories"] == {"0": archive.ladder_trajectories("smoke")[0].name}
+    assert set(back.table["batch_size"]) == {"16", "64", "full"}  # read as text, like the live table
+    # a damaged study is skipped with a warning; no study at all is None
+    (dest / "spec.json").unlink()
+    with pytest.warns(UserWarning, match="malformed stage study"):
+        assert archive.load_stage_study("smoke") is None
+    assert archive.load_stage_study("cpu-long") is None

@@ -80,6 +80,10 @@ def test_the_papers_own_table_breaks_its_monotone_in_t_claim():
     f = claims.CLAIMS[[c.key for c in claims.CLAIMS].index("monotone_t")].evaluate(paper)
     assert f.verdict == "does not hold" and f.detail == "bs 128, τ 5 → bs 32, τ 2"
     assert claims.cliff(paper.table1) == pytest.approx(3.96 / 1.36)
+    # Sec. IV-C: more local steps travel further along the shared direction; its full-batch ‖μ̂‖²
+    # falls from τ = 1 to τ = 2 (3.6e-3 to 6.2e-4)
+    g = claims.CLAIMS[[c.key for c in claims.CLAIMS].index("signal_steps")].evaluate(paper)
+    assert (g.verdict, g.value, g.detail) == ("partly", "2 of 3 batch sizes", "not rising: bs full")
     assert claims.span_ratio(paper.table1, paper.table2) == pytest.approx(np.log(1.50 / 1.19) / np.log(8.96 / 1.10))
 
 

@@ -105,9 +105,9 @@ def test_trend_counts_sorts_runs_into_falling_flat_rising():
     rounds = np.arange(1, 41)
     runs = [fake(np.exp(-0.05 * rounds)), fake(np.exp(0.05 * rounds), seed=1),
             fake(2 + 0.01 * np.sin(rounds), seed=2)]
-    counts = uncertainty.trend_counts(runs)
-    assert (counts["falling"], counts["rising"], counts["flat"]) == (1, 1, 1)
-    assert list(counts["runs"]["verdict"]) == ["falling", "rising", "flat"]
+    counts = uncertainty.trend_counts(runs + [fake([1.0, 2.0, 3.0, 4.0], seed=3)])
+    assert (counts["falling"], counts["rising"], counts["flat"], counts["too short"]) == (1, 1, 1, 1)
+    assert list(counts["runs"]["verdict"]) == ["falling", "rising", "flat", "too short"]
 
 
 def test_trend_slope_recovers_a_known_geometric_decay():

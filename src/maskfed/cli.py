@@ -109,7 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "record whether every metric is bit-identical (the archive's label then says so)")
     arch.add_argument("--runs", nargs="+", default=None, metavar="LABEL",
                       help="with --verify: the run labels to re-run (default: the cheapest run of each experiment)")
-    arch.add_argument("--workers", type=int, default=2, help="with --verify: worker processes, an integer >= 1 (default 2)")
+    arch.add_argument("--stage", action="store_true",
+                      help="instead of archiving runs: measure every protocol along the archived stage-ladder "
+                           "trajectories (one per seed) and archive that stage study")
+    arch.add_argument("--workers", type=int, default=2,
+                      help="with --verify or --stage: worker processes, an integer >= 1 (default 2)")
     return parser
 
 
@@ -171,6 +175,15 @@ def main(argv: list[str] | None = None) -> int:
             return _error("--runs is used with --verify only")
         if args.workers < 1:
             return _error(f"--workers must be >= 1; got {args.workers}")
+        if args.verify and args.stage:
+            return _error("give --verify or --stage, not both")
+        if args.stage:
+            try:
+                dest = archive.archive_stage_study(args.profile, workers=args.workers)
+            except (*INPUT_ERRORS, RuntimeError) as exc:
+                return _error(exc)
+            print(f"archived the stage study of profile {args.profile} in {dest}", file=sys.stderr)
+            return 0
         if args.verify:
             try:
                 record = archive.verify_archive(args.profile, labels=args.runs, workers=args.workers, progress=True)

@@ -485,9 +485,113 @@ def book_note(found: list[ArchivedSummary], notes: list[str]) -> "IPython.displa
         t = a.trends()
         text += (f" Over the second half of their rounds the recovery factor was still falling in {t['falling']} of "
                  f"these {len(a.results)} runs, flat in {t['flat']} and rising in {t['rising']} (slope of its log, "
-                 "significant at 5 % with a Newey-West standard error).")
+                 "significant at 5 % with a Newey-West standard error)"
+                 + (f"; {t['too short']} too short to tell." if t["too short"] else "."))
         if a.missing:
             text += f" Not yet archived: {html.escape(', '.join(a.missing))}."
         items.append(text)
     items += [html.escape(n) for n in notes]
     return HTML('<ul style="font-size: 0.85em">' + "".join(f"<li>{i}</li>" for i in items) + "</ul>")
+
+
+# --------------------------------------------------------------------------- archived stage studies
+
+#: Folder of a profile's archived stage study: ``archive_dir()/<profile>/STAGE_DIR/``.
+STAGE_DIR = "stage"
+#: Its files (all small CSV and JSON).
+STAGE_FILES = ("table.csv", "checkpoints.csv", "accuracy.csv", "spec.json", "provenance.json")
+
+
+@dataclass
+class ArchivedStudy:
+    """A stage study kept in the archive (:func:`archive_stage_study`), as the stage chapter reads it."""
+
+    profile: str
+    table: pd.DataFrame        # StageStudy.table: one row per (seed, experiment, stage, protocol)
+    checkpoints: pd.DataFrame  # seed, stage, round, test_acc, test_loss
+    accuracy: pd.DataFrame     # seed, round, test_acc, test_loss: every candidate round of each ladder
+    spec: "stage.StageSpec"
+    provenance: dict           # code hashes, commit, machine, wall time, trajectories
+
+
+def ladder_trajectories(profile_name: str) -> dict[int, Path]:
+    """``{seed: archived run folder}`` of the stage ladder's run (:func:`maskfed.fl.stage.ladder_config`)
+    at each of the profile's seeds that the archive holds with θ snapshots."""
+    from maskfed.fl import runner, stage
+
+    prof = load_profile(profile_name)
+    runs = load_archive(profile_name)
+    out = {}
+    for s in prof.seeds:
+        found = select(runs, [stage.ladder_config(prof, s)])
+        if found and (found[0].path / runner.THETAS).is_file():
+            out[s] = found[0].path
+    return out
+
+
+def archive_stage_study(profile_name: str, *, workers: int | None = None, progress: bool = True) -> Path:
+    """Measure every protocol at the stage ladders of a profile's archived trajectories (one per seed,
+    :func:`ladder_trajectories`) with the profile's stage settings, and keep the result in
+    ``archive_dir()/<profile>/stage/`` (:data:`STAGE_FILES`), replacing an older one.
+
+    Raises:
+        ValueError: the archive holds no ladder run with θ snapshots.
+    """
+    import time
+    from datetime import datetime, timezone
+
+    from maskfed.fl import stage
+
+    trajectories = ladder_trajectories(profile_name)
+    if not trajectories:
+        raise ValueError(f"the {profile_name} archive holds no stage-ladder run with θ snapshots "
+                         f"({how_to_make(profile_name)} keeps them)")
+    prof = load_profile(profile_name)
+    spec = stage.make_spec(profile_name)
+    t0 = time.perf_counter()
+    study = stage.run_study(prof, spec, workers=workers, progress=progress, seeds=sorted(trajectories),
+                            trajectories=trajectories)
+    checkpoints = pd.concat([ld.checkpoints.assign(seed=s) for s, ld in study.ladders.items()])
+    accuracy = pd.concat([ld.accuracy.assign(seed=s) for s, ld in study.ladders.items()])
+    git = provenance.git_state()
+    prov = {"profile": profile_name, "code_hash": provenance.code_hash(),
+            "stage_code_hash": provenance.code_hash_with(*stage.STAGE_MODULES),
+            "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
+            "packages": provenance.package_versions(), "machine": provenance.machine("cpu"),
+            "trajectories": {str(s): p.name for s, p in trajectories.items()},
+            "wall_s": time.perf_counter() - t0,
+            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    dest = archive_dir() / profile_name / STAGE_DIR
+    tmp = dest.parent / f".tmp-{STAGE_DIR}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    study.table.to_csv(tmp / "table.csv", index=False)
+    checkpoints[["seed", "stage", "round", "test_acc", "test_loss"]].to_csv(tmp / "checkpoints.csv", index=False)
+    accuracy[["seed", "round", "test_acc", "test_loss"]].to_csv(tmp / "accuracy.csv", index=False)
+    (tmp / "spec.json").write_text(spec.model_dump_json(indent=2))
+    (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return dest
+
+
+def load_stage_study(profile_name: str) -> ArchivedStudy | None:
+    """A profile's archived stage study, or None when there is none (a malformed one is skipped
+    with a :class:`UserWarning` naming the reason)."""
+    from maskfed.fl import stage
+
+    _check_profile(profile_name)
+    root = archive_dir() / profile_name / STAGE_DIR
+    if not root.is_dir():
+        return None
+    try:
+        missing = [f for f in STAGE_FILES if not (root / f).is_file()]
+        if missing:
+            raise ValueError(f"missing {missing}")
+        return ArchivedStudy(profile_name, pd.read_csv(root / "table.csv", dtype={"batch_size": str}),
+                             pd.read_csv(root / "checkpoints.csv"), pd.read_csv(root / "accuracy.csv"),
+                             stage.StageSpec(**json.loads((root / "spec.json").read_text())),
+                             json.loads((root / "provenance.json").read_text()))
+    except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
+        warnings.warn(f"archive {profile_name}: skipping malformed stage study {root}: {exc}", stacklevel=2)
+        return None

@@ -37,7 +37,8 @@ def _plain_if_short(ax: plt.Axes) -> None:
 
 def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, *, k_c: int = 10,
                          ax: plt.Axes | None = None, ours_label: str = "this run",
-                         others: dict[str, pd.DataFrame] | None = None) -> plt.Axes:
+                         others: dict[str, pd.DataFrame] | None = None,
+                         ranges: dict[str, tuple[pd.DataFrame, pd.DataFrame]] | None = None) -> plt.Axes:
     """Figure 1: recovery factor 1/Δ_S against test accuracy for the local protocols.
 
     Marker shape encodes the batch size, the annotation the local epochs τ;
@@ -50,6 +51,8 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
         k_c: cohort size, drawn as the ceiling of 1/Δ_S.
         others: further summaries of the same protocols (e.g. archived profiles),
             ``{legend label: summary}``, each drawn filled in its own colour.
+        ranges: ``{legend label: (low, high)}``: seed ranges of a source (min and max over seeds,
+            :func:`maskfed.fl.uncertainty.seed_range`), drawn as bars in both directions.
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -58,6 +61,13 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
     if paper is not None:
         sources.append((paper, "paper (Yan et al. 2026)", dict(facecolor="none", edgecolor="0.45")))
     for df, label, style in sources:
+        if ranges and label in ranges:
+            low, high = (t.reindex(df.index) for t in ranges[label])
+            ax.errorbar(df["test_acc"], df["recovery_unweighted"], fmt="none", lw=0.9, capsize=2,
+                        color=style.get("color", "0.45"),
+                        xerr=[df["test_acc"] - low["test_acc"], high["test_acc"] - df["test_acc"]],
+                        yerr=[df["recovery_unweighted"] - low["recovery_unweighted"],
+                              high["recovery_unweighted"] - df["recovery_unweighted"]])
         for i, ((bs, tau), row) in enumerate(df.iterrows()):
             ax.scatter(row["test_acc"], row["recovery_unweighted"], marker=MARKERS.get(str(bs), "D"), s=55,
                        label=f"{label}, bs={bs}" if tau == df.loc[bs].index[0] else None, **style)
@@ -68,7 +78,7 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
     ax.axhline(1, color="0.6", ls=":", lw=1)
     ax.set_yscale("log")
     plain_log_ticks(ax, "y")
-    ax.set_xlabel("test accuracy (fraction), median over the last quarter of rounds")
+    ax.set_xlabel("test accuracy (fraction), median over the summary window")
     ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
     ax.legend(fontsize=7, loc="best")
     return ax

@@ -79,6 +79,7 @@ class Claim:
     """One claim of the paper with its criterion and its measurement."""
 
     key: str
+    title: str                                  # a few words, for a table row
     statement: str                              # the claim, in our words
     where: str                                  # section / table of the paper
     criterion: str                              # how the verdict is decided (thresholds are ours)
@@ -140,23 +141,6 @@ def falling_groups(t1: pd.DataFrame, column: str = "recovery_unweighted") -> tup
     return o["n_falling"], o["n_groups"]
 
 
-def t_inversions(t1: pd.DataFrame, column: str = "recovery_unweighted", steps: str = "T_mean") -> list[tuple]:
-    """Pairs of protocols, adjacent in local steps T within the full-batch or the minibatch group,
-    where the value does *not* fall as T grows (the paper's claim is "monotone in T within each
-    group", Sec. IV-B).
-
-    Returns:
-        ``[(protocol at smaller T, protocol at larger T), ...]``, protocols as their index tuples.
-    """
-    out = []
-    full = _is_full(t1)
-    for group in (t1[full], t1[~full]):
-        g = group.sort_values(steps)
-        vals, names = g[column].to_numpy(float), list(g.index)
-        out += [(names[i], names[i + 1]) for i in range(len(g) - 1) if not vals[i + 1] < vals[i]]
-    return out
-
-
 def _iv(stat, tables, reps) -> Interval:
     """``stat`` with its interval, or a degenerate interval when there are no replicates."""
     if any(r is None for r in reps):
@@ -213,7 +197,7 @@ def _tau(ev: Evidence) -> Finding:
 
 def _monotone_t(ev: Evidence) -> Finding:
     t1 = _need(ev.table1)
-    inv = t_inversions(t1)
+    inv = summary.t_inversions(t1)
     if not inv:
         return Finding("no inversion", "holds")
     clear = inv
@@ -225,6 +209,27 @@ def _monotone_t(ev: Evidence) -> Finding:
     pairs = "; ".join(f"{_proto(a)} → {_proto(b)}" for a, b in inv)
     verdict = "does not hold" if clear else "partly"
     return Finding(f"{len(inv)} inversion{'s' if len(inv) > 1 else ''}", verdict, pairs)
+
+
+def rising_groups(t1: pd.DataFrame, column: str = "mu2_hat") -> list[str]:
+    """Batch sizes (as text) whose ``column`` rises strictly as τ grows."""
+    bs = t1.index.get_level_values("batch_size").astype(str)
+    out = []
+    for b, g in t1[column].groupby(bs, sort=False):
+        g = g.sort_index(level="local_epochs")
+        if len(g) >= 2 and (g.diff().dropna() > 0).all():
+            out.append(b)
+    return out
+
+
+def _signal_steps(ev: Evidence) -> Finding:
+    t1 = _need(ev.table1)
+    rising = rising_groups(t1)
+    groups = t1.index.get_level_values("batch_size").astype(str).unique()
+    verdict = "holds" if len(rising) == len(groups) else "partly" if rising else "does not hold"
+    others = [b for b in groups if b not in rising]
+    return Finding(f"{len(rising)} of {len(groups)} batch sizes", verdict,
+                   f"not rising: bs {', '.join(others)}" if others else "")
 
 
 def _alpha_span(ev: Evidence) -> Finding:
@@ -298,45 +303,48 @@ def _control(ev: Evidence) -> Finding:
 
 
 CLAIMS: tuple[Claim, ...] = (
-    Claim("cliff", "Exact local gradients keep 1/Δ_S far above sampled ones: every full-batch protocol "
+    Claim("cliff", "The cliff", "Exact local gradients keep 1/Δ_S far above sampled ones: every full-batch protocol "
           "lies about three times or more above every minibatch one", "Sec. IV-B, Table I",
           "cliff = smallest full-batch over largest minibatch 1/Δ_S; holds if its interval lies at or "
           "above 2, partly if above 1, else does not hold", _cliff),
-    Claim("floor", "Every minibatch protocol stays near the floor of 1 (1.10 to 1.36 of a possible 10)",
+    Claim("floor", "Minibatch floor", "Every minibatch protocol stays near the floor of 1 (1.10 to 1.36 of a possible 10)",
           "Sec. IV-B", "holds if the six minibatch values lie in [1, 1.5] (the largest one's interval "
           "included), partly if in [0.9, 2], else does not hold", _floor),
-    Claim("tau", "More local epochs lower 1/Δ_S within each batch size", "Sec. IV-B",
+    Claim("tau", "Falls with τ", "More local epochs lower 1/Δ_S within each batch size", "Sec. IV-B",
           "holds if the value falls strictly with τ at every batch size, partly at some, else does not hold",
           _tau),
-    Claim("monotone_t", "Within each group (full batch; minibatch) the ordering is monotone in the local "
+    Claim("monotone_t", "Monotone in T", "Within each group (full batch; minibatch) the ordering is monotone in the local "
           "steps T", "Sec. IV-B", "holds with no pair adjacent in T where 1/Δ_S fails to fall; partly if "
           "every such inversion lies within the two cells' bootstrap intervals; does not hold if one is "
           "clear (the paper's table, having no intervals, counts every inversion)", _monotone_t),
-    Claim("alpha_span", "The protocol moves 1/Δ_S far more than heterogeneity does (1.19 to 8.96 "
+    Claim("alpha_span", "Protocol, not α", "The protocol moves 1/Δ_S far more than heterogeneity does (1.19 to 8.96 "
           "against 1.17 to 1.50)", "Sec. IV-E, Tables I and II",
           "ρ = log-span of 1/Δ_S over α / log-span over the protocols; holds if its interval lies below "
           "0.5, partly if ρ < 1, else does not hold", _alpha_span),
-    Claim("alpha_weighting", "At α = 0.1 the unweighted factor rises while the n_k-weighted one stays flat",
+    Claim("alpha_weighting", "α = 0.1 split", "At α = 0.1 the unweighted factor rises while the n_k-weighted one stays flat",
           "Sec. IV-E, Table II", "ratios α = 0.1 / α = 100 (unweighted vs weighted); holds if the "
           "unweighted ratio's interval lies above 1 and the weighted one moves less than half as much "
           "(in log), partly if the unweighted rises and the weighted moves less, else does not hold",
           _alpha_weighting),
-    Claim("below_one", "Rounds with 1/Δ_S < 1 exist (4.5 % at bs 128, τ 1) and vanish in the noisiest cells",
+    Claim("below_one", "Rounds below 1", "Rounds with 1/Δ_S < 1 exist (4.5 % at bs 128, τ 1) and vanish in the noisiest cells",
           "Sec. IV-B", "holds if some protocol has such rounds and the three with the largest σ̂² have "
           "none; partly if such rounds exist in the noisiest cells too; does not hold if no protocol has "
           "any", _below_one),
-    Claim("spans", "σ̂² spans about three orders of magnitude while ‖μ̂‖² spans far less and grows where "
+    Claim("spans", "Noise, not signal", "σ̂² spans about three orders of magnitude while ‖μ̂‖² spans far less and grows where "
           "1/Δ_S falls", "Sec. IV-C", "holds if σ̂² spans ≥ 2 decades, ‖μ̂‖² at most half as many, and "
           "the rank correlation of ‖μ̂‖² with 1/Δ_S is negative; partly if ‖μ̂‖² spans fewer decades "
           "than σ̂²; else does not hold", _spans),
-    Claim("tradeoff", "The protocols that recover the penalty train poorly: recovery trades against "
+    Claim("signal_steps", "Signal grows with τ", "Clients that take more local steps travel further along the "
+          "shared direction: ‖μ̂‖² grows with τ", "Sec. IV-C", "holds if ‖μ̂‖² rises strictly with τ at every "
+          "batch size, partly at some, else does not hold", _signal_steps),
+    Claim("tradeoff", "Accuracy trade-off", "The protocols that recover the penalty train poorly: recovery trades against "
           "accuracy", "Sec. IV-D, Fig. 1", "Spearman ρ of 1/Δ_S with test accuracy over the nine "
           "protocols; holds if ρ ≤ -0.5 with its interval below 0, partly if ρ < 0, else does not hold",
           _tradeoff),
-    Claim("stage", "Sampling, not training stage, separates full batch from minibatch", "Sec. IV-C",
+    Claim("stage", "Sampling, not stage", "Sampling, not training stage, separates full batch from minibatch", "Sec. IV-C",
           "the stage chapter's variance split at the same checkpoints, per stage range; holds if "
           "'sampling' in every range, partly if 'sampling' or 'both' in some, else does not hold", _stage),
-    Claim("control", "Identical shards and seeds give 1/Δ_S = K_c to machine precision", "Sec. IV-A",
+    Claim("control", "Control", "Identical shards and seeds give 1/Δ_S = K_c to machine precision", "Sec. IV-A",
           "holds if every round of the control is within the project's tolerance of K_c "
           "(maskfed.fl.summary.control_tolerance)", _control),
 )
@@ -357,7 +365,7 @@ def verdict_table(evidence: list[Evidence], claims: tuple[Claim, ...] = CLAIMS) 
         claims: the claims (default :data:`CLAIMS`).
 
     Returns:
-        Index ``claim`` (its key); columns ``statement``, ``where``, ``paper`` (value on the paper's
+        Index ``claim`` (its key); columns ``title``, ``statement``, ``where``, ``paper`` (value on the paper's
         own tables), ``paper_verdict``, then ``<name>`` and ``<name> verdict`` per evidence, and
         ``verdict`` / ``from`` (the overall verdict and which evidence gave it).
     """
@@ -365,7 +373,7 @@ def verdict_table(evidence: list[Evidence], claims: tuple[Claim, ...] = CLAIMS) 
     rows = []
     for c in claims:
         p = c.evaluate(paper)
-        row = {"claim": c.key, "statement": c.statement, "where": c.where, "paper": p.value,
+        row = {"claim": c.key, "title": c.title, "statement": c.statement, "where": c.where, "paper": p.value,
                "paper_verdict": p.verdict}
         overall, source = "not measured here", "–"
         for ev in evidence:

@@ -292,8 +292,10 @@ def protocol_orderings(table: pd.DataFrame, column: str = "recovery_unweighted")
     Returns:
         ``{"cliff": bool}``: every full-batch value is above every minibatch value;
         ``{"n_falling": int, "n_groups": int}``: batch sizes whose values fall strictly
-        as τ grows (groups with one τ are not counted); ``"falling_text"``: a sentence
-        stating both, for the book.
+        as τ grows (groups with one τ are not counted); ``"t_inversions"``: pairs adjacent in
+        local steps T within the full-batch or the minibatch group where the value does not fall
+        (the paper's own claim, "monotone in T within each group", :func:`t_inversions`; needs a
+        ``T_mean`` column, else None); ``"falling_text"``: a sentence stating all three, for the book.
 
     Raises:
         ValueError: the index lacks ``batch_size`` or ``local_epochs``.
@@ -310,9 +312,33 @@ def protocol_orderings(table: pd.DataFrame, column: str = "recovery_unweighted")
         if len(g) >= 2:
             n_groups += 1
             n_falling += bool((g.diff().dropna() < 0).all())
+    inversions = t_inversions(table, column) if "T_mean" in table else None
     text = (f"{'every' if cliff else 'not every'} full-batch protocol lies above every minibatch one, "
             f"and the recovery factor falls with τ in {n_falling} of the {n_groups} batch sizes")
-    return {"cliff": cliff, "n_falling": n_falling, "n_groups": n_groups, "falling_text": text}
+    if inversions is not None:
+        text += (f"; ordered by local steps T within the full-batch and the minibatch group it "
+                 + ("never fails to fall" if not inversions else
+                    f"fails to fall {len(inversions)} time{'s' if len(inversions) > 1 else ''} ("
+                    + "; ".join(f"bs {a[0]}, τ {a[1]} to bs {b[0]}, τ {b[1]}" for a, b in inversions) + ")"))
+    return {"cliff": cliff, "n_falling": n_falling, "n_groups": n_groups, "t_inversions": inversions,
+            "falling_text": text}
+
+
+def t_inversions(t1: pd.DataFrame, column: str = "recovery_unweighted", steps: str = "T_mean") -> list[tuple]:
+    """Pairs of protocols, adjacent in local steps T within the full-batch or the minibatch group,
+    where the value does *not* fall as T grows (the paper's claim is "monotone in T within each
+    group", Sec. IV-B).
+
+    Returns:
+        ``[(protocol at smaller T, protocol at larger T), ...]``, protocols as their index tuples.
+    """
+    out = []
+    full = (t1.index.get_level_values("batch_size").astype(str) == "full")
+    for group in (t1[full], t1[~full]):
+        g = group.sort_values(steps)
+        vals, names = g[column].to_numpy(float), list(g.index)
+        out += [(names[i], names[i + 1]) for i in range(len(g) - 1) if not vals[i + 1] < vals[i]]
+    return out
 
 
 def eq12_identity_gap(metrics: pd.DataFrame, k_c: int) -> float:

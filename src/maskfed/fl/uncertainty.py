@@ -236,9 +236,15 @@ def trend_counts(results: list[RunResult], column: str = "recovery_unweighted") 
     """How many runs are still falling, flat or rising (:func:`trend_test`), and the runs of each.
 
     Returns:
-        ``{"falling": n, "flat": n, "rising": n, "runs": DataFrame (label, slope, t, verdict)}``.
+        ``{"falling": n, "flat": n, "rising": n, "too short": n, "runs": DataFrame (label, slope,
+        t, verdict)}``; a run with fewer than 8 usable rounds in its second half is "too short".
     """
-    rows = [{"run": r.config.label(), **trend_test(r.metrics, column)} for r in results]
+    rows = []
+    for r in results:
+        try:
+            rows.append({"run": r.config.label(), **trend_test(r.metrics, column)})
+        except ValueError:
+            rows.append({"run": r.config.label(), "verdict": "too short"})
     table = pd.DataFrame(rows, columns=["run", "slope", "se", "t", "n", "verdict"])
     counts = table["verdict"].value_counts()
-    return {**{v: int(counts.get(v, 0)) for v in ("falling", "flat", "rising")}, "runs": table}
+    return {**{v: int(counts.get(v, 0)) for v in ("falling", "flat", "rising", "too short")}, "runs": table}

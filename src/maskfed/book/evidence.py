@@ -1,0 +1,187 @@
+"""The book's evidence for the verdict page: every profile the build has, closest to the paper first.
+
+Each source becomes a :class:`maskfed.fl.claims.Evidence`: its Table I and Table II summaries with
+bootstrap replicates (:mod:`maskfed.fl.uncertainty`), the identical-shards control's worst
+deviation, and, where a stage study exists for it, the stage-or-sampling verdict by stage range.
+Archived profiles come from ``results/archive/`` (:mod:`maskfed.book.archive`), the live profile
+from the runs of this build; profiles are never pooled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from maskfed.book import archive
+from maskfed.fl import claims, experiments, stage, summary, uncertainty
+from maskfed.fl.runner import RunResult
+
+#: The settings that name a Table I / Table II row.
+BY = {"table1": ["batch_size", "local_epochs"], "table2": ["alpha"]}
+
+
+def control_evidence(results: list[RunResult]) -> dict | None:
+    """The control's worst deviation over its runs and rounds (the largest of |1/Δ_S / K_c - 1| in
+    both conventions, |σ̂²| / A and the update spread: :func:`maskfed.fl.summary.control_deviations`)
+    with the tolerance of the device it ran on, or None without runs."""
+    if not results:
+        return None
+    m = pd.concat([r.metrics for r in results])
+    dev = summary.control_deviations(m, results[0].config.cohort_size)
+    tol = max(summary.control_tolerance(r.provenance["machine"]["device"]) for r in results)
+    return {"deviation": max(dev.values()), "tolerance": tol}
+
+
+def stage_evidence(table: pd.DataFrame) -> dict | None:
+    """The stage-or-sampling verdict by stage range (:func:`maskfed.fl.stage.verdict_by_range`) of
+    a stage study's Table I rows, for :class:`maskfed.fl.claims.Evidence`, or None without rows."""
+    t1 = table[table["experiment"] == "table1"] if "experiment" in table else table
+    if t1.empty:
+        return None
+    by_range = stage.verdict_by_range(t1)
+    named = {f"{k} (accuracy {v['acc_min']:.2f}–{v['acc_max']:.2f})": v["verdict"] for k, v in by_range.items()}
+    return {"by_range": named, "text": stage.range_text(by_range)}
+
+
+def profile_evidence(name: str, table1: list[RunResult], table2: list[RunResult], control: list[RunResult],
+                     *, stage_table: pd.DataFrame | None = None, n_boot: int = uncertainty.N_BOOT,
+                     note: str = "") -> claims.Evidence:
+    """One profile's :class:`maskfed.fl.claims.Evidence` from its runs (any of the lists may be empty:
+    that part is then "not measured here").
+
+    Args:
+        name: column header.
+        table1, table2, control: the runs of each experiment.
+        stage_table: a stage study's table (:attr:`maskfed.fl.stage.StageStudy.table`) on this
+            profile's trajectories, or None.
+        n_boot: bootstrap replicates.
+        note: what the source is, shown beside it.
+    """
+    def part(results, experiment):
+        if not results:
+            return None, None
+        table = {"table1": experiments.table1, "table2": experiments.table2}[experiment](results)
+        return table, uncertainty.replicate_tables(results, BY[experiment], n_boot=n_boot)
+
+    t1, r1 = part(table1, "table1")
+    t2, r2 = part(table2, "table2")
+    return claims.Evidence(name, t1, t2, r1, r2, control=control_evidence(control),
+                           stage=None if stage_table is None else stage_evidence(stage_table), note=note)
+
+
+def describe(results: list[RunResult]) -> str:
+    """``"3 seeds, 200 rounds, small_cnn_gn (17,034 parameters)"`` for a profile's runs."""
+    seeds = sorted({r.config.seed for r in results})
+    rounds = sorted({r.config.rounds for r in results})
+    c = results[0]
+    n = c.provenance.get("num_parameters")
+    return (f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}, {'/'.join(map(str, rounds))} rounds, "
+            f"{c.config.model}" + (f" ({n:,} parameters)" if n else ""))
+
+
+def archived_evidence(profile_name: str, *, stage_table: pd.DataFrame | None = None,
+                      n_boot: int = uncertainty.N_BOOT) -> claims.Evidence | None:
+    """The :class:`maskfed.fl.claims.Evidence` of one archived profile, or None when it has no archive."""
+    from maskfed.fl.config import load_profile
+
+    runs = archive.load_archive(profile_name)
+    if not runs:
+        return None
+    prof = load_profile(profile_name)
+    parts = {e: archive.select(runs, experiments.configs(prof, e)) for e in experiments.EXPERIMENTS}
+    return profile_evidence(archive.column_name(profile_name), parts["table1"], parts["table2"], parts["control"],
+                            stage_table=stage_table, n_boot=n_boot, note=describe(runs))
+
+
+#: Colours of the verdict marks (background, text), chosen to read in print too (ours).
+VERDICT_STYLE = {"holds": ("#d9f2d9", "#1b5e20"), "partly": ("#fff3cd", "#7a5b00"),
+                 "does not hold": ("#f8d7da", "#842029"), "not measured here": ("#eceff1", "#455a64")}
+
+
+def verdict_mark(verdict: str) -> str:
+    """A small coloured HTML label for a verdict of :data:`maskfed.fl.claims.VERDICTS`."""
+    bg, fg = VERDICT_STYLE[verdict]
+    return (f'<span style="background:{bg};color:{fg};border-radius:0.3em;padding:0 0.3em;'
+            f'white-space:nowrap;font-size:0.85em">{verdict}</span>')
+
+
+def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence]) -> str:
+    """The verdict table as HTML: one row per claim (its title and the paper's section), the paper's
+    own number, each source's value with its verdict, and the overall verdict with its source.
+
+    Args:
+        table: :func:`maskfed.fl.claims.verdict_table` output.
+        evidence: the sources, in the table's column order.
+    """
+    import html
+
+    esc = html.escape
+    heads = ["Claim", "Paper's own table", *[esc(ev.name) for ev in evidence], "Verdict"]
+    rows = []
+    for key, r in table.iterrows():
+        cells = [f"<b>{esc(r['title'])}</b><br><small>{esc(r['where'])}</small>",
+                 f"{esc(str(r['paper']))}<br>{verdict_mark(r['paper_verdict'])}"]
+        for ev in evidence:
+            cells.append(f"{esc(str(r[ev.name]))}<br>{verdict_mark(r[ev.name + ' verdict'])}")
+        source = "" if r["from"] == "–" else f"<br><small>from {esc(r['from'])}</small>"
+        cells.append(verdict_mark(r["verdict"]) + source)
+        rows.append("<tr>" + "".join(f'<td style="vertical-align:top">{c}</td>' for c in cells) + "</tr>")
+    head = "".join(f'<th style="vertical-align:bottom">{h}</th>' for h in heads)
+    return (f'<div style="overflow-x:auto"><table class="verdicts" style="font-size:0.85em">'
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+
+
+@dataclass
+class BookStudy:
+    """The stage study a chapter shows, wherever it came from."""
+
+    profile: str               # whose trajectories (and protocols) were measured
+    table: pd.DataFrame        # StageStudy.table (with a seed column)
+    checkpoints: pd.DataFrame  # seed, stage, round, test_acc, test_loss
+    spec: "stage.StageSpec"
+    source: str                # one clause: where the ladders and the measurements came from
+    ref: "stage.RunConfig"     # the first seed's trajectory configuration
+    branches: pd.DataFrame     # StageStudy.branches (empty without branches; an archived study keeps none)
+
+
+def stage_study(profile, spec, *, ladder_from: str | None, workers: int | None = None) -> BookStudy:
+    """The stage study of the book's chapter.
+
+    With ``ladder_from`` (an archived profile, e.g. "cpu-paper"): its archived stage study when one
+    exists with the same settings ``spec`` (:func:`maskfed.book.archive.load_stage_study`); else the
+    study measured here (cached) on its archived trajectories, one per seed
+    (:func:`maskfed.book.archive.ladder_trajectories`). Without ``ladder_from``, or when that profile
+    has no archived trajectory: the study of ``profile`` itself on its first seed, as
+    :func:`maskfed.fl.stage.run_study` computes it.
+
+    Args:
+        profile: the book's profile (a :class:`maskfed.fl.config.Profile`).
+        spec: stage settings (:func:`maskfed.fl.stage.make_spec` of the profile the study is for).
+        ladder_from: archived profile whose trajectories to use, or None.
+        workers: worker processes for what is measured here.
+    """
+    from maskfed.fl.config import load_profile
+
+    if ladder_from is not None:
+        arch = archive.load_stage_study(ladder_from)
+        src_prof = load_profile(ladder_from, data_path=profile.base.get("data_path"))
+        if arch is not None and arch.spec == spec and not spec.branch_rounds:
+            return BookStudy(ladder_from, arch.table, arch.checkpoints, spec,
+                             f"read from the {ladder_from} archive (measured {arch.provenance['finished_utc'][:10]} "
+                             f"with run code {arch.provenance['code_hash']}, on the archived trajectories "
+                             f"{', '.join(arch.provenance['trajectories'].values())})",
+                             stage.ladder_config(src_prof), pd.DataFrame())
+        traj = archive.ladder_trajectories(ladder_from)
+        if traj:
+            st = stage.run_study(src_prof, spec, workers=workers, progress=False, seeds=sorted(traj), trajectories=traj)
+            checkpoints = pd.concat([ld.checkpoints.assign(seed=s) for s, ld in st.ladders.items()])
+            return BookStudy(ladder_from, st.table, checkpoints, spec,
+                             f"measured in this build on the archived {ladder_from} trajectories "
+                             f"{', '.join(p.name for p in traj.values())}", stage.ladder_config(src_prof),
+                             st.branches)
+    st = stage.run_study(profile, spec, workers=workers, progress=False)
+    checkpoints = pd.concat([ld.checkpoints.assign(seed=s) for s, ld in st.ladders.items()])
+    return BookStudy(profile.name, st.table, checkpoints, spec,
+                     f"measured in this build on the {profile.name} profile's own trajectory, whose θ were "
+                     + stage.ladder_source(st.ladder), stage.ladder_config(profile), st.branches)

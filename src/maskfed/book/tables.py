@@ -1,0 +1,116 @@
+"""Tables I and II as the book shows them: the closest evidence first, each cell with its seed range.
+
+The book can hold several sources for one table: archived profiles (:data:`maskfed.book.archive.BOOK_PROFILES`,
+closest to the paper's setting first), the profile the book was built with, and the paper's own
+values. :func:`sources` puts them in that order; :func:`main_table` is the narrow table a reader
+sees first (the closest source beside the paper's, with seed ranges), :func:`full_table` every
+quantity of every source (shown in a toggle and offered as CSV).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from maskfed.book import archive
+from maskfed.fl import experiments, summary, uncertainty
+
+#: The settings that name a row of each table.
+BY = {"table1": ["batch_size", "local_epochs"], "table2": ["alpha"]}
+
+
+@dataclass
+class Source:
+    """One column group of a table: a profile's summary with its seed ranges (None: one seed or the paper)."""
+
+    name: str
+    table: pd.DataFrame
+    low: pd.DataFrame | None = None
+    high: pd.DataFrame | None = None
+    seeds: int = 1
+    rounds: int | None = None
+
+
+def sources(experiment: str, live_name: str, live_results: list, found: list[archive.ArchivedSummary]) -> list[Source]:
+    """The table's sources, closest to the paper's setting first: each archived profile (in the
+    order of ``found``), then this build's profile.
+
+    Args:
+        experiment: "table1" or "table2".
+        live_name: the profile the book was built with.
+        live_results: its runs of the experiment.
+        found: :func:`maskfed.book.archive.summaries` output.
+
+    Raises:
+        ValueError: unknown experiment.
+    """
+    if experiment not in BY:
+        raise ValueError(f"experiment must be one of {sorted(BY)}; got {experiment!r}")
+    summarise = {"table1": experiments.table1, "table2": experiments.table2}[experiment]
+
+    def one(name, results, table):
+        n_seeds = len({r.config.seed for r in results})
+        low, high = uncertainty.seed_range(results, BY[experiment]) if n_seeds > 1 else (None, None)
+        return Source(name, table, low, high, n_seeds, results[0].config.rounds)
+
+    out = [one(archive.column_name(a.profile), a.results, a.table) for a in found]
+    return out + [one(archive.column_name(live_name, archived=False), live_results, summarise(live_results))]
+
+
+def with_range(median: float, low: float | None, high: float | None, fmt: str = ".2f") -> str:
+    """``"1.23 (1.20–1.26)"``: a median over seeds and its min–max range; the median alone without a
+    range; "–" for a missing value."""
+    if median is None or (isinstance(median, float) and math.isnan(median)):
+        return "–"
+    if low is None or high is None:
+        return f"{median:{fmt}}"
+    return f"{median:{fmt}} ({low:{fmt}}–{high:{fmt}})"
+
+
+#: The quantities of each table's main view, with their cell format.
+MAIN = {"table1": (("recovery_unweighted", ".2f"), ("test_acc", ".3f")),
+        "table2": (("recovery_unweighted", ".2f"), ("recovery_weighted", ".2f"), ("test_acc", ".3f"))}
+#: Reader names of those quantities.
+NAMES = {"recovery_unweighted": "1/Δ_S", "recovery_weighted": "1/Δ_S (n_k-wtd.)", "test_acc": "accuracy",
+         "T_mean": "T"}
+
+
+def main_table(experiment: str, first: Source, paper: pd.DataFrame) -> pd.DataFrame:
+    """The narrow table a reader sees first: per row, the local steps T (Table I), and for each main
+    quantity the closest source's median over seeds with its min–max range beside the paper's value.
+
+    Args:
+        experiment: "table1" or "table2".
+        first: the closest source (:func:`sources`' first).
+        paper: the paper's table (:func:`maskfed.fl.summary.paper_table`).
+
+    Returns:
+        Text cells, indexed like ``first.table``; columns ``(quantity, source)``.
+    """
+    t = first.table
+    cols = {}
+    if experiment == "table1":
+        cols[("T", first.name)] = [f"{v:.1f}" for v in t["T_mean"]]
+    for q, fmt in MAIN[experiment]:
+        lows = first.low[q] if first.low is not None else [None] * len(t)
+        highs = first.high[q] if first.high is not None else [None] * len(t)
+        cols[(NAMES[q], first.name)] = [with_range(m, lo, hi, fmt) for m, lo, hi in zip(t[q], lows, highs)]
+        cols[(NAMES[q], "paper")] = [with_range(paper[q].get(i), None, None, fmt) for i in t.index]
+    return pd.DataFrame(cols, index=t.index)
+
+
+def full_table(srcs: list[Source], paper: pd.DataFrame) -> pd.DataFrame:
+    """Every quantity of :data:`maskfed.fl.experiments.TABLE_COLUMNS` for every source and the paper,
+    each quantity's sources side by side (:func:`maskfed.fl.summary.compare`), on the closest
+    source's rows."""
+    return summary.compare({**{s.name: s.table for s in srcs}, "paper": paper}, experiments.TABLE_COLUMNS)
+
+
+def caption(first: Source) -> str:
+    """What the main table's cells are, naming the source."""
+    spread = (f"the median over its {first.seeds} seeds of each run's median over the summary window, with the "
+              "smallest and largest seed in brackets" if first.seeds > 1 else
+              "its run's median over the summary window (one seed: no range)")
+    return f"{first.name}: {spread}; paper: the paper's own table."

@@ -1,0 +1,46 @@
+"""Tables I and II as shown: closest source first, medians with seed ranges beside the paper's values."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from maskfed.book import archive, tables
+from maskfed.fl import experiments, summary
+from maskfed.fl.config import make_run_config
+from maskfed.fl.runner import RunResult
+
+
+def fake(rec, *, seed, bs=32, tau=1, rounds=8, acc=0.5):
+    cfg = make_run_config(batch_size=bs, local_epochs=tau, seed=seed, rounds=rounds, device="cpu")
+    m = pd.DataFrame({"round": np.arange(1, rounds + 1), "T_mean": 16.0, "recovery_unweighted": rec,
+                      "recovery_weighted": rec, "mu2_hat": 1e-3, "sigma2_hat": 1e-2, "test_acc": acc,
+                      "train_loss": 1.0})
+    return RunResult(cfg, None, m, {})
+
+
+def test_with_range_writes_median_and_seed_range():
+    assert tables.with_range(1.234, 1.2, 1.26) == "1.23 (1.20–1.26)"
+    assert tables.with_range(0.5, None, None, ".3f") == "0.500"
+    assert tables.with_range(float("nan"), 1, 2) == "–"
+
+
+def test_sources_put_the_archive_first_and_main_table_shows_its_seed_range():
+    # prepare: an "archived" profile with three seeds (1/Δ_S 1.1, 1.3, 1.2 at bs 32, τ 1) and a live one-seed run
+    arch = [fake(v, seed=s) for s, v in enumerate((1.1, 1.3, 1.2))]
+    found = [archive.ArchivedSummary("cpu-paper", arch, experiments.table1(arch), None, [])]
+    live = [fake(2.0, seed=0, rounds=4)]
+    # execute
+    srcs = tables.sources("table1", "cpu", live, found)
+    main = tables.main_table("table1", srcs[0], summary.paper_table("table1"))
+    # assert: closest first, its median with the min-max over seeds, the paper's value beside it
+    assert [s.name for s in srcs] == ["cpu-paper (archived)", "cpu"] and [s.seeds for s in srcs] == [3, 1]
+    assert srcs[1].low is None
+    row = main.loc[("32", 1)]
+    assert row[("1/Δ_S", "cpu-paper (archived)")] == "1.20 (1.10–1.30)"
+    assert row[("1/Δ_S", "paper")] == "1.24" and row[("T", "cpu-paper (archived)")] == "16.0"
+    assert row[("accuracy", "paper")] == "0.553"
+    full = tables.full_table(srcs, summary.paper_table("table1"))
+    assert list(full[("recovery_unweighted", "cpu")]) == [2.0]
+    assert "3 seeds" in tables.caption(srcs[0]) and "no range" in tables.caption(srcs[1])
+    with pytest.raises(ValueError, match="experiment"):
+        tables.sources("table3", "cpu", live, found)
