@@ -31,9 +31,9 @@ def fake_run(folder, cfg, *, recovery, acc=0.5, code_hash=None, finished="2026-1
     """Write a finished run folder by hand: constant per-round metrics, so its summary is known."""
     folder.mkdir(parents=True)
     r = np.arange(1, cfg.rounds + 1)
-    pd.DataFrame({"round": r, "T_mean": 4.0, "recovery_unweighted": recovery, "recovery_weighted": recovery,
-                  "mu2_hat": 1.0, "sigma2_hat": 2.0, "test_acc": acc, "train_loss": 1.0}).to_csv(
-        folder / "metrics.csv", index=False)
+    given = {"round": r, "T_mean": 4.0, "recovery_unweighted": recovery, "recovery_weighted": recovery,
+             "mu2_hat": 1.0, "sigma2_hat": 2.0, "test_acc": acc, "train_loss": 1.0}
+    pd.DataFrame({c: given.get(c, 0.0) for c in runner.expected_columns(cfg)}).to_csv(folder / "metrics.csv", index=False)
     (folder / "config.json").write_text(cfg.model_dump_json())
     (folder / "partition.json").write_text(json.dumps({"sizes": [1], "min": 1, "max": 1}))
     machine = {"device": device, "processor": "x86_64", **({"cuda_device": cuda} if cuda else {}),
@@ -106,8 +106,9 @@ def test_load_archive_skips_malformed_folders_with_a_warning(dirs_in_tmp):
 
     assert [r.path.name for r in back] == ["good"]
     messages = " | ".join(str(w.message) for w in caught)
-    for name, reason in [("no-provenance", "provenance.json"), ("bad-json", "unreadable"),
-                         ("short", "3 rows for a 5-round run"), ("unknown-field", "unreadable")]:
+    for name, reason in [("no-provenance", "provenance.json"), ("bad-json", "config.json is not valid JSON"),
+                         ("short", "3 rows for a 5-round run"),
+                         ("unknown-field", "config.json is not a run configuration this code can read")]:
         assert f"{name}: " in messages and reason in messages
     assert ".tmp-half-written" not in messages
 
@@ -339,3 +340,32 @@ def test_stage_study_from_archived_trajectories_is_archived_and_read_back(dirs_i
     with pytest.warns(UserWarning, match="malformed stage study"):
         assert archive.load_stage_study("smoke") is None
     assert archive.load_stage_study("cpu-long") is None
+
+
+def test_a_damaged_archived_run_is_shown_as_damaged_not_as_never_archived(dirs_in_tmp, capsys):
+    # prepare: the cpu-long Table II runs archived, one of them with its metrics cut to 3 rows
+    long = load_profile("cpu-long")
+    cfgs = experiments.configs(long, "table2")
+    root = dirs_in_tmp / "archive" / "cpu-long"
+    folders = [fake_run(root / f"{c.label()}-0123456789abcdef", c, recovery=2.0) for c in cfgs]
+    pd.read_csv(folders[0] / "metrics.csv").head(3).to_csv(folders[0] / "metrics.csv", index=False)
+    # execute
+    with pytest.warns(UserWarning, match="skipping malformed"):
+        found, notes = archive.summaries("table2", profiles=["cpu-long"])
+    from maskfed.book import notebooks
+    notebooks.report_damaged_archive()  # what the build's output says
+    # assert: named as damaged with its reason, on the page and in the build's output; not "not yet archived"
+    (a,) = found
+    assert a.missing == [] and [d.folder for d in a.damaged] == [folders[0]]
+    html = archive.book_note(found, notes).data
+    assert f"Damaged in the cpu-long archive, not used: {folders[0].name} (metrics.csv has 3 rows for a 100-round run)" in html
+    assert "Not yet archived" not in html
+    err = capsys.readouterr().err
+    assert f"archived run folder {folders[0]} is damaged (metrics.csv has 3 rows for a 100-round run)" in err
+    # every run of the experiment damaged: the note says so instead of "no archived run exists"
+    for f in folders[1:]:
+        (f / "provenance.json").write_text("{cut")
+    with pytest.warns(UserWarning):
+        found, notes = archive.summaries("table2", profiles=["cpu-long"])
+    assert found == [] and len(notes) == 1 and notes[0].startswith("Damaged in the cpu-long archive, not used:")
+    assert notes[0].count("-0123456789abcdef (") == 3 and "provenance.json" in notes[0]

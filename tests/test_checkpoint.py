@@ -76,10 +76,16 @@ def test_save_replaces_the_previous_checkpoint(tmp_path):
     assert checkpoint.load(tmp_path, run_key="k") is None
 
 
+def _holder(folder):
+    """Another process's hold on the run of partial folder ``folder`` (its lock file beside it)."""
+    checkpoint.lock_path(folder).parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(checkpoint.lock_path(folder))
+
+
 def test_claim_waits_for_the_holder_and_removes_a_finished_folder(tmp_path, capsys):
     folder = tmp_path / ".partial-run"
     folder.mkdir()
-    holder = FileLock(folder / "lock")
+    holder = _holder(folder)
     holder.acquire()
     entered = []
 
@@ -97,6 +103,36 @@ def test_claim_waits_for_the_holder_and_removes_a_finished_folder(tmp_path, caps
     assert entered and entered[0] >= released
     assert "another process is computing this run" in capsys.readouterr().err
     assert not folder.exists()  # no checkpoint inside: the folder is cleaned up
+    assert checkpoint.lock_path(folder).exists()  # the lock file outlives it, for the next waiter
+
+
+def test_the_lock_file_lives_beside_the_partial_folder_and_is_never_removed(tmp_path):
+    folder = tmp_path / "runs" / ".partial-cifar10-x-s0-0123456789abcdef"
+    assert checkpoint.lock_path(folder) == tmp_path / "runs" / ".locks" / "cifar10-x-s0-0123456789abcdef.lock"
+    with checkpoint.claim(folder):
+        assert folder.is_dir() and checkpoint.lock_path(folder).exists()
+    assert not folder.exists() and checkpoint.lock_path(folder).exists()
+
+
+def test_a_failing_write_names_the_folder_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    import errno
+    from pathlib import Path
+
+    checkpoint.save(tmp_path, _state(2), run_key="k")
+    real = Path.write_bytes
+
+    def full_disk(self, data):
+        real(self, data[:10])  # part of the file reached the disk, then it was full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", full_disk)
+    with pytest.raises(checkpoint.WriteFailed, match=r"cannot write the run's checkpoint in .*No space left on "
+                                                     r"device \(errno 28\).*intact") as info:
+        checkpoint.save(tmp_path, _state(4), run_key="k")
+    assert str(tmp_path) in str(info.value)
+    monkeypatch.undo()
+    assert checkpoint.load(tmp_path, run_key="k").rounds_done == 2  # the previous checkpoint, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]  # no temporary file left
 
 
 def test_claim_keeps_the_folder_of_an_interrupted_run(tmp_path):
@@ -160,7 +196,7 @@ def test_resume_arguments_are_checked(fed_data, kw, word):
 def test_remove_stale_leaves_a_folder_whose_lock_is_held(tmp_path):
     folder = tmp_path / ".partial-run"
     checkpoint.save(folder, _state(), run_key="k")
-    holder = FileLock(folder / "lock")
+    holder = _holder(folder)
     with holder:
         checkpoint.remove_stale(folder)
         assert folder.exists()  # someone is computing it

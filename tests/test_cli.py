@@ -166,6 +166,109 @@ def test_an_input_error_during_the_runs_keeps_finished_runs(capsys, results, mon
     assert len(finished) == 1 and finished[0].name.startswith("synthetic-small_cnn_gn-dirichlet-a100-bs32-t2-s0")
 
 
+# ----------------------------------------------------------------------------- damaged folders, divergence, full disk
+
+ONE_RUN = {"run": ["run", *TINY, "--seeds", "0", "--workers", "1"],
+           "sweep": ["sweep", *TINY, "--experiments", "control", "--seeds", "0", "--workers", "1"]}
+
+
+def _one_line_error(capsys, argv: list[str]) -> str:
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if line.startswith("maskfed: error: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def _cut_provenance(folder: Path) -> str:
+    text = (folder / "provenance.json").read_text()
+    (folder / "provenance.json").write_text(text[: len(text) // 2])
+    return "provenance.json is not valid JSON"
+
+
+def _header_only(folder: Path) -> str:
+    text = (folder / "metrics.csv").read_text()
+    (folder / "metrics.csv").write_text(text.splitlines()[0] + "\n")
+    return "metrics.csv has 0 rows for a 2-round run"
+
+
+def _no_metrics(folder: Path) -> str:
+    (folder / "metrics.csv").unlink()
+    return "metrics.csv missing"
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+@pytest.mark.parametrize("damage", [_no_metrics, _header_only, _cut_provenance])
+def test_a_damaged_run_folder_is_named_with_the_reason_and_force_recomputes_it(capsys, results, command, damage):
+    assert cli.main(ONE_RUN[command]) == 0
+    (folder,) = [p for p in (results / "runs").iterdir() if not p.name.startswith(".")]
+    before = runner.load_run(folder).metrics
+    reason = damage(folder)
+    line = _one_line_error(capsys, ONE_RUN[command])
+    assert str(folder) in line and reason in line and "--force" in line
+    assert cli.main([*ONE_RUN[command], "--force"]) == 0  # maskfed sweep takes --force too
+    capsys.readouterr()
+    again = runner.load_run(folder)  # whole again, the same numbers
+    assert again.metrics.drop(columns="wall_s").equals(before.drop(columns="wall_s"))
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_diverging_training_is_one_error_line_and_never_stored(capsys, results, workers):
+    line = _one_line_error(capsys, ["run", *TINY, "--lr", "1e6", "--seeds", "0", "1", "--workers", workers])
+    assert "training diverged at round 1: client" in line and "lr = 1e+06" in line and "smaller lr" in line
+    assert "2 of 2 run(s) failed" in line  # which runs: every one here
+    assert not [p for p in (results / "runs").iterdir() if not p.name.startswith(".")]  # nothing stored as finished
+
+
+def _full_disk_at(monkeypatch, method: str, when) -> None:
+    """Path.<method> raises ENOSPC (after writing half) on the calls for which ``when(path)`` holds."""
+    import errno
+
+    real = getattr(Path, method)
+
+    def full(self, data, *args, **kwargs):
+        if when(self):
+            real(self, data[: len(data) // 2], *args, **kwargs)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, data, *args, **kwargs)
+
+    monkeypatch.setattr(Path, method, full)
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_error_line_and_keeps_the_previous_one(capsys, results, monkeypatch):
+    from maskfed.fl import checkpoint
+
+    argv = ["run", *TINY, "--rounds", "3", "--seeds", "0", "--workers", "1"]  # checkpoints after rounds 1 and 2
+    saved = []
+    _full_disk_at(monkeypatch, "write_bytes",
+                  lambda p: p.name.startswith(".checkpoint.pt") and saved.append(p) is None and len(saved) == 2)
+    line = _one_line_error(capsys, argv)
+    (partial,) = (results / "runs").glob(".partial-*")
+    assert f"cannot write the run's checkpoint in {partial}: No space left on device (errno 28)" in line
+    assert "intact" in line
+    monkeypatch.undo()
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(results))
+    (cfg,) = cli._plan(cli.build_parser().parse_args(argv))[1]
+    assert checkpoint.load(partial, runner.run_key(cfg, runner.images_for(cfg))).rounds_done == 1  # whole
+    assert [p.name for p in partial.iterdir() if p.name.endswith(".tmp")] == []
+    assert cli.main(argv) == 0  # space again: the same command resumes
+    assert runner.find_run(cfg).provenance["resumed_after_round"] == 1
+
+
+def test_a_full_disk_when_writing_the_run_folder_is_one_error_line(capsys, results, monkeypatch):
+    argv = ["run", *TINY, "--rounds", "3", "--seeds", "0", "--workers", "1"]
+    _full_disk_at(monkeypatch, "write_text", lambda p: p.parent.name.startswith(".tmp-"))
+    line = _one_line_error(capsys, argv)
+    assert f"cannot write the finished run's folder in {results / 'runs'}: No space left on device" in line
+    assert not [p for p in (results / "runs").iterdir() if not p.name.startswith(".partial-") and p.name != ".locks"]
+    monkeypatch.undo()
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(results))
+    assert cli.main(argv) == 0
+    (cfg,) = cli._plan(cli.build_parser().parse_args(argv))[1]
+    assert runner.find_run(cfg).provenance["resumed_after_round"] == 2  # from the last checkpoint
+
+
 # ----------------------------------------------------------------------------- nothing silently dropped
 
 @pytest.mark.parametrize("flags, names", [
@@ -180,12 +283,12 @@ def test_sweep_refuses_a_flag_its_grid_would_ignore(flags, names, capsys, result
     _refused(capsys, results, ["sweep", "--profile", "smoke", *flags], names)
 
 
-def test_seeds_flag_reaches_every_run_and_force_with_workers_is_refused(capsys, results):
+def test_seeds_flag_reaches_every_run_and_force_on_ray_is_refused(capsys, results):
     _profile, cfgs = cli._plan(cli.build_parser().parse_args(
         ["sweep", "--profile", "smoke", "--experiments", "table2", "control", "--seeds", "5", "6"]))
     assert sorted({c.seed for c in cfgs}) == [5, 6] and len(cfgs) == (3 + 1) * 2
 
-    _refused(capsys, results, ["run", "--profile", "smoke", "--force", "--workers", "2"], ["--force", "--workers 2"])
+    _refused(capsys, results, ["sweep", "--profile", "smoke", "--force", "--backend", "ray"], ["--force", "ray"])
     for command in ("sweep", "run"):  # --seed is read as --seeds, not dropped
         _profile, cfgs = cli._plan(cli.build_parser().parse_args([command, "--profile", "smoke", "--seed", "3"]))
         assert {c.seed for c in cfgs} == {3}
@@ -264,7 +367,7 @@ def test_cli_image_folder_runs_under_its_own_label_and_class_count(image_dirs, c
                      str(image_dirs["three"]), *IMAGE_TINY])
     out = capsys.readouterr().out
     assert code == 0
-    runs = list((image_dirs["results"] / "runs").iterdir())
+    runs = [p for p in (image_dirs["results"] / "runs").iterdir() if not p.name.startswith(".")]
     assert len(runs) == 1 and runs[0].name.startswith("image_folder-small_cnn_gn-")
     assert "cifar10" not in runs[0].name and "image_folder" in out
     prov = json.loads((runs[0] / "provenance.json").read_text())

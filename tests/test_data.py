@@ -330,6 +330,25 @@ def test_an_unwritable_cache_folder_costs_a_warning_not_the_load(tmp_path, monke
     assert_matches_folder(d)
 
 
+@pytest.mark.parametrize("failure", [
+    OSError(28, "No space left on device"),
+    RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0"),  # torch's writer on a full disk
+])
+def test_a_full_cache_disk_costs_a_warning_not_the_load(tmp_path, tmp_cache, monkeypatch, failure):
+    folder = tmp_path / "imgs"
+    write_image_folder(folder)
+
+    def full_disk(obj, f, *args, **kwargs):
+        f.write(b"half")
+        raise failure
+
+    monkeypatch.setattr(data.torch, "save", full_disk)
+    with pytest.warns(UserWarning, match=r"cache .* cannot be written \(.*(No space left|enforce fail).*MASKFED_CACHE_DIR"):
+        d = data.load_cifar10(folder)
+    assert_matches_folder(d)
+    assert list((tmp_cache / "data").iterdir()) == []  # its temporary file removed, no half cache file
+
+
 # --- data that is not what it says: dataset "cifar10" refuses other classes, "image_folder" runs them ---
 
 

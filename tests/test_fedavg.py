@@ -579,3 +579,33 @@ def test_run_fedavg_refuses_bad_mask_settings_before_compute(images):
         F.run_fedavg(_model(), data, **_run_kw(mask_keep_prob=0.5, mask_mode="blockwise"))
     with pytest.raises(ValueError, match="hessian_batch"):
         F.run_fedavg(_model(), data, **_run_kw(hessian_every=1, hessian_batch_size=10_000))
+
+
+# ----------------------------------------------------------------------------- divergence
+
+def test_check_finite_names_round_client_and_quantity():
+    deltas = torch.zeros(3, 4)
+    F.check_finite(0, [5, 7, 9], deltas, [1.0, 2.0, 3.0], lr=0.1)  # all finite: nothing
+    with pytest.raises(F.TrainingDiverged, match=r"round 3: client 7's mean training loss is nan \(lr = 0.1\).*"
+                                                 r"smaller lr") as info:
+        F.check_finite(2, [5, 7, 9], deltas, [1.0, float("nan"), 3.0], lr=0.1)
+    assert (info.value.round, info.value.client, info.value.quantity) == (3, 7, "mean training loss")
+    deltas[2, 1:3] = float("inf")
+    with pytest.raises(F.TrainingDiverged, match=r"round 1: client 9's update Δ_k is non-finite in 2 of 4 coordinates"):
+        F.check_finite(0, [5, 7, 9], deltas, [1.0, 2.0, 3.0], lr=0.1)
+    import pickle  # it travels back from a worker process whole
+    back = pickle.loads(pickle.dumps(info.value))
+    assert str(back) == str(info.value) and back.client == 7
+
+
+def test_a_diverging_run_stops_at_its_round_and_the_check_changes_no_healthy_number(images, monkeypatch):
+    data = _fed_data(images, "iid")
+    with pytest.raises(F.TrainingDiverged, match=r"training diverged at round \d+: client \d+'s") as info:
+        F.run_fedavg(_model(), data, **{**_run_kw(), "lr": 1e6})
+    assert info.value.round >= 1 and info.value.lr == 1e6
+    # a healthy run gives the same records, bit for bit, with the check switched off
+    checked = F.run_fedavg(_model(), data, **_run_kw())
+    monkeypatch.setattr(F, "check_finite", lambda *args: None)
+    unchecked = F.run_fedavg(_model(), data, **_run_kw())
+    drop = lambda recs: [{k: v for k, v in r.items() if k != "wall_s"} for r in recs]  # noqa: E731
+    assert repr(drop(checked)) == repr(drop(unchecked))  # repr: NaN (not evaluated) compares equal as text

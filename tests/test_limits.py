@@ -140,3 +140,9 @@ def test_trajectory_snapshots_follow_fedavg():
         assert " ".join(map(str, s.n_K)) == rec["n_k"]
         assert diversity.recovery_factor(s.deltas["bs 16"], s.n_K) == pytest.approx(rec["recovery_weighted"], rel=1e-9)
         assert not torch.equal(s.deltas["full"], s.deltas["bs 16"])
+
+
+def test_default_protocols_are_full_batch_and_a_small_batch_per_profile():
+    assert limits.default_protocols("smoke") == {"full batch, τ=1": ("full", 1), "bs 16, τ=1": (16, 1)}
+    for name in ("cpu", "cpu-long", "cpu-paper", "paper"):
+        assert limits.default_protocols(name) == {"full batch, τ=1": ("full", 1), "bs 32, τ=1": (32, 1)}

@@ -2,6 +2,7 @@
 the build machine's paths from executed notebooks, and a refused parameter ending as one line."""
 
 import json
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -105,3 +106,64 @@ def test_a_failed_notebook_never_replaces_the_books_page(tmp_path):
     failed = notebooks.failed_path("theory_01_notation", tmp_path)
     assert "ParameterError" in failed.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == [failed.name, page.name]
+
+
+# --- a diverged run, Ctrl-C, and relative folders, as the book's runner meets them ---
+
+def test_a_chapter_meeting_a_diverged_run_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
+    code = notebooks.main(["--profile", "smoke", "--out-dir", str(tmp_path / "nb"), "table2_heterogeneity",
+                           "-p", "overrides", "{lr: 1000000.0}"])
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]
+    assert "table2_heterogeneity stopped: TrainingDiverged: training diverged at round 1: client" in err
+    assert "smaller lr" in err and "Traceback" not in err and "AssertionError" not in err
+    runs = tmp_path / "results" / "runs"
+    assert not [p for p in runs.iterdir() if not p.name.startswith(".")]  # nothing stored as a finished run
+
+
+def test_execute_hands_the_kernel_absolute_folders(tmp_path, monkeypatch):
+    # a relative MASKFED_RESULTS_DIR means the caller's directory, also to a kernel running in notebooks/
+    import papermill
+
+    seen = {}
+
+    def fake(input_path, output_path, **kw):
+        import os
+        seen.update({k: os.environ[k] for k in ("MASKFED_RESULTS_DIR", "MASKFED_CACHE_DIR")}, cwd=kw["cwd"])
+        raise RuntimeError("stop here")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", "res")
+    monkeypatch.setenv("MASKFED_CACHE_DIR", "~/cache")
+    monkeypatch.setattr(papermill, "execute_notebook", fake)
+    with pytest.raises(RuntimeError, match="stop here"):
+        notebooks.execute("intro", profile="smoke", out_dir=tmp_path / "nb")
+    assert seen == {"MASKFED_RESULTS_DIR": str(tmp_path / "res"), "MASKFED_CACHE_DIR": str(Path.home() / "cache"),
+                    "cwd": str(notebooks.NOTEBOOK_DIR)}
+
+
+def test_ctrl_c_on_the_notebook_runner_is_one_line_and_exit_130(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "MASKFED_RESULTS_DIR": str(tmp_path / "results"), "PYTHONPATH": str(REPO_ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, "-m", "maskfed.book.notebooks", "--profile", "smoke", "--out-dir",
+                             str(tmp_path / "nb"), "masked_training"], env=env, cwd=REPO_ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    runs = tmp_path / "results" / "runs"
+    deadline = time.monotonic() + 300
+    while not (runs.exists() and any(p.name.startswith(".partial-") for p in runs.iterdir())):  # training
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at a terminal: the whole foreground process group
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and len(lines) == 1, err[-3000:]
+    assert lines[0].startswith("maskfed.book.notebooks: interrupted while executing masked_training")
+    assert not (tmp_path / "nb" / "masked_training.ipynb").exists()  # no page from a stopped chapter

@@ -6,6 +6,8 @@ import os
 import re
 import subprocess
 import sys
+import types
+import typing
 from pathlib import Path
 from typing import Any, Optional
 
@@ -86,18 +88,146 @@ def test_check_parameters_reports_every_problem_at_once_and_binds_nothing():
 
 # --- every notebook: annotated parameters, checked right after ---------------------------
 
-@pytest.mark.parametrize("name", notebooks.book_order())
-def test_every_notebook_checks_its_parameters_first(name):
+def _code_cells(name: str) -> list:
     import jupytext
 
-    nb = jupytext.read(notebooks.NOTEBOOK_DIR / f"{name}.md")
-    code = [c for c in nb.cells if c.cell_type == "code"]
+    return [c for c in jupytext.read(notebooks.NOTEBOOK_DIR / f"{name}.md").cells if c.cell_type == "code"]
+
+
+def _import_lines(source: str) -> set[int]:
+    """1-based numbers of the lines that belong to import statements."""
+    import ast
+
+    return {n for node in ast.parse(source).body if isinstance(node, (ast.Import, ast.ImportFrom))
+            for n in range(node.lineno, node.end_lineno + 1)}
+
+
+@pytest.mark.parametrize("name", notebooks.book_order())
+def test_every_notebook_checks_its_parameters_first(name):
+    code = _code_cells(name)
     assert "parameters" in code[0].metadata.get("tags", []), "the parameters cell comes first"
-    for line in code[0].source.splitlines():
-        if line.strip() and not line.startswith(("#", "from typing import")):
+    imports = _import_lines(code[0].source)
+    for i, line in enumerate(code[0].source.splitlines(), 1):
+        if line.strip() and not line.startswith("#") and i not in imports:
             assert re.match(r"^\w+: [^=]+ = .+#", line), f"parameter without a type or a comment: {line!r}"
-    assert "params.check_parameters(globals())" in code[1].source
+    assert "params.check_parameters(globals()" in code[1].source
     assert " | " not in code[0].source.split("#")[0], "papermill --help-notebook cannot read X | Y"
+
+
+# --- every parameter of every chapter: a range, checked; applied, never replaced ---------
+
+ALL_CHAPTERS = sorted(p.stem for p in notebooks.NOTEBOOK_DIR.glob("*.md"))
+
+
+def _valid_example(t):
+    """A value of type ``t`` inside its range (for the other places of a tuple)."""
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin is typing.Annotated:
+        bounds = [m for meta in args[1:] for m in getattr(meta, "metadata", [])]
+        low = [getattr(m, "ge", None) for m in bounds] + [getattr(m, "gt", None) for m in bounds]
+        low = [v for v in low if v is not None]
+        return args[0](max(low) + 1) if low else _valid_example(args[0])
+    if origin is typing.Literal:
+        return args[0]
+    if origin in (typing.Union, types.UnionType):
+        return _valid_example(args[0])
+    return {int: 1, float: 1.0, str: "x"}[t]
+
+
+def out_of_range(t) -> list:
+    """Values that a parameter annotated ``t`` must refuse, derived from its declared range: one past
+    each bound, NaN and inf where it must be finite, an unknown name for a choice, the values a type
+    says it refuses (:class:`params.Refuses`), and the same inside a list, dict or tuple."""
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    found = []
+    if origin is typing.Annotated:
+        base, *meta = args
+        step = 1 if base is int else 0.5
+        for m in meta:
+            found += list(getattr(m, "values", ()))
+            for b in getattr(m, "metadata", []):
+                for attr, bad in (("ge", lambda v: v - step), ("gt", lambda v: v), ("le", lambda v: v + step),
+                                  ("lt", lambda v: v)):
+                    if getattr(b, attr, None) is not None:
+                        found.append(base(bad(getattr(b, attr))))
+                if getattr(b, "allow_inf_nan", True) is False:
+                    found += [float("nan"), float("inf")]
+        found += out_of_range(base)
+    elif origin is typing.Literal:
+        found.append("no-such-value")
+    elif origin in (typing.Union, types.UnionType):
+        members = [a for a in args if a is not type(None)]
+        found = [v for a in members for v in out_of_range(a)]
+        if len(members) > 1:  # (int >= 1) | "full": keep what no member takes
+            from pydantic import TypeAdapter, ValidationError
+
+            def refused(v):
+                try:
+                    TypeAdapter(t).validate_python(v, strict=True)
+                except ValidationError:
+                    return True
+                return False
+            found = [v for v in found if refused(v)]
+    elif origin is list:
+        found = [[v] for v in out_of_range(args[0])]
+    elif origin is dict:
+        found = [{"x": v} for v in out_of_range(args[1])]
+    elif origin is tuple:
+        found = [tuple(v if j == i else _valid_example(a) for j, a in enumerate(args))
+                 for i in range(len(args)) for v in out_of_range(args[i])]
+    return found
+
+
+def _chapter_namespace(name: str) -> tuple[dict, str]:
+    """The namespace after a chapter's parameters cell, and the source of its check cell."""
+    code = _code_cells(name)
+    ns = {"__name__": "__main__"}
+    exec(code[0].source, ns)
+    return ns, code[1].source
+
+
+def _cases():
+    for name in ALL_CHAPTERS:
+        ns, _ = _chapter_namespace(name)
+        for param, annotation in ns.get("__annotations__", {}).items():
+            yield name, param, annotation
+
+
+@pytest.mark.parametrize("name, param, annotation", list(_cases()), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_chapter_parameter_out_of_range_is_refused_at_the_check_naming_it(name, param, annotation):
+    bad_values = out_of_range(annotation)
+    assert bad_values, f"{name}: parameter {param!r} declares no range ({annotation})"
+    for bad in bad_values:
+        ns, check = _chapter_namespace(name)
+        ns[param] = bad
+        with pytest.raises(ParameterError) as info:
+            exec(check, ns)
+        assert f"'{param}'" in str(info.value), (bad, str(info.value))
+
+
+@pytest.mark.parametrize("name", ALL_CHAPTERS)
+def test_every_chapter_passes_its_own_defaults_and_reads_none_as_its_default(name):
+    ns, check = _chapter_namespace(name)
+    exec(check, ns)  # the defaults pass the check
+    declared = ns.get("__annotations__", {})
+    later = "\n".join(c.source for c in _code_cells(name)[2:])
+    for param in declared:  # `x = x or default` would turn a given 0, [] or {} into the default
+        assert not re.search(rf"\b{param} or\b", later), f"{name}: {param!r} is replaced when falsy"
+
+
+@pytest.mark.parametrize("name, given, says", [
+    ("theory_02_prop1", {"log10_scale_min": -1.0, "log10_scale_max": -2.0}, "log10_scale_min < log10_scale_max"),
+    ("theory_07_other_noise", {"P": 21}, "sum(block_sizes) == P"),
+    ("limit_penalty", {"protocols": {"a": ("full", 1)}, "train_protocol": "b"}, "train_protocol one of"),
+    ("stage_or_sampling", {"stage_rounds": [0, 3], "target_accuracies": [0.5]}, "at most one of stages"),
+    ("table2_heterogeneity", {"overrides": {"alpha": 0.5}}, "alpha = 0.5 would be ignored"),
+    ("table1_local_protocol", {"profile": "smoke", "data_path": "."}, "data_path"),
+])
+def test_rules_tying_parameters_together_are_checked(name, given, says):
+    ns, check = _chapter_namespace(name)
+    ns.update(given)
+    with pytest.raises(ParameterError, match=re.escape(says)):
+        exec(check, ns)
 
 
 # --- through papermill, as a user runs it -------------------------------------------------
@@ -142,7 +272,8 @@ def test_papermill_undeclared_parameter_stops_before_compute(tmp_path):
 
 
 @pytest.mark.parametrize("name, given, says", [
-    ("theory_02_prop1", ["block_sizes", "[4, four, 4]"], ["parameter 'block_sizes' must be list[int]", "block_sizes[1]"]),
+    ("theory_02_prop1", ["block_sizes", "[4, four, 4]"], ["parameter 'block_sizes' must be list[int >= 1]", "block_sizes[1]"]),
+    ("theory_02_prop1", ["n_scales", "0"], ["parameter 'n_scales' must be int >= 2"]),
     # "{rounds:0}" is valid YAML for {"rounds:0": None}: refused at the check, saying why
     ("table2_heterogeneity", ["overrides", "{rounds:0}"], ["needs a space after each colon (rounds: 0)"]),
 ])

@@ -14,3 +14,21 @@ def test_each_location_moves_with_its_environment_variable(tmp_path, monkeypatch
     monkeypatch.setenv("MASKFED_SHARED_ARCHIVE", str(tmp_path / "a.tar.gz"))
     assert (paths.cache_dir(), paths.results_dir(), paths.shared_archive()) == (
         tmp_path / "c", tmp_path / "r", tmp_path / "a.tar.gz")
+
+
+def test_a_relative_folder_means_the_callers_directory_everywhere(tmp_path, monkeypatch):
+    import os
+
+    from maskfed.book import archive
+
+    monkeypatch.chdir(tmp_path)
+    for var, rel in (("MASKFED_CACHE_DIR", "c"), ("MASKFED_RESULTS_DIR", "r"), ("MASKFED_ARCHIVE_DIR", "a"),
+                     ("MASKFED_SHARED_ARCHIVE", "s.tgz")):
+        monkeypatch.setenv(var, rel)
+    assert (paths.cache_dir(), paths.results_dir(), archive.archive_dir(), paths.shared_archive()) == (
+        tmp_path / "c", tmp_path / "r", tmp_path / "a", tmp_path / "s.tgz")
+    # the commands write them absolute into the environment of what they start (workers, kernels in notebooks/)
+    paths.absolute_env()
+    monkeypatch.chdir(paths.REPO_ROOT / "notebooks")
+    assert os.environ["MASKFED_RESULTS_DIR"] == str(tmp_path / "r")
+    assert paths.results_dir() == tmp_path / "r" and archive.archive_dir() == tmp_path / "a"

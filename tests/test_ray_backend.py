@@ -1,5 +1,6 @@
 """Sweeps on Ray: a real local Ray head on 127.0.0.1 runs the smoke profile and gives the
-local backend's run folders bit for bit; a worker that dies mid-sweep is retried, and a run
+local backend's run folders bit for bit at the same torch thread count (one: each Ray task's and,
+through conftest, this process's); a worker that dies mid-sweep is retried, and a run
 that keeps failing loses no finished run. Ray is the optional extra '.[ray]' (make test installs it)."""
 
 import os
@@ -59,8 +60,10 @@ def test_smoke_sweep_on_ray_equals_the_local_backend(ray_head, tmp_path, monkeyp
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "ray"))
     assert cli.main(["sweep", "--profile", "smoke", "--backend", "ray"]) == 0
     on_ray = [runner.find_run(c) for c in cfgs]
-    # assert: same folders (same keys), same numbers bit for bit (wall time aside)
+    # assert: same folders (same keys), same numbers bit for bit (wall time aside), under the condition
+    # that makes them so: every run of both backends trained with the same torch thread count
     assert None not in on_ray and len(cfgs) >= 10
+    assert {r.provenance["machine"]["torch_threads"] for r in [*local, *on_ray]} == {1}
     assert sorted(r.path.name for r in on_ray) == sorted(r.path.name for r in local)
     assert all(r.path.parent == tmp_path / "ray" / "runs" for r in on_ray)
     loc, ray_ = _metrics(local), _metrics(on_ray)

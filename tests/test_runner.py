@@ -15,6 +15,11 @@ TINY = dict(dataset="synthetic", synthetic_train=200, synthetic_test=50, num_cli
             model="small_cnn_gn", width=2, batch_size=16, local_epochs=1, eval_every=1)
 
 
+def _entries(runs) -> list[str]:
+    """Names in a runs folder but the lock files' folder (``.locks``, kept on purpose)."""
+    return [p.name for p in runs.iterdir() if p.name != ".locks"]
+
+
 @pytest.fixture(autouse=True)
 def results_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
@@ -43,6 +48,35 @@ def test_run_writes_complete_folder_and_reuses_it(results_in_tmp):
     assert again.path == first.path
     assert again.provenance["finished_utc"] == prov["finished_utc"]
     assert not [p for p in (results_in_tmp / "runs").iterdir() if p.name.startswith(".tmp")]
+
+
+@pytest.mark.parametrize("extra", [{}, {"cohort_size": 1}, {"hessian_every": 1, "hessian_batch": 16, "sharpness_iters": 2}])
+def test_load_run_expects_exactly_the_columns_a_run_writes(results_in_tmp, extra):
+    cfg = make_run_config(**{**TINY, **extra})
+    res = runner.run(cfg, progress=False)
+    assert list(res.metrics.columns) == runner.expected_columns(cfg)
+
+
+def test_a_damaged_folder_is_refused_naming_it_and_a_forced_run_replaces_it(results_in_tmp):
+    cfg = make_run_config(**TINY)
+    done = runner.run(cfg, progress=False)
+    metrics = pd.read_csv(done.path / "metrics.csv")
+    metrics.drop(columns="recovery_weighted").to_csv(done.path / "metrics.csv", index=False)
+    with pytest.raises(runner.DamagedRun, match="lacks the column.s. recovery_weighted") as info:
+        runner.find_run(cfg)
+    assert info.value.path == done.path and str(done.path) in str(info.value)
+    with pytest.raises(runner.DamagedRun):  # never used as a finished run, nor silently recomputed
+        runner.run(cfg, progress=False)
+    with pytest.raises(runner.DamagedRun):
+        runner.run_many([cfg], progress=False)
+    (done.path / "metrics.csv").write_text(metrics.to_csv(index=False).replace("\n1,", "\n7,", 1))
+    with pytest.raises(runner.DamagedRun, match="rounds are not 1..2"):
+        runner.find_run(cfg)
+    (done.path / "config.json").write_text("[]")
+    with pytest.raises(runner.DamagedRun, match="config.json holds list"):
+        runner.find_run(cfg)
+    fixed = runner.run_many([cfg], progress=False, force=True)[0]
+    _same_metrics(fixed.metrics, done.metrics)
 
 
 def test_key_changes_with_config_and_code(monkeypatch):
@@ -83,7 +117,7 @@ def test_a_failing_run_keeps_the_finished_ones_and_raises_its_own_error(results_
     assert "1 of 2 run(s) failed" in "".join(info.value.__notes__)
     assert runner.find_run(good) is not None
     assert runner.find_run(bad) is None
-    assert [p.name for p in (results_in_tmp / "runs").iterdir()] == [runner.find_run(good).path.name]  # no litter
+    assert _entries(results_in_tmp / "runs") == [runner.find_run(good).path.name]  # no litter
 
 
 def test_force_recomputes_and_replaces_the_folder(results_in_tmp):
@@ -94,7 +128,7 @@ def test_force_recomputes_and_replaces_the_folder(results_in_tmp):
     assert forced.provenance["wall_s"] != first.provenance["wall_s"]  # really recomputed and written
     assert runner.find_run(cfg).provenance["wall_s"] == forced.provenance["wall_s"]
     pd.testing.assert_frame_equal(first.metrics.drop(columns="wall_s"), forced.metrics.drop(columns="wall_s"))
-    assert [p.name for p in (results_in_tmp / "runs").iterdir()] == [first.path.name]  # no leftovers
+    assert _entries(results_in_tmp / "runs") == [first.path.name]  # no leftovers
 
 
 def test_control_on_cuda_runs_with_deterministic_algorithms(results_in_tmp, monkeypatch):
@@ -178,7 +212,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_with_identical_numbers(results_
     resumed = runner.run(cfg, progress=False)
     assert resumed.provenance["resumed_after_round"] == 4
     assert not partial.exists()  # a finished run removes its checkpoint
-    assert [p.name for p in runs.iterdir()] == [resumed.path.name]
+    assert _entries(runs) == [resumed.path.name]
 
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(results_in_tmp / "straight"))
     straight = runner.run(cfg.model_copy(update={"checkpoint_every": 0}), progress=False)
@@ -220,10 +254,12 @@ def _fail_at_last_round(rounds, evaluate):
 
 
 def _foreground_sigint() -> None:
-    """In the child before exec: SIGINT at its default, as for a command typed at a terminal. A test
-    suite started in the background of a script (``make test &``, nohup) inherits SIGINT ignored,
-    and a child that ignores it would run on through the Ctrl-C under test (seen in CI-like runs)."""
+    """In the child before exec: SIGINT and SIGHUP at their defaults, as for a command typed at a
+    terminal. A test suite started in the background of a script (``make test &``, nohup) inherits
+    them ignored, and a child that ignores them would run on through the signal under test (seen in
+    CI-like runs)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def _cli(results: Path, *args: str, **popen) -> subprocess.Popen:
@@ -288,7 +324,37 @@ def test_a_cli_run_killed_with_sigkill_resumes_with_identical_numbers(tmp_path):
     assert not list(runs.glob(".partial-*"))
 
 
-def test_ctrl_c_stops_a_sweep_with_workers_keeps_finished_runs_and_resumes(tmp_path, monkeypatch):
+def _descendants(pid: int) -> set[int]:
+    """Processes started by ``pid`` and by them (from /proc: Linux)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # ended while we read
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        kids = {c for c, pp in parents.items() if pp == p}
+        found |= kids
+        todo += list(kids)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has ended; only its exit status is left
+
+
+@pytest.mark.parametrize("sig, status, says", [(signal.SIGINT, 130, "interrupted;"),
+                                               (signal.SIGTERM, 143, "interrupted by SIGTERM;"),
+                                               (signal.SIGHUP, 129, "interrupted by SIGHUP;")])
+def test_a_signal_stops_a_sweep_with_workers_keeps_finished_runs_and_resumes(tmp_path, monkeypatch, sig, status, says):
+    # Ctrl-C (SIGINT), kill (SIGTERM) and a closed terminal (SIGHUP) end a sweep alike.
     # 4 runs (Table II's 3 alphas and the control) of 30 rounds on 2 worker processes
     args = ["sweep", *SMALL, "--rounds", "30", "--workers", "2", "--experiments", "table2", "control"]
     runs = tmp_path / "runs"
@@ -300,12 +366,18 @@ def test_ctrl_c_stops_a_sweep_with_workers_keeps_finished_runs_and_resumes(tmp_p
         return bool(done) and any(n <= 7 for name, n in _checkpoint_rounds(runs).items() if name not in done)
 
     _wait_for(one_done_one_early, 400, proc)
-    proc.send_signal(signal.SIGINT)
+    workers = _descendants(proc.pid)
+    assert len(workers) >= 2  # the two workers (and multiprocessing's resource tracker)
+    proc.send_signal(sig)
     t0 = time.monotonic()
     out, err = proc.communicate(timeout=60)
-    assert time.monotonic() - t0 < 10, "Ctrl-C took more than 10 s to stop the sweep"
-    assert proc.returncode == 130, err[-2000:]
-    assert "rerun the same command to resume" in err and "Traceback" not in err
+    assert time.monotonic() - t0 < 10, "the signal took more than 10 s to stop the sweep"
+    assert proc.returncode == status, err[-2000:]
+    assert says in err and "rerun the same command to resume" in err and "Traceback" not in err
+    deadline = time.monotonic() + 5
+    while any(map(_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [w for w in workers if _alive(w)], "a worker outlived its sweep by 5 s"
     finished = _visible(runs)
     assert finished and all((p / "provenance.json").exists() for p in finished)  # no half-written run folder
     assert not list(runs.glob(".tmp-*"))
@@ -324,6 +396,40 @@ def test_ctrl_c_stops_a_sweep_with_workers_keeps_finished_runs_and_resumes(tmp_p
         assert res.provenance["resumed_after_round"] >= rounds_done
         straight = runner.run(res.config.model_copy(update={"checkpoint_every": 0}), force=True, progress=False)
         _same_metrics(straight.metrics, res.metrics)
+
+
+def test_a_worker_whose_sweep_was_killed_ends_itself(tmp_path):
+    # SIGKILL cannot be handled: the workers notice that their parent is gone and end within seconds
+    args = ["sweep", *SMALL, "--rounds", "30", "--workers", "2", "--experiments", "table2"]
+    proc = _cli(tmp_path, *args)
+    _wait_for(lambda: bool(_checkpoint_rounds(tmp_path / "runs")), 400, proc)
+    workers = _descendants(proc.pid)
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(map(_alive, workers)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [w for w in workers if _alive(w)]
+
+
+@pytest.mark.parametrize("command, delay", [("run", 0.5), ("run", 1.5), ("run", 4.0), ("sweep", 1.5)])
+def test_two_processes_asking_for_the_same_run_compute_it_once(tmp_path, command, delay):
+    # the second one waits for the first (or finds its run finished) and reuses it, however the timing falls
+    args = [command, *SMALL, "--rounds", "80", "--seeds", "0", "--workers", "1"]  # about 6 s of training here
+    if command == "sweep":
+        args += ["--experiments", "control"]
+    first = _cli(tmp_path, *args)
+    time.sleep(delay)
+    second = _cli(tmp_path, *args)
+    outs = [p.communicate(timeout=300) for p in (first, second)]
+    for p, (out, err) in zip((first, second), outs):
+        assert p.returncode == 0, err[-2000:]
+    (folder,) = _visible(tmp_path / "runs")
+    assert all(out.strip().splitlines()[-1] == str(folder) for out, _ in outs)  # both report the same folder
+    # exactly one process computed it: the other said it waited for it or found it finished
+    reused = [("waiting for it to finish" in err) or ("1 finished before and reused" in err) for _, err in outs]
+    assert sum(reused) == 1, [err[-600:] for _, err in outs]
+    assert not list((tmp_path / "runs").glob(".partial-*"))
 
 
 def test_ctrl_c_in_a_one_process_sweep_says_what_was_kept_and_how_to_resume(results_in_tmp, monkeypatch):

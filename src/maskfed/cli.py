@@ -6,7 +6,10 @@ Every :class:`~maskfed.fl.config.RunConfig` field is also a flag (``--batch-size
 base config. Everything is validated before any compute starts: each field, the fields an
 experiment's grid sets (refused, never dropped), and what needs the data (its files, each run's
 partition; :mod:`maskfed.preflight`). Bad input ends as one ``maskfed: error: ...`` line naming
-the parameter or file, with exit status 2.
+the parameter or file, with exit status 2; so do a damaged finished run folder (named, with the
+remedy), training that diverges (the round, the client and the quantity) and a write that fails
+(a full disk: the folder and the cause). Ctrl-C, SIGTERM and SIGHUP stop a run or sweep keeping
+every finished run and checkpoint (exit status 130, 143, 129).
 
 Examples::
 
@@ -25,11 +28,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from maskfed import preflight
+from maskfed import paths, preflight
 
 from maskfed.book import archive
 
-from maskfed.fl import experiments, runner, stage, summary
+from maskfed.fl import checkpoint, experiments, fedavg, runner, stage, summary
 
 from maskfed.integrations import ray_backend
 from maskfed.fl.data import DataUnavailableError
@@ -79,6 +82,14 @@ def absolute_path(path: str) -> str:
 
 #: Errors that mean "this input cannot work" (the message says why): printed, exit status 2.
 INPUT_ERRORS = (ConfigError, ValueError, FileNotFoundError, DataUnavailableError)
+#: Errors of a run underway that its message explains in full (the round, client and quantity of a
+#: diverged run; the folder and cause of a failed write): printed as one line, exit status 2.
+RUN_ERRORS = (fedavg.TrainingDiverged, checkpoint.WriteFailed)
+
+
+#: Help of ``--force`` (``maskfed run`` and ``maskfed sweep``).
+FORCE_HELP = ("recompute every run of the command from round 1, replacing its finished or damaged run folder "
+              "and discarding its checkpoint")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,12 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="local worker processes (default) or one Ray task per run (needs '.[ray]')")
     sweep.add_argument("--address", default=None,
                        help="Ray cluster address, e.g. ray://head:10001 or auto (default: start a local Ray)")
+    sweep.add_argument("--force", action="store_true", help=FORCE_HELP)
     _add_config_flags(sweep)
     one = sub.add_parser("run", help="run one setting over seeds and print its summary")
     one.add_argument("--profile", default="cpu", help=f"base profile, one of {', '.join(PROFILES)} (default cpu)")
     one.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds, integers >= 0, no repeats (default: the profile's)")
     one.add_argument("--workers", type=int, default=None, help="worker processes, an integer >= 1 (default: the profile's)")
-    one.add_argument("--force", action="store_true", help="recompute even if a finished run exists")
+    one.add_argument("--force", action="store_true", help=FORCE_HELP)
     _add_config_flags(one)
     arch = sub.add_parser("archive", help="copy a profile's finished runs (every experiment) into results/archive/<profile>/")
     arch.add_argument("--profile", required=True, help=f"one of {', '.join(PROFILES)}")
@@ -121,10 +133,10 @@ def _plan(args) -> tuple:
     """The profile and the runs a command asks for; every input is checked (ConfigError)."""
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1; got {args.workers}")
-    if getattr(args, "force", False) and args.workers is not None and args.workers > 1:
-        raise ConfigError(f"--force recomputes the runs one after another in this process, so --workers "
-                          f"{args.workers} would be ignored; drop --workers, or drop --force to run in parallel")
     backend = getattr(args, "backend", "local")
+    if args.force and backend == "ray":
+        raise ConfigError("--force is not available with --backend ray; delete the run folders to recompute "
+                          "(or run with --backend local --force)")
     if getattr(args, "address", None) is not None and backend != "ray":
         raise ConfigError(f"--address is only used with --backend ray; got --backend {backend}")
     if backend == "ray":
@@ -141,8 +153,9 @@ def _plan(args) -> tuple:
     return profile, [profile.run(s) for s in profile.seeds]
 
 
-def _error(exc: BaseException) -> int:
-    print(f"maskfed: error: {exc}", file=sys.stderr)
+def _error(exc: BaseException | str) -> int:
+    notes = " ".join(getattr(exc, "__notes__", ()))  # e.g. which run of a sweep failed
+    print(f"maskfed: error: {exc}{' ' + notes if notes else ''}", file=sys.stderr)
     return 2
 
 
@@ -170,6 +183,7 @@ def archive_profile(name: str, data_path: str | None = None) -> list:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    paths.absolute_env()  # a relative MASKFED_RESULTS_DIR means this directory, to workers as well
     if args.command == "archive":
         if not args.verify and args.runs is not None:
             return _error("--runs is used with --verify only")
@@ -207,35 +221,42 @@ def main(argv: list[str] | None = None) -> int:
     try:
         profile, cfgs = _plan(args)
         preflight.check_runs(cfgs)  # data, subsets, partitions, device: before any training
+        # a damaged finished folder is named here (DamagedRun), before any training
+        done = 0 if args.force else sum(runner.find_run(c) is not None for c in cfgs)
     except (*INPUT_ERRORS, ImportError) as exc:  # ImportError: an optional extra (Ray) is missing
         return _error(exc)
-    done = 0 if getattr(args, "force", False) else sum(runner.find_run(c) is not None for c in cfgs)
     reused = f", {done} finished before and reused (--force recomputes)" if done else ""
     print(f"profile {profile.name}: {len(cfgs)} run(s){reused}; results in {runner.results_dir() / 'runs'}",
           file=sys.stderr)
     try:
-        keep = stage.ladder_snapshots(profile, cfgs)  # θ of the stage chapter's ladder, kept by its run
-        if getattr(args, "force", False):
-            results = [runner.run(c, force=True, keep_every=keep.get(c, 0)) for c in cfgs]
-        elif getattr(args, "backend", "local") == "ray":
-            results = ray_backend.run_many(cfgs, address=args.address)
+        with runner.stop_on_signals():  # SIGTERM and SIGHUP stop the runs as Ctrl-C does
+            keep = stage.ladder_snapshots(profile, cfgs)  # θ of the stage chapter's ladder, kept by its run
+            if getattr(args, "backend", "local") == "ray":
+                results = ray_backend.run_many(cfgs, address=args.address)
+            else:
+                results = runner.run_many(cfgs, workers=args.workers or profile.workers, keep_every=keep,
+                                          force=args.force)
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: finished runs and checkpoints are on disk
+        if args.force:
+            msg = (f"{runner.interrupted_message(exc)}; --force starts every run from round 1: rerun without it "
+                   "to resume from the checkpoints")
         else:
-            results = runner.run_many(cfgs, workers=args.workers or profile.workers, keep_every=keep)
-    except KeyboardInterrupt as exc:  # Ctrl-C: finished runs and checkpoints are on disk
-        if getattr(args, "force", False):
-            msg = "interrupted; --force starts every run from round 1: rerun without it to resume from the checkpoints"
-        else:
-            msg = str(exc) or "interrupted; " + runner.resume_hint()
+            msg = str(exc) if isinstance(exc, runner.Interrupted) else (
+                f"{runner.interrupted_message(exc)}; {runner.resume_hint()}")
         print(f"\nmaskfed: {msg}", file=sys.stderr)  # on its own line, not after a progress bar
-        return 130
+        return runner.exit_status(exc)
+    except RUN_ERRORS as exc:
+        return _error(exc)
     except (*INPUT_ERRORS, RuntimeError) as exc:
         cause = exc if isinstance(exc, INPUT_ERRORS) else exc.__cause__  # run_many wraps a worker's error
+        if isinstance(cause, RUN_ERRORS):
+            return _error(f"{exc}: {cause}")
         if not isinstance(cause, INPUT_ERRORS):
             raise  # not an input problem: a bug, keep its traceback
         where = "" if cause is exc else f"{exc}: "
         print(f"maskfed: finished runs are kept in {runner.results_dir() / 'runs'}; the same command reuses them",
               file=sys.stderr)
-        return _error(f"{where}{cause}")
+        return _error(exc if cause is exc else f"{where}{cause}")
     table = summary.summarize(results, ["dataset", "model", "partition", "alpha", "batch_size", "local_epochs"])
     with pd.option_context("display.width", 200, "display.max_columns", 20):
         print(table.drop(columns=["train_loss"]).to_string(float_format=lambda v: f"{v:.4g}"))

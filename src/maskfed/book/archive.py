@@ -18,7 +18,7 @@ import json
 import os
 import shutil
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,8 +28,8 @@ from maskfed import provenance
 
 from maskfed.fl import experiments, uncertainty
 from maskfed.fl.config import NOT_IN_KEY, PROFILES, RunConfig, load_profile
-from maskfed.paths import REPO_ROOT
-from maskfed.fl.runner import RunResult, load_run
+from maskfed.paths import REPO_ROOT, env_path
+from maskfed.fl.runner import DamagedRun, RunResult, load_run
 
 if TYPE_CHECKING:
     import IPython.display
@@ -51,7 +51,7 @@ BOOK_PROFILES = ("paper", "cpu-paper", "cpu-long")
 
 def archive_dir() -> Path:
     """The archive root: ``$MASKFED_ARCHIVE_DIR`` or ``<repo>/results/archive``."""
-    return Path(os.environ.get("MASKFED_ARCHIVE_DIR", REPO_ROOT / "results" / "archive"))
+    return env_path("MASKFED_ARCHIVE_DIR", REPO_ROOT / "results" / "archive")
 
 
 def _check_profile(profile_name: str) -> None:
@@ -106,6 +106,8 @@ def _read(folder: Path) -> RunResult:
         raise ValueError(f"missing {missing}")
     try:
         r = load_run(folder)
+    except DamagedRun as exc:  # a file cut short or unparsable, or metrics of the wrong shape
+        raise ValueError(exc.reason.splitlines()[0]) from None
     except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:  # bad JSON/CSV or unknown config fields
         raise ValueError(f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
     absent = [c for c in REQUIRED_COLUMNS if c not in r.metrics.columns]
@@ -119,12 +121,53 @@ def _read(folder: Path) -> RunResult:
     return r
 
 
+@dataclass
+class DamagedFolder:
+    """An archived run folder that cannot be read back (:func:`damaged_folders`)."""
+
+    folder: Path    # the folder in the archive
+    reason: str     # why, e.g. "metrics.csv has 3 rows for a 5-round run"
+
+    @property
+    def label(self) -> str:
+        """The run label its name starts with (the folder is ``<label>-<16 hex digit key>``)."""
+        head, _, key = self.folder.name.rpartition("-")
+        return head if len(key) == 16 and all(c in "0123456789abcdef" for c in key) else self.folder.name
+
+    def text(self) -> str:
+        return f"{self.folder.name} ({self.reason})"
+
+
+def _folders(profile_name: str) -> list[Path]:
+    """The run folders of a profile's archive (hidden folders and the stage study's folder left out)."""
+    _check_profile(profile_name)
+    root = archive_dir() / profile_name
+    return sorted(p for p in root.iterdir()
+                  if p.is_dir() and not p.name.startswith(".") and p.name != STAGE_DIR) if root.is_dir() else []
+
+
+def damaged_folders(profile_name: str) -> list[DamagedFolder]:
+    """The archived run folders of a profile that :func:`load_archive` skips as malformed, with the reason.
+
+    Raises:
+        ValueError: unknown profile name.
+    """
+    damaged = []
+    for folder in _folders(profile_name):
+        try:
+            _read(folder)
+        except ValueError as exc:
+            damaged.append(DamagedFolder(folder, str(exc)))
+    return damaged
+
+
 def load_archive(profile_name: str) -> list[RunResult]:
     """The archived runs of one profile, sorted by folder name; [] when there are none.
 
     Malformed folders (a missing file, unreadable JSON/CSV, a config the current
     code cannot read, a metrics table of the wrong length or missing columns) are
-    skipped with a :class:`UserWarning` naming the folder and the reason. Where
+    skipped with a :class:`UserWarning` naming the folder and the reason
+    (:func:`damaged_folders` lists them for the pages and the build's output). Where
     several folders hold the same configuration up to :data:`WHERE_FIELDS` (archived
     again after a code change, or from another machine), only the most recently
     finished one is kept, with a warning.
@@ -135,12 +178,8 @@ def load_archive(profile_name: str) -> list[RunResult]:
     Raises:
         ValueError: unknown profile name.
     """
-    _check_profile(profile_name)
-    root = archive_dir() / profile_name
-    if not root.is_dir():
-        return []
     newest: dict[RunConfig, RunResult] = {}
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for folder in _folders(profile_name):
         try:
             r = _read(folder)
         except ValueError as exc:
@@ -421,6 +460,7 @@ class ArchivedSummary:
     table: pd.DataFrame         # experiments.table1 / table2 of those runs (never pooled with other profiles)
     label: ArchiveLabel         # provenance of those runs
     missing: list[str]          # labels of the experiment's runs the archive lacks
+    damaged: list[DamagedFolder] = field(default_factory=list)  # its runs' folders that are malformed (not used)
 
     def trends(self) -> dict:
         """How many runs' recovery factor was still falling, flat or rising over the second half of
@@ -462,15 +502,25 @@ def summaries(experiment: str, *, live: str | None = None,
     for name in profiles:
         cfgs = experiments.configs(load_profile(name), experiment)
         runs = select(load_archive(name), cfgs)
+        have = {_what(r.config) for r in runs}
+        damaged = [d for d in damaged_folders(name) if d.label in {c.label() for c in cfgs if _what(c) not in have}]
         if not runs:
             where = " on a GPU" if name == "paper" else ""
-            notes.append(f"No archived run of the {name} profile's {experiment} settings exists "
+            notes.append(damaged_note(name, damaged) if damaged else
+                         f"No archived run of the {name} profile's {experiment} settings exists "
                          f"(make one{where} with: {how_to_make(name)}).")
             continue
-        have = {_what(r.config) for r in runs}
+        bad = {d.label for d in damaged}
         found.append(ArchivedSummary(name, runs, tables[experiment](runs), label(runs, name),
-                                     [c.label() for c in cfgs if _what(c) not in have]))
+                                     [c.label() for c in cfgs if _what(c) not in have and c.label() not in bad],
+                                     damaged))
     return found, notes
+
+
+def damaged_note(profile_name: str, damaged: list[DamagedFolder]) -> str:
+    """One sentence naming a profile's damaged archived folders, their reasons and the remedy."""
+    return (f"Damaged in the {profile_name} archive, not used: {'; '.join(d.text() for d in damaged)}. "
+            f"Re-archive with: {how_to_make(profile_name)}.")
 
 
 def book_note(found: list[ArchivedSummary], notes: list[str]) -> "IPython.display.HTML":
@@ -489,6 +539,8 @@ def book_note(found: list[ArchivedSummary], notes: list[str]) -> "IPython.displa
                  + (f"; {t['too short']} too short to tell." if t["too short"] else "."))
         if a.missing:
             text += f" Not yet archived: {html.escape(', '.join(a.missing))}."
+        if a.damaged:
+            text += " " + html.escape(damaged_note(a.profile, a.damaged))
         items.append(text)
     items += [html.escape(n) for n in notes]
     return HTML('<ul style="font-size: 0.85em">' + "".join(f"<li>{i}</li>" for i in items) + "</ul>")

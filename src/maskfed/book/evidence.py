@@ -145,6 +145,13 @@ class BookStudy:
     branches: pd.DataFrame     # StageStudy.branches (empty without branches; an archived study keeps none)
 
 
+def stage_source(ladder_from: str | None) -> str | None:
+    """The archived profile whose trajectories the stage chapter measures: ``ladder_from`` when its
+    archive holds stage-ladder runs with θ snapshots (:func:`maskfed.book.archive.ladder_trajectories`),
+    else None (the chapter then measures its own profile's run)."""
+    return ladder_from if ladder_from is not None and archive.ladder_trajectories(ladder_from) else None
+
+
 def stage_study(profile, spec, *, ladder_from: str | None, workers: int | None = None) -> BookStudy:
     """The stage study of the book's chapter.
 

@@ -7,6 +7,10 @@ with the given profile (and any other parameters).
     python -m maskfed.book.notebooks --profile cpu                 # all, in book order
     python -m maskfed.book.notebooks --profile smoke table1_local_protocol
     python -m maskfed.book.notebooks --profile smoke stage_or_sampling -p branch_rounds 0
+    python -m maskfed.book.notebooks --profile smoke --out-dir /tmp/nb theory_02_prop1 -p n_scales 5
+
+A refused parameter, a diverged run or a damaged run folder ends as one error line (exit status
+2), Ctrl-C as one line (exit status 130); the kernel's own log lines are kept out of the output.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from maskfed.fl.config import PROFILES, ConfigError, load_profile
-from maskfed.paths import REPO_ROOT
+from maskfed.paths import REPO_ROOT, absolute_env
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 OUT_DIR = REPO_ROOT / "book" / "nb"
@@ -159,6 +163,7 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
         known = sorted(p.stem for p in NOTEBOOK_DIR.glob("*.md"))
         raise ValueError(f"notebook must be one of {known}; got {name!r}")
     out_dir.mkdir(parents=True, exist_ok=True)
+    absolute_env()  # the kernel runs in notebooks/: a relative MASKFED_RESULTS_DIR must keep meaning this directory
     out, failed = out_dir / f"{name}.ipynb", failed_path(name, out_dir)
     running = out_dir / f".{name}.running.ipynb"
     with tempfile.TemporaryDirectory() as tmp:
@@ -171,10 +176,12 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
         # notebook's own check refuses it if it does not declare it
         given = {k: v for k, v in given.items() if k in declared or k not in BOOK_WIDE}
         ok = False
+        kernel_log = Path(tmp) / "kernel-stderr.log"
         try:
-            papermill.execute_notebook(str(ipynb), str(running), parameters=given,
-                                       kernel_name="python3", language="python", progress_bar=False,
-                                       cwd=str(NOTEBOOK_DIR))
+            with open(kernel_log, "wb") as log:
+                papermill.execute_notebook(str(ipynb), str(running), parameters=given,
+                                           kernel_name="python3", language="python", progress_bar=False,
+                                           cwd=str(NOTEBOOK_DIR), kernel_manager_class=_kernel_manager(log))
             ok = True
         finally:  # a notebook that stopped in a cell is written up to it: scrub that one too
             if running.exists():
@@ -190,6 +197,20 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
     return out
 
 
+def _kernel_manager(log):
+    """A kernel manager whose kernel writes its own log lines to the open file ``log`` instead of this
+    process's stderr: the kernel's TCP warning, and after Ctrl-C the traceback of a socket closed under
+    it, are not the chapter's output (a cell's own output and errors reach the notebook either way)."""
+    from jupyter_client.manager import AsyncKernelManager, KernelManager
+
+    class QuietKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            kw.setdefault("stderr", log)
+            return await KernelManager._async_start_kernel(self, **kw)
+
+    return QuietKernelManager
+
+
 def failed_path(name: str, out_dir: Path = OUT_DIR) -> Path:
     """Where :func:`execute` keeps a notebook that stopped in a cell: ``out_dir/<name>.failed.ipynb``
     (the book's own ``<name>.ipynb``, from the last run that finished, stays as it was)."""
@@ -200,12 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     """Execute notebooks; bad input (profile, notebook name) or a failed cell ends as one message.
 
     Exit status: 0 all executed; 2 a bad profile or notebook name (checked before any runs), or a
-    cell stopped on bad input (ConfigError, ValueError, ...); 1 a cell failed otherwise.
+    cell stopped on bad input (ConfigError, ValueError, ...) or on a run that diverged or could not
+    be written; 1 a cell failed otherwise; 130 Ctrl-C (one line: which notebook was stopped).
+    Damaged folders of the run archive are named on stderr before the first notebook runs.
     """
     parser = argparse.ArgumentParser(prog="python -m maskfed.book.notebooks", description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", help="notebooks to run (default: all, in book order)")
     parser.add_argument("--profile", default="cpu", help=f"one of {', '.join(PROFILES)}")
     parser.add_argument("--data-path", default=None, help="CIFAR-10 archive or folder")
+    parser.add_argument("--out-dir", default=str(OUT_DIR), help="where the executed notebooks go (default: book/nb)")
     parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="a further notebook parameter, as papermill's -p (the value as text: the "
                              "notebook's own check parses and refuses it)")
@@ -228,17 +252,23 @@ def main(argv: list[str] | None = None) -> int:
             prof.run(prof.seeds[0])
         except ConfigError as exc:
             parser.error(f"--data-path: {exc}")
+    out_dir = Path(args.out_dir).expanduser().absolute()
+    report_damaged_archive()
     for name in args.names or book_order():
         t0 = time.perf_counter()
         try:
-            out = execute(name, profile=args.profile, parameters=params)
+            out = execute(name, profile=args.profile, parameters=params, out_dir=out_dir)
+        except KeyboardInterrupt:
+            print(f"\nmaskfed.book.notebooks: interrupted while executing {name}; the book's page {name}.ipynb "
+                  f"is unchanged (finished runs are kept: run the same command again to go on)", file=sys.stderr)
+            return 130
         except Exception as exc:
             failed = _cell_failure(exc)
             if failed is None:
                 raise
             ename, evalue = failed
             print(f"maskfed.book.notebooks: error: {name} stopped: {ename}: {evalue}\n"
-                  f"  (the notebook up to the failing cell is {failed_path(name).relative_to(REPO_ROOT)}; "
+                  f"  (the notebook up to the failing cell is {_shown(failed_path(name, out_dir))}; "
                   f"the book's page {name}.ipynb is unchanged)",
                   file=sys.stderr)
             return 2 if ename in _INPUT_ERROR_NAMES else 1
@@ -246,8 +276,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-#: Exception names raised inside a notebook that mean bad input rather than a bug.
-_INPUT_ERROR_NAMES = ("ParameterError", "ConfigError", "ValueError", "FileNotFoundError", "DataUnavailableError", "DataReadError")
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when inside it (as the book's pages are named), else as it is."""
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+#: Exception names raised inside a notebook that mean bad input rather than a bug (a diverged run:
+#: too large an lr; a damaged run folder; a write that failed for lack of space).
+_INPUT_ERROR_NAMES = ("ParameterError", "ConfigError", "ValueError", "FileNotFoundError", "DataUnavailableError",
+                      "DataReadError", "TrainingDiverged", "DamagedRun", "WriteFailed")
+
+
+def report_damaged_archive() -> None:
+    """Name on stderr every malformed folder of the run archive the book reads (:data:`maskfed.book.archive.BOOK_PROFILES`),
+    with the reason: the chapters show them as damaged, and the build's output says so too."""
+    from maskfed.book import archive
+
+    for profile in archive.BOOK_PROFILES:
+        for d in archive.damaged_folders(profile):
+            print(f"maskfed.book.notebooks: warning: archived run folder {d.folder} is damaged ({d.reason}); "
+                  f"the pages show it as damaged, not as a run never archived. Re-archive with: "
+                  f"{archive.how_to_make(profile)}", file=sys.stderr)
 
 
 def _cell_failure(exc: BaseException) -> tuple[str, str] | None:

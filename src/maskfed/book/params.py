@@ -1,33 +1,48 @@
 """Check and coerce a notebook's papermill parameters, once, before any compute.
 
-Each notebook's parameters cell declares its parameters with type annotations,
+Each notebook's parameters cell declares its parameters with type annotations that carry their
+allowed range (the types below: :data:`PositiveInt`, :data:`Probability`, :data:`Profile` ...),
 
     from typing import Optional       # papermill --help-notebook reads Optional[int], not int | None
-    profile: str = "cpu"              # smoke | cpu | paper
-    block_sizes: list[int] = [3, 4, 5]
-    n_draws: Optional[int] = None
+    from maskfed.book.params import PositiveInt, Probability, Profile
+    profile: Profile = "cpu"          # smoke | cpu | paper
+    block_sizes: list[PositiveInt] = [3, 4, 5]
+    n_draws: Optional[PositiveInt] = None
 
 and the cell right after it (after the cell papermill injects) calls
 
     from maskfed.book import params
     params.check_parameters(globals())
 
+adding ``rules=[Rule(...)]`` for what ties parameters together (``log10_scale_min <
+log10_scale_max``; a profile's ``overrides``: :func:`run_settings_rule`). A value outside its range
+is refused there with its name, never replaced by a default: a chapter reads ``None`` as "the
+default" (``n_draws if n_draws is not None else ...``), never ``n_draws or ...``, which would turn a
+given 0 into the default.
+
 ``papermill -p`` passes lists, dicts and numbers it cannot parse itself as strings
 (``-p block_sizes "[4, 4, 4]"`` arrives as the string ``"[4, 4, 4]"``); those are parsed
 as a Python literal or else as YAML (``yaml.safe_load``) and validated against the annotation with pydantic in strict
 mode (an int is accepted for a float; nothing else is converted). A value of the wrong
-type, or a name papermill injected that the notebook does not declare, stops the notebook
-with one :class:`ParameterError` naming every bad parameter and what is allowed.
+type or out of its range, a failed rule, or a name papermill injected that the notebook does not
+declare, stops the notebook with one :class:`ParameterError` naming every bad parameter and what
+is allowed.
 """
 
 from __future__ import annotations
 
 import ast
 import types
-from typing import Any
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Callable, Literal, Union
 
 import yaml
-from pydantic import TypeAdapter, ValidationError
+from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError
+
+from maskfed.fl.config import PROFILES, RunConfig, load_profile
+from maskfed.fl.masking import GRANULARITIES
 
 #: Names an IPython kernel puts in a notebook's namespace that are not parameters
 #: (IPython's own ``user_ns_hidden`` is used as well when running in a kernel).
@@ -35,14 +50,147 @@ KERNEL_NAMES = frozenset({"In", "Out", "get_ipython", "exit", "quit", "open"})
 
 
 class ParameterError(ValueError):
-    """A notebook parameter has the wrong type, or is not declared by the notebook."""
+    """A notebook parameter has the wrong type or a value outside its range, or is not declared by the notebook."""
+
+
+class Refuses:
+    """Metadata of a type whose range a plain bound cannot say (an existing path, a profile's run
+    settings): values it refuses, for the tests (``tests/test_params.py`` gives every parameter of
+    every chapter such a value and expects the check to refuse it)."""
+
+    def __init__(self, *values: Any):
+        self.values = values
+
+
+def _existing_path(value: str) -> str:
+    if not Path(value).expanduser().exists():
+        raise ValueError(f"no file or folder {value!r} (from {Path.cwd()})")
+    return value
+
+
+def _pair(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value  # YAML and JSON have no tuples
+
+
+# The chapters' parameter types: each names its range, and a value outside it is refused.
+#: An integer >= 1 (a count, a size, a number of draws, rounds or workers).
+PositiveInt = Annotated[int, Field(ge=1)]
+#: An integer >= 2 (Monte Carlo draws or rounds whose mean has a standard error; a fit's points).
+TwoOrMore = Annotated[int, Field(ge=2)]
+#: An integer >= 0 (a seed, a 0-based round).
+NonNegativeInt = Annotated[int, Field(ge=0)]
+#: A finite number > 0 (a scale, a tolerance, a signal-to-noise ratio).
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+#: A finite number.
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+#: A keep probability p in (0, 1].
+Probability = Annotated[float, Field(gt=0, le=1)]
+#: A fraction in [0, 1] (a test accuracy).
+Fraction = Annotated[float, Field(ge=0, le=1)]
+#: A correlation in [0, 1).
+Correlation = Annotated[float, Field(ge=0, lt=1)]
+#: A condition number, a finite number >= 1.
+ConditionNumber = Annotated[float, Field(ge=1, allow_inf_nan=False)]
+#: A build profile, one of :data:`maskfed.fl.config.PROFILES`.
+Profile = Literal[PROFILES]
+#: A mask mode: "independent" (a mask per client) or "shared" (one per round), as RunConfig's ``mask_mode``.
+MaskMode = RunConfig.model_fields["mask_mode"].annotation
+#: Blocks of a mask: one per parameter "tensor" or per output "channel" (:data:`maskfed.fl.masking.GRANULARITIES`).
+Granularity = Literal[GRANULARITIES]
+#: A batch size: an integer >= 1 or "full".
+BatchSize = Union[PositiveInt, Literal["full"]]
+#: A local protocol: (batch size, local epochs τ >= 1), given as a pair or a two-item list.
+Protocol = Annotated[tuple[BatchSize, PositiveInt], BeforeValidator(_pair)]
+#: The name of one of a chapter's protocols (checked by a :class:`Rule` against them).
+ProtocolName = Annotated[str, Refuses("no such protocol")]
+#: A file or folder that exists (relative: to the notebook's working directory).
+ExistingPath = Annotated[str, AfterValidator(_existing_path), Refuses("/no/such/data")]
+#: RunConfig fields (and ``seeds``, ``table1``, ``table2``) replacing a profile's: checked with the
+#: profile by :func:`run_settings_rule`.
+RunOverrides = Annotated[dict[str, Any], Refuses({"rounds": 0}, {"no_such_field": 1})]
+
+
+def _bounds(meta: Any) -> list[str]:
+    found = []
+    for m in getattr(meta, "metadata", [meta]):
+        for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            if getattr(m, attr, None) is not None:
+                found.append(f"{sym} {getattr(m, attr)}")
+        if getattr(m, "allow_inf_nan", True) is False:
+            found.append("finite")
+    return found
 
 
 def type_name(annotation: Any) -> str:
-    """A reader's name for a type annotation: ``int``, ``list[int]``, ``float | None``."""
-    if isinstance(annotation, type) and not getattr(annotation, "__args__", None):
+    """A reader's name for a type annotation with its range: ``int``, ``list[int >= 1]``,
+    ``float > 0 and <= 1 | None``, ``one of 'smoke', 'cpu'``."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:
+        base, *meta = args
+        if base is str and any(getattr(m, "func", None) is _existing_path for m in meta):
+            return "an existing file or folder"
+        bounds = [b for m in meta for b in _bounds(m)]
+        finite = "finite " if "finite" in bounds else ""
+        bounds = [b for b in bounds if b != "finite"]
+        return finite + type_name(base) + (" " + " and ".join(bounds) if bounds else "")
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return " | ".join(type_name(a) for a in args)
+    if origin is not None:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(type_name(a) for a in args)}]"
+    if annotation is type(None):
+        return "None"
+    if isinstance(annotation, type):
         return annotation.__name__
-    return str(annotation).replace("typing.", "").replace("NoneType", "None")
+    return str(annotation).replace("typing.", "")
+
+
+@dataclass
+class Rule:
+    """A condition that ties parameters together, checked after each has passed its own range.
+
+    ``holds(*values)`` gets the named parameters' values in order and returns True when they fit
+    together; it may instead raise ValueError with its own message. ``says`` is the condition in
+    words, e.g. ``"log10_scale_min < log10_scale_max"``.
+    """
+
+    names: tuple[str, ...]
+    holds: Callable[..., bool]
+    says: str
+
+    def problem(self, checked: dict[str, Any]) -> str | None:
+        """The message if the rule fails for ``checked`` (name -> value), else None."""
+        if any(n not in checked for n in self.names):  # one of them is bad already: said there
+            return None
+        values = [checked[n] for n in self.names]
+        try:
+            ok, reason = self.holds(*values), ""
+        except (ValueError, TypeError) as exc:  # TypeError: e.g. an override named like an argument
+            ok, reason = False, f": {exc}"
+        if ok:
+            return None
+        given = ", ".join(f"{n} = {v!r}" for n, v in zip(self.names, values))
+        names = ", ".join(map(repr, self.names))
+        return f"parameter{'s' * (len(self.names) > 1)} {names}: need {self.says}; got {given}{reason}"
+
+
+def run_settings_rule(*experiments: str) -> Rule:
+    """The rule of a chapter with ``profile``, ``data_path`` and ``overrides``: the profile loads with
+    them (every override a RunConfig field, or ``seeds``/``table1``/``table2``, with an allowed value,
+    read by the runs) and builds the runs of ``experiments`` ("table1", "table2", "control": an
+    override that an experiment's grid sets is refused), so that ``overrides = {"rounds": 0}`` is
+    refused at the check, naming it.
+    """
+    def holds(profile: str, data_path: str | None, overrides: dict) -> bool:
+        prof = load_profile(profile, data_path=data_path, **overrides)  # ConfigError (a ValueError) names the field
+        prof.run(prof.seeds[0])  # a field the runs would not read is refused too
+        for experiment in experiments:
+            prof.experiment_configs(experiment)
+        return True
+
+    return Rule(("profile", "data_path", "overrides"), holds,
+                "overrides that the profile's runs accept (RunConfig fields with allowed values)")
 
 
 def parse_text(name: str, text: str, annotation: Any) -> Any:
@@ -97,7 +245,8 @@ def coerce(name: str, value: Any, annotation: Any) -> Any:
             return adapter.validate_python(parsed, strict=True)
         except ValidationError as second:
             error = second
-    details = dict.fromkeys(f"{name}{''.join(f'[{i}]' for i in e['loc'] if isinstance(i, int))}: {e['msg'].lower()}"
+    details = dict.fromkeys(f"{name}{''.join(f'[{i}]' for i in e['loc'] if isinstance(i, int))}: "
+                            f"{e['msg'].lower().removeprefix('value error, ')}"
                             for e in error.errors())
     where = "; ".join(list(details)[:3])
     raise ParameterError(f"parameter {name!r} must be {type_name(annotation)}; got {value!r} "
@@ -123,7 +272,7 @@ def user_names(namespace: dict) -> list[str]:
                   and not isinstance(v, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)))
 
 
-def check_parameters(namespace: dict) -> dict[str, Any]:
+def check_parameters(namespace: dict, rules: list[Rule] = ()) -> dict[str, Any]:
     """Check a notebook's parameters against its parameters cell and rebind the coerced values.
 
     Call it first thing in the cell after the parameters cell, before any import that binds
@@ -135,6 +284,8 @@ def check_parameters(namespace: dict) -> dict[str, Any]:
         namespace: the notebook's globals. The declared parameters are its ``__annotations__``
             (the annotated assignments of the parameters cell); their current values are those
             of the parameters cell or, where given, papermill's injected cell.
+        rules: conditions tying parameters together (:class:`Rule`), checked once each named
+            parameter has passed its own type and range.
 
     Returns:
         The checked parameters, name to value, in declaration order (also rebound in ``namespace``).
@@ -142,8 +293,9 @@ def check_parameters(namespace: dict) -> dict[str, Any]:
     Raises:
         ParameterError: a name bound in the namespace that the
             parameters cell does not declare (e.g. ``papermill -p alpha 0.5`` on a notebook without
-            ``alpha``), with the list of declared parameters; or values of the wrong type, each
-            with its name and expected type. All problems are reported in one message.
+            ``alpha``), with the list of declared parameters; or values of the wrong type or out of
+            their range, each with its name and its type and range; or a rule that fails. All
+            problems are reported in one message.
     """
     declared = dict(namespace.get("__annotations__") or {})
     problems = []
@@ -160,6 +312,7 @@ def check_parameters(namespace: dict) -> dict[str, Any]:
             checked[name] = coerce(name, namespace[name], annotation)
         except ParameterError as exc:
             problems.append(str(exc))
+    problems += [msg for rule in rules if (msg := rule.problem(checked)) is not None]
     if problems:
         raise ParameterError("; ".join(problems) if len(problems) == 1 else
                              "bad notebook parameters:\n  - " + "\n  - ".join(problems))

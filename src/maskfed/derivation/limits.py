@@ -45,7 +45,7 @@ from maskfed.fl.config import RunConfig
 from maskfed.fl.masking import block_sizes_of, check_keep_probability
 from maskfed.fl.models import build_model
 from maskfed.paths import REPO_ROOT, results_dir
-from maskfed.derivation.theory import MCEstimate, ratio_estimate
+from maskfed.derivation.theory import MCEstimate, profile_value, ratio_estimate
 
 Tensor = torch.Tensor
 #: Modules whose source enters the cache key of :func:`measure_limits` (beyond provenance.RUN_MODULES).
@@ -321,6 +321,18 @@ def eval_batch(data: fedavg.FedData, size: int, seed: int) -> tuple[Tensor, Tens
 
 
 # --------------------------------------------------------------------------- the cached table
+
+
+def default_protocols(profile: str) -> dict[str, tuple]:
+    """The protocols the limits chapter compares when none are given (ours): name -> (batch size, τ),
+    full batch and bs 16 (smoke) or 32 (other profiles), one local epoch each; the last one trains
+    the trajectory unless the chapter is told otherwise.
+
+    Raises:
+        ValueError: unknown profile.
+    """
+    small_bs = profile_value(profile, smoke=16, cpu=32)
+    return {"full batch, τ=1": ("full", 1), f"bs {small_bs}, τ=1": (small_bs, 1)}
 
 
 def _source_hash() -> str:

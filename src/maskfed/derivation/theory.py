@@ -47,15 +47,15 @@ from maskfed.fl.config import PROFILES  # noqa: E402  (one list of profile names
 def profile_value(profile: str, smoke, cpu, paper=None):
     """Pick a setting by run profile: ``smoke`` (seconds), ``cpu`` (under a minute) or ``paper``.
 
-    ``paper`` defaults to the ``cpu`` value; ``cpu-long`` (longer FedAvg runs, same
-    derivation chapters) takes the ``cpu`` value.
+    ``paper`` defaults to the ``cpu`` value; ``cpu-long`` and ``cpu-paper`` (longer FedAvg runs
+    with the cpu profile's model, same derivation chapters) take the ``cpu`` value.
 
     Raises:
         ValueError: on an unknown profile.
     """
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}; got profile = {profile!r}")
-    return {"smoke": smoke, "cpu": cpu, "cpu-long": cpu, "paper": cpu if paper is None else paper}[profile]
+    return {"smoke": smoke, "cpu": cpu, "cpu-long": cpu, "cpu-paper": cpu, "paper": cpu if paper is None else paper}[profile]
 
 
 # --------------------------------------------------------------------------- statistics

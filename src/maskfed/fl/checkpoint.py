@@ -10,14 +10,22 @@ config, code or data never does. It holds:
     temporary file and moved over the old one with ``os.replace``: a kill at
     any moment leaves either the previous checkpoint or the new one, never half
     of one.
-``lock``
-    A lock (the ``filelock`` library: ``flock`` on POSIX) held by the one process
-    computing the run. A second process asking for the same run waits for it,
-    then finds the finished run folder and reuses it, so two processes never
-    write the same partial folder. The operating system drops the lock when its
-    holder dies, even by SIGKILL, so a killed run leaves no stale lock.
 ``owner.json``
-    pid, host and start time of the lock's holder, for the waiting message.
+    pid, host and start time of the process computing the run, for the waiting message.
+
+The run's lock (the ``filelock`` library: ``flock`` on POSIX) is not in that folder but
+beside it, ``results/runs/.locks/<label>-<key>.lock`` (:func:`lock_path`), an empty file
+that is never deleted: the one process computing a run holds it; a second process asking
+for the same run waits on it, then finds the finished run folder and reuses it. Because
+the file outlives the partial folder, a waiter never finds its lock file gone (which once
+stopped the second of two processes started a second apart), and two processes can never
+hold locks on two different files of the same run. The partial folder is created and
+removed only while the lock is held. The operating system drops the lock when its holder
+dies, even by SIGKILL, so a killed run leaves no stale lock.
+
+Writes go to a temporary file renamed into place (:func:`write_file`); one that fails for
+lack of space, or any other OSError, raises :class:`WriteFailed` naming the folder and the
+cause, and leaves the previous file as it was.
 
 What a checkpoint holds, and why that is all: every random draw of a round
 comes from generators seeded by (seed, round, client) (cohort sampling, client
@@ -33,6 +41,7 @@ run consumes none of it today.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -64,27 +73,89 @@ class RunState:
         default_factory=lambda: torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
 
 
+class WriteFailed(OSError):
+    """A file of a run (checkpoint, θ snapshot, run folder) could not be written: no space left,
+    no permission, ... ``str()`` names the folder, the cause and what to do; what was written
+    before (the previous checkpoint, finished runs) is intact."""
+
+
+def write_failed(what: str, folder: Path, exc: OSError) -> WriteFailed:
+    """The :class:`WriteFailed` for an OSError ``exc`` raised while writing ``what`` into ``folder``."""
+    cause = f"{exc.strerror or exc} (errno {exc.errno})" if exc.errno else str(exc)
+    return WriteFailed(f"cannot write {what} in {folder}: {cause}; what was written before (finished runs, the "
+                       f"last checkpoint) is intact: free space or point MASKFED_RESULTS_DIR at another folder, "
+                       f"then rerun the same command to resume")
+
+
+def write_file(path: Path, data: bytes, what: str) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file beside it, then ``os.replace``.
+
+    A kill at any moment leaves the old file or the new one, never half of one.
+
+    Args:
+        path: the file to (re)place; its folder is created if needed.
+        data: the bytes to write.
+        what: what the file is, for the error message ("the checkpoint").
+
+    Raises:
+        WriteFailed: any OSError while writing (ENOSPC, EACCES, ...), naming the folder and the
+            cause; the temporary file is removed and an existing ``path`` is left as it was.
+    """
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise write_failed(what, path.parent, exc) from exc
+    finally:
+        tmp.unlink(missing_ok=True)  # only left if writing failed or was interrupted
+
+
+def tensor_bytes(obj) -> bytes:
+    """``torch.save`` of ``obj`` into memory: the bytes :func:`write_file` then writes with Python's own
+    I/O, so that a full disk is an OSError with its errno rather than torch's ``enforce fail`` error."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
 def partial_dir(run_path: Path) -> Path:
     """The hidden folder of an unfinished run: ``<runs>/.partial-<label>-<key>``."""
     return run_path.parent / f".partial-{run_path.name}"
 
 
+#: Folder (inside the runs folder) of the runs' lock files, which are never deleted.
+LOCKS = ".locks"
+
+
+def lock_path(folder: Path) -> Path:
+    """The lock file of the run whose partial folder is ``folder``: ``<runs>/.locks/<label>-<key>.lock``."""
+    return folder.parent / LOCKS / f"{folder.name.removeprefix('.partial-')}.lock"
+
+
+def _lock(folder: Path) -> FileLock:
+    path = lock_path(folder)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_failed("the run's lock file", path.parent, exc) from exc
+    return FileLock(path)
+
+
 def save(folder: Path, state: RunState, run_key: str) -> None:
-    """Write ``state`` to ``folder/checkpoint.pt`` atomically (temporary file, then ``os.replace``).
+    """Write ``state`` to ``folder/checkpoint.pt`` atomically (:func:`write_file`).
 
     The records travel as JSON text: Python writes every float (NaN too) so that it
     reads back bit-identical, and the file stays loadable with ``weights_only=True``.
+
+    Raises:
+        WriteFailed: the disk is full (or another OSError); the previous checkpoint is intact.
     """
-    folder.mkdir(parents=True, exist_ok=True)
     blob = {"format": FORMAT, "run_key": run_key, "rounds_done": state.rounds_done,
             "theta_P": state.theta_P.detach().cpu().clone(), "records_json": json.dumps(state.records),
             "wall_s": float(state.wall_s), "torch_rng": state.torch_rng, "cuda_rng": state.cuda_rng}
-    tmp = folder / f".{CHECKPOINT}.{os.getpid()}.tmp"
-    try:
-        torch.save(blob, tmp)
-        os.replace(tmp, folder / CHECKPOINT)
-    finally:
-        tmp.unlink(missing_ok=True)  # only left if interrupted while writing
+    write_file(folder / CHECKPOINT, tensor_bytes(blob), "the run's checkpoint")
 
 
 def load(folder: Path, run_key: str) -> RunState | None:
@@ -130,7 +201,7 @@ def remove_stale(folder: Path) -> None:
     """
     if not folder.exists():
         return
-    lock = FileLock(folder / "lock")
+    lock = _lock(folder)
     try:
         lock.acquire(timeout=0)
     except Timeout:  # being recomputed (--force) by another process: leave it
@@ -143,29 +214,41 @@ def remove_stale(folder: Path) -> None:
 
 @contextmanager
 def claim(folder: Path):
-    """Hold the lock of a partial folder while computing its run; yields the folder.
+    """Hold the lock of a run (:func:`lock_path`) while computing it; yields its partial folder.
 
     If another process holds it, says so on stderr (with that process's pid and
     host) and waits. The caller must check again, once inside, whether the run was
-    finished meanwhile. On leaving, a folder with no checkpoint in it (the run
-    finished, or failed or stopped before its first checkpoint) is removed.
+    finished meanwhile. The partial folder is created after the lock is taken and, on
+    leaving, removed before it is released when it holds no checkpoint (the run
+    finished, or failed or stopped before its first checkpoint).
+
+    Raises:
+        WriteFailed: the partial folder or the lock file cannot be created.
     """
-    folder.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(folder / "lock")
+    lock = _lock(folder)
     try:
         lock.acquire(timeout=0)
     except Timeout:
         owner = folder / "owner.json"
-        who = owner.read_text().strip() if owner.exists() else "unknown"
+        try:
+            who = owner.read_text().strip()
+        except OSError:  # not written yet, or just removed
+            who = "unknown"
         print(f"maskfed: another process is computing this run ({who}); waiting for it to finish "
               f"({folder})", file=sys.stderr)
         lock.acquire()
     try:
-        (folder / "owner.json").write_text(json.dumps(
-            {"pid": os.getpid(), "host": socket.gethostname(),
-             "since_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}))
+        owner = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                            "since_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "owner.json").write_text(owner)
+        except OSError as exc:
+            raise write_failed("the run's partial folder", folder.parent, exc) from exc
         yield folder
     finally:
-        lock.release()
-        if not (folder / CHECKPOINT).exists():
-            shutil.rmtree(folder, ignore_errors=True)
+        try:
+            if not (folder / CHECKPOINT).exists():
+                shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            lock.release()

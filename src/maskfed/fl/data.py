@@ -534,22 +534,32 @@ def _cached(p: Path, kind: str, cache: bool, decode) -> ImageData:
             pass
     decoded = decode()
     decoded["format"] = _CACHE_FORMAT
+    _write_cache(target, decoded)
+    return _finish(kind, p, decoded)
+
+
+def _write_cache(target: Path, decoded: dict) -> None:
+    """Save the decoded tensors to ``target`` (temporary file, then ``os.replace``). A cache that cannot
+    be written (read-only or full disk, a file where the folder should be) costs a decode next
+    time, not the run: it warns, removes its temporary file, and returns."""
+    tmp = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.stem + ".", suffix=".tmp")
-    except OSError as exc:  # a read-only cache folder costs a decode next time, not the run
-        warnings.warn(f"the decoded-data cache {target.parent} cannot be written ({exc}); continuing without "
-                      f"it (set MASKFED_CACHE_DIR to a writable folder)", stacklevel=2)
-        return _finish(kind, p, decoded)
-    try:
         with os.fdopen(fd, "wb") as fh:
             torch.save(decoded, fh)
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; the cache is shared like any other output
         os.replace(tmp, target)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: torch's writer reports a full disk as "enforce fail"
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        cause = " ".join(str(exc).split())[:300] or type(exc).__name__
+        warnings.warn(f"the decoded-data cache {target.parent} cannot be written ({cause}); "
+                      f"continuing without it (set MASKFED_CACHE_DIR to a writable folder with space)", stacklevel=3)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
-    return _finish(kind, p, decoded)
 
 
 def _split_member(parts: list[str]) -> tuple[str, str, str] | None:

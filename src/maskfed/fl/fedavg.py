@@ -274,6 +274,50 @@ def final_sharpness(model: nn.Module, theta_P: torch.Tensor, x: torch.Tensor, y:
     return {"sharpness_top_eig": lam, "sharpness_trace": tr.mean, "sharpness_trace_se": tr.se}
 
 
+class TrainingDiverged(ArithmeticError):
+    """A client's local training gave a non-finite loss or update Δ_k (the learning rate is too
+    large for this setting, typically): the run stops at that round instead of recording NaN.
+
+    Attributes ``round`` (1-based), ``client`` (its id in the population), ``quantity`` (what was
+    not finite), ``value`` (as text) and ``lr``; ``str()`` says it all and suggests a smaller lr.
+    """
+
+    def __init__(self, round: int, client: int, quantity: str, value: str, lr: float):
+        super().__init__(round, client, quantity, value, lr)
+        self.round, self.client, self.quantity, self.value, self.lr = round, client, quantity, value, lr
+
+    def __str__(self) -> str:
+        return (f"training diverged at round {self.round}: client {self.client}'s {self.quantity} is {self.value} "
+                f"(lr = {self.lr:g}); the run was not stored. Try a smaller lr (--lr, or overrides "
+                f"{{'lr': ...}} in a chapter)")
+
+
+def check_finite(round_idx: int, cohort, deltas_KxP: torch.Tensor, losses, lr: float) -> None:
+    """Raise :class:`TrainingDiverged` if a client's mean training loss or update Δ_k is NaN or ±inf.
+
+    Reads the values only (no arithmetic on them), so a healthy run's numbers are unchanged.
+
+    Args:
+        round_idx: 0-based round.
+        cohort: the K_c client ids of the round.
+        deltas_KxP: their updates, [K_c, P].
+        losses: their mean training losses (nats), K_c floats.
+        lr: the learning rate, for the message.
+
+    Raises:
+        TrainingDiverged: naming the first client (in cohort order) with a non-finite loss or update.
+    """
+    finite_K = torch.isfinite(deltas_KxP).all(dim=1).tolist()
+    for k, (client, loss, ok) in enumerate(zip(cohort, losses, finite_K)):
+        if not math.isfinite(loss):
+            raise TrainingDiverged(round_idx + 1, int(client), "mean training loss", f"{loss}", lr)
+        if not ok:
+            bad = deltas_KxP[k][~torch.isfinite(deltas_KxP[k])]
+            raise TrainingDiverged(round_idx + 1, int(client), "update Δ_k",
+                                   f"non-finite in {bad.numel()} of {deltas_KxP.shape[1]} coordinates "
+                                   f"(first: {float(bad[0])})", lr)
+
+
 @dataclass
 class FedData:
     """Normalised client shards and test set, on the training device."""
@@ -347,6 +391,8 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
         ValueError: ``start_round`` outside [0, rounds], ``start_round > 0`` without
             ``theta_P``, ``records`` whose length is not ``start_round``, a keep probability
             outside (0, 1], a mask mode other than "independent"/"shared", or a bad Hessian batch.
+        TrainingDiverged: a client's loss or update Δ_k is not finite (:func:`check_finite`); the
+            rounds before it have been passed to ``on_state`` as usual.
 
     Returns:
         One dict per round: ``round`` (1-based), the cohort, shard sizes, T,
@@ -377,6 +423,7 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
             model, theta, data.x_train, data.y_train, [data.parts[k] for k in cohort], lr=lr,
             batch_size=batch_size, local_epochs=local_epochs, generators=gens, engine=engine, precision=precision,
             deterministic=identical_client_seeds)
+        check_finite(r, cohort, deltas_KxP, losses, lr)
         weights = aggregation_weights(n_k, aggregation)
         masked_KxP, _ = mask_updates(deltas_KxP, block_sizes, mask_keep_prob,
                                      mask_generators(seed, r, cohort, mask_mode))

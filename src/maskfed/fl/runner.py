@@ -13,22 +13,24 @@ reuses stale numbers. A run asked to keep θ snapshots (``keep_every``) also hol
 
 While a run trains, its checkpoints live in the hidden partial folder
 ``results/runs/.partial-<label>-<key>`` (:mod:`maskfed.fl.checkpoint`): the same
-call after a kill resumes from it, and Ctrl-C during :func:`run_many` ends the
-worker processes at once and raises :class:`Interrupted`, whose message says
-how to resume.
+call after a kill resumes from it, and Ctrl-C during :func:`run_many` (or SIGTERM and
+SIGHUP inside :func:`stop_on_signals`) ends the worker processes at once and raises
+:class:`Interrupted`, whose message says how to resume. A finished folder found damaged
+is named by :class:`DamagedRun`; a full disk raises :class:`~maskfed.fl.checkpoint.WriteFailed`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import multiprocessing
 import os
 import shutil
 import signal
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -111,10 +113,74 @@ def run_path(cfg: RunConfig, images: data_mod.ImageData) -> Path:
     return results_dir() / "runs" / f"{cfg.label()}-{run_key(cfg, images)}"
 
 
+#: The files of a finished run folder (:func:`run` writes them; :func:`load_run` checks them).
+RUN_FILES = ("metrics.csv", "config.json", "partition.json", "provenance.json")
+
+
+class DamagedRun(ValueError):
+    """A finished run folder that cannot be used as it is: a file missing, cut short or unparsable, or
+    metrics whose columns or rounds are not those its config implies. ``str()`` names the folder,
+    the reason and the remedy; ``path`` and ``reason`` hold the first two."""
+
+    def __init__(self, path: Path | str, reason: str):
+        super().__init__(str(path), reason)
+        self.path, self.reason = Path(path), reason
+
+    def __str__(self) -> str:
+        return (f"run folder {self.path} is damaged: {self.reason}. To recompute it, delete the folder "
+                f"(rm -r '{self.path}') and run the same command again, or rerun with --force "
+                f"(maskfed run or maskfed sweep; recomputes every run of the command)")
+
+
+def expected_columns(cfg: RunConfig) -> list[str]:
+    """The columns of a run's ``metrics.csv`` that ``cfg`` implies, in the order
+    :func:`maskfed.fl.fedavg.run_fedavg` writes them (a test keeps the two in step)."""
+    cols = ["round", "cohort", "n_k", "T_mean", "T_min", "T_max", "train_loss", "recovery_unweighted",
+            "recovery_weighted", "mean_update_sqnorm", "update_spread"]
+    if cfg.cohort_size >= 2:
+        cols += ["A", "B", "sigma2_hat", "mu2_hat"]
+    if cfg.hessian_every:
+        cols += ["recovery_hessian_unweighted", "recovery_hessian_weighted"]
+    if cfg.sharpness_iters:
+        cols += ["sharpness_top_eig", "sharpness_trace", "sharpness_trace_se"]
+    return cols + ["test_acc", "test_loss", "wall_s"]
+
+
 def load_run(path: Path) -> RunResult:
-    """Read a finished run folder."""
-    cfg = RunConfig(**json.loads((path / "config.json").read_text()))
-    return RunResult(cfg, path, pd.read_csv(path / "metrics.csv"), json.loads((path / "provenance.json").read_text()))
+    """Read a finished run folder, checking that it is whole.
+
+    Raises:
+        DamagedRun: a file of :data:`RUN_FILES` missing, JSON that does not parse (or a config the
+            current code cannot read), a metrics table that does not parse, lacks a column of
+            :func:`expected_columns` or does not hold rounds 1..``rounds`` of its config.
+    """
+    missing = [f for f in RUN_FILES if not (path / f).is_file()]
+    if missing:
+        raise DamagedRun(path, f"{', '.join(missing)} missing")
+    parsed = {}
+    for name in ("config.json", "partition.json", "provenance.json"):
+        try:
+            parsed[name] = json.loads((path / name).read_text())
+        except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError, a cut-off or binary file
+            raise DamagedRun(path, f"{name} is not valid JSON ({exc})") from None
+        if not isinstance(parsed[name], dict):
+            raise DamagedRun(path, f"{name} holds {type(parsed[name]).__name__}, not a JSON object")
+    try:
+        cfg = RunConfig(**parsed["config.json"])
+    except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        raise DamagedRun(path, f"config.json is not a run configuration this code can read "
+                               f"({str(exc).splitlines()[0]})") from None
+    try:
+        metrics = pd.read_csv(path / "metrics.csv")
+    except (OSError, ValueError) as exc:  # ValueError covers pandas' EmptyDataError and ParserError
+        raise DamagedRun(path, f"metrics.csv cannot be read ({type(exc).__name__}: {exc})") from None
+    absent = [c for c in expected_columns(cfg) if c not in metrics.columns]
+    if absent:
+        raise DamagedRun(path, f"metrics.csv lacks the column(s) {', '.join(absent)}")
+    if metrics["round"].tolist() != list(range(1, cfg.rounds + 1)):
+        raise DamagedRun(path, f"metrics.csv has {len(metrics)} rows for a {cfg.rounds}-round run"
+                         if len(metrics) != cfg.rounds else f"metrics.csv's rounds are not 1..{cfg.rounds}")
+    return RunResult(cfg, path, metrics, parsed["provenance.json"])
 
 
 #: File of a run folder holding θ at some rounds (:func:`run` with ``keep_every``).
@@ -152,9 +218,14 @@ def load_thetas(path: Path) -> dict[int, torch.Tensor] | None:
 
 
 def find_run(cfg: RunConfig) -> RunResult | None:
-    """The finished run of ``cfg`` with the current code and data, or None (tidies a stale partial folder)."""
+    """The finished run of ``cfg`` with the current code and data, or None (tidies a stale partial folder).
+
+    Raises:
+        DamagedRun: the run's folder exists but is not whole (:func:`load_run`); it is named with
+            the reason and how to recompute it.
+    """
     path = run_path(cfg, images_for(cfg))
-    if not (path / "provenance.json").exists():
+    if not path.exists():
         return None
     checkpoint.remove_stale(checkpoint.partial_dir(path))
     return load_run(path)
@@ -271,7 +342,7 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True,
     cohort.check_precision(cfg.precision, device)
     key = run_key(cfg, images)
     with checkpoint.claim(checkpoint.partial_dir(path)) as partial:
-        if (path / "provenance.json").exists() and not force:  # finished by another process while we waited
+        if path.exists() and not force:  # finished by another process while we waited
             return load_run(path)
         return _train(cfg, images, path, key, partial, device, engine, force=force, progress=progress,
                       keep_every=keep_every)
@@ -294,10 +365,8 @@ def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, par
 
     def snapshot(rounds_done: int, theta_P: torch.Tensor) -> None:
         if rounds_done in keep:
-            snapshots.mkdir(exist_ok=True)
-            tmp = snapshots / f".r{rounds_done:05d}.tmp"
-            torch.save(theta_P.detach().float().cpu().clone(), tmp)
-            os.replace(tmp, snapshots / f"r{rounds_done:05d}.pt")
+            checkpoint.write_file(snapshots / f"r{rounds_done:05d}.pt",
+                                  checkpoint.tensor_bytes(theta_P.detach().float().cpu().clone()), "a θ snapshot")
 
     state = checkpoint.load(partial, key)
     if state is not None:
@@ -315,7 +384,8 @@ def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, par
 
     bar = tqdm(total=cfg.rounds, initial=done_before, desc=cfg.label(), leave=False, disable=not progress,
                mininterval=2.0)
-    with determinism.deterministic(determinism.needed(cfg.identical_client_seeds, device)) as determinism_state:
+    # (the bar is closed, and so cleared, also when the run stops: a message after it starts on its own line)
+    with bar, determinism.deterministic(determinism.needed(cfg.identical_client_seeds, device)) as determinism_state:
         records = fedavg.run_fedavg(
             model, data, rounds=cfg.rounds, cohort_size=cfg.cohort_size, local_epochs=cfg.local_epochs,
             batch_size=cfg.batch_size, lr=cfg.lr, aggregation=cfg.aggregation, seed=cfg.seed,
@@ -326,7 +396,6 @@ def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, par
             records=None if state is None else state.records, on_state=save_state,
             mask_keep_prob=cfg.mask_keep_prob, mask_mode=cfg.mask_mode, hessian_every=cfg.hessian_every,
             hessian_batch_size=cfg.hessian_batch, sharpness_iters=cfg.sharpness_iters)
-    bar.close()
     sizes = [len(p) for p in data.parts]
     prov = {
         "run_key": key, "data_fingerprint": data_fingerprint(images), "label": cfg.label(), "seed": cfg.seed,
@@ -348,10 +417,8 @@ def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, par
     }
     if keep and all((snapshots / f"r{r:05d}.pt").exists() for r in keep):
         rounds_kept = sorted(keep)
-        buf = io.BytesIO()
-        torch.save({"rounds": rounds_kept, "thetas_RxP": torch.stack(
-            [torch.load(snapshots / f"r{r:05d}.pt", weights_only=True) for r in rounds_kept])}, buf)
-        files[THETAS] = buf.getvalue()
+        files[THETAS] = checkpoint.tensor_bytes({"rounds": rounds_kept, "thetas_RxP": torch.stack(
+            [torch.load(snapshots / f"r{r:05d}.pt", weights_only=True) for r in rounds_kept])})
     _write_atomically(path, replace=force, files=files)
     checkpoint.discard(partial)
     return load_run(path)
@@ -362,17 +429,25 @@ def _write_atomically(path: Path, files: dict[str, str | bytes], replace: bool =
 
     A folder at ``path`` is therefore always complete; an interruption while
     writing leaves at most the hidden ``.tmp-*`` folder, which is removed.
+
+    Raises:
+        checkpoint.WriteFailed: a file cannot be written (no space left, ...), naming the folder
+            and the cause; the run's checkpoint and every other run folder are intact.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".tmp-{path.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         for name, content in files.items():
             if isinstance(content, bytes):
                 (tmp / name).write_bytes(content)
             else:
                 (tmp / name).write_text(content)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise checkpoint.write_failed("the finished run's folder", path.parent, exc) from exc
+    try:
         old = path.parent / f".old-{path.name}-{os.getpid()}"
         if replace and path.exists():  # a forced rerun: move the old folder aside first
             os.replace(path, old)
@@ -391,23 +466,89 @@ def run_cost(cfg: RunConfig) -> float:
 
 
 def _worker_init() -> None:
-    """One torch thread; Ctrl-C is left to the parent, which stops the workers itself."""
+    """One torch thread; Ctrl-C and SIGHUP are left to the parent, which stops the workers itself
+    (with SIGTERM, whose default action ends a worker). A worker whose parent is gone (killed by
+    SIGKILL) ends itself within a second instead of training on as an orphan."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     torch.set_num_threads(1)
+    parent = os.getppid()
+
+    def watch_parent() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch_parent, daemon=True, name="maskfed-watch-parent").start()
 
 
-def _run_in_worker(cfg_json: str, keep_every: int | Sequence[int] = 0) -> str:
-    return str(run(RunConfig(**json.loads(cfg_json)), progress=False, keep_every=keep_every).path)
+def _run_in_worker(cfg_json: str, keep_every: int | Sequence[int] = 0, force: bool = False) -> str:
+    return str(run(RunConfig(**json.loads(cfg_json)), progress=False, keep_every=keep_every, force=force).path)
 
 
 class Interrupted(KeyboardInterrupt):
-    """Ctrl-C (SIGINT) during :func:`run_many`; ``str()`` says what was kept and how to resume."""
+    """Ctrl-C (SIGINT), or SIGTERM / SIGHUP under :func:`stop_on_signals`, during :func:`run_many`;
+    ``str()`` says what was kept and how to resume, ``signum`` is the signal's number."""
+
+    def __init__(self, message: str, signum: int = signal.SIGINT):
+        super().__init__(message)
+        self.signum = signum
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived inside :func:`stop_on_signals`; ``signum`` is its number."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+#: Signals that end a run or sweep the way Ctrl-C does (:func:`stop_on_signals`).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def stop_on_signals():
+    """Inside the block, SIGTERM and SIGHUP raise :class:`Stopped` (a KeyboardInterrupt) in the main
+    thread, so that ``kill <pid>`` or a closed terminal end a sweep as Ctrl-C does: workers ended,
+    finished runs kept, unfinished ones resumable. Only the first such signal raises (a second one
+    while stopping is ignored); the previous handlers are restored on leaving. A signal this process
+    ignores already is left ignored (SIGHUP under ``nohup``). Outside the main thread it does nothing
+    (Python sets signal handlers there only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised = []
+
+    def handler(signum, frame):
+        if not raised:
+            raised.append(signum)
+            raise Stopped(signum)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def exit_status(exc: KeyboardInterrupt) -> int:
+    """The shell's exit status for a run stopped by a signal: 128 + its number (130 Ctrl-C, 143 SIGTERM,
+    129 SIGHUP)."""
+    return 128 + int(getattr(exc, "signum", signal.SIGINT))
 
 
 def resume_hint() -> str:
     """How to continue after an interruption (used by :class:`Interrupted` and the CLI)."""
     return (f"rerun the same command to resume: finished runs are reused, and each unfinished run continues "
             f"from its last checkpoint (hidden .partial-* folders in {results_dir() / 'runs'})")
+
+
+def interrupted_message(exc: KeyboardInterrupt) -> str:
+    """``interrupted`` (Ctrl-C) or ``interrupted by SIGTERM`` (another signal), for the messages."""
+    signum = int(getattr(exc, "signum", signal.SIGINT))
+    return "interrupted" if signum == signal.SIGINT else f"interrupted by {signal.Signals(signum).name}"
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
@@ -425,8 +566,16 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=True)  # the pool's own thread sees the ended workers and releases its queues
 
 
+def _finished(cfg: RunConfig) -> bool:
+    """Whether ``cfg``'s run folder is on disk and whole (for counting; a damaged one is not)."""
+    try:
+        return find_run(cfg) is not None
+    except DamagedRun:
+        return False
+
+
 def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = True,
-             keep_every: dict[RunConfig, int | Sequence[int]] | None = None) -> list[RunResult]:
+             keep_every: dict[RunConfig, int | Sequence[int]] | None = None, force: bool = False) -> list[RunResult]:
     """Run several configurations (finished ones are reused), in parallel processes.
 
     Runs are independent, so ``workers`` one-thread processes share them out,
@@ -438,21 +587,24 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
     Ctrl-C stops within seconds: queued runs are cancelled and worker processes
     ended; finished runs stay, unfinished ones keep their last checkpoint in
     their hidden ``.partial-*`` folder, and no run folder is left half-written.
-    The same call again resumes them (:func:`run`).
+    The same call again resumes them (:func:`run`). Inside :func:`stop_on_signals`,
+    SIGTERM and SIGHUP do the same.
 
     Args:
         configs: run configurations (duplicates are run once).
         workers: worker processes; 1 runs in this process with torch's default threads.
         progress: tqdm bars.
         keep_every: ``{config: n or rounds}`` for runs that also keep θ snapshots (:func:`run`); others keep none.
+        force: recompute every run from round 1, replacing finished (or damaged) folders (:func:`run`).
 
     Raises:
-        Interrupted: on Ctrl-C, with what was kept and how to resume.
+        DamagedRun: a finished run's folder is damaged (without ``force``; before any training).
+        Interrupted: on Ctrl-C (or SIGTERM / SIGHUP, see above), with what was kept and how to resume.
         Exception: the first failed run's own error, after every other run ended.
     """
     unique = list(dict.fromkeys(configs))
     keep = keep_every or {}
-    done = {c: find_run(c) for c in unique}
+    done = {c: None if force else find_run(c) for c in unique}
     pending = [c for c in unique if done[c] is None]
     errors: list[tuple[RunConfig, BaseException]] = []
     try:
@@ -461,7 +613,7 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
             pool = ProcessPoolExecutor(max_workers=min(workers, len(pending)),
                                        mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init)
             try:
-                futures = {pool.submit(_run_in_worker, c.model_dump_json(), keep.get(c, 0)): c for c in pending}
+                futures = {pool.submit(_run_in_worker, c.model_dump_json(), keep.get(c, 0), force): c for c in pending}
                 for fut in tqdm(as_completed(futures), total=len(futures), desc="runs", disable=not progress):
                     if fut.exception() is not None:
                         errors.append((futures[fut], fut.exception()))
@@ -474,13 +626,13 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
         else:
             for c in tqdm(pending, desc="runs", disable=not progress or len(pending) < 2):
                 try:
-                    done[c] = run(c, progress=progress, keep_every=keep.get(c, 0))
+                    done[c] = run(c, progress=progress, keep_every=keep.get(c, 0), force=force)
                 except Exception as exc:  # noqa: BLE001 - kept and re-raised below, after the other runs
                     errors.append((c, exc))
-    except KeyboardInterrupt:
-        finished = sum(find_run(c) is not None for c in unique)  # on disk: one may have landed just now
-        raise Interrupted(f"interrupted; {finished} of {len(unique)} run(s) finished and kept; "
-                          + resume_hint()) from None
+    except KeyboardInterrupt as exc:
+        finished = sum(map(_finished, unique))  # on disk: one may have landed just now
+        raise Interrupted(f"{interrupted_message(exc)}; {finished} of {len(unique)} run(s) finished and kept; "
+                          + resume_hint(), signum=getattr(exc, "signum", signal.SIGINT)) from None
     if errors:
         cfg, exc = errors[0]
         exc.add_note(f"(run {cfg.label()}; {len(errors)} of {len(unique)} run(s) failed, "
