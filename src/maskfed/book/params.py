@@ -91,6 +91,8 @@ Fraction = Annotated[float, Field(ge=0, le=1)]
 Correlation = Annotated[float, Field(ge=0, lt=1)]
 #: A condition number, a finite number >= 1.
 ConditionNumber = Annotated[float, Field(ge=1, allow_inf_nan=False)]
+#: Bootstrap replicates: an integer >= 100 (fewer give unstable 5 % and 95 % percentiles).
+Replicates = Annotated[int, Field(ge=100)]
 #: A build profile, one of :data:`maskfed.fl.config.PROFILES`.
 Profile = Literal[PROFILES]
 #: A mask mode: "independent" (a mask per client) or "shared" (one per round), as RunConfig's ``mask_mode``.
