@@ -343,18 +343,18 @@ def test_run_records_resolved_engine_and_precision(tmp_path, monkeypatch):
 
 def test_precision_context_sets_and_restores_tf32_settings():
     # the settings exist without a GPU, so the CUDA branch's bookkeeping can be checked here
-    before = C._get_tf32()
+    before = C.tf32_settings()
     with C.precision_context("fp32", "cuda") as state:
-        assert (C._get_tf32()["matmul"], C._get_tf32()["cudnn_conv"]) == ("ieee", "ieee")  # cuDNN's default is TF32
+        assert (C.tf32_settings()["matmul"], C.tf32_settings()["cudnn_conv"]) == ("ieee", "ieee")  # cuDNN's default is TF32
         assert state["matmul"] == state["cudnn_conv"] == "ieee" and state["autocast"] is None
     with C.precision_context("tf32", "cuda"):
-        assert (C._get_tf32()["matmul"], C._get_tf32()["cudnn_conv"]) == ("tf32", "tf32")
+        assert (C.tf32_settings()["matmul"], C.tf32_settings()["cudnn_conv"]) == ("tf32", "tf32")
     with C.precision_context("bf16", "cuda") as state:  # bf16: TF32 off, autocast only where training runs
-        assert (C._get_tf32()["matmul"], C._get_tf32()["cudnn_conv"]) == ("ieee", "ieee")
+        assert (C.tf32_settings()["matmul"], C.tf32_settings()["cudnn_conv"]) == ("ieee", "ieee")
         assert "forward pass and loss" in state["autocast"]
-    assert C._get_tf32() == before
+    assert C.tf32_settings() == before
     with C.precision_context("fp32", "cpu") as state:
-        assert C._get_tf32() == before and state == {"precision": "fp32", "device_type": "cpu", "autocast": None}
+        assert C.tf32_settings() == before and state == {"precision": "fp32", "device_type": "cpu", "autocast": None}
 
 
 def test_precision_context_uses_the_api_this_torch_has(monkeypatch):

@@ -120,3 +120,14 @@ def test_full_size_without_a_gpu_says_what_to_do_and_leaves_no_old_results(tmp_p
     err = capsys.readouterr().err
     assert "needs a CUDA GPU" in err and "DEVICE_CHECK_SIZE=tiny" in err
     assert not stale.exists()
+
+
+def test_tf32_settings_gate_passes_here_and_fails_when_a_setting_does_not_take(monkeypatch):
+    from maskfed import devicecheck
+    from maskfed.fl import cohort
+
+    ok = devicecheck.check_tf32_settings()
+    assert len(ok) == 1 and ok[0].ok and ok[0].value == 0 and ok[0].required
+    monkeypatch.setattr(cohort, "_set_tf32", lambda matmul, cudnn_conv: None)  # a torch that ignores the setting
+    bad = devicecheck.check_tf32_settings()[0]
+    assert not bad.ok and bad.value >= 1 and any("tf32" in w or "ieee" in w for w in bad.detail["wrong"])

@@ -162,6 +162,23 @@ def check_precisions(profile: str, device: str, precisions, required: set[str]) 
     return out
 
 
+def check_tf32_settings() -> list[gates.Gate]:
+    """:func:`maskfed.fl.cohort.precision_context`'s TF32 settings through this torch's API (the settings
+    exist without a GPU, so the tiny size checks them too): IEEE for fp32 and bf16, TF32 for tf32, and the
+    settings before restored after. One gate: the number of wrong settings, tolerance 0."""
+    before = cohort.tf32_settings()
+    wrong = []
+    for p in cohort.PRECISIONS:
+        with cohort.precision_context(p, "cuda"):
+            seen = cohort.tf32_settings()
+        want = "tf32" if p == "tf32" else "ieee"
+        wrong += [f"{p}: {k} = {seen[k]!r}" for k in ("matmul", "cudnn_conv") if seen[k] != want]
+    if cohort.tf32_settings() != before:
+        wrong.append(f"not restored: {cohort.tf32_settings()} after, {before} before")
+    return [gates.Gate("precision", f"TF32 settings through torch's {before['api']} API", float(len(wrong)), 0.0,
+                       not wrong, True, {"precision": "fp32", "wrong": wrong})]
+
+
 def eval_images_per_s(profile: str, device: str) -> float:
     """Test-set images per second of :func:`maskfed.fl.fedavg.evaluate` (one timed pass after one untimed)."""
     prof = load_profile(profile)
@@ -285,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     checks = check_control(size["profile"], size["device"], size["control_rounds"])
     checks += check_engines(size["profile"], size["device"])
     checks += check_precisions(size["profile"], size["device"], size["gate_precisions"], {"fp32", args.precision})
+    checks += check_tf32_settings()
     for g in checks:
         _log_gate(g)
     summary["gates"] = [g.to_dict() for g in checks]

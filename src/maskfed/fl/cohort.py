@@ -92,7 +92,7 @@ def _new_tf32_api() -> bool:
     return hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(torch.backends.cudnn, "conv")
 
 
-def _get_tf32() -> dict:
+def tf32_settings() -> dict:
     """The CUDA fp32 settings now in force: ``{"api", "matmul", "cudnn_conv"}``.
 
     With the ``fp32_precision`` API (torch >= 2.9) its values ("ieee", "tf32", or "none": the
@@ -128,7 +128,7 @@ def precision_state(precision: str, device: torch.device | str) -> dict:
     out = {"precision": precision, "device_type": kind,
            "autocast": "bfloat16: forward pass and loss of local training" if AUTOCAST_DTYPE[precision] else None}
     if kind == "cuda":
-        flags = _get_tf32()
+        flags = tf32_settings()
         out.update(tf32_api=flags["api"], matmul=flags["matmul"], cudnn_conv=flags["cudnn_conv"])
     return out
 
@@ -154,7 +154,7 @@ def precision_context(precision: str, device: torch.device | str):
     if torch.device(device).type != "cuda":
         yield precision_state(precision, device)
         return
-    before = _get_tf32()
+    before = tf32_settings()
     mode = "tf32" if precision == "tf32" else "ieee"
     _set_tf32(mode, mode)
     try:
