@@ -3,8 +3,9 @@
 #   make test   create the environment and run the test suite
 #   make env / make clean   only create the environment / remove the built book (book/_build, book/nb)
 #   make bench / make device-prepare / make device-check   benchmark / carry wheels+data / the GPU check (README)
+#   make device-compat   the GPU machine's torch (2.11) in a throwaway venv, running the tiny GPU check here
 # Variables: PROFILE (smoke | cpu | cpu-long | paper; default cpu), DATA (path to a CIFAR-10 archive or folder),
-#   DEVICE_CHECK_SIZE (full | tiny; default full), BENCH_ARGS.
+#   DEVICE_CHECK_SIZE (full | tiny; default full), BENCH_ARGS, COMPAT_PYTHON.
 
 SHELL   := /bin/bash
 PROFILE ?= cpu
@@ -23,10 +24,10 @@ PY    := $(ENV_DIR)/bin/python
 STAMP := $(ENV_DIR)/.maskfed-installed
 DATA_FLAG := $(if $(DATA),--data-path "$(DATA)")
 
-.PHONY: env book test clean help bench device-prepare device-check
+.PHONY: env book test clean help bench device-prepare device-check device-compat
 
 help:
-	@sed -n '2,8p' Makefile
+	@sed -n '2,9p' Makefile
 
 $(STAMP): pyproject.toml
 	@test -x "$(PY)" || $(PYTHON) -m venv "$(ENV_DIR)"
@@ -70,14 +71,39 @@ device-prepare:
 	@du -ab .device | sort -k2 | awk '{printf "%10.1f MB  %s\n", $$1/1e6, $$2}'
 
 # Runs with DEVICE_PY (default: the environment's python if there is one, else python3: on the GPU machine
-# its own torch). Where pydantic is missing, installs every carried wheel into /tmp/site first.
-# Writes under $OUT when set, else results/device-check/.
+# its own torch). Where pydantic is missing, installs every carried wheel into DEVICE_SITE (/tmp/site) first.
+# Writes under $OUT when set, else results/device-check/. The exit status is the check's (README).
 DEVICE_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+DEVICE_SITE ?= /tmp/site
 device-check:
 	@set -o pipefail; OUTDIR="$${OUT:-results/device-check}"; mkdir -p "$$OUTDIR"; \
 	if ! "$(DEVICE_PY)" -c "import pydantic" 2>/dev/null; then \
 	  "$(DEVICE_PY)" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-	    --target /tmp/site .device/whl/*.whl || exit 1; fi; \
-	export PYTHONPATH="$$PWD/src:/tmp/site$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1; \
+	    --target "$(DEVICE_SITE)" .device/whl/*.whl || exit 1; fi; \
+	export PYTHONPATH="$$PWD/src:$(DEVICE_SITE)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1; \
 	if [ -f .device/cifar10-jpeg.tar.gz ]; then export MASKFED_SHARED_ARCHIVE="$$PWD/.device/cifar10-jpeg.tar.gz"; fi; \
 	"$(DEVICE_PY)" -m maskfed.devicecheck --size $(DEVICE_CHECK_SIZE) --out "$$OUTDIR" 2>&1 | tee "$$OUTDIR/log.txt"
+
+# The GPU machine's torch, checked here (README "Running on a GPU"): a throwaway virtualenv in a temporary
+# folder with torch COMPAT_TORCH from the package index (with the CUDA libraries its wheel needs to import:
+# about 6 GB), the other packages the check imports, and the carried wheels' pydantic; then
+# `make device-check DEVICE_CHECK_SIZE=tiny` in it on this CPU. The folder is removed at the end, pass or fail.
+# COMPAT_PYTHON: the interpreter of the venv. Under Python 3.12 (the GPU machine's) the carried wheels of
+# `make device-prepare` are installed as the GPU machine installs them; under another Python their
+# pydantic-core cannot load, so the same pinned versions (DEVICE_WHEELS) are installed for that Python.
+COMPAT_PYTHON ?= python3
+COMPAT_TORCH ?= torch==2.11.0 torchvision==0.26.0
+COMPAT_PACKAGES ?= numpy pandas pillow pyyaml tqdm
+device-compat:
+	@set -e; tmp=$$(mktemp -d "$${TMPDIR:-/tmp}/maskfed-compat-XXXXXX"); trap 'rm -rf "$$tmp"' EXIT; \
+	echo "[device-compat] venv in $$tmp ($$($(COMPAT_PYTHON) --version))"; \
+	$(COMPAT_PYTHON) -m venv "$$tmp/venv"; \
+	nice -n 5 "$$tmp/venv/bin/python" -m pip install --quiet --no-cache-dir $(COMPAT_TORCH) $(COMPAT_PACKAGES); \
+	if [ "$$("$$tmp/venv/bin/python" -c 'import sys; print(sys.version_info[:2] == (3, 12))')" = True ]; then \
+	  test -n "$$(ls .device/whl/*.whl 2>/dev/null)" || $(MAKE) --no-print-directory device-prepare; \
+	else \
+	  nice -n 5 "$$tmp/venv/bin/python" -m pip install --quiet --no-cache-dir --no-deps $(DEVICE_WHEELS); fi; \
+	"$$tmp/venv/bin/python" -c 'import torch, torchvision, pydantic; print("[device-compat] torch", torch.__version__, "torchvision", torchvision.__version__, "pydantic", pydantic.VERSION)'; \
+	SECONDS=0; nice -n 5 $(MAKE) --no-print-directory device-check DEVICE_CHECK_SIZE=tiny \
+	  DEVICE_PY="$$tmp/venv/bin/python" DEVICE_SITE="$$tmp/site" OUT="$${OUT:-$$tmp/out}"; \
+	echo "[device-compat] the tiny check passed under $$("$$tmp/venv/bin/python" -c 'import torch; print(torch.__version__)') in $${SECONDS} s"

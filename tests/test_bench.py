@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from maskfed import bench
-from maskfed.fl import fedavg as F
+from maskfed.fl import cohort as C
 
 
 def test_bench_columns_and_equal_steps(tmp_path, monkeypatch):
@@ -21,6 +21,13 @@ def test_bench_columns_and_equal_steps(tmp_path, monkeypatch):
         # every path makes the same steps: Σ_k ceil(n_k/bs)·τ over round 0's cohort
         assert g["steps"].nunique() == 1, g[["path", "steps"]]
         assert g["images"].nunique() == 1
+    # each engine's own work, for the device check's projection: the batched engine makes max_k T_k steps
+    for (bs, tau), g in df.groupby(["batch_size", "local_epochs"]):
+        by = g.set_index("path")
+        assert by.loc["ours_sequential", "steps_computed"] == by.loc["ours_sequential", "steps"]
+        assert by.loc["ours_batched", "steps_computed"] < by.loc["ours_batched", "steps"]
+        assert by.loc["ours_batched", "images_computed"] >= by.loc["ours_batched", "images"]  # padding
+    assert df["peak_mem_gib"].isna().all()  # GPU memory: none on the CPU
     r = bench.ratios(df)
     assert set(r.columns) >= {"P2_ours_over_bare", "P3_typical_over_ours", "batched_speedup"}
     assert r["P2_ours_over_bare"].notna().all() and (r["P2_ours_over_bare"] > 0).all()
@@ -36,7 +43,7 @@ def test_round_bench_steps_match_local_steps():
     data = runner.prepare_data(cfg, runner.images_for(cfg), torch.device("cpu"))
     torch.manual_seed(0)
     rb = bench.RoundBench(build_model("small_cnn_gn", width=2), data, cohort_size=3, lr=0.01)
-    expected = sum(F.local_steps(n, 16, 2) for n in rb.n_K)
+    expected = sum(C.local_steps(n, 16, 2) for n in rb.n_K)
     for path in bench.PATHS:
         assert rb.time_path(path, 16, 2)[1] == expected, path
 

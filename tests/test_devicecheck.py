@@ -1,6 +1,7 @@
 """`make device-check DEVICE_CHECK_SIZE=tiny` runs end to end on this CPU (smoke profile) and writes
-the documented files: correctness checks that pass, a throughput table, a projection of the whole
-grid, and at least one finished run folder packed in runs.tar.gz."""
+the documented files: gates that pass (each with its value and tolerance), a throughput table, a
+projection of the whole grid from each run's own steps, and at least one finished run folder packed
+in runs.tar.gz; a failed gate sets the exit status and summary.json names it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 import tarfile
 
 import pandas as pd
+import pytest
 
 from maskfed import bench
 from maskfed.paths import REPO_ROOT
@@ -23,23 +25,85 @@ def test_make_device_check_tiny_end_to_end(tmp_path):
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=150)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["size"] == "tiny" and summary["ok"] is True
-    checks = {(c["check"], c.get("engine")): c for c in summary["correctness"]}
-    # the control: every client identical, so 1/Δ_S = K_c (to 1e-6) with either engine
-    for engine in ("sequential", "batched"):
-        assert checks[("control_recovery_equals_Kc", engine)]["max_rel_deviation"] <= 1e-6
-    assert checks[("batched_equals_sequential", None)]["max_rel_difference"] <= 1e-5
+    assert summary["size"] == "tiny" and summary["ok"] is True and summary["exit_status"] == 0
+    assert summary["failed"] == []
+    gates_ = summary["gates"]
+    assert {g["kind"] for g in gates_} == {"control", "engines", "chunking", "precision"}
+    assert all(g["ok"] and g["value"] <= g["tolerance"] for g in gates_)
+    # the control: the project's four criteria at the CPU's tolerance, with either engine
+    control = [g for g in gates_ if g["kind"] == "control"]
+    assert len(control) == 8 and {g["detail"]["engine"] for g in control} == {"sequential", "batched"}
+    assert all(g["tolerance"] == 1e-12 for g in control)
+    # the engines and micro-batches in float64; fp32 against float64; bf16 through the CPU's autocast
+    assert [g["tolerance"] for g in gates_ if g["kind"] in ("engines", "chunking")] == [1e-6, 1e-6]
+    assert {g["detail"]["precision"] for g in gates_ if g["kind"] == "precision"} == {"fp32", "bf16"}
     thr = pd.read_csv(out / "throughput.csv")
     assert list(thr.columns) == bench.COLUMNS and set(thr["path"]) == set(bench.PATHS)
+    assert thr["peak_mem_gib"].isna().all()  # peak GPU memory: none on the CPU
     proj = pd.read_csv(out / "projection.csv")
     assert len(proj) == summary["runs_in_grid"] > 1 and (proj["projected_s"] > 0).all()
-    assert summary["projected_grid_s"]["fp32"] == proj["projected_s"].sum()
+    assert set(proj["engine"]) == {"sequential"} and (proj["steps"] > 0).all()  # the CPU's auto engine
+    assert summary["projected_grid_s"]["fp32"] == pytest.approx(proj["projected_s"].sum(), rel=1e-12)
     assert summary["runs_finished"] >= 1 and (out / "log.txt").exists()
     with tarfile.open(out / "runs.tar.gz") as tar:
         names = tar.getnames()
     for f in ("metrics.csv", "config.json", "partition.json", "provenance.json"):
         assert any(n.endswith("/" + f) for n in names), (f, names)
-    assert "batched_equals_sequential: ok" in proc.stdout  # no empty "()" where a check has no engine
+    assert "gate engines: batched vs sequential (float64): ok" in proc.stdout
+    for r in summary["runs"]:  # no run was started whose projection exceeded the time left
+        assert r["projected_s"] > 0
+
+
+def test_a_failed_gate_sets_the_exit_status_and_summary_names_it(tmp_path, monkeypatch):
+    # prepare: the engines' comparison made to fail (as a broken batched engine would)
+    import torch
+
+    from maskfed import devicecheck, gates
+
+    def broken(profile, device):
+        return [gates.Gate("engines", "batched vs sequential (float64)", 3e-3, 1e-6, False)]
+
+    monkeypatch.setattr(devicecheck, "check_engines", broken)
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))  # main() sets it; restored after
+    monkeypatch.delenv("OUT", raising=False)
+    threads = torch.get_num_threads()
+    # execute
+    try:
+        status = devicecheck.main(["--size", "tiny", "--out", str(tmp_path)])
+    finally:
+        torch.set_num_threads(threads)
+    # assert: exit status 8 (engines), the failed gate with its value and tolerance, no run started
+    assert status == gates.EXIT_BITS["engines"] == 8
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["ok"] is False and summary["exit_status"] == 8
+    assert summary["failed"] == [{"kind": "engines", "name": "batched vs sequential (float64)", "value": 3e-3,
+                                  "tolerance": 1e-6, "times_tolerance": pytest.approx(3000), "required": True}]
+    assert summary["runs_finished"] == 0
+
+
+def test_run_what_fits_never_starts_a_run_projected_past_the_time_left(monkeypatch):
+    import time
+    from types import SimpleNamespace
+
+    from maskfed import devicecheck
+    from maskfed.fl.config import load_profile
+
+    cfg = load_profile("smoke").run(0)
+    started = []
+
+    def fake_run(c, progress):
+        started.append(c.label())
+        return SimpleNamespace(path="/nowhere", metrics=pd.DataFrame({"test_acc": [0.5]}))
+
+    monkeypatch.setattr(devicecheck.runner, "run", fake_run)
+    proj = pd.DataFrame({"label": ["big", "small"], "seed": [0, 0], "projected_s": [50.0, 5.0],
+                         "config": [cfg.model_copy(update={"seed": 1}), cfg]})
+    # 4 s left: not even the cheapest run (5 s, 6 s with the margin) starts
+    done, skipped = devicecheck.run_what_fits(proj, budget_s=4.0, t_start=time.perf_counter())
+    assert started == [] and done == [] and skipped == ["small", "big"]
+    # 30 s left: the 5 s run starts, the 50 s one does not
+    done, skipped = devicecheck.run_what_fits(proj, budget_s=30.0, t_start=time.perf_counter())
+    assert started == [cfg.label()] and [d["projected_s"] for d in done] == [5.0] and skipped == ["big"]
 
 
 def test_full_size_without_a_gpu_says_what_to_do_and_leaves_no_old_results(tmp_path, monkeypatch, capsys):
@@ -56,3 +120,14 @@ def test_full_size_without_a_gpu_says_what_to_do_and_leaves_no_old_results(tmp_p
     err = capsys.readouterr().err
     assert "needs a CUDA GPU" in err and "DEVICE_CHECK_SIZE=tiny" in err
     assert not stale.exists()
+
+
+def test_tf32_settings_gate_passes_here_and_fails_when_a_setting_does_not_take(monkeypatch):
+    from maskfed import devicecheck
+    from maskfed.fl import cohort
+
+    ok = devicecheck.check_tf32_settings()
+    assert len(ok) == 1 and ok[0].ok and ok[0].value == 0 and ok[0].required
+    monkeypatch.setattr(cohort, "_set_tf32", lambda matmul, cudnn_conv: None)  # a torch that ignores the setting
+    bad = devicecheck.check_tf32_settings()[0]
+    assert not bad.ok and bad.value >= 1 and any("tf32" in w or "ieee" in w for w in bad.detail["wrong"])

@@ -1,6 +1,6 @@
-"""Tests for maskfed.fl.fedavg: local steps T, aggregation, one client's local SGD (checked against the
-closed-form softmax-regression gradient), cohort sampling, evaluation rounds and the full loop
-on a tiny synthetic problem (including the paper's identical-shards control)."""
+"""Tests for maskfed.fl.fedavg: aggregation, round metrics, evaluation, cohort sampling, evaluation
+rounds, masks and the full loop on a tiny synthetic problem (including the paper's identical-shards
+control). Local training itself (local steps T, one client's SGD) is tested in test_cohort.py."""
 
 from __future__ import annotations
 
@@ -15,43 +15,9 @@ from torch.nn.utils import parameters_to_vector
 
 from maskfed.fl import data as data_mod
 from maskfed.fl import diversity, partition
+from maskfed.fl import cohort as C
 from maskfed.fl import fedavg as F
 from maskfed.fl.models import build_model
-
-
-# ----------------------------------------------------------------------------- local steps T
-
-@pytest.mark.parametrize("n_k, bs, tau, expected", [
-    (500, 32, 1, 16),      # ceil(500/32) = ceil(15.625) = 16 (paper, Table I)
-    (500, 32, 5, 80),      # 16 · 5
-    (500, 128, 1, 4),      # ceil(3.906) = 4
-    (500, 128, 5, 20),     # 4 · 5
-    (500, "full", 1, 1),   # one step per epoch
-    (500, "full", 5, 5),
-    (37, 10, 1, 4),        # ceil(3.7) = 4: the last partial batch (7 images) is a step
-    (40, 10, 2, 8),        # exact division: 4 · 2
-    (3, 128, 2, 2),        # batch larger than the shard: one (partial) batch per epoch
-])
-def test_local_steps_hand_cases(n_k, bs, tau, expected):
-    assert F.local_steps(n_k, bs, tau) == expected
-
-
-@pytest.mark.parametrize("n_k, bs, tau, word", [
-    (500, 0, 1, "batch_size"), (500, -4, 1, "batch_size"), (500, "half", 1, "batch_size"),
-    (500, 32.0, 1, "batch_size"), (500, 32, 0, "local_epochs"), (0, 32, 1, "n_k"),
-])
-def test_local_steps_rejects_bad_inputs(n_k, bs, tau, word):
-    with pytest.raises(ValueError, match=word):
-        F.local_steps(n_k, bs, tau)
-
-
-def test_local_steps_matches_paper_table1_column():
-    # The paper's T column, with n_k ≈ 500 (K = 100 clients over 50,000 images).
-    from maskfed.fl.summary import paper_table
-
-    t1 = paper_table("table1")
-    for (bs, tau), row in t1.iterrows():
-        assert F.local_steps(500, bs if bs == "full" else int(bs), int(tau)) == row["T_mean"]
 
 
 # ----------------------------------------------------------------------------- weights and aggregate
@@ -112,122 +78,6 @@ def test_round_metrics_single_client_has_no_split():
     m = F.round_metrics(torch.tensor([[1.0, 2.0]]), [5])
     assert m["recovery_unweighted"] == pytest.approx(1.0)
     assert "sigma2_hat" not in m and "A" not in m
-
-
-# ----------------------------------------------------------------------------- client update
-
-# Softmax regression: logits = X Wᵀ (nn.Linear without bias), mean cross-entropy.
-# ∇_W L = (softmax(X Wᵀ) - onehot(y))ᵀ X / n, so a full-batch step is Δ = lr · vec(∇_W L(W)).
-X = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, -1.0], [1.0, 1.0, 0.0], [-1.0, 0.5, 1.0], [2.0, -1.0, 0.0]])
-Y = torch.tensor([0, 1, 1, 0, 1])
-W0 = torch.tensor([[0.2, -0.1, 0.3], [-0.4, 0.5, 0.1]])
-
-
-def _linear_model():
-    model = nn.Linear(3, 2, bias=False)
-    with torch.no_grad():
-        model.weight.copy_(W0)
-    return model
-
-
-def _grad_and_loss(w, x, y):
-    """Closed-form mean cross-entropy and its gradient for logits x wᵀ (float64 numpy)."""
-    w, x, y = (np.asarray(a, dtype=np.float64) for a in (w, x, y))
-    z = x @ w.T
-    z = z - z.max(axis=1, keepdims=True)
-    p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
-    onehot = np.eye(w.shape[0])[y.astype(int)]
-    loss = float(-np.log(p[np.arange(len(y)), y.astype(int)]).mean())
-    return (p - onehot).T @ x / len(y), loss
-
-
-def test_client_update_one_full_batch_step_is_lr_times_gradient():
-    model = _linear_model()
-    theta = parameters_to_vector(model.parameters()).detach().clone()
-    lr = 0.5
-    grad, loss0 = _grad_and_loss(W0, X, Y)
-
-    delta, loss, steps = F.client_update(model, theta, X, Y, lr=lr, batch_size="full", local_epochs=1,
-                                         generator=torch.Generator().manual_seed(0))
-
-    assert steps == 1
-    np.testing.assert_allclose(delta.numpy(), lr * grad.reshape(-1), rtol=1e-5, atol=1e-7)
-    assert loss == pytest.approx(loss0, rel=1e-6)  # loss at θ (the only step)
-    assert delta.shape == theta.shape
-
-
-def test_client_update_two_full_batch_epochs_chain_the_steps():
-    # τ = 2: W1 = W0 - lr g(W0), W2 = W1 - lr g(W1), Δ = W0 - W2 = lr (g(W0) + g(W1));
-    # the reported loss is the mean of the two step losses.
-    model = _linear_model()
-    theta = parameters_to_vector(model.parameters()).detach().clone()
-    lr = 0.5
-    g0, l0 = _grad_and_loss(W0, X, Y)
-    w1 = W0.double().numpy() - lr * g0
-    g1, l1 = _grad_and_loss(w1, X, Y)
-
-    delta, loss, steps = F.client_update(model, theta, X, Y, lr=lr, batch_size="full", local_epochs=2,
-                                         generator=torch.Generator().manual_seed(0))
-
-    assert steps == 2
-    np.testing.assert_allclose(delta.numpy(), lr * (g0 + g1).reshape(-1), rtol=1e-5, atol=1e-7)
-    assert loss == pytest.approx((l0 + l1) / 2, rel=1e-6)
-
-
-def test_client_update_minibatches_follow_the_generator_permutation():
-    # n = 5, bs = 2, τ = 2: each epoch walks randperm(5) in batches of 2, 2, 1 -> T = 3 · 2 = 6.
-    model = _linear_model()
-    theta = parameters_to_vector(model.parameters()).detach().clone()
-    lr, seed = 0.3, 11
-
-    delta, loss, steps = F.client_update(model, theta, X, Y, lr=lr, batch_size=2, local_epochs=2,
-                                         generator=torch.Generator().manual_seed(seed))
-
-    g = torch.Generator().manual_seed(seed)
-    w = W0.double().numpy()
-    losses = []
-    for _ in range(2):
-        order = torch.randperm(5, generator=g)
-        for s in range(0, 5, 2):
-            idx = order[s:s + 2]
-            grad, l_step = _grad_and_loss(w, X[idx], Y[idx])
-            w = w - lr * grad
-            losses.append(l_step)
-    assert steps == 6 == F.local_steps(5, 2, 2)
-    np.testing.assert_allclose(delta.numpy(), (W0.double().numpy() - w).reshape(-1), rtol=1e-5, atol=1e-6)
-    assert loss == pytest.approx(np.mean(losses), rel=1e-5)
-
-
-def test_client_update_is_deterministic_given_the_seed():
-    kw = dict(lr=0.3, batch_size=2, local_epochs=2)
-    model = _linear_model()
-    theta = parameters_to_vector(model.parameters()).detach().clone()
-    d1, _, _ = F.client_update(model, theta, X, Y, generator=torch.Generator().manual_seed(5), **kw)
-    d2, _, _ = F.client_update(model, theta, X, Y, generator=torch.Generator().manual_seed(5), **kw)
-    d3, _, _ = F.client_update(model, theta, X, Y, generator=torch.Generator().manual_seed(6), **kw)
-
-    assert torch.equal(d1, d2)
-    assert not torch.allclose(d1, d3)  # another shuffle -> another trajectory
-
-
-def test_client_update_leaves_theta_unchanged_and_does_not_alias():
-    model = _linear_model()
-    theta = parameters_to_vector(model.parameters()).detach().clone()
-    # Worst case, as inside run_fedavg: the model's parameters are views of θ after evaluate().
-    F.evaluate(model, theta, X, Y)
-    theta_before = theta.clone()
-
-    delta, _, _ = F.client_update(model, theta, X, Y, lr=0.5, batch_size=2, local_epochs=1,
-                                  generator=torch.Generator().manual_seed(0))
-
-    assert torch.equal(theta, theta_before)
-    assert delta.abs().sum() > 0
-    delta_before = delta.clone()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.fill_(123.0)
-    assert torch.equal(delta, delta_before)  # Δ owns its storage
-    assert torch.equal(theta, theta_before)
 
 
 # ----------------------------------------------------------------------------- evaluate
@@ -365,7 +215,7 @@ def test_run_fedavg_records_and_matches_a_manual_replay(images):
         for k in F.sample_cohort(4, 2, 3, r):
             idx = torch.as_tensor(data.parts[k])
             gen = torch.Generator().manual_seed(F.client_seed(3, r, int(k)))
-            d, _, _ = F.client_update(replay_model, theta, data.x_train[idx], data.y_train[idx], lr=0.05,
+            d, _, _ = C.client_update(replay_model, theta, data.x_train[idx], data.y_train[idx], lr=0.05,
                                       batch_size=16, local_epochs=1, generator=gen)
             deltas.append(d)
         deltas = torch.stack(deltas)
@@ -446,7 +296,7 @@ def test_weighted_aggregation_with_unequal_shards_matches_a_replay(images):
     for k in cohort:
         idx = torch.as_tensor(parts[k])
         gen = torch.Generator().manual_seed(F.client_seed(4, 0, int(k)))
-        d, _, _ = F.client_update(replay_model, theta, data.x_train[idx], data.y_train[idx], lr=0.05,
+        d, _, _ = C.client_update(replay_model, theta, data.x_train[idx], data.y_train[idx], lr=0.05,
                                   batch_size=16, local_epochs=1, generator=gen)
         deltas.append(d)
     total = sum(n_k)
@@ -467,6 +317,11 @@ def test_mask_generators_shared_identical_independent_distinct_and_reproducible(
     assert shared != [g.initial_seed() for g in F.mask_generators(0, 4, [1, 5, 7], "shared")]  # new round, new mask
     with pytest.raises(ValueError, match="mask_mode must be 'independent' or 'shared'"):
         F.mask_generators(0, 0, [1], "per_block")
+    # the seeds are mask_seed's (the Flower strategy broadcasts the shared one), the same as ever:
+    # SeedSequence([seed, round, MASK_STREAM (, client)]) -> first 32-bit word
+    assert shared[0] == F.mask_seed(0, 3) == int(np.random.SeedSequence([0, 3, F.MASK_STREAM]).generate_state(1)[0])
+    assert indep == [F.mask_seed(0, 3, k) for k in (1, 5, 7)]
+    assert indep[1] == int(np.random.SeedSequence([0, 3, F.MASK_STREAM, 5]).generate_state(1)[0])
 
 
 def test_mask_updates_shared_masks_equal_across_clients_and_independent_not():

@@ -146,6 +146,7 @@ def test_control_on_cuda_runs_with_deterministic_algorithms(results_in_tmp, monk
 
     monkeypatch.setattr(runner, "resolve_device", lambda name: torch.device("cpu"))
     monkeypatch.setattr(runner.determinism, "needed", lambda control, device: control)
+    monkeypatch.setattr(runner.determinism, "_AT_CUDA_START", {"value": ":4096:8"})  # as read when CUDA started
     monkeypatch.setattr(fedavg, "run_fedavg", spy)
     cfg = make_run_config(**{**TINY, "partition": "identical", "identical_client_seeds": True})
     res = runner.run(cfg, progress=False)
@@ -153,6 +154,32 @@ def test_control_on_cuda_runs_with_deterministic_algorithms(results_in_tmp, monk
     assert res.provenance["determinism"]["deterministic_algorithms"] is True
     assert res.provenance["determinism"]["cublas_workspace_config"] == ":4096:8"
     assert not torch.are_deterministic_algorithms_enabled()   # restored after the run
+    # a CPU run never starts CUDA: nothing was read, and provenance says so
+    plain = runner.run(make_run_config(**TINY), progress=False)
+    assert make_run_config(**TINY).device == "auto"
+    monkeypatch.setattr(runner.determinism, "_AT_CUDA_START", {})
+    assert runner.determinism.state()["cublas_workspace_config"] is None
+    assert plain.provenance["precision_flags"] == {"precision": "fp32", "device_type": "cpu", "autocast": None}
+
+
+def test_key_tells_devices_and_engines_apart(monkeypatch):
+    # a run with device auto and engine auto made on a CPU must never be found as the same run on a GPU
+    import torch
+
+    images = runner.load_images("synthetic", None, 200, 50)
+    cfg = make_run_config(**TINY)  # device auto, engine auto
+    assert (cfg.device, cfg.engine) == ("auto", "auto")
+    monkeypatch.setattr(runner, "resolve_device", lambda name: torch.device("cpu"))
+    on_cpu = runner.run_key(cfg, images)
+    assert runner.resolved(cfg) == ("cpu", "sequential")
+    monkeypatch.setattr(runner, "resolve_device", lambda name: torch.device("cuda"))
+    assert runner.resolved(cfg) == ("cuda", "batched")
+    assert runner.run_key(cfg, images) != on_cpu
+    # the same device type with another engine is another run too
+    batched = cfg.model_copy(update={"engine": "batched"})
+    monkeypatch.setattr(runner, "resolve_device", lambda name: torch.device("cpu"))
+    assert runner.run_key(batched, images) != on_cpu
+    assert runner.run_path(cfg, images).name.endswith(on_cpu)
 
 
 # ----------------------------------------------------------------------------- checkpoints and resume

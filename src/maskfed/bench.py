@@ -15,7 +15,13 @@ steps, it times one round of each local protocol (batch size × τ) along these 
   the same number of steps over the same images.
 
 Entry point: ``python -m maskfed.bench`` (``make bench``) writes ``results/bench/bench-<utc>.csv``
-and prints the ratios. The machine is recorded in every row; a CSV never mixes machines.
+and prints the ratios. The machine is recorded in every row; a CSV never mixes machines. Each row
+also gives the steps and images the path's engine computed (:func:`maskfed.projection.round_work`:
+the batched engine makes max_k T_k steps over padded batches), from which the device check fits
+its time projection, and on CUDA the peak GPU memory of the cell.
+
+Under bf16 every path autocasts the forward pass and loss only (:func:`maskfed.fl.cohort.forward_autocast`),
+as our engines do; under every precision the TF32 settings are :func:`maskfed.fl.cohort.precision_context`'s.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from maskfed import provenance
+from maskfed import projection, provenance
 
 from maskfed.fl import cohort, fedavg, runner
 from maskfed.fl.config import load_profile
@@ -47,7 +53,7 @@ PATH_LABELS = {"ours_sequential": "ours, sequential", "ours_batched": "ours, bat
                "typical_fedavg": "typical FedAvg"}
 COLUMNS = ["machine", "device", "cuda_device", "torch", "threads", "profile", "model", "num_parameters", "precision",
            "batch_size", "local_epochs", "path", "clients", "steps", "images", "seconds", "images_per_s",
-           "repeats", "utc"]
+           "repeats", "utc", "steps_computed", "images_computed", "peak_mem_gib"]
 
 
 def cpu_model() -> str:
@@ -103,6 +109,7 @@ class RoundBench:
     def bare_sgd(self, batch_size, local_epochs: int, precision: str = "fp32") -> int:
         """The same local steps on the same batches with torch.optim.SGD, no FL bookkeeping."""
         d, model, steps = self.data, self.model, 0
+        amp = cohort.AUTOCAST_DTYPE[precision]
         with cohort.precision_context(precision, d.x_train.device):
             for idx_np, gen in zip(self.parts, self._gens()):
                 vector_to_parameters(self.theta.clone(), model.parameters())  # clone: parameters become views
@@ -112,7 +119,9 @@ class RoundBench:
                 for b in cohort.client_batches(len(idx_np), batch_size, local_epochs, gen):
                     b = b.to(xk.device)
                     opt.zero_grad(set_to_none=True)
-                    nn.functional.cross_entropy(model(xk[b]), yk[b]).backward()
+                    with cohort.forward_autocast(amp, xk.device.type):
+                        loss = nn.functional.cross_entropy(model(xk[b]), yk[b])
+                    loss.backward()
                     opt.step()
                     steps += 1
         _sync(d.x_train.device)
@@ -126,6 +135,7 @@ class RoundBench:
         vector_to_parameters(self.theta.clone(), self.model.parameters())  # clone: parameters become views
         global_model = self.model
         states, sizes = [], []
+        amp = cohort.AUTOCAST_DTYPE[precision]
         with cohort.precision_context(precision, d.x_train.device):
             for k, idx_np in zip(self.cohort, self.parts):
                 local = copy.deepcopy(global_model)
@@ -139,7 +149,8 @@ class RoundBench:
                 for _ in range(local_epochs):
                     for xb, yb in loader:
                         opt.zero_grad()
-                        loss = nn.functional.cross_entropy(local(xb), yb)
+                        with cohort.forward_autocast(amp, xb.device.type):
+                            loss = nn.functional.cross_entropy(local(xb), yb)
                         loss.backward()
                         opt.step()
                         steps += 1
@@ -182,7 +193,9 @@ def bench(profile: str = "cpu", *, protocols=None, paths=PATHS, precisions=("fp3
         overrides: further RunConfig fields (e.g. rounds, train_subset).
 
     Returns:
-        One row per cell with the columns :data:`COLUMNS` (images/s = τ · Σ n_k / seconds).
+        One row per cell with the columns :data:`COLUMNS` (images/s = τ · Σ n_k / seconds;
+        ``steps_computed`` and ``images_computed``: the engine's own steps and images,
+        :func:`maskfed.projection.round_work`; ``peak_mem_gib``: peak GPU memory allocated, NaN on the CPU).
 
     Raises:
         ValueError / ConfigError: bad profile, path, precision or device (before any timing).
@@ -218,17 +231,25 @@ def bench(profile: str = "cpu", *, protocols=None, paths=PATHS, precisions=("fp3
                 for path in paths:
                     rb.time_path(path, bs, tau, precision)
             times = {p: [] for p in paths}
-            steps = {}
+            steps, peak = {}, {}
             for _ in range(repeats):
                 for path in paths:
+                    if dev.type == "cuda":
+                        torch.cuda.reset_peak_memory_stats(dev)
                     sec, steps[path] = rb.time_path(path, bs, tau, precision)
                     times[path].append(sec)
+                    if dev.type == "cuda":  # GiB allocated at the peak of the cell's rounds
+                        peak[path] = max(peak.get(path, 0.0), torch.cuda.max_memory_allocated(dev) / 2**30)
             n_img = tau * sum(rb.n_K)
+            work = projection.round_work(rb.n_K, bs, tau)
             for path in paths:
                 sec = statistics.median(times[path])
+                kind = "batched" if path == "ours_batched" else "sequential"
                 rows.append({**base, "precision": precision, "batch_size": str(bs), "local_epochs": tau, "path": path,
                              "steps": steps[path], "images": n_img, "seconds": sec, "images_per_s": n_img / sec,
-                             "utc": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+                             "utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                             "steps_computed": work[f"{kind}_steps"], "images_computed": work[f"{kind}_images"],
+                             "peak_mem_gib": peak.get(path, float("nan"))})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

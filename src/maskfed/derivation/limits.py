@@ -388,7 +388,7 @@ def measure_limits(cfg: RunConfig, *, at_rounds: Sequence[int], protocols: dict,
                                 weights_K=snap.n_K if cfg.aggregation == "weighted" else None,
                                 granularity=granularity)
             bs, tau = protocols[name]
-            steps = [fedavg.local_steps(n, bs, tau) for n in snap.n_K]
+            steps = [cohort_mod.local_steps(n, bs, tau) for n in snap.n_K]
             rows.append({"round": snap.round, "protocol": name, "T": sum(steps) / len(steps), **chk.row()})
             if progress is not None:
                 progress(f"round {snap.round}, {name}: done")

@@ -79,7 +79,7 @@ class RunConfig(BaseModel):
     seed: int = Field(0, ge=0)                      # model init, partition, cohorts, shuffling
     device: Literal["auto", "cpu", "cuda"] = "auto"  # where to train; auto: CUDA if available
     engine: Literal["auto", "sequential", "batched"] = "auto"  # local training: client by client, or the K_c clients as one batched model; auto: per device (cohort.AUTO_ENGINE)
-    precision: Literal["fp32", "tf32", "bf16"] = "fp32"      # arithmetic of local training: fp32, or on CUDA TF32 matmuls / bf16 autocast; θ and Δ_k stay fp32
+    precision: Literal["fp32", "tf32", "bf16"] = "fp32"      # arithmetic of local training and every measurement: fp32 (on CUDA with TF32 off), or on CUDA tf32 (TF32 on) / bf16 (forward pass and loss autocast); θ, gradients and Δ_k stay fp32
     # masked FedAvg (past the paper's limits, limitation 3; ours: the paper trains without masks).
     # Every client masks its round update block by block (one block per parameter tensor), keeps a
     # block with probability p and rescales it by 1/p (eq. 2) before the server averages.

@@ -1,9 +1,10 @@
 """FedAvg (McMahan et al., 2017) with the paper's per-round measurements.
 
-Reads top to bottom: local steps T, one client's local SGD, the server's
-aggregate, one round (cohort sampling, local training, the recovery factor and
-the signal-noise split of its updates, eq. 3, 8, 13-14), and the loop over rounds.
-Client data stays in tensors: no DataLoader in the inner loop.
+Reads top to bottom: the server's aggregate, evaluation, one round (cohort
+sampling, local training, the recovery factor and the signal-noise split of its
+updates, eq. 3, 8, 13-14), and the loop over rounds. Local training itself (local
+steps T, one client's SGD, a whole cohort) lives in :mod:`maskfed.fl.cohort`, which
+this module imports. Client data stays in tensors: no DataLoader in the inner loop.
 """
 
 from __future__ import annotations
@@ -19,25 +20,6 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from maskfed.fl import cohort as cohort_mod
 from maskfed.fl import diversity, masking, penalty, sharpness
-
-
-def local_steps(n_k: int, batch_size: int | str, local_epochs: int) -> int:
-    """Local SGD steps per round, T = ceil(n_k / bs) · τ ("full": one step per epoch, T = τ).
-
-    The last partial batch of an epoch is kept, hence the ceiling.
-
-    Raises:
-        ValueError: n_k < 1, τ < 1, or a batch size that is neither a positive int nor "full".
-    """
-    if n_k < 1:
-        raise ValueError(f"n_k (client shard size) must be >= 1; got {n_k}")
-    if local_epochs < 1:
-        raise ValueError(f"local_epochs (τ) must be >= 1; got {local_epochs}")
-    if batch_size == "full":
-        return local_epochs
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer or 'full'; got {batch_size!r}")
-    return math.ceil(n_k / batch_size) * local_epochs
 
 
 def aggregation_weights(n_K, scheme: str = "weighted") -> torch.Tensor:
@@ -66,49 +48,6 @@ def aggregate(deltas_KxP: torch.Tensor, weights_K: torch.Tensor) -> torch.Tensor
         weights_K: aggregation weights summing to one, [K_c].
     """
     return weights_K.to(device=deltas_KxP.device, dtype=deltas_KxP.dtype) @ deltas_KxP
-
-
-def client_update(model: nn.Module, theta_P: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *,
-                  lr: float, batch_size: int | str, local_epochs: int,
-                  generator: torch.Generator) -> tuple[torch.Tensor, float, int]:
-    """Run τ local epochs of plain SGD from θ and return Δ_k = θ − θ_k.
-
-    Each epoch draws a fresh permutation from ``generator`` and walks it in
-    batches of ``batch_size`` (last partial batch kept); "full" is one step
-    over the whole shard per epoch.
-
-    Args:
-        model: network whose parameters are overwritten with θ (used as scratch).
-        theta_P: global parameters θ, flat [P].
-        x: client images, [n_k, 3, 32, 32] float32, normalised, on the model's device.
-        y: labels, [n_k] int64.
-        lr: SGD learning rate.
-        batch_size: int or "full".
-        local_epochs: τ.
-        generator: CPU generator for the shuffles.
-
-    Returns:
-        (Δ_k [P], mean training loss over the local steps (nats), T).
-    """
-    vector_to_parameters(theta_P.clone(), model.parameters())  # clone: the parameters become views of it
-    model.train()
-    params = [p for p in model.parameters()]
-    n = x.shape[0]
-    bs = n if batch_size == "full" else batch_size
-    loss_sum, steps = 0.0, 0
-    for _ in range(local_epochs):
-        order = torch.randperm(n, generator=generator).to(x.device)
-        for start in range(0, n, bs):
-            idx = order[start:start + bs]
-            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-            grads = torch.autograd.grad(loss, params)
-            with torch.no_grad():
-                torch._foreach_add_(params, grads, alpha=-lr)
-            loss_sum += float(loss.detach())
-            steps += 1
-    with torch.no_grad():
-        delta = theta_P - parameters_to_vector(params)
-    return delta, loss_sum / steps, steps
 
 
 @torch.no_grad()
@@ -200,9 +139,15 @@ def mask_generators(seed: int, round_idx: int, cohort, mode: str) -> list[torch.
     """
     if mode not in ("independent", "shared"):
         raise ValueError(f"mask_mode must be 'independent' or 'shared'; got {mode!r}")
-    seeds = [int(np.random.SeedSequence([seed, round_idx, MASK_STREAM] + ([] if mode == "shared" else [int(k)]))
-                 .generate_state(1)[0]) for k in cohort]
-    return [torch.Generator().manual_seed(s) for s in seeds]
+    return [torch.Generator().manual_seed(mask_seed(seed, round_idx, None if mode == "shared" else int(k)))
+            for k in cohort]
+
+
+def mask_seed(seed: int, round_idx: int, client_id: int | None = None) -> int:
+    """The seed of a round's block mask: one broadcast seed (``client_id`` None, the shared mode) or
+    a client's own, from (seed, round[, client], :data:`MASK_STREAM`); an integer below 2³²."""
+    return int(np.random.SeedSequence([seed, round_idx, MASK_STREAM] + ([] if client_id is None else [int(client_id)]))
+               .generate_state(1)[0])
 
 
 def mask_updates(deltas_KxP: torch.Tensor, block_sizes, p: float, generators) -> tuple[torch.Tensor, torch.Tensor]:

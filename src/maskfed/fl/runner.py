@@ -7,8 +7,8 @@ dirty flag, code hash, package versions, device, data source, wall time). It is
 written to a temporary folder and renamed into place when the run ends, so a
 folder that exists is complete, and an interrupted sweep keeps every run it
 had finished. The key hashes the config (less ``checkpoint_every``), the
-source code of ``maskfed`` and a fingerprint of the data: a code change never
-reuses stale numbers. A run asked to keep θ snapshots (``keep_every``) also holds
+source code of ``maskfed``, a fingerprint of the data and the resolved device type
+and engine: a code change never reuses stale numbers, nor a CPU run a GPU one. A run asked to keep θ snapshots (``keep_every``) also holds
 ``thetas.pt`` (:func:`load_thetas`), read by the stage chapter's checkpoint ladder.
 
 While a run trains, its checkpoints live in the hidden partial folder
@@ -102,10 +102,31 @@ def data_fingerprint(images: data_mod.ImageData) -> str:
 
 
 def run_key(cfg: RunConfig, images: data_mod.ImageData) -> str:
-    """Cache key (16 hex digits): config fields + code hash + data fingerprint."""
-    blob = json.dumps({"config": cfg.key(), "code": provenance.code_hash(), "data": data_fingerprint(images)},
-                      sort_keys=True)
+    """Cache key (16 hex digits): config fields + code hash + data fingerprint + where it runs.
+
+    "Where" is the resolved device type and engine (:func:`resolved`), so a run with ``device:
+    auto`` and ``engine: auto`` made on a CPU is never reused as the same run on a GPU, nor the
+    other way round (their float arithmetic differs). Archived runs are matched by configuration,
+    not by key (:mod:`maskfed.book.archive`), so they keep their folders.
+
+    Raises:
+        ValueError: ``device = 'cuda'`` on a machine without CUDA (:func:`resolve_device`).
+    """
+    device_type, engine = resolved(cfg)
+    blob = json.dumps({"config": cfg.key(), "code": provenance.code_hash(), "data": data_fingerprint(images),
+                       "device_type": device_type, "engine": engine}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def resolved(cfg: RunConfig) -> tuple[str, str]:
+    """(device type, engine) a run of ``cfg`` uses on this machine: ``auto`` resolved
+    (:func:`resolve_device`, :func:`maskfed.fl.cohort.resolve_engine`), e.g. ("cpu", "sequential").
+
+    Raises:
+        ValueError: ``device = 'cuda'`` on a machine without CUDA.
+    """
+    device = resolve_device(cfg.device)
+    return device.type, cohort.resolve_engine(cfg.engine, device)
 
 
 def run_path(cfg: RunConfig, images: data_mod.ImageData) -> Path:
@@ -384,8 +405,10 @@ def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, par
 
     bar = tqdm(total=cfg.rounds, initial=done_before, desc=cfg.label(), leave=False, disable=not progress,
                mininterval=2.0)
-    # (the bar is closed, and so cleared, also when the run stops: a message after it starts on its own line)
-    with bar, determinism.deterministic(determinism.needed(cfg.identical_client_seeds, device)) as determinism_state:
+    # (the bar is closed, and so cleared, also when the run stops: a message after it starts on its own line);
+    # every number of the run (training, evaluation, Hessian products, sharpness) in the run's precision
+    with bar, determinism.deterministic(determinism.needed(cfg.identical_client_seeds, device)) as determinism_state, \
+            cohort.precision_context(cfg.precision, device) as precision_state:
         records = fedavg.run_fedavg(
             model, data, rounds=cfg.rounds, cohort_size=cfg.cohort_size, local_epochs=cfg.local_epochs,
             batch_size=cfg.batch_size, lr=cfg.lr, aggregation=cfg.aggregation, seed=cfg.seed,
@@ -406,7 +429,7 @@ def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, par
         "classes": list(images.classes),
         "num_parameters": num_parameters(model), "wall_s": wall_before + time.perf_counter() - t0,
         "resumed_after_round": done_before,
-        "engine": engine, "precision": cfg.precision,
+        "engine": engine, "precision": cfg.precision, "precision_flags": precision_state,
         "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     files: dict[str, str | bytes] = {

@@ -47,6 +47,7 @@ from tqdm import tqdm
 
 from maskfed import provenance
 
+from maskfed.fl import cohort as cohort_mod
 from maskfed.fl import fedavg, runner
 from maskfed.fl.config import ConfigError, Profile, RunConfig, describe_errors
 from maskfed.fl.models import build_model
@@ -277,7 +278,7 @@ def pool_updates(update_fn: UpdateFn, theta_P: torch.Tensor, pool, seeds) -> tor
 
     Args:
         update_fn: ``(θ [P], client id, generator) -> Δ_k [P]`` (e.g. wrapping
-            :func:`maskfed.fl.fedavg.client_update`).
+            :func:`maskfed.fl.cohort.client_update`).
         theta_P: the checkpoint θ_s, [P].
         pool: client ids, [pool_size].
         seeds: one shuffling seed per pool client, [pool_size].
@@ -294,7 +295,7 @@ def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConf
     """``rounds`` FedAvg rounds from θ, with the cohorts and shuffles of rounds
     ``start_round, start_round + 1, ...`` of a run with ``cfg`` (the same draws as
     :func:`maskfed.fl.fedavg.run_fedavg`, whose loop this repeats with the reference
-    :func:`maskfed.fl.fedavg.client_update`).
+    :func:`maskfed.fl.cohort.client_update`).
 
     Args:
         model: scratch network on the data's device.
@@ -336,8 +337,9 @@ def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConf
         for k in cohort:
             idx = torch.as_tensor(data.parts[k], device=data.x_train.device)
             gen = torch.Generator().manual_seed(fedavg.client_seed(cfg.seed, r, 0 if cfg.identical_client_seeds else int(k)))
-            delta, _, _ = fedavg.client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
-                                               batch_size=cfg.batch_size, local_epochs=cfg.local_epochs, generator=gen)
+            delta, _, _ = cohort_mod.client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
+                                               batch_size=cfg.batch_size, local_epochs=cfg.local_epochs, generator=gen,
+                                               precision=cfg.precision)
             deltas.append(delta), n_k.append(len(idx))
         deltas_KxP = torch.stack(deltas)
         theta = theta - fedavg.aggregate(deltas_KxP, fedavg.aggregation_weights(n_k, cfg.aggregation))
@@ -553,18 +555,20 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True,
     data, model = _prepared(cfg)
     wanted = candidates(spec, cfg.rounds)
     run = _from_run(cfg) if trajectory is None else _from_folder(cfg, Path(trajectory), wanted)
-    if run is not None and set(wanted) <= set(run[1]):
-        source = f"θ kept by run {run[0]}" + ("" if trajectory is None else f" (read from {Path(trajectory).parent.name}/)")
-        kept = {r: run[1][r] for r in wanted}
-        records = [{"round": r, **dict(zip(("test_acc", "test_loss"), fedavg.evaluate(
-            model, kept[r].to(data.x_train.device), data.x_test, data.y_test)))} for r in wanted]
-    else:
-        source = "trained here"
-        theta0 = initial_theta(cfg).to(data.x_train.device)
-        bar = tqdm(total=cfg.rounds, desc=f"ladder {cfg.label()}", leave=False, disable=not progress, mininterval=2.0)
-        records, kept = fedavg_from(model, data, theta0, cfg, start_round=0, rounds=cfg.rounds,
-                                    test_at=wanted, progress=bar)
-        bar.close()
+    with cohort_mod.precision_context(cfg.precision, data.x_train.device) as precision:
+        if run is not None and set(wanted) <= set(run[1]):
+            source = f"θ kept by run {run[0]}" + ("" if trajectory is None else f" (read from {Path(trajectory).parent.name}/)")
+            kept = {r: run[1][r] for r in wanted}
+            records = [{"round": r, **dict(zip(("test_acc", "test_loss"), fedavg.evaluate(
+                model, kept[r].to(data.x_train.device), data.x_test, data.y_test)))} for r in wanted]
+        else:
+            source = "trained here"
+            theta0 = initial_theta(cfg).to(data.x_train.device)
+            bar = tqdm(total=cfg.rounds, desc=f"ladder {cfg.label()}", leave=False, disable=not progress,
+                       mininterval=2.0)
+            records, kept = fedavg_from(model, data, theta0, cfg, start_round=0, rounds=cfg.rounds,
+                                        test_at=wanted, progress=bar)
+            bar.close()
     acc = pd.DataFrame([r for r in records if "test_acc" in r])[["round", "test_acc", "test_loss"]]
     chosen = pick_rounds(acc.set_index("round")["test_acc"], spec)
     ckpts = acc.set_index("round").loc[chosen].reset_index()
@@ -576,7 +580,8 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True,
         "accuracy.csv": acc.to_csv(index=False), "checkpoints.csv": ckpts.to_csv(index=False),
         "thetas.pt": buf.getvalue(), "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2),
         "spec.json": spec.model_dump_json(indent=2),
-        "provenance.json": json.dumps({**_provenance(cfg, path.name, t0), "trajectory": source}, indent=2)})
+        "provenance.json": json.dumps({**_provenance(cfg, path.name, t0), "trajectory": source,
+                                       "precision_flags": precision}, indent=2)})
     return load_ladder(path)
 
 
@@ -593,7 +598,7 @@ def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec, *, at_
     """Measure protocol ``cfg`` at θ_stage of a ladder (or reuse the folder); returns the folder.
 
     The pool's clients (:func:`pool_and_cohorts`) each train once from θ_s with
-    :func:`maskfed.fl.fedavg.client_update` and the shuffling seed of round ``round_s`` of the
+    :func:`maskfed.fl.cohort.client_update` and the shuffling seed of round ``round_s`` of the
     ladder's seed (the same for every protocol); ``cohorts.csv`` holds :func:`cohort_table`.
     With ``spec.branch_rounds`` = M > 0, ``branch.csv`` holds M rounds of FedAvg of ``cfg``
     from θ_s (the cohorts of rounds round_s + 1, ...).
@@ -622,18 +627,20 @@ def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec, *, at_
 
     def update(th, k, gen):
         idx = torch.as_tensor(data.parts[k], device=data.x_train.device)
-        return fedavg.client_update(model, th, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
-                                    batch_size=cfg.batch_size, local_epochs=cfg.local_epochs, generator=gen)[0]
+        return cohort_mod.client_update(model, th, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
+                                    batch_size=cfg.batch_size, local_epochs=cfg.local_epochs, generator=gen,
+                                    precision=cfg.precision)[0]
 
-    deltas = pool_updates(update, theta, pool, seeds)
-    table = cohort_table(deltas, [len(data.parts[k]) for k in pool], cohorts)
-    files = {"cohorts.csv": table.to_csv(index=False), "pool.json": json.dumps({"pool": pool.tolist()}),
-             "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2)}
-    if spec.branch_rounds:
-        branch, _ = fedavg_from(model, data, theta, cfg, start_round=round_s, rounds=spec.branch_rounds)
-        files["branch.csv"] = pd.DataFrame(branch).to_csv(index=False)
+    with cohort_mod.precision_context(cfg.precision, data.x_train.device) as precision:
+        deltas = pool_updates(update, theta, pool, seeds)
+        table = cohort_table(deltas, [len(data.parts[k]) for k in pool], cohorts)
+        files = {"cohorts.csv": table.to_csv(index=False), "pool.json": json.dumps({"pool": pool.tolist()}),
+                 "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2)}
+        if spec.branch_rounds:
+            branch, _ = fedavg_from(model, data, theta, cfg, start_round=round_s, rounds=spec.branch_rounds)
+            files["branch.csv"] = pd.DataFrame(branch).to_csv(index=False)
     files["provenance.json"] = json.dumps({**_provenance(cfg, path.name, t0), "stage": stage, "round": round_s,
-                                           "ladder": Path(ladder_dir).name}, indent=2)
+                                           "ladder": Path(ladder_dir).name, "precision_flags": precision}, indent=2)
     _write_folder(path, files)
     return path
 

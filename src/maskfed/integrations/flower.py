@@ -1,17 +1,24 @@
-"""A Flower strategy that measures the recovery factor of every round, at no communication cost.
+"""A Flower strategy that measures the recovery factor of every round.
 
 :class:`RecoveryFedAvg` is Flower's message-API FedAvg (``flwr.serverapp.strategy.FedAvg``)
 plus the paper's per-round measurements. The server already holds the global
-parameters θ it sent and the parameters θ_k each client returns, so it forms the
-client updates Δ_k = θ − θ_k and reports, as round metrics next to Flower's own,
-the recovery factor 1/Δ_S in both conventions (unweighted, eq. 3 and 8; n_k-weighted),
-σ̂² and ‖μ̂‖² (eq. 13-14), all computed by :func:`maskfed.fl.fedavg.round_metrics`.
+parameters θ it sent and the parameters θ_k each client returns, so without masking it forms the
+client updates Δ_k = θ − θ_k at no communication cost and reports, as round metrics next to
+Flower's own, the recovery factor 1/Δ_S in both conventions (unweighted, eq. 3 and 8;
+n_k-weighted), σ̂² and ‖μ̂‖² (eq. 13-14), all computed by :func:`maskfed.fl.fedavg.round_metrics`.
 
 With ``mask_keep_prob`` set, the strategy also sends one mask seed per round in the
 fit config (keys ``mask-seed`` and ``mask-keep-prob``), so every client of the round
-draws the same block mask (the shared mode of Prop. 3, eq. 2). :func:`client_app`
-is an example client that trains the smoke setting's model on its shard and applies
-that mask; :func:`simulate` runs both in Flower's simulation engine (which uses Ray).
+draws the same block mask (the shared mode of Prop. 3, eq. 2). The parameters it then
+receives carry the masked updates Δ̃_k = m ⊙ Δ_k / p, whose recovery factor is not the
+paper's (:func:`maskfed.fl.fedavg.run_fedavg` logs the unmasked Δ_k's), so the strategy
+reports it under its own names (:data:`MASKED_METRICS`, ``masked_recovery_unweighted``, ...).
+The unmasked factor (:data:`METRICS`) is reported only where the clients send their
+unmasked updates as a metric (:data:`UNMASKED_KEY`, the update's P numbers), as
+:func:`client_app` does. :func:`simulate` runs both in Flower's simulation engine (which uses
+Ray), with maskfed's own cohorts, shuffles and masks, so :func:`maskfed_reference` (the same
+rounds through :func:`maskfed.fl.fedavg.run_fedavg`) is an independent computation of the
+same numbers.
 
 Flower is an optional extra: ``pip install -e '.[flower]'``. Reference: Beutel et al.
 (2020), "Flower: A Friendly Federated Learning Research Framework"; flwr 1.42 API.
@@ -33,14 +40,20 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("maskfed.integrations.flower needs the optional extra: pip install -e '.[flower]'") from exc
 
-from maskfed.fl import fedavg, masking, runner
+from maskfed.fl import cohort, fedavg, masking, runner
 from maskfed.fl.config import RunConfig
 from maskfed.fl.models import build_model
 
 #: Fit-config keys the strategy broadcasts when masking is on.
 MASK_SEED_KEY, MASK_P_KEY = "mask-seed", "mask-keep-prob"
-#: Per-round metric names the strategy adds (those of :func:`maskfed.fl.fedavg.round_metrics`).
+#: Fit-config key of the shard a node trains when the strategy assigns the cohort (``client_ids``).
+CLIENT_ID_KEY = "client-id"
+#: Reply metric holding a client's unmasked update Δ_k (P numbers, in the order of the arrays).
+UNMASKED_KEY = "update-unmasked"
+#: Per-round metric names of the unmasked updates' measurements (:func:`maskfed.fl.fedavg.round_metrics`).
 METRICS = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
+#: The same measurements of the masked updates the server received.
+MASKED_METRICS = tuple(f"masked_{m}" for m in METRICS)
 
 
 def flatten(arrays: ArrayRecord, keys: list[str]) -> torch.Tensor:
@@ -49,8 +62,9 @@ def flatten(arrays: ArrayRecord, keys: list[str]) -> torch.Tensor:
 
 
 def round_mask_seed(seed: int, server_round: int) -> int:
-    """The shared mask seed of a round, drawn from (seed, round) (an integer below 2³¹)."""
-    return int(np.random.SeedSequence([seed, server_round, 2]).generate_state(1)[0] >> 1)
+    """The shared mask seed of a round (1-based), the one :func:`maskfed.fl.fedavg.run_fedavg` uses for
+    its shared masks in the same round (:func:`maskfed.fl.fedavg.mask_seed`; an integer below 2³²)."""
+    return fedavg.mask_seed(seed, server_round - 1)
 
 
 @dataclass
@@ -59,11 +73,17 @@ class RoundRecord:
 
     Attributes:
         server_round: 1-based round number.
-        metrics: the measured values (:data:`METRICS` and ``mean_update_sqnorm``, parameter units²).
+        metrics: the measured values of the unmasked updates (:data:`METRICS`, ``mean_update_sqnorm``
+            and ``update_spread``); empty when masked updates were received without their unmasked ones.
+        n_K: client shard sizes n_k (images), [K_c].
         theta_P: global parameters θ sent this round, float64 [P] (kept when ``keep_updates``).
         client_thetas_KxP: parameters θ_k returned by the clients, float64 [K_c, P] (idem).
-        n_K: client shard sizes n_k (images), [K_c].
         mask_seed: the round's broadcast mask seed, or None.
+        masked_metrics: the same measurements of the masked updates received (None without masking).
+        unmasked_from: where the unmasked updates came from: "received" (no mask was sent),
+            "client metrics" (the clients sent them, :data:`UNMASKED_KEY`), or None (not measured).
+        client_ids: the shard each reply trained, where the clients said (else empty).
+        unmasked_KxP: the unmasked updates, float64 [K_c, P] (kept when ``keep_updates``).
     """
 
     server_round: int
@@ -72,16 +92,27 @@ class RoundRecord:
     theta_P: torch.Tensor | None = None
     client_thetas_KxP: torch.Tensor | None = None
     mask_seed: int | None = None
+    masked_metrics: dict | None = None
+    unmasked_from: str | None = None
+    client_ids: list[int] = field(default_factory=list)
+    unmasked_KxP: torch.Tensor | None = None
 
 
 class RecoveryFedAvg(FedAvg):
     """Flower FedAvg that reports 1/Δ_S (both conventions), σ̂² and ‖μ̂‖² every round.
+
+    What it measures is labelled: :data:`METRICS` are always those of the unmasked updates Δ_k
+    (received directly without masking, or sent by the clients as :data:`UNMASKED_KEY`);
+    :data:`MASKED_METRICS` are those of the masked updates received when a mask was sent.
 
     Args:
         mask_keep_prob: keep probability p in (0, 1] of a shared block mask the
             clients apply (eq. 2); None: no mask seed is sent.
         mask_seed: seed of the per-round mask seeds (:func:`round_mask_seed`).
         keep_updates: keep θ and the θ_k of every round in :attr:`history` (memory: (K_c+1)·P floats a round).
+        client_ids: optional ``client_ids(server_round)`` giving the shards of the round's cohort; the
+            sampled nodes are then told which shard to train (:data:`CLIENT_ID_KEY`), so a simulation
+            can use maskfed's own cohorts (:func:`maskfed.fl.fedavg.sample_cohort`).
         **fedavg_kwargs: passed to Flower's FedAvg (``fraction_train``, ``min_train_nodes``, ...).
 
     Attributes:
@@ -92,52 +123,103 @@ class RecoveryFedAvg(FedAvg):
     """
 
     def __init__(self, *, mask_keep_prob: float | None = None, mask_seed: int = 0, keep_updates: bool = False,
-                 **fedavg_kwargs) -> None:
+                 client_ids=None, **fedavg_kwargs) -> None:
         self.mask_keep_prob = None if mask_keep_prob is None else masking.check_keep_probability(mask_keep_prob)
         self.mask_seed = int(mask_seed)
         self.keep_updates = keep_updates
+        self.client_ids = client_ids
         self.history: list[RoundRecord] = []
         self._sent: dict[int, ArrayRecord] = {}
         super().__init__(**fedavg_kwargs)
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
-        """Flower's FedAvg sampling, plus the round's mask seed; remembers the θ it sends."""
+        """Flower's FedAvg sampling, plus the round's mask seed (and, with ``client_ids``, each node's
+        shard); remembers the θ it sends.
+
+        Raises:
+            ValueError: ``client_ids`` gives another number of shards than nodes were sampled.
+        """
         self._sent = {server_round: arrays}
         if self.mask_keep_prob is not None:
             config[MASK_SEED_KEY] = round_mask_seed(self.mask_seed, server_round)
             config[MASK_P_KEY] = self.mask_keep_prob
-        return super().configure_train(server_round, arrays, config, grid)
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        if self.client_ids is None:
+            return messages
+        ids = [int(k) for k in self.client_ids(server_round)]
+        if len(ids) != len(messages):
+            raise ValueError(f"client_ids({server_round}) gave {len(ids)} shards for {len(messages)} sampled nodes")
+        out = []
+        for msg, k in zip(messages, ids):  # Flower's messages share one payload: one config per node, its shard
+            own = ConfigRecord(dict(msg.content[self.configrecord_key]))
+            own[CLIENT_ID_KEY] = k
+            content = RecordDict({self.arrayrecord_key: msg.content[self.arrayrecord_key], self.configrecord_key: own})
+            out.append(Message(content=content, dst_node_id=msg.metadata.dst_node_id,
+                               message_type=msg.metadata.message_type))
+        return out
 
     def aggregate_train(self, server_round: int, replies):
-        """Flower's FedAvg aggregate, with the round's measurements added to its metrics."""
+        """Flower's FedAvg aggregate, with the round's measurements added to its metrics.
+
+        The unmasked updates a client sent (:data:`UNMASKED_KEY`) are taken out of its metrics
+        before Flower aggregates them, so Flower's own round metrics stay scalars.
+        """
         replies = list(replies)
-        arrays, metrics = super().aggregate_train(server_round, replies)
         contents = [m.content for m in replies if not m.has_error()]
+        unmasked = [_pop_metric(c, UNMASKED_KEY) for c in contents]
+        arrays, metrics = super().aggregate_train(server_round, replies)
         sent = self._sent.get(server_round)
         if arrays is None or sent is None or not contents:
             return arrays, metrics
         keys = list(sent.keys())
         theta = flatten(sent, keys)
         thetas = torch.stack([flatten(next(iter(c.array_records.values())), keys) for c in contents])
-        n_k = [int(next(iter(c.metric_records.values()))[self.weighted_by_key]) for c in contents]
-        measured = fedavg.round_metrics(theta - thetas, n_k)  # Δ_k = θ − θ_k, [K_c, P]
+        client_metrics = [next(iter(c.metric_records.values())) for c in contents]
+        n_k = [int(m[self.weighted_by_key]) for m in client_metrics]
+        received = fedavg.round_metrics(theta - thetas, n_k)  # Δ_k (or Δ̃_k) = θ − θ_k, [K_c, P]
+        masked, measured, source, unmasked_KxP = None, {}, None, None
+        if self.mask_keep_prob is None:
+            measured, source = received, "received"
+        else:
+            masked = received
+            if all(u is not None for u in unmasked):
+                unmasked_KxP = torch.tensor(unmasked, dtype=torch.float64)
+                measured, source = fedavg.round_metrics(unmasked_KxP, n_k), "client metrics"
         metrics = MetricRecord({}) if metrics is None else metrics
         for name, value in measured.items():
             metrics[name] = float(value)
+        for name, value in (masked or {}).items():
+            metrics[f"masked_{name}"] = float(value)
+        ids = [int(m[CLIENT_ID_KEY]) for m in client_metrics] if all(CLIENT_ID_KEY in m for m in client_metrics) else []
         self.history.append(RoundRecord(
             server_round, measured, n_k, theta if self.keep_updates else None, thetas if self.keep_updates else None,
-            round_mask_seed(self.mask_seed, server_round) if self.mask_keep_prob is not None else None))
+            round_mask_seed(self.mask_seed, server_round) if self.mask_keep_prob is not None else None,
+            masked, source, ids, unmasked_KxP if self.keep_updates else None))
         return arrays, metrics
 
 
+def _pop_metric(content: RecordDict, key: str):
+    """Remove ``key`` from a reply's metric record and return its value (None if absent)."""
+    record = next(iter(content.metric_records.values()), None)
+    if record is None or key not in record:
+        return None
+    value = record[key]
+    del record[key]
+    return value
+
+
 def history_table(strategy: RecoveryFedAvg):
-    """The strategy's measurements as a pandas DataFrame, one row per round (index ``round``),
-    columns :data:`METRICS` plus the cohort size ``K_c`` and the broadcast ``mask_seed``."""
+    """The strategy's measurements as a pandas DataFrame, one row per round (index ``round``):
+    the cohort size ``K_c``, :data:`METRICS` (unmasked updates; NaN where not measured),
+    :data:`MASKED_METRICS` (NaN without masking), ``unmasked_from`` and the broadcast ``mask_seed``."""
     import pandas as pd
 
-    rows = [{"round": r.server_round, "K_c": len(r.n_K), **{m: r.metrics.get(m, float("nan")) for m in METRICS},
-             "mask_seed": r.mask_seed} for r in strategy.history]
-    return pd.DataFrame(rows, columns=["round", "K_c", *METRICS, "mask_seed"]).set_index("round")
+    nan = float("nan")
+    rows = [{"round": r.server_round, "K_c": len(r.n_K), **{m: r.metrics.get(m, nan) for m in METRICS},
+             **{f"masked_{m}": (r.masked_metrics or {}).get(m, nan) for m in METRICS},
+             "unmasked_from": r.unmasked_from, "mask_seed": r.mask_seed} for r in strategy.history]
+    return pd.DataFrame(rows, columns=["round", "K_c", *METRICS, *MASKED_METRICS, "unmasked_from", "mask_seed"]
+                        ).set_index("round")
 
 
 # --- an example client and simulation of a maskfed run configuration -----------------------------
@@ -152,15 +234,19 @@ def _model(cfg: RunConfig, num_classes: int = 10) -> torch.nn.Module:
     return build_model(cfg.model, num_classes=num_classes, gn_groups=cfg.gn_groups, width=cfg.width)
 
 
-def client_app(cfg: RunConfig) -> ClientApp:
+def client_app(cfg: RunConfig, *, send_unmasked: bool = True) -> ClientApp:
     """An example Flower client for a maskfed run configuration.
 
-    Node ``partition-id`` i trains on shard i of ``cfg``'s partition with
-    :func:`maskfed.fl.fedavg.client_update` (τ = ``cfg.local_epochs`` epochs of SGD,
-    batch ``cfg.batch_size``, step ``cfg.lr``; shuffles seeded by (seed, round, i)).
+    The node trains shard i of ``cfg``'s partition, i its ``partition-id`` or, when the strategy
+    assigns the cohort, the config's :data:`CLIENT_ID_KEY`, with :func:`maskfed.fl.cohort.client_update`
+    (τ = ``cfg.local_epochs`` epochs of SGD, batch ``cfg.batch_size``, step ``cfg.lr``; shuffles
+    seeded by (seed, round, i), as :func:`maskfed.fl.fedavg.run_fedavg` seeds client i).
     When the fit config carries a mask seed, it masks its update Δ_k with the
     round's shared block mask (one block per tensor, eq. 2) and returns θ − Δ̃_k.
-    The reply carries θ_k and ``num-examples`` = n_k, as Flower's FedAvg expects.
+    The reply carries θ_k, ``num-examples`` = n_k (as Flower's FedAvg expects), ``train_loss``,
+    the shard ``client-id`` and, when it masked and ``send_unmasked``, its unmasked update Δ_k as
+    the metric :data:`UNMASKED_KEY` (P numbers: as much again as the update itself, so a real
+    deployment would send it only on the rounds it measures).
     """
     app = ClientApp()
     cfg_json = cfg.model_dump_json()
@@ -169,24 +255,26 @@ def client_app(cfg: RunConfig) -> ClientApp:
     def train(msg: Message, context: Context) -> Message:
         torch.set_num_threads(1)
         data = _client_data(cfg_json)
-        pid = int(context.node_config["partition-id"])
-        server_round = int(msg.content["config"]["server-round"])
+        config = msg.content["config"]
+        shard = int(config[CLIENT_ID_KEY]) if CLIENT_ID_KEY in config else int(context.node_config["partition-id"])
+        server_round = int(config["server-round"])
         global_sd = msg.content["arrays"].to_torch_state_dict()
         model = _model(cfg)
         model.load_state_dict(global_sd)
         theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
-        idx = torch.as_tensor(data.parts[pid])
-        gen = torch.Generator().manual_seed(fedavg.client_seed(cfg.seed, server_round - 1, pid))
-        delta, loss, _ = fedavg.client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
+        idx = torch.as_tensor(data.parts[shard])
+        gen = torch.Generator().manual_seed(fedavg.client_seed(cfg.seed, server_round - 1, shard))
+        delta, loss, _ = cohort.client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
                                               batch_size=cfg.batch_size, local_epochs=cfg.local_epochs, generator=gen)
         names = [n for n, _ in model.named_parameters()]
         delta_by_name = masking.unflatten_params(delta, {n: global_sd[n] for n in names})
-        config = msg.content["config"]
+        metrics = {"num-examples": len(idx), "train_loss": float(loss), CLIENT_ID_KEY: shard}
         if MASK_SEED_KEY in config:
+            if send_unmasked:
+                metrics[UNMASKED_KEY] = delta.double().tolist()
             delta_by_name = masking.mask_params(delta_by_name, float(config[MASK_P_KEY]), int(config[MASK_SEED_KEY]))
         new_sd = {n: (global_sd[n] - delta_by_name[n]) if n in delta_by_name else global_sd[n] for n in global_sd}
-        content = RecordDict({"arrays": ArrayRecord(new_sd),
-                              "metrics": MetricRecord({"num-examples": len(idx), "train_loss": float(loss)})})
+        content = RecordDict({"arrays": ArrayRecord(new_sd), "metrics": MetricRecord(metrics)})
         return Message(content=content, reply_to=msg)
 
     return app
@@ -205,8 +293,10 @@ def simulate(cfg: RunConfig, *, mask_keep_prob: float | None = None, keep_update
     """Run ``cfg`` (K = ``num_clients`` virtual clients, K_c = ``cohort_size`` a round, ``rounds`` rounds)
     in Flower's simulation engine with :class:`RecoveryFedAvg` and :func:`client_app`.
 
-    Each virtual client takes one CPU. Flower samples the cohort itself (not
-    :func:`maskfed.fl.fedavg.sample_cohort`), so the numbers are not those of ``maskfed run``.
+    Each virtual client takes one CPU. Flower samples the nodes; the strategy tells them which
+    shards to train, the cohort :func:`maskfed.fl.fedavg.sample_cohort` draws for the round, so with
+    the same θ_0, shuffles and masks the rounds are those of :func:`maskfed_reference` up to float
+    rounding (Flower averages θ_k where maskfed subtracts the averaged Δ_k).
 
     Args:
         cfg: run configuration; clients train on the CPU (``device`` "cpu" or "auto").
@@ -226,6 +316,7 @@ def simulate(cfg: RunConfig, *, mask_keep_prob: float | None = None, keep_update
         raise ValueError(f"simulate trains its clients on the CPU: cfg.device must be 'cpu' or 'auto'; got {cfg.device!r}")
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # no network calls
     strategy = RecoveryFedAvg(mask_keep_prob=mask_keep_prob, mask_seed=cfg.seed, keep_updates=keep_updates,
+                              client_ids=lambda r: fedavg.sample_cohort(cfg.num_clients, cfg.cohort_size, cfg.seed, r - 1),
                               fraction_train=cfg.cohort_size / cfg.num_clients, min_train_nodes=cfg.cohort_size,
                               min_available_nodes=cfg.num_clients, fraction_evaluate=0.0)
     holder = {}
@@ -242,3 +333,22 @@ def simulate(cfg: RunConfig, *, mask_keep_prob: float | None = None, keep_update
     run_simulation(server_app=server, client_app=client_app(cfg), num_supernodes=cfg.num_clients,
                    backend_config={"client_resources": {"num_cpus": 1}, "init_args": init_args})
     return SimulationResult(strategy, holder.get("result"))
+
+
+def maskfed_reference(cfg: RunConfig, *, mask_keep_prob: float | None = None) -> list[dict]:
+    """The rounds :func:`simulate` runs, computed by :func:`maskfed.fl.fedavg.run_fedavg` instead of Flower.
+
+    Same data, θ_0 (``torch.manual_seed(cfg.seed)``), cohorts, shuffles and shared masks (mode
+    "shared", the seeds of :func:`round_mask_seed`), sequential engine, fp32, no evaluation: an
+    independent computation of the unmasked updates' measurements the strategy reports.
+
+    Returns:
+        :func:`maskfed.fl.fedavg.run_fedavg`'s records, one per round (``round`` 1-based).
+    """
+    data = _client_data(cfg.model_dump_json())
+    torch.manual_seed(cfg.seed)
+    model = _model(cfg)
+    return fedavg.run_fedavg(model, data, rounds=cfg.rounds, cohort_size=cfg.cohort_size,
+                             local_epochs=cfg.local_epochs, batch_size=cfg.batch_size, lr=cfg.lr,
+                             aggregation=cfg.aggregation, seed=cfg.seed, eval_at=set(), engine="sequential",
+                             mask_keep_prob=1.0 if mask_keep_prob is None else mask_keep_prob, mask_mode="shared")
