@@ -488,14 +488,21 @@ def run_cost(cfg: RunConfig) -> float:
     return cfg.rounds * cfg.local_epochs * cfg.cohort_size
 
 
-def _worker_init() -> None:
+def _worker_init(parent: int | None = None) -> None:
     """One torch thread; Ctrl-C and SIGHUP are left to the parent, which stops the workers itself
     (with SIGTERM, whose default action ends a worker). A worker whose parent is gone (killed by
-    SIGKILL) ends itself within a second instead of training on as an orphan."""
+    SIGKILL) ends itself within a second instead of training on as an orphan.
+
+    Args:
+        parent: the pid of the process that made the pool (``os.getpid()`` there). Given, a worker
+            that starts after its parent died (a spawn takes seconds on a loaded machine) ends at
+            once instead of taking its new parent (init) for the one to watch.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     torch.set_num_threads(1)
-    parent = os.getppid()
+    if parent is None:
+        parent = os.getppid()
 
     def watch_parent() -> None:
         while os.getppid() == parent:
@@ -634,7 +641,8 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
         if pending and workers > 1 and len(pending) > 1:
             pending.sort(key=run_cost, reverse=True)
             pool = ProcessPoolExecutor(max_workers=min(workers, len(pending)),
-                                       mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init)
+                                       mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+                                       initargs=(os.getpid(),))
             try:
                 futures = {pool.submit(_run_in_worker, c.model_dump_json(), keep.get(c, 0), force): c for c in pending}
                 for fut in tqdm(as_completed(futures), total=len(futures), desc="runs", disable=not progress):

@@ -760,7 +760,8 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
             # workers measure it while this process builds the ladders
             early = spec.rounds is None or 0 in spec.rounds
             ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=runner._worker_init) as pool:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=runner._worker_init,
+                                     initargs=(os.getpid(),)) as pool:
                 futs = [pool.submit(_measure_in_worker, c.model_dump_json(), str(lpaths[s]), 0, spec.model_dump_json(),
                                     refs[s].model_dump_json()) for s in seeds for c, _ in (todo(s, [0]) if early else [])]
                 for s in seeds:
