@@ -70,3 +70,19 @@ def test_recovery_trajectory_keeps_the_logged_rounds_of_unmasked_runs():
     t = M.recovery_trajectory({(M.Setting("full", 1.0, "none"), 0): m, (M.Setting("full", 0.5, "shared"), 0): m})
     assert t.to_dict("records") == [{"protocol": "full", "seed": 0, "round": 2, "euclidean": 3.0, "hessian": 5.0,
                                      "gap": 2.0}]
+
+
+def test_shared_against_independent_uses_the_same_rule():
+    # prepare: at p = 0.5 the shared runs reach [0.60, 0.62], the independent ones [0.40, 0.45]
+    final = _final()
+    indep = final[final.p == 0.5].assign(mode="independent", test_acc=[0.40, 0.45, 0.42],
+                                         sharpness_top_eig=[4.0, 5.0, 12.0])
+    summ = M.summary(pd.concat([final, indep], ignore_index=True))
+    # execute
+    v = M.shared_vs_independent(summ).set_index("metric")
+    # assert: accuracy beyond the spread, the rest within it, one row per metric
+    assert v.loc["test accuracy", "verdict"] == "better"
+    assert v.loc["test accuracy", "median difference"] == pytest.approx(0.61 - 0.42)
+    assert v.loc["top Hessian eigenvalue", "verdict"] == "within seed spread"
+    assert len(v) == len(M.FINAL_METRICS) and set(v["protocol"]) == {"full"}
+    assert M.shared_vs_independent(M.summary(final)).empty  # no independent runs: nothing to compare
