@@ -292,6 +292,20 @@ def test_the_smoke_axes_and_study_run_and_are_archived_and_read_back(dirs):
     assert set(back.table["source"]) == {"fedavg", "centralised"} and back.spec == mspec
     assert back.provenance["compute_s"] > 0 and back.text().startswith("computed ")
     assert set(back.table["batch_size"]) == {"full", "64", "16"}  # read as text
+    # the chapter shows the archived study (and names the part that is missing and how to make it)
+    import nbformat
+
+    from maskfed.book import notebooks
+
+    out = notebooks.execute("what_sets_the_factor", profile="smoke", out_dir=dirs / "nb",
+                            parameters={"models_from": "smoke", "models_live": False})
+    glued = {o["metadata"]["scrapbook"]["name"]: next(iter(o["data"].values()))
+             for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", [])
+             if "scrapbook" in o.get("metadata", {})}
+    assert "read from the smoke archive, computed " in glued["wf_models_where"]
+    assert "maskfed archive --profile smoke --factor resnet" in glued["wf_models_missing"]
+    assert "of the 3 θ" in glued["wf_cliff_text"]                  # widths 4 (both ways) and 2 at one accuracy
+    assert glued["wf_check_within"].strip("'").endswith(" of 3")  # the θ-path check: three protocols
     # a damaged study is skipped with a warning; none at all is None
     (archive.factor_dir("smoke", "models") / "spec.json").unlink()
     with pytest.warns(UserWarning, match="malformed factor study factor-models"):

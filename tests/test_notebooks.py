@@ -105,3 +105,12 @@ def test_a_failed_notebook_never_replaces_the_books_page(tmp_path):
     failed = notebooks.failed_path("theory_01_notation", tmp_path)
     assert "ParameterError" in failed.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == [failed.name, page.name]
+
+
+def test_a_profile_that_only_computes_runs_to_archive_is_refused_before_any_notebook(monkeypatch, capsys):
+    monkeypatch.setattr(notebooks, "execute", lambda *a, **k: pytest.fail("no notebook may run"))
+    with pytest.raises(SystemExit) as exit_info:
+        notebooks.main(["--profile", "cpu-masked"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "profile 'cpu-masked' only computes runs to archive (its experiments: masked)" in err and "'cpu'" in err

@@ -24,7 +24,6 @@ import io
 import json
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -34,13 +33,13 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from maskfed import provenance
 from maskfed.fl import checkpoint, fedavg, runner, stage
-from maskfed.fl.config import ConfigError, RunConfig, describe_errors
+from maskfed.fl.config import RunConfig, make_settings
 from maskfed.paths import results_dir
 
 #: Modules hashed into the key of a centralised-SGD folder beside the run code.
@@ -67,15 +66,12 @@ class CentralSpec(BaseModel):
 
 
 def make_spec(**fields) -> CentralSpec:
-    """A :class:`CentralSpec`, with pydantic's errors turned into one :class:`ConfigError`.
+    """A :class:`CentralSpec` from ``fields`` (None: not given, the default).
 
     Raises:
         ConfigError: naming each bad setting and what is allowed.
     """
-    try:
-        return CentralSpec(**fields)
-    except ValidationError as exc:
-        raise ConfigError(describe_errors(exc).replace("run configuration", "centralised-SGD settings")) from None
+    return make_settings(CentralSpec, {}, fields, "centralised-SGD settings")
 
 
 @dataclass

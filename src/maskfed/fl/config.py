@@ -253,6 +253,30 @@ def describe_errors(exc: ValidationError) -> str:
     return "invalid run configuration:\n  " + "\n  ".join(lines)
 
 
+def make_settings(cls: type[BaseModel], defaults: dict, fields: dict, what: str) -> BaseModel:
+    """A settings model ``cls`` from ``defaults`` with ``fields`` (None: not given) replacing them, for the
+    studies' own settings (the stage study's, the factor axes', centralised SGD's).
+
+    Args:
+        cls: the pydantic model of the settings.
+        defaults: its values by default (e.g. a profile's).
+        fields: values given, None for "not given".
+        what: how the settings are named in messages ("stage settings").
+
+    Raises:
+        ConfigError: unknown fields (listing the allowed ones) or invalid values, naming the parameter
+            and what is allowed.
+    """
+    given = {k: v for k, v in fields.items() if v is not None}
+    unknown = sorted(set(given) - set(cls.model_fields))
+    if unknown:
+        raise ConfigError(f"unknown {what} {unknown}; allowed: {', '.join(cls.model_fields)}")
+    try:
+        return cls(**{**defaults, **given})
+    except ValidationError as exc:
+        raise ConfigError(describe_errors(exc).replace("run configuration", what)) from None
+
+
 #: RunConfig fields that a setting never reads: field -> (unused when, why). A value given
 #: explicitly for such a field is refused (it would be dropped without a word).
 UNUSED_WHEN = {

@@ -44,12 +44,12 @@ import numpy as np
 import pandas as pd
 import torch
 from filelock import FileLock
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tqdm import tqdm
 
 from maskfed import provenance
 from maskfed.fl import central, diversity, fedavg, runner, stage
-from maskfed.fl.config import BatchSize, ConfigError, Profile, RunConfig, describe_errors, make_run_config
+from maskfed.fl.config import BatchSize, ConfigError, Profile, RunConfig, make_run_config, make_settings
 from maskfed.fl.models import build_model, num_parameters
 from maskfed.paths import results_dir
 
@@ -597,14 +597,7 @@ def make_axes_spec(profile: str, **fields) -> AxesSpec:
     Raises:
         ConfigError: unknown fields or invalid values, naming the parameter and what is allowed.
     """
-    given = {k: v for k, v in fields.items() if v is not None}
-    unknown = sorted(set(given) - set(AxesSpec.model_fields))
-    if unknown:
-        raise ConfigError(f"unknown axis settings {unknown}; allowed: {', '.join(AxesSpec.model_fields)}")
-    try:
-        return AxesSpec(**{**AXES_DEFAULTS.get(profile, {}), **given})
-    except ValidationError as exc:
-        raise ConfigError(describe_errors(exc).replace("run configuration", "axis settings")) from None
+    return make_settings(AxesSpec, AXES_DEFAULTS.get(profile, {}), fields, "axis settings")
 
 
 def minibatches(profile: Profile) -> tuple[int, int]:
