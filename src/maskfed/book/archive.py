@@ -659,7 +659,7 @@ def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, prog
     import time
     from datetime import datetime, timezone
 
-    from maskfed.fl import central, factor_axes
+    from maskfed.fl import central, factor_axes, runner
 
     spec = factor_axes.model_spec(profile_name, part, all_protocols=all_protocols)
     prof = load_profile(profile_name, data_path=data_path)
@@ -672,7 +672,8 @@ def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, prog
             "factor_code_hash": provenance.code_hash_with(*factor_axes.FACTOR_MODULES),
             "central_code_hash": provenance.code_hash_with(*central.CENTRAL_MODULES),
             "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
-            "packages": provenance.package_versions(), "machine": provenance.machine("cpu"), "workers": workers,
+            "packages": provenance.package_versions(),
+            "machine": provenance.machine(str(runner.resolve_device(prof.run(prof.seeds[0]).device))), "workers": workers,
             "trajectory": None if trajectory is None else trajectory.name,
             "wall_s": time.perf_counter() - t0, "compute_s": study.compute_s,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -352,13 +352,14 @@ def measure_gram(cfg: RunConfig, theta_P: torch.Tensor, pool, *, label: str = ""
             return load_gram(path)
         data, model = stage._prepared(cfg)
         theta = theta_P.detach().to(device=data.x_train.device, dtype=torch.float32)
-        rows, deltas = [], []
+        rows, deltas, trained_s = [], [], 0.0
         for k in pool:
             k = int(k)
             file = partial / f"client-{k}.pt"
             if file.exists():
                 blob = torch.load(file, weights_only=True)
             else:
+                t_client = time.perf_counter()
                 idx = torch.as_tensor(data.parts[k], device=data.x_train.device)
                 gen = torch.Generator().manual_seed(
                     fedavg.client_seed(cfg.seed, SHUFFLE_ROUND, 0 if cfg.identical_client_seeds else k))
@@ -366,11 +367,12 @@ def measure_gram(cfg: RunConfig, theta_P: torch.Tensor, pool, *, label: str = ""
                                                           batch_size=cfg.batch_size, local_epochs=cfg.local_epochs,
                                                           generator=gen)
                 blob = {"delta": delta.detach().cpu(), "n_k": len(idx), "T": steps, "loss": loss,
-                        "wall_s": time.perf_counter() - t0}
+                        "wall_s": time.perf_counter() - t_client}
                 tmp = partial / f".client-{k}.tmp"
                 torch.save(blob, tmp)
                 os.replace(tmp, file)
             deltas.append(blob["delta"])
+            trained_s += float(blob["wall_s"])
             rows.append({"client": k, "n_k": int(blob["n_k"]), "T": int(blob["T"]), "train_loss": float(blob["loss"])})
         gram = diversity.gram_matrix(torch.stack(deltas))
         del deltas
@@ -381,7 +383,7 @@ def measure_gram(cfg: RunConfig, theta_P: torch.Tensor, pool, *, label: str = ""
                 **provenance.git_state(), "packages": provenance.package_versions(),
                 "machine": provenance.machine(str(data.x_train.device)), "data_source": images.source,
                 "data_fingerprint": runner.data_fingerprint(images), "num_parameters": int(theta.numel()),
-                "wall_s": time.perf_counter() - t0,
+                "wall_s": time.perf_counter() - t0, "train_s": trained_s,
                 "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         stage._write_folder(path, {"gram.csv": pd.DataFrame(gram.numpy(), columns=ids).to_csv(index=False),
                                    "clients.csv": pd.DataFrame(rows).to_csv(index=False),
@@ -417,14 +419,18 @@ def measure_many(tasks: list[Task], *, workers: int = 1, progress: bool = False)
     paths = [gram_path(t.cfg, t.theta_P, t.pool) for t in tasks]
     todo = [i for i, p in enumerate(paths) if not (p / "provenance.json").exists()]
     if todo and workers > 1 and len(todo) > 1:
-        ctx = multiprocessing.get_context("spawn")
         order = sorted(todo, key=lambda i: -tasks[i].cost)
-        with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx,
-                                 initializer=runner._worker_init) as pool:
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=runner._worker_init)
+        try:
             futs = [pool.submit(_gram_in_worker, tasks[i].cfg.model_dump_json(), tasks[i].theta_P.cpu(),
                                 list(map(int, tasks[i].pool)), tasks[i].label, 1) for i in order]
             for fut in tqdm(as_completed(futs), total=len(futs), desc="Gram measurements", disable=not progress):
                 fut.result()
+        except BaseException:  # Ctrl-C or a failure: end the workers now; finished clients stay in their partial folders
+            runner._stop_workers(pool)
+            raise
+        pool.shutdown(wait=True)
     else:
         for i in tqdm(todo, desc="Gram measurements", disable=not progress):
             measure_gram(tasks[i].cfg, tasks[i].theta_P, tasks[i].pool, label=tasks[i].label)
@@ -785,7 +791,7 @@ class ModelStudy:
     checkpoints: pd.DataFrame  # Checkpoint.row() of every (model, source, target)
     accuracy: pd.DataFrame     # model, width, source, when, images, test_acc: each θ path's accuracy log
     spec: ModelStudySpec
-    compute_s: float           # seconds recorded by every θ path and measurement (over all attempts)
+    compute_s: float           # seconds spent training every client of every measurement and every θ path (all attempts)
 
 
 def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | None = None, workers: int = 1,
@@ -849,7 +855,7 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
         rows.append({"model": c.model, "width": c.width, "params": int(g.provenance["num_parameters"]), "source": c.source,
                      "target": c.target, "test_acc": c.test_acc, "when": c.when, "images": c.images,
                      "batch_size": str(bs), "local_epochs": tau, **summarise(cohort_metrics(g.gram, g.n, cohorts))})
-    compute = sum(g.provenance["wall_s"] for g in grams) + sum(
+    compute = sum(g.provenance["train_s"] for g in grams) + sum(
         json.loads((results_dir() / "central" / c.where / "provenance.json").read_text())["wall_s"]
         for c in {c.where: c for c in ckpts if c.source == "centralised"}.values())
     return ModelStudy(pd.DataFrame(rows), pd.DataFrame([c.row() for c in ckpts]),
