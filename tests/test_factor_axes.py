@@ -1,8 +1,7 @@
 """What sets the recovery factor: cohorts from a Gram matrix, eq. 12 across cohort sizes, the step-size
-rule, the model-size tables, the cached and resumable Gram measurement, and the smoke study archived."""
+rule and the lr -> 0 limit, the model-size tables, and the smoke axes and study, archived and shown."""
 
 import itertools
-import json
 
 import numpy as np
 import pandas as pd
@@ -12,11 +11,7 @@ import torch
 from maskfed import cli
 from maskfed.book import archive
 from maskfed.fl import diversity, factor_axes as fa, fedavg, stage
-from maskfed.fl.config import ConfigError, load_profile, make_run_config
-from maskfed.fl.models import MODELS
-
-TINY = dict(dataset="synthetic", synthetic_train=400, synthetic_test=100, num_clients=6, cohort_size=3, rounds=2,
-            lr=0.05, model="small_cnn_gn", width=2, batch_size=16, local_epochs=1, device="cpu")
+from maskfed.fl.config import ConfigError, load_profile
 
 
 @pytest.fixture
@@ -94,21 +89,26 @@ def _cell(bs, lr, med, q1, q3):
             "recovery_unweighted_q1": q1, "recovery_unweighted_q3": q3}
 
 
-def test_lr_rule_names_what_comes_closer_and_when_it_is_clear():
-    # the same lr/bs (bs 128 at 0.04) within the reference's IQR, the same lr (bs 128 at 0.01) beyond it
-    t = pd.DataFrame([_cell(32, 0.01, 1.20, 1.10, 1.30), _cell(128, 0.01, 1.50, 1.4, 1.6),
-                      _cell(128, 0.04, 1.25, 1.2, 1.3)])
-    v = fa.lr_verdict(t, small_bs=32, large_bs=128, lr=0.01, factor=4)
-    assert (v["closer"], v["clear"]) == ("lr/bs", True)
-    assert v["d_same_lr"] == pytest.approx(0.30) and v["d_same_ratio"] == pytest.approx(0.05)
-    assert v["iqr"] == pytest.approx(0.20)
-    swapped = t.assign(recovery_unweighted=[1.20, 1.25, 1.50])
-    assert fa.lr_verdict(swapped, small_bs=32, large_bs=128, lr=0.01, factor=4)["closer"] == "batch size"
-    both_near = t.assign(recovery_unweighted=[1.20, 1.28, 1.25])
-    assert fa.lr_verdict(both_near, small_bs=32, large_bs=128, lr=0.01, factor=4)["clear"] is False
+def test_lr_rule_names_the_closest_pair_and_when_it_is_clear():
+    # A: bs 32 at 0.01 = 1.20 [1.10, 1.30]; B: bs 128 at 0.01; C: bs 128 at 0.04 (the same lr/bs as A)
+    def cells(b, c):
+        return pd.DataFrame([_cell(32, 0.01, 1.20, 1.10, 1.30), _cell(128, 0.01, b, b - 0.1, b + 0.1),
+                             _cell(128, 0.04, c, c - 0.1, c + 0.1)])
+
+    def rule(t):
+        v = fa.lr_verdict(t, small_bs=32, large_bs=128, lr=0.01, factor=4)
+        return v["closer"], v["clear"]
+
+    # the same lr/bs within A's IQR (0.20), the other pairs beyond it
+    v = fa.lr_verdict(cells(1.50, 1.25), small_bs=32, large_bs=128, lr=0.01, factor=4)
+    assert (v["closer"], v["clear"]) == ("lr/bs", True) and v["iqr"] == pytest.approx(0.20)
+    assert v["differences"] == pytest.approx({"step size": 0.30, "lr/bs": 0.05, "batch size": 0.25})
+    assert rule(cells(1.25, 1.60)) == ("step size", True)      # the batch changes nothing at a fixed step
+    assert rule(cells(1.60, 1.62)) == ("batch size", True)     # the larger batch: the same factor at both steps
+    assert rule(cells(1.28, 1.25)) == ("batch size", False)    # |B − C| = 0.03 closest, but all three within A's IQR
     with pytest.raises(KeyError, match="no τ = 1 cell with batch size 64"):
-        fa.lr_verdict(t, small_bs=64, large_bs=128, lr=0.01, factor=2)
-    assert set(fa.LR_VERDICTS) == {(c, k) for c in ("lr/bs", "batch size") for k in (True, False)}
+        fa.lr_verdict(cells(1.5, 1.25), small_bs=64, large_bs=128, lr=0.01, factor=2)
+    assert set(fa.LR_VERDICTS) == {(c, k) for c in ("step size", "lr/bs", "batch size") for k in (True, False)}
 
 
 def test_lr_cells_are_the_issues_grid():
@@ -203,76 +203,7 @@ def test_model_specs_are_the_issues_and_refuse_unknown_parts():
         fa.ModelSpec(model="resnet18_gn", width=8)
 
 
-# ---------------------------------------------------------------- the measurement
-
-def test_identical_shards_and_seeds_give_k_c_at_fixed_theta_for_every_model(dirs):
-    # prepare: the control's partition and seeds, 10 clients of 10 images, each of the book's models
-    for model in MODELS:
-        cfg = make_run_config(**{**TINY, "synthetic_train": 100, "num_clients": 10, "partition": "identical",
-                                 "identical_client_seeds": True, "model": model, "batch_size": "full",
-                                 **({"width": 2} if model == "small_cnn_gn" else {})})
-        theta = stage.initial_theta(cfg)
-        protocols = [("full", 1)] if model == "resnet18_gn" else [("full", 1), (4, 2)]
-        for bs, tau in protocols:
-            # execute
-            g = fa.measure_gram(fa.protocol_config(cfg, batch_size=bs, local_epochs=tau), theta, [0, 3, 7])
-            rows = fa.cohort_metrics(g.gram, g.n, np.array([[0, 1, 2]]))
-            # assert: every update the same, so 1/Δ_S = K_c in both conventions and no noise
-            assert rows["recovery_unweighted"].iloc[0] == pytest.approx(3.0, rel=1e-12), (model, bs)
-            assert rows["recovery_weighted"].iloc[0] == pytest.approx(3.0, rel=1e-12), (model, bs)
-            assert abs(rows["sigma2_hat"].iloc[0]) <= 1e-12 * rows["mu2_hat"].iloc[0]
-
-
-def test_cohort_of_the_whole_pool_reproduces_the_direct_computation_on_all_clients(dirs):
-    # prepare: every client of a tiny population trained once from θ, by hand
-    cfg = make_run_config(**TINY)
-    theta = stage.initial_theta(cfg)
-    data, model = stage._prepared(cfg)
-    deltas = []
-    for k in range(cfg.num_clients):
-        gen = torch.Generator().manual_seed(fedavg.client_seed(cfg.seed, fa.SHUFFLE_ROUND, k))
-        idx = torch.as_tensor(data.parts[k])
-        deltas.append(fedavg.client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
-                                           batch_size=cfg.batch_size, local_epochs=cfg.local_epochs, generator=gen)[0])
-    direct = fedavg.round_metrics(torch.stack(deltas), [len(p) for p in data.parts])
-    # execute: the cohort-size measurement (cached Gram, read back from its CSV) at K_c = the pool
-    g = fa.measure_gram(cfg, theta, list(range(cfg.num_clients)))
-    table = fa.cohort_size_table(g.gram, g.n, [2, cfg.num_clients], 10, cfg.seed)
-    whole = table[table["k_c"] == cfg.num_clients]
-    # assert: one cohort, equal to the direct computation
-    assert len(whole) == 1
-    for m in fa.METRICS:
-        assert whole[m].iloc[0] == pytest.approx(direct[m], rel=1e-12), m
-    # the Gram matrix read back from its CSV is the one computed, bit for bit
-    assert g.gram.dtype == torch.float64 and torch.equal(g.gram, diversity.gram_matrix(torch.stack(deltas)))
-
-
-def test_a_killed_measurement_resumes_after_its_last_finished_client(dirs, monkeypatch):
-    cfg = make_run_config(**TINY)
-    theta, pool = stage.initial_theta(cfg), [0, 2, 3, 5]
-    whole = fa.measure_gram(cfg, theta, pool)
-    # prepare: the same measurement elsewhere, killed while training its third client
-    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(dirs / "other"))
-    real, calls = fedavg.client_update, []
-
-    def dies_on_third(*args, **kw):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*args, **kw)
-
-    monkeypatch.setattr(fedavg, "client_update", dies_on_third)
-    with pytest.raises(KeyboardInterrupt):
-        fa.measure_gram(cfg, theta, pool)
-    partial = fa.gram_path(cfg, theta, pool).parent / f".partial-{fa.gram_path(cfg, theta, pool).name}"
-    assert sorted(p.name for p in partial.glob("client-*.pt")) == ["client-0.pt", "client-2.pt"]
-    # execute: run again; only the two unfinished clients train
-    calls.clear()
-    monkeypatch.setattr(fedavg, "client_update", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
-    again = fa.measure_gram(cfg, theta, pool)
-    # assert
-    assert len(calls) == 2 and torch.equal(again.gram, whole.gram) and not partial.exists()
-
+# ---------------------------------------------------------------- the axes and the model-size study at smoke size
 
 def test_the_smoke_axes_and_study_run_and_are_archived_and_read_back(dirs):
     smoke = load_profile("smoke")

@@ -659,7 +659,7 @@ def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, prog
     import time
     from datetime import datetime, timezone
 
-    from maskfed.fl import central, factor_axes, runner
+    from maskfed.fl import central, factor_axes, pool_gram, runner
 
     spec = factor_axes.model_spec(profile_name, part, all_protocols=all_protocols)
     prof = load_profile(profile_name, data_path=data_path)
@@ -669,7 +669,7 @@ def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, prog
     study = factor_axes.model_study(prof, spec, trajectory=trajectory, workers=workers, progress=progress)
     git = provenance.git_state()
     prov = {"profile": profile_name, "part": part, "code_hash": provenance.code_hash(),
-            "factor_code_hash": provenance.code_hash_with(*factor_axes.FACTOR_MODULES),
+            "gram_code_hash": provenance.code_hash_with(*pool_gram.GRAM_MODULES),
             "central_code_hash": provenance.code_hash_with(*central.CENTRAL_MODULES),
             "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
             "packages": provenance.package_versions(),

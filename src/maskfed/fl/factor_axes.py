@@ -17,47 +17,30 @@ Three axes the paper fixes:
   θ of matched test accuracy, reached by FedAvg (a trajectory's kept θ) or by centralised SGD on
   the union of the shards (:mod:`maskfed.fl.central`), labelled as such.
 
-A measured Gram matrix is cached like a run: ``results/factor/gram-<label>-<key>/``, keyed by the
-configuration, a digest of θ, the pool, the run code plus :data:`FACTOR_MODULES` and the data
-fingerprint; its clients' updates are kept one by one in a hidden partial folder while it is being
-measured, so a killed measurement resumes after its last finished client. The design (pools, paired
+The Gram matrices are measured, cached and resumed by :mod:`maskfed.fl.pool_gram`, whose key does
+not hash this module: editing a table or a rule here recomputes nothing. The design (pools, paired
 cohorts, θ matched by accuracy, every rule and threshold) is ours; the quantities are the paper's.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import multiprocessing
-import os
-import shutil
-import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from functools import lru_cache
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 import torch
-from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from tqdm import tqdm
 
-from maskfed import provenance
-from maskfed.fl import central, diversity, fedavg, runner, stage
-from maskfed.fl.config import BatchSize, ConfigError, Profile, RunConfig, make_run_config, make_settings
-from maskfed.fl.models import build_model, num_parameters
+from maskfed.fl import central, diversity, runner, stage
+from maskfed.fl.config import BatchSize, ConfigError, Profile, RunConfig, make_settings
+from maskfed.fl.pool_gram import Task, measure_many, protocol_config, task_cost, theta_digest
+from maskfed.fl.pool_gram import _parameters
 from maskfed.paths import results_dir
 
-#: Modules hashed into the Gram folders' keys beside the run code.
-FACTOR_MODULES = ("fl.stage", "fl.factor_axes")
-#: The round whose client seeds shuffle every pool (fedavg.client_seed(seed, SHUFFLE_ROUND, k)): the
-#: same shuffles for every protocol, lr and model at a θ. Ours.
-SHUFFLE_ROUND = 0
 #: Extra SeedSequence entry of the cohorts drawn for each K_c. Ours.
 COHORT_STREAM = 1299709
 #: Per-cohort metrics read from a Gram matrix (the stage study's, plus the two moments A and B).
@@ -189,13 +172,14 @@ def summarise(cohorts: pd.DataFrame) -> dict:
 def lr_verdict(table: pd.DataFrame, *, small_bs: int, large_bs: int, lr: float, factor: float) -> dict:
     """Is it the batch size or the step size that sets 1/Δ_S? A stated rule, ours.
 
-    Three minibatch cells at τ = 1 are compared: ``small_bs`` at ``lr`` (the reference), ``large_bs``
-    at ``lr`` (the same step, a larger batch) and ``large_bs`` at ``factor``·lr with
-    factor = large_bs/small_bs (the same lr/bs, i.e. the same sampling noise per unit of step).
-    The cell whose median 1/Δ_S lies closer to the reference's tells what sets it: "lr/bs" (the
-    same ratio gives the same factor) or "batch size" (the batch size alone does). Either counts as
-    "clear" only when the closer distance is within the reference's interquartile range over cohorts
-    and the other is not.
+    Three minibatch cells at τ = 1: A, ``small_bs`` at ``lr`` (the reference); B, ``large_bs`` at ``lr``
+    (the same step, a larger batch: less sampling noise per step, fewer steps); C, ``large_bs`` at
+    ``factor``·lr with factor = large_bs/small_bs (the same lr/bs as A, so the same noise per unit of
+    step, and the same lr·T). Of the three pairs, the one whose medians of 1/Δ_S lie closest names
+    what sets the factor: A ≈ B "step size" (the batch changes nothing at a fixed step), A ≈ C
+    "lr/bs" (the same ratio gives the same factor), B ≈ C "batch size" (the larger batch gives the
+    same factor at both steps). The answer is "clear" when that pair's difference is within the
+    reference's interquartile range over cohorts and the other two are not.
 
     Args:
         table: one row per cell with ``batch_size`` (text), ``local_epochs``, ``lr`` and the
@@ -205,9 +189,9 @@ def lr_verdict(table: pd.DataFrame, *, small_bs: int, large_bs: int, lr: float, 
         factor: large_bs / small_bs (the lr multiplier that keeps lr/bs).
 
     Returns:
-        ``{"reference", "same_lr", "same_ratio"}`` (medians), ``"d_same_lr"``, ``"d_same_ratio"``
-        (absolute differences from the reference), ``"iqr"`` (the reference's), ``"closer"``
-        ("lr/bs" or "batch size") and ``"clear"`` (bool).
+        ``{"reference", "same_lr", "same_ratio"}`` (the medians of A, B, C), ``"differences"``
+        (``{"step size": |A − B|, "lr/bs": |A − C|, "batch size": |B − C|}``), ``"iqr"`` (A's),
+        ``"closer"`` (the key of the smallest difference) and ``"clear"`` (bool).
 
     Raises:
         KeyError: a cell missing from ``table``.
@@ -221,25 +205,26 @@ def lr_verdict(table: pd.DataFrame, *, small_bs: int, large_bs: int, lr: float, 
         return t.loc[hit[0]]
 
     ref, same_lr, same_ratio = cell(small_bs, lr), cell(large_bs, lr), cell(large_bs, lr * factor)
-    r0 = ref["recovery_unweighted"]
-    d_lr, d_ratio = abs(same_lr["recovery_unweighted"] - r0), abs(same_ratio["recovery_unweighted"] - r0)
+    a, b, c = (x["recovery_unweighted"] for x in (ref, same_lr, same_ratio))
+    diffs = {"step size": abs(a - b), "lr/bs": abs(a - c), "batch size": abs(b - c)}
     iqr = ref["recovery_unweighted_q3"] - ref["recovery_unweighted_q1"]
-    closer = "lr/bs" if d_ratio < d_lr else "batch size"
-    near, far = sorted((d_lr, d_ratio))
-    return {"reference": r0, "same_lr": same_lr["recovery_unweighted"], "same_ratio": same_ratio["recovery_unweighted"],
-            "d_same_lr": d_lr, "d_same_ratio": d_ratio, "iqr": iqr, "closer": closer,
-            "clear": bool(near <= iqr < far)}
+    closer = min(diffs, key=diffs.get)
+    others = [d for k, d in diffs.items() if k != closer]
+    return {"reference": a, "same_lr": b, "same_ratio": c, "differences": diffs, "iqr": iqr, "closer": closer,
+            "clear": bool(diffs[closer] <= iqr and all(d > iqr for d in others))}
 
 
 #: What each outcome of :func:`lr_verdict` means, in the chapter's words: (closer, clear) -> text.
 LR_VERDICTS = {
-    ("lr/bs", True): "the step's sampling noise, lr/bs, sets the minibatch recovery factor here, not the batch size "
-                     "as such",
-    ("lr/bs", False): "the same lr/bs comes closer than the same step with the larger batch, but not clearly by the "
-                      "rule (both differences within, or both beyond, the reference's spread over cohorts)",
-    ("batch size", True): "the batch size sets the minibatch recovery factor here, not lr/bs",
-    ("batch size", False): "the same step with the larger batch comes closer than the same lr/bs, but not clearly by "
-                           "the rule (both differences within, or both beyond, the reference's spread over cohorts)",
+    ("step size", True): "the step size sets the minibatch recovery factor here: at the same lr a 4 times larger batch "
+                         "leaves it where it was, while the same lr/bs does not",
+    ("lr/bs", True): "the step's sampling noise, lr/bs, sets the minibatch recovery factor here: the same lr/bs gives "
+                     "the same factor with either batch, the same lr does not",
+    ("batch size", True): "the batch size sets the minibatch recovery factor here: the larger batch gives the same "
+                          "factor at both step sizes, the smaller one does not",
+    **{(k, False): f"the closest pair says '{k}', but not clearly by the rule (its difference is not within the "
+                   "reference's spread over cohorts, or another pair's is too)"
+       for k in ("step size", "lr/bs", "batch size")},
 }
 
 
@@ -282,179 +267,6 @@ def path_check(table: pd.DataFrame, *, model: str, width: int | None) -> pd.Data
     out["iqr_fedavg"] = f.loc[both, "recovery_unweighted_q3"] - f.loc[both, "recovery_unweighted_q1"]
     out["within"] = out["difference"].abs() <= out["iqr_fedavg"]
     return out.reset_index()
-
-
-# --------------------------------------------------------------------------- Gram matrices at a fixed θ
-
-def theta_digest(theta_P: torch.Tensor) -> str:
-    """Content hash of θ (its float32 bytes), 16 hex digits: the same θ from any source has one key."""
-    return hashlib.sha256(theta_P.detach().float().cpu().contiguous().numpy().tobytes()).hexdigest()[:16]
-
-
-@dataclass
-class GramResult:
-    """The pool's updates at one θ under one protocol, as the Gram matrix and per-client facts."""
-
-    path: Path
-    gram: torch.Tensor          # [pool, pool] float64, G_kl = ⟨Δ_k, Δ_l⟩
-    clients: pd.DataFrame       # one row per pool client: client, n_k, T (local steps), train_loss (nats)
-    provenance: dict
-
-    @property
-    def n(self) -> np.ndarray:
-        """Shard sizes n_k of the pool's clients, [pool]."""
-        return self.clients["n_k"].to_numpy()
-
-
-def gram_path(cfg: RunConfig, theta_P: torch.Tensor, pool) -> Path:
-    """Folder of one measurement: ``results_dir()/factor/gram-<label>-<key>``."""
-    blob = {"cfg": cfg.key(), "theta": theta_digest(theta_P), "pool": [int(k) for k in pool], "shuffle": SHUFFLE_ROUND,
-            "code": provenance.code_hash_with(*FACTOR_MODULES), "data": runner.data_fingerprint(runner.images_for(cfg))}
-    key = hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
-    width = "" if cfg.model == "resnet18_gn" else f"-w{cfg.width}"
-    return results_dir() / "factor" / f"gram-{cfg.label()}{width}-lr{cfg.lr:g}-{key}"
-
-
-def load_gram(path: Path) -> GramResult:
-    """Read a finished measurement folder (the Gram matrix bit for bit: pandas writes and reads its
-    float64 CSV exactly, which tests/test_factor_axes.py checks)."""
-    gram = pd.read_csv(path / "gram.csv").to_numpy(dtype=np.float64)
-    return GramResult(path, torch.as_tensor(gram), pd.read_csv(path / "clients.csv"),
-                      json.loads((path / "provenance.json").read_text()))
-
-
-def measure_gram(cfg: RunConfig, theta_P: torch.Tensor, pool, *, label: str = "") -> GramResult:
-    """Train every pool client once from θ under ``cfg``'s protocol and keep the Gram matrix of the updates.
-
-    Each client k trains with :func:`maskfed.fl.fedavg.client_update` on its shard of ``cfg``'s
-    partition, shuffling with ``fedavg.client_seed(cfg.seed, SHUFFLE_ROUND, k)`` (with
-    ``identical_client_seeds`` every client uses client id 0's seed, as the control does).
-    Finished clients' updates wait in ``.partial-<folder>/`` (one file each, written atomically):
-    a measurement killed half-way resumes after its last finished client.
-
-    Args:
-        cfg: data, partition, model and protocol (batch size, τ, lr).
-        theta_P: θ, [P] (any device; moved to the data's).
-        pool: client ids, [pool].
-        label: where θ came from, recorded in provenance.json.
-
-    Returns:
-        :class:`GramResult` (the cached folder when it exists).
-    """
-    path = gram_path(cfg, theta_P, pool)
-    if (path / "provenance.json").exists():
-        return load_gram(path)
-    t0 = time.perf_counter()
-    partial = path.parent / f".partial-{path.name}"
-    partial.mkdir(parents=True, exist_ok=True)
-    with FileLock(partial / "lock"):  # one process per measurement; a second waits, then reads it
-        if (path / "provenance.json").exists():
-            return load_gram(path)
-        data, model = stage._prepared(cfg)
-        theta = theta_P.detach().to(device=data.x_train.device, dtype=torch.float32)
-        rows, deltas, trained_s = [], [], 0.0
-        for k in pool:
-            k = int(k)
-            file = partial / f"client-{k}.pt"
-            if file.exists():
-                blob = torch.load(file, weights_only=True)
-            else:
-                t_client = time.perf_counter()
-                idx = torch.as_tensor(data.parts[k], device=data.x_train.device)
-                gen = torch.Generator().manual_seed(
-                    fedavg.client_seed(cfg.seed, SHUFFLE_ROUND, 0 if cfg.identical_client_seeds else k))
-                delta, loss, steps = fedavg.client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
-                                                          batch_size=cfg.batch_size, local_epochs=cfg.local_epochs,
-                                                          generator=gen)
-                blob = {"delta": delta.detach().cpu(), "n_k": len(idx), "T": steps, "loss": loss,
-                        "wall_s": time.perf_counter() - t_client}
-                tmp = partial / f".client-{k}.tmp"
-                torch.save(blob, tmp)
-                os.replace(tmp, file)
-            deltas.append(blob["delta"])
-            trained_s += float(blob["wall_s"])
-            rows.append({"client": k, "n_k": int(blob["n_k"]), "T": int(blob["T"]), "train_loss": float(blob["loss"])})
-        gram = diversity.gram_matrix(torch.stack(deltas))
-        del deltas
-        images = runner.images_for(cfg)
-        ids = [str(int(k)) for k in pool]
-        prov = {"theta": theta_digest(theta_P), "theta_label": label, "seed": cfg.seed, "pool": [int(k) for k in pool],
-                "code_hash": provenance.code_hash(), "factor_code_hash": provenance.code_hash_with(*FACTOR_MODULES),
-                **provenance.git_state(), "packages": provenance.package_versions(),
-                "machine": provenance.machine(str(data.x_train.device)), "data_source": images.source,
-                "data_fingerprint": runner.data_fingerprint(images), "num_parameters": int(theta.numel()),
-                "wall_s": time.perf_counter() - t0, "train_s": trained_s,
-                "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        stage._write_folder(path, {"gram.csv": pd.DataFrame(gram.numpy(), columns=ids).to_csv(index=False),
-                                   "clients.csv": pd.DataFrame(rows).to_csv(index=False),
-                                   "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2),
-                                   "provenance.json": json.dumps(prov, indent=2)})
-        shutil.rmtree(partial, ignore_errors=True)
-    return load_gram(path)
-
-
-def _gram_in_worker(cfg_json: str, theta_P: torch.Tensor, pool: list[int], label: str, threads: int) -> str:
-    torch.set_num_threads(threads)
-    return str(measure_gram(RunConfig(**json.loads(cfg_json)), theta_P, pool, label=label).path)
-
-
-@dataclass
-class Task:
-    """One Gram measurement to make: protocol, θ, pool."""
-
-    cfg: RunConfig
-    theta_P: torch.Tensor
-    pool: list[int]
-    label: str = ""
-    cost: float = 0.0     # relative cost, for longest-first scheduling
-
-
-def measure_many(tasks: list[Task], *, workers: int = 1, progress: bool = False) -> list[GramResult]:
-    """:func:`measure_gram` of every task (cached ones read), in one-thread worker processes
-    (spawn) when ``workers`` > 1, longest first; results in the order of ``tasks``.
-
-    Raises:
-        Exception: the first failed measurement's own error, after the others ended.
-    """
-    paths = [gram_path(t.cfg, t.theta_P, t.pool) for t in tasks]
-    todo = [i for i, p in enumerate(paths) if not (p / "provenance.json").exists()]
-    if todo and workers > 1 and len(todo) > 1:
-        order = sorted(todo, key=lambda i: -tasks[i].cost)
-        pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=runner._worker_init)
-        try:
-            futs = [pool.submit(_gram_in_worker, tasks[i].cfg.model_dump_json(), tasks[i].theta_P.cpu(),
-                                list(map(int, tasks[i].pool)), tasks[i].label, 1) for i in order]
-            for fut in tqdm(as_completed(futs), total=len(futs), desc="Gram measurements", disable=not progress):
-                fut.result()
-        except BaseException:  # Ctrl-C or a failure: end the workers now; finished clients stay in their partial folders
-            runner._stop_workers(pool)
-            raise
-        pool.shutdown(wait=True)
-    else:
-        for i in tqdm(todo, desc="Gram measurements", disable=not progress):
-            measure_gram(tasks[i].cfg, tasks[i].theta_P, tasks[i].pool, label=tasks[i].label)
-    return [load_gram(p) for p in paths]
-
-
-def protocol_config(base: RunConfig, **fields) -> RunConfig:
-    """``base`` with ``fields`` replaced (batch_size, local_epochs, lr, model, width), validated.
-
-    Raises:
-        ConfigError: an invalid value (naming it).
-    """
-    return make_run_config(**{**base.model_dump(), **fields})
-
-
-def task_cost(cfg: RunConfig, pool_size: int) -> float:
-    """Relative cost of a measurement: images trained (about τ epochs of each shard) times the
-    model's parameter count, for longest-first scheduling."""
-    return pool_size * cfg.local_epochs * _parameters(cfg.model, cfg.gn_groups, cfg.width)
-
-
-@lru_cache(maxsize=16)
-def _parameters(model: str, gn_groups: int, width: int) -> int:
-    return num_parameters(build_model(model, num_classes=10, gn_groups=gn_groups, width=width))
 
 
 # --------------------------------------------------------------------------- θ at a target accuracy
