@@ -235,7 +235,7 @@ def test_the_smoke_axes_and_study_run_and_are_archived_and_read_back(dirs):
              if "scrapbook" in o.get("metadata", {})}
     assert "read from the smoke archive, computed " in glued["wf_models_where"]
     assert "maskfed archive --profile smoke --factor resnet" in glued["wf_models_missing"]
-    assert "of the 3 θ" in glued["wf_cliff_text"]                  # widths 4 (both ways) and 2 at one accuracy
+    assert "of the 3 θ" in glued["wf_found_model"]                 # widths 4 (both ways) and 2 at one accuracy
     assert glued["wf_check_within"].strip("'").endswith(" of 3")  # the θ-path check: three protocols
     # a damaged study is skipped with a warning; none at all is None
     (archive.factor_dir("smoke", "models") / "spec.json").unlink()
