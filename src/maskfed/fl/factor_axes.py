@@ -612,8 +612,8 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
 
     The base configuration is the profile's stage-ladder run (:func:`maskfed.fl.stage.ladder_config`,
     first seed: its data, partition, K_c, lr and seed) with the model replaced. θ from "fedavg":
-    that run's kept θ (the archived ``trajectory`` or the run in ``results/runs``, trained when
-    missing: :func:`fedavg_checkpoints`); from "centralised": :func:`central_checkpoints` with the
+    that run's kept θ (the archived ``trajectory`` for the base run's own model, else the run in
+    ``results/runs``, trained when missing: :func:`fedavg_checkpoints`); from "centralised": :func:`central_checkpoints` with the
     base's lr and batch size. Every (θ, protocol) trains the same seeded pool
     (:func:`maskfed.fl.stage.pool_and_cohorts`), and the same cohorts are drawn for every model.
     Every part is cached and resumable: a rerun continues where a killed one stopped.
@@ -640,7 +640,9 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
     try:
         for m in spec.models:
             if m.source == "fedavg":
-                got, acc = fedavg_checkpoints(cfgs[m], spec.targets, keep, trajectory=trajectory, progress=progress)
+                # the archived trajectory is the base run's; another width trains (or reads) its own run
+                own = trajectory if (m.model, m.width or base.width) == (base.model, base.width) else None
+                got, acc = fedavg_checkpoints(cfgs[m], spec.targets, keep, trajectory=own, progress=progress)
                 acc = acc.rename(columns={"round": "when"}).assign(images=[_fedavg_images(cfgs[m], r) for r in acc["round"]])
             else:
                 # one path at a time; ResNet-18-GN on every thread the workers would use, the small CNNs on
