@@ -309,9 +309,9 @@ def test_default_sample_is_one_run_per_experiment(dirs_in_tmp):
     for c in experiments.all_configs(smoke):
         fake_run(dirs_in_tmp / "archive" / "smoke" / c.label(), c, recovery=2.0)
     picked = archive.default_sample(archive.load_archive("smoke"), "smoke")
-    kinds = {e: {c.label() for c in experiments.configs(smoke, e)} for e in experiments.EXPERIMENTS}
+    kinds = {e: {c.label() for c in experiments.configs(smoke, e)} for e in smoke.experiments}
     assert len(picked) == 3
-    assert all(any(r.config.label() in kinds[e] for r in picked) for e in experiments.EXPERIMENTS)
+    assert all(any(r.config.label() in kinds[e] for r in picked) for e in smoke.experiments)
 
 
 def test_stage_study_from_archived_trajectories_is_archived_and_read_back(dirs_in_tmp):

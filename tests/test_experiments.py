@@ -3,7 +3,7 @@
 import pytest
 
 from maskfed.fl import experiments
-from maskfed.fl.config import load_profile
+from maskfed.fl.config import ConfigError, Profile, load_profile
 
 
 def test_the_paper_grid_is_36_distinct_runs():
@@ -11,7 +11,7 @@ def test_the_paper_grid_is_36_distinct_runs():
     # the control 1 setting; 3 seeds each
     prof = load_profile("paper")
     # execute
-    per = {e: experiments.configs(prof, e) for e in experiments.EXPERIMENTS}
+    per = {e: experiments.configs(prof, e) for e in prof.experiments}
     every = experiments.all_configs(prof)
     # assert
     assert {e: len(c) for e, c in per.items()} == {"table1": 27, "table2": 9, "control": 3}
@@ -22,8 +22,35 @@ def test_the_paper_grid_is_36_distinct_runs():
 
 
 def test_an_unknown_experiment_is_refused_naming_the_allowed_ones():
-    with pytest.raises(ValueError, match=r"experiment must be one of \['table1', 'table2', 'control'\]; got 'table3'"):
+    with pytest.raises(ValueError, match=r"experiment must be one of \['table1', 'table2', 'control', 'masked'\]; got 'table3'"):
         experiments.configs(load_profile("smoke"), "table3")
+
+
+def test_cpu_masked_is_the_masked_comparison_at_cpu_papers_settings():
+    # prepare: the archive-only profile of the masked-training runs, and the profile whose settings it borrows
+    masked, paper = load_profile("cpu-masked"), load_profile("cpu-paper")
+    # execute
+    cfgs = experiments.all_configs(masked)
+    # assert: 2 protocols x (no mask + p = 0.5 independent + shared) x 3 seeds, at 200 rounds and K_c = 10
+    assert masked.experiments == ["masked"] and not masked.builds_book and paper.builds_book
+    assert len(cfgs) == len({c.key() for c in cfgs}) == 2 * 3 * 3
+    assert {(c.batch_size, c.local_epochs) for c in cfgs} == {("full", 1), (32, 2)}
+    assert {(c.mask_keep_prob, c.mask_mode) for c in cfgs} == {(1.0, "independent"), (0.5, "independent"),
+                                                                (0.5, "shared")}
+    same = {"batch_size", "local_epochs", "mask_keep_prob", "mask_mode", "sharpness_iters", "hessian_batch",
+            "hessian_every", "seed"}
+    base = {k: v for k, v in paper.run(0).model_dump().items() if k not in same}
+    assert all({k: v for k, v in c.model_dump().items() if k not in same} == base for c in cfgs)
+    assert all(c.sharpness_iters > 0 for c in cfgs) and all((c.hessian_every > 0) == (c.mask_keep_prob == 1) for c in cfgs)
+
+
+def test_masked_runs_are_refused_where_a_profile_defines_none_or_a_flag_would_be_dropped():
+    with pytest.raises(ConfigError, match="defines no masked-training runs"):
+        experiments.configs(load_profile("cpu"), "masked")
+    with pytest.raises(ConfigError, match=r"sets \['mask_keep_prob'\]"):
+        experiments.all_configs(load_profile("cpu-masked", mask_keep_prob=0.25))
+    with pytest.raises(ValueError, match="experiments include .masked. but the profile has no masked: section"):
+        Profile(name="x", description="x", scaled_down=True, base={}, experiments=["masked"])
 
 
 def test_tables_have_the_papers_columns(tmp_path, monkeypatch):

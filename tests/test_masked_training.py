@@ -70,3 +70,61 @@ def test_recovery_trajectory_keeps_the_logged_rounds_of_unmasked_runs():
     t = M.recovery_trajectory({(M.Setting("full", 1.0, "none"), 0): m, (M.Setting("full", 0.5, "shared"), 0): m})
     assert t.to_dict("records") == [{"protocol": "full", "seed": 0, "round": 2, "euclidean": 3.0, "hessian": 5.0,
                                      "gap": 2.0}]
+
+
+def test_shared_against_independent_uses_the_same_rule():
+    # prepare: at p = 0.5 the shared runs reach [0.60, 0.62], the independent ones [0.40, 0.45]
+    final = _final()
+    indep = final[final.p == 0.5].assign(mode="independent", test_acc=[0.40, 0.45, 0.42],
+                                         sharpness_top_eig=[4.0, 5.0, 12.0])
+    summ = M.summary(pd.concat([final, indep], ignore_index=True))
+    # execute
+    v = M.shared_vs_independent(summ).set_index("metric")
+    # assert: accuracy beyond the spread, the rest within it, one row per metric
+    assert v.loc["test accuracy", "verdict"] == "better"
+    assert v.loc["test accuracy", "median difference"] == pytest.approx(0.61 - 0.42)
+    assert v.loc["top Hessian eigenvalue", "verdict"] == "within seed spread"
+    assert len(v) == len(M.FINAL_METRICS) and set(v["protocol"]) == {"full"}
+    assert M.shared_vs_independent(M.summary(final)).empty  # no independent runs: nothing to compare
+
+
+def test_the_chapter_shows_the_archived_long_runs_beside_its_own(tmp_path, monkeypatch):
+    # prepare: an archive of the cpu-masked runs (written by hand: the shared mask reaches a higher accuracy
+    # in every seed, sharpness the same), and the chapter's own live runs at the smoke profile
+    import json
+
+    import nbformat
+    import numpy as np
+
+    from maskfed import provenance
+    from maskfed.book import archive, notebooks
+    from maskfed.fl.config import load_profile
+
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("MASKFED_ARCHIVE_DIR", str(tmp_path / "archive"))
+    for (s, seed), cfg in M.profile_configs(load_profile("cpu-masked")).items():
+        folder = tmp_path / "archive" / "cpu-masked" / cfg.label()
+        folder.mkdir(parents=True)
+        acc = 0.6 + 0.01 * seed + (0.1 if s.mode == "shared" else 0.0)
+        last = lambda v: [np.nan] * (cfg.rounds - 1) + [v]  # noqa: E731
+        pd.DataFrame({"round": range(1, cfg.rounds + 1), "recovery_unweighted": 1.2, "recovery_weighted": 1.2,
+                      "mu2_hat": 1.0, "sigma2_hat": 2.0, "test_acc": acc, "sharpness_top_eig": last(10.0 + seed),
+                      "sharpness_trace": last(100.0 + seed)}).to_csv(folder / "metrics.csv", index=False)
+        (folder / "config.json").write_text(cfg.model_dump_json())
+        (folder / "partition.json").write_text(json.dumps({"sizes": [1], "min": 1, "max": 1}))
+        (folder / "provenance.json").write_text(json.dumps({
+            "seed": seed, "code_hash": provenance.code_hash(), "commit": "a" * 40, "dirty": False,
+            "machine": {"device": "cpu", "cpu_model": "test CPU"}, "finished_utc": "2026-12-02T10:00:00+00:00"}))
+    assert len(archive.load_archive("cpu-masked")) == 18
+    # execute
+    out = notebooks.execute("masked_training", profile="smoke", out_dir=tmp_path / "nb")
+    # assert: the archived section names its source and finds the shared masks' accuracy beyond the spread
+    glued = {}
+    for cell in nbformat.read(out, as_version=4).cells:
+        for o in cell.get("outputs", []):
+            if "scrapbook" in o.get("metadata", {}):
+                glued[o["metadata"]["scrapbook"]["name"]] = next(iter(o["data"].values()))
+    assert "archived cpu-masked runs" in glued["mt_long_intro"] and "200 rounds and 3 seeds (18 runs" in glued["mt_long_intro"]
+    assert "test accuracy (better" in glued["mt_long_mode_answer"]
+    assert "top Hessian eigenvalue at p = 0.5, full batch, τ=1: within seed spread" in glued["mt_long_mode"]
+    assert glued["mt_long_missing"] in ("''", '""')

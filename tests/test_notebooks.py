@@ -167,3 +167,12 @@ def test_ctrl_c_on_the_notebook_runner_is_one_line_and_exit_130(tmp_path):
     assert "Traceback" not in err and len(lines) == 1, err[-3000:]
     assert lines[0].startswith("maskfed.book.notebooks: interrupted while executing masked_training")
     assert not (tmp_path / "nb" / "masked_training.ipynb").exists()  # no page from a stopped chapter
+
+
+def test_a_profile_that_only_computes_runs_to_archive_is_refused_before_any_notebook(monkeypatch, capsys):
+    monkeypatch.setattr(notebooks, "execute", lambda *a, **k: pytest.fail("no notebook may run"))
+    with pytest.raises(SystemExit) as exit_info:
+        notebooks.main(["--profile", "cpu-masked"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "profile 'cpu-masked' only computes runs to archive (its experiments: masked)" in err and "'cpu'" in err

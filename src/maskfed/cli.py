@@ -16,6 +16,7 @@ Examples::
     maskfed sweep --profile cpu                       # the runs the book needs
     maskfed run --profile cpu --batch-size full --local-epochs 1 --alpha 0.1 --seeds 0 1 2
     maskfed archive --profile cpu-long                # after its sweep: keep its runs in git
+    maskfed archive --profile cpu-paper --factor resnet   # ResNet-18-GN at fixed θ, resumable, archived
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from maskfed import paths, preflight
 from maskfed.book import archive
 
 from maskfed.fl import checkpoint, experiments, fedavg, runner, stage, summary
+from maskfed.fl.factor_axes import MODEL_PARTS
 
 from maskfed.integrations import ray_backend
 from maskfed.fl.data import DataUnavailableError
@@ -97,8 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sweep = sub.add_parser("sweep", help="run (or reuse) the runs of a profile's experiments")
     sweep.add_argument("--profile", default="cpu", help=f"one of {', '.join(PROFILES)} (default cpu)")
-    sweep.add_argument("--experiments", nargs="+", default=list(experiments.EXPERIMENTS),
-                       help=f"any of {', '.join(experiments.EXPERIMENTS)} (default all)")
+    sweep.add_argument("--experiments", nargs="+", default=None,
+                       help=f"any of {', '.join(experiments.EXPERIMENTS)} (default: the profile's own list; "
+                            "table1, table2 and control for every profile but cpu-masked, whose list is masked)")
     sweep.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds, integers >= 0, no repeats (default: the profile's)")
     sweep.add_argument("--workers", type=int, default=None, help="worker processes, an integer >= 1 (default: the profile's)")
     sweep.add_argument("--backend", choices=["local", "ray"], default="local",
@@ -124,8 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
     arch.add_argument("--stage", action="store_true",
                       help="instead of archiving runs: measure every protocol along the archived stage-ladder "
                            "trajectories (one per seed) and archive that stage study")
+    arch.add_argument("--factor", choices=list(MODEL_PARTS), default=None,
+                      help="instead of archiving runs: compute the model-size study of the chapter 'What sets the "
+                           "recovery factor?' (models: the small CNN at several widths; resnet: ResNet-18-GN) at "
+                           "θ of matched accuracy, resumably, and archive it in results/archive/<profile>/factor-<part>/")
+    arch.add_argument("--all-protocols", action="store_true",
+                      help="with --factor: measure every protocol of the profile's Table I grid (default: the "
+                           "study's own list; ResNet-18-GN's has five)")
     arch.add_argument("--workers", type=int, default=2,
-                      help="with --verify or --stage: worker processes, an integer >= 1 (default 2)")
+                      help="with --verify, --stage or --factor: worker processes, an integer >= 1 (default 2)")
     return parser
 
 
@@ -146,7 +156,7 @@ def _plan(args) -> tuple:
         ray_backend.require_ray()
     profile = load_profile(args.profile, seeds=args.seeds, **_overrides(args))
     if args.command == "sweep":
-        bad = [e for e in args.experiments if e not in experiments.EXPERIMENTS]
+        bad = [e for e in args.experiments or [] if e not in experiments.EXPERIMENTS]
         if bad:
             raise ConfigError(f"--experiments: {bad} not allowed; choose from {list(experiments.EXPERIMENTS)}")
         return profile, experiments.all_configs(profile, args.experiments)
@@ -189,8 +199,23 @@ def main(argv: list[str] | None = None) -> int:
             return _error("--runs is used with --verify only")
         if args.workers < 1:
             return _error(f"--workers must be >= 1; got {args.workers}")
-        if args.verify and args.stage:
-            return _error("give --verify or --stage, not both")
+        if sum([args.verify, args.stage, args.factor is not None]) > 1:
+            return _error("give one of --verify, --stage and --factor")
+        if args.all_protocols and args.factor is None:
+            return _error("--all-protocols is used with --factor only")
+        if args.factor is not None:
+            try:
+                dest = archive.archive_factor_study(
+                    args.profile, args.factor, workers=args.workers, all_protocols=args.all_protocols,
+                    data_path=absolute_path(args.data_path) if args.data_path else None)
+            except KeyboardInterrupt:
+                print("\nmaskfed: interrupted; rerun the same command to resume: every finished θ path and "
+                      "measurement is kept in results/central/ and results/factor/", file=sys.stderr)
+                return 130
+            except (*INPUT_ERRORS, RuntimeError) as exc:
+                return _error(exc)
+            print(f"archived the {args.factor} study of profile {args.profile} in {dest}", file=sys.stderr)
+            return 0
         if args.stage:
             try:
                 dest = archive.archive_stage_study(args.profile, workers=args.workers)

@@ -211,6 +211,13 @@ def select(results: list[RunResult], configs: list[RunConfig]) -> list[RunResult
     return [by_what[_what(c)] for c in configs if _what(c) in by_what]
 
 
+def select_keyed(results: list[RunResult], configs: dict) -> dict:
+    """``{key: run}`` for every entry of ``configs`` (``{key: RunConfig}``) whose configuration has a run
+    among ``results``, compared as :func:`select` does; entries without a run are left out."""
+    by_what = {_what(r.config): r for r in results}
+    return {k: by_what[_what(c)] for k, c in configs.items() if _what(c) in by_what}
+
+
 def missing_runs(profile_name: str, results: list[RunResult] | None = None) -> list[str]:
     """Labels of the profile's runs (every experiment) that ``results`` (default: its archive) lacks."""
     results = load_archive(profile_name) if results is None else results
@@ -318,7 +325,7 @@ def default_sample(results: list[RunResult], profile_name: str) -> list[RunResul
 
     prof = load_profile(profile_name)
     picked: dict = {}
-    for e in experiments.EXPERIMENTS:
+    for e in prof.experiments:
         runs = [r for r in select(results, experiments.configs(prof, e)) if r.path.name not in picked]
         if runs:
             best = min(runs, key=lambda r: (run_cost(r.config), r.config.seed, r.path.name))
@@ -646,4 +653,121 @@ def load_stage_study(profile_name: str) -> ArchivedStudy | None:
                              json.loads((root / "provenance.json").read_text()))
     except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
         warnings.warn(f"archive {profile_name}: skipping malformed stage study {root}: {exc}", stacklevel=2)
+        return None
+
+
+# --------------------------------------------------------------------------- archived factor studies
+
+#: Files of an archived model-size study (:func:`archive_factor_study`), all small CSV and JSON.
+FACTOR_FILES = ("table.csv", "checkpoints.csv", "accuracy.csv", "spec.json", "provenance.json")
+
+
+def factor_dir(profile_name: str, part: str) -> Path:
+    """Folder of a profile's archived model-size study ``part``: ``archive_dir()/<profile>/factor-<part>/``."""
+    return archive_dir() / profile_name / f"factor-{part}"
+
+
+def how_to_make_factor(profile_name: str, part: str) -> str:
+    """The command that computes (resumably) and archives a model-size study."""
+    return f"maskfed archive --profile {profile_name} --factor {part}"
+
+
+@dataclass
+class ArchivedFactor:
+    """A model-size study kept in the archive, as the chapter "What sets the recovery factor?" reads it."""
+
+    profile: str
+    part: str                  # "models" (the small CNN's widths) or "resnet" (ResNet-18-GN)
+    table: pd.DataFrame        # factor_axes.ModelStudy.table
+    checkpoints: pd.DataFrame  # factor_axes.ModelStudy.checkpoints
+    accuracy: pd.DataFrame     # factor_axes.ModelStudy.accuracy
+    spec: "factor_axes.ModelStudySpec"
+    provenance: dict           # code hashes, commit, machine, packages, wall and compute time, trajectory, settings
+
+    def text(self) -> str:
+        """One sentence of provenance for the book, saying when the run code has changed since."""
+        p = self.provenance
+        s = (f"computed {p['finished_utc'][:10]} on {_device({'machine': p['machine']})} at commit {p['commit']} "
+             f"(run code {p['code_hash']}; {p['compute_s'] / 3600:.1f} h of compute in all, {p['wall_s'] / 3600:.1f} h "
+             f"for the last command)")
+        if p["code_hash"] != provenance.code_hash():
+            s += f"; the run code has changed since (this checkout's is {provenance.code_hash()})"
+        return s + "."
+
+
+def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, progress: bool = True,
+                         all_protocols: bool = False, data_path: str | None = None) -> Path:
+    """Compute a profile's model-size study ``part`` (:func:`maskfed.fl.factor_axes.model_study` with
+    :func:`maskfed.fl.factor_axes.model_spec`; every θ path and measurement cached, so a killed
+    command resumes) and keep it in :func:`factor_dir` (:data:`FACTOR_FILES`), replacing an older one.
+
+    θ of a "fedavg" model come from the profile's archived stage-ladder trajectory of its first seed
+    (:func:`ladder_trajectories`) when the archive holds it, else from its run in ``results/runs``
+    (trained when missing).
+
+    Raises:
+        ConfigError: a profile or part without a study (naming those defined).
+    """
+    import time
+    from datetime import datetime, timezone
+
+    from maskfed.fl import central, factor_axes, pool_gram, runner
+
+    spec = factor_axes.model_spec(profile_name, part, all_protocols=all_protocols)
+    prof = load_profile(profile_name, data_path=data_path)
+    trajectory = ladder_trajectories(profile_name).get(prof.seeds[0]) if any(
+        m.source == "fedavg" for m in spec.models) else None
+    t0 = time.perf_counter()
+    study = factor_axes.model_study(prof, spec, trajectory=trajectory, workers=workers, progress=progress)
+    git = provenance.git_state()
+    prov = {"profile": profile_name, "part": part, "code_hash": provenance.code_hash(),
+            "gram_code_hash": provenance.code_hash_with(*pool_gram.GRAM_MODULES),
+            "central_code_hash": provenance.code_hash_with(*central.CENTRAL_MODULES),
+            "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
+            "packages": provenance.package_versions(),
+            "machine": provenance.machine(str(runner.resolve_device(prof.run(prof.seeds[0]).device))), "workers": workers,
+            "trajectory": None if trajectory is None else trajectory.name,
+            "wall_s": time.perf_counter() - t0, "compute_s": study.compute_s,
+            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    dest = factor_dir(profile_name, part)
+    tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    study.table.to_csv(tmp / "table.csv", index=False)
+    study.checkpoints.to_csv(tmp / "checkpoints.csv", index=False)
+    study.accuracy.to_csv(tmp / "accuracy.csv", index=False)
+    (tmp / "spec.json").write_text(spec.model_dump_json(indent=2))
+    (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return dest
+
+
+def load_factor_study(profile_name: str, part: str) -> ArchivedFactor | None:
+    """A profile's archived model-size study ``part``, or None when there is none (a malformed one
+    is skipped with a :class:`UserWarning` naming the folder and the reason)."""
+    from maskfed.fl import factor_axes
+
+    _check_profile(profile_name)
+    root = factor_dir(profile_name, part)
+    if not root.is_dir():
+        return None
+    try:
+        missing = [f for f in FACTOR_FILES if not (root / f).is_file()]
+        if missing:
+            raise ValueError(f"missing {missing}")
+        prov = json.loads((root / "provenance.json").read_text())
+        absent = [k for k in ("code_hash", "commit", "machine", "finished_utc", "wall_s", "compute_s") if k not in prov]
+        if absent:
+            raise ValueError(f"provenance.json lacks {absent}")
+        table = pd.read_csv(root / "table.csv", dtype={"batch_size": str})
+        lacking = [c for c in ("model", "width", "params", "source", "target", "test_acc", "batch_size",
+                               "local_epochs", "recovery_unweighted") if c not in table.columns]
+        if lacking:
+            raise ValueError(f"table.csv lacks columns {lacking}")
+        return ArchivedFactor(profile_name, part, table, pd.read_csv(root / "checkpoints.csv"),
+                              pd.read_csv(root / "accuracy.csv"),
+                              factor_axes.ModelStudySpec(**json.loads((root / "spec.json").read_text())), prov)
+    except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
+        warnings.warn(f"archive {profile_name}: skipping malformed factor study {root.name}: {exc}", stacklevel=2)
         return None

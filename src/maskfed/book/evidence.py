@@ -89,7 +89,7 @@ def archived_evidence(profile_name: str, *, stage_table: pd.DataFrame | None = N
     if not runs:
         return None
     prof = load_profile(profile_name)
-    parts = {e: archive.select(runs, experiments.configs(prof, e)) for e in experiments.EXPERIMENTS}
+    parts = {e: archive.select(runs, experiments.configs(prof, e)) for e in ("table1", "table2", "control")}
     return profile_evidence(archive.column_name(profile_name), parts["table1"], parts["table2"], parts["control"],
                             stage_table=stage_table, n_boot=n_boot, note=describe(runs))
 

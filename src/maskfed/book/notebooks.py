@@ -236,6 +236,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.profile not in PROFILES:
         parser.error(f"--profile must be one of {list(PROFILES)}; got {args.profile!r}")
+    if not load_profile(args.profile).builds_book:
+        book = [p for p in PROFILES if load_profile(p).builds_book]
+        parser.error(f"profile {args.profile!r} only computes runs to archive (its experiments: "
+                     f"{', '.join(load_profile(args.profile).experiments)}); build the book with one of {book}")
     known = sorted(p.stem for p in NOTEBOOK_DIR.glob("*.md"))
     unknown = [n for n in args.names if n not in known]
     if unknown:  # all names checked before the first notebook runs

@@ -134,3 +134,106 @@ def branches(branch: pd.DataFrame, *, ax: plt.Axes | None = None) -> plt.Axes:
     ax.set_xlabel("round (ladder round + branch round)")
     ax.set_ylabel("1/Δ_S (one cohort a round)")
     return ax
+
+
+def cohort_size(eq12: dict[str, pd.DataFrame], *, axes=None):
+    """The cohort-size axis: measured 1/Δ_S (left) and its share of the ceiling, (1/Δ_S)/K_c (right),
+    against K_c on log axes, one colour per protocol: markers are medians over cohorts, bars their
+    interquartile range, lines eq. 12 with r measured at one K_c; the grey dashed line is K_c itself.
+
+    Args:
+        eq12: ``{protocol name: maskfed.fl.factor_axes.eq12_table(...)}``.
+        axes: two matplotlib axes (None: a new figure).
+
+    Returns:
+        The two axes.
+    """
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(10.5, 4.0))
+    left, right = axes
+    for i, (name, t) in enumerate(eq12.items()):
+        t = t.sort_values("k_c")
+        for ax, (v, q1, q3, p) in ((left, ("median", "q1", "q3", "predicted")),
+                                   (right, ("share", "share_q1", "share_q3", "predicted_share"))):
+            ax.errorbar(t["k_c"], t[v], yerr=[t[v] - t[q1], t[q3] - t[v]], fmt="o", ms=5, capsize=2, color=f"C{i}",
+                        label=f"{name}, measured")
+            ax.plot(t["k_c"], t[p], "-", color=f"C{i}", lw=1, label=f"{name}, eq. 12 (r = {t['r'].iloc[0]:.3g})")
+    ks = sorted({int(k) for t in eq12.values() for k in t["k_c"]})
+    left.plot(ks, ks, "--", color="0.6", lw=1, label="ceiling K_c")
+    right.axhline(1, color="0.6", ls="--", lw=1)
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        plain_log_ticks(ax, "x")
+        ax.set_xlabel("cohort size K_c (clients)")
+    _plain_if_short(left)
+    _plain_if_short(right)
+    left.set_ylabel("recovery factor 1/Δ_S (unweighted)")
+    right.set_ylabel("share recovered, (1/Δ_S)/K_c")
+    left.legend(fontsize=6.5)
+    return axes
+
+
+def step_size(table: pd.DataFrame, *, ax: plt.Axes | None = None) -> plt.Axes:
+    """The step-size axis: median 1/Δ_S over cohorts (bars: interquartile range) against lr, log
+    axes, one line per (batch size, τ); solid lines are full batch, and the large-minibatch cells
+    (measured at two lr only) are markers without a line.
+
+    Args:
+        table: :func:`maskfed.fl.factor_axes.lr_axis` output.
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.0))
+    for i, ((bs, tau), g) in enumerate(table.groupby(["batch_size", "local_epochs"], sort=False)):
+        g = g.sort_values("lr")
+        v = g["recovery_unweighted"]
+        ax.errorbar(g["lr"], v, yerr=[v - g["recovery_unweighted_q1"], g["recovery_unweighted_q3"] - v],
+                    marker=MARKERS.get(str(bs), "D"), ms=5, capsize=2, color=f"C{i}",
+                    ls=("-" if str(bs) == "full" else "--") if len(g) > 2 else "none", label=f"bs={bs}, τ={tau}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    plain_log_ticks(ax, "x")
+    _plain_if_short(ax)
+    ax.set_xlabel("SGD step size lr")
+    ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
+    ax.legend(fontsize=7)
+    return ax
+
+
+def recovery_vs_parameters(table: pd.DataFrame, *, ax: plt.Axes | None = None, paper: pd.Series | None = None,
+                           target: float | None = None) -> plt.Axes:
+    """Median 1/Δ_S over cohorts against the model's parameter count (log axes) at θ of one target
+    accuracy, one colour per protocol (solid lines: full batch); hollow markers are θ reached by
+    FedAvg, filled ones by centralised SGD. ``paper``: the row of
+    :func:`maskfed.fl.factor_axes.paper_overview` (its name holds ResNet-18-GN's parameter count; index:
+    protocol labels), without its cliff, drawn as grey crosses at that count (each protocol at its own
+    accuracy).
+
+    Args:
+        table: rows of :attr:`maskfed.fl.factor_axes.ModelStudy.table` (one or several studies).
+        target: the target accuracy shown (None: every row of ``table``).
+    """
+    from maskfed.fl.factor_axes import protocol_label
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.2))
+    t = table if target is None else table[table["target"] == target]
+    for i, ((bs, tau), g) in enumerate(t.groupby(["batch_size", "local_epochs"], sort=False)):
+        for source, gs in g.groupby("source"):
+            gs = gs.sort_values("params")
+            v = gs["recovery_unweighted"]
+            ax.errorbar(gs["params"], v, yerr=[v - gs["recovery_unweighted_q1"], gs["recovery_unweighted_q3"] - v],
+                        marker=MARKERS.get(str(bs), "D"), ms=5, capsize=2, color=f"C{i}",
+                        mfc="none" if source == "fedavg" else f"C{i}", ls="-" if str(bs) == "full" else "--",
+                        label=protocol_label(bs, tau) if source == "centralised" or g["source"].nunique() == 1 else None)
+    if paper is not None:
+        x = paper.name[1] if isinstance(paper.name, tuple) else paper.name  # paper_overview's row: its parameter count
+        ax.scatter([x] * len(paper), paper.to_numpy(), marker="x", color="0.45", s=30, zorder=3,
+                   label="paper's Table I (own trajectories)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _plain_if_short(ax)
+    ax.set_xlabel("parameters P (count)")
+    ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
+    ax.legend(fontsize=6.5, ncol=2)
+    return ax

@@ -23,8 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 BatchSize = Union[int, Literal["full"]]
 #: Profile names (``profiles/<name>.yaml``); ``cpu-long`` is the cpu profile run 4x longer and ``cpu-paper``
-#: the paper's protocol (200 rounds, 3 seeds) with the cpu profile's model, both meant to be archived.
-PROFILES = ("smoke", "cpu", "cpu-long", "cpu-paper", "paper")
+#: the paper's protocol (200 rounds, 3 seeds) with the cpu profile's model, both meant to be archived;
+#: ``cpu-masked`` holds only the masked-training runs at cpu-paper's settings (archived, not a book profile).
+PROFILES = ("smoke", "cpu", "cpu-long", "cpu-paper", "cpu-masked", "paper")
+#: Experiments a profile can name (:attr:`Profile.experiments`; :mod:`maskfed.fl.experiments` builds their runs).
+EXPERIMENT_NAMES = ("table1", "table2", "control", "masked")
 #: RunConfig fields that change no result and so stay out of :meth:`RunConfig.key`.
 NOT_IN_KEY = ("checkpoint_every",)
 
@@ -250,6 +253,30 @@ def describe_errors(exc: ValidationError) -> str:
     return "invalid run configuration:\n  " + "\n  ".join(lines)
 
 
+def make_settings(cls: type[BaseModel], defaults: dict, fields: dict, what: str) -> BaseModel:
+    """A settings model ``cls`` from ``defaults`` with ``fields`` (None: not given) replacing them, for the
+    studies' own settings (the stage study's, the factor axes', centralised SGD's).
+
+    Args:
+        cls: the pydantic model of the settings.
+        defaults: its values by default (e.g. a profile's).
+        fields: values given, None for "not given".
+        what: how the settings are named in messages ("stage settings").
+
+    Raises:
+        ConfigError: unknown fields (listing the allowed ones) or invalid values, naming the parameter
+            and what is allowed.
+    """
+    given = {k: v for k, v in fields.items() if v is not None}
+    unknown = sorted(set(given) - set(cls.model_fields))
+    if unknown:
+        raise ConfigError(f"unknown {what} {unknown}; allowed: {', '.join(cls.model_fields)}")
+    try:
+        return cls(**{**defaults, **given})
+    except ValidationError as exc:
+        raise ConfigError(describe_errors(exc).replace("run configuration", what)) from None
+
+
 #: RunConfig fields that a setting never reads: field -> (unused when, why). A value given
 #: explicitly for such a field is refused (it would be dropped without a word).
 UNUSED_WHEN = {
@@ -304,6 +331,20 @@ class Table2Spec(BaseModel):
     local_epochs: int = 2
 
 
+class MaskedSpec(BaseModel):
+    """The masked-training comparison of a profile (past the paper's limits, limitation 3; ours): every
+    protocol × keep probability × mask mode × seed, each a run with ``mask_keep_prob``/``mask_mode``
+    (:func:`maskfed.fl.masked_training.profile_configs`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    protocols: dict[str, tuple[BatchSize, int]]  # name -> (batch size or "full", local epochs τ)
+    keep_probs: list[float] = [1.0, 0.5]         # keep probabilities p of a block; 1: no mask
+    modes: list[Literal["independent", "shared"]] = ["independent", "shared"]  # mask modes compared at each p < 1
+    sharpness_iters: int = Field(20, ge=1)       # power iterations and Hutchinson probes on the final model
+    hessian_batch: int = Field(512, ge=1)        # training images in the fixed Hessian batch (seeded by the seed)
+    hessian_every: int = Field(10, ge=0)         # rounds between Hessian-weighted recovery factors (unmasked runs); 0: never
+
+
 class Profile(BaseModel):
     """A named bundle of settings for the whole book (``profiles/<name>.yaml``)."""
 
@@ -317,7 +358,23 @@ class Profile(BaseModel):
     table1: Table1Spec = Table1Spec()
     table2: Table2Spec = Table2Spec()
     control: dict = {"partition": "identical", "identical_client_seeds": True}
+    # what `maskfed sweep` and `maskfed archive` compute for this profile; the book's chapters need the first three
+    experiments: list[Literal["table1", "table2", "control", "masked"]] = ["table1", "table2", "control"]
+    masked: MaskedSpec | None = None  # the masked-training runs (experiment "masked"); None: none
     overrides: dict[str, Any] = {}   # base fields the user set explicitly (load_profile); never set in yaml
+
+    @model_validator(mode="after")
+    def _masked_needs_its_spec(self) -> "Profile":
+        if "masked" in self.experiments and self.masked is None:
+            raise ValueError("experiments include 'masked' but the profile has no masked: section "
+                             "(protocols, keep_probs, modes, ...)")
+        return self
+
+    @property
+    def builds_book(self) -> bool:
+        """Whether the book's chapters can be built with this profile (its experiments include Tables I and II
+        and the control); ``cpu-masked`` only computes runs to archive."""
+        return {"table1", "table2", "control"} <= set(self.experiments)
 
     @field_validator("seeds")
     @classmethod

@@ -10,30 +10,36 @@ import pandas as pd
 
 from maskfed import preflight
 
-from maskfed.fl import runner, summary
-from maskfed.fl.config import Profile, RunConfig
+from maskfed.fl import masked_training, runner, summary
+from maskfed.fl.config import EXPERIMENT_NAMES, Profile, RunConfig
 
-EXPERIMENTS = ("table1", "table2", "control")
+#: Every experiment a profile can compute; a profile's own list is :attr:`maskfed.fl.config.Profile.experiments`.
+EXPERIMENTS = EXPERIMENT_NAMES
 #: Columns of Tables I and II, in the paper's order.
 TABLE_COLUMNS = ["T_mean", "recovery_unweighted", "recovery_weighted", "mu2_hat", "sigma2_hat", "test_acc",
                  "pct_rounds_below_one"]
 
 
 def configs(profile: Profile, experiment: str) -> list[RunConfig]:
-    """Run configurations of one experiment ("table1", "table2" or "control").
+    """Run configurations of one experiment ("table1", "table2", "control" or "masked").
 
     Raises:
         ValueError: unknown experiment name.
+        ConfigError: "masked" for a profile without a ``masked:`` section.
     """
     if experiment not in EXPERIMENTS:
         raise ValueError(f"experiment must be one of {list(EXPERIMENTS)}; got {experiment!r}")
+    if experiment == "masked":
+        return list(masked_training.profile_configs(profile).values())
     return {"table1": profile.table1_configs, "table2": profile.table2_configs,
             "control": profile.control_configs}[experiment]()
 
 
-def all_configs(profile: Profile, experiments=EXPERIMENTS) -> list[RunConfig]:
-    """Every distinct run the given experiments need (shared runs listed once)."""
-    return list(dict.fromkeys(c for e in experiments for c in configs(profile, e)))
+def all_configs(profile: Profile, experiments=None) -> list[RunConfig]:
+    """Every distinct run the given experiments need (shared runs listed once); None: the profile's
+    own :attr:`~maskfed.fl.config.Profile.experiments`."""
+    names = profile.experiments if experiments is None else experiments
+    return list(dict.fromkeys(c for e in names for c in configs(profile, e)))
 
 
 def run(profile: Profile, experiment: str, *, workers: int | None = None, progress: bool = True):

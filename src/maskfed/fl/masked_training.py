@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from maskfed.fl.config import Profile, RunConfig
+from maskfed.fl.config import ConfigError, Profile, RunConfig
 from maskfed.fl.masking import check_keep_probability
 
 #: Summary columns of the final model: name in metrics.csv -> (label, whether larger is better).
@@ -81,6 +81,30 @@ def configs(profile: Profile, protocols: dict, keep_probs, modes, *, sharpness_i
     return out
 
 
+#: RunConfig fields the masked-training experiment sets for its runs (a user's value for one is refused).
+SETS = ("batch_size", "local_epochs", "mask_keep_prob", "mask_mode", "sharpness_iters", "hessian_batch", "hessian_every")
+
+
+def profile_configs(profile: Profile) -> dict[tuple[Setting, int], RunConfig]:
+    """The runs of a profile's ``masked:`` section (:class:`maskfed.fl.config.MaskedSpec`): :func:`configs`
+    of its protocols, keep probabilities and modes at every seed, on the profile's base (its rounds, K_c, model).
+
+    Raises:
+        ConfigError: the profile has no ``masked:`` section (naming the profile that has one), or the
+            user set a field the experiment sets (:data:`SETS`).
+    """
+    spec = profile.masked
+    if spec is None:
+        raise ConfigError(f"profile {profile.name!r} defines no masked-training runs (a masked: section in its yaml); "
+                          "the cpu-masked profile does: maskfed sweep --profile cpu-masked")
+    clash = sorted(set(profile.overrides) & set(SETS))
+    if clash:
+        raise ConfigError(f"experiment masked sets {clash} for its runs (profile key masked: in "
+                          f"src/maskfed/profiles/{profile.name}.yaml); a value given for them would be ignored")
+    return configs(profile, spec.protocols, spec.keep_probs, spec.modes, sharpness_iters=spec.sharpness_iters,
+                   hessian_every=spec.hessian_every, hessian_batch=spec.hessian_batch)
+
+
 def final_table(metrics: dict[tuple[Setting, int], pd.DataFrame]) -> pd.DataFrame:
     """One row per (setting, seed): the last round's test accuracy and sharpness.
 
@@ -112,6 +136,19 @@ def summary(final: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def _compare(r: pd.Series, b: pd.Series) -> list[tuple[str, float, str]]:
+    """(metric label, median difference r − b, verdict) of setting ``r`` against ``b`` on every final
+    metric, by the disjoint-range rule of :func:`verdicts`."""
+    out = []
+    for k, (label, larger_better) in FINAL_METRICS.items():
+        lo, hi, blo, bhi = r[f"{k}_min"], r[f"{k}_max"], b[f"{k}_min"], b[f"{k}_max"]
+        above, below = lo > bhi, hi < blo
+        good, bad = (above, below) if larger_better else (below, above)
+        out.append((label, r[f"{k}_median"] - b[f"{k}_median"], "better" if good else "worse" if bad else
+                    "within seed spread"))
+    return out
+
+
 def verdicts(summ: pd.DataFrame) -> pd.DataFrame:
     """Does a mask buy accuracy or flatness over p = 1 on the same protocol? A stated rule, ours.
 
@@ -132,15 +169,26 @@ def verdicts(summ: pd.DataFrame) -> pd.DataFrame:
         base = summ[(summ.protocol == r.protocol) & (summ.p == 1.0)]
         if base.empty:
             raise ValueError(f"protocol {r.protocol!r} has no unmasked (p = 1) runs to compare with")
-        b = base.iloc[0]
-        for k, (label, larger_better) in FINAL_METRICS.items():
-            lo, hi, blo, bhi = r[f"{k}_min"], r[f"{k}_max"], b[f"{k}_min"], b[f"{k}_max"]
-            above, below = lo > bhi, hi < blo
-            good, bad = (above, below) if larger_better else (below, above)
-            verdict = "better" if good else "worse" if bad else "within seed spread"
-            rows.append({"protocol": r.protocol, "p": r.p, "mode": r["mode"], "metric": label,
-                         "median difference": r[f"{k}_median"] - b[f"{k}_median"], "verdict": verdict})
+        rows += [{"protocol": r.protocol, "p": r.p, "mode": r["mode"], "metric": label, "median difference": diff,
+                  "verdict": verdict} for label, diff, verdict in _compare(r, base.iloc[0])]
     return pd.DataFrame(rows)
+
+
+def shared_vs_independent(summ: pd.DataFrame) -> pd.DataFrame:
+    """Does sharing the mask change accuracy or sharpness, against independent masks at the same p and
+    protocol? The rule of :func:`verdicts` ("better": the shared range lies wholly on the good side).
+
+    Returns:
+        One row per (protocol, p < 1) with both modes and metric: protocol, p, metric, median
+        difference (shared minus independent), verdict.
+    """
+    rows = []
+    for (proto, p), g in summ[summ.p < 1].groupby(["protocol", "p"], sort=False):
+        modes = g.set_index("mode")
+        if {"shared", "independent"} <= set(modes.index):
+            rows += [{"protocol": proto, "p": p, "metric": label, "median difference": diff, "verdict": verdict}
+                     for label, diff, verdict in _compare(modes.loc["shared"], modes.loc["independent"])]
+    return pd.DataFrame(rows, columns=["protocol", "p", "metric", "median difference", "verdict"])
 
 
 def answer(verd: pd.DataFrame) -> str:

@@ -41,7 +41,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch.nn.utils import parameters_to_vector
 from tqdm import tqdm
 
@@ -49,7 +49,7 @@ from maskfed import provenance
 
 from maskfed.fl import cohort as cohort_mod
 from maskfed.fl import fedavg, runner
-from maskfed.fl.config import ConfigError, Profile, RunConfig, describe_errors
+from maskfed.fl.config import ConfigError, Profile, RunConfig, make_settings
 from maskfed.fl.models import build_model
 from maskfed.paths import results_dir
 
@@ -116,14 +116,7 @@ def make_spec(profile: str, **fields) -> StageSpec:
     Raises:
         ConfigError: unknown fields or invalid values, naming the parameter and what is allowed.
     """
-    given = {k: v for k, v in fields.items() if v is not None}
-    unknown = sorted(set(given) - set(StageSpec.model_fields))
-    if unknown:
-        raise ConfigError(f"unknown stage settings {unknown}; allowed: {', '.join(StageSpec.model_fields)}")
-    try:
-        return StageSpec(**{**PROFILE_DEFAULTS.get(profile, {}), **given})
-    except ValidationError as exc:
-        raise ConfigError(describe_errors(exc).replace("run configuration", "stage settings")) from None
+    return make_settings(StageSpec, PROFILE_DEFAULTS.get(profile, {}), fields, "stage settings")
 
 
 # --------------------------------------------------------------------------- pure pieces

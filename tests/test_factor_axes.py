@@ -1,0 +1,253 @@
+"""What sets the recovery factor: cohorts from a Gram matrix, eq. 12 across cohort sizes, the step-size
+rule and the lr -> 0 limit, the model-size tables, and the smoke axes and study, archived and shown."""
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from maskfed import cli
+from maskfed.book import archive
+from maskfed.fl import diversity, factor_axes as fa, fedavg, stage
+from maskfed.fl.config import ConfigError, load_profile
+
+
+@pytest.fixture
+def dirs(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("MASKFED_ARCHIVE_DIR", str(tmp_path / "archive"))
+    return tmp_path
+
+
+def _deltas(k=6, p=20, seed=0, signal=1.0):
+    g = torch.Generator().manual_seed(seed)
+    mu = signal * torch.randn(p, generator=g, dtype=torch.float64)
+    return mu + torch.randn(k, p, generator=g, dtype=torch.float64)
+
+
+# ---------------------------------------------------------------- pure pieces
+
+def test_cohort_metrics_from_the_gram_equal_the_round_metrics_of_each_cohort():
+    # prepare: 6 clients' updates and unequal shards; cohorts of 2 and 4
+    d, n = _deltas(), np.array([10, 20, 30, 40, 50, 60])
+    gram = diversity.gram_matrix(d)
+    cohorts = np.array([[0, 3, 4, 5], [1, 2, 3, 5]])
+    # execute
+    rows = fa.cohort_metrics(gram, n, cohorts)
+    # assert
+    for row, c in zip(rows.itertuples(), cohorts):
+        direct = fedavg.round_metrics(d[c], n[c])
+        for m in fa.METRICS + ("A", "B"):
+            assert getattr(row, m) == pytest.approx(direct[m], rel=1e-12), m
+    assert rows["k_c"].tolist() == [4, 4] and rows["cohort"].tolist() == ["0 3 4 5", "1 2 3 5"]
+    with pytest.raises(ValueError, match="K_c >= 2"):
+        fa.cohort_metrics(gram, n, np.array([[0], [1]]))
+    with pytest.raises(ValueError, match=r"must lie in 0..5"):
+        fa.cohort_metrics(gram, n, np.array([[0, 6]]))
+
+
+def test_draw_cohorts_are_seeded_subsets_and_the_whole_pool_once():
+    c = fa.draw_cohorts(10, 3, 50, seed=1)
+    assert c.shape == (50, 3) and all(len(set(r)) == 3 for r in c) and c.max() < 10
+    assert np.array_equal(c, fa.draw_cohorts(10, 3, 50, seed=1))
+    assert not np.array_equal(c, fa.draw_cohorts(10, 3, 50, seed=2))
+    assert fa.draw_cohorts(10, 10, 50, seed=1).tolist() == [list(range(10))]
+    with pytest.raises(ValueError, match=r"k_c \(K_c = 11\) must be between 2 and the pool size 10"):
+        fa.draw_cohorts(10, 11, 5, seed=0)
+
+
+def test_eq12_with_r_from_one_size_is_exact_in_expectation_at_every_size():
+    # prepare: a pool of 6 clients, every cohort of every size enumerated (the exact expectation over
+    # cohorts drawn without replacement)
+    d = _deltas(signal=0.4)
+    gram, n = diversity.gram_matrix(d), np.full(6, 50)
+    table = pd.concat([fa.cohort_metrics(gram, n, np.array(list(itertools.combinations(range(6), k))))
+                       for k in range(2, 7)], ignore_index=True)
+    # execute: r from the cohorts of 3
+    eq12 = fa.eq12_table(table, ref_kc=3).set_index("k_c")
+    # assert: K_c E[B]/E[A] is eq. 12 at every K_c, and at K_c = N it is 1/Δ_S of the whole pool
+    assert eq12["ratio_of_means"].to_numpy() == pytest.approx(eq12["predicted"].to_numpy(), rel=1e-10)
+    assert eq12.loc[6, "median"] == pytest.approx(eq12.loc[6, "predicted"], rel=1e-10)
+    assert eq12.loc[6, "median"] == pytest.approx(diversity.recovery_factor(d), rel=1e-12)
+    # E[σ̂²] is the pool's variance S² (divisor N − 1) at every K_c
+    s2 = float(((d - d.mean(0)) ** 2).sum() / 5)
+    assert table.groupby("k_c")["sigma2_hat"].mean().to_numpy() == pytest.approx(s2, rel=1e-10)
+    assert eq12["share"].to_numpy() == pytest.approx((eq12["median"] / eq12.index).to_numpy())
+    with pytest.raises(ValueError, match="ref_kc = 9 has no cohorts"):
+        fa.eq12_table(table, ref_kc=9)
+
+
+def test_share_falls_only_when_it_falls_at_every_step():
+    assert fa.share_falls(pd.DataFrame({"k_c": [2, 5, 10], "share": [0.9, 0.5, 0.2]}))
+    assert not fa.share_falls(pd.DataFrame({"k_c": [10, 2, 5], "share": [0.2, 0.9, 0.95]}))
+
+
+def _cell(bs, lr, med, q1, q3):
+    return {"batch_size": str(bs), "local_epochs": 1, "lr": lr, "recovery_unweighted": med,
+            "recovery_unweighted_q1": q1, "recovery_unweighted_q3": q3}
+
+
+def test_lr_rule_names_the_closest_pair_and_when_it_is_clear():
+    # A: bs 32 at 0.01 = 1.20 [1.10, 1.30]; B: bs 128 at 0.01; C: bs 128 at 0.04 (the same lr/bs as A)
+    def cells(b, c):
+        return pd.DataFrame([_cell(32, 0.01, 1.20, 1.10, 1.30), _cell(128, 0.01, b, b - 0.1, b + 0.1),
+                             _cell(128, 0.04, c, c - 0.1, c + 0.1)])
+
+    def rule(t):
+        v = fa.lr_verdict(t, small_bs=32, large_bs=128, lr=0.01, factor=4)
+        return v["closer"], v["clear"]
+
+    # the same lr/bs within A's IQR (0.20), the other pairs beyond it
+    v = fa.lr_verdict(cells(1.50, 1.25), small_bs=32, large_bs=128, lr=0.01, factor=4)
+    assert (v["closer"], v["clear"]) == ("lr/bs", True) and v["iqr"] == pytest.approx(0.20)
+    assert v["differences"] == pytest.approx({"step size": 0.30, "lr/bs": 0.05, "batch size": 0.25})
+    assert rule(cells(1.25, 1.60)) == ("step size", True)      # the batch changes nothing at a fixed step
+    assert rule(cells(1.60, 1.62)) == ("batch size", True)     # the larger batch: the same factor at both steps
+    assert rule(cells(1.28, 1.25)) == ("batch size", False)    # |B − C| = 0.03 closest, but all three within A's IQR
+    with pytest.raises(KeyError, match="no τ = 1 cell with batch size 64"):
+        fa.lr_verdict(cells(1.5, 1.25), small_bs=64, large_bs=128, lr=0.01, factor=2)
+    assert set(fa.LR_VERDICTS) == {(c, k) for c in ("step size", "lr/bs", "batch size") for k in (True, False)}
+
+
+def test_lr_cells_are_the_issues_grid():
+    cpu = load_profile("cpu")
+    spec = fa.make_axes_spec("cpu")
+    cells = fa.lr_cells(cpu, spec)
+    assert fa.minibatches(cpu) == (32, 128)
+    assert {(bs, lr) for bs, tau, lr in cells if tau == 1 and bs != 128} == \
+        {(bs, lr) for bs in ("full", 32) for lr in (0.0025, 0.005, 0.01, 0.02, 0.04)}
+    assert [(bs, lr) for bs, _, lr in cells if bs == 128] == [(128, 0.01), (128, 0.04)]
+    with pytest.raises(ConfigError, match=r"unknown axis settings \['pools'\]"):
+        fa.make_axes_spec("cpu", pools=3)
+    with pytest.raises(ConfigError, match="cohort_sizes must be K_c values >= 2"):
+        fa.make_axes_spec("cpu", cohort_sizes=[1, 5])
+
+
+def test_lr_to_zero_gives_the_full_batch_gradient_limit_on_least_squares():
+    # prepare: linear least squares, loss_k(θ) = ‖X_k θ − y_k‖² / (2 n_k); τ = 3 full-batch GD steps give
+    # Δ_k = (I − (I − lr H_k)^τ)(θ − θ*_k), which tends to lr τ g_k with g_k = H_k (θ − θ*_k) as lr → 0
+    g = torch.Generator().manual_seed(0)
+    d, tau, pool_size = 4, 3, 5
+    shards = [(torch.randn(12 + k, d, generator=g, dtype=torch.float64),
+               torch.randn(12 + k, generator=g, dtype=torch.float64)) for k in range(pool_size)]
+    theta = torch.randn(d, generator=g, dtype=torch.float64)
+    n = np.array([len(y) for _, y in shards])
+    cohorts = np.array(list(itertools.combinations(range(pool_size), 3)))
+
+    def gd(lr, x, y):
+        def update(th, k, gen):
+            x, y = shards[k]
+            w = th.clone()
+            for _ in range(tau):
+                w = w - lr * x.T @ (x @ w - y) / len(y)
+            return th - w
+        return update
+
+    grads = torch.stack([x.T @ (x @ theta - y) / len(y) for x, y in shards])
+    limit = fa.cohort_metrics(diversity.gram_matrix(grads), n, cohorts)["recovery_unweighted"].to_numpy()
+    # execute: the step-size axis's measurement at lr → 0
+    errors = []
+    for lr in (0.3, 0.1, 0.01, 0.001):
+        gram = diversity.gram_matrix(stage.pool_updates(gd(lr, None, None), theta, range(pool_size), [0] * pool_size))
+        measured = fa.cohort_metrics(gram, n, cohorts)["recovery_unweighted"].to_numpy()
+        errors.append(float(np.max(np.abs(measured / limit - 1))))
+    # assert: the error shrinks with lr, by about the factor lr shrinks, to within 1e-3 at lr = 0.001
+    assert all(a > b for a, b in zip(errors, errors[1:]))
+    assert errors[-1] < 1e-3 and errors[-2] / errors[-1] > 5
+    # identical shards (identical gradients): K_c at every lr, the ceiling
+    same = [shards[0]] * pool_size
+    for lr in (0.1, 0.001):
+        upd = lambda th, k, gen, lr=lr: th - (th - lr * same[k][0].T @ (same[k][0] @ th - same[k][1]) / 12)
+        gram = diversity.gram_matrix(stage.pool_updates(upd, theta, range(pool_size), [0] * pool_size))
+        assert fa.cohort_metrics(gram, n, cohorts)["recovery_unweighted"].to_numpy() == pytest.approx(3.0, rel=1e-12)
+
+
+def test_path_check_and_model_tables_on_a_hand_case():
+    # prepare: width 8 at one target, θ from both sources, two protocols
+    def row(source, bs, med, q1, q3, acc):
+        return {"model": "small_cnn_gn", "width": 8, "params": 17034, "source": source, "target": 0.45,
+                "test_acc": acc, "batch_size": bs, "local_epochs": 1, "recovery_unweighted": med,
+                "recovery_unweighted_q1": q1, "recovery_unweighted_q3": q3, "sigma2_hat": 1e-3, "mu2_hat": 2e-4}
+    table = pd.DataFrame([row("fedavg", "full", 6.0, 5.0, 7.0, 0.46), row("fedavg", "32", 1.2, 1.1, 1.3, 0.46),
+                          row("centralised", "full", 6.5, 5.5, 7.5, 0.45), row("centralised", "32", 1.5, 1.4, 1.6, 0.45)])
+    # execute
+    check = fa.path_check(table, model="small_cnn_gn", width=8).set_index("batch_size")
+    overview = fa.model_overview(table)
+    # assert: |6.5 − 6.0| <= 2 (within), |1.5 − 1.2| > 0.2 (not); cliffs 6/1.2 and 6.5/1.5
+    assert check.loc["full", "within"] and not check.loc["32", "within"]
+    assert check.loc["32", "difference"] == pytest.approx(0.3) and check.loc["32", "iqr_fedavg"] == pytest.approx(0.2)
+    assert list(overview.columns) == ["full, τ 1", "bs 32, τ 1", "cliff"]
+    assert overview["cliff"].to_numpy() == pytest.approx([5.0, 6.5 / 1.5])
+    assert fa.cliff_verdict(overview) == {"holds": 2, "measured": 2, "min": 6.5 / 1.5, "max": 5.0}
+    assert list(fa.model_signal_noise(table).columns.get_level_values(0).unique()) == ["sigma2_hat", "mu2_hat"]
+    paper = fa.paper_overview()
+    assert paper["full, τ 1"].iloc[0] == 8.96 and paper["cliff"].iloc[0] == pytest.approx(3.96 / 1.36)
+    assert paper.index[0][1] > 11_000_000
+
+
+def test_model_specs_are_the_issues_and_refuse_unknown_parts():
+    spec = fa.model_spec("cpu-paper", "models")
+    assert {(m.width, m.source) for m in spec.models} == {(8, "fedavg"), (8, "centralised"), (16, "centralised"),
+                                                          (32, "centralised")}
+    assert len(spec.protocols) == 9 and spec.targets == (0.35, 0.45, 0.55)
+    resnet = fa.model_spec("cpu-paper", "resnet")
+    assert set(resnet.protocols) == {("full", 1), ("full", 5), (128, 1), (32, 2), (32, 5)}
+    assert len(fa.model_spec("cpu-paper", "resnet", all_protocols=True).protocols) == 9
+    with pytest.raises(ConfigError, match="no model-size study is defined for profile 'cpu'"):
+        fa.model_spec("cpu", "models")
+    with pytest.raises(ConfigError, match=r"part must be one of \['models', 'resnet'\]"):
+        fa.model_spec("cpu-paper", "vit")
+    with pytest.raises(ValueError, match="width is given for model 'small_cnn_gn' only"):
+        fa.ModelSpec(model="resnet18_gn", width=8)
+
+
+# ---------------------------------------------------------------- the axes and the model-size study at smoke size
+
+def test_the_smoke_axes_and_study_run_and_are_archived_and_read_back(dirs):
+    smoke = load_profile("smoke")
+    # the cohort-size axis at the smoke profile's own θ: three protocols, every size, eq. 12 per protocol
+    spec = fa.make_axes_spec("smoke", cohort_draws=5)
+    ck, acc = fa.axes_theta(smoke, spec)
+    assert ck.reached and ck.test_acc >= spec.target and ck.when in acc["round"].tolist()
+    cohorts = fa.cohort_axis(smoke, ck, spec)
+    assert set(cohorts["protocol"]) == set(fa.cohort_protocols(smoke))
+    assert sorted(cohorts["k_c"].unique()) == [2, 5, 10]
+    # the model-size study, computed and archived by the CLI, then read back
+    assert cli.main(["archive", "--profile", "smoke", "--factor", "models", "--workers", "1"]) == 0
+    back = archive.load_factor_study("smoke", "models")
+    mspec = fa.model_spec("smoke", "models")
+    reached = back.checkpoints[back.checkpoints["reached"]]
+    assert len(back.table) == len(reached) * len(mspec.protocols)
+    assert set(back.table["source"]) == {"fedavg", "centralised"} and back.spec == mspec
+    assert back.provenance["compute_s"] > 0 and back.text().startswith("computed ")
+    assert set(back.table["batch_size"]) == {"full", "64", "16"}  # read as text
+    # the chapter shows the archived study (and names the part that is missing and how to make it)
+    import nbformat
+
+    from maskfed.book import notebooks
+
+    out = notebooks.execute("what_sets_the_factor", profile="smoke", out_dir=dirs / "nb",
+                            parameters={"models_from": "smoke", "models_live": False})
+    glued = {o["metadata"]["scrapbook"]["name"]: next(iter(o["data"].values()))
+             for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", [])
+             if "scrapbook" in o.get("metadata", {})}
+    assert "read from the smoke archive, computed " in glued["wf_models_where"]
+    assert "maskfed archive --profile smoke --factor resnet" in glued["wf_models_missing"]
+    assert "of the 3 θ" in glued["wf_found_model"]                 # widths 4 (both ways) and 2 at one accuracy
+    assert glued["wf_check_within"].strip("'").endswith(" of 3")  # the θ-path check: three protocols
+    # a damaged study is skipped with a warning; none at all is None
+    (archive.factor_dir("smoke", "models") / "spec.json").unlink()
+    with pytest.warns(UserWarning, match="malformed factor study factor-models"):
+        assert archive.load_factor_study("smoke", "models") is None
+    assert archive.load_factor_study("smoke", "resnet") is None
+
+
+def test_archive_command_refuses_mixed_modes(capsys):
+    assert cli.main(["archive", "--profile", "smoke", "--factor", "models", "--stage"]) == 2
+    assert "give one of --verify, --stage and --factor" in capsys.readouterr().err
+    assert cli.main(["archive", "--profile", "smoke", "--all-protocols"]) == 2
+    assert "--all-protocols is used with --factor only" in capsys.readouterr().err
+    assert cli.main(["archive", "--profile", "cpu", "--factor", "models"]) == 2
+    assert "no model-size study is defined for profile 'cpu'" in capsys.readouterr().err
