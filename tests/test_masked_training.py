@@ -98,6 +98,7 @@ def test_the_chapter_shows_the_archived_long_runs_beside_its_own(tmp_path, monke
 
     from maskfed import provenance
     from maskfed.book import archive, notebooks
+    from maskfed.fl import runner
     from maskfed.fl.config import load_profile
 
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
@@ -107,9 +108,12 @@ def test_the_chapter_shows_the_archived_long_runs_beside_its_own(tmp_path, monke
         folder.mkdir(parents=True)
         acc = 0.6 + 0.01 * seed + (0.1 if s.mode == "shared" else 0.0)
         last = lambda v: [np.nan] * (cfg.rounds - 1) + [v]  # noqa: E731
-        pd.DataFrame({"round": range(1, cfg.rounds + 1), "recovery_unweighted": 1.2, "recovery_weighted": 1.2,
-                      "mu2_hat": 1.0, "sigma2_hat": 2.0, "test_acc": acc, "sharpness_top_eig": last(10.0 + seed),
-                      "sharpness_trace": last(100.0 + seed)}).to_csv(folder / "metrics.csv", index=False)
+        given = {"round": range(1, cfg.rounds + 1), "recovery_unweighted": 1.2, "recovery_weighted": 1.2,
+                 "mu2_hat": 1.0, "sigma2_hat": 2.0, "test_acc": acc, "sharpness_top_eig": last(10.0 + seed),
+                 "sharpness_trace": last(100.0 + seed)}
+        # every column a run of this config writes (runner.expected_columns), the others filled with 1.0
+        pd.DataFrame({c: given.get(c, 1.0) for c in runner.expected_columns(cfg)}).to_csv(folder / "metrics.csv",
+                                                                                          index=False)
         (folder / "config.json").write_text(cfg.model_dump_json())
         (folder / "partition.json").write_text(json.dumps({"sizes": [1], "min": 1, "max": 1}))
         (folder / "provenance.json").write_text(json.dumps({

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from maskfed.fl import cohort as cohort_mod
 from maskfed.fl import diversity, factor_axes as fa, fedavg, pool_gram, stage
 from maskfed.fl.config import make_run_config
 from maskfed.fl.models import MODELS
@@ -46,7 +47,7 @@ def test_cohort_of_the_whole_pool_reproduces_the_direct_computation_on_all_clien
     for k in range(cfg.num_clients):
         gen = torch.Generator().manual_seed(fedavg.client_seed(cfg.seed, pool_gram.SHUFFLE_ROUND, k))
         idx = torch.as_tensor(data.parts[k])
-        deltas.append(fedavg.client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
+        deltas.append(cohort_mod.client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
                                            batch_size=cfg.batch_size, local_epochs=cfg.local_epochs, generator=gen)[0])
     direct = fedavg.round_metrics(torch.stack(deltas), [len(p) for p in data.parts])
     # execute: the cohort-size measurement (cached Gram, read back from its CSV) at K_c = the pool
@@ -67,7 +68,7 @@ def test_a_killed_measurement_resumes_after_its_last_finished_client(dirs, monke
     whole = pool_gram.measure_gram(cfg, theta, pool)
     # prepare: the same measurement elsewhere, killed while training its third client
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(dirs / "other"))
-    real, calls = fedavg.client_update, []
+    real, calls = cohort_mod.client_update, []
 
     def dies_on_third(*args, **kw):
         calls.append(1)
@@ -75,14 +76,14 @@ def test_a_killed_measurement_resumes_after_its_last_finished_client(dirs, monke
             raise KeyboardInterrupt
         return real(*args, **kw)
 
-    monkeypatch.setattr(fedavg, "client_update", dies_on_third)
+    monkeypatch.setattr(cohort_mod, "client_update", dies_on_third)
     with pytest.raises(KeyboardInterrupt):
         pool_gram.measure_gram(cfg, theta, pool)
     partial = pool_gram.gram_path(cfg, theta, pool).parent / f".partial-{pool_gram.gram_path(cfg, theta, pool).name}"
     assert sorted(p.name for p in partial.glob("client-*.pt")) == ["client-0.pt", "client-2.pt"]
     # execute: run again; only the two unfinished clients train
     calls.clear()
-    monkeypatch.setattr(fedavg, "client_update", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    monkeypatch.setattr(cohort_mod, "client_update", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
     again = pool_gram.measure_gram(cfg, theta, pool)
     # assert
     assert len(calls) == 2 and torch.equal(again.gram, whole.gram) and not partial.exists()

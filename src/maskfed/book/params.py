@@ -91,6 +91,8 @@ Fraction = Annotated[float, Field(ge=0, le=1)]
 Correlation = Annotated[float, Field(ge=0, lt=1)]
 #: A condition number, a finite number >= 1.
 ConditionNumber = Annotated[float, Field(ge=1, allow_inf_nan=False)]
+#: A switch: True or False (text such as "maybe" is refused, never read as a truth value).
+Flag = Annotated[bool, Refuses("maybe", 2)]
 #: Bootstrap replicates: an integer >= 100 (fewer give unstable 5 % and 95 % percentiles).
 Replicates = Annotated[int, Field(ge=100)]
 #: A build profile, one of :data:`maskfed.fl.config.PROFILES`.

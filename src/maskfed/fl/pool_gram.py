@@ -1,7 +1,7 @@
 """The Gram matrix of a pool's client updates at a fixed θ: measured once, cached, resumable.
 
 At a fixed θ every client of a pool trains once under a local protocol
-(:func:`maskfed.fl.fedavg.client_update`, the shuffles seeded by (seed, :data:`SHUFFLE_ROUND`,
+(:func:`maskfed.fl.cohort.client_update`, the shuffles seeded by (seed, :data:`SHUFFLE_ROUND`,
 client)), nothing is aggregated, and the Gram matrix G_kl = ⟨Δ_k, Δ_l⟩ of the updates is kept in
 float64. The recovery factor (eq. 3, 8) and the signal-noise split (eq. 13-14) of any cohort drawn
 from the pool need only G's submatrix and the shard sizes (:mod:`maskfed.fl.factor_axes`), so cohorts
@@ -36,6 +36,7 @@ from filelock import FileLock
 from tqdm import tqdm
 
 from maskfed import provenance
+from maskfed.fl import cohort as cohort_mod
 from maskfed.fl import diversity, fedavg, runner, stage
 from maskfed.fl.config import RunConfig, make_run_config
 from maskfed.fl.models import build_model, num_parameters
@@ -89,7 +90,7 @@ def load_gram(path: Path) -> GramResult:
 def measure_gram(cfg: RunConfig, theta_P: torch.Tensor, pool, *, label: str = "") -> GramResult:
     """Train every pool client once from θ under ``cfg``'s protocol and keep the Gram matrix of the updates.
 
-    Each client k trains with :func:`maskfed.fl.fedavg.client_update` on its shard of ``cfg``'s
+    Each client k trains with :func:`maskfed.fl.cohort.client_update` on its shard of ``cfg``'s
     partition, shuffling with ``fedavg.client_seed(cfg.seed, SHUFFLE_ROUND, k)`` (with
     ``identical_client_seeds`` every client uses client id 0's seed, as the control does).
     Finished clients' updates wait in ``.partial-<folder>/`` (one file each, written atomically):
@@ -126,7 +127,7 @@ def measure_gram(cfg: RunConfig, theta_P: torch.Tensor, pool, *, label: str = ""
                 idx = torch.as_tensor(data.parts[k], device=data.x_train.device)
                 gen = torch.Generator().manual_seed(
                     fedavg.client_seed(cfg.seed, SHUFFLE_ROUND, 0 if cfg.identical_client_seeds else k))
-                delta, loss, steps = fedavg.client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
+                delta, loss, steps = cohort_mod.client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
                                                           batch_size=cfg.batch_size, local_epochs=cfg.local_epochs,
                                                           generator=gen)
                 blob = {"delta": delta.detach().cpu(), "n_k": len(idx), "T": steps, "loss": loss,
