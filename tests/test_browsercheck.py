@@ -49,6 +49,10 @@ PAGES = {
                      {"desktop": {"missing-file", "image-missing"}, "phone": {"missing-file", "image-missing"}}),
     "wide": ("<div style='width:500px'>a wide block with no scroll box</div>",
              {"desktop": {"wider-than-column"}, "phone": {"wider-than-column"}}),
+    "closed_box": ("<style>.toggle-hidden { display: none }</style>"
+                   "<details><summary>more</summary><div style='width:500px'>wide, once opened</div></details>"
+                   "<div class='solution toggle-hidden'><div style='width:600px'>a hidden solution</div></div>",
+                   {"desktop": {"wider-than-column"}, "phone": {"wider-than-column"}}),
     "clipped": ("<div style='overflow:hidden;width:300px'><div style='width:500px'>cut off</div></div>",
                 {"desktop": {"clipped"}, "phone": {"clipped"}}),
     "scroll_box": ("<div style='overflow-x:auto'><table><tr><td style='min-width:500px'>wide table</td></tr></table></div>",

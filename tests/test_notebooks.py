@@ -105,3 +105,32 @@ def test_a_failed_notebook_never_replaces_the_books_page(tmp_path):
     failed = notebooks.failed_path("theory_01_notation", tmp_path)
     assert "ParameterError" in failed.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == [failed.name, page.name]
+
+
+def test_glue_only_cells_are_hidden_and_cells_with_other_code_stay_shown():
+    # prepare: a glue-only cell (plain and module glue, over two lines), a mixed one, a hidden one
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('glue("a", 1, display=False)\nbook.glue("b",\n          2)'),
+                nbformat.v4.new_code_cell('x = 2\nglue("c", x)'),
+                nbformat.v4.new_code_cell('glue("d", 3)', metadata={"tags": ["remove-cell"]}),
+                nbformat.v4.new_code_cell(""),
+                nbformat.v4.new_markdown_cell('glue("e", 4)')]
+    # execute
+    hidden = notebooks.hide_glue_only_cells(nb)
+    # assert
+    assert hidden == 1
+    assert [c.metadata.get("tags", []) for c in nb.cells] == [["remove-cell"], [], ["remove-cell"], [], []]
+
+
+def test_every_chapter_starts_with_the_hidden_figure_defaults():
+    from maskfed.book import params
+
+    # prepare: a chapter with its parameters cell first
+    nb = _nb(["parameters"])
+    # execute
+    notebooks.add_book_setup(nb)
+    # assert: the setup cell comes first, hidden, and binds no name the parameter check would see
+    assert nb.cells[0].source == notebooks.SETUP_SOURCE and nb.cells[0].metadata.tags == ["remove-cell"]
+    namespace = {}
+    exec(notebooks.SETUP_SOURCE, namespace)
+    assert params.user_names(namespace) == []

@@ -2,7 +2,8 @@
 
 Each page is served from a local HTTP server and opened at a desktop width (1400 px) and a phone
 width (390 px) in Debian's Chromium, driven by Playwright (``executable_path`` the system
-Chromium; Playwright downloads no browser). After MathJax has typeset the page, the probe
+Chromium; Playwright downloads no browser). After MathJax has typeset the page and every toggled
+box a reader could open is opened (``<details>``, hidden solutions), the probe
 (:data:`PROBE_JS`) reports, per page and width:
 
 - ``js-error``: an uncaught JavaScript exception or a ``console.error`` message;
@@ -144,6 +145,10 @@ async (desktop) => {
   const px = (v) => Math.round(v) + ' px';
 
   const main = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+  // what a reader can open is read open: toggled boxes, hidden solutions, collapsed code
+  for (const d of main.querySelectorAll('details')) d.open = true;
+  for (const t of main.querySelectorAll('.toggle-hidden')) t.classList.remove('toggle-hidden');
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
   const colRight = main.getBoundingClientRect().right;
   const colWidth = main.clientWidth;
   const scrolls = (v) => v === 'auto' || v === 'scroll';
