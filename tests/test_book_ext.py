@@ -93,6 +93,17 @@ def test_punctuation_after_inline_math_is_wrapped_with_it():
     assert para.astext() == "with x. Then y, and z here"
 
 
+def test_an_opening_bracket_before_inline_math_is_wrapped_with_it():
+    # prepare: "too low (when $g < 0$), and"
+    para = nodes.paragraph()
+    para += [nodes.Text("too low ("), nodes.math(text="g < 0"), nodes.Text("), and")]
+    # execute
+    assert math_punctuation.keep_punctuation_with_math(para) == 1
+    # assert: "(" and ")," travel with the formula
+    box = next(n for n in para.children if isinstance(n, nodes.inline))
+    assert box.astext() == "(g < 0)," and para.astext() == "too low (g < 0), and"
+
+
 # --- page_scripts --------------------------------------------------------------------------------
 
 

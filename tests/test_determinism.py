@@ -1,5 +1,12 @@
-"""Tests for maskfed.fl.determinism: when the control switches on deterministic algorithms, and that
-the settings are restored after the run."""
+"""Tests for maskfed.fl.determinism: when the control switches on deterministic algorithms, which
+switches it sets, and that they are restored after the run.
+
+What these tests check is the switches (PyTorch's flag, cuDNN benchmarking, CUBLAS_WORKSPACE_CONFIG),
+not that they make a GPU's kernels deterministic: on this CPU the kernels are deterministic either
+way, so no test here could see the difference. Whether identical clients give identical updates
+on a GPU with these switches is checked where a GPU is, by `make device-check` (the control's
+1/Δ_S = K_c to 1e-6 relative with each engine, maskfed.devicecheck), and in every control run by
+the control's own deviations (maskfed.fl.summary.control_deviations)."""
 
 from __future__ import annotations
 
@@ -17,7 +24,7 @@ def test_needed_only_for_a_control_on_cuda():
     assert not determinism.needed(False, "cuda")
 
 
-def test_deterministic_sets_and_restores(monkeypatch):
+def test_deterministic_sets_the_switches_and_restores_them(monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     before = determinism.state()
     assert before["deterministic_algorithms"] is False
@@ -32,7 +39,7 @@ def test_deterministic_sets_and_restores(monkeypatch):
     assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
 
 
-def test_deterministic_off_changes_nothing():
+def test_deterministic_off_leaves_the_switches_alone():
     before = determinism.state()
     with determinism.deterministic(False) as inside:
         assert inside == before

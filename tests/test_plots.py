@@ -106,6 +106,7 @@ def test_a_figure_that_follows_the_rules_has_no_problem():
     (lambda fig, ax: ax.set_ylabel(""), "no y label"),
     (lambda fig, ax: ax.set_title(""), "no title"),
     (lambda fig, ax: ax.legend(loc="lower left"), "legend hides"),
+    (lambda fig, ax: ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.02)), "legend covers"),
     (lambda fig, ax: (ax.annotate("τ=1", (10, 0.1)), ax.annotate("τ=2", (10, 0.1))), "'τ=1' and 'τ=2' overlap"),
     (lambda fig, ax: ax.set_yscale("linear"), "y values span 3.0 decades on a linear axis, 50% of them"),
 ])

@@ -373,7 +373,8 @@ def fitted(table: pd.DataFrame, main: list, *, name: str, formats: dict | None =
            detail: str | None = None, collapsed: bool = True, max_chars: int = COLUMN_CHARS) -> "IPython.display.HTML":
     """A wide table as a reader can take it in: a main table with the columns that carry the
     page's point, the other columns in tables of their own (inside a toggled ``<details>`` box,
-    or shown below the main one), each no wider than the text column at a 1400 px window
+    or shown below the main one; for a (quantity, source) table each quantity not wholly in the
+    main table is shown whole, with every source), each no wider than the text column at a 1400 px window
     (:data:`COLUMN_CHARS`), and a link that downloads every column at full precision
     (:func:`csv_link`). Every table repeats the index, so put what names a row (protocol, round)
     in the index. On a phone each table scrolls sideways in its own box (book/_static/maskfed.css).
@@ -385,7 +386,8 @@ def fitted(table: pd.DataFrame, main: list, *, name: str, formats: dict | None =
             its sources.
         name: the CSV's file stem (``table1``).
         formats: number formats as for :func:`styled`.
-        detail: the summary line of the toggled box (default: "The other N columns: ...").
+        detail: the summary line of the toggled box (default: "Every source of <quantities>" or
+            "The other N columns: <columns>").
         collapsed: the other columns in a toggled box (True) or in tables shown below (False).
         max_chars: the width budget of each table, in characters (:func:`table_chars`).
 
@@ -414,7 +416,14 @@ def fitted(table: pd.DataFrame, main: list, *, name: str, formats: dict | None =
     if width > max_chars:
         raise ValueError(f"main: the main table is about {width} characters wide, over the {max_chars} that fit "
                          f"the text column at a 1400 px window; choose fewer main columns")
-    rest = [c for c in table.columns if c not in chosen]
+    # the rest: for a (quantity, source) table every quantity not wholly in the main table, with all
+    # its sources (a quantity reads best whole); for a plain table the columns not in it
+    if two_level:
+        partial = [q for q in dict.fromkeys(table.columns.get_level_values(0))
+                   if any(c not in chosen for c in table.columns if c[0] == q)]
+        rest = [c for c in table.columns if c[0] in partial]
+    else:
+        rest = [c for c in table.columns if c not in chosen]
     groups = []   # the rest by quantity (two-level) or one column each, in the table's order
     for col in rest:
         key = col[0] if two_level else col
@@ -433,8 +442,9 @@ def fitted(table: pd.DataFrame, main: list, *, name: str, formats: dict | None =
     out = [styled(table[chosen], formats).to_html()]
     others = "".join(styled(table[p], formats).to_html() for p in parts)
     if parts and collapsed:
-        names = [str(_header(c)[0] if two_level else _header(c)) for c in rest]
-        summary = detail or f"The other {len(rest)} columns: {', '.join(dict.fromkeys(names))}"
+        names = list(dict.fromkeys(str(_header(c)[0] if two_level else _header(c)) for c in rest))
+        summary = detail or (f"Every source of {', '.join(names)}" if two_level
+                             else f"The other {len(rest)} columns: {', '.join(names)}")
         out.append(f"<details class=\"table-detail\"><summary>{html.escape(summary)}</summary>{others}</details>")
     elif parts:
         out.append(others)

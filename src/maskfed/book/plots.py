@@ -139,6 +139,11 @@ def figure_problems(fig: plt.Figure) -> list[str]:
             inside = [p for p in _data_points(ax) if box.x0 <= p[0] <= box.x1 and box.y0 <= p[1] <= box.y1]
             if inside:
                 problems.append(f"{where}: the legend hides {len(inside)} data point(s)")
+            covered = [t.get_text() for t in [ax.xaxis.label, ax.yaxis.label, ax.title, *ax.get_xticklabels(),
+                                              *ax.get_yticklabels()]
+                       if t.get_visible() and t.get_text() and t.get_window_extent(renderer).overlaps(box)]
+            if covered:
+                problems.append(f"{where}: the legend covers {', '.join(map(repr, covered[:3]))}")
         texts = [t for t in ax.texts if t.get_visible() and t.get_text().strip()]
         for a, b in itertools.combinations(texts, 2):
             if a.get_window_extent(renderer).overlaps(b.get_window_extent(renderer)):
@@ -161,9 +166,12 @@ def finish(fig: plt.Figure | None = None) -> None:
             (:func:`figure_problems`).
     """
     fig = fig if fig is not None else plt.gcf()
-    if not fig.get_constrained_layout():
-        fig.tight_layout()
-    for ax in fig.axes:   # the layout moved the points: labels placed by place_labels are placed again
+    for _ in range(2):   # the layout moves the axes: legends below them and placed labels follow
+        if not fig.get_constrained_layout():
+            fig.tight_layout()
+        for ax in fig.axes:
+            _below_labels(ax)
+    for ax in fig.axes:
         if getattr(ax, "_book_labels", None):
             for label in ax._book_labels[1]:
                 label.remove()
@@ -183,9 +191,26 @@ def legend_outside(ax: plt.Axes, where: str = "right", **kwargs) -> None:
     if where == "right":
         ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
     elif where == "below":
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), borderaxespad=0.0, **{"ncol": 2, **kwargs})
+        legend = ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), borderaxespad=0.0, **{"ncol": 2, **kwargs})
+        legend._book_below = True
+        _below_labels(ax)
     else:
         raise ValueError(f"where must be 'right' or 'below'; got {where!r}")
+
+
+def _below_labels(ax: plt.Axes) -> None:
+    """Move a legend placed by :func:`legend_outside` (below) just under the axes' tick labels and
+    x label, which it must not cover (their height depends on the figure's current layout)."""
+    legend = ax.get_legend()
+    if legend is None or not getattr(legend, "_book_below", False):
+        return
+    legend.set_visible(False)   # the axes' extent without the legend itself
+    ax.figure.canvas.draw()
+    bottom = ax.get_tightbbox(ax.figure.canvas.get_renderer()).y0
+    legend.set_visible(True)
+    gap = 4 * ax.figure.dpi / 72   # 4 points
+    y = ax.transAxes.inverted().transform((0, bottom - gap))[1]
+    legend.set_bbox_to_anchor((0.5, y), transform=ax.transAxes)
 
 
 def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]],
