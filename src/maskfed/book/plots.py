@@ -213,27 +213,48 @@ def _below_labels(ax: plt.Axes) -> None:
     legend.set_bbox_to_anchor((0.5, y), transform=ax.transAxes)
 
 
-def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]],
-                 offsets=((5, 4), (5, -12), (-26, 4), (-26, -12), (5, 14), (-26, 14), (5, -22), (-26, -22))) -> None:
+#: Where :func:`place_labels` tries a label, as offsets (points) of its centre from its point: rings
+#: of growing radius, eight directions each (wider than tall, as labels are).
+LABEL_OFFSETS = tuple((round(1.8 * r * math.cos(a), 1), round(r * math.sin(a), 1))
+                      for r in (9, 16, 24, 32) for a in np.radians([30, -30, 150, -150, 90, -90, 0, 180]))
+
+
+def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]], offsets=LABEL_OFFSETS) -> None:
     """Annotate data points so that no two labels overlap: each label takes the first offset
-    (points, from its data point) at which its box meets no label placed before it.
+    (points, from its data point to the label's centre) at which its box lies inside the axes and
+    meets no label placed before it and no marker; failing that, the first at which it lies inside
+    and meets no label.
 
     Args:
         points: ``(x, y, text, style)`` in data coordinates; ``style`` goes to ``ax.annotate``.
-        offsets: candidate offsets in points, tried in order; the last is kept if none is free.
+        offsets: candidate offsets in points, tried in order (:data:`LABEL_OFFSETS`).
     """
     ax.figure.canvas.draw()   # the final axes limits and size
     renderer = ax.figure.canvas.get_renderer()
+    r = 4 * ax.figure.dpi / 72   # a marker's half width (4 points): labels keep off the markers too
+    markers = [plt.matplotlib.transforms.Bbox([[x - r, y - r], [x + r, y + r]]) for x, y in _data_points(ax)]
+    frame = ax.get_window_extent(renderer)   # labels stay inside the axes
     placed, labels = [], []
     for x, y, text, style in points:
-        for dx, dy in offsets:
-            label = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), **style)
-            box = label.get_window_extent(renderer)
-            if not any(box.overlaps(other) for other in placed) or (dx, dy) == offsets[-1]:
-                placed.append(box)
-                labels.append(label)
+        label, box = None, None
+        for avoid in (placed + markers, placed):
+            for dx, dy in offsets:
+                label = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), ha="center",
+                                    va="center", **style)
+                box = label.get_window_extent(renderer)
+                within = (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1)
+                if within and not any(box.overlaps(other) for other in avoid):
+                    break
+                label.remove()
+                label = None
+            if label is not None:
                 break
-            label.remove()
+        if label is None:   # nowhere free: the first place (figure_problems then reports the overlap)
+            label = ax.annotate(text, (x, y), textcoords="offset points", xytext=offsets[0], ha="center",
+                                va="center", **style)
+            box = label.get_window_extent(renderer)
+        placed.append(box)
+        labels.append(label)
     ax._book_labels = (points, labels)   # finish() places them again after the layout changes
 
 
