@@ -2,6 +2,7 @@
 #   make book   create the environment, run the experiments, execute the notebooks, build the HTML book
 #   make test   create the environment and run the test suite
 #   make env / make clean   only create the environment / remove the built book (book/_build, book/nb)
+#   make book-check   read every page of the built book in headless Chromium (apt-get install -y chromium)
 #   make bench / make device-prepare / make device-check   benchmark / carry wheels+data / the GPU check (README)
 #   make device-compat   the GPU machine's torch (2.11) in a throwaway venv, running the tiny GPU check here
 # Variables: PROFILE (smoke | cpu | cpu-long | paper; default cpu), DATA (path to a CIFAR-10 archive or folder),
@@ -24,7 +25,7 @@ PY    := $(ENV_DIR)/bin/python
 STAMP := $(ENV_DIR)/.maskfed-installed
 DATA_FLAG := $(if $(DATA),--data-path "$(DATA)")
 
-.PHONY: env book test clean help bench device-prepare device-check device-compat
+.PHONY: env book book-check test clean help bench device-prepare device-check device-compat
 
 help:
 	@sed -n '2,9p' Makefile
@@ -42,6 +43,12 @@ book: $(STAMP)
 	"$(PY)" -m maskfed.book.notebooks --profile $(PROFILE) $(DATA_FLAG) && echo "[make book] runs + notebooks: $${SECONDS} s" && \
 	"$(ENV_DIR)/bin/jupyter-book" build book/ --quiet && \
 	echo "[make book] done in $${SECONDS} s: open book/_build/html/index.html"
+
+# Every page of the built book at 1400 and 390 px in Debian's headless Chromium (maskfed.book.browsercheck):
+# JavaScript errors, requests to other hosts, elements wider than their column, clipped equations,
+# images below 2x their displayed size, raw LaTeX, debug lines. Exit status 1 on any finding.
+book-check: $(STAMP)
+	"$(PY)" -m maskfed.book.browsercheck book/_build/html
 
 test: $(STAMP)
 	"$(PY)" -m pytest

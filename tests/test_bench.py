@@ -87,3 +87,25 @@ def test_figure_legend_names_the_paths_as_a_reader_does():
     ax = bench.figure(df)
     # assert
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [bench.PATH_LABELS[p] for p in bench.PATHS]
+
+
+def test_figure_follows_the_books_figure_rules_when_speeds_span_decades():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from maskfed.book.plots import STYLE, finish
+
+    # prepare: bs 16 about 100 times slower than full batch, as at the smoke profile
+    rows = [{"batch_size": bs, "local_epochs": 1, "precision": "fp32", "path": p, "images_per_s": v * f}
+            for bs, v in (("16", 30.0), ("full", 3000.0)) for p, f in zip(bench.PATHS, (1.0, 0.8, 1.2, 0.9))]
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        # execute
+        bench.figure(pd.DataFrame(rows), ax=ax)
+        # assert: a log axis (the slow bars stay visible) and every other rule
+        assert ax.get_yscale() == "log"
+        finish(fig)
+    plt.close(fig)

@@ -120,6 +120,77 @@ def test_styled_hides_a_default_index_names_known_columns_and_wraps_long_text():
     assert "white-space: normal" in html and f"min-width: {book_mod.WRAP_MIN_EM}em" in html
 
 
+def _table1_like():
+    """A Table I-like table: (bs, τ) rows, (quantity, source) columns, three sources."""
+    idx = pd.MultiIndex.from_tuples([("32", 1), ("32", 5), ("full", 1)], names=["batch_size", "local_epochs"])
+    cols = pd.MultiIndex.from_tuples([(q, s) for q in ("T_mean", "recovery_unweighted", "recovery_weighted", "mu2_hat",
+                                                       "sigma2_hat", "test_acc", "pct_rounds_below_one")
+                                      for s in ("smoke", "cpu-long (archived)", "paper")])
+    values = [[float(i * 21 + j) + 0.123456789 for j in range(len(cols))] for i in range(3)]
+    return pd.DataFrame(values, index=idx, columns=cols)
+
+
+def _decoded_csv(html_text):
+    import io
+    import urllib.parse
+
+    href = re.search(r'href="data:text/csv;charset=utf-8,([^"]*)"', html_text).group(1)
+    return pd.read_csv(io.StringIO(urllib.parse.unquote(href)))
+
+
+def test_table_chars_counts_cells_headers_and_padding():
+    # prepare: "abc" is the longest cell, "longword" the longest header word, a hidden 0, 1 index
+    table = pd.DataFrame({"a": ["abc", "de"], "x longword": ["1", "2"]})
+    # execute / assert: (3 + 2) + (8 + 2)
+    assert book_mod.table_chars(table) == 15
+
+
+def test_fitted_shows_the_main_columns_the_rest_in_a_toggle_and_every_number_as_csv():
+    # prepare
+    table = _table1_like()
+    main = [("T_mean", "smoke"), "recovery_unweighted", ("test_acc", "smoke"), ("test_acc", "paper")]
+    # execute
+    out = book_mod.fitted(table, main, name="table1").data
+    head, _, rest = out.partition("<details")
+    # assert: the main table holds the chosen columns, the toggle the others, each table fits
+    assert "1/Δ_S unwtd." in head and "σ̂²" not in head and "‖μ̂‖²" not in head
+    assert "σ̂²" in rest and "rounds with 1/Δ_S &lt; 1 (%)" in rest
+    assert "<summary>Every source of T, 1/Δ_S n_k-wtd., ‖μ̂‖², σ̂², acc, rounds with 1/Δ_S &lt; 1 (%)</summary>" in out
+    assert "1/Δ_S unwtd." not in rest   # shown whole in the main table, not repeated
+    # a plain table: the columns not in the main one
+    flat = book_mod.fitted(pd.DataFrame({"a": [1], "b": [2], "c": [3]}), ["a"], name="t").data
+    assert "<summary>The other 2 columns: b, c</summary>" in flat
+    # the CSV: every column, index first, full precision
+    csv = _decoded_csv(out)
+    assert list(csv.columns[:2]) == ["batch_size", "local_epochs"] and len(csv.columns) == 2 + 21
+    assert csv["sigma2_hat | paper"].tolist() == table[("sigma2_hat", "paper")].tolist()
+    assert 'download="table1.csv"' in out
+
+
+def test_fitted_packs_the_other_columns_into_tables_that_fit():
+    # prepare: 21 columns of which 2 are main; a narrow budget forces several detail tables
+    table = _table1_like()
+    # execute
+    out = book_mod.fitted(table, ["T_mean"], name="t", max_chars=60, collapsed=False).data
+    # assert: shown without a toggle, several tables, each within the budget
+    assert "<details" not in out
+    assert out.count("<table") >= 3
+    groups = [["T_mean"]]
+    assert book_mod.table_chars(table[[c for c in table.columns if c[0] in groups[0]]]) <= 60
+
+
+@pytest.mark.parametrize("main, match", [(["nope"], "not a column"), ([], "at least one"),
+                                         ([c for c in _table1_like().columns], "choose fewer")])
+def test_fitted_refuses_a_main_table_that_cannot_be_shown(main, match):
+    with pytest.raises(ValueError, match=match):
+        book_mod.fitted(_table1_like(), main, name="t")
+
+
+def test_csv_link_refuses_a_name_that_is_not_a_file_stem():
+    with pytest.raises(ValueError, match="name must be a plain file stem"):
+        book_mod.csv_link(pd.DataFrame({"a": [1]}), "../x")
+
+
 def test_banner_states_what_the_page_changed_from_the_profile():
     from maskfed.fl.config import load_profile
 
@@ -229,17 +300,17 @@ def test_no_page_loads_anything_from_the_network(built_book):
     assert fetch.findall('<link rel="stylesheet" href="//cdn.example.org/x.css">')
 
 
-def test_launch_and_repository_buttons_use_the_one_repository_setting(built_book):
+def test_no_repository_or_launch_button_without_a_checked_repository(built_book):
     import yaml
 
+    # the book's repository.url is empty until it names this book's repository (book/_ext/repository_buttons.py;
+    # its check is tested in tests/test_book_ext.py): no page links to a repository, Binder or Colab
     book, _, _ = built_book
-    repo = yaml.safe_load((book / "_config.yml").read_text())["repository"]
-    slug = repo["url"].removeprefix("https://github.com/")
-    page = (book / "_build" / "html" / "nb" / "flower.html").read_text()
-    nb_path = f"{repo['path_to_book']}/nb/flower.ipynb"
-    assert f"https://mybinder.org/v2/gh/{slug}/{repo['branch']}?urlpath=lab/tree/{nb_path}" in page
-    assert f"https://colab.research.google.com/github/{slug}/blob/{repo['branch']}/{nb_path}" in page
-    assert f'href="{repo["url"]}"' in page  # the repository button
+    assert yaml.safe_load((book / "_config.yml").read_text())["repository"]["url"] == ""
+    for name in NAMES:
+        page = (book / "_build" / "html" / "nb" / f"{name}.html").read_text()
+        assert "mybinder.org" not in page and "colab.research.google.com" not in page, name
+        assert "github.com/maskfed" not in page and 'title="Source repository"' not in page, name
 
 
 def test_pages_show_no_path_of_the_build_machine(built_book):
@@ -322,6 +393,8 @@ def test_no_output_writes_a_number_with_many_decimals(built_book):
                     "remove-cell" in cell.get("metadata", {}).get("tags", []):
                 continue
             for out in cell.get("outputs", []):
-                shown = out.get("text", "") + out.get("data", {}).get("text/html", "")
+                # a CSV download link carries the full numbers in its address, which is not shown
+                html_text = re.sub(r'href="data:[^"]*"', "", out.get("data", {}).get("text/html", ""))
+                shown = out.get("text", "") + html_text
                 # assert: 67.04 or 3e-15, never 67.037777217747 or 10.000000000000
                 assert long_decimals.findall(shown) == [], (name, long_decimals.findall(shown)[:3])

@@ -1,6 +1,13 @@
 """Tests for maskfed.fl.determinism: when the control switches on deterministic algorithms, that the
 settings are restored after the run, and that CUBLAS_WORKSPACE_CONFIG is set before CUDA can start
-in every process that may run the control, with provenance recording the value read at CUDA start."""
+in every process that may run the control, with provenance recording the value read at CUDA start.
+
+What these tests check is the switches (PyTorch's flag, cuDNN benchmarking, CUBLAS_WORKSPACE_CONFIG),
+not that they make a GPU's kernels deterministic: on this CPU the kernels are deterministic either
+way, so no test here could see the difference. Whether identical clients give identical updates
+on a GPU with these switches is checked where a GPU is, by `make device-check` (its control gates,
+maskfed.gates), and in every control run by the control's own deviations
+(maskfed.fl.summary.control_deviations)."""
 
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ def test_needed_only_for_a_control_on_cuda():
     assert not determinism.needed(False, "cuda")
 
 
-def test_deterministic_sets_and_restores():
+def test_deterministic_sets_the_switches_and_restores_them():
     before = determinism.state()
     assert before["deterministic_algorithms"] is False
 
@@ -34,7 +41,7 @@ def test_deterministic_sets_and_restores():
     assert determinism.state() == before
 
 
-def test_deterministic_off_changes_nothing():
+def test_deterministic_off_leaves_the_switches_alone():
     before = determinism.state()
     with determinism.deterministic(False) as inside:
         assert inside == before

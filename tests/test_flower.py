@@ -114,3 +114,23 @@ def test_bad_keep_probability_is_refused_before_anything_starts():
         flower.RecoveryFedAvg(mask_keep_prob=0.0)
     with pytest.raises(ValueError, match="device"):
         flower.simulate(load_profile("smoke").run(0).model_copy(update={"device": "cuda"}))
+
+
+def test_the_books_usage_snippet_defines_every_name_it_uses():
+    import builtins
+    import re
+
+    from maskfed.paths import REPO_ROOT
+
+    # prepare: the ```python block of the Flower page ("Using the strategy")
+    page = (REPO_ROOT / "notebooks" / "flower.md").read_text()
+    snippet = re.search(r"```python\n(.*?)```", page, re.S).group(1)
+    namespace = {}
+    # execute: define the app (nothing runs: main is only registered)
+    exec(compile(snippet, "flower.md", "exec"), namespace)
+    main = namespace["main"]
+    code = getattr(main, "__wrapped__", main).__code__
+    # assert: every global name main reads exists (the page once used an undefined `model`)
+    missing = [n for n in code.co_names if n not in namespace and not hasattr(builtins, n)
+               and not any(n == a for a in ("start", "state_dict"))]   # attribute names
+    assert missing == [], missing

@@ -75,9 +75,26 @@ def test_penalty_check_matches_second_order_for_small_updates():
     assert chk.excess_ind.within(chk.r_ind, 4.0) and chk.excess_ind.se < 0.1 * chk.r_ind, chk
     assert chk.excess_shr.within(chk.r_shr, 4.0) and chk.excess_shr.se < 0.1 * chk.r_shr, chk
     assert chk.ratio_measured.within(chk.recovery_h, 4.0)
-    assert chk.recovery_h == pytest.approx(chk.r_shr / chk.r_ind, rel=1e-12)
+    # R_ind, R_shr and their ratio as eq. (6)-(7) give them from the dense block-diagonal Hessian at
+    # θ − Δ̄ (an independent route: no Gram matrix, no Hessian-vector products)
+    mean = deltas.mean(dim=0)
+    h_bd = _dense_block_hessian(model, theta - mean, x, y)
+    c = (1 - 0.5) / (2 * 0.5)
+    r_ind = c / deltas.shape[0] ** 2 * float(sum(d @ h_bd @ d for d in deltas))
+    r_shr = c * float(mean @ h_bd @ mean)
+    assert chk.r_ind == pytest.approx(r_ind, rel=1e-9) and chk.r_shr == pytest.approx(r_shr, rel=1e-9)
+    assert chk.recovery_h == pytest.approx(r_shr / r_ind, rel=1e-9)
     row = chk.row()
     assert {"excess_ind", "excess_ind_se", "r_shr", "recovery_euclid"} <= set(row)
+
+
+def test_piecewise_linear_parts_names_what_the_network_has():
+    from maskfed.fl.models import build_model
+
+    # the small CNN has ReLU and max-pooling; ResNet-18-GN's CIFAR stem has no max-pool (an Identity)
+    assert limits.piecewise_linear_parts(build_model("small_cnn_gn", num_classes=10)) == ["ReLU", "max-pooling"]
+    assert limits.piecewise_linear_parts(build_model("resnet18_gn", num_classes=10)) == ["ReLU"]
+    assert limits.piecewise_linear_parts(_tiny_classifier()[0]) == []   # tanh: smooth
 
 
 def test_second_order_error_columns():

@@ -176,3 +176,32 @@ def test_a_profile_that_only_computes_runs_to_archive_is_refused_before_any_note
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "profile 'cpu-masked' only computes runs to archive (its experiments: masked)" in err and "'cpu'" in err
+
+
+def test_glue_only_cells_are_hidden_and_cells_with_other_code_stay_shown():
+    # prepare: a glue-only cell (plain and module glue, over two lines), a mixed one, a hidden one
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('glue("a", 1, display=False)\nbook.glue("b",\n          2)'),
+                nbformat.v4.new_code_cell('x = 2\nglue("c", x)'),
+                nbformat.v4.new_code_cell('glue("d", 3)', metadata={"tags": ["remove-cell"]}),
+                nbformat.v4.new_code_cell(""),
+                nbformat.v4.new_markdown_cell('glue("e", 4)')]
+    # execute
+    hidden = notebooks.hide_glue_only_cells(nb)
+    # assert
+    assert hidden == 1
+    assert [c.metadata.get("tags", []) for c in nb.cells] == [["remove-cell"], [], ["remove-cell"], [], []]
+
+
+def test_every_chapter_starts_with_the_hidden_figure_defaults():
+    from maskfed.book import params
+
+    # prepare: a chapter with its parameters cell first
+    nb = _nb(["parameters"])
+    # execute
+    notebooks.add_book_setup(nb)
+    # assert: the setup cell comes first, hidden, and binds no name the parameter check would see
+    assert nb.cells[0].source == notebooks.SETUP_SOURCE and nb.cells[0].metadata.tags == ["remove-cell"]
+    namespace = {}
+    exec(notebooks.SETUP_SOURCE, namespace)
+    assert params.user_names(namespace) == []

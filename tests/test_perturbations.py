@@ -123,3 +123,49 @@ def test_bad_input_is_refused_before_drawing(kwargs, match):
     args = {"kind": "dropout", "level": 0.5, "mode": "independent", **kwargs}
     with pytest.raises(ValueError, match=match):
         perturbations.perturb_cohort(torch.ones(2, 3), args["kind"], args["level"], args["mode"], 0)
+
+
+# --- gradient noise through T local steps ------------------------------------------------------
+
+
+def test_step_noise_penalty_hand_computed():
+    # prepare: one coordinate, H = 2, η = 0.25 -> A = 1 − ηH = 0.5; σ = 2
+    h = torch.tensor([[2.0]], dtype=torch.float64)
+    # T = 2: C = η²σ²(1 + A²) = 0.0625 · 4 · 1.25 = 0.3125; shared ½·H·C = 0.3125, independent (K_c = 4) / 4
+    assert perturbations.local_noise_covariance(h, 0.25, 2, 2.0).item() == pytest.approx(0.3125)
+    assert perturbations.step_noise_penalty(h, 0.25, 2, 2.0, "shared", k_c=4) == pytest.approx(0.3125)
+    assert perturbations.step_noise_penalty(h, 0.25, 2, 2.0, "independent", k_c=4) == pytest.approx(0.078125)
+    # T = 1 is noise of standard deviation ησ added once to the update
+    assert perturbations.step_noise_penalty(h, 0.25, 1, 2.0, "shared", k_c=1) == pytest.approx(
+        perturbations.noise_penalty(0.5, 2.0, "shared", k_c=1))
+
+
+@pytest.mark.parametrize("mode", ["independent", "shared"])
+def test_local_steps_monte_carlo_matches_the_closed_form(quad_cohort, mode):
+    # prepare: four clients with their own linear terms, unequal weights, T = 3 noisy local steps
+    loss, theta, deltas = quad_cohort
+    w = torch.tensor([1.0, 1.0, 2.0, 4.0], dtype=torch.float64)
+    lr, steps, sigma = 0.02, 3, 0.5
+    # execute
+    est = perturbations.local_steps_excess_mc(loss, theta, deltas, lr, steps, sigma, mode, 4000, 11, w)
+    pred = perturbations.step_noise_penalty(loss.hessian, lr, steps, sigma, mode, weights_K=w)
+    # assert: within 4 SE, and a measurement of a few percent
+    assert est.within(pred, 4.0) and est.se < 0.05 * pred, (est, pred)
+
+
+def test_local_steps_independent_noise_is_attenuated_by_the_weights():
+    h = theory.random_spd(5, 2, cond=5.0)
+    w = torch.tensor([1.0, 3.0])
+    shared = perturbations.step_noise_penalty(h, 0.05, 4, 0.3, "shared", weights_K=w)
+    independent = perturbations.step_noise_penalty(h, 0.05, 4, 0.3, "independent", weights_K=w)
+    assert shared / independent == pytest.approx(1 / (0.25**2 + 0.75**2), rel=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, match", [({"lr": 0.0}, "lr"), ({"steps": 0}, "steps"), ({"sigma": -1.0}, "σ"),
+                                           ({"mode": "both"}, "mode"), ({"n_draws": 1}, "n_draws")])
+def test_local_steps_refuse_bad_input_before_drawing(quad_cohort, kwargs, match):
+    loss, theta, deltas = quad_cohort
+    args = {"lr": 0.05, "steps": 2, "sigma": 0.1, "mode": "shared", "n_draws": 10, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        perturbations.local_steps_excess_mc(loss, theta, deltas, args["lr"], args["steps"], args["sigma"],
+                                            args["mode"], args["n_draws"], 0)

@@ -109,4 +109,127 @@ def test_step_size_and_parameters_figures_draw_one_series_per_protocol():
     assert sorted(labels) == sorted(["full, τ 1", "bs 32, τ 2", "paper's Table I (own trajectories)"])
     crosses = [c for c in ax.collections if len(c.get_offsets()) == 9]
     assert len(crosses) == 1 and set(crosses[0].get_offsets()[:, 0]) == {11173962}
+
+
+# --- the book's figure rules (plots.figure_problems / finish) --------------------------------------
+
+
+def _good_figure():
+    """A figure that follows every rule: 6.4 in, labelled, titled, legend outside, log axis."""
+    from maskfed.book.plots import STYLE, legend_outside
+
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        ax.plot([1, 10, 100, 1000], [0.01, 0.03, 1, 10], "o-", label="data")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("x (units)")
+        ax.set_ylabel("y (units)")
+        ax.set_title("a title")
+        legend_outside(ax, "below")
+    return fig, ax
+
+
+def test_a_figure_that_follows_the_rules_has_no_problem():
+    from maskfed.book.plots import finish
+
+    fig, _ = _good_figure()
+    finish(fig)   # raises if anything is wrong
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("breach, found", [
+    (lambda fig, ax: fig.set_size_inches(10, 4), "10 in wide"),
+    (lambda fig, ax: ax.text(10, 1, "tiny", fontsize=6), "'tiny' is 6 pt"),
+    (lambda fig, ax: ax.set_ylabel(""), "no y label"),
+    (lambda fig, ax: ax.set_title(""), "no title"),
+    (lambda fig, ax: ax.legend(loc="lower left"), "legend hides"),
+    (lambda fig, ax: ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.02)), "legend covers"),
+    (lambda fig, ax: (ax.annotate("τ=1", (10, 0.1)), ax.annotate("τ=2", (10, 0.1))), "'τ=1' and 'τ=2' overlap"),
+    (lambda fig, ax: ax.set_yscale("linear"), "y values span 3.0 decades on a linear axis, 50% of them"),
+])
+def test_each_figure_rule_names_its_breach(breach, found):
+    from maskfed.book.plots import FigureError, figure_problems, finish
+
+    # prepare: a good figure with one breach
+    fig, ax = _good_figure()
+    breach(fig, ax)
+    # execute
+    problems = figure_problems(fig)
+    # assert: that breach is reported, and finish refuses the figure
+    assert any(found in p for p in problems), problems
+    with pytest.raises(FigureError, match="figure rules"):
+        finish(fig)
+    plt.close(fig)
+
+
+def test_place_labels_keeps_labels_of_coinciding_points_apart():
+    from maskfed.book.plots import figure_problems, place_labels
+
+    fig, ax = _good_figure()
+    # prepare: four labels on nearly the same point (Figure 1's τ labels of two sources)
+    place_labels(ax, [(100, 1, f"τ={t}", {"fontsize": 9}) for t in (1, 2, 5, 10)])
+    # execute / assert
+    assert not [p for p in figure_problems(fig) if "overlap" in p]
+    plt.close(fig)
+
+
+def test_book_figures_follow_the_rules():
+    from maskfed.book.plots import STYLE, against_stage, branches, finish
+    from maskfed.book import trajectories
+
+    paper = paper_table("table1")
+    with plt.rc_context(STYLE):
+        # Figure 1 as the Table I chapter draws it: this build, an archive and the paper, nine protocols each
+        ours = paper.assign(recovery_unweighted=paper.recovery_unweighted * 0.5, test_acc=paper.test_acc * 0.4)
+        fig, ax = plt.subplots(figsize=(6.4, 5.2))
+        recovery_vs_accuracy(ours, paper, ax=ax, others={"cpu-long (archived)": ours.assign(test_acc=paper.test_acc * 0.5)})
+        finish(fig)
+        # the stage figures
+        rows = [{"stage_acc": a, "batch_size": bs, "local_epochs": t, "v": v, "v_q1": v * 0.9, "v_q3": v * 1.1}
+                for a in (0.1, 0.3, 0.5) for (bs, t, v) in (("32", 1, 1.2), ("32", 5, 1.1), ("full", 1, 5.0))]
+        fig, ax = plt.subplots(figsize=(6.4, 5.0))
+        against_stage(pd.DataFrame(rows), "v", ax=ax, label="1/Δ_S", title="stage")
+        finish(fig)
+        br = pd.DataFrame([{"round": r, "stage": s, "batch_size": bs, "local_epochs": 1, "recovery_unweighted": 1 + r}
+                           for s in (0, 1) for r in (1, 2) for bs in ("32", "full")])
+        fig, ax = plt.subplots(figsize=(6.4, 4.6))
+        branches(br, ax=ax)
+        ax.set_title("branches")
+        finish(fig)
+
+        # the rolling-median figure of Table I
+        class Run:   # the two attributes trajectories() reads
+            def __init__(self, bs, tau):
+                self.config = type("C", (), {"batch_size": bs, "local_epochs": tau})()
+                self.metrics = pd.DataFrame({"round": range(1, 9), "recovery_unweighted": [3, 2.5, 2, 2, 1.8, 1.7, 1.6, 1.5]})
+
+        fig, ax = plt.subplots(figsize=(6.4, 4.6))
+        trajectories([Run("32", 1), Run("full", 2)], ax=ax)
+        finish(fig)
+    plt.close("all")
+
+
+def test_use_book_style_sets_the_defaults_outside_ipython():
+    from maskfed.book.plots import MIN_FONT_PT, use_book_style
+
+    with plt.rc_context():
+        use_book_style()
+        sizes = [plt.rcParams[k] for k in ("font.size", "xtick.labelsize", "ytick.labelsize", "legend.fontsize")]
+        assert min(float(s) for s in sizes) >= MIN_FONT_PT and plt.rcParams["svg.fonttype"] == "path"
+
+
+def test_panels_sharing_an_axis_take_its_label_from_the_panel_with_the_ticks():
+    from maskfed.book.plots import STYLE, figure_problems
+
+    with plt.rc_context(STYLE):
+        fig, axes = plt.subplots(2, 1, figsize=(6.4, 6), sharex=True)
+        for i, ax in enumerate(axes):
+            ax.plot([1, 2, 3], [1, 2, 3])
+            ax.set_ylabel("y")
+            ax.set_title(f"panel {i}")
+        # execute / assert: only the bottom panel shows x ticks, so only it needs the x label
+        assert [p for p in figure_problems(fig) if "x label" in p] == ["panel 2 ('panel 1'): no x label"]
+        axes[1].set_xlabel("x")
+        assert figure_problems(fig) == []
     plt.close(fig)

@@ -247,6 +247,33 @@ def banner(profile: Profile, *, what: str = "these numbers", changes: dict | Non
     return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{title}</p><p>{body}</p></div>')
 
 
+def _cell_writers(table: pd.DataFrame, formats: dict | None) -> dict:
+    """``{column: format}`` for :func:`styled`: the column's own entry in ``formats`` or
+    :data:`FORMATS` (a format string or a callable), for a (quantity, source) column else its
+    quantity's, else :func:`column_format` for a float column and :func:`number` for any other."""
+    formats_by_name = {**FORMATS, **(formats or {})}
+
+    def fmt_for(col):
+        name = col[0] if isinstance(col, tuple) else col
+        values = table[col]
+        default = (column_format(values) if isinstance(values, pd.Series) and pd.api.types.is_float_dtype(values)
+                   else number)
+        return formats_by_name.get(col, formats_by_name.get(name, default))
+
+    return {c: fmt_for(c) for c in table.columns}
+
+
+def _header(col):
+    """A column's header as the reader sees it (:data:`HEADERS`), per level of a (quantity, source) column."""
+    return (HEADERS.get(col[0], col[0]), col[1]) if isinstance(col, tuple) else HEADERS.get(col, col)
+
+
+def _long_text_columns(table: pd.DataFrame) -> list:
+    """The text columns with an entry longer than :data:`WRAP_OVER_CHARS` (they wrap)."""
+    return [c for c in table.columns if not pd.api.types.is_numeric_dtype(table[c])
+            and table[c].map(lambda v: len(v) if isinstance(v, str) else 0).max() > WRAP_OVER_CHARS]
+
+
 def styled(table: pd.DataFrame, formats: dict | None = None):
     """A pandas Styler with the paper's number formats and headers; works on plain and
     (quantity, source) column tables, with the paper's symbols as headers and index names
@@ -262,39 +289,167 @@ def styled(table: pd.DataFrame, formats: dict | None = None):
         formats: further ``{column: format}`` entries (format strings or callables), on top of
             :data:`FORMATS`; a two-level column takes its own ``(a, b)`` entry, else that of ``a``.
     """
-    formats_by_name = {**FORMATS, **(formats or {})}
-
-    def fmt_for(col):  # a (quantity, source) column: its own entry, else its quantity's, else the column's own
-        name = col[0] if isinstance(col, tuple) else col
-        values = table[col]
-        default = (column_format(values) if isinstance(values, pd.Series) and pd.api.types.is_float_dtype(values)
-                   else number)
-        return formats_by_name.get(col, formats_by_name.get(name, default))
-
-    def header(col):
-        return (HEADERS.get(col[0], col[0]), col[1]) if isinstance(col, tuple) else HEADERS.get(col, col)
-
     shown = table.copy()
-    shown.columns = (pd.MultiIndex.from_tuples([header(c) for c in table.columns])
-                     if isinstance(table.columns, pd.MultiIndex) else [header(c) for c in table.columns])
+    shown.columns = (pd.MultiIndex.from_tuples([_header(c) for c in table.columns])
+                     if isinstance(table.columns, pd.MultiIndex) else [_header(c) for c in table.columns])
     shown.index.names = [INDEX_NAMES.get(n, n) for n in table.index.names]
-    cell_formats = {header(c): fmt_for(c) for c in table.columns}
+    cell_formats = {_header(c): f for c, f in _cell_writers(table, formats).items()}
     style = (shown.style.format(cell_formats, na_rep="–").format_index(number, axis=0)
              .set_table_styles([{"selector": "td, th", "props": "white-space: nowrap; padding: 0.15em 0.45em;"},
                                 {"selector": "th.col_heading", "props": "white-space: normal; vertical-align: bottom;"}]))
     if max((len(str(v)) for v in table.index.get_level_values(-1)), default=0) > WRAP_OVER_CHARS // 2:
         # long row labels (the settings table's) wrap too, instead of taking a third of the page
-        style = style.set_table_styles([{"selector": "th.row_heading", "props": "white-space: normal; min-width: 8em;"}],
+        style = style.set_table_styles([{"selector": "th.row_heading", "props": "white-space: normal; overflow-wrap: anywhere; min-width: 8em;"}],
                                        overwrite=False)
-    long_text = [header(c) for c in table.columns
-                 if not pd.api.types.is_numeric_dtype(table[c]) and table[c].map(lambda v: len(v) if isinstance(v, str) else 0)
-                 .max() > WRAP_OVER_CHARS]
+    long_text = [_header(c) for c in _long_text_columns(table)]
     if long_text:  # per-column rules (#T_id td.colN) outrank the table-wide nowrap above (#T_id td)
         wrap = f"white-space: normal; text-align: left; min-width: {WRAP_MIN_EM}em;"
         style = style.set_table_styles({c: [{"selector": "td", "props": wrap}] for c in long_text}, overwrite=False)
     if isinstance(table.index, pd.RangeIndex) and table.index.name is None:
         style = style.hide(axis="index")
     return style
+
+
+#: Width (in characters of body text) that a table may take in the book's text column at a 1400 px
+#: window: 784 px at about 8 px a character of the 16 px body font, less a margin for the estimate.
+COLUMN_CHARS = 90
+#: Width (characters) of a cell's padding (0.45 em each side) and of a wrapping text column.
+_PAD_CHARS, _WRAP_CHARS = 2, 2 * WRAP_MIN_EM
+
+
+def table_chars(table: pd.DataFrame, formats: dict | None = None) -> int:
+    """Estimated width of :func:`styled` ``(table)`` in characters of body text: per column the
+    longest written cell or the longest word of its header (headers wrap), a long-text column
+    :data:`WRAP_MIN_EM` em, each with its padding; the row labels likewise. An estimate for laying
+    out a table (:func:`fitted`); the browser check (``make book-check``) measures the page."""
+    def word(text) -> int:
+        return max((len(w) for w in str(text).split()), default=0)
+
+    def cell(fmt, v) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "–"
+        return fmt.format(v) if isinstance(fmt, str) else str(fmt(v))
+
+    long_text = set(_long_text_columns(table))
+    width = 0
+    for col, fmt in _cell_writers(table, formats).items():
+        header = _header(col)
+        head = max(word(h) for h in header) if isinstance(header, tuple) else word(header)
+        body = _WRAP_CHARS if col in long_text else max((len(cell(fmt, v)) for v in table[col]), default=0)
+        width += max(head, body) + _PAD_CHARS
+    if not (isinstance(table.index, pd.RangeIndex) and table.index.name is None):
+        for level, name in enumerate(table.index.names):
+            longest = max((len(number(v)) for v in table.index.get_level_values(level)), default=0)
+            if longest > WRAP_OVER_CHARS // 2:   # long row labels wrap (styled: min-width 8 em)
+                longest = 16
+            width += max(longest, word(INDEX_NAMES.get(name, name or ""))) + _PAD_CHARS
+    return width
+
+
+def csv_link(table: pd.DataFrame, name: str, text: str | None = None) -> str:
+    """An HTML link that downloads ``table`` as ``<name>.csv`` with every number at full precision
+    (a ``data:`` address in the page itself: no file to copy, nothing fetched from a host).
+
+    Two-level columns are written as ``quantity | source``; the index becomes the first columns.
+
+    Raises:
+        ValueError: ``name`` is not a plain file stem (letters, digits, ``-``, ``_``).
+    """
+    import urllib.parse
+
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", name or ""):
+        raise ValueError(f"name must be a plain file stem (letters, digits, - and _); got {name!r}")
+    flat = table.copy()
+    if isinstance(flat.columns, pd.MultiIndex):
+        flat.columns = [" | ".join(str(level) for level in col) for col in flat.columns]
+    keep_index = not (isinstance(flat.index, pd.RangeIndex) and flat.index.name is None)
+    data = flat.map(without_paths).to_csv(index=keep_index)   # floats as Python writes them: exact
+    href = "data:text/csv;charset=utf-8," + urllib.parse.quote(data)
+    label = html.escape(text or f"Download every column as CSV ({name}.csv)")
+    return f'<p class="table-csv"><a href="{href}" download="{name}.csv">{label}</a></p>'
+
+
+def fitted(table: pd.DataFrame, main: list, *, name: str, formats: dict | None = None,
+           detail: str | None = None, collapsed: bool = True, max_chars: int = COLUMN_CHARS) -> "IPython.display.HTML":
+    """A wide table as a reader can take it in: a main table with the columns that carry the
+    page's point, the other columns in tables of their own (inside a toggled ``<details>`` box,
+    or shown below the main one; for a (quantity, source) table each quantity not wholly in the
+    main table is shown whole, with every source), each no wider than the text column at a 1400 px window
+    (:data:`COLUMN_CHARS`), and a link that downloads every column at full precision
+    (:func:`csv_link`). Every table repeats the index, so put what names a row (protocol, round)
+    in the index. On a phone each table scrolls sideways in its own box (book/_static/maskfed.css).
+
+    Args:
+        table: the full table (plain or (quantity, source) columns; its index labels every row).
+        main: the columns of the main table, in order: column keys (a ``(quantity, source)``
+            tuple for a two-level table) or, for a two-level table, a quantity name meaning all
+            its sources.
+        name: the CSV's file stem (``table1``).
+        formats: number formats as for :func:`styled`.
+        detail: the summary line of the toggled box (default: "Every source of <quantities>" or
+            "The other N columns: <columns>").
+        collapsed: the other columns in a toggled box (True) or in tables shown below (False).
+        max_chars: the width budget of each table, in characters (:func:`table_chars`).
+
+    Returns:
+        An ``IPython.display.HTML`` (the last expression of a cell shows it).
+
+    Raises:
+        ValueError: a ``main`` entry that is not a column of ``table``, an empty ``main``, or a
+            main table wider than ``max_chars`` (choose fewer main columns).
+    """
+    from IPython.display import HTML
+
+    two_level = isinstance(table.columns, pd.MultiIndex)
+    chosen = []
+    for entry in main:
+        if entry in table.columns and (not two_level or isinstance(entry, tuple)):
+            chosen.append(entry)
+        elif two_level and not isinstance(entry, tuple) and entry in table.columns.get_level_values(0):
+            chosen += [c for c in table.columns if c[0] == entry]
+        else:
+            raise ValueError(f"main: {entry!r} is not a column of the table; its columns are {list(table.columns)}")
+    if not chosen:
+        raise ValueError("main must name at least one column")
+    chosen = list(dict.fromkeys(chosen))
+    width = table_chars(table[chosen], formats)
+    if width > max_chars:
+        raise ValueError(f"main: the main table is about {width} characters wide, over the {max_chars} that fit "
+                         f"the text column at a 1400 px window; choose fewer main columns")
+    # the rest: for a (quantity, source) table every quantity not wholly in the main table, with all
+    # its sources (a quantity reads best whole); for a plain table the columns not in it
+    if two_level:
+        partial = [q for q in dict.fromkeys(table.columns.get_level_values(0))
+                   if any(c not in chosen for c in table.columns if c[0] == q)]
+        rest = [c for c in table.columns if c[0] in partial]
+    else:
+        rest = [c for c in table.columns if c not in chosen]
+    groups = []   # the rest by quantity (two-level) or one column each, in the table's order
+    for col in rest:
+        key = col[0] if two_level else col
+        if groups and groups[-1][0] == key:
+            groups[-1][1].append(col)
+        else:
+            groups.append((key, [col]))
+    parts, current = [], []
+    for _, cols in groups:   # pack whole groups into tables that fit
+        if current and table_chars(table[current + cols], formats) > max_chars:
+            parts.append(current)
+            current = []
+        current += cols
+    if current:
+        parts.append(current)
+    out = [styled(table[chosen], formats).to_html()]
+    others = "".join(styled(table[p], formats).to_html() for p in parts)
+    if parts and collapsed:
+        names = list(dict.fromkeys(str(_header(c)[0] if two_level else _header(c)) for c in rest))
+        summary = detail or (f"Every source of {', '.join(names)}" if two_level
+                             else f"The other {len(rest)} columns: {', '.join(names)}")
+        out.append(f"<details class=\"table-detail\"><summary>{html.escape(summary)}</summary>{others}</details>")
+    elif parts:
+        out.append(others)
+    out.append(csv_link(table, name))
+    return HTML("\n".join(out))
 
 
 def profile_table() -> pd.DataFrame:
@@ -311,16 +466,17 @@ def profile_table() -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("profile")
 
 
-def trajectories(results, *, ax=None, window: int = 3):
+def trajectories(results, *, ax=None, window: int = 3,
+                 title: str | None = "1/Δ_S round by round (rolling median); grey: the summary window"):
     """Per-round recovery factor of each run (rolling median over ``window`` rounds), log scale,
-    with the summary window (last quarter of rounds) shaded."""
+    with the summary window (last quarter of rounds) shaded and the legend below the axes."""
     import matplotlib.pyplot as plt
 
-    from maskfed.book.plots import plain_log_ticks
+    from maskfed.book.plots import legend_outside, plain_log_ticks
     from maskfed.fl.summary import tail_window
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 3.6))
+        _, ax = plt.subplots(figsize=(6.4, 4.6))
     for r in results:
         m = r.metrics
         ax.plot(m["round"], m["recovery_unweighted"].rolling(window, min_periods=1).median(),
@@ -331,8 +487,10 @@ def trajectories(results, *, ax=None, window: int = 3):
     ax.set_yscale("log")
     plain_log_ticks(ax, "y")
     ax.set_xlabel("round")
-    ax.set_ylabel("1/Δ_S (rolling median)")
-    ax.legend(fontsize=6, ncol=3)
+    ax.set_ylabel(f"1/Δ_S (rolling median of {window})")
+    if title:
+        ax.set_title(title)
+    legend_outside(ax, "below", ncol=3)
     return ax
 
 

@@ -65,6 +65,49 @@ def hide_injected_parameters(nb) -> None:
                                 + "\n".join(f"# {line}" for line in given))
 
 
+#: The first cell of every executed chapter, hidden: the book's figure defaults (SVG, text sizes).
+#: It binds no public name, so a chapter's parameter check does not see it.
+SETUP_SOURCE = "from maskfed.book.plots import use_book_style as _use_book_style\n_use_book_style()"
+
+
+def add_book_setup(nb) -> None:
+    """Insert, in place, the hidden :data:`SETUP_SOURCE` cell before a chapter's first cell, so
+    that every figure of every chapter follows :mod:`maskfed.book.plots`' defaults."""
+    import nbformat
+
+    cell = nbformat.v4.new_code_cell(SETUP_SOURCE, metadata={"tags": ["remove-cell"]})
+    nb.cells.insert(0, cell)
+
+
+def _only_glue(source: str) -> bool:
+    """True when every statement of a code cell's source is a ``glue(...)`` call (``glue`` or
+    ``something.glue``); False for an empty or unparsable cell."""
+    import ast
+
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return False
+    return bool(body) and all(
+        isinstance(st, ast.Expr) and isinstance(st.value, ast.Call)
+        and ((isinstance(st.value.func, ast.Name) and st.value.func.id == "glue")
+             or (isinstance(st.value.func, ast.Attribute) and st.value.func.attr == "glue"))
+        for st in body)
+
+
+def hide_glue_only_cells(nb) -> int:
+    """Tag, in place, every code cell made only of ``glue(...)`` calls ``remove-cell``: it hands
+    numbers to the prose and shows nothing a reader needs (the glued values still reach the
+    prose). Returns how many cells it hid."""
+    hidden = 0
+    for cell in nb.cells:
+        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+        if cell.get("cell_type") == "code" and "remove-cell" not in tags and _only_glue(cell["source"]):
+            tags.append("remove-cell")
+            hidden += 1
+    return hidden
+
+
 #: Tags under which a cell's outputs never reach a page.
 _HIDDEN_OUTPUT_TAGS = ("remove-cell", "remove-output", "remove_cell", "remove_output")
 #: A line of a Python warning as the warnings module writes it to stderr (``path:line: XWarning: ...``).
@@ -168,7 +211,10 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
     running = out_dir / f".{name}.running.ipynb"
     with tempfile.TemporaryDirectory() as tmp:
         ipynb = Path(tmp) / f"{name}.ipynb"
-        jupytext.write(jupytext.read(src), ipynb)
+        nb = jupytext.read(src)
+        add_book_setup(nb)
+        hide_glue_only_cells(nb)
+        jupytext.write(nb, ipynb)
         declared = papermill.inspect_notebook(str(ipynb))
         given = {"profile": profile, **(parameters or {})}
         # the book-wide parameters go to the notebooks that read them (a page that computes nothing,

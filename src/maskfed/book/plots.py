@@ -1,16 +1,268 @@
-"""Figures of the book (matplotlib/seaborn)."""
+"""Figures of the book (matplotlib), and the one place for their defaults.
+
+:func:`use_book_style` sets what every figure of the book shares (SVG output, text sizes, the
+default size); ``maskfed.book.notebooks`` runs it first in every chapter. :func:`finish` checks a
+finished figure against the book's rules and raises :class:`FigureError` naming each breach, so a
+chapter whose figure breaks one stops (and ``make book`` with it):
+
+- no wider than :data:`MAX_WIDTH_IN` (it then shows at its drawn size in the text column at a
+  1400 px window) and no text smaller than :data:`MIN_FONT_PT` at that size;
+- a label on every axis that shows tick labels (panels sharing an axis take its label from the one
+  panel that shows the ticks), and a title on every panel (or one for the figure);
+- legends that hide no data point or bar, and annotations that do not overlap;
+- a log axis wherever more than :data:`SQUASHED_SHARE` of the positive values on a linear axis lie
+  below 1/:data:`MAX_LINEAR_SPAN` of the largest (they would be squashed onto the axis).
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
 MARKERS = {"32": "o", "128": "s", "full": "^"}
 
+#: Smallest text of a figure (points) at its drawn size.
+MIN_FONT_PT = 9.0
+#: Widest figure (inches) that the book's text column (784 px at a 1400 px window, 96 px an inch)
+#: shows at its drawn size; a wider one is scaled down and its text with it.
+MAX_WIDTH_IN = 8.0
+#: Largest ratio of the largest to the smallest positive value on a linear axis; beyond it (two
+#: decades) small values become invisible and the axis must be logarithmic.
+MAX_LINEAR_SPAN = 100.0
+#: Share of the positive values on a linear axis that may lie below 1/MAX_LINEAR_SPAN of the largest
+#: (squashed onto the axis, like the bs-16 bars beside full-batch ones) before a log axis is required.
+SQUASHED_SHARE = 0.25
+#: The defaults of every figure in the book (matplotlib rcParams).
+STYLE = {
+    "font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10, "xtick.labelsize": 9, "ytick.labelsize": 9,
+    "legend.fontsize": 9, "legend.title_fontsize": 9, "figure.titlesize": 11,
+    "figure.figsize": (6.4, 4.0),   # inches: 614 px in the 784 px column
+    "svg.fonttype": "path",         # text drawn as outlines: the same on every reader's machine
+    "figure.facecolor": "white", "savefig.facecolor": "white",
+}
+
+
+class FigureError(ValueError):
+    """A figure breaks one of the book's figure rules (:func:`figure_problems`)."""
+
+
+def use_book_style() -> None:
+    """Apply :data:`STYLE` and, inside IPython (a chapter being executed), make the inline backend
+    write SVG: figures are vectors, sharp at any zoom and any screen density."""
+    plt.rcParams.update(STYLE)
+    try:
+        from IPython import get_ipython
+    except ImportError:  # not inside IPython: nothing is displayed inline
+        return
+    if get_ipython() is not None:
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+        set_matplotlib_formats("svg")
+
+
+def _data_points(ax: plt.Axes) -> np.ndarray:
+    """Display coordinates (px) of every data point, error-bar end and bar top of ``ax``, [N, 2]."""
+    pts = []
+    for line in ax.get_lines():
+        xy = np.asarray(line.get_xydata(), dtype=float)
+        if line.get_visible() and len(xy) and line.get_transform() == ax.transData:
+            pts.append(ax.transData.transform(xy))
+    for coll in ax.collections:
+        if not coll.get_visible():
+            continue
+        offsets = np.asarray(coll.get_offsets(), dtype=float)
+        if len(offsets) and offsets.ndim == 2:
+            pts.append(coll.get_offset_transform().transform(offsets))
+        for path in getattr(coll, "get_paths", lambda: [])():   # error bars (LineCollection)
+            if len(path.vertices) and coll.get_transform() == ax.transData:
+                pts.append(ax.transData.transform(np.asarray(path.vertices, dtype=float)))
+    for patch in ax.patches:   # bars (a span drawn across the axes is no data)
+        if (patch.get_visible() and isinstance(patch, plt.matplotlib.patches.Rectangle) and patch.get_height()
+                and patch.get_transform() == ax.transData):
+            x, y, w, h = patch.get_x(), patch.get_y(), patch.get_width(), patch.get_height()
+            pts.append(ax.transData.transform([(x + w / 2, y + h), (x, y + h), (x + w, y + h)]))
+    pts = [p for p in pts if len(p)]
+    out = np.concatenate(pts) if pts else np.empty((0, 2))
+    return out[np.isfinite(out).all(axis=1)]
+
+
+def _positive_values(ax: plt.Axes, axis: str) -> np.ndarray:
+    """The positive finite data values of ``ax`` along ``axis`` ("x" or "y"): lines, markers and
+    bars, not the ends of error bars."""
+    i = 0 if axis == "x" else 1
+    caps = {id(cap) for c in ax.containers if isinstance(c, plt.matplotlib.container.ErrorbarContainer)
+            for cap in c.lines[1]}   # the ends of error bars are no values
+    vals = [np.asarray(line.get_xydata(), dtype=float)[:, i] for line in ax.get_lines()
+            if line.get_visible() and len(line.get_xydata()) and line.get_transform() == ax.transData
+            and id(line) not in caps]
+    vals += [np.asarray(c.get_offsets(), dtype=float)[:, i] for c in ax.collections
+             if len(c.get_offsets()) and np.asarray(c.get_offsets()).ndim == 2]
+    if axis == "y":
+        vals += [np.array([p.get_height() for p in ax.patches if isinstance(p, plt.matplotlib.patches.Rectangle)
+                           and p.get_visible() and p.get_transform() == ax.transData])]
+    flat = np.concatenate(vals) if vals else np.empty(0)
+    return flat[np.isfinite(flat) & (flat > 0)]
+
+
+def figure_problems(fig: plt.Figure) -> list[str]:
+    """What in ``fig`` breaks the book's figure rules (see the module docstring); empty if nothing.
+
+    Draws the figure once to measure its text and legends.
+    """
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    problems = []
+    width = fig.get_size_inches()[0]
+    if width > MAX_WIDTH_IN + 1e-9:
+        problems.append(f"the figure is {width:g} in wide: more than {MAX_WIDTH_IN:g} in is shrunk in the text column")
+    small = sorted({(t.get_text().strip()[:30], t.get_fontsize()) for t in fig.findobj(plt.matplotlib.text.Text)
+                    if t.get_visible() and t.get_text().strip() and t.get_fontsize() < MIN_FONT_PT - 1e-9})
+    problems += [f"text {text!r} is {size:g} pt, below {MIN_FONT_PT:g} pt" for text, size in small]
+    suptitle = fig._suptitle.get_text() if fig._suptitle is not None else ""
+    for n, ax in enumerate(fig.axes, start=1):
+        if not ax.get_visible() or not ax.has_data():
+            continue
+        where = f"panel {n}" + (f" ({ax.get_title()!r})" if ax.get_title() else "")
+        for axis, label, ticks in (("x", ax.get_xlabel(), ax.get_xticklabels()), ("y", ax.get_ylabel(), ax.get_yticklabels())):
+            shown = any(t.get_visible() and t.get_text() for t in ticks)
+            if not label.strip() and shown:   # a shared axis without tick labels takes its label from the panel that shows them
+                problems.append(f"{where}: no {axis} label")
+        if not ax.get_title().strip() and not suptitle.strip():
+            problems.append(f"{where}: no title (set one on the panel or the figure)")
+        legend = ax.get_legend()
+        if legend is not None and legend.get_visible():
+            box = legend.get_window_extent(renderer)
+            inside = [p for p in _data_points(ax) if box.x0 <= p[0] <= box.x1 and box.y0 <= p[1] <= box.y1]
+            if inside:
+                problems.append(f"{where}: the legend hides {len(inside)} data point(s)")
+            covered = [t.get_text() for t in [ax.xaxis.label, ax.yaxis.label, ax.title, *ax.get_xticklabels(),
+                                              *ax.get_yticklabels()]
+                       if t.get_visible() and t.get_text() and t.get_window_extent(renderer).overlaps(box)]
+            if covered:
+                problems.append(f"{where}: the legend covers {', '.join(map(repr, covered[:3]))}")
+        texts = [t for t in ax.texts if t.get_visible() and t.get_text().strip()]
+        for a, b in itertools.combinations(texts, 2):
+            if a.get_window_extent(renderer).overlaps(b.get_window_extent(renderer)):
+                problems.append(f"{where}: labels {a.get_text()!r} and {b.get_text()!r} overlap")
+        for axis, scale in (("x", ax.get_xscale()), ("y", ax.get_yscale())):
+            vals = _positive_values(ax, axis)
+            squashed = (vals < vals.max() / MAX_LINEAR_SPAN).mean() if len(vals) > 1 else 0.0
+            if scale == "linear" and squashed > SQUASHED_SHARE:
+                problems.append(f"{where}: {axis} values span {math.log10(vals.max() / vals.min()):.1f} decades "
+                                f"on a linear axis, {100 * squashed:.0f}% of them below 1/{MAX_LINEAR_SPAN:g} of "
+                                "the largest (use a log axis)")
+    return problems
+
+
+def finish(fig: plt.Figure | None = None) -> None:
+    """Check a finished figure (default: the current one) against the book's rules and lay it out.
+
+    Raises:
+        FigureError: the figure breaks a rule; the message lists every breach
+            (:func:`figure_problems`).
+    """
+    fig = fig if fig is not None else plt.gcf()
+    for _ in range(2):   # the layout moves the axes: legends below them and placed labels follow
+        if not fig.get_constrained_layout():
+            fig.tight_layout()
+        for ax in fig.axes:
+            _below_labels(ax)
+    for ax in fig.axes:
+        if getattr(ax, "_book_labels", None):
+            for label in ax._book_labels[1]:
+                label.remove()
+            place_labels(ax, ax._book_labels[0])
+    problems = figure_problems(fig)
+    if problems:
+        raise FigureError("the figure breaks the book's figure rules:\n- " + "\n- ".join(problems))
+
+
+def legend_outside(ax: plt.Axes, where: str = "right", **kwargs) -> None:
+    """A legend outside the plotting area, so that it hides no data: to the right of ``ax`` or
+    below it (in columns).
+
+    Raises:
+        ValueError: ``where`` is not "right" or "below".
+    """
+    if where == "right":
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kwargs)
+    elif where == "below":
+        legend = ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), borderaxespad=0.0, **{"ncol": 2, **kwargs})
+        legend._book_below = True
+        _below_labels(ax)
+    else:
+        raise ValueError(f"where must be 'right' or 'below'; got {where!r}")
+
+
+def _below_labels(ax: plt.Axes) -> None:
+    """Move a legend placed by :func:`legend_outside` (below) just under the axes' tick labels and
+    x label, which it must not cover (their height depends on the figure's current layout)."""
+    legend = ax.get_legend()
+    if legend is None or not getattr(legend, "_book_below", False):
+        return
+    legend.set_visible(False)   # the axes' extent without the legend itself
+    ax.figure.canvas.draw()
+    bottom = ax.get_tightbbox(ax.figure.canvas.get_renderer()).y0
+    legend.set_visible(True)
+    gap = 4 * ax.figure.dpi / 72   # 4 points
+    y = ax.transAxes.inverted().transform((0, bottom - gap))[1]
+    legend.set_bbox_to_anchor((0.5, y), transform=ax.transAxes)
+
+
+#: Where :func:`place_labels` tries a label, as offsets (points) of its centre from its point: rings
+#: of growing radius, eight directions each (wider than tall, as labels are).
+LABEL_OFFSETS = tuple((round(1.8 * r * math.cos(a), 1), round(r * math.sin(a), 1))
+                      for r in (9, 16, 24, 32) for a in np.radians([30, -30, 150, -150, 90, -90, 0, 180]))
+
+
+def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]], offsets=LABEL_OFFSETS) -> None:
+    """Annotate data points so that no two labels overlap: each label takes the first offset
+    (points, from its data point to the label's centre) at which its box lies inside the axes and
+    meets no label placed before it and no marker; failing that, the first at which it lies inside
+    and meets no label.
+
+    Args:
+        points: ``(x, y, text, style)`` in data coordinates; ``style`` goes to ``ax.annotate``.
+        offsets: candidate offsets in points, tried in order (:data:`LABEL_OFFSETS`).
+    """
+    ax.figure.canvas.draw()   # the final axes limits and size
+    renderer = ax.figure.canvas.get_renderer()
+    r = 4 * ax.figure.dpi / 72   # a marker's half width (4 points): labels keep off the markers too
+    markers = [plt.matplotlib.transforms.Bbox([[x - r, y - r], [x + r, y + r]]) for x, y in _data_points(ax)]
+    frame = ax.get_window_extent(renderer)   # labels stay inside the axes
+    placed, labels = [], []
+    for x, y, text, style in points:
+        label, box = None, None
+        for avoid in (placed + markers, placed):
+            for dx, dy in offsets:
+                label = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), ha="center",
+                                    va="center", **style)
+                box = label.get_window_extent(renderer)
+                within = (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1)
+                if within and not any(box.overlaps(other) for other in avoid):
+                    break
+                label.remove()
+                label = None
+            if label is not None:
+                break
+        if label is None:   # nowhere free: the first place (figure_problems then reports the overlap)
+            label = ax.annotate(text, (x, y), textcoords="offset points", xytext=offsets[0], ha="center",
+                                va="center", **style)
+            box = label.get_window_extent(renderer)
+        placed.append(box)
+        labels.append(label)
+    ax._book_labels = (points, labels)   # finish() places them again after the layout changes
+
 
 def plain_log_ticks(ax: plt.Axes, axis: str = "y") -> None:
-    """Label a log axis's major and minor ticks as a reader writes numbers (3, 0.5, 100), not
-    as ``3×10⁰``, which matplotlib uses when the axis spans less than a decade.
+    """Label a log axis's ticks as a reader writes numbers (3, 0.5, 100), not as ``3×10⁰``, which
+    matplotlib uses when the axis spans less than a decade. On an axis spanning less than a decade
+    every minor tick is labelled; on a longer one only 2 and 5 times a power of ten, so that the
+    labels never run into each other.
 
     Args:
         ax: the axes.
@@ -21,10 +273,17 @@ def plain_log_ticks(ax: plt.Axes, axis: str = "y") -> None:
     """
     if axis not in ("x", "y"):
         raise ValueError(f"axis must be 'x' or 'y'; got {axis!r}")
-    fmt = plt.matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
     target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_major_formatter(fmt)
-    target.set_minor_formatter(fmt)
+
+    def minor(v, _):
+        low, high = sorted(target.get_view_interval())
+        if v <= 0 or low <= 0:
+            return ""
+        mantissa = round(v / 10 ** math.floor(math.log10(v) + 1e-9), 6)
+        return f"{v:g}" if high / low < 10 or mantissa in (2.0, 5.0) else ""
+
+    target.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_minor_formatter(plt.matplotlib.ticker.FuncFormatter(minor))
 
 
 def _plain_if_short(ax: plt.Axes) -> None:
@@ -38,12 +297,14 @@ def _plain_if_short(ax: plt.Axes) -> None:
 def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, *, k_c: int = 10,
                          ax: plt.Axes | None = None, ours_label: str = "this run",
                          others: dict[str, pd.DataFrame] | None = None,
-                         ranges: dict[str, tuple[pd.DataFrame, pd.DataFrame]] | None = None) -> plt.Axes:
+                         ranges: dict[str, tuple[pd.DataFrame, pd.DataFrame]] | None = None,
+                         title: str | None = "Recovery factor against test accuracy, nine local protocols") -> plt.Axes:
     """Figure 1: recovery factor 1/Δ_S against test accuracy for the local protocols.
 
-    Marker shape encodes the batch size, the annotation the local epochs τ;
-    filled markers are ours, hollow grey ones the paper's (if given). Accuracy is a fraction on
-    the axis as in the book's tables and prose (one convention on every page).
+    Marker shape encodes the batch size, the label beside each marker the local epochs τ (placed so
+    that no two labels overlap); filled markers are ours, hollow grey ones the paper's (if given).
+    Accuracy is a fraction on the axis as in the book's tables and prose (one convention on every
+    page). The legend sits below the axes, where it hides no point.
 
     Args:
         ours, paper: summaries indexed by (batch_size, local_epochs) with
@@ -53,13 +314,15 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
             ``{legend label: summary}``, each drawn filled in its own colour.
         ranges: ``{legend label: (low, high)}``: seed ranges of a source (min and max over seeds,
             :func:`maskfed.fl.uncertainty.seed_range`), drawn as bars in both directions.
+        title: the panel's title (None: none).
     """
     if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 4.2))
+        _, ax = plt.subplots(figsize=(6.4, 5.2))
     sources = [(ours, ours_label, dict(color="C0"))]
     sources += [(df, label, dict(color=f"C{i}")) for i, (label, df) in enumerate((others or {}).items(), start=1)]
     if paper is not None:
         sources.append((paper, "paper (Yan et al. 2026)", dict(facecolor="none", edgecolor="0.45")))
+    labels = []
     for df, label, style in sources:
         if ranges and label in ranges:
             low, high = (t.reindex(df.index) for t in ranges[label])
@@ -68,24 +331,29 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
                         xerr=[df["test_acc"] - low["test_acc"], high["test_acc"] - df["test_acc"]],
                         yerr=[df["recovery_unweighted"] - low["recovery_unweighted"],
                               high["recovery_unweighted"] - df["recovery_unweighted"]])
-        for i, ((bs, tau), row) in enumerate(df.iterrows()):
+        for (bs, tau), row in df.iterrows():
             ax.scatter(row["test_acc"], row["recovery_unweighted"], marker=MARKERS.get(str(bs), "D"), s=55,
                        label=f"{label}, bs={bs}" if tau == df.loc[bs].index[0] else None, **style)
-            ax.annotate(f"τ={tau}", (row["test_acc"], row["recovery_unweighted"]), textcoords="offset points",
-                        xytext=(5, 4), fontsize=8, color=style.get("color", "0.45"))
+            labels.append((row["test_acc"], row["recovery_unweighted"], f"τ={tau}",
+                           dict(fontsize=MIN_FONT_PT, color=style.get("color", "0.45"))))
     ax.axhline(k_c, color="0.6", ls="--", lw=1)
-    ax.text(ax.get_xlim()[0], k_c, f" ceiling K_c = {k_c}", va="bottom", fontsize=8, color="0.4")
     ax.axhline(1, color="0.6", ls=":", lw=1)
     ax.set_yscale("log")
     plain_log_ticks(ax, "y")
+    ax.text(0.01, k_c, f" ceiling K_c = {k_c}", va="bottom", fontsize=MIN_FONT_PT, color="0.4",
+            transform=ax.get_yaxis_transform())
     ax.set_xlabel("test accuracy (fraction), median over the summary window")
     ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
-    ax.legend(fontsize=7, loc="best")
+    if title:
+        ax.set_title(title)
+    legend_outside(ax, "below")
+    place_labels(ax, labels)
     return ax
 
 
 def against_stage(table: pd.DataFrame, value: str = "recovery_unweighted", *, ax: plt.Axes | None = None,
-                  label: str = "1/Δ_S (unweighted)", k_c: int | None = None) -> plt.Axes:
+                  label: str = "1/Δ_S (unweighted)", k_c: int | None = None, legend: bool = True,
+                  title: str | None = None) -> plt.Axes:
     """A stage-study quantity against the checkpoint's test accuracy, one line per local protocol.
 
     Markers are medians over cohorts, bars their interquartile range (columns ``<value>``,
@@ -96,6 +364,8 @@ def against_stage(table: pd.DataFrame, value: str = "recovery_unweighted", *, ax
         table: one row per (stage, protocol) with ``stage_acc`` (fraction), ``batch_size``,
             ``local_epochs`` and the value columns.
         k_c: if given, drawn as the ceiling of 1/Δ_S.
+        legend: a legend below the axes (:func:`legend_outside`), where it hides no point.
+        title: the panel's title (None: none).
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -111,16 +381,21 @@ def against_stage(table: pd.DataFrame, value: str = "recovery_unweighted", *, ax
     _plain_if_short(ax)
     ax.set_xlabel("test accuracy of the checkpoint θ_s (fraction)")
     ax.set_ylabel(label)
+    if title:
+        ax.set_title(title)
+    if legend:
+        legend_outside(ax, "below", ncol=3)
     return ax
 
 
-def branches(branch: pd.DataFrame, *, ax: plt.Axes | None = None) -> plt.Axes:
+def branches(branch: pd.DataFrame, *, ax: plt.Axes | None = None, legend: bool = True) -> plt.Axes:
     """Per-round recovery factor of the short FedAvg branches of the stage study, one colour per
     protocol, one line per (protocol, checkpoint); solid: full batch. Log scale.
 
     Args:
         branch: rows of :attr:`maskfed.fl.stage.StageStudy.branches` (``round``, ``stage``, ``batch_size``,
             ``local_epochs``, ``recovery_unweighted``).
+        legend: a legend below the axes (:func:`legend_outside`), where it hides no point.
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.6))
@@ -133,6 +408,8 @@ def branches(branch: pd.DataFrame, *, ax: plt.Axes | None = None) -> plt.Axes:
     ax.xaxis.set_major_locator(plt.matplotlib.ticker.MaxNLocator(integer=True))  # rounds are whole numbers
     ax.set_xlabel("round (ladder round + branch round)")
     ax.set_ylabel("1/Δ_S (one cohort a round)")
+    if legend:
+        legend_outside(ax, "below", ncol=3)
     return ax
 
 

@@ -136,6 +136,24 @@ def model_loss_at(model: nn.Module, x: Tensor, y: Tensor) -> Callable[[Tensor], 
     return loss_fn
 
 
+#: Layer types whose output is piecewise linear in their input, as a reader names them.
+_PIECEWISE_LINEAR = {nn.ReLU: "ReLU", nn.LeakyReLU: "leaky ReLU", nn.ReLU6: "ReLU6", nn.Hardtanh: "hard tanh",
+                     nn.MaxPool1d: "max-pooling", nn.MaxPool2d: "max-pooling", nn.MaxPool3d: "max-pooling",
+                     nn.AdaptiveMaxPool2d: "max-pooling"}
+
+
+def piecewise_linear_parts(model: nn.Module) -> list[str]:
+    """The kinds of piecewise-linear layers (ReLU, max-pooling, ...) that ``model`` contains, in
+    the order first met, each once: where they are, the loss is only piecewise smooth in θ.
+    ``nn.Identity`` stand-ins (a ResNet whose max-pool was removed) do not count."""
+    found = []
+    for module in model.modules():
+        name = next((label for kind, label in _PIECEWISE_LINEAR.items() if type(module) is kind), None)
+        if name and name not in found:
+            found.append(name)
+    return found
+
+
 # --------------------------------------------------------------------------- measured penalty vs eq. (6)-(7)
 
 
@@ -348,7 +366,8 @@ def measure_limits(cfg: RunConfig, *, at_rounds: Sequence[int], protocols: dict,
         cfg: run configuration of the trajectory (see :func:`trajectory_snapshots`).
         at_rounds: 0-based rounds to measure at.
         protocols: name -> (batch_size, τ); train_protocol: the one the trajectory trains with.
-        p: keep probability in (0, 1] (the paper's default 0.5).
+        p: keep probability in (0, 1]. The paper trains no masks and gives no p; 0.5 (ours) drops
+            half of each update, as in the masking work the paper cites (Joo et al., 2026).
         n_draws: mask draws per mode and cohort.
         eval_size: images in the fixed evaluation batch (from the training split).
         granularity: block partition, ``"tensor"`` or ``"channel"``.

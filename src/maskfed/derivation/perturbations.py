@@ -30,6 +30,7 @@ Paper reference: Yan, Kuroda, Jin, Chen (2026), arXiv 2608.23286, eq. (2), (4)-(
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -200,3 +201,124 @@ def noise_penalty(sigma: float, hessian_trace: float, mode: str, weights_K=None,
     w = diversity.normalised_weights(weights_K, len(weights_K) if weights_K is not None else int(k_c))
     factor = float((w**2).sum()) if mode == "independent" else 1.0
     return 0.5 * s**2 * float(hessian_trace) * factor
+
+
+# --------------------------------------------------------------------------- gradient noise through T local steps
+
+
+def _check_local_steps(lr: float, steps: int, sigma: float, mode: str) -> None:
+    if not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"lr (local step size η) must be finite and > 0; got {lr!r}")
+    if int(steps) != steps or steps < 1:
+        raise ValueError(f"steps (local steps T) must be an integer >= 1; got {steps!r}")
+    check_perturbation("gaussian", mode, sigma)
+
+
+def local_noise_covariance(hessian_PxP, lr: float, steps: int, sigma: float) -> Tensor:
+    """Covariance of what Gaussian gradient noise leaves in one client's update (ours).
+
+    A client runs T steps of θ ← θ − η(∇l_k(θ) + ξ_t), ξ_t ~ N(0, σ² I), on a quadratic loss with
+    Hessian H. The noise enters its update linearly: Δ̃_k − Δ_k = η Σ_t A^(T−1−t) ξ_t with
+    A = I − ηH, so its covariance is η² σ² Σ_{j<T} A^j (A^j)ᵀ, [P, P]; exact for a quadratic.
+
+    Args:
+        hessian_PxP: H, symmetric, shape [P, P] (loss units per parameter unit²).
+        lr: local step size η > 0; steps: local steps T >= 1; sigma: noise standard deviation σ >= 0
+            (gradient units).
+
+    Raises:
+        ValueError: bad η, T or σ (before any compute).
+    """
+    _check_local_steps(lr, steps, sigma, "independent")
+    h = torch.as_tensor(hessian_PxP, dtype=torch.float64)
+    a = torch.eye(h.shape[0], dtype=torch.float64) - lr * h
+    power, cov = torch.eye(h.shape[0], dtype=torch.float64), torch.zeros_like(h)
+    for _ in range(int(steps)):
+        cov = cov + power @ power.T
+        power = a @ power
+    return (lr * sigma) ** 2 * cov
+
+
+def step_noise_penalty(hessian_PxP, lr: float, steps: int, sigma: float, mode: str, weights_K=None,
+                       k_c: int | None = None) -> float:
+    """Second-order excess at the aggregate of gradient noise added at each of T local steps (ours).
+
+    independent (each client its own ξ_t): ½ tr(H C) Σ_k w_k²; shared (one ξ_t per step, drawn
+    from a seed the server broadcasts, used by every client): ½ tr(H C), with C =
+    :func:`local_noise_covariance`. Like the noise added once to the update
+    (:func:`noise_penalty`), it does not depend on the updates. Exact for a quadratic loss whose
+    clients share the Hessian H.
+
+    Args:
+        hessian_PxP, lr, steps, sigma: as :func:`local_noise_covariance`.
+        mode: ``"independent"`` or ``"shared"``.
+        weights_K: aggregation weights n_k, shape [K_c]; or give ``k_c`` for 1/K_c each.
+
+    Raises:
+        ValueError: bad η, T, σ or mode, or neither/both of ``weights_K`` and ``k_c``.
+    """
+    _check_local_steps(lr, steps, sigma, mode)
+    if (weights_K is None) == (k_c is None):
+        raise ValueError("give exactly one of weights_K (aggregation weights) and k_c (cohort size)")
+    w = diversity.normalised_weights(weights_K, len(weights_K) if weights_K is not None else int(k_c))
+    h = torch.as_tensor(hessian_PxP, dtype=torch.float64)
+    factor = float((w**2).sum()) if mode == "independent" else 1.0
+    return 0.5 * float(torch.trace(h @ local_noise_covariance(h, lr, steps, sigma))) * factor
+
+
+def local_steps_excess_mc(loss, theta_P, offsets_KxP, lr: float, steps: int, sigma: float, mode: str,
+                          n_draws: int, generator: GeneratorLike, weights_K=None, chunk: int = 256) -> MCEstimate:
+    """Monte Carlo excess loss of FedAvg's aggregate when every client adds Gaussian noise to its
+    gradient at each of its T local steps, over the same round without noise (ours).
+
+    Client k minimises l_k(θ) = l(θ) + c_kᵀθ (the quadratic ``loss`` with its own linear term c_k,
+    so the noiseless updates differ across clients) by T steps θ ← θ − η(∇l_k(θ) + ξ_t) from θ;
+    the server aggregates Δ̃_k = θ − θ_T with weights w_k and the loss l is taken at θ − Σ_k w_k Δ̃_k.
+    Each sample adds the control variate ∇l(θ − Δ_agg)ᵀ(Δ̃_agg − Δ_agg) (zero mean: the noise
+    enters linearly), so for a quadratic a sample is exactly ½ eᵀHe.
+
+    Args:
+        loss: a :class:`maskfed.derivation.theory.QuadraticLoss` (its ``hessian`` [P, P], ``g`` [P]).
+        theta_P: θ at the start of the round, [P]; offsets_KxP: the clients' c_k, [K_c, P].
+        lr, steps, sigma: η, T, σ as :func:`local_noise_covariance`.
+        mode: ``"independent"`` (a ξ_t per client and step) or ``"shared"`` (one ξ_t per step for all).
+        n_draws: rounds to draw (>= 2); generator: ``torch.Generator`` or seed.
+        weights_K: aggregation weights n_k; None: 1/K_c.
+        chunk: draws per batch (memory only).
+
+    Returns:
+        :class:`maskfed.derivation.theory.MCEstimate` (loss units).
+
+    Raises:
+        ValueError: bad η, T, σ, mode, shapes, or n_draws < 2 (before any draw).
+    """
+    _check_local_steps(lr, steps, sigma, mode)
+    if n_draws < 2:
+        raise ValueError(f"n_draws must be >= 2 for a standard error; got {n_draws}")
+    h, g_lin = loss.hessian, loss.g
+    c = torch.as_tensor(offsets_KxP, dtype=torch.float64)
+    theta = torch.as_tensor(theta_P, dtype=torch.float64)
+    if c.ndim != 2 or c.shape[1] != theta.numel() or h.shape != (theta.numel(), theta.numel()):
+        raise ValueError(f"offsets_KxP [K_c, P], theta_P [P] and the loss's Hessian [P, P] must agree; got "
+                         f"{tuple(c.shape)}, {tuple(theta.shape)}, {tuple(h.shape)}")
+    k, n_coords = c.shape
+    w = diversity.normalised_weights(weights_K, k)
+
+    def train(noise_fn, n):
+        t = theta.expand(n, k, n_coords).clone()
+        for _ in range(int(steps)):
+            t = t - lr * (t @ h + g_lin + c + noise_fn(n))
+        return torch.einsum("k,nkp->np", w, theta - t)   # the aggregate Δ̃_agg, [n, P]
+
+    agg = train(lambda n: 0.0, 1)[0]
+    base = float(loss(theta - agg))
+    grad = g_lin + h @ (theta - agg)
+    gen = as_generator(generator)
+    rows = k if mode == "independent" else 1
+    samples, done = [], 0
+    while done < n_draws:
+        n = min(chunk, n_draws - done)
+        agg_tilde = train(lambda m: sigma * torch.randn(m, rows, n_coords, generator=gen, dtype=torch.float64), n)
+        samples.append(loss(theta - agg_tilde) - base + (agg_tilde - agg) @ grad)
+        done += n
+    return mc_estimate(torch.cat(samples))

@@ -1,0 +1,382 @@
+"""``make book-check``: read every page of the built book in headless Chromium, as a reader would.
+
+Each page is served from a local HTTP server and opened at a desktop width (1400 px) and a phone
+width (390 px) in Debian's Chromium, driven by Playwright (``executable_path`` the system
+Chromium; Playwright downloads no browser). After MathJax has typeset the page and every toggled
+box a reader could open is opened (``<details>``, hidden solutions), the probe
+(:data:`PROBE_JS`) reports, per page and width:
+
+- ``js-error``: an uncaught JavaScript exception or a ``console.error`` message;
+- ``other-host``: a request to any host but the local server (it is aborted, so a page that
+  needs the network shows it here, not as a hang);
+- ``missing-file``: a local request that failed (404);
+- ``wider-than-column``: an element reaching past the right edge of the article column with no
+  scroll box of its own around it; ``clipped``: one cut off by a box that hides its overflow;
+- ``scrolls-at-desktop``: a scroll box (a wide table) that still needs sideways scrolling at the
+  desktop width (at phone width a table may scroll in its own box);
+- ``equation-clipped``: a MathJax container wider than its box (the display scrolls or is cut)
+  or reaching past the column;
+- ``image-resolution``: a raster image with fewer than 2 pixels per displayed CSS pixel;
+  ``figure-shrunk``: at desktop width, an SVG figure shown smaller than it was drawn (its text
+  then falls below the size :mod:`maskfed.book.plots` drew it at); ``image-missing``: an image
+  that did not load;
+- ``raw-latex``: LaTeX or MyST markup left as text (``\\frac``, ``$x$``, ``{glue:text}``) or a
+  MathJax error box;
+- ``punctuation-wrapped``: a full stop or comma after inline math that starts the next line;
+- ``debug-line``: a run-time line such as "chapter 3 executed in 2.1 s at profile 'cpu'".
+
+``python -m maskfed.book.browsercheck [HTML_DIR]`` prints one line per finding and exits 1 if
+there is any, 2 when Chromium or Playwright is missing, 0 otherwise.
+
+Chromium: ``apt-get install -y chromium`` (Debian); ``MASKFED_CHROMIUM`` names another binary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import http.server
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from maskfed.paths import REPO_ROOT
+
+#: The widths every page is read at (CSS px): a desktop window and a phone.
+WIDTHS = {"desktop": 1400, "phone": 390}
+#: Window heights (CSS px); the probe measures the whole page, not only the visible part.
+HEIGHTS = {"desktop": 900, "phone": 844}
+#: Flags for an offline, quiet, repeatable headless Chromium (a fresh profile is added per width).
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync")
+#: Seconds a page may take to load and typeset.
+PAGE_TIMEOUT_S = 60
+#: Every rule the probe can report, in the order of the module docstring.
+RULES = ("js-error", "other-host", "missing-file", "wider-than-column", "clipped", "scrolls-at-desktop",
+         "equation-clipped", "image-resolution", "figure-shrunk", "image-missing", "raw-latex",
+         "punctuation-wrapped", "debug-line")
+
+
+class BrowserMissing(RuntimeError):
+    """Chromium or Playwright is not installed; the message says how to install it."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem on one page at one width.
+
+    Attributes:
+        page: the page's path relative to the book's HTML folder (``nb/intro.html``).
+        width: ``"desktop"`` or ``"phone"`` (:data:`WIDTHS`).
+        rule: one of :data:`RULES`.
+        detail: what and where (an element's tag, id or classes and its sizes; the error text).
+    """
+
+    page: str
+    width: str
+    rule: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.page} [{self.width} {WIDTHS[self.width]} px] {self.rule}: {self.detail}"
+
+
+def chromium_path(explicit: str | None = None) -> str:
+    """The Chromium binary: ``explicit`` if given, else ``$MASKFED_CHROMIUM`` if set, else
+    ``chromium`` or ``chromium-browser`` on PATH.
+
+    Raises:
+        BrowserMissing: none found (the message names the Debian package).
+    """
+    given = explicit or os.environ.get("MASKFED_CHROMIUM")
+    for candidate in ([given] if given else ["chromium", "chromium-browser"]):
+        if found := shutil.which(candidate):
+            return found
+    raise BrowserMissing("no Chromium found: install Debian's package (apt-get install -y chromium) "
+                         "or set MASKFED_CHROMIUM to a Chromium binary")
+
+
+@contextlib.contextmanager
+def serve(root: Path) -> Iterator[str]:
+    """Serve the folder ``root`` over HTTP on 127.0.0.1 (a free port) for the duration of the
+    ``with`` block; yields the base URL (``http://127.0.0.1:PORT/``)."""
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # one line per request would bury the findings
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+#: The probe run in each page once it has loaded: returns ``[{rule, detail}]``. ``desktop`` (its
+#: argument) is true at the desktop width.
+PROBE_JS = r"""
+async (desktop) => {
+  const out = [];
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    try { await MathJax.startup.promise; } catch (e) { out.push({rule: 'raw-latex', detail: 'MathJax failed: ' + e}); }
+  }
+  if (document.fonts && document.fonts.ready) { await document.fonts.ready; }
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+
+  const name = (el) => {
+    let s = el.tagName.toLowerCase();
+    if (el.id) s += '#' + el.id;
+    const cls = (typeof el.className === 'string' ? el.className : '').trim().split(/\s+/).filter(Boolean).slice(0, 3);
+    if (cls.length) s += '.' + cls.join('.');
+    const text = Array.from((el.innerText || el.textContent || '').trim().replace(/\s+/g, ' ')).slice(0, 60).join('');
+    return text ? `${s} "${text}"` : s;
+  };
+  const add = (rule, el, detail) => out.push({rule, detail: (el ? name(el) + ': ' : '') + detail});
+  const px = (v) => Math.round(v) + ' px';
+
+  const main = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+  // what a reader can open is read open: toggled boxes, hidden solutions, collapsed code
+  for (const d of main.querySelectorAll('details')) d.open = true;
+  for (const t of main.querySelectorAll('.toggle-hidden')) t.classList.remove('toggle-hidden');
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const colRight = main.getBoundingClientRect().right;
+  const colWidth = main.clientWidth;
+  const scrolls = (v) => v === 'auto' || v === 'scroll';
+
+  // math first: a formula is judged by its own box
+  const reported = new Set();
+  for (const c of main.querySelectorAll('mjx-container')) {
+    reported.add(c);
+    const r = c.getBoundingClientRect();
+    if (r.width === 0) continue;
+    const inner = c.querySelector('mjx-math');
+    const innerWidth = inner ? inner.getBoundingClientRect().width : r.width;
+    const display = c.getAttribute('display') === 'true';
+    if ((display && c.scrollWidth > c.clientWidth + 1) || innerWidth > r.width + 1) {
+      add('equation-clipped', c, `formula ${px(innerWidth)} in a ${px(r.width)} box`);
+    } else if (r.right > colRight + 1) {
+      add('equation-clipped', c, `reaches ${px(r.right - colRight)} past the ${px(colWidth)} column`);
+    }
+  }
+
+  // elements past the right edge of the column
+  const inside = (el) => { for (let a = el.parentElement; a && a !== main; a = a.parentElement) { if (reported.has(a)) return true; } return false; };
+  for (const el of main.querySelectorAll('*')) {
+    if (reported.has(el) || el.closest('mjx-container') || inside(el)) continue;
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0 || r.right <= colRight + 1) continue;
+    const st = getComputedStyle(el);
+    if (st.position === 'fixed' || st.visibility === 'hidden') continue;
+    let box = null;
+    for (let a = el.parentElement; a && a !== main; a = a.parentElement) {
+      if (getComputedStyle(a).overflowX !== 'visible') { box = a; break; }
+    }
+    if (box && scrolls(getComputedStyle(box).overflowX)) continue;   // scrolls in its own box
+    reported.add(el);
+    if (box) add('clipped', el, `${px(r.width)} wide, cut by ${name(box)}`);
+    else add('wider-than-column', el, `reaches ${px(r.right - colRight)} past the ${px(colWidth)} column`);
+  }
+  if (document.documentElement.scrollWidth > document.documentElement.clientWidth + 1) {
+    add('wider-than-column', null, `the page is ${px(document.documentElement.scrollWidth)} wide in a ` +
+        `${px(document.documentElement.clientWidth)} window`);
+  }
+
+  // scroll boxes that still scroll at desktop width (code blocks may: a line of code is not a table)
+  if (desktop) {
+    for (const el of main.querySelectorAll('*')) {
+      if (el.closest('mjx-container, pre, .highlight')) continue;
+      const st = getComputedStyle(el);
+      if (scrolls(st.overflowX) && el.scrollWidth > el.clientWidth + 1 && el.clientWidth > 0) {
+        add('scrolls-at-desktop', el, `content ${px(el.scrollWidth)} in a ${px(el.clientWidth)} box`);
+      }
+    }
+  }
+
+  // images
+  for (const img of main.querySelectorAll('img')) {
+    const src = img.currentSrc || img.src || '';
+    if (!img.complete || img.naturalWidth === 0) { add('image-missing', img, src.slice(0, 80)); continue; }
+    const shown = img.getBoundingClientRect().width;
+    if (shown === 0) continue;
+    const svg = /\.svg([?#]|$)/i.test(src) || src.startsWith('data:image/svg');
+    if (svg) {
+      if (desktop && shown < img.naturalWidth - 1) {
+        add('figure-shrunk', img, `drawn ${px(img.naturalWidth)} wide, shown at ${px(shown)} ` +
+            `(${Math.round(100 * shown / img.naturalWidth)}%: its text shrinks with it)`);
+      }
+    } else if (img.naturalWidth < 2 * shown - 0.5) {
+      add('image-resolution', img, `${img.naturalWidth} px image shown ${px(shown)} wide (need 2x)`);
+    }
+  }
+
+  // text: raw LaTeX or MyST markup, MathJax errors, debug lines, punctuation after math
+  for (const e of main.querySelectorAll('mjx-merror')) add('raw-latex', e, 'MathJax error');
+  const latex = /\\(frac|tfrac|mathbb|mathrm|mathcal|operatorname|lVert|rVert|sum|prod|hat|bar|overline|begin|end|left|right|cdot|sigma|mu|Delta|alpha|tau|theta|le|ge|ne|in)(?![A-Za-z])|\$[^$\s][^$]*\$|\{(glue|math|eq|numref|ref|prf:ref|doc)(:[a-z]+)?\}`/;
+  const debug = /executed in [0-9.]+ s at profile/;
+  const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT, {
+    acceptNode: (n) => n.parentElement && n.parentElement.closest('script, style, code, pre, kbd, textarea, mjx-container, .highlight, .math, .MathJax_Preview')
+      ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const m = n.textContent.match(latex);
+    if (m) add('raw-latex', n.parentElement, `"${Array.from(m[0]).slice(0, 40).join('')}"`);
+  }
+  for (const el of main.querySelectorAll('.cell_output')) {
+    const m = (el.innerText || '').match(debug);
+    if (m) add('debug-line', el, m[0]);
+  }
+  for (const c of main.querySelectorAll('mjx-container:not([display="true"])')) {
+    const host = c.parentElement && c.parentElement.matches('span.math') ? c.parentElement : c;
+    const next = host.nextSibling;
+    if (!next || next.nodeType !== Node.TEXT_NODE || !/^[.,;:!?)]/.test(next.textContent)) continue;
+    const range = document.createRange();
+    range.setStart(next, 0);
+    range.setEnd(next, 1);
+    const rects = range.getClientRects();
+    const cr = c.getBoundingClientRect();
+    if (rects.length && rects[0].top >= cr.bottom - 2) {
+      add('punctuation-wrapped', host.parentElement, `"${next.textContent[0]}" after math starts a new line`);
+    }
+  }
+  return out;
+}
+"""
+
+
+#: A page that only forwards the reader elsewhere (``<meta http-equiv="Refresh" ...>`` and nothing else).
+_REDIRECT = re.compile(r'\s*<meta http-equiv="refresh"[^>]*>\s*$', re.I)
+
+
+def _pages(html_dir: Path, pages: Sequence[str] | None) -> list[str]:
+    """The pages to read: ``pages`` as given, else every ``*.html`` under ``html_dir`` but Sphinx's
+    own (search, genindex), the theme's (``_static``) and redirects (the book's ``index.html`` only
+    forwards to the first chapter, which is read itself)."""
+    if pages:
+        return list(pages)
+    skip = {"search.html", "genindex.html", "py-modindex.html"}
+    return sorted(p.relative_to(html_dir).as_posix() for p in html_dir.rglob("*.html")
+                  if p.name not in skip and "_static" not in p.parts and "_sources" not in p.parts
+                  and not _REDIRECT.match(p.read_text(errors="replace")))
+
+
+def check_book(html_dir: Path | str, *, pages: Sequence[str] | None = None,
+               widths: Sequence[str] = tuple(WIDTHS), chromium: str | None = None) -> list[Finding]:
+    """Read the pages of a built book in headless Chromium and return every finding.
+
+    Args:
+        html_dir: the built book (``book/_build/html``) or any folder of HTML pages.
+        pages: paths relative to ``html_dir``; None: every page (:func:`_pages`).
+        widths: names from :data:`WIDTHS`.
+        chromium: the browser binary; None: :func:`chromium_path`.
+
+    Returns:
+        The findings, page by page, desktop before phone; empty when every page passes.
+
+    Raises:
+        FileNotFoundError: ``html_dir`` is not a folder or holds no page.
+        ValueError: an unknown width name.
+        BrowserMissing: no Chromium, or Playwright is not installed.
+    """
+    html_dir = Path(html_dir)
+    if not html_dir.is_dir():
+        raise FileNotFoundError(f"html_dir: no built book at {html_dir} (run `make book` first)")
+    unknown = [w for w in widths if w not in WIDTHS]
+    if unknown:
+        raise ValueError(f"widths must be among {list(WIDTHS)}; got {unknown}")
+    names = _pages(html_dir, pages)
+    if not names:
+        raise FileNotFoundError(f"html_dir: no HTML page under {html_dir}")
+    binary = chromium_path(chromium)
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        raise BrowserMissing("Playwright is not installed: pip install -e '.[book]' (or pip install playwright); "
+                             "it drives the system Chromium and downloads no browser") from exc
+
+    findings: list[Finding] = []
+    with serve(html_dir) as base, sync_playwright() as pw:
+        local = urlsplit(base).netloc
+        for width in widths:
+            with tempfile.TemporaryDirectory(prefix="maskfed-chromium-") as profile_dir:
+                phone = width == "phone"
+                context = pw.chromium.launch_persistent_context(
+                    profile_dir, executable_path=binary, headless=True, args=list(CHROMIUM_FLAGS),
+                    viewport={"width": WIDTHS[width], "height": HEIGHTS[width]}, is_mobile=phone, has_touch=phone,
+                    device_scale_factor=3 if phone else 1, service_workers="block")
+                try:
+                    for name in names:
+                        findings += _check_page(context, base, local, name, width)
+                finally:
+                    context.close()
+    return findings
+
+
+def _check_page(context, base: str, local: str, name: str, width: str) -> list[Finding]:
+    """Open one page in ``context`` and return its findings (see :data:`PROBE_JS`)."""
+    found: list[tuple[str, str]] = []
+
+    def route(r):
+        parts = urlsplit(r.request.url)
+        if parts.scheme in ("http", "https", "ws", "wss") and parts.netloc != local:
+            found.append(("other-host", r.request.url[:120]))
+            r.abort()
+        else:
+            r.continue_()
+
+    def on_response(resp):
+        if resp.status >= 400 and urlsplit(resp.url).netloc == local:
+            found.append(("missing-file", f"{resp.status} {urlsplit(resp.url).path}"))
+
+    page = context.new_page()
+    page.set_default_timeout(PAGE_TIMEOUT_S * 1000)
+    page.route("**/*", route)
+    page.on("pageerror", lambda exc: found.append(("js-error", str(exc).splitlines()[0][:200])))
+    # a failed load is logged as a console error too: it is reported once, as other-host or missing-file
+    page.on("console", lambda msg: found.append(("js-error", f"console.error: {msg.text[:200]}"))
+            if msg.type == "error" and not msg.text.startswith("Failed to load resource") else None)
+    page.on("response", on_response)
+    try:
+        page.goto(base + name, wait_until="load", timeout=PAGE_TIMEOUT_S * 1000)
+        probed = page.evaluate(PROBE_JS, width == "desktop")
+    finally:
+        page.close()
+    found += [(p["rule"], p["detail"]) for p in probed]
+    return [Finding(name, width, rule, detail) for rule, detail in dict.fromkeys(found)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check the built book; one line per finding. Exit status 0 clean, 1 findings, 2 no browser or book."""
+    parser = argparse.ArgumentParser(prog="python -m maskfed.book.browsercheck", description=__doc__.split("\n")[0])
+    parser.add_argument("html_dir", nargs="?", default=str(REPO_ROOT / "book" / "_build" / "html"),
+                        help="the built book (default: book/_build/html)")
+    parser.add_argument("--page", action="append", default=None, help="only this page (repeatable), e.g. nb/intro.html")
+    parser.add_argument("--width", action="append", choices=list(WIDTHS), default=None, help="only this width")
+    parser.add_argument("--chromium", default=None, help="the Chromium binary (default: $MASKFED_CHROMIUM, chromium)")
+    args = parser.parse_args(argv)
+    try:
+        findings = check_book(args.html_dir, pages=args.page, widths=args.width or tuple(WIDTHS), chromium=args.chromium)
+    except (BrowserMissing, FileNotFoundError) as exc:
+        print(f"book-check: {exc}", file=sys.stderr)
+        return 2
+    for f in findings:
+        print(f)
+    pages = len(_pages(Path(args.html_dir), args.page))
+    widths = args.width or list(WIDTHS)
+    by_rule = {r: sum(f.rule == r for f in findings) for r in RULES if any(f.rule == r for f in findings)}
+    print(f"book-check: {pages} page(s) at {', '.join(f'{w} {WIDTHS[w]} px' for w in widths)}: "
+          + (f"{len(findings)} finding(s) ({', '.join(f'{k} {v}' for k, v in by_rule.items())})" if findings
+             else "no findings"), file=sys.stderr)
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

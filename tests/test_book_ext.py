@@ -1,0 +1,139 @@
+"""The book's Sphinx extensions (book/_ext): the repository check behind the repository and launch
+buttons, exercises numbered per chapter, punctuation kept with inline math, and the theme's
+scripts without the duplicated live-code script. Each on tiny inputs; the built book is checked
+in tests/test_book.py and by ``make book-check``."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from docutils import nodes
+from sphinx.errors import ConfigError
+
+from maskfed.paths import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "book" / "_ext"))
+
+import exercise_numbers  # noqa: E402
+import math_punctuation  # noqa: E402
+import page_scripts  # noqa: E402
+import repository_buttons  # noqa: E402
+
+
+# --- repository_buttons ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url, remotes, shown", [
+    ("", ["https://github.com/a/b.git"], False),                          # no URL: no buttons
+    ("https://github.com/a/b", [], False),                                # nothing to check it against
+    ("https://github.com/a/b", ["https://github.com/a/b.git"], True),      # the checkout's own remote
+    ("https://github.com/A/B/", ["git@github.com:a/b.git"], True),         # ssh remote, case, slash
+    ("https://github.com/a/b", ["ssh://git@github.com/a/b", "https://github.com/c/d"], True),
+])
+def test_buttons_only_for_a_url_that_is_a_remote_of_the_checkout(url, remotes, shown):
+    assert repository_buttons.check_repository(url, remotes) is shown
+
+
+@pytest.mark.parametrize("url, remotes, match", [
+    ("https://github.com/maskfed/maskfed", ["https://github.com/someone/maskfed.git"], "not a git remote"),
+    ("https://gitlab.com/a/b", [], "must be https://github.com/<owner>/<name>"),
+    ("github.com/a/b", ["https://github.com/a/b"], "must be https://github.com/<owner>/<name>"),
+])
+def test_a_url_that_is_not_this_books_repository_stops_the_build(url, remotes, match):
+    with pytest.raises(ConfigError, match=match):
+        repository_buttons.check_repository(url, remotes)
+
+
+def test_without_a_checked_url_the_theme_gets_no_buttons():
+    # prepare: what Jupyter Book passes on for repository.url = "" and the launch buttons
+    class App:
+        confdir = "/"
+
+    class Config:
+        html_theme_options = {"repository_url": "", "use_repository_button": False,
+                              "launch_buttons": {"binderhub_url": "https://mybinder.org", "colab_url": "x"}}
+
+    # execute
+    repository_buttons._drop_buttons(App(), Config)
+    # assert
+    assert Config.html_theme_options["launch_buttons"] == {}
+    assert Config.html_theme_options["use_repository_button"] is False
+
+
+# --- exercise_numbers ----------------------------------------------------------------------------
+
+
+def test_exercises_are_numbered_per_chapter_in_book_order():
+    # prepare: Sphinx's book-wide numbers (chapter 3's first exercise is Exercise 7)
+    numbers = {"nb/ch1": {"exercise": {"e1": (1,), "e2": (2,)}, "figure": {"f": (4,)}},
+               "nb/ch3": {"exercise": {"x9": (9,), "x7": (7,), "x8": (8,)}}}
+    # execute
+    exercise_numbers.renumber(numbers)
+    # assert: each chapter from 1, in the original order; other kinds untouched
+    assert numbers["nb/ch3"]["exercise"] == {"x7": (1,), "x8": (2,), "x9": (3,)}
+    assert numbers["nb/ch1"]["exercise"] == {"e1": (1,), "e2": (2,)} and numbers["nb/ch1"]["figure"] == {"f": (4,)}
+
+
+# --- math_punctuation ----------------------------------------------------------------------------
+
+
+def test_punctuation_after_inline_math_is_wrapped_with_it():
+    # prepare: "with $x$. Then $y$, and $z$ here"
+    para = nodes.paragraph()
+    para += [nodes.Text("with "), nodes.math(text="x"), nodes.Text(". Then "), nodes.math(text="y"),
+             nodes.Text(", and "), nodes.math(text="z"), nodes.Text(" here")]
+    # execute
+    wrapped = math_punctuation.keep_punctuation_with_math(para)
+    # assert: two pairs wrapped, the text otherwise unchanged, z (followed by a space) left alone
+    assert wrapped == 2
+    boxes = [n for n in para.children if isinstance(n, nodes.inline)]
+    assert [b["classes"] for b in boxes] == [["math-nowrap"], ["math-nowrap"]]
+    assert [b.astext() for b in boxes] == ["x.", "y,"]
+    assert para.astext() == "with x. Then y, and z here"
+
+
+def test_an_opening_bracket_before_inline_math_is_wrapped_with_it():
+    # prepare: "too low (when $g < 0$), and"
+    para = nodes.paragraph()
+    para += [nodes.Text("too low ("), nodes.math(text="g < 0"), nodes.Text("), and")]
+    # execute
+    assert math_punctuation.keep_punctuation_with_math(para) == 1
+    # assert: "(" and ")," travel with the formula
+    box = next(n for n in para.children if isinstance(n, nodes.inline))
+    assert box.astext() == "(g < 0)," and para.astext() == "too low (g < 0), and"
+
+
+# --- page_scripts --------------------------------------------------------------------------------
+
+
+def test_the_live_code_scripts_are_left_out_when_thebe_is_off():
+    # prepare: the scripts sphinx-thebe adds twice, and one of the theme's
+    class JS(str):
+        def __new__(cls, filename, body=""):
+            obj = super().__new__(cls, filename or "")
+            obj.filename, obj.attributes = filename, {"body": body} if body else {}
+            return obj
+
+    thebe_cfg = 'const THEBE_JS_URL = "https://unpkg.com/thebe@0.8.2/lib/index.js"'
+    context = {"script_files": [JS(None, thebe_cfg), JS("_static/sphinx-thebe.js"), JS(None, thebe_cfg),
+                                JS("_static/scripts/bootstrap.js")]}
+
+    class App:
+        class config:
+            html_theme_options = {"launch_buttons": {"thebe": False}}
+
+    # execute
+    page_scripts._drop_thebe(App, "nb/x", "page.html", context, None)
+    # assert
+    assert [js.filename for js in context["script_files"]] == ["_static/scripts/bootstrap.js"]
+
+
+def test_the_theme_gets_a_default_mode_and_one_search_field():
+    class Config:
+        html_theme_options = {"repository_url": ""}
+        html_context = {}
+
+    page_scripts._theme_options(None, Config)
+    assert Config.html_context["default_mode"] == "auto"
+    assert Config.html_theme_options["navbar_persistent"] == []
