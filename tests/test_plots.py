@@ -111,6 +111,56 @@ def test_step_size_and_parameters_figures_draw_one_series_per_protocol():
     assert len(crosses) == 1 and set(crosses[0].get_offsets()[:, 0]) == {11173962}
 
 
+def _factor_rows(bs, tau, lr, rec, params=17034, source="centralised", target=0.45):
+    """One row of the step-size or model-size table of maskfed.fl.factor_axes (IQR ±10 %)."""
+    return {"batch_size": bs, "local_epochs": tau, "lr": lr, "recovery_unweighted": rec,
+            "recovery_unweighted_q1": rec * 0.9, "recovery_unweighted_q3": rec * 1.1, "params": params,
+            "source": source, "model": "small_cnn_gn", "target": target}
+
+
+def test_factor_figures_follow_the_rules_as_the_chapter_draws_them():
+    from maskfed.book.plots import STYLE, finish
+
+    # prepare: three protocols on the cohort-size axis (K_c 2 to 100), the step-size axis, and two
+    # targets of the model-size study with the paper's crosses on the last
+    eq12 = {}
+    for i, name in enumerate(["bs 32, τ 1", "bs 32, τ 5", "full, τ 1"]):
+        ks = pd.Series([2, 5, 10, 20, 50, 100])
+        med = 1.2 + i * ks ** 0.5
+        eq12[name] = pd.DataFrame({"k_c": ks, "median": med, "q1": med * 0.9, "q3": med * 1.1, "share": med / ks,
+                                   "share_q1": 0.9 * med / ks, "share_q3": 1.1 * med / ks, "predicted": med * 1.02,
+                                   "predicted_share": 1.02 * med / ks, "r": 0.1 + i})
+    lr_table = pd.DataFrame([_factor_rows(bs, tau, lr, rec) for bs, tau, rec in (("full", 1, 6.0), ("full", 2, 4.0),
+                                                                                ("32", 1, 1.2))
+                             for lr in (0.0025, 0.005, 0.01, 0.02, 0.04)]
+                            + [_factor_rows("128", 1, 0.01, 1.4), _factor_rows("128", 1, 0.04, 1.25)])
+    models = pd.DataFrame([_factor_rows(bs, tau, 0.01, rec * (1 + p / 1e6), p, source, target)
+                           for target in (0.3, 0.45) for p in (17034, 66058, 11173962)
+                           for bs, tau, rec in (("full", 1, 6.0), ("32", 2, 1.2))
+                           for source in (["fedavg", "centralised"] if p == 17034 else ["centralised"])])
+    paper = factor_axes.paper_overview().drop(columns="cliff").iloc[0]
+    with plt.rc_context(STYLE):
+        # execute / assert: each figure as the chapter draws it passes finish (which raises on a breach)
+        fig, axes = plt.subplots(2, 1, figsize=(6.4, 8.4), sharex=True)
+        cohort_size(eq12, axes=axes)
+        finish(fig)
+        shown = axes[1].get_legend().get_texts()
+        assert len(shown) == 2 * len(eq12) + 1 and shown[-1].get_text() == "ceiling K_c"   # both panels' series
+        assert all(ax.get_title() for ax in axes)
+        fig, ax = plt.subplots(figsize=(6.4, 4.6))
+        step_size(lr_table, ax=ax, title="step size")
+        finish(fig)
+        assert ax.get_title() == "step size" and ax.get_legend() is not None
+        fig, axes = plt.subplots(2, 1, figsize=(6.4, 8.0), sharex=True)
+        for i, (ax, t) in enumerate(zip(axes, (0.3, 0.45))):
+            recovery_vs_parameters(models, ax=ax, target=t, paper=paper if i == 1 else None, legend=i == 1,
+                                   title=f"θ at test accuracy ≥ {t:.2f}")
+        finish(fig)
+        assert axes[0].get_legend() is None and "paper's Table I (own trajectories)" in [
+            t.get_text() for t in axes[1].get_legend().get_texts()]
+    plt.close("all")
+
+
 # --- the book's figure rules (plots.figure_problems / finish) --------------------------------------
 
 

@@ -126,10 +126,15 @@ def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence]) -> str:
             cells.append(f"{esc(str(r[ev.name]))}<br>{verdict_mark(r[ev.name + ' verdict'])}")
         source = "" if r["from"] == "–" else f"<br><small>from {esc(r['from'])}</small>"
         cells.append(verdict_mark(r["verdict"]) + source)
-        rows.append("<tr>" + "".join(f'<td style="vertical-align:top">{c}</td>' for c in cells) + "</tr>")
-    head = "".join(f'<th style="vertical-align:bottom">{h}</th>' for h in heads)
-    return (f'<div style="overflow-x:auto"><table class="verdicts" style="font-size:0.85em">'
+        rows.append("<tr>" + "".join(f'<td style="{CELL}">{c}</td>' for c in cells) + "</tr>")
+    head = "".join(f'<th style="vertical-align:bottom; white-space:normal; max-width:8em">{h}</th>' for h in heads)
+    return (f'<div style="overflow-x:auto"><table class="verdicts" style="font-size:0.8em">'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+
+
+#: Style of a verdict-table cell: text wraps within a narrow column (the book's tables otherwise keep
+#: numbers on one line), so the table fits the text column at a 1400 px window.
+CELL = "vertical-align:top; white-space:normal; overflow-wrap:anywhere; min-width:5em; max-width:8.5em"
 
 
 @dataclass

@@ -413,51 +413,64 @@ def branches(branch: pd.DataFrame, *, ax: plt.Axes | None = None, legend: bool =
     return ax
 
 
-def cohort_size(eq12: dict[str, pd.DataFrame], *, axes=None):
-    """The cohort-size axis: measured 1/Δ_S (left) and its share of the ceiling, (1/Δ_S)/K_c (right),
-    against K_c on log axes, one colour per protocol: markers are medians over cohorts, bars their
-    interquartile range, lines eq. 12 with r measured at one K_c; the grey dashed line is K_c itself.
+def cohort_size(eq12: dict[str, pd.DataFrame], *, axes=None, legend: bool = True):
+    """The cohort-size axis: measured 1/Δ_S (first panel) and its share of the ceiling, (1/Δ_S)/K_c
+    (second panel), against K_c on log axes, one colour per protocol: markers are medians over
+    cohorts, bars their interquartile range, lines eq. 12 with r measured at one K_c; the grey
+    dashed line of the first panel is K_c itself, that of the second a share of 1. Each panel has
+    its title; the legend (every series of both panels) sits below the second panel.
 
     Args:
         eq12: ``{protocol name: maskfed.fl.factor_axes.eq12_table(...)}``.
-        axes: two matplotlib axes (None: a new figure).
+        axes: two matplotlib axes (None: a new figure, the two panels stacked, 6.4 in wide).
+        legend: a legend below the second panel (:func:`legend_outside`), where it hides no point.
 
     Returns:
         The two axes.
     """
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(10.5, 4.0))
-    left, right = axes
+        _, axes = plt.subplots(2, 1, figsize=(6.4, 8.4), sharex=True)
+    first, second = axes
+    handles = []   # the first panel's series in drawing order: the legend of both panels
     for i, (name, t) in enumerate(eq12.items()):
         t = t.sort_values("k_c")
-        for ax, (v, q1, q3, p) in ((left, ("median", "q1", "q3", "predicted")),
-                                   (right, ("share", "share_q1", "share_q3", "predicted_share"))):
-            ax.errorbar(t["k_c"], t[v], yerr=[t[v] - t[q1], t[q3] - t[v]], fmt="o", ms=5, capsize=2, color=f"C{i}",
-                        label=f"{name}, measured")
-            ax.plot(t["k_c"], t[p], "-", color=f"C{i}", lw=1, label=f"{name}, eq. 12 (r = {t['r'].iloc[0]:.3g})")
+        for ax, (v, q1, q3, p) in ((first, ("median", "q1", "q3", "predicted")),
+                                   (second, ("share", "share_q1", "share_q3", "predicted_share"))):
+            measured = ax.errorbar(t["k_c"], t[v], yerr=[t[v] - t[q1], t[q3] - t[v]], fmt="o", ms=5, capsize=2,
+                                   color=f"C{i}", label=f"{name}, measured")
+            line, = ax.plot(t["k_c"], t[p], "-", color=f"C{i}", lw=1,
+                            label=f"{name}, eq. 12 (r = {t['r'].iloc[0]:.3g})")
+            if ax is first:
+                handles += [measured, line]
     ks = sorted({int(k) for t in eq12.values() for k in t["k_c"]})
-    left.plot(ks, ks, "--", color="0.6", lw=1, label="ceiling K_c")
-    right.axhline(1, color="0.6", ls="--", lw=1)
+    handles += first.plot(ks, ks, "--", color="0.6", lw=1, label="ceiling K_c")
+    second.axhline(1, color="0.6", ls="--", lw=1)
     for ax in axes:
         ax.set_xscale("log")
         ax.set_yscale("log")
         plain_log_ticks(ax, "x")
         ax.set_xlabel("cohort size K_c (clients)")
-    _plain_if_short(left)
-    _plain_if_short(right)
-    left.set_ylabel("recovery factor 1/Δ_S (unweighted)")
-    right.set_ylabel("share recovered, (1/Δ_S)/K_c")
-    left.legend(fontsize=6.5)
+    _plain_if_short(first)
+    _plain_if_short(second)
+    first.set_ylabel("recovery factor 1/Δ_S (unweighted)")
+    second.set_ylabel("share recovered, (1/Δ_S)/K_c")
+    first.set_title("1/Δ_S against the cohort size K_c")
+    second.set_title("Share of the ceiling recovered, (1/Δ_S)/K_c")
+    if legend:
+        legend_outside(second, "below", handles=handles, labels=[h.get_label() for h in handles])
     return axes
 
 
-def step_size(table: pd.DataFrame, *, ax: plt.Axes | None = None) -> plt.Axes:
+def step_size(table: pd.DataFrame, *, ax: plt.Axes | None = None, legend: bool = True,
+              title: str | None = None) -> plt.Axes:
     """The step-size axis: median 1/Δ_S over cohorts (bars: interquartile range) against lr, log
     axes, one line per (batch size, τ); solid lines are full batch, and the large-minibatch cells
     (measured at two lr only) are markers without a line.
 
     Args:
         table: :func:`maskfed.fl.factor_axes.lr_axis` output.
+        legend: a legend below the axes (:func:`legend_outside`), where it hides no point.
+        title: the panel's title (None: none).
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.0))
@@ -473,12 +486,15 @@ def step_size(table: pd.DataFrame, *, ax: plt.Axes | None = None) -> plt.Axes:
     _plain_if_short(ax)
     ax.set_xlabel("SGD step size lr")
     ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
-    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title)
+    if legend:
+        legend_outside(ax, "below", ncol=2)
     return ax
 
 
 def recovery_vs_parameters(table: pd.DataFrame, *, ax: plt.Axes | None = None, paper: pd.Series | None = None,
-                           target: float | None = None) -> plt.Axes:
+                           target: float | None = None, legend: bool = True, title: str | None = None) -> plt.Axes:
     """Median 1/Δ_S over cohorts against the model's parameter count (log axes) at θ of one target
     accuracy, one colour per protocol (solid lines: full batch); hollow markers are θ reached by
     FedAvg, filled ones by centralised SGD. ``paper``: the row of
@@ -489,6 +505,8 @@ def recovery_vs_parameters(table: pd.DataFrame, *, ax: plt.Axes | None = None, p
     Args:
         table: rows of :attr:`maskfed.fl.factor_axes.ModelStudy.table` (one or several studies).
         target: the target accuracy shown (None: every row of ``table``).
+        legend: a legend below the axes (:func:`legend_outside`), where it hides no point.
+        title: the panel's title (None: none).
     """
     from maskfed.fl.factor_axes import protocol_label
 
@@ -512,5 +530,8 @@ def recovery_vs_parameters(table: pd.DataFrame, *, ax: plt.Axes | None = None, p
     _plain_if_short(ax)
     ax.set_xlabel("parameters P (count)")
     ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
-    ax.legend(fontsize=6.5, ncol=2)
+    if title:
+        ax.set_title(title)
+    if legend:
+        legend_outside(ax, "below", ncol=2)
     return ax
