@@ -398,3 +398,14 @@ def test_no_output_writes_a_number_with_many_decimals(built_book):
                 shown = out.get("text", "") + html_text
                 # assert: 67.04 or 3e-15, never 67.037777217747 or 10.000000000000
                 assert long_decimals.findall(shown) == [], (name, long_decimals.findall(shown)[:3])
+
+
+def test_main_columns_keeps_the_first_and_adds_others_while_they_fit():
+    # prepare: ten 12-character columns; the text column holds about COLUMN_CHARS characters
+    table = pd.DataFrame({f"c{i}": ["x" * 12] for i in range(10)})
+    # execute
+    cols = book_mod.main_columns(table, ["c5"], [f"c{i}" for i in range(10)])
+    # assert: c5 kept, others added in the order given until the width is used, returned in table order
+    assert "c5" in cols and cols == sorted(cols, key=lambda c: int(c[1:]))
+    assert book_mod.table_chars(table[cols]) <= book_mod.COLUMN_CHARS < book_mod.table_chars(table)
+    assert cols[0] == "c0"

@@ -151,6 +151,8 @@ def test_factor_figures_follow_the_rules_as_the_chapter_draws_them():
         step_size(lr_table, ax=ax, title="step size")
         finish(fig)
         assert ax.get_title() == "step size" and ax.get_legend() is not None
+        # a plain tick at every step size measured (0.0025 and 0.04 are no 2 or 5 times a power of ten)
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["0.0025", "0.005", "0.01", "0.02", "0.04"]
         fig, axes = plt.subplots(2, 1, figsize=(6.4, 8.0), sharex=True)
         for i, (ax, t) in enumerate(zip(axes, (0.3, 0.45))):
             recovery_vs_parameters(models, ax=ax, target=t, paper=paper if i == 1 else None, legend=i == 1,
@@ -158,6 +160,8 @@ def test_factor_figures_follow_the_rules_as_the_chapter_draws_them():
         finish(fig)
         assert axes[0].get_legend() is None and "paper's Table I (own trajectories)" in [
             t.get_text() for t in axes[1].get_legend().get_texts()]
+        y_ticks = [t.get_text() for ax in axes for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels()]
+        assert "2" in y_ticks and not any("10^" in t or "times" in t for t in y_ticks), y_ticks   # plain numbers
     plt.close("all")
 
 

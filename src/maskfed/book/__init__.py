@@ -369,6 +369,25 @@ def csv_link(table: pd.DataFrame, name: str, text: str | None = None) -> str:
     return f'<p class="table-csv"><a href="{href}" download="{name}.csv">{label}</a></p>'
 
 
+def main_columns(table: pd.DataFrame, first: list, more: list, formats: dict | None = None) -> list:
+    """The main columns of :func:`fitted` for a table with many comparable columns: ``first``, then
+    each column of ``more`` (in that order) that keeps the table within the text column
+    (:data:`COLUMN_CHARS`, measured by :func:`table_chars`), returned in the table's own column order
+    (for a two-level table, the first level's names).
+
+    Args:
+        table: the full table.
+        first: columns always kept (the page's point).
+        more: candidate columns, most wanted first.
+        formats: number formats as for :func:`styled`.
+    """
+    chosen = list(dict.fromkeys(first))
+    for col in more:
+        if col not in chosen and table_chars(table[chosen + [col]], formats) <= COLUMN_CHARS:
+            chosen.append(col)
+    return [c for c in dict.fromkeys(table.columns.get_level_values(0)) if c in chosen]
+
+
 def fitted(table: pd.DataFrame, main: list, *, name: str, formats: dict | None = None,
            detail: str | None = None, collapsed: bool = True, max_chars: int = COLUMN_CHARS) -> "IPython.display.HTML":
     """A wide table as a reader can take it in: a main table with the columns that carry the

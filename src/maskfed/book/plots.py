@@ -464,8 +464,8 @@ def cohort_size(eq12: dict[str, pd.DataFrame], *, axes=None, legend: bool = True
 def step_size(table: pd.DataFrame, *, ax: plt.Axes | None = None, legend: bool = True,
               title: str | None = None) -> plt.Axes:
     """The step-size axis: median 1/Δ_S over cohorts (bars: interquartile range) against lr, log
-    axes, one line per (batch size, τ); solid lines are full batch, and the large-minibatch cells
-    (measured at two lr only) are markers without a line.
+    axes with a tick at every lr measured, one line per (batch size, τ); solid lines are full batch,
+    and the large-minibatch cells (measured at two lr only) are markers without a line.
 
     Args:
         table: :func:`maskfed.fl.factor_axes.lr_axis` output.
@@ -482,7 +482,9 @@ def step_size(table: pd.DataFrame, *, ax: plt.Axes | None = None, legend: bool =
                     ls=("-" if str(bs) == "full" else "--") if len(g) > 2 else "none", label=f"bs={bs}, τ={tau}")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    plain_log_ticks(ax, "x")
+    lrs = sorted(table["lr"].unique())
+    ax.set_xticks(lrs, [f"{v:g}" for v in lrs])   # the step sizes measured, written plainly
+    ax.set_xticks([], minor=True)
     _plain_if_short(ax)
     ax.set_xlabel("SGD step size lr")
     ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
@@ -527,7 +529,7 @@ def recovery_vs_parameters(table: pd.DataFrame, *, ax: plt.Axes | None = None, p
                    label="paper's Table I (own trajectories)")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    _plain_if_short(ax)
+    plain_log_ticks(ax, "y")
     ax.set_xlabel("parameters P (count)")
     ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
     if title:
