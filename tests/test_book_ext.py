@@ -93,6 +93,20 @@ def test_punctuation_after_inline_math_is_wrapped_with_it():
     assert para.astext() == "with x. Then y, and z here"
 
 
+def test_equal_text_elsewhere_in_the_paragraph_is_left_alone():
+    # prepare: "a factor 190. Plugging ... at $x$." (a glued number renders as its own Text node,
+    # so the paragraph holds two Text nodes "." that compare equal)
+    para = nodes.paragraph()
+    para += [nodes.Text("a factor "), nodes.inline(text="190"), nodes.Text("."), nodes.Text(" Plugging at "),
+             nodes.math(text="x"), nodes.Text(".")]
+    # execute
+    wrapped = math_punctuation.keep_punctuation_with_math(para)
+    # assert: the full stop after 190 stays, the one after x moves into the box, none is doubled
+    assert wrapped == 1
+    assert para.astext() == "a factor 190. Plugging at x."
+    assert [n.astext() for n in para.children if isinstance(n, nodes.inline)] == ["190", "x."]
+
+
 def test_an_opening_bracket_before_inline_math_is_wrapped_with_it():
     # prepare: "too low (when $g < 0$), and"
     para = nodes.paragraph()

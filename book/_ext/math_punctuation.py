@@ -24,7 +24,7 @@ def keep_punctuation_with_math(doctree: nodes.Node) -> int:
         parent = math.parent
         if parent is None:
             continue
-        i = parent.index(math)
+        i = _position(parent, math)
         after = parent[i + 1] if i + 1 < len(parent) else None
         before = parent[i - 1] if i > 0 else None
         tail = _TRAILING.match(str(after)) if isinstance(after, nodes.Text) else None
@@ -37,7 +37,8 @@ def keep_punctuation_with_math(doctree: nodes.Node) -> int:
         if head:
             _keep(parent, before, str(before)[:head.start()])
             box += nodes.Text(head.group(0))
-        parent.replace(math, box)
+        parent.children[_position(parent, math)] = box
+        box.parent = parent
         box += math
         if tail:
             box += nodes.Text(tail.group(0))
@@ -45,12 +46,23 @@ def keep_punctuation_with_math(doctree: nodes.Node) -> int:
     return wrapped
 
 
+def _position(parent: nodes.Element, child: nodes.Node) -> int:
+    """Index of ``child`` among ``parent``'s children by identity. ``Element.index`` compares with
+    ``==``, and docutils ``Text`` nodes are equal whenever their strings are, so it finds the first
+    "." of a paragraph rather than the one after this formula (which removed a full stop elsewhere
+    and doubled this one)."""
+    return next(j for j, c in enumerate(parent.children) if c is child)
+
+
 def _keep(parent: nodes.Element, text: nodes.Text, rest: str) -> None:
     """Replace ``text`` in ``parent`` by what is left of it, or remove it when nothing is."""
+    j = _position(parent, text)
     if rest:
-        parent.replace(text, nodes.Text(rest))
+        new = nodes.Text(rest)
+        new.parent = parent
+        parent.children[j] = new
     else:
-        parent.remove(text)
+        del parent.children[j]
 
 
 def _on_doctree_read(app, doctree):

@@ -389,3 +389,44 @@ def counts(table: pd.DataFrame) -> dict[str, int]:
     """How many claims got each overall verdict (:data:`VERDICTS` order)."""
     vc = table["verdict"].value_counts()
     return {v: int(vc.get(v, 0)) for v in VERDICTS}
+
+
+def in_short(table: pd.DataFrame) -> str:
+    """The answer of a verdict table in one plain sentence, built from its verdicts only.
+
+    Names the claims that do not hold (and which of them the paper's own table breaks as well),
+    the number that hold outright and the number that hold in part, so that a page can say the
+    answer in words without typing a verdict in.
+
+    Args:
+        table: :func:`verdict_table`'s output (columns ``title``, ``verdict``, ``paper_verdict``).
+
+    Returns:
+        One sentence, e.g. "Of 12 claims, 5 hold, 6 hold in part and 1 does not hold
+        (“Monotone in T”, which the paper's own table breaks as well)."
+
+    Raises:
+        ValueError: a table without those columns.
+    """
+    missing = {"title", "verdict", "paper_verdict"} - set(table.columns)
+    if missing:
+        raise ValueError(f"table must be verdict_table()'s output; it lacks the columns {sorted(missing)}")
+    n = counts(table)
+    failed = table[table["verdict"] == "does not hold"]
+    both = [f"“{t}”" for t in failed[failed["paper_verdict"] == "does not hold"]["title"]]
+    ours = [f"“{t}”" for t in failed[failed["paper_verdict"] != "does not hold"]["title"]]
+
+    def verb(k: int, one: str, many: str) -> str:
+        return f"{k} {one if k == 1 else many}"
+
+    parts = [verb(n["holds"], "holds", "hold"), verb(n["partly"], "holds in part", "hold in part")]
+    notes = []
+    if both:
+        notes.append(f"{', '.join(both)}, which the paper's own table breaks as well")
+    if ours:
+        notes.append(", ".join(ours))
+    fail = verb(n["does not hold"], "does not hold", "do not hold")
+    parts.append(fail + (f" ({'; '.join(notes)})" if notes else ""))
+    if n["not measured here"]:
+        parts.append(verb(n["not measured here"], "is not measured here", "are not measured here"))
+    return f"Of {len(table)} claims, " + ", ".join(parts[:-1]) + " and " + parts[-1] + "."
