@@ -5,7 +5,7 @@
 #   make book-check   read every page of the built book in headless Chromium (apt-get install -y chromium)
 #   make bench / make device-prepare / make device-check   benchmark / carry wheels+data / the GPU check (README)
 #   make device-compat   the GPU machine's torch (2.11) in a throwaway venv, running the tiny GPU check here
-# Variables: PROFILE (smoke | cpu | cpu-long | paper; default cpu), DATA (path to a CIFAR-10 archive or folder),
+# Variables: PROFILE (smoke | cpu | cpu-long | cpu-paper | paper; default cpu), DATA (path to a CIFAR-10 archive or folder),
 #   DEVICE_CHECK_SIZE (full | tiny; default full), BENCH_ARGS, COMPAT_PYTHON.
 
 SHELL   := /bin/bash
