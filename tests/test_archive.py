@@ -369,3 +369,17 @@ def test_a_damaged_archived_run_is_shown_as_damaged_not_as_never_archived(dirs_i
         found, notes = archive.summaries("table2", profiles=["cpu-long"])
     assert found == [] and len(notes) == 1 and notes[0].startswith("Damaged in the cpu-long archive, not used:")
     assert notes[0].count("-0123456789abcdef (") == 3 and "provenance.json" in notes[0]
+
+
+def test_the_studies_folders_beside_the_runs_are_not_run_folders(dirs_in_tmp):
+    # prepare: one archived run beside a stage study and a model-size study folder (no run files)
+    long = load_profile("cpu-long")
+    cfg = experiments.configs(long, "table2")[0]
+    root = dirs_in_tmp / "archive" / "cpu-long"
+    fake_run(root / f"{cfg.label()}-0123456789abcdef", cfg, recovery=2.0)
+    for study in (archive.STAGE_DIR, "factor-models", "factor-resnet"):
+        (root / study).mkdir()
+        (root / study / "table.csv").write_text("a\n1\n")
+    # execute / assert: one run, nothing damaged
+    assert len(archive.load_archive("cpu-long")) == 1
+    assert archive.damaged_folders("cpu-long") == []

@@ -139,11 +139,13 @@ class DamagedFolder:
 
 
 def _folders(profile_name: str) -> list[Path]:
-    """The run folders of a profile's archive (hidden folders and the stage study's folder left out)."""
+    """The run folders of a profile's archive (hidden folders and the studies' folders, ``stage/`` and
+    ``factor-<part>/``, left out)."""
     _check_profile(profile_name)
     root = archive_dir() / profile_name
     return sorted(p for p in root.iterdir()
-                  if p.is_dir() and not p.name.startswith(".") and p.name != STAGE_DIR) if root.is_dir() else []
+                  if p.is_dir() and not p.name.startswith(".") and p.name != STAGE_DIR
+                  and not p.name.startswith(FACTOR_PREFIX)) if root.is_dir() else []
 
 
 def damaged_folders(profile_name: str) -> list[DamagedFolder]:
@@ -662,9 +664,13 @@ def load_stage_study(profile_name: str) -> ArchivedStudy | None:
 FACTOR_FILES = ("table.csv", "checkpoints.csv", "accuracy.csv", "spec.json", "provenance.json")
 
 
+#: Name prefix of the folders of a profile's archived model-size studies (never run folders).
+FACTOR_PREFIX = "factor-"
+
+
 def factor_dir(profile_name: str, part: str) -> Path:
     """Folder of a profile's archived model-size study ``part``: ``archive_dir()/<profile>/factor-<part>/``."""
-    return archive_dir() / profile_name / f"factor-{part}"
+    return archive_dir() / profile_name / f"{FACTOR_PREFIX}{part}"
 
 
 def how_to_make_factor(profile_name: str, part: str) -> str:
