@@ -67,6 +67,8 @@ bench: $(STAMP)
 # device-prepare fills the git-ignored .device/ with what the GPU machine lacks: pydantic's wheels
 # (Python 3.12, x86-64) and the offline CIFAR-10 archive (about 22 MB in all).
 DEVICE_CHECK_SIZE ?= full
+# DEVICE_CHECK_ARGS: further flags of python -m maskfed.devicecheck, e.g. --budget-s 120
+DEVICE_CHECK_ARGS ?=
 DEVICE_WHEELS := pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0
 DEVICE_ARCHIVE ?= ../shared/data/cifar10-jpeg.tar.gz
 device-prepare:
@@ -89,7 +91,7 @@ device-check:
 	    --target "$(DEVICE_SITE)" .device/whl/*.whl || exit 1; fi; \
 	export PYTHONPATH="$$PWD/src:$(DEVICE_SITE)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1; \
 	if [ -f .device/cifar10-jpeg.tar.gz ]; then export MASKFED_SHARED_ARCHIVE="$$PWD/.device/cifar10-jpeg.tar.gz"; fi; \
-	"$(DEVICE_PY)" -m maskfed.devicecheck --size $(DEVICE_CHECK_SIZE) --out "$$OUTDIR" 2>&1 | tee "$$OUTDIR/log.txt"
+	"$(DEVICE_PY)" -m maskfed.devicecheck --size $(DEVICE_CHECK_SIZE) --out "$$OUTDIR" $(DEVICE_CHECK_ARGS) 2>&1 | tee "$$OUTDIR/log.txt"
 
 # The GPU machine's torch, checked here (README "Running on a GPU"): a throwaway virtualenv in a temporary
 # folder with torch COMPAT_TORCH from the package index (with the CUDA libraries its wheel needs to import:

@@ -21,8 +21,11 @@ from maskfed.paths import REPO_ROOT
 def test_make_device_check_tiny_end_to_end(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(REPO_ROOT / "src")}
-    proc = subprocess.run(["make", "-s", "device-check", "DEVICE_CHECK_SIZE=tiny", f"DEVICE_PY={sys.executable}"],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=150)
+    # a budget of 120 s instead of the tiny size's 20 s: on a loaded machine the gates alone can take 20 s,
+    # and the check then (rightly) starts no run, which this end-to-end test needs one of
+    proc = subprocess.run(["make", "-s", "device-check", "DEVICE_CHECK_SIZE=tiny", f"DEVICE_PY={sys.executable}",
+                           "DEVICE_CHECK_ARGS=--budget-s 120"],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["size"] == "tiny" and summary["ok"] is True and summary["exit_status"] == 0
