@@ -14,7 +14,7 @@ import tarfile
 import pandas as pd
 import pytest
 
-from maskfed import bench
+from maskfed import bench, devicecheck
 from maskfed.paths import REPO_ROOT
 
 
@@ -134,3 +134,10 @@ def test_tf32_settings_gate_passes_here_and_fails_when_a_setting_does_not_take(m
     monkeypatch.setattr(cohort, "_set_tf32", lambda matmul, cudnn_conv: None)  # a torch that ignores the setting
     bad = devicecheck.check_tf32_settings()[0]
     assert not bad.ok and bad.value >= 1 and any("tf32" in w or "ieee" in w for w in bad.detail["wrong"])
+
+
+@pytest.mark.parametrize("budget", ["0", "-5", "nan", "inf"])
+def test_a_budget_that_is_not_a_positive_number_of_seconds_is_refused_before_anything_runs(tmp_path, capsys, budget):
+    assert devicecheck.main(["--size", "tiny", "--out", str(tmp_path), "--budget-s", budget]) == 2
+    assert "--budget-s must be a positive, finite number of seconds" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before the output folder is touched

@@ -273,8 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.size not in SIZES:
         print(f"device-check: error: size must be one of {list(SIZES)}; got {args.size!r}", file=sys.stderr)
         return 2
+    if args.budget_s is not None and not (args.budget_s > 0 and args.budget_s != float("inf")):
+        print(f"device-check: error: --budget-s must be a positive, finite number of seconds; got {args.budget_s:g}",
+              file=sys.stderr)
+        return 2
     size = SIZES[args.size]
-    budget = args.budget_s or size["budget_s"]
+    budget = size["budget_s"] if args.budget_s is None else args.budget_s
     out = Path(args.out) if args.out else results_dir() / "device-check"
     out.mkdir(parents=True, exist_ok=True)
     for name in OUTPUT_FILES:  # a previous check's results must not pass as this one's
