@@ -16,10 +16,13 @@ A refused parameter, a diverged run or a damaged run folder ends as one error li
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 import tempfile
 import time
 from pathlib import Path
@@ -307,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.names or book_order():
         t0 = time.perf_counter()
         try:
-            out = execute(name, profile=args.profile, parameters=params, out_dir=out_dir)
+            with interrupt_silences_logging():
+                out = execute(name, profile=args.profile, parameters=params, out_dir=out_dir)
         except KeyboardInterrupt:
             print(f"\nmaskfed.book.notebooks: interrupted while executing {name}; the book's page {name}.ipynb "
                   f"is unchanged (finished runs are kept: run the same command again to go on)", file=sys.stderr)
@@ -324,6 +328,33 @@ def main(argv: list[str] | None = None) -> int:
             return 2 if ename in _INPUT_ERROR_NAMES else 1
         print(f"executed {name} ({args.profile}) in {time.perf_counter() - t0:.1f} s -> {out.name}", file=sys.stderr)
     return 0
+
+
+@contextlib.contextmanager
+def interrupt_silences_logging():
+    """While inside, Ctrl-C (SIGINT) first turns all logging off, then raises KeyboardInterrupt as usual.
+
+    Ctrl-C at a terminal reaches the whole foreground process group, so the notebook's kernel gets it
+    too and may die; what nbclient and asyncio then log of that death while the interrupted run unwinds,
+    or when the process exits ("Kernel died while waiting for execute reply", "Task exception was never
+    retrieved" with a DeadKernelError traceback), would follow the one line that :func:`main` prints.
+    Logging stays off after such an interrupt (the process is ending: the unretrieved task's message
+    comes at its exit); without one, nothing changes. In a thread other than the main one (where no
+    signal handler can be set) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum, frame):
+        logging.disable(logging.CRITICAL)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _shown(path: Path) -> str:
