@@ -101,6 +101,19 @@ def test_signed_writes_a_rounding_level_deviation_as_zero_without_a_sign():
         book_mod.signed(-1)
 
 
+@pytest.mark.parametrize("low, high, decimals, text", [(1.071, 1.866, 2, "1.07 to 1.87"), (1.0, 1.004, 2, "1.00"),
+                                                      (0.5, 2.0, 0, "0 to 2"), (3.0, 3.0, 1, "3.0")])
+def test_span_writes_a_range_or_one_value(low, high, decimals, text):
+    assert book_mod.span(low, high, decimals) == text
+
+
+def test_span_refuses_a_reversed_range_and_negative_decimals():
+    with pytest.raises(ValueError, match="low must not exceed high; got low 2, high 1"):
+        book_mod.span(2, 1)
+    with pytest.raises(ValueError, match="decimals must be >= 0; got -1"):
+        book_mod.span(1, 2, -1)
+
+
 def test_with_error_refuses_a_negative_standard_error():
     with pytest.raises(ValueError, match="se"):
         book_mod.with_error(1.0, -0.1)

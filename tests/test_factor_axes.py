@@ -187,6 +187,29 @@ def test_path_check_and_model_tables_on_a_hand_case():
     assert paper.index[0][1] > 11_000_000
 
 
+def test_by_model_splits_the_cliff_verdict_per_model_in_order_of_size():
+    # prepare: ResNet at two θ (cliffs 2/1 = 2 and 3/4 = 0.75), a small CNN at one (4/2 = 2), ResNet listed first
+    def row(model, width, params, target, bs, med):
+        return {"model": model, "width": width, "params": params, "source": "centralised", "target": target,
+                "test_acc": target, "batch_size": bs, "local_epochs": 2 if bs == "32" else 1,
+                "recovery_unweighted": med}
+    table = pd.DataFrame([row("resnet18_gn", None, 11_000_000, 0.35, "full", 2.0),
+                          row("resnet18_gn", None, 11_000_000, 0.35, "32", 1.0),
+                          row("resnet18_gn", None, 11_000_000, 0.55, "full", 3.0),
+                          row("resnet18_gn", None, 11_000_000, 0.55, "32", 4.0),
+                          row("small_cnn_gn", 8, 17_034, 0.35, "full", 4.0),
+                          row("small_cnn_gn", 8, 17_034, 0.35, "32", 2.0)])
+    # execute
+    per = fa.by_model(fa.model_overview(table), "bs 32, τ 2")
+    # assert: smallest model first; ResNet's cliff holds at 1 of 2 θ, from 0.75 to 2, bs 32 τ 2 from 1 to 4
+    assert list(per.index) == ["small CNN, width 8", "ResNet-18-GN"]
+    r = per.loc["ResNet-18-GN"]
+    assert (r["holds"], r["measured"], r["params"]) == (1, 2, 11_000_000)
+    assert (r["cliff_min"], r["cliff_max"], r["ref_min"], r["ref_max"]) == pytest.approx((0.75, 2.0, 1.0, 4.0))
+    assert per.loc["small CNN, width 8", "cliff_min"] == pytest.approx(2.0)
+    assert fa.by_model(fa.model_overview(table), "bs 128, τ 1")["ref_min"].isna().all()
+
+
 def test_model_specs_are_the_issues_and_refuse_unknown_parts():
     spec = fa.model_spec("cpu-paper", "models")
     assert {(m.width, m.source) for m in spec.models} == {(8, "fedavg"), (8, "centralised"), (16, "centralised"),
@@ -236,6 +259,10 @@ def test_the_smoke_axes_and_study_run_and_are_archived_and_read_back(dirs):
     assert "read from the smoke archive, computed " in glued["wf_models_where"]
     assert "maskfed archive --profile smoke --factor resnet" in glued["wf_models_missing"]
     assert "of the 3 θ" in glued["wf_found_model"]                 # widths 4 (both ways) and 2 at one accuracy
+    # model by model, smallest first: width 2 (one θ), then width 4 (θ reached both ways)
+    per_model = glued["wf_found_model"].split("Model by model: ")[1]
+    assert per_model.index("small CNN, width 2") < per_model.index("small CNN, width 4")
+    assert "of 1 θ" in per_model and "of 2 θ" in per_model
     assert glued["wf_check_within"].strip("'").endswith(" of 3")  # the θ-path check: three protocols
     # a damaged study is skipped with a warning; none at all is None
     (archive.factor_dir("smoke", "models") / "spec.json").unlink()

@@ -197,6 +197,21 @@ def with_error(mean, se) -> str:
     return f"{mean:.{decimals}f} ± {se:.{decimals}f}"
 
 
+def span(low, high, decimals: int = 2) -> str:
+    """A range as prose writes it: ``"1.07 to 1.87"``, or one value (``"1.00"``) where both ends
+    read the same at ``decimals`` places.
+
+    Raises:
+        ValueError: ``low`` above ``high``, or ``decimals`` < 0.
+    """
+    if decimals < 0:
+        raise ValueError(f"decimals must be >= 0; got {decimals}")
+    if float(low) > float(high):
+        raise ValueError(f"low must not exceed high; got low {low}, high {high}")
+    lo, hi = f"{float(low):.{decimals}f}", f"{float(high):.{decimals}f}"
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
 def without_comment_lines(text: str) -> str:
     """``text`` (YAML, e.g. CITATION.cff) without its whole-line ``#`` comments, which are notes for
     the file's maintainers, not for a reader of the page; every other line is kept as it is."""

@@ -736,6 +736,27 @@ def paper_overview() -> pd.DataFrame:
     return pd.DataFrame([row], index=index)
 
 
+def by_model(overview: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Per model, what :func:`cliff_verdict` says over that model's θ alone, and the range of the
+    ``reference`` protocol's median 1/Δ_S over them: one row per model (index: the model's name, in
+    order of parameter count), columns ``params``, ``holds``, ``measured``, ``cliff_min``,
+    ``cliff_max``, ``ref_min``, ``ref_max`` (NaN where ``reference`` was not measured).
+
+    Args:
+        overview: :func:`model_overview` rows (index :data:`THETA_KEYS`).
+        reference: a protocol column of ``overview`` (:func:`protocol_label`), e.g. ``"bs 32, τ 2"``.
+    """
+    rows = {}
+    for (model, params), g in overview.groupby(level=["model", "params"], sort=False):
+        v = cliff_verdict(g)
+        ref = g[reference].dropna() if reference in g else pd.Series(dtype=float)
+        rows[model] = {"params": int(params), "holds": v["holds"], "measured": v["measured"],
+                       "cliff_min": v["min"], "cliff_max": v["max"],
+                       "ref_min": float(ref.min()) if len(ref) else float("nan"),
+                       "ref_max": float(ref.max()) if len(ref) else float("nan")}
+    return pd.DataFrame.from_dict(rows, orient="index").sort_values("params", kind="stable")
+
+
 def cliff_verdict(overview: pd.DataFrame) -> dict:
     """Does the paper's cliff (full batch above every minibatch protocol) hold for every model? A
     stated rule, ours: at each θ, "holds" when the cliff (:func:`model_overview`) exceeds 1.
