@@ -210,6 +210,26 @@ def test_by_model_splits_the_cliff_verdict_per_model_in_order_of_size():
     assert fa.by_model(fa.model_overview(table), "bs 128, τ 1")["ref_min"].isna().all()
 
 
+def test_paper_at_matched_accuracy_takes_the_nearest_theta_per_protocol():
+    # prepare: ResNet θ at accuracies 0.38 and 0.56 for full τ 1 and bs 128 τ 1; a small CNN row that
+    # must be ignored; the paper's rows at 0.31 (full τ 1), 0.45 (bs 128 τ 1) and 0.81 (bs 32 τ 5, unmeasured)
+    def row(model, acc, bs, tau, med):
+        return {"model": model, "test_acc": acc, "batch_size": bs, "local_epochs": tau, "recovery_unweighted": med}
+    table = pd.DataFrame([row("resnet18_gn", 0.38, "full", 1, 9.0), row("resnet18_gn", 0.56, "full", 1, 8.0),
+                          row("resnet18_gn", 0.38, "128", 1, 6.0), row("resnet18_gn", 0.56, "128", 1, 4.0),
+                          row("small_cnn_gn", 0.45, "128", 1, 1.0)])
+    paper = pd.DataFrame({"test_acc": [0.31, 0.45, 0.81], "recovery_unweighted": [9.0, 1.5, 1.1]},
+                         index=pd.MultiIndex.from_tuples([("full", 1), (128, 1), (32, 5)],
+                                                         names=["batch_size", "local_epochs"]))
+    # execute
+    got = fa.paper_at_matched_accuracy(table, paper)
+    # assert: 0.31 is nearest 0.38 (9.0 / 9.0 = 1); 0.45 is nearer 0.38 (gap 0.07) than 0.56 (0.11): 6 / 1.5 = 4
+    assert list(got.index) == ["full, τ 1", "bs 128, τ 1"]
+    assert got.loc["full, τ 1", ["acc", "measured", "ratio"]].tolist() == pytest.approx([0.38, 9.0, 1.0])
+    assert got.loc["bs 128, τ 1", ["paper_acc", "acc", "measured", "ratio"]].tolist() == pytest.approx([0.45, 0.38, 6.0, 4.0])
+    assert fa.paper_at_matched_accuracy(table, paper, model="vgg").empty
+
+
 def test_model_specs_are_the_issues_and_refuse_unknown_parts():
     spec = fa.model_spec("cpu-paper", "models")
     assert {(m.width, m.source) for m in spec.models} == {(8, "fedavg"), (8, "centralised"), (16, "centralised"),
@@ -263,6 +283,7 @@ def test_the_smoke_axes_and_study_run_and_are_archived_and_read_back(dirs):
     per_model = glued["wf_found_model"].split("Model by model: ")[1]
     assert per_model.index("small CNN, width 2") < per_model.index("small CNN, width 4")
     assert "of 1 θ" in per_model and "of 2 θ" in per_model
+    assert glued["wf_paper_text"].strip("'\"").startswith("ResNet-18-GN is not in this build")  # no smoke ResNet study
     assert glued["wf_check_within"].strip("'").endswith(" of 3")  # the θ-path check: three protocols
     # a damaged study is skipped with a warning; none at all is None
     (archive.factor_dir("smoke", "models") / "spec.json").unlink()

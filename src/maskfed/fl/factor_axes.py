@@ -757,6 +757,40 @@ def by_model(overview: pd.DataFrame, reference: str) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index").sort_values("params", kind="stable")
 
 
+def paper_at_matched_accuracy(table: pd.DataFrame, paper: pd.DataFrame, *, model: str = "resnet18_gn") -> pd.DataFrame:
+    """The paper's Table I beside this study's θ of the same model nearest to each row's test accuracy.
+
+    The paper reports each protocol at the end of its own 200-round FedAvg trajectory (median over
+    the last 50 rounds, final test accuracy); here every protocol is measured at fixed θ. For each
+    protocol of ``paper`` that ``table`` measured for ``model``, the θ whose test accuracy is closest to
+    the paper's (ties: the lower accuracy) is set beside it. A comparison rule of ours.
+
+    Args:
+        table: :attr:`ModelStudy.table` rows (or an archived one).
+        paper: :func:`maskfed.fl.summary.paper_table` ``("table1")`` (index batch_size, local_epochs;
+            columns ``test_acc``, ``recovery_unweighted``).
+        model: the model of ``table`` to compare (default the paper's ResNet-18-GN).
+
+    Returns:
+        One row per protocol in the paper's order (index :func:`protocol_label`): ``paper_acc``,
+        ``paper``, ``acc`` (of the nearest θ), ``measured`` (its median 1/Δ_S over cohorts) and
+        ``ratio`` (measured / paper). Empty when ``model`` is not in ``table``.
+    """
+    t = table[table["model"] == model]
+    rows = {}
+    for (bs, tau), p in paper.iterrows():
+        got = t[(t["batch_size"].astype(str) == str(bs)) & (t["local_epochs"] == int(tau))]
+        if not len(got):
+            continue
+        gap = (got["test_acc"] - float(p["test_acc"])).abs()
+        best = got.assign(gap=gap).sort_values(["gap", "test_acc"], kind="stable").iloc[0]
+        rows[protocol_label(bs, tau)] = {"paper_acc": float(p["test_acc"]), "paper": float(p["recovery_unweighted"]),
+                                         "acc": float(best["test_acc"]), "measured": float(best["recovery_unweighted"]),
+                                         "ratio": float(best["recovery_unweighted"]) / float(p["recovery_unweighted"])}
+    return pd.DataFrame.from_dict(rows, orient="index",
+                                  columns=["paper_acc", "paper", "acc", "measured", "ratio"])
+
+
 def cliff_verdict(overview: pd.DataFrame) -> dict:
     """Does the paper's cliff (full batch above every minibatch protocol) hold for every model? A
     stated rule, ours: at each θ, "holds" when the cliff (:func:`model_overview`) exceeds 1.
