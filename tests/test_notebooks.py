@@ -170,12 +170,15 @@ def test_ctrl_c_on_the_notebook_runner_is_one_line_and_exit_130(tmp_path):
 
 
 def test_ctrl_c_inside_the_runner_silences_what_a_dying_kernel_logs_and_still_interrupts():
+    import functools
+    import os
+    import signal
+    import subprocess
+    import sys
+
     # prepare: the two messages a kernel killed by the same Ctrl-C left behind (a flaky clean-clone
     # run of the test above printed both after the one line): nbclient's error log and asyncio's
     # "Task exception was never retrieved", which comes when the failed task is collected
-    import os
-    import subprocess
-    import sys
 
     code = """
 import asyncio, gc, logging, os, signal
@@ -183,6 +186,7 @@ from maskfed.book.notebooks import interrupt_silences_logging
 class DeadKernelError(RuntimeError): pass
 async def dies(): raise DeadKernelError("Kernel died")
 loop = asyncio.new_event_loop()
+before = signal.getsignal(signal.SIGINT)
 try:
     with interrupt_silences_logging():
         os.kill(os.getpid(), signal.SIGINT)
@@ -193,18 +197,22 @@ task = loop.create_task(dies())
 loop.run_until_complete(asyncio.sleep(0.01))
 logging.getLogger("nbclient").error("Kernel died while waiting for execute reply.")
 del task; gc.collect()
-assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+assert signal.getsignal(signal.SIGINT) == before  # the handler put back as it was
 """
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    # SIGINT as at a terminal, also where pytest itself runs in the background (SIGINT ignored)
+    run = functools.partial(subprocess.run, env=env, capture_output=True, text=True, timeout=60,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # execute
-    quiet = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    loud = subprocess.run([sys.executable, "-c", code.replace("os.kill(os.getpid(), signal.SIGINT)",
-                                                              "raise KeyboardInterrupt")],
-                          env=env, capture_output=True, text=True, timeout=60)
+    quiet = run([sys.executable, "-c", code])
+    loud = run([sys.executable, "-c", code.replace("os.kill(os.getpid(), signal.SIGINT)", "raise KeyboardInterrupt")])
+    ignored = run([sys.executable, "-c", "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n" + code])
     # assert: after a real SIGINT nothing but our own line; without one the same messages do appear
     assert quiet.returncode == 0 and quiet.stdout == "interrupted\n" and quiet.stderr == "", quiet.stderr
     assert loud.returncode == 0 and "Task exception was never retrieved" in loud.stderr
     assert "Kernel died while waiting" in loud.stderr
+    # where SIGINT is ignored (a background job) it stays ignored: the signal interrupts nothing
+    assert ignored.returncode == 0 and ignored.stdout == "", ignored.stderr
 
 
 def test_a_profile_that_only_computes_runs_to_archive_is_refused_before_any_notebook(monkeypatch, capsys):

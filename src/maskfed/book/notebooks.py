@@ -340,9 +340,10 @@ def interrupt_silences_logging():
     retrieved" with a DeadKernelError traceback), would follow the one line that :func:`main` prints.
     Logging stays off after such an interrupt (the process is ending: the unretrieved task's message
     comes at its exit); without one, nothing changes. In a thread other than the main one (where no
-    signal handler can be set) this does nothing.
+    signal handler can be set), or where SIGINT is ignored (a job started in the background), this
+    does nothing.
     """
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         yield
         return
 
