@@ -41,6 +41,7 @@ def fake_run(folder, cfg, *, recovery, acc=0.5, code_hash=None, finished="2026-1
     (folder / "provenance.json").write_text(json.dumps({
         "seed": cfg.seed, "code_hash": code_hash or provenance.code_hash(), "commit": commit, "dirty": dirty,
         "machine": machine, "finished_utc": finished}))
+    archive.write_manifest(folder)  # as archive_runs does, last
     return folder
 
 
@@ -55,8 +56,9 @@ def test_archive_runs_copies_small_files_and_reads_back(dirs_in_tmp):
     # assert
     assert [f.parent for f in folders] == [dirs_in_tmp / "archive" / "smoke"] * 2
     assert [f.name for f in folders] == [r.path.name for r in results]
-    assert sorted(p.name for p in folders[0].iterdir()) == sorted(archive.FILES)
-    assert sorted(p.name for p in folders[1].iterdir()) == sorted(archive.FILES + archive.OPTIONAL_FILES)
+    assert sorted(p.name for p in folders[0].iterdir()) == sorted(archive.FILES + (archive.MANIFEST,))
+    assert sorted(p.name for p in folders[1].iterdir()) == sorted(archive.FILES + archive.OPTIONAL_FILES
+                                                                  + (archive.MANIFEST,))
     kept = runner.load_thetas(folders[1])
     assert sorted(kept) == [0, 1, 2] and all(torch.equal(kept[r], t) for r, t in runner.load_thetas(results[1].path).items())
     assert sorted(r.path.name for r in back) == sorted(r.path.name for r in results)
@@ -328,7 +330,7 @@ def test_stage_study_from_archived_trajectories_is_archived_and_read_back(dirs_i
     dest = archive.archive_stage_study("smoke", workers=1, progress=False)
     back = archive.load_stage_study("smoke")
     # assert: every protocol of both tables at every checkpoint of the one trajectory, read back as written
-    assert sorted(p.name for p in dest.iterdir()) == sorted(archive.STAGE_FILES)
+    assert sorted(p.name for p in dest.iterdir()) == sorted(archive.STAGE_FILES + (archive.MANIFEST,))
     n_stages = len(back.checkpoints)
     n_protocols = len(stage.study_configs(smoke)["table1"]) + len(stage.study_configs(smoke)["table2"])
     assert len(back.table) == n_stages * n_protocols and set(back.table["seed"]) == {0}
@@ -383,3 +385,149 @@ def test_the_studies_folders_beside_the_runs_are_not_run_folders(dirs_in_tmp):
     # execute / assert: one run, nothing damaged
     assert len(archive.load_archive("cpu-long")) == 1
     assert archive.damaged_folders("cpu-long") == []
+
+
+# --------------------------------------------------------------------------- manifests: labels say what is on disk
+
+def _two_archived_runs(monkeypatch):
+    """Two tiny runs archived by "old" code, this checkout's code hash another one (a code change)."""
+    cfgs = [make_run_config(**TINY), make_run_config(**{**TINY, "batch_size": "full"})]
+    archive.archive_runs(runner.run_many(cfgs, workers=1, progress=False), "smoke")
+    monkeypatch.setattr(provenance, "code_hash", lambda: "feedfacefeedface")
+    return cfgs, archive.load_archive("smoke")
+
+
+def test_an_edited_archived_file_is_named_by_the_label_and_never_called_reproduced(dirs_in_tmp, monkeypatch):
+    # prepare: a passed verification, then one value of one archived metrics.csv changed by 1e-3
+    cfgs, runs = _two_archived_runs(monkeypatch)
+    labels = [c.label() for c in cfgs]
+    assert archive.verify_archive("smoke", labels=labels)["identical"] is True
+    assert "reproduced every metric bit for bit" in archive.label(runs, "smoke").text()
+    path = runs[0].path / "metrics.csv"
+    clean = path.read_bytes()
+    m = pd.read_csv(path)
+    m.loc[1, "recovery_unweighted"] += 1e-3
+    m.to_csv(path, index=False)
+    # execute: the label is computed from the files on disk, before any check runs
+    lab = archive.label(archive.load_archive("smoke"), "smoke")
+    # assert: which run and which file, and no "reproduced"
+    assert lab.changed == [f"{runs[0].path.name}: metrics.csv differs from its manifest"]
+    assert lab.code_changed is True and lab.verified is False
+    assert "reproduced" not in lab.text() and f"{runs[0].path.name}: metrics.csv differs" in lab.text()
+    # --verify fails naming the run, the column and the round; the label keeps saying "changed"
+    assert cli.main(["archive", "--profile", "smoke", "--verify", "--runs", *labels]) == 1
+    bad = json.loads((dirs_in_tmp / "archive" / "smoke" / archive.VERIFIED).read_text())[-1]
+    first = next(r for r in bad["runs"] if r["folder"] == runs[0].path.name)
+    assert first["first_difference"]["column"] == "recovery_unweighted" and first["first_difference"]["round"] == 2
+    assert first["changed_files"] == ["metrics.csv differs from its manifest"]
+    assert "changed" in archive.label(archive.load_archive("smoke"), "smoke").text().lower()
+    # restored from git (the same bytes): the newest record is the failure, on other files, so the older
+    # pass on these exact files counts again
+    path.write_bytes(clean)
+    lab = archive.label(archive.load_archive("smoke"), "smoke")
+    assert lab.changed == [] and lab.verified is True and "reproduced every metric bit for bit" in lab.text()
+
+
+def test_a_newer_failed_verification_is_shown_not_shadowed_by_an_older_pass(dirs_in_tmp, monkeypatch):
+    cfgs, runs = _two_archived_runs(monkeypatch)
+    ok = archive.verify_archive("smoke", labels=[c.label() for c in cfgs])
+    assert ok["identical"] is True
+    # a later check of the same code on the same files failed (another machine, say): recorded by hand
+    failed = {**ok, "utc": "2099-01-01T00:00:00+00:00", "identical": False, "machine": "cpu (Other CPU)",
+              "runs": [{**ok["runs"][0], "identical": False, "max_abs_diff": 0.5,
+                        "first_difference": {"column": "test_acc", "round": 3, "archived": 0.25, "rerun": 0.75}}]}
+    path = dirs_in_tmp / "archive" / "smoke" / archive.VERIFIED
+    path.write_text(json.dumps(json.loads(path.read_text()) + [failed]))
+    lab = archive.label(runs, "smoke")
+    assert lab.verified is False and lab.code_changed is True
+    assert "reproduced" not in lab.text()
+    assert (f"gave different metrics: {ok['runs'][0]['label']}: test_acc at round 3 (archived 0.25, re-run 0.75)"
+            in lab.text())
+    # an older record without content digests (made before they existed) never counts
+    path.write_text(json.dumps([{k: v for k, v in ok.items() if k != "contents"}]))
+    assert archive.label(runs, "smoke").verification is None
+
+
+def test_manifest_changes_names_changed_missing_and_extra_files(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "a.csv").write_text("1\n")
+    (folder / "b.json").write_text("{}")
+    digest = archive.write_manifest(folder)
+    assert archive.manifest_changes(folder) == [] and archive.manifest_digest(folder) == digest
+    assert json.loads((folder / archive.MANIFEST).read_text())["files"]["a.csv"] == (
+        "4355a46b19d348dc2f57c046f8ef63d4538ebb936000f3c9ee954a27460dd865")  # sha256 of b"1\n"
+    (folder / "a.csv").write_text("2\n")
+    (folder / "b.json").unlink()
+    (folder / "c.txt").write_text("x")
+    assert archive.manifest_changes(folder) == ["a.csv differs from its manifest", "b.json is missing",
+                                                "c.txt is not in the manifest"]
+    (folder / archive.MANIFEST).unlink()
+    assert archive.manifest_changes(folder) == ["no manifest.json"] and archive.manifest_digest(folder) is None
+
+
+def test_add_manifests_writes_only_missing_ones(dirs_in_tmp):
+    root = dirs_in_tmp / "archive" / "smoke"
+    cfg = make_run_config(**TINY)
+    a = fake_run(root / "a", cfg, recovery=2.0)
+    b = fake_run(root / "b", cfg.model_copy(update={"seed": 1}), recovery=2.0)
+    (b / archive.MANIFEST).unlink()
+    before = (a / archive.MANIFEST).read_bytes()
+    assert archive.add_manifests("smoke") == [b]
+    assert (a / archive.MANIFEST).read_bytes() == before and archive.manifest_changes(b) == []
+
+
+def test_first_difference_gives_the_first_round_then_column():
+    a = pd.DataFrame({"round": [1, 2, 3], "x": [1.0, 2.0, float("nan")], "y": [0.0, 5.0, 6.0], "wall_s": [1, 2, 3]})
+    b = a.copy()
+    assert archive.first_difference(a, b) is None
+    b.loc[2, "x"] = 9.0          # round 3, column x
+    b.loc[1, "y"] = 5.5          # round 2, column y: the first in round order
+    b["wall_s"] = [7, 8, 9]      # timing is not a result
+    assert archive.first_difference(a, b) == {"column": "y", "round": 2, "archived": 5.0, "rerun": 5.5}
+    assert archive.first_difference(a, b.drop(columns="y"))["round"] is None
+
+
+def test_replacing_an_archived_run_killed_between_the_renames_loses_nothing(dirs_in_tmp, monkeypatch):
+    # prepare: one archived run; then archive it again, killed after the old folder was moved aside
+    cfg = make_run_config(**TINY)
+    results = runner.run_many([cfg], workers=1, progress=False)
+    dest = archive.archive_runs(results, "smoke")[0]
+    real, calls = archive.os.replace, []
+
+    def killed(src, dst):
+        calls.append(dst)
+        if len(calls) == 3:  # manifest, old folder aside, new folder in: die before the last
+            raise KeyboardInterrupt
+        real(src, dst)
+
+    monkeypatch.setattr(archive.os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        archive.archive_runs(results, "smoke")
+    monkeypatch.setattr(archive.os, "replace", real)
+    root = dest.parent
+    assert not dest.exists()
+    assert sorted(p.name[:5] for p in root.iterdir()) == [".old-", ".tmp-"]
+    # the pid of the leftovers is this live process's: pretend it died, as a killed command does
+    for p in list(root.iterdir()):
+        p.rename(root / (p.name.rpartition("-")[0] + "-999999999"))
+    # execute: the next archive command tidies up first
+    done = archive.clean_leftovers(root)
+    # assert: the old run is back whole, nothing hidden is left, and the book reads it
+    assert sorted(done) == [f"removed .tmp-{dest.name}-999999999", f"restored {dest.name} (its replacement was interrupted)"]
+    assert [p.name for p in root.iterdir()] == [dest.name] and archive.manifest_changes(dest) == []
+    assert [r.path for r in archive.load_archive("smoke")] == [dest]
+    archive.archive_runs(results, "smoke")
+    assert [p.name for p in root.iterdir()] == [dest.name]
+
+
+def test_the_manifests_command_writes_only_missing_ones(dirs_in_tmp, capsys):
+    root = dirs_in_tmp / "archive" / "smoke"
+    cfg = make_run_config(**TINY)
+    fake_run(root / "a", cfg, recovery=2.0)
+    (root / "a" / archive.MANIFEST).unlink()
+    assert cli.main(["archive", "--profile", "smoke", "--manifests"]) == 0
+    assert "into 1 folder(s)" in capsys.readouterr().err and archive.manifest_changes(root / "a") == []
+    assert cli.main(["archive", "--profile", "smoke", "--manifests"]) == 0
+    assert "into 0 folder(s)" in capsys.readouterr().err
+    assert cli.main(["archive", "--profile", "smoke", "--manifests", "--verify"]) == 2

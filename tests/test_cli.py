@@ -406,3 +406,287 @@ def test_cli_refuses_images_the_small_cnn_cannot_take(tmp_path, monkeypatch, cap
     assert code == 2
     assert "small_cnn_gn" in err and "48x48" in err and "data_path" in err
     assert not (tmp_path / "results" / "runs").exists()
+
+
+# ----------------------------------------------------------------------------- interrupting `maskfed archive`
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def _foreground_signals() -> None:
+    """In the child before exec: SIGINT and SIGHUP at their defaults, as for a command typed at a terminal
+    (a suite started in the background of a script inherits them ignored; see test_runner)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+def _maskfed(tmp_path: Path, *args: str, **env):
+    """``python -m maskfed ARGS`` with the results, the archive and TMPDIR in ``tmp_path``."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MASKFED_RESULTS_DIR": str(tmp_path / "results"), "MASKFED_ARCHIVE_DIR": str(tmp_path / "archive"),
+           "TMPDIR": str(tmp_path / "tmp"), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT / "src"), **env}
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return subprocess.Popen([sys.executable, "-m", "maskfed", *args], env=env, cwd=REPO_ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_foreground_signals)
+
+
+def _wait_until(condition, proc, timeout: float = 240) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"ended early ({proc.returncode}): {proc.communicate()[1][-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("timed out waiting")
+        time.sleep(0.05)
+
+
+def _only_line(err: str) -> str:
+    """The one line a stopped command printed, asserting that the rest of stderr is progress bars only."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert "Traceback" not in err and "Warning" not in err, err[-2000:]
+    assert lines and not [line for line in lines[:-1] if "it/s" not in line and "s/it" not in line], err[-2000:]
+    return lines[-1]
+
+
+# in this process (one run, --workers 1) and in two worker processes (two runs, --workers 2, the default)
+@pytest.mark.parametrize("sig, status, says, workers", [("SIGINT", 130, "interrupted;", 1),
+                                                        ("SIGTERM", 143, "interrupted by SIGTERM;", 2)])
+def test_archive_verify_stopped_by_a_signal_is_one_line_leaves_no_scratch_and_reruns(tmp_path, monkeypatch, sig, status,
+                                                                                       says, workers):
+    import json
+    import signal
+
+    from maskfed.book import archive
+    from maskfed.fl.config import make_run_config
+
+    # prepare: a tiny archive of runs long enough (150 or 300 rounds, ~20 ms each) to be stopped while re-run
+    # (recorded with one torch thread, as a sweep's workers run: --workers 2 then re-runs them in two workers)
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("MASKFED_ARCHIVE_DIR", str(tmp_path / "archive"))
+    cfgs = [make_run_config(dataset="synthetic", synthetic_train=200, synthetic_test=50, num_clients=4, cohort_size=2,
+                            rounds=150 * workers, model="small_cnn_gn", width=2, batch_size=bs, local_epochs=1, eval_every=1,
+                            checkpoint_every=1) for bs in (16, "full")[:workers]]
+    archive.archive_runs(runner.run_many(cfgs, progress=False), "smoke")
+    args = ["archive", "--profile", "smoke", "--verify", "--runs", *(c.label() for c in cfgs), "--workers", str(workers)]
+    scratch = tmp_path / "tmp"
+    # execute: stopped once every re-run has its first checkpoint in the scratch folder
+    proc = _maskfed(tmp_path, *args)
+    _wait_until(lambda: len(list(scratch.glob("maskfed-verify-*/runs/.partial-*/checkpoint.pt"))) == workers, proc)
+    proc.send_signal(getattr(signal, sig))
+    err = proc.communicate(timeout=60)[1]
+    # assert: one line (not the scratch folder's resume hint), the signal's status, no scratch, nothing recorded
+    assert proc.returncode == status, err[-2000:]
+    assert _only_line(err) == (f"maskfed: {says} the verification recorded nothing and its scratch folder is removed; "
+                               "rerun the same command to start it again")
+    assert list(scratch.glob("maskfed-verify-*")) == []
+    assert not (tmp_path / "archive" / "smoke" / archive.VERIFIED).exists()
+    # the same command again runs to its end and records its outcome
+    again = _maskfed(tmp_path, *args)
+    err = again.communicate(timeout=300)[1]
+    assert again.returncode == 0, err[-2000:]
+    (record,) = json.loads((tmp_path / "archive" / "smoke" / archive.VERIFIED).read_text())
+    assert record["identical"] is True and [r["label"] for r in record["runs"]] == [c.label() for c in cfgs]
+    assert list(scratch.glob("maskfed-verify-*")) == []
+
+
+def test_archive_stage_stopped_with_workers_ends_them_at_once_and_resumes(tmp_path, monkeypatch):
+    import signal
+
+    import pandas as pd
+
+    from maskfed.book import archive
+    from maskfed.fl import stage
+    from maskfed.fl.config import load_profile
+
+    # prepare: the smoke profile's stage-ladder run, with θ snapshots, archived
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.setenv("MASKFED_ARCHIVE_DIR", str(tmp_path / "archive"))
+    smoke = load_profile("smoke")
+    ref = stage.ladder_config(smoke)
+    archive.archive_runs(runner.run_many([ref], progress=False, keep_every=stage.ladder_snapshots(smoke, [ref])), "smoke")
+    stages = tmp_path / "results" / "stages"
+    protocols = [c for cs in stage.study_configs(smoke).values() for c in cs]  # Table II's α = 100 is in Table I
+    # execute: SIGTERM once the two workers have finished three measurements
+    proc = _maskfed(tmp_path, "archive", "--profile", "smoke", "--stage", "--workers", "2")
+    _wait_until(lambda: len(list(stages.glob("measure-*/provenance.json"))) >= 3, proc)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=60)[1]
+    # assert: the workers were ended, not left to measure every queued protocol and stage first
+    assert proc.returncode == 143, err[-2000:]
+    assert _only_line(err) == (f"maskfed: interrupted by SIGTERM; rerun the same command to resume: every finished "
+                               f"ladder and stage measurement is kept in {stages} and only the missing ones are computed")
+    kept = {p: p.stat().st_mtime_ns for p in stages.glob("measure-*/provenance.json")}
+    assert not (tmp_path / "archive" / "smoke" / archive.STAGE_DIR).exists()
+    # the same command again measures the missing ones only and archives the study
+    again = _maskfed(tmp_path, "archive", "--profile", "smoke", "--stage", "--workers", "2")
+    err = again.communicate(timeout=300)[1]
+    assert again.returncode == 0, err[-2000:]
+    (ladder,) = stages.glob("ladder-*/checkpoints.csv")
+    n_stages = len(pd.read_csv(ladder))
+    total = n_stages * len(set(protocols))  # measurements
+    assert 3 <= len(kept) < total  # not every queued measurement ran before the stopped command ended
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept  # reused, not measured again
+    assert len(list(stages.glob("measure-*/provenance.json"))) == total
+    assert len(archive.load_stage_study("smoke").table) == n_stages * len(protocols)
+
+
+@pytest.mark.parametrize("branch, target, then", [
+    ([], "archive_profile", "every run folder archived so far is complete; rerun the same command to archive them all"),
+    (["--verify"], "archive.verify_archive", "the verification recorded nothing and its scratch folder is removed"),
+    (["--stage"], "archive.archive_stage_study", "rerun the same command to resume: every finished ladder and stage"),
+    (["--factor", "models"], "archive.archive_factor_study", "rerun the same command to resume: every finished θ path"),
+])
+@pytest.mark.parametrize("signum", [2, 1, 15])  # SIGINT, SIGHUP, SIGTERM
+def test_every_archive_form_stopped_says_what_is_kept_in_one_line(branch, target, then, signum, capsys, monkeypatch,
+                                                                   tmp_path):
+    import signal
+
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
+
+    def stopped(*args, **kwargs):
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise runner.Stopped(signum)
+
+    owner, _, name = target.rpartition(".")
+    monkeypatch.setattr(getattr(cli, owner) if owner else cli, name, stopped)
+    code = cli.main(["archive", "--profile", "smoke", *branch])
+    err = capsys.readouterr().err
+    assert code == 128 + signum
+    lines = [line for line in err.splitlines() if line.strip()]
+    which = "interrupted" if signum == signal.SIGINT else f"interrupted by {signal.Signals(signum).name}"
+    assert len(lines) == 1 and lines[0].startswith(f"maskfed: {which}; {then}"), err
+
+
+def test_stop_on_signals_is_in_force_in_every_archive_form(monkeypatch, capsys, tmp_path):
+    # a real SIGHUP inside the branch (not a raised exception): stop_on_signals turns it into Stopped
+    import os
+    import signal
+
+    def not_stopped(signum, frame):  # the handler outside stop_on_signals (not SIG_IGN, which it would keep)
+        raise AssertionError("SIGHUP reached the handler from before the command")
+
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
+    previous = signal.signal(signal.SIGHUP, not_stopped)
+    try:
+        for branch, name in (([], "archive_profile"), (["--verify"], "verify_archive"), (["--stage"], "archive_stage_study"),
+                             (["--factor", "resnet"], "archive_factor_study")):
+            def hang_up(*args, **kwargs):
+                os.kill(os.getpid(), signal.SIGHUP)
+                raise AssertionError("SIGHUP did not stop the command")
+
+            monkeypatch.setattr(cli if name == "archive_profile" else cli.archive, name, hang_up)
+            assert cli.main(["archive", "--profile", "smoke", *branch]) == 129, branch
+            assert "maskfed: interrupted by SIGHUP; " in capsys.readouterr().err
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+# ----------------------------------------------------------------------------- Ctrl-C while importing
+
+def test_ctrl_c_while_maskfed_imports_is_one_line_and_exit_130(tmp_path):
+    # a real SIGINT delivered when maskfed.cli starts importing pandas (a sitecustomize on PYTHONPATH sends it)
+    import os
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, signal, sys\n"
+        "class Hook:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'pandas':\n"
+        "            sys.meta_path.remove(self)\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Hook())\n")
+    proc = _maskfed(tmp_path, "archive", "--profile", "smoke", "--verify",
+                    PYTHONPATH=f"{hook}{os.pathsep}{REPO_ROOT / 'src'}")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert [line for line in err.splitlines() if line.strip()] == ["maskfed: interrupted"], err[-2000:]
+
+
+def test_the_entry_point_reports_ctrl_c_in_the_import_and_later_as_one_line(monkeypatch, capsys):
+    import builtins
+    import tomllib
+
+    from maskfed import entry
+
+    real_import = builtins.__import__
+
+    def interrupted_import(name, *args, **kwargs):
+        if name == "maskfed" and args[2] and "cli" in args[2]:  # from maskfed import cli
+            raise KeyboardInterrupt
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted_import)
+    assert entry.main(["run"]) == 130
+    assert capsys.readouterr().err.strip() == "maskfed: interrupted"
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    # a Ctrl-C that cli.main does not report itself (e.g. while it checks the data)
+    monkeypatch.setattr(cli, "main", lambda argv: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert entry.main(["run"]) == 130
+    assert capsys.readouterr().err.strip() == "maskfed: interrupted"
+    # the console script and python -m maskfed both go through it
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"maskfed": "maskfed.entry:main"}
+    assert "from maskfed.entry import main" in (REPO_ROOT / "src" / "maskfed" / "__main__.py").read_text()
+
+
+# ----------------------------------------------------------------------------- empty path variables, seeds
+
+@pytest.mark.parametrize("var", ["MASKFED_RESULTS_DIR", "MASKFED_ARCHIVE_DIR", "MASKFED_CACHE_DIR",
+                                 "MASKFED_SHARED_ARCHIVE"])
+def test_a_path_variable_set_but_empty_is_refused_naming_it(var, capsys, monkeypatch, tmp_path):
+    from maskfed import paths
+
+    monkeypatch.chdir(tmp_path)  # where an empty path would have put results
+    for other in paths.PATH_VARIABLES:  # the others elsewhere (never in the checkout, were this to fail)
+        monkeypatch.setenv(other, str(tmp_path / "elsewhere" / other))
+    monkeypatch.setenv(var, "")
+    for argv in (["run", *TINY, "--seeds", "0", "--workers", "1"], ["archive", "--profile", "smoke"]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        default = paths.DEFAULTS[var]
+        what = "file" if var == "MASKFED_SHARED_ARCHIVE" else "folder"
+        assert err == f"maskfed: error: {var} is set but empty; unset it to use {default} or set it to a {what}\n"
+    assert notebooks.main(["--profile", "smoke", "intro"]) == 2
+    assert capsys.readouterr().err == (f"python -m maskfed.book.notebooks: error: {var} is set but empty; unset it "
+                                       f"to use {paths.DEFAULTS[var]} or set it to a {what}\n")
+    assert list(tmp_path.iterdir()) == []  # nothing written here
+    monkeypatch.setenv(var, "   ")
+    with pytest.raises(paths.EmptyPathVariable, match=var):
+        paths.absolute_env()
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+@pytest.mark.parametrize("seed", [2**63, 2**64, -1])
+def test_a_seed_out_of_range_is_refused_naming_seeds_before_any_run(command, seed, capsys, results):
+    code = cli.main([command, *TINY, "--seeds", "0", str(seed), "--workers", "1"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == f"maskfed: error: --seeds {seed}: a seed must be an integer from 0 to 9223372036854775807 (2**63 - 1)\n"
+    assert not (results / "runs").exists()  # nothing ran
+
+
+def test_the_seed_bound_in_the_config_and_the_largest_seed_runs(capsys, results):
+    from maskfed.fl.config import MAX_SEED, ConfigError, load_profile, make_run_config
+
+    assert MAX_SEED == 2**63 - 1
+    with pytest.raises(ConfigError, match=r"seeds.1 = 9223372036854775808: .*<= 9223372036854775807"):
+        load_profile("smoke", seeds=[0, 2**63])
+    with pytest.raises(ConfigError, match=r"seed = 9223372036854775808"):
+        make_run_config(seed=2**63)
+    assert cli.main(["run", *TINY, "--seeds", str(MAX_SEED), "--workers", "1"]) == 0
+    (folder,) = [p for p in (results / "runs").iterdir() if not p.name.startswith(".")]  # not .locks
+    assert f"-s{MAX_SEED}-" in folder.name
+    assert runner.load_run(folder).config.seed == MAX_SEED
+    assert "recovery_unweighted" in capsys.readouterr().out

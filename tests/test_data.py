@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import random
+import struct
 import tarfile
 import time
+import warnings
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -343,10 +348,157 @@ def test_a_full_cache_disk_costs_a_warning_not_the_load(tmp_path, tmp_cache, mon
         raise failure
 
     monkeypatch.setattr(data.torch, "save", full_disk)
-    with pytest.warns(UserWarning, match=r"cache .* cannot be written \(.*(No space left|enforce fail).*MASKFED_CACHE_DIR"):
+    with pytest.warns(UserWarning, match=r"(?i)cache .* cannot be written \(.*(No space left|enforce fail).*MASKFED_CACHE_DIR"):
         d = data.load_cifar10(folder)
     assert_matches_folder(d)
     assert list((tmp_cache / "data").iterdir()) == []  # its temporary file removed, no half cache file
+
+
+class _Statvfs:
+    f_frsize = 4096
+    f_bavail = 2  # 8 KiB free: less than the 27,720 bytes of tensors
+
+
+@pytest.mark.parametrize("failure", [
+    RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file data/0: "
+                 "file write failed"),  # what torch's writer says on a full disk: no errno, no words for it
+    OSError(errno.ENOSPC, "No space left on device"),
+])
+def test_a_full_disk_is_named_in_plain_words_not_torchs_enforce_fail(tmp_path, tmp_cache, monkeypatch, failure):
+    folder = tmp_path / "imgs"
+    write_image_folder(folder)
+
+    def full_disk(obj, f, *args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(data.torch, "save", full_disk)
+    monkeypatch.setattr(data.os, "statvfs", lambda path: _Statvfs())
+    with pytest.warns(UserWarning) as caught:
+        d = data.load_cifar10(folder)
+    msg = " ".join(str(w.message) for w in caught)
+    needed = sum(t.numel() * t.element_size() for t in (d.x_train, d.y_train, d.x_test, d.y_test))
+    assert needed == 27_720
+    assert f"no space left on device in {tmp_cache / 'data'} (0.01 MB free, about 0.03 MB needed)" in msg
+    assert msg.startswith("the decoded-data cache") and "MASKFED_CACHE_DIR" in msg
+    assert_matches_folder(d)
+    assert list((tmp_cache / "data").iterdir()) == []
+
+
+def test_enospc_deep_in_the_chain_is_found_and_room_left_keeps_the_writers_words(tmp_path):
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as inner:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . file write failed") from inner
+    except RuntimeError as exc:
+        chained = exc
+    assert data.write_failure_cause(chained, tmp_path, 10**6).startswith(f"no space left on device in {tmp_path} (")
+    # a failure with room to spare is not called a full disk
+    other = RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0")
+    assert data.write_failure_cause(other, tmp_path, 1) == "[enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0"
+
+
+# --- the decoded-data cache is checked on every load; `maskfed cache --list/--prune` ---
+
+
+def _overwrite_largest_record(cache_file: Path, seed: int = 0) -> None:
+    """Random bytes over the largest tensor payload in the torch zip file, in place (same size)."""
+    with zipfile.ZipFile(cache_file) as zf:
+        info = max(zf.infolist(), key=lambda i: i.file_size)
+    raw = bytearray(cache_file.read_bytes())
+    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26:info.header_offset + 30])
+    start = info.header_offset + 30 + name_len + extra_len
+    raw[start:start + info.file_size] = random.Random(seed).randbytes(info.file_size)
+    size = cache_file.stat().st_size
+    cache_file.write_bytes(bytes(raw))
+    assert cache_file.stat().st_size == size
+
+
+def test_a_cache_corrupted_in_place_is_detected_before_use_and_rebuilt(tmp_path, tmp_cache, monkeypatch):
+    archive = write_archive(tmp_path)
+    fresh = data.load_cifar10(archive, cache=False)
+    data.load_cifar10(archive)
+    (cache_file,) = (tmp_cache / "data").glob("*.pt")
+    _overwrite_largest_record(cache_file)
+    # the fault: torch loads the damaged file without complaint, with other pixels
+    raw = torch.load(cache_file, weights_only=True)
+    assert not torch.equal(raw["x_train"], fresh.x_train)
+
+    with pytest.warns(UserWarning, match=r"the decoded-data cache at .* is corrupted \(hash mismatch") as caught:
+        got = data.load_cifar10(archive)
+    assert str(cache_file) in str(caught[0].message) and "rebuilding" in str(caught[0].message)
+    for name in ("x_train", "y_train", "x_test", "y_test"):
+        assert torch.equal(getattr(got, name), getattr(fresh, name)), name
+    assert data.content_sha256(got) == data.content_sha256(fresh)
+
+    # the rebuilt file is whole again: read without decoding, without a warning
+    monkeypatch.setattr(data, "_decode_all", lambda *a, **k: pytest.fail("decoded again instead of the cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = data.load_cifar10(archive)
+    assert torch.equal(again.x_train, fresh.x_train)
+
+
+def test_a_cache_file_records_its_hash_source_and_time(tmp_path, tmp_cache):
+    archive = write_archive(tmp_path)
+    d = data.load_cifar10(archive)
+    (cache_file,) = (tmp_cache / "data").glob("*.pt")
+    record = torch.load(cache_file, weights_only=True)
+    assert record["format"] == 2 and record["source_path"] == str(archive.resolve())
+    assert record["source_kind"] == "archive" and record["decoded_utc"].endswith("+00:00")
+    # the stored hash is the data fingerprint's: the fingerprint is not computed a second time
+    assert record["sha256"].split(":")[0] == data.content_sha256(d) == d.__dict__["_content_sha256"]
+    assert data.content_sha256(d) == data.content_sha256(data.load_cifar10(archive, cache=False))
+
+
+def test_cache_list_and_prune_tell_live_from_stale_entries(tmp_path, tmp_cache, capsys):
+    from maskfed import cli
+
+    live_src = write_archive(tmp_path / "live")
+    gone_src = write_archive(tmp_path / "gone")
+    data.load_cifar10(live_src)
+    data.load_cifar10(gone_src)
+    live_file = data.cache_file(live_src.resolve(), "archive")
+    gone_file = data.cache_file(gone_src.resolve(), "archive")
+    gone_mb = gone_file.stat().st_size / 1e6
+    gone_src.unlink()  # its source deleted: the entry can never be used again
+    junk = tmp_cache / "data" / "0123456789abcdef.pt"
+    junk.write_bytes(random.Random(1).randbytes(3_000_000))  # 3 MB, not a torch file
+    old = tmp_cache / "data" / "fedcba9876543210.pt"
+    torch.save({"format": 1, "x_train": torch.zeros(10, dtype=torch.uint8)}, old)  # before sources were recorded
+    old_mb = old.stat().st_size / 1e6
+
+    assert cli.main(["cache", "--list"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines()[:-1]}
+    assert set(lines) == {live_file.name, gone_file.name, junk.name, old.name}
+    assert " live  source: " + str(live_src.resolve()) in lines[live_file.name]
+    assert " source missing  source: " + str(gone_src.resolve()) in lines[gone_file.name]
+    assert "     3.0 MB  unreadable" in lines[junk.name] and "(not recorded)" in lines[junk.name]
+    assert f"{gone_mb:8.1f} MB" in lines[gone_file.name] and "modified: 20" in lines[gone_file.name]
+    assert " old format  source: (not recorded)" in lines[old.name]
+    assert "4 file(s)" in out.splitlines()[-1] and "1 live, 3 stale" in out.splitlines()[-1]
+
+    assert cli.main(["cache", "--prune"]) == 0
+    out = capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_cache / "data").iterdir()) == [live_file.name]
+    assert f"removed {gone_file.name}" in out and f"removed {junk.name}" in out and f"removed {old.name}" in out
+    assert live_file.name not in out
+    assert out.splitlines()[-1] == f"removed 3 file(s) from {tmp_cache / 'data'}, {gone_mb + 3 + old_mb:.1f} MB freed"
+
+    # a changed source (new mtime) no longer maps to its entry's key: stale too
+    st = live_src.stat()
+    os.utime(live_src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert cli.main(["cache", "--list"]) == 0
+    assert " source changed  source: " in capsys.readouterr().out
+
+    assert cli.main(["cache", "--prune", "--all"]) == 0
+    assert "removed 1 file(s)" in capsys.readouterr().out
+    assert list((tmp_cache / "data").iterdir()) == []
+    assert cli.main(["cache", "--all"]) == 2  # --all without --prune is refused
+    assert "--all is used with --prune only" in capsys.readouterr().err
+    assert cli.main(["cache"]) == 2
+    assert "give one of --list and --prune" in capsys.readouterr().err
 
 
 # --- data that is not what it says: dataset "cifar10" refuses other classes, "image_folder" runs them ---

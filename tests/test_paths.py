@@ -32,3 +32,24 @@ def test_a_relative_folder_means_the_callers_directory_everywhere(tmp_path, monk
     monkeypatch.chdir(paths.REPO_ROOT / "notebooks")
     assert os.environ["MASKFED_RESULTS_DIR"] == str(tmp_path / "r")
     assert paths.results_dir() == tmp_path / "r" and archive.archive_dir() == tmp_path / "a"
+
+
+def test_a_location_set_to_the_empty_string_is_refused_naming_its_variable(monkeypatch):
+    # MASKFED_RESULTS_DIR= would otherwise mean the current directory, without a word
+    import re
+
+    import pytest
+
+    from maskfed.book import archive
+
+    for var, where in (("MASKFED_CACHE_DIR", paths.cache_dir), ("MASKFED_RESULTS_DIR", paths.results_dir),
+                       ("MASKFED_ARCHIVE_DIR", archive.archive_dir), ("MASKFED_SHARED_ARCHIVE", paths.shared_archive)):
+        for empty in ("", "  "):
+            monkeypatch.setenv(var, empty)
+            with pytest.raises(paths.EmptyPathVariable,
+                               match=f"^{var} is set but empty; unset it to use {re.escape(str(paths.DEFAULTS[var]))} or"):
+                where()
+            with pytest.raises(ValueError, match=var):  # what the commands report as one line
+                paths.absolute_env()
+        monkeypatch.delenv(var)
+        assert where() == paths.DEFAULTS[var]  # unset: the default the message names

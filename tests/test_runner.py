@@ -1,6 +1,7 @@
 """Run folders: written atomically, reused when config, code and data are unchanged,
 identical whether runs go through worker processes or not."""
 
+import hashlib
 import json
 
 import pandas as pd
@@ -37,6 +38,10 @@ def test_run_writes_complete_folder_and_reuses_it(results_in_tmp):
     for key in ("seed", "commit", "dirty", "code_hash", "packages", "machine", "data_source", "wall_s"):
         assert key in prov
     assert prov["packages"]["torch"] is not None
+    # the fingerprint a run records says its kind (every byte), so the book compares like with like
+    assert prov["data_fingerprint_kind"] == runner.FINGERPRINT_KIND == "sha256-all-bytes"
+    assert runner.recorded_fingerprint(prov) == (runner.FINGERPRINT_KIND, runner.data_fingerprint(
+        runner.load_images("synthetic", None, 200, 50)))
     assert prov["determinism"]["deterministic_algorithms"] is False  # only a control on CUDA switches it on
     assert json.loads((first.path / "config.json").read_text()) == cfg.model_dump(mode="json")
     images = runner.load_images("synthetic", None, 200, 50)
@@ -94,6 +99,46 @@ def test_data_fingerprint_depends_on_content_not_location():
     other = runner.data_mod.synthetic_image_data(n_train=200, n_test=50, seed=1)
     assert runner.data_fingerprint(one) == runner.data_fingerprint(same)
     assert runner.data_fingerprint(one) != runner.data_fingerprint(other)
+
+
+def _with_train_images(images, x_train):
+    return runner.data_mod.ImageData(x_train=x_train, y_train=images.y_train, x_test=images.x_test,
+                                     y_test=images.y_test, classes=images.classes, source=images.source,
+                                     source_kind=images.source_kind)
+
+
+def test_data_fingerprint_covers_every_image_the_sampled_kind_missed_one():
+    images = runner.data_mod.synthetic_image_data(n_train=200, n_test=50, seed=0)
+    # its value: sha256 over kind, shapes and all bytes, first 16 hex digits
+    h = hashlib.sha256(b"synthetic")
+    for t in (images.x_train, images.y_train, images.x_test, images.y_test):
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.numpy().tobytes())
+    assert runner.data_fingerprint(images) == h.hexdigest()[:16]
+
+    changed = images.x_train.clone()
+    changed[5, 0, 0, 0] ^= 1  # one value of image 5 (not a multiple of 97) changed in place
+    edited = _with_train_images(images, changed)
+    assert runner.data_fingerprint(edited) != runner.data_fingerprint(images)
+    # the fingerprint recorded before hashed every 97th image only: it did not see the change
+    assert runner.data_fingerprint_sampled(edited) == runner.data_fingerprint_sampled(images)
+
+    at_97 = images.x_train.clone()
+    at_97[97, 0, 0, 0] ^= 1
+    assert runner.data_fingerprint_sampled(_with_train_images(images, at_97)) != runner.data_fingerprint_sampled(images)
+
+
+def test_recorded_fingerprint_reads_the_kind_and_old_provenance_is_the_sampled_kind():
+    images = runner.data_mod.synthetic_image_data(n_train=200, n_test=50, seed=0)
+    archived = {"data_fingerprint": "07f6b2f267e5636d", "seed": 0}  # as results/archive/ recorded it
+    assert runner.recorded_fingerprint(archived) == ("sha256-every-97th-image", "07f6b2f267e5636d")
+    assert runner.recorded_fingerprint({"data_fingerprint": "ab", "data_fingerprint_kind": "sha256-all-bytes"}) == (
+        "sha256-all-bytes", "ab")
+    assert runner.fingerprint_of_kind(images, runner.SAMPLED_KIND) == runner.data_fingerprint_sampled(images)
+    assert runner.fingerprint_of_kind(images, runner.FINGERPRINT_KIND) == runner.data_fingerprint(images)
+    assert runner.data_fingerprint(images) != runner.data_fingerprint_sampled(images)
+    with pytest.raises(ValueError, match="unknown data fingerprint kind 'md5'"):
+        runner.fingerprint_of_kind(images, "md5")
 
 
 def test_worker_processes_give_the_same_numbers_as_one_process(results_in_tmp, monkeypatch):

@@ -1,5 +1,5 @@
 import sys
 
-from maskfed.cli import main
+from maskfed.entry import main  # Ctrl-C while maskfed.cli imports: one line, exit 130
 
 sys.exit(main())

@@ -9,7 +9,8 @@ partition; :mod:`maskfed.preflight`). Bad input ends as one ``maskfed: error: ..
 the parameter or file, with exit status 2; so do a damaged finished run folder (named, with the
 remedy), training that diverges (the round, the client and the quantity) and a write that fails
 (a full disk: the folder and the cause). Ctrl-C, SIGTERM and SIGHUP stop a run or sweep keeping
-every finished run and checkpoint (exit status 130, 143, 129).
+every finished run and checkpoint, and stop ``maskfed archive`` (each of its forms) saying what is
+kept and how to go on, in one line (exit status 130, 143, 129).
 
 Examples::
 
@@ -17,6 +18,7 @@ Examples::
     maskfed run --profile cpu --batch-size full --local-epochs 1 --alpha 0.1 --seeds 0 1 2
     maskfed archive --profile cpu-long                # after its sweep: keep its runs in git
     maskfed archive --profile cpu-paper --factor resnet   # ResNet-18-GN at fixed θ, resumable, archived
+    maskfed cache --list                              # the decoded-data cache; --prune removes stale files
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from maskfed.fl.factor_axes import MODEL_PARTS
 
 from maskfed.integrations import ray_backend
 from maskfed.fl.data import DataUnavailableError
-from maskfed.fl.config import PROFILES, ConfigError, RunConfig, accepts_none, allowed_values, load_profile
+from maskfed.fl.config import MAX_SEED, PROFILES, ConfigError, RunConfig, accepts_none, allowed_values, load_profile
 
 
 class Parser(argparse.ArgumentParser):
@@ -89,6 +91,19 @@ INPUT_ERRORS = (ConfigError, ValueError, FileNotFoundError, DataUnavailableError
 RUN_ERRORS = (fedavg.TrainingDiverged, checkpoint.WriteFailed)
 
 
+#: Help of ``--seeds`` (``maskfed run`` and ``maskfed sweep``).
+SEEDS_HELP = f"seeds, integers from 0 to {MAX_SEED} (2**63 - 1), no repeats (default: the profile's)"
+
+
+def _check_seeds(seeds: list[int] | None) -> None:
+    """Refuse seeds outside 0..:data:`~maskfed.fl.config.MAX_SEED` as one line naming ``--seeds``,
+    before any run starts (the generators would fail only once a run starts, naming no flag)."""
+    bad = [s for s in seeds or () if not 0 <= s <= MAX_SEED]
+    if bad:
+        raise ConfigError(f"--seeds {' '.join(map(str, bad))}: a seed must be an integer from 0 to {MAX_SEED} "
+                          "(2**63 - 1)")
+
+
 #: Help of ``--force`` (``maskfed run`` and ``maskfed sweep``).
 FORCE_HELP = ("recompute every run of the command from round 1, replacing its finished or damaged run folder "
               "and discarding its checkpoint")
@@ -102,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--experiments", nargs="+", default=None,
                        help=f"any of {', '.join(experiments.EXPERIMENTS)} (default: the profile's own list; "
                             "table1, table2 and control for every profile but cpu-masked, whose list is masked)")
-    sweep.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds, integers >= 0, no repeats (default: the profile's)")
+    sweep.add_argument("--seeds", type=int, nargs="+", default=None, help=SEEDS_HELP)
     sweep.add_argument("--workers", type=int, default=None, help="worker processes, an integer >= 1 (default: the profile's)")
     sweep.add_argument("--backend", choices=["local", "ray"], default="local",
                        help="local worker processes (default) or one Ray task per run (needs '.[ray]')")
@@ -112,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_flags(sweep)
     one = sub.add_parser("run", help="run one setting over seeds and print its summary")
     one.add_argument("--profile", default="cpu", help=f"base profile, one of {', '.join(PROFILES)} (default cpu)")
-    one.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds, integers >= 0, no repeats (default: the profile's)")
+    one.add_argument("--seeds", type=int, nargs="+", default=None, help=SEEDS_HELP)
     one.add_argument("--workers", type=int, default=None, help="worker processes, an integer >= 1 (default: the profile's)")
     one.add_argument("--force", action="store_true", help=FORCE_HELP)
     _add_config_flags(one)
@@ -134,13 +149,22 @@ def build_parser() -> argparse.ArgumentParser:
     arch.add_argument("--all-protocols", action="store_true",
                       help="with --factor: measure every protocol of the profile's Table I grid (default: the "
                            "study's own list; ResNet-18-GN's has five)")
+    arch.add_argument("--manifests", action="store_true",
+                      help="instead of archiving: write a manifest.json (sha256 of each file) into every archived folder "
+                           "that has none, from its files as they are (then check them with --verify)")
     arch.add_argument("--workers", type=int, default=2,
                       help="with --verify, --stage or --factor: worker processes, an integer >= 1 (default 2)")
+    cache = sub.add_parser("cache", help="list or prune the decoded-data cache (cache_dir()/data/*.pt)")
+    cache.add_argument("--list", action="store_true", help="each file: size, source, whether it is live, when modified")
+    cache.add_argument("--prune", action="store_true",
+                       help="remove the files whose source is gone or changed, and unreadable or old-format ones")
+    cache.add_argument("--all", action="store_true", help="with --prune: remove every file")
     return parser
 
 
 def _plan(args) -> tuple:
     """The profile and the runs a command asks for; every input is checked (ConfigError)."""
+    _check_seeds(args.seeds)
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1; got {args.workers}")
     backend = getattr(args, "backend", "local")
@@ -169,6 +193,13 @@ def _error(exc: BaseException | str) -> int:
     return 2
 
 
+def _interrupted(exc: KeyboardInterrupt, then: str) -> int:
+    """One line for a ``maskfed archive`` stopped by Ctrl-C, SIGTERM or SIGHUP (which signal, then
+    ``then``: what is kept, how to go on); returns the signal's exit status (130, 143, 129)."""
+    print(f"\nmaskfed: {runner.interrupted_message(exc)}; {then}", file=sys.stderr)  # on its own line, after a bar
+    return runner.exit_status(exc)
+
+
 def archive_profile(name: str, data_path: str | None = None) -> list:
     """Archive every finished run of a profile's experiments (``maskfed archive``).
 
@@ -191,53 +222,97 @@ def archive_profile(name: str, data_path: str | None = None) -> list:
     return archive.archive_runs(found, name)
 
 
+def _cache_command(args) -> int:
+    """``maskfed cache --list`` / ``--prune [--all]`` (:mod:`maskfed.fl.datacache`)."""
+    from maskfed.fl import datacache
+
+    if args.all and not args.prune:
+        return _error("--all is used with --prune only")
+    if args.list == args.prune:
+        return _error("give one of --list and --prune")
+    print(datacache.list_text() if args.list else datacache.prune_text(datacache.prune(every=args.all)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    paths.absolute_env()  # a relative MASKFED_RESULTS_DIR means this directory, to workers as well
+    try:
+        paths.absolute_env()  # a relative MASKFED_RESULTS_DIR means this directory, to workers as well
+    except paths.EmptyPathVariable as exc:  # MASKFED_RESULTS_DIR= would silently mean this directory
+        return _error(exc)
+    if args.command == "cache":
+        return _cache_command(args)
     if args.command == "archive":
         if not args.verify and args.runs is not None:
             return _error("--runs is used with --verify only")
         if args.workers < 1:
             return _error(f"--workers must be >= 1; got {args.workers}")
-        if sum([args.verify, args.stage, args.factor is not None]) > 1:
-            return _error("give one of --verify, --stage and --factor")
+        if sum([args.verify, args.stage, args.factor is not None, args.manifests]) > 1:
+            return _error("give one of --verify, --stage, --factor and --manifests")
+        if args.manifests:
+            try:
+                written = archive.add_manifests(args.profile)
+            except (*INPUT_ERRORS, OSError) as exc:
+                return _error(exc)
+            print(f"wrote {archive.MANIFEST} into {len(written)} folder(s) of the {args.profile} archive that had none"
+                  + (f" ({', '.join(f.name for f in written)})" if written else ""), file=sys.stderr)
+            return 0
         if args.all_protocols and args.factor is None:
             return _error("--all-protocols is used with --factor only")
         if args.factor is not None:
             try:
-                dest = archive.archive_factor_study(
-                    args.profile, args.factor, workers=args.workers, all_protocols=args.all_protocols,
-                    data_path=absolute_path(args.data_path) if args.data_path else None)
-            except KeyboardInterrupt:
-                print("\nmaskfed: interrupted; rerun the same command to resume: every finished θ path and "
-                      "measurement is kept in results/central/ and results/factor/", file=sys.stderr)
-                return 130
+                with runner.stop_on_signals():  # SIGTERM and SIGHUP stop it as Ctrl-C does
+                    dest = archive.archive_factor_study(
+                        args.profile, args.factor, workers=args.workers, all_protocols=args.all_protocols,
+                        data_path=absolute_path(args.data_path) if args.data_path else None)
+            except KeyboardInterrupt as exc:
+                res = runner.results_dir()
+                return _interrupted(exc, f"rerun the same command to resume: every finished θ path and measurement "
+                                         f"is kept (in {res / 'central'}, {res / 'factor'} and {res / 'runs'}) and "
+                                         "an unfinished one goes on from what it kept")
             except (*INPUT_ERRORS, RuntimeError) as exc:
                 return _error(exc)
             print(f"archived the {args.factor} study of profile {args.profile} in {dest}", file=sys.stderr)
             return 0
         if args.stage:
             try:
-                dest = archive.archive_stage_study(args.profile, workers=args.workers)
+                with runner.stop_on_signals():
+                    dest = archive.archive_stage_study(args.profile, workers=args.workers)
+            except KeyboardInterrupt as exc:
+                return _interrupted(exc, f"rerun the same command to resume: every finished ladder and stage "
+                                         f"measurement is kept in {runner.results_dir() / 'stages'} and only the "
+                                         "missing ones are computed")
             except (*INPUT_ERRORS, RuntimeError) as exc:
                 return _error(exc)
             print(f"archived the stage study of profile {args.profile} in {dest}", file=sys.stderr)
             return 0
         if args.verify:
             try:
-                record = archive.verify_archive(args.profile, labels=args.runs, workers=args.workers, progress=True)
+                with runner.stop_on_signals():
+                    record = archive.verify_archive(args.profile, labels=args.runs, workers=args.workers, progress=True)
+            except KeyboardInterrupt as exc:  # the re-runs' scratch folder is removed: nothing to resume from
+                return _interrupted(exc, "the verification recorded nothing and its scratch folder is removed; "
+                                         "rerun the same command to start it again")
             except (*INPUT_ERRORS, RuntimeError) as exc:
                 return _error(exc)
             for r in record["runs"]:
-                print(f"{'identical' if r['identical'] else 'DIFFERENT'}  {r['label']}  (max |diff| {r['max_abs_diff']:.3g})",
-                      file=sys.stderr)
+                if r["identical"]:
+                    print(f"identical  {r['label']}", file=sys.stderr)
+                else:
+                    print(f"DIFFERENT  {archive.difference_text(r)}; max |diff| {r['max_abs_diff']:.3g}"
+                          + (f"; {', '.join(r['changed_files'])}" if r.get("changed_files") else ""), file=sys.stderr)
             verdict = ("every metric bit-identical: the archive's label now says this code reproduces it"
-                       if record["identical"] else "not bit-identical: the archive's label keeps saying the run code changed")
+                       if record["identical"] else
+                       "not bit-identical: recorded, and the archive's label now says these runs differ")
             print(f"verified {len(record['runs'])} run(s) of profile {args.profile} with code {record['code_hash']}: "
                   f"{verdict}", file=sys.stderr)
             return 0 if record["identical"] else 1
         try:
-            folders = archive_profile(args.profile, absolute_path(args.data_path) if args.data_path else None)
+            with runner.stop_on_signals():
+                folders = archive_profile(args.profile, absolute_path(args.data_path) if args.data_path else None)
+        except KeyboardInterrupt as exc:
+            return _interrupted(exc, "every run folder archived so far is complete; rerun the same command to "
+                                     "archive them all")
         except (*INPUT_ERRORS, RuntimeError) as exc:
             return _error(exc)
         print(f"archived {len(folders)} run(s) of profile {args.profile} in {archive.archive_dir() / args.profile}",

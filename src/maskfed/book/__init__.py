@@ -18,7 +18,7 @@ import pandas as pd
 
 from maskfed import bench
 from maskfed.fl.config import Profile, load_profile
-from maskfed.fl.runner import data_fingerprint, images_for
+from maskfed.fl.runner import data_fingerprint, fingerprint_of_kind, images_for, recorded_fingerprint
 from maskfed.book.settings import settings_table  # noqa: F401  (the book's table of whose setting is whose)
 
 if TYPE_CHECKING:
@@ -221,7 +221,8 @@ def without_comment_lines(text: str) -> str:
 def data_note(profile: Profile) -> str:
     """One sentence naming the data the profile's runs use (the JPEG caveat included): the kind of
     source and the file or folder name, never its path on this machine, and the content
-    fingerprint that the runs' cache keys use (:func:`maskfed.fl.runner.data_fingerprint`)."""
+    fingerprint that the runs' cache keys use (:func:`maskfed.fl.runner.data_fingerprint`: sha256 over
+    every byte of the images and labels)."""
     images = images_for(profile.run(profile.seeds[0]))
     return f"{without_paths(images.source)}; content fingerprint {data_fingerprint(images)}"
 

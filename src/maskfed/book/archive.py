@@ -14,6 +14,7 @@ since the runs were made. Archived runs are never pooled across profiles.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -85,18 +86,156 @@ def archive_runs(results: list[RunResult], profile_name: str) -> list[Path]:
             raise ValueError(f"run folder {r.path} is not a finished run: missing {missing}")
     dest_root = archive_dir() / profile_name
     dest_root.mkdir(parents=True, exist_ok=True)
+    clean_leftovers(dest_root)
     out = []
     for r in results:
         dest = dest_root / r.path.name
-        tmp = dest_root / f".tmp-{r.path.name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        tmp = _scratch(dest)
         for f in FILES + tuple(o for o in OPTIONAL_FILES if (r.path / o).is_file()):
             shutil.copy2(r.path / f, tmp / f)
-        shutil.rmtree(dest, ignore_errors=True)
-        os.replace(tmp, dest)
+        install(tmp, dest)
         out.append(dest)
     return out
+
+
+# --------------------------------------------------------------------------- manifests and folder writes
+
+#: File in every archived run and study folder: the sha256 of each of its other files, written last
+#: (:func:`write_manifest`); the labels compare it with the files on disk at every build.
+MANIFEST = "manifest.json"
+#: Name prefixes of a folder being written (``.tmp-``) and of the folder it replaces, kept until the new
+#: one is in place (``.old-``); both hidden from the book, cleaned up by the next archive command.
+TMP_PREFIX, OLD_PREFIX = ".tmp-", ".old-"
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, 64 hex digits (read in 1 MiB chunks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _hashed_files(folder: Path) -> dict[str, str]:
+    return {f.name: file_sha256(f) for f in sorted(folder.iterdir()) if f.is_file() and f.name != MANIFEST}
+
+
+def write_manifest(folder: Path) -> str:
+    """Write ``folder/manifest.json``: ``{"kind": "sha256", "files": {name: sha256}}`` over every other file
+    of the folder (through a temporary file and ``os.replace``). Returns :func:`manifest_digest`.
+
+    Raises:
+        OSError: the folder cannot be read or written.
+    """
+    body = json.dumps({"kind": "sha256", "files": _hashed_files(folder)}, indent=1, sort_keys=True) + "\n"
+    tmp = folder / f"{MANIFEST}.tmp"
+    tmp.write_text(body)
+    os.replace(tmp, folder / MANIFEST)
+    return manifest_digest(folder)
+
+
+def manifest_digest(folder: Path) -> str | None:
+    """sha256 (16 hex digits) of ``folder``'s manifest file, or None when it has none."""
+    path = folder / MANIFEST
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
+
+
+def content_digest(folder: Path) -> str:
+    """sha256 (16 hex digits) of the names and sha256 of every file of ``folder`` but its manifest, as they are
+    now: for a folder whose files match its manifest, the digest of what was archived. A verification record
+    holds it for every run (:func:`verify_archive`), so the record speaks only for exactly those bytes."""
+    body = json.dumps(_hashed_files(folder), sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def manifest_changes(folder: Path) -> list[str]:
+    """How ``folder``'s files differ from its manifest, one phrase each ([] when every file matches), e.g.
+    ``["metrics.csv differs from its manifest"]``, ``["thetas.pt is missing"]``, ``["no manifest.json"]``."""
+    path = folder / MANIFEST
+    if not path.is_file():
+        return [f"no {MANIFEST}"]
+    try:
+        recorded = json.loads(path.read_text())["files"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return [f"{MANIFEST} is unreadable"]
+    now = _hashed_files(folder)
+    out = [f"{n} differs from its manifest" for n in sorted(recorded) if n in now and now[n] != recorded[n]]
+    out += [f"{n} is missing" for n in sorted(recorded) if n not in now]
+    out += [f"{n} is not in the manifest" for n in sorted(now) if n not in recorded]
+    return out
+
+
+def _scratch(dest: Path) -> Path:
+    """A fresh hidden folder beside ``dest`` to write its new contents into (``.tmp-<name>-<pid>``)."""
+    tmp = dest.parent / f"{TMP_PREFIX}{dest.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def install(tmp: Path, dest: Path) -> None:
+    """Write ``tmp``'s manifest (last), then put ``tmp`` in the place of ``dest``: an existing ``dest`` is first
+    renamed to ``.old-<name>-<pid>`` and removed only once the new folder is in place, so a kill at any point
+    leaves either folder whole (:func:`clean_leftovers` puts an orphaned old folder back)."""
+    write_manifest(tmp)
+    old = dest.parent / f"{OLD_PREFIX}{dest.name}-{os.getpid()}"
+    if dest.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(dest, old)
+    os.replace(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_leftovers(root: Path) -> list[str]:
+    """Tidy what killed archive commands left in ``root`` (a profile's archive folder): a ``.old-<name>-<pid>``
+    folder whose ``<name>`` is gone is renamed back (the replacement never arrived), any other is removed, and
+    ``.tmp-*`` folders of processes no longer running are removed. Returns one phrase per action."""
+    done = []
+    if not root.is_dir():
+        return done
+    for p in sorted(root.iterdir()):
+        if not p.is_dir() or not p.name.startswith((TMP_PREFIX, OLD_PREFIX)):
+            continue
+        prefix = TMP_PREFIX if p.name.startswith(TMP_PREFIX) else OLD_PREFIX
+        name, _, pid = p.name[len(prefix):].rpartition("-")
+        if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+            continue  # another archive command is writing it now
+        if prefix == OLD_PREFIX and name and not (root / name).exists():
+            os.replace(p, root / name)
+            done.append(f"restored {name} (its replacement was interrupted)")
+        else:
+            shutil.rmtree(p, ignore_errors=True)
+            done.append(f"removed {p.name}")
+    return done
+
+
+def add_manifests(profile_name: str) -> list[Path]:
+    """Write a manifest into every folder of a profile's archive (runs and studies) that has none, from its
+    files as they are (an archive made before manifests existed: check it in git first, then run
+    ``maskfed archive --verify``). Folders that have one are left alone. Returns the folders written.
+
+    Raises:
+        ValueError: unknown profile name.
+    """
+    _check_profile(profile_name)
+    root = archive_dir() / profile_name
+    done = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []:
+        if not (folder / MANIFEST).is_file():
+            write_manifest(folder)
+            done.append(folder)
+    return done
 
 
 def _read(folder: Path) -> RunResult:
@@ -229,7 +368,8 @@ def missing_runs(profile_name: str, results: list[RunResult] | None = None) -> l
 
 @dataclass
 class ArchiveLabel:
-    """Where and when an archive's runs were made, and whether the run code has changed since."""
+    """Where and when an archive's runs were made, whether their files are still those archived, and
+    whether the run code has changed since."""
 
     profile: str
     runs: int
@@ -239,33 +379,64 @@ class ArchiveLabel:
     commits: list[str]          # 10-digit git commits, "+dirty" when src/ had uncommitted changes
     code_hashes: list[str]      # run-code hashes (provenance.code_hash) of the runs
     current_code_hash: str      # provenance.code_hash() of this checkout
-    verification: dict | None = None  # the passed check of this checkout's code (verify_archive), if any
+    verification: dict | None = None  # the newest check of this code on exactly these files (verify_archive)
+    changed: list[str] = field(default_factory=list)  # "<run folder>: <file> differs from its manifest", ...
+
+    @property
+    def verified(self) -> bool:
+        """True when the newest verification of this checkout's code on these very files passed."""
+        return bool(self.verification and self.verification.get("identical") is True)
 
     @property
     def code_changed(self) -> bool:
-        """True when some run was made by other run code than this checkout's, and no verification
-        (:func:`verify_archive`) showed this checkout's code reproducing them bit for bit."""
-        return any(h != self.current_code_hash for h in self.code_hashes) and self.verification is None
+        """True when some run was made by other run code than this checkout's, and no passed verification
+        (:func:`verify_archive`) of exactly these files showed this checkout's code reproducing them."""
+        return any(h != self.current_code_hash for h in self.code_hashes) and not self.verified
 
     def text(self) -> str:
-        """One plain sentence for the book, e.g. ``"12 runs on cpu (x86_64), finished 2026-12-01,
-        commit 1a2b3c4d5e, run code 0123456789abcdef (the same as this checkout's)."``"""
+        """Plain sentences for the book, e.g. ``"12 runs on cpu (x86_64), finished 2026-12-01,
+        commit 1a2b3c4d5e, run code 0123456789abcdef (the same as this checkout's)."``; a file that
+        differs from its folder's manifest is named first, and then nothing is called reproduced."""
         dates = sorted({self.first_utc[:10], self.last_utc[:10]})
         code = ", ".join(self.code_hashes)
         s = (f"{self.runs} run{'s' if self.runs != 1 else ''} on {', '.join(self.devices)}, "
              f"finished {' to '.join(dates)}, commit{'s' if len(self.commits) > 1 else ''} {', '.join(self.commits)}, "
              f"run code {code}")
+        unchecked = [c for c in self.changed if c.endswith(f": no {MANIFEST}")]
+        if unchecked and len(unchecked) == len(self.changed):
+            return (s + f". {len(unchecked)} of these run folders have no {MANIFEST}, so their files cannot be "
+                    f"checked against what was archived (maskfed archive --profile {self.profile} --manifests "
+                    "writes them, then --verify checks them).")
+        if self.changed:
+            return (s + f". Changed since archived, so these numbers are not the archived ones: "
+                    f"{'; '.join(self.changed)} (restore the files from git, or re-archive).")
+        v = self.verification
+        if v is not None and not self.verified:
+            bad = [r for r in v["runs"] if not r["identical"]]
+            return (s + f". The run code has changed since these runs, and re-running {len(v['runs'])} of them with "
+                    f"this checkout's code ({self.current_code_hash}) on {v['machine']} on {v['utc'][:10]} gave "
+                    f"different metrics: {'; '.join(difference_text(r) for r in bad)} (maskfed archive --verify).")
         if self.code_changed:
             return (s + f". The run code has changed since these runs: their numbers are from code {code}, "
                     f"not this checkout's {self.current_code_hash}.")
-        if self.verification is not None:
-            v = self.verification
+        if v is not None and any(h != self.current_code_hash for h in self.code_hashes):
             runs = v["runs"]
             return (s + f". This checkout's run code ({self.current_code_hash}) differs, but re-running "
                     f"{len(runs)} of these runs with it ({', '.join(r['label'] for r in runs)}) on "
                     f"{v['machine']} on {v['utc'][:10]} reproduced every metric bit for bit "
                     "(maskfed archive --verify).")
         return s + " (the same as this checkout's)."
+
+
+def difference_text(run: dict) -> str:
+    """Where a verified run first differed, e.g. ``"run-a: recovery_unweighted at round 2 (archived 1.5,
+    re-run 1.6)"``, from a :func:`verify_archive` record's run entry."""
+    d = run.get("first_difference")
+    if not d:
+        return f"{run['label']} (max |diff| {run['max_abs_diff']:.3g})"
+    if d.get("round") is None:
+        return f"{run['label']}: {d['column']}"
+    return f"{run['label']}: {d['column']} at round {d['round']} (archived {d['archived']:.10g}, re-run {d['rerun']:.10g})"
 
 
 def _device(p: dict) -> str:
@@ -275,7 +446,8 @@ def _device(p: dict) -> str:
 
 
 def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
-    """The provenance label of a profile's archived runs.
+    """The provenance label of a profile's archived runs, with each run folder's files checked against its
+    manifest (:func:`manifest_changes`) now.
 
     Raises:
         ValueError: ``results`` is empty.
@@ -286,12 +458,13 @@ def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
     times = sorted(p["finished_utc"] for p in provs)
     current = provenance.code_hash()
     hashes = sorted({p["code_hash"] for p in provs})
+    changed = [f"{r.path.name}: {c}" for r in results for c in manifest_changes(r.path)]
     return ArchiveLabel(
         profile=profile_name, runs=len(results),
         devices=sorted({_device(p) for p in provs}), first_utc=times[0], last_utc=times[-1],
         commits=sorted({p["commit"][:10] + ("+dirty" if p.get("dirty") else "") for p in provs}),
-        code_hashes=hashes, current_code_hash=current,
-        verification=passed_verification(profile_name, current, hashes))
+        code_hashes=hashes, current_code_hash=current, changed=changed,
+        verification=None if changed else latest_verification(profile_name, current, results))
 
 
 #: File in ``archive_dir()/<profile>/`` recording each verification (:func:`verify_archive`).
@@ -309,12 +482,16 @@ def _verifications(profile_name: str) -> list[dict]:
         return []
 
 
-def passed_verification(profile_name: str, code_hash: str, archived_hashes: list[str]) -> dict | None:
-    """The newest verification of ``code_hash`` against an archive made with ``archived_hashes`` in
-    which every re-run metric was bit-identical, or None (no such check: the label says "changed")."""
+def latest_verification(profile_name: str, code_hash: str, results: list[RunResult]) -> dict | None:
+    """The newest verification (passed or failed) of ``code_hash`` that was made on exactly these archived
+    files: its ``contents`` name every run of ``results`` with the :func:`content_digest` the folder has now.
+    None when there is none (the label then says the code changed); a record made on other bytes (an edit,
+    a re-archive) or an older record without digests never counts, and a newer failure on these bytes is
+    never shadowed by an older pass."""
+    now = {r.path.name: content_digest(r.path) for r in results}
     for v in reversed(_verifications(profile_name)):
-        if (v.get("code_hash") == code_hash and v.get("identical") is True
-                and sorted(v.get("archived_code_hashes", [])) == sorted(archived_hashes)):
+        digests = v.get("contents") or {}
+        if v.get("code_hash") == code_hash and all(digests.get(name) == d for name, d in now.items()):
             return v
     return None
 
@@ -352,6 +529,23 @@ def same_metrics(a: pd.DataFrame, b: pd.DataFrame) -> tuple[bool, float]:
     return bool(identical), float(0.0 if pd.isna(diff) else diff)
 
 
+def first_difference(archived: pd.DataFrame, rerun: pd.DataFrame) -> dict | None:
+    """The first cell, in round order and then column order, where two metrics tables differ (every column
+    but :data:`TIMING_COLUMNS`; NaN equals NaN): ``{"column", "round", "archived", "rerun"}``, or None when
+    they agree. Tables of other shapes or columns give ``{"column": "<what differs>", "round": None}``."""
+    if list(archived.columns) != list(rerun.columns) or archived.shape != rerun.shape:
+        return {"column": f"the tables differ in shape or columns ({archived.shape} vs {rerun.shape})",
+                "round": None, "archived": None, "rerun": None}
+    cols = [c for c in archived.columns if c not in TIMING_COLUMNS]
+    for i in range(len(archived)):
+        for c in cols:
+            x, y = archived[c].iloc[i], rerun[c].iloc[i]
+            if not (x == y or (pd.isna(x) and pd.isna(y))):
+                rnd = archived["round"].iloc[i] if "round" in archived.columns else i + 1
+                return {"column": c, "round": int(rnd), "archived": float(x), "rerun": float(y)}
+    return None
+
+
 def verify_archive(profile_name: str, *, labels: list[str] | None = None, workers: int = 1,
                    scratch: Path | None = None, progress: bool = False) -> dict:
     """Re-run a sample of an archive's runs with this checkout's code and compare every metric.
@@ -359,9 +553,11 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
     The sample (``labels``, or :func:`default_sample`: one run per experiment) is recomputed from
     round 1 in a scratch results folder (the archive and ``results/runs`` are not touched), and its
     ``metrics.csv`` is compared with the archived one column by column, bit for bit
-    (:func:`same_metrics`). The outcome is appended to ``archive_dir()/<profile>/verified.json``
-    whatever it is; only an outcome with every run identical lets :func:`label` say that this
-    code reproduces the archive. Float32 sums differ between CPU models, so a check on another
+    (:func:`same_metrics`; the first differing cell by :func:`first_difference`). The outcome is
+    appended to ``archive_dir()/<profile>/verified.json`` whatever it is, with the
+    :func:`content_digest` of every archived run: :func:`label` uses the newest record made on the
+    files as they are now, and only a record with every run identical (and no file differing from
+    its manifest) lets it say that this code reproduces the archive. Float32 sums differ between CPU models, so a check on another
     machine than the archive's may fail without any code change (the record names the machine).
 
     Args:
@@ -375,7 +571,8 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
 
     Returns:
         The record appended: ``code_hash``, ``commit``, ``utc``, ``machine``, ``archived_code_hashes``,
-        ``identical`` (all runs), ``runs`` (label, folder, identical, max_abs_diff).
+        ``identical`` (all runs), ``runs`` (label, folder, identical, max_abs_diff, first_difference,
+        changed_files), ``contents`` (``{run folder: content_digest}`` of every archived run).
 
     Raises:
         ValueError: unknown profile, no archive, or a label not in the archive (naming those it has).
@@ -390,6 +587,9 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
         raise ValueError(f"profile {profile_name!r} has no archived runs to verify ({how_to_make(profile_name)})")
     if labels is None:
         sample = default_sample(results, profile_name)
+        if not sample:
+            raise ValueError(f"none of the {profile_name} archive's runs is a run of the profile's experiments; "
+                             f"name the runs to re-run with --runs (it has: {', '.join(sorted(r.config.label() for r in results))})")
     else:
         by_label = {r.config.label(): r for r in results}
         unknown = [x for x in labels if x not in by_label]
@@ -402,10 +602,10 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
     threads = {r.provenance.get("machine", {}).get("torch_threads") for r in sample}
     threads = threads.pop() if len(threads) == 1 and None not in threads else None
     own = scratch is None
-    scratch = Path(tempfile.mkdtemp(prefix="maskfed-verify-")) if own else Path(scratch)
     old, old_threads = os.environ.get("MASKFED_RESULTS_DIR"), torch.get_num_threads()
-    os.environ["MASKFED_RESULTS_DIR"] = str(scratch)
-    try:
+    try:  # the scratch folder is made inside, so a signal at any point removes it
+        scratch = Path(tempfile.mkdtemp(prefix="maskfed-verify-")) if own else Path(scratch)
+        os.environ["MASKFED_RESULTS_DIR"] = str(scratch)
         if threads == 1 and workers > 1:  # one-thread worker processes, as a sweep's
             fresh = runner.run_many([r.config for r in sample], workers=workers, progress=progress)
         else:
@@ -418,20 +618,22 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
             os.environ.pop("MASKFED_RESULTS_DIR", None)
         else:
             os.environ["MASKFED_RESULTS_DIR"] = old
-        if own:
+        if own and scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     checked = []
     for arch, new in zip(sample, fresh):
         same, diff = same_metrics(arch.metrics, new.metrics)
         checked.append({"label": arch.config.label(), "folder": arch.path.name, "identical": same,
-                        "max_abs_diff": diff})
+                        "max_abs_diff": diff, "first_difference": first_difference(arch.metrics, new.metrics),
+                        "changed_files": manifest_changes(arch.path)})
     git = provenance.git_state()
     record = {"code_hash": provenance.code_hash(), "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
               "torch_threads": threads,
               "utc": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
               "machine": _device({"machine": fresh[0].provenance["machine"]}),
               "archived_code_hashes": sorted({r.provenance["code_hash"] for r in results}),
-              "identical": all(c["identical"] for c in checked), "runs": checked}
+              "identical": all(c["identical"] and not c["changed_files"] for c in checked), "runs": checked,
+              "contents": {r.path.name: content_digest(r.path) for r in results}}
     path = archive_dir() / profile_name / VERIFIED
     path.write_text(json.dumps(_verifications(profile_name) + [record], indent=2) + "\n")
     return record
@@ -573,6 +775,12 @@ class ArchivedStudy:
     accuracy: pd.DataFrame     # seed, round, test_acc, test_loss: every candidate round of each ladder
     spec: "stage.StageSpec"
     provenance: dict           # code hashes, commit, machine, wall time, trajectories
+    changed: list[str] = field(default_factory=list)  # its files that differ from its manifest (manifest_changes)
+
+    def changed_text(self) -> str:
+        """'' when its files are those archived, else a clause (starting "; ") naming what changed."""
+        return (f"; changed since archived, so these numbers are not the archived ones: {'; '.join(self.changed)} "
+                "(restore the files from git, or re-archive)" if self.changed else "")
 
 
 def ladder_trajectories(profile_name: str) -> dict[int, Path]:
@@ -623,16 +831,14 @@ def archive_stage_study(profile_name: str, *, workers: int | None = None, progre
             "wall_s": time.perf_counter() - t0,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     dest = archive_dir() / profile_name / STAGE_DIR
-    tmp = dest.parent / f".tmp-{STAGE_DIR}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    clean_leftovers(dest.parent)
+    tmp = _scratch(dest)
     study.table.to_csv(tmp / "table.csv", index=False)
     checkpoints[["seed", "stage", "round", "test_acc", "test_loss"]].to_csv(tmp / "checkpoints.csv", index=False)
     accuracy[["seed", "round", "test_acc", "test_loss"]].to_csv(tmp / "accuracy.csv", index=False)
     (tmp / "spec.json").write_text(spec.model_dump_json(indent=2))
     (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(tmp, dest)
+    install(tmp, dest)
     return dest
 
 
@@ -652,7 +858,8 @@ def load_stage_study(profile_name: str) -> ArchivedStudy | None:
         return ArchivedStudy(profile_name, pd.read_csv(root / "table.csv", dtype={"batch_size": str}),
                              pd.read_csv(root / "checkpoints.csv"), pd.read_csv(root / "accuracy.csv"),
                              stage.StageSpec(**json.loads((root / "spec.json").read_text())),
-                             json.loads((root / "provenance.json").read_text()))
+                             json.loads((root / "provenance.json").read_text()),
+                             [f"{STAGE_DIR}/: {c}" for c in manifest_changes(root)])
     except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
         warnings.warn(f"archive {profile_name}: skipping malformed stage study {root}: {exc}", stacklevel=2)
         return None
@@ -689,6 +896,7 @@ class ArchivedFactor:
     accuracy: pd.DataFrame     # factor_axes.ModelStudy.accuracy
     spec: "factor_axes.ModelStudySpec"
     provenance: dict           # code hashes, commit, machine, packages, wall and compute time, trajectory, settings
+    changed: list[str] = field(default_factory=list)  # its files that differ from its manifest (manifest_changes)
 
     def text(self) -> str:
         """One sentence of provenance for the book, saying when the run code has changed since."""
@@ -698,6 +906,9 @@ class ArchivedFactor:
              f"for the last command)")
         if p["code_hash"] != provenance.code_hash():
             s += f"; the run code has changed since (this checkout's is {provenance.code_hash()})"
+        if self.changed:
+            s += (f"; changed since archived, so these numbers are not the archived ones: {'; '.join(self.changed)} "
+                  "(restore the files from git, or re-archive)")
         return s + "."
 
 
@@ -736,16 +947,14 @@ def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, prog
             "wall_s": time.perf_counter() - t0, "compute_s": study.compute_s,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     dest = factor_dir(profile_name, part)
-    tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    clean_leftovers(dest.parent)
+    tmp = _scratch(dest)
     study.table.to_csv(tmp / "table.csv", index=False)
     study.checkpoints.to_csv(tmp / "checkpoints.csv", index=False)
     study.accuracy.to_csv(tmp / "accuracy.csv", index=False)
     (tmp / "spec.json").write_text(spec.model_dump_json(indent=2))
     (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(tmp, dest)
+    install(tmp, dest)
     return dest
 
 
@@ -773,7 +982,8 @@ def load_factor_study(profile_name: str, part: str) -> ArchivedFactor | None:
             raise ValueError(f"table.csv lacks columns {lacking}")
         return ArchivedFactor(profile_name, part, table, pd.read_csv(root / "checkpoints.csv"),
                               pd.read_csv(root / "accuracy.csv"),
-                              factor_axes.ModelStudySpec(**json.loads((root / "spec.json").read_text())), prov)
+                              factor_axes.ModelStudySpec(**json.loads((root / "spec.json").read_text())), prov,
+                              [f"{root.name}/: {c}" for c in manifest_changes(root)])
     except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
         warnings.warn(f"archive {profile_name}: skipping malformed factor study {root.name}: {exc}", stacklevel=2)
         return None

@@ -182,7 +182,7 @@ def stage_study(profile, spec, *, ladder_from: str | None, workers: int | None =
             return BookStudy(ladder_from, arch.table, arch.checkpoints, spec,
                              f"read from the {ladder_from} archive (measured {arch.provenance['finished_utc'][:10]} "
                              f"with run code {arch.provenance['code_hash']}, on the archived trajectories "
-                             f"{', '.join(arch.provenance['trajectories'].values())})",
+                             f"{', '.join(arch.provenance['trajectories'].values())}{arch.changed_text()})",
                              stage.ladder_config(src_prof), pd.DataFrame())
         traj = archive.ladder_trajectories(ladder_from)
         if traj:

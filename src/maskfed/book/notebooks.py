@@ -269,7 +269,8 @@ def failed_path(name: str, out_dir: Path = OUT_DIR) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Execute notebooks; bad input (profile, notebook name) or a failed cell ends as one message.
 
-    Exit status: 0 all executed; 2 a bad profile or notebook name (checked before any runs), or a
+    Exit status: 0 all executed; 2 a bad profile or notebook name or a path variable set but empty
+    (``MASKFED_RESULTS_DIR=``; all checked before any runs), or a
     cell stopped on bad input (ConfigError, ValueError, ...) or on a run that diverged or could not
     be written; 1 a cell failed otherwise; 130 Ctrl-C (one line: which notebook was stopped).
     Damaged folders of the run archive are named on stderr before the first notebook runs.
@@ -283,6 +284,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="a further notebook parameter, as papermill's -p (the value as text: the "
                              "notebook's own check parses and refuses it)")
     args = parser.parse_args(argv)
+    try:
+        absolute_env()  # also refuses MASKFED_RESULTS_DIR= and the like, before any notebook runs
+    except ValueError as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
     if args.profile not in PROFILES:
         parser.error(f"--profile must be one of {list(PROFILES)}; got {args.profile!r}")
     if not load_profile(args.profile).builds_book:

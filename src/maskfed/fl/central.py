@@ -244,7 +244,7 @@ def _train(cfg, spec, path, key, partial, *, progress, on_checkpoint) -> Central
     prov = {"key": key, "seed": cfg.seed, "code_hash": provenance.code_hash(),
             "central_code_hash": provenance.code_hash_with(*CENTRAL_MODULES), **provenance.git_state(),
             "packages": provenance.package_versions(), "machine": provenance.machine(str(device)),
-            "data_source": images.source, "data_fingerprint": runner.data_fingerprint(images),
+            "data_source": images.source, **runner.fingerprint_fields(images),
             "union_images": n, "steps": step, "resumed_after_step": 0 if state is None else state.rounds_done,
             "wall_s": wall_before + time.perf_counter() - t0,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}

@@ -30,6 +30,10 @@ PROFILES = ("smoke", "cpu", "cpu-long", "cpu-paper", "cpu-masked", "paper")
 EXPERIMENT_NAMES = ("table1", "table2", "control", "masked")
 #: RunConfig fields that change no result and so stay out of :meth:`RunConfig.key`.
 NOT_IN_KEY = ("checkpoint_every",)
+#: Largest seed (2**63 - 1). torch's generators take up to 2**64 - 1 and numpy's any integer >= 0, and
+#: every derived seed is drawn from a SeedSequence of (seed, round, ...) (no arithmetic on the seed), but
+#: the seed is also a column of the summary tables and CSV files: kept within int64 there.
+MAX_SEED = 2**63 - 1
 
 
 class ConfigError(ValueError):
@@ -79,7 +83,7 @@ class RunConfig(BaseModel):
     # rounds between evaluations in the summary window: the last quarter of rounds (paper: the last
     # 50 of 200; a quarter at other round counts is ours)
     eval_every_tail: int = Field(1, ge=1)           # rounds between evaluations in the last quarter
-    seed: int = Field(0, ge=0)                      # model init, partition, cohorts, shuffling
+    seed: int = Field(0, ge=0, le=MAX_SEED)         # model init, partition, cohorts, shuffling
     device: Literal["auto", "cpu", "cuda"] = "auto"  # where to train; auto: CUDA if available
     engine: Literal["auto", "sequential", "batched"] = "auto"  # local training: client by client, or the K_c clients as one batched model; auto: per device (cohort.AUTO_ENGINE)
     precision: Literal["fp32", "tf32", "bf16"] = "fp32"      # arithmetic of local training and every measurement: fp32 (on CUDA with TF32 off), or on CUDA tf32 (TF32 on) / bf16 (forward pass and loss autocast); θ, gradients and Δ_k stay fp32
@@ -249,6 +253,8 @@ def describe_errors(exc: ValidationError) -> str:
             msg = f"unknown parameter; allowed: {', '.join(spec.model_fields)}"
         if len(err["loc"]) == 1 and name in RunConfig.model_fields and not err["type"].startswith("value_error"):
             msg += f" (allowed: {allowed_values(name)})"  # pydantic's own text; our validators say it already
+        elif len(err["loc"]) == 2 and err["loc"][0] == "seeds" and not err["type"].startswith("value_error"):
+            msg += f" (allowed: {allowed_values('seed')})"  # a profile's seeds.<i>
         lines.append(f"{name} = {err.get('input')!r}: {msg}" if err["loc"] else msg)  # model-level: msg names its fields
     return "invalid run configuration:\n  " + "\n  ".join(lines)
 
@@ -353,7 +359,7 @@ class Profile(BaseModel):
     description: str                 # one line for README and the book
     scaled_down: bool                # True unless this is the paper's exact setting
     base: dict                       # RunConfig fields shared by every run
-    seeds: list[Annotated[int, Field(ge=0)]] = Field([0], min_length=1)  # one run per seed
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field([0], min_length=1)  # one run per seed
     workers: int = Field(1, ge=1)    # worker processes for independent runs
     table1: Table1Spec = Table1Spec()
     table2: Table2Spec = Table2Spec()

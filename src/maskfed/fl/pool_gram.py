@@ -146,7 +146,7 @@ def measure_gram(cfg: RunConfig, theta_P: torch.Tensor, pool, *, label: str = ""
                 "code_hash": provenance.code_hash(), "gram_code_hash": provenance.code_hash_with(*GRAM_MODULES),
                 **provenance.git_state(), "packages": provenance.package_versions(),
                 "machine": provenance.machine(str(data.x_train.device)), "data_source": images.source,
-                "data_fingerprint": runner.data_fingerprint(images), "num_parameters": int(theta.numel()),
+                **runner.fingerprint_fields(images), "num_parameters": int(theta.numel()),
                 "wall_s": time.perf_counter() - t0, "train_s": trained_s,
                 "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
         stage._write_folder(path, {"gram.csv": pd.DataFrame(gram.numpy(), columns=ids).to_csv(index=False),

@@ -23,6 +23,7 @@ measured are the paper's (eq. 3, 8, 13-14; Yan et al. 2026).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -420,7 +421,7 @@ def _provenance(cfg: RunConfig, key: str, t0: float) -> dict:
     return {"key": key, "seed": cfg.seed, "code_hash": provenance.code_hash(),
             "stage_code_hash": provenance.code_hash_with(*STAGE_MODULES), **provenance.git_state(),
             "packages": provenance.package_versions(), "machine": provenance.machine(cfg.device),
-            "data_source": images.source, "data_fingerprint": runner.data_fingerprint(images),
+            "data_source": images.source, **runner.fingerprint_fields(images),
             "wall_s": time.perf_counter() - t0,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
@@ -689,6 +690,18 @@ def study_configs(profile: Profile, seed: int | None = None) -> dict[str, list[R
     return {e: [c for c in profile.experiment_configs(e) if c.seed == seed] for e in ("table1", "table2")}
 
 
+@contextlib.contextmanager
+def _stop_on_interrupt(pool: ProcessPoolExecutor):
+    """Inside ``with pool``: Ctrl-C (or SIGTERM / SIGHUP under :func:`maskfed.fl.runner.stop_on_signals`)
+    ends the workers at once, as :func:`maskfed.fl.runner.run_many` does, instead of the pool's exit
+    waiting for every queued measurement (finished ones are cached, the one underway is redone)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        runner._stop_workers(pool)
+        raise
+
+
 def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, progress: bool = True,
               seeds: list[int] | None = None, trajectories: dict[int, Path] | None = None) -> StageStudy:
     """Build the ladders, then measure every protocol at every stage (cached), in worker processes.
@@ -754,7 +767,7 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
             early = spec.rounds is None or 0 in spec.rounds
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=runner._worker_init,
-                                     initargs=(os.getpid(),)) as pool:
+                                     initargs=(os.getpid(),)) as pool, _stop_on_interrupt(pool):
                 futs = [pool.submit(_measure_in_worker, c.model_dump_json(), str(lpaths[s]), 0, spec.model_dump_json(),
                                     refs[s].model_dump_json()) for s in seeds for c, _ in (todo(s, [0]) if early else [])]
                 for s in seeds:
