@@ -289,3 +289,59 @@ def test_hopeless_niid_bench_request_fails_within_seconds():
 
     assert time.perf_counter() - t0 < 10.0  # the plain loop: 1,001 draws
     assert "stopped after 1 of 1001 draws" in str(err.value) and "num_clients=4000" in str(err.value)
+
+
+# --- the spread of the Hsu draw against the Dirichlet closed form ---
+
+
+def _dirichlet_moments(k: int, alpha: float) -> tuple[float, float]:
+    """For q ~ Dir(alpha 1_K): sigma2 = Var(q_k) = (1/K)(1 - 1/K)/(K alpha + 1), and the variance of
+    V = (1/K) sum_k (q_k - 1/K)^2 = (sum_k q_k^2 - 1/K)/K, from the Dirichlet moments
+    E[q1^a q2^b] = a_(a) a_(b) / A_(a+b) (rising factorials, a = alpha, A = K alpha)."""
+    a, big = alpha, k * alpha
+    rise = lambda x, r: float(np.prod([x + i for i in range(r)]))  # noqa: E731
+    e2 = rise(a, 2) / rise(big, 2)
+    e4 = rise(a, 4) / rise(big, 4)
+    e22 = rise(a, 2) ** 2 / rise(big, 4)
+    var_sum_sq = k * (e4 - e2 ** 2) + k * (k - 1) * (e22 - e2 ** 2)
+    return (1 / k) * (1 - 1 / k) / (big + 1), var_sum_sq / k ** 2
+
+
+@pytest.mark.parametrize("alpha", [0.1, 1.0, 100.0])
+def test_dirichlet_class_shares_have_the_closed_form_spread(alpha):
+    # What is drawn (see dirichlet_partition): for every class c, its own q_c ~ Dir(alpha 1_K) over the
+    # K clients, independent across classes; client k gets floor-cut share p_kc = n_kc / n_c with
+    # |p_kc - q_kc| < 1/n_c (a difference of two floors of n_c * cumsum(q_c)). So q_kc ~ Beta(alpha,
+    # (K-1) alpha): mean 1/K, variance sigma2 = (1/K)(1 - 1/K)/(K alpha + 1); and two classes' shares
+    # are uncorrelated.
+    #
+    # Statistics, over M = classes x seeds independent vectors q (min_size = 0: no redraw, the plain draw):
+    #   V = (1/K) sum_k (p_kc - 1/K)^2, mean over the M vectors -> sigma2, with standard error
+    #       sqrt(Var V / M) (Var V from the Dirichlet fourth moments, _dirichlet_moments);
+    #   Y = (1/K) sum_k (p_kc - 1/K)(p_kc' - 1/K) over disjoint class pairs (c, c'), M/2 of them ->
+    #       0 with Var Y = (1/K^2) sum_kl Cov(q_k, q_l)^2 = sigma2^2 / (K - 1) (Cov = sigma2 on the
+    #       diagonal, -sigma2/(K-1) off it); a draw shared by the classes would give Y = V ~ sigma2.
+    # Tolerance: 4.5 standard errors (CLT over >= 300 i.i.d. terms; a false alarm about once in 10^5,
+    # and the seeds are fixed) plus the worst-case floor-cut error, bounded on the data themselves:
+    #   |(p-m)^2 - (q-m)^2| <= 2|p-m|/n_c + 1/n_c^2 and |(p-m)(p'-m) - (q-m)(q'-m)| <= (|p-m| + |p'-m|)/n_c + 1/n_c^2.
+    k, n_classes, n_c, seeds = 10, 10, 2000, 60
+    labels = np.repeat(np.arange(n_classes), n_c)
+    m = 1 / k
+    # execute: the module's partitions, read back as per-client class shares p [seeds, K, classes]
+    p = np.stack([P.partition_stats(P.dirichlet_partition(labels, k, alpha, np.random.default_rng(s), min_size=0),
+                                    labels, n_classes)["class_counts"] / n_c for s in range(seeds)])
+    dev = p - m
+    sigma2, var_v = _dirichlet_moments(k, alpha)
+    n_vec = seeds * n_classes
+    # assert: the per-class spread matches the closed form ...
+    v = (dev ** 2).mean(axis=1)  # [seeds, classes]
+    quant_v = float((2 * np.abs(dev) / n_c + 1 / n_c ** 2).mean())
+    tol_v = 4.5 * np.sqrt(var_v / n_vec) + quant_v
+    assert abs(v.mean() - sigma2) <= tol_v, (alpha, v.mean(), sigma2, tol_v)
+    assert tol_v < 0.25 * sigma2  # the check is sharp: a wrong concentration (alpha/K, K alpha, ...) is far off
+    # ... and two classes' shares are uncorrelated (classes drawn independently)
+    y = (dev[:, :, 0::2] * dev[:, :, 1::2]).mean(axis=1)  # [seeds, classes/2]
+    quant_y = float(((np.abs(dev[:, :, 0::2]) + np.abs(dev[:, :, 1::2])) / n_c + 1 / n_c ** 2).mean())
+    tol_y = 4.5 * np.sqrt(sigma2 ** 2 / (k - 1) / (n_vec / 2)) + quant_y
+    assert abs(y.mean()) <= tol_y, (alpha, y.mean(), tol_y)
+    assert tol_y < 0.25 * sigma2

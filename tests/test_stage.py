@@ -75,6 +75,67 @@ def test_variance_shares_and_verdict():
     assert stage.verdict({"stage": 0.1, "sampling": 0.2}) == "neither"
 
 
+
+def _hand_shares(y_SxBxT):
+    """Shares of the sum of squares of y[stage, batch size, τ] (balanced): stage means, protocol
+    (batch size × τ) means and full (index 0 on the batch-size axis) vs minibatch means, over the total."""
+    y = np.asarray(y_SxBxT, float)
+    g = y.mean()
+    total = ((y - g) ** 2).sum()
+    ss_stage = y[0].size * ((y.mean(axis=(1, 2)) - g) ** 2).sum()
+    ss_proto = y.shape[0] * ((y.mean(axis=0) - g) ** 2).sum()
+    full, mini = y[:, :1], y[:, 1:]
+    ss_sampling = full.size * (full.mean() - g) ** 2 + mini.size * (mini.mean() - g) ** 2
+    return {"stage": ss_stage / total, "protocol": ss_proto / total, "sampling": ss_sampling / total}
+
+
+def _grid(y_SxBxT, batch_sizes=("full", "128", "32"), taus=(1, 2)):
+    return pd.DataFrame([{"stage": s, "batch_size": bs, "local_epochs": t,
+                          "recovery_unweighted": float(np.exp(y_SxBxT[s][b][i]))}
+                         for s in range(len(y_SxBxT)) for b, bs in enumerate(batch_sizes) for i, t in enumerate(taus)])
+
+
+def test_variance_shares_with_three_batch_sizes_group_full_against_minibatch():
+    # prepare: 2 stages x (full, 128, 32) x τ (1, 2); log 1/Δ_S = batch-size effect (full 0, 128 +1,
+    # 32 -1) + stage effect (0, +0.5) + τ effect (0, +0.2). By hand (balanced, effects orthogonal):
+    # SS batch size = 4 (0 + 1 + 1) = 8, SS stage = 12 (0.25)^2 = 0.75, SS τ = 12 (0.1)^2 = 0.12,
+    # total 8.87. Full vs minibatch: both groups have mean effect 0, so the sampling share is 0,
+    # while grouping by batch size would give 8/8.87 = 0.90 (and the verdict "sampling").
+    y = [[[b + st + t for t in (0.0, 0.2)] for b in (0.0, 1.0, -1.0)] for st in (0.0, 0.5)]
+    table = _grid(y)
+    # execute
+    shares = stage.variance_shares(table)
+    # assert
+    assert shares == pytest.approx({"stage": 0.75 / 8.87, "protocol": 8.12 / 8.87, "sampling": 0.0}, abs=1e-12)
+    assert shares == pytest.approx(_hand_shares(y), abs=1e-12)
+    assert stage.verdict(shares) == "neither"
+    # full above both minibatch sizes (full 3, 128 0, 32 -1): by hand the batch-size means deviate
+    # by 7/3, -2/3, -5/3, so SS batch size = 4 (49 + 4 + 25) / 9 = 34.667; full vs minibatch:
+    # full +7/3 (4 rows), minibatch -7/6 (8 rows): 4 (49/9) + 8 (49/36) = 32.667; total 35.537
+    y2 = [[[b + st + t for t in (0.0, 0.2)] for b in (3.0, 0.0, -1.0)] for st in (0.0, 0.5)]
+    shares2 = stage.variance_shares(_grid(y2))
+    total = 4 * 78 / 9 + 0.75 + 0.12
+    assert shares2["sampling"] == pytest.approx((4 * 49 / 9 + 8 * 49 / 36) / total, rel=1e-12)
+    assert shares2["stage"] == pytest.approx(0.75 / total, rel=1e-12)
+    assert shares2 == pytest.approx(_hand_shares(y2), abs=1e-12)
+    assert stage.verdict(shares2) == "sampling"
+
+
+def test_variance_shares_are_of_log_values_and_verdict_thresholds_are_inclusive():
+    # prepare: an interaction only: stage 1 multiplies the two batch-size-32 protocols by e^2, nothing else
+    y = [[[0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 0.0], [2.0, 2.0]]]
+    shares = stage.variance_shares(_grid(y))
+    assert shares == pytest.approx(_hand_shares(y), abs=1e-12)
+    # by hand: y has two 2's in 12 cells, mean 1/3, total SS = 2 (5/3)^2 + 10 (1/3)^2 = 20/3; stage
+    # means 0 and 2/3 -> SS 6 (1/3)^2 2 = 4/3 -> share 0.2; full vs minibatch means 0 and 1/2 ->
+    # SS 4 (1/3)^2 + 8 (1/6)^2 = 2/3 -> share 0.1
+    assert shares["stage"] == pytest.approx(0.2) and shares["sampling"] == pytest.approx(0.1)
+    # a threshold share counts as explaining
+    assert stage.verdict({"stage": 1 / 3, "sampling": 0.0}) == "stage"
+    assert stage.verdict({"stage": 0.0, "sampling": 1 / 3}) == "sampling"
+    assert stage.verdict({"stage": 0.2, "sampling": 0.1}, threshold=0.1) == "both"
+
+
 def test_cliff_by_stage_is_min_full_over_max_minibatch():
     table = pd.DataFrame({"stage": [0, 0, 0, 0, 1, 1, 1, 1], "batch_size": ["32", "128", "full", "full"] * 2,
                           "local_epochs": [1] * 8, "recovery_unweighted": [1.5, 2.0, 6.0, 5.0, 1.0, 1.2, 3.0, 9.0]})

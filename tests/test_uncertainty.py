@@ -119,3 +119,174 @@ def test_trend_slope_recovers_a_known_geometric_decay():
     assert uncertainty.trend_test(metrics.assign(recovery_unweighted=3.0))["slope"] == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="frac"):
         uncertainty.trend_test(metrics, frac=0)
+
+
+def test_seed_range_coverage_and_the_chance_the_median_is_the_lowest_seed():
+    # [min, max] of n draws misses the median only if all n fall on one side: 2 (1/2)^n
+    assert uncertainty.seed_range_coverage(3) == 0.75 and uncertainty.seed_range_coverage(5) == 0.9375
+    assert uncertainty.seed_range_coverage(1) == 0.0
+    # 3 seeds {a < b < c} redrawn with replacement: the median is a when a is drawn 2 or 3 times:
+    # 3 (1/3)^2 (2/3) + (1/3)^3 = 6/27 + 1/27
+    assert uncertainty.median_at_lowest_seed(3) == pytest.approx(7 / 27, abs=1e-15)
+    # 5 seeds: k = 3, 4, 5 of 5 at the lowest, p = 1/5
+    assert uncertainty.median_at_lowest_seed(5) == pytest.approx(10 * 0.2**3 * 0.8**2 + 5 * 0.2**4 * 0.8 + 0.2**5)
+    with pytest.raises(ValueError, match="n_seeds"):
+        uncertainty.median_at_lowest_seed(4)
+    with pytest.raises(ValueError, match="n_seeds"):
+        uncertainty.seed_range_coverage(0)
+
+
+# ------------------------------------------------ hand-computed cases (a wrong formula must fail these)
+
+def _nw_lag(n):
+    """The Newey-West (1994) rule, written out again: floor(4 (n/100)^(2/9))."""
+    return int(np.floor(4.0 * (n / 100.0) ** (2.0 / 9.0)))
+
+
+def _newey_west_slope(t, y, lag):
+    """Independent OLS slope of y on (1, t) and its Newey-West standard error, Bartlett weights.
+
+    The slope is sum(a_t y_t) with a_t = d_t / sum(d^2), d_t = t - mean(t) (Frisch-Waugh), so its
+    HAC variance is sum_{s,u} w(|s-u|) a_s e_s a_u e_u with w(l) = 1 - l/(lag+1) for l <= lag, else 0,
+    e the OLS residuals; no small-sample (n/(n-k)) factor (statsmodels' HAC default).
+    """
+    t, y = np.asarray(t, float), np.asarray(y, float)
+    d = t - t.mean()
+    a = d / (d @ d)
+    slope = float(a @ y)
+    e = y - (y.mean() - slope * t.mean()) - slope * t
+    lags = np.abs(np.subtract.outer(np.arange(len(t)), np.arange(len(t))))
+    w = np.clip(1 - lags / (lag + 1), 0, None)
+    g = a * e
+    return slope, float(np.sqrt(g @ w @ g))
+
+
+def test_hac_lag_rule_at_hand_computed_lengths():
+    # prepare: 4 (n/100)^(2/9) by hand: n = 8 -> 2.28, 10 -> 2.40, 27 -> 2.990, 28 -> 3.014, 50 -> 3.43,
+    # 100 -> 4 exactly, 200 -> 4.67, 272 -> 4.9961, 273 -> 5.0002, 1000 -> 6.67 (floors below; the
+    # steps sit at n = 100 (k/4)^4.5, e.g. 27.4 and 273.0)
+    hand = {8: 2, 10: 2, 27: 2, 28: 3, 50: 3, 100: 4, 200: 4, 272: 4, 273: 5, 1000: 6}
+    # execute / assert: the module's rule, the formula re-written here and the hand values agree
+    assert {n: uncertainty.hac_maxlags(n) for n in hand} == hand
+    assert all(_nw_lag(n) == hand[n] for n in hand)
+    assert [uncertainty.hac_maxlags(n) for n in range(8, 400)] == [_nw_lag(n) for n in range(8, 400)]
+
+
+def test_trend_se_is_newey_west_with_bartlett_weights_on_an_8_round_series():
+    # prepare: 8 rounds with autocorrelated wiggles around a decline; frac = 1 uses all 8, lag 2
+    rounds = np.arange(1, 9)
+    logs = np.array([0.0, 0.3, 0.1, -0.2, 0.05, -0.4, -0.3, -0.7])
+    metrics = pd.DataFrame({"round": rounds, "recovery_unweighted": np.exp(logs)})
+    slope, se = _newey_west_slope(rounds, logs, lag=2)
+    # execute
+    out = uncertainty.trend_test(metrics, frac=1.0)
+    # assert: slope, SE, t and n as computed by hand; lag 1 or 3, or flat weights, or no HAC give other SEs
+    assert out["n"] == 8 and out["slope"] == pytest.approx(slope, rel=1e-10)
+    assert out["se"] == pytest.approx(se, rel=1e-8)
+    assert out["t"] == pytest.approx(slope / se, rel=1e-8)
+    others = [_newey_west_slope(rounds, logs, lag)[1] for lag in (0, 1, 3)]
+    assert all(abs(o / se - 1) > 0.02 for o in others), (se, others)
+
+
+def test_trend_se_uses_the_lag_of_the_rounds_in_the_window_not_of_the_whole_run():
+    # prepare: 28 rounds (lag 3 for 28); frac 0.5 keeps the last 14 (lag 2): a decline with a
+    # period-4 wiggle (+, +, -, -), whose lag-2 and lag-3 SEs differ by 18 %; the first half is junk
+    rng = np.random.default_rng(5)
+    rounds = np.arange(1, 29)
+    logs = np.concatenate([rng.normal(3, 1, 14), -0.02 * rounds[14:] + np.resize([0.1, 0.1, -0.1, -0.1], 14)])
+    metrics = pd.DataFrame({"round": rounds, "recovery_unweighted": np.exp(logs)})
+    slope, se = _newey_west_slope(rounds[14:], logs[14:], lag=2)
+    # execute
+    out = uncertainty.trend_test(metrics)
+    counts = uncertainty.trend_counts([fake(np.exp(logs))])
+    # assert: the window's 14 rounds with lag floor(4 * 0.14^(2/9)) = 2
+    assert out["n"] == 14 and out["slope"] == pytest.approx(slope, rel=1e-10)
+    assert out["se"] == pytest.approx(se, rel=1e-8)
+    assert abs(_newey_west_slope(rounds[14:], logs[14:], lag=3)[1] / se - 1) > 0.02
+    row = counts["runs"].iloc[0]
+    assert row["n"] == 14 and row["se"] == pytest.approx(se, rel=1e-8) and row["t"] == pytest.approx(slope / se)
+    expected = "falling" if slope / se < -1.96 else "rising" if slope / se > 1.96 else "flat"
+    assert row["verdict"] == expected and counts[expected] == 1
+    # and a 56-round run: its 28-round window sits just past a step of the rule (lag 3; 27 rounds: lag 2)
+    rounds = np.arange(1, 57)
+    logs = np.concatenate([rng.normal(3, 1, 28), -0.02 * rounds[28:] + np.resize([0.1, 0.1, -0.1, -0.1], 28)])
+    slope, se = _newey_west_slope(rounds[28:], logs[28:], lag=3)
+    out = uncertainty.trend_test(pd.DataFrame({"round": rounds, "recovery_unweighted": np.exp(logs)}))
+    assert out["n"] == 28 and out["se"] == pytest.approx(se, rel=1e-8)
+    assert abs(_newey_west_slope(rounds[28:], logs[28:], lag=2)[1] / se - 1) > 0.02
+
+
+def _seed_runs(values_by_seed, *, batch_size=32, rounds=8, scale=1.0):
+    """One constant run per seed: seed s holds ``values_by_seed[s]`` in every round (a column scaled by
+    ``scale`` in ``mu2_hat``), so the block bootstrap within a seed has nothing to vary."""
+    runs = []
+    for s, v in enumerate(values_by_seed):
+        r = fake([v] * rounds, batch_size=batch_size, seed=s)
+        r.metrics["mu2_hat"] = scale * v
+        runs.append(r)
+    return runs
+
+
+def test_seed_bootstrap_takes_the_median_of_a_with_replacement_draw_of_seeds():
+    # prepare: seeds 0, 1, 2 hold 1, 2, 4. A draw of 3 seeds with replacement has median 1 when at least
+    # two draws are seed 0: 3 (1/3)^2 (2/3) + (1/3)^3 = 7/27; likewise 4 with 7/27; 2 with 13/27.
+    # (Without replacement the median is always 2; one draw for all slots gives 1/3 each; a draw that
+    # never reaches the last seed never gives 4.)
+    runs = _seed_runs([1.0, 2.0, 4.0])
+    n_boot = 4000
+    # execute
+    reps = uncertainty.replicate_tables(runs, ["batch_size"], ["recovery_unweighted"], n_boot=n_boot, seed=3)
+    values = np.array([r.loc["32", "recovery_unweighted"] for r in reps])
+    # assert: only the three possible medians, each at its multinomial rate; a frequency from 4000
+    # independent replicates has sd sqrt(p (1-p) / 4000) <= 0.0079, so 4.5 sd is 0.036 (a false alarm
+    # about once in 10^5 runs; the seed is fixed anyway), below the 0.074 gap to the 1/3 of a shared draw
+    assert set(np.unique(values)) == {1.0, 2.0, 4.0}
+    for v, p in ((1.0, 7 / 27), (2.0, 13 / 27), (4.0, 7 / 27)):
+        tol = 4.5 * np.sqrt(p * (1 - p) / n_boot)
+        assert abs((values == v).mean() - p) < tol, (v, (values == v).mean(), p)
+
+
+def test_seed_bootstrap_with_two_seeds_averages_the_two_draws():
+    # prepare: seeds hold 1 and 3; the median of two draws is their mean: 1 (p 1/4), 2 (1/2), 3 (1/4)
+    runs = _seed_runs([1.0, 3.0])
+    reps = uncertainty.replicate_tables(runs, ["batch_size"], ["recovery_unweighted"], n_boot=4000, seed=1)
+    values = np.array([r.iloc[0, 0] for r in reps])
+    assert set(np.unique(values)) == {1.0, 2.0, 3.0}
+    for v, p in ((1.0, 0.25), (2.0, 0.5), (3.0, 0.25)):
+        assert abs((values == v).mean() - p) < 4.5 * np.sqrt(p * (1 - p) / 4000)
+
+
+def test_seed_bootstrap_draws_one_seed_set_for_all_columns_and_independently_per_setting():
+    # prepare: two settings with the same three seeds (1, 2, 4); in each, mu2_hat is 10 x the recovery
+    # factor seed by seed. The docstring: seeds are redrawn "for every setting independently", and
+    # within a setting "the same rounds for every column", i.e. the same seeds for every column.
+    runs = _seed_runs([1.0, 2.0, 4.0], scale=10.0) + _seed_runs([1.0, 2.0, 4.0], batch_size="full", scale=10.0)
+    n_boot = 4000
+    # execute
+    reps = uncertainty.replicate_tables(runs, ["batch_size"], ["recovery_unweighted", "mu2_hat"], n_boot=n_boot)
+    a = np.array([r.loc["32", "recovery_unweighted"] for r in reps])
+    b = np.array([r.loc["full", "recovery_unweighted"] for r in reps])
+    mu_a = np.array([r.loc["32", "mu2_hat"] for r in reps])
+    # assert: the columns of one setting move together in every replicate ...
+    assert np.array_equal(mu_a, 10 * a)
+    # ... and the two settings agree with probability sum p^2 = (49 + 169 + 49) / 729 = 0.366 (independent
+    # draws; a draw shared by the settings would make them agree always); tolerance 4.5 sd of 4000 draws
+    p_agree = (49 + 169 + 49) / 729
+    assert abs((a == b).mean() - p_agree) < 4.5 * np.sqrt(p_agree * (1 - p_agree) / n_boot)
+    # joint frequency of (lowest, lowest): (7/27)^2 under independence
+    p11 = (7 / 27) ** 2
+    assert abs(((a == 1) & (b == 1)).mean() - p11) < 4.5 * np.sqrt(p11 * (1 - p11) / n_boot)
+
+
+def test_bootstrap_pairs_replicate_b_of_every_table():
+    # prepare: two tables whose replicates are built so that replicate b of the second is 2x that of the
+    # first: the ratio is then 2 in every replicate, and its interval is [2, 2]; mis-paired it would not be
+    runs = _seed_runs([1.0, 2.0, 4.0])
+    reps1 = uncertainty.replicate_tables(runs, ["batch_size"], ["recovery_unweighted"], n_boot=300)
+    reps2 = [2 * r for r in reps1]
+    table = summarize(runs, ["batch_size"])[["recovery_unweighted"]]
+    ratio = lambda t1, t2: t2.iloc[0, 0] / t1.iloc[0, 0]  # noqa: E731
+    iv = uncertainty.bootstrap(ratio, [table, 2 * table], [reps1, reps2])
+    assert (iv.estimate, iv.low, iv.high) == (2.0, 2.0, 2.0)
+    shuffled = reps2[1:] + reps2[:1]
+    assert uncertainty.bootstrap(ratio, [table, 2 * table], [reps1, shuffled]).high > 2.0

@@ -1,0 +1,52 @@
+"""The book's evidence pieces on hand-made runs: the control's deviation is judged against K_c."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from maskfed.book import evidence
+from maskfed.fl.config import make_run_config
+from maskfed.fl.runner import RunResult
+
+
+def control_run(recovery, *, seed=0, device="cpu", num_clients=8, cohort_size=4, sigma2=0.0, spread=0.0):
+    """An identical-shards control run with K = ``num_clients``, K_c = ``cohort_size`` and the given
+    per-round 1/Δ_S (both conventions), σ̂² (with A = 1) and update spread."""
+    recovery = np.asarray(recovery, dtype=float)
+    cfg = make_run_config(partition="identical", identical_client_seeds=True, num_clients=num_clients,
+                          cohort_size=cohort_size, rounds=len(recovery), seed=seed, device="cpu")
+    m = pd.DataFrame({"round": np.arange(1, len(recovery) + 1), "recovery_unweighted": recovery,
+                      "recovery_weighted": recovery, "sigma2_hat": sigma2, "A": 1.0, "update_spread": spread})
+    return RunResult(cfg, None, m, {"machine": {"device": device}})
+
+
+def test_control_deviation_is_measured_against_the_cohort_size_not_the_population():
+    # prepare: K = 8 clients, K_c = 4 per round; identical updates give 1/Δ_S = K_c = 4 exactly
+    exact = [control_run([4.0] * 5, seed=s) for s in (0, 1)]
+    # execute
+    ev = evidence.control_evidence(exact)
+    # assert: |4 / 4 - 1| = 0 (judged against K = 8 it would be 0.5), CPU tolerance 1e-12
+    assert ev == {"deviation": 0.0, "tolerance": 1e-12}
+
+
+def test_control_deviation_is_the_worst_relative_gap_over_runs_and_rounds():
+    # prepare: one round of the second run at K_c (1 + 1e-3), the rest exact (K = 8, K_c = 4)
+    off = [control_run([4.0] * 3), control_run([4.0, 4.0 * (1 + 1e-3), 4.0], seed=1)]
+    # execute / assert: |4.004 / 4 - 1| = 1e-3 (against K = 8: 0.4995)
+    ev = evidence.control_evidence(off)
+    assert ev["deviation"] == pytest.approx(1e-3, rel=1e-9) and ev["tolerance"] == 1e-12
+    # below K_c by the same relative amount: the same deviation
+    below = evidence.control_evidence([control_run([4.0 * (1 - 1e-3)] * 2)])
+    assert below["deviation"] == pytest.approx(1e-3, rel=1e-9)
+    # σ̂² / A and the update spread count too: the largest of the four is reported
+    assert evidence.control_evidence([control_run([4.0] * 2, sigma2=2e-3)])["deviation"] == pytest.approx(2e-3)
+    assert evidence.control_evidence([control_run([4.0] * 2, spread=5e-4)])["deviation"] == pytest.approx(5e-4)
+
+
+def test_control_evidence_with_another_cohort_size_and_a_gpu_run():
+    # prepare: K = 20, K_c = 10: 1/Δ_S = 10 is exact; one of the runs ran on CUDA (tolerance 1e-9)
+    runs = [control_run([10.0] * 3, num_clients=20, cohort_size=10),
+            control_run([10.0] * 3, seed=1, num_clients=20, cohort_size=10, device="cuda:0")]
+    # execute / assert: the loosest device tolerance of the runs, no deviation
+    assert evidence.control_evidence(runs) == {"deviation": 0.0, "tolerance": 1e-9}
+    assert evidence.control_evidence([]) is None
