@@ -1,6 +1,6 @@
 # maskfed: two commands do everything.
 #   make book   create the environment, run the experiments, execute the notebooks, build the HTML book
-#   make test   create the environment and run the test suite
+#   make test   create the environment and run the test suite (make test-fast: the tests not marked slow)
 #   make env / make clean   only create the environment / remove the built book (book/_build, book/nb)
 #   make book-check   read every page of the built book in headless Chromium (apt-get install -y chromium)
 #   make bench / make device-prepare / make device-check   benchmark / carry wheels+data / the GPU check (README)
@@ -25,7 +25,7 @@ PY    := $(ENV_DIR)/bin/python
 STAMP := $(ENV_DIR)/.maskfed-installed
 DATA_FLAG := $(if $(DATA),--data-path "$(DATA)")
 
-.PHONY: env book book-check test clean help bench device-prepare device-check device-compat
+.PHONY: env book book-check test test-fast clean help bench device-prepare device-check device-compat
 
 help:
 	@sed -n '2,9p' Makefile
@@ -52,6 +52,10 @@ book-check: $(STAMP)
 
 test: $(STAMP)
 	"$(PY)" -m pytest
+
+# The fast tier: every test not marked slow (notebooks, subprocesses, signals, real data, long runs).
+test-fast: $(STAMP)
+	"$(PY)" -m pytest -m "not slow" -q
 
 clean:
 	rm -rf book/_build book/nb

@@ -443,6 +443,10 @@ def test_a_newer_failed_verification_is_shown_not_shadowed_by_an_older_pass(dirs
     assert "reproduced" not in lab.text()
     assert (f"gave different metrics: {ok['runs'][0]['label']}: test_acc at round 3 (archived 0.25, re-run 0.75)"
             in lab.text())
+    # the runs' own code failing on that machine too says the difference is not the code's
+    own = {**failed, "code_hash": runs[0].provenance["code_hash"], "utc": "2099-01-02T00:00:00+00:00"}
+    path.write_text(json.dumps(json.loads(path.read_text()) + [own]))
+    assert "differed as well: the difference comes from where it runs" in archive.label(runs, "smoke").text()
     # an older record without content digests (made before they existed) never counts
     path.write_text(json.dumps([{k: v for k, v in ok.items() if k != "contents"}]))
     assert archive.label(runs, "smoke").verification is None

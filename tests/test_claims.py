@@ -51,6 +51,68 @@ def test_a_table_that_fails_fails_every_claim():
     assert found == {c.key: "does not hold" for c in claims.CLAIMS}
 
 
+def test_the_control_is_a_code_check_not_a_claim():
+    assert "control" not in [c.key for c in claims.CLAIMS]
+    (control,) = claims.CODE_CHECKS
+    assert control.evaluate(HOLDS).verdict == "holds" and control.evaluate(FAILS).verdict == "does not hold"
+    assert len(claims.verdict_table([HOLDS])) == len(claims.CLAIMS)
+    assert claims.verdict_table([HOLDS], claims.CODE_CHECKS).loc["control", "verdict"] == "holds"
+
+
+def _one(key, ev):
+    return next(c for c in claims.CLAIMS if c.key == key).evaluate(ev)
+
+
+def test_partly_needs_a_majority_of_the_groups():
+    # falls with τ at one batch size of three (full only): was "partly", is "does not hold"
+    one = claims.Evidence("one", table1([9.0, 4.5, 4.0, 1.2, 1.3, 1.1, 1.4, 1.15, 1.2]))
+    assert _one("tau", one).value == "1 of 3 batch sizes" and _one("tau", one).verdict == "does not hold"
+    two = claims.Evidence("two", table1([9.0, 4.5, 4.0, 1.2, 1.3, 1.25, 1.4, 1.15, 1.1]))
+    assert _one("tau", two).value == "2 of 3 batch sizes" and _one("tau", two).verdict == "partly"
+    # ‖μ̂‖² rising at one batch size of three
+    mu = [1e-3, 2e-3, 3e-3, 5e-3, 4e-3, 5e-3, 3e-3, 4e-3, 3e-3]  # full rises; 128: 5, 4, 3; 32: 5, 4, 3
+    f = _one("signal_steps", claims.Evidence("mu", table1(HOLDS.table1["recovery_unweighted"].tolist(), mu=mu)))
+    assert f.value == "1 of 3 batch sizes" and f.verdict == "does not hold"
+    # the stage verdict: one of two ranges says "sampling" → not a majority
+    half = claims.Evidence("half", stage={"by_range": {"early": "stage", "late": "sampling"}})
+    both = claims.Evidence("both", stage={"by_range": {"early": "both", "late": "sampling"}})
+    assert _one("stage", half).verdict == "does not hold" and _one("stage", both).verdict == "partly"
+    assert claims.majority(2, 3) and not claims.majority(1, 2) and not claims.majority(0, 0)
+
+
+def test_rounds_below_one_must_decline_with_the_noise():
+    rec = HOLDS.table1["recovery_unweighted"].tolist()
+    # the archive's pattern: the noisiest cell has the most rounds below 1 (share rises with σ̂²)
+    rising = claims.Evidence("rising", table1(rec, below=[0, 0, 0, 0.5, 0.5, 1, 2, 4, 6.2]))
+    f = _one("below_one", rising)
+    assert f.verdict == "does not hold" and f.detail.startswith("ρ(σ̂², share) over the minibatch protocols = +")
+    # declining, but only two of the three noisiest at zero: partly
+    assert _one("below_one", claims.Evidence("two", table1(rec, below=[0, 0, 0, 4, 2, 1, 0.5, 0, 0]))).verdict == "partly"
+    # declining and zero in the three noisiest: holds (as the paper's own table)
+    assert _one("below_one", HOLDS).verdict == "holds"
+    assert _one("below_one", claims.paper_evidence()).verdict == "holds"
+
+
+def test_a_weighted_factor_that_rises_ten_percent_is_not_flat():
+    # the archive's α = 0.1 split: unweighted ×1.48, weighted 1.165 → 1.277 (×1.10)
+    ev = claims.Evidence("split", table2=table2([1.20, 1.25, 1.776], [1.165, 1.20, 1.277]))
+    f = _one("alpha_weighting", ev)
+    assert f.verdict == "partly" and f.value == "×1.48 vs ×1.10"
+    flat = claims.Evidence("flat", table2=table2([1.20, 1.25, 1.776], [1.165, 1.17, 1.20]))
+    assert _one("alpha_weighting", flat).verdict == "holds"  # ×1.03: within 5 %
+    assert _one("alpha_weighting", claims.Evidence("no", table2=table2([1.2, 1.2, 1.1], [1.2, 1.2, 1.2]))).verdict == (
+        "does not hold")
+
+
+def test_the_statements_quote_the_papers_tables():
+    by = {c.key: c.statement for c in claims.CLAIMS}
+    t1, t2 = claims.summary.paper_table("table1"), claims.summary.paper_table("table2")
+    assert f"{t2['recovery_unweighted'].min():.2f} to {t2['recovery_unweighted'].max():.2f} over α" in by["alpha_span"]
+    assert "1.19 to 1.50 over α" in by["alpha_span"] and "1.10 to 8.96 over the protocols" in by["alpha_span"]
+    assert f"{t1['pct_rounds_below_one'].max():.1f} % at bs 128, τ 1" in by["below_one"]
+    assert {k for _, k, _ in claims.CRITERIA_CHANGES} <= {c.key for c in claims.CLAIMS + claims.CODE_CHECKS}
+
+
 def test_partial_verdicts_between_the_thresholds():
     # the cliff above 1 but below 2; one batch size not falling with τ; a minibatch value of 1.8
     ev = claims.Evidence("mid", table1([3.0, 2.8, 2.6, 1.8, 1.3, 1.25, 1.2, 1.25, 1.1]))
@@ -114,8 +176,8 @@ def test_in_short_names_the_failures_and_whether_the_paper_breaks_them_too():
     assert text.startswith(f"Of {n} claims, 0 hold, 0 hold in part and {n} do not hold (")
     assert "(“Monotone in T”, which the paper's own table breaks as well; “The cliff”, " in text
     one = table.copy()
-    one["verdict"] = ["holds"] * (n - 2) + ["partly", "does not hold"]   # the last claim is the control
-    assert claims.in_short(one) == f"Of {n} claims, {n - 2} hold, 1 holds in part and 1 does not hold (“Control”)."
+    one["verdict"] = ["holds"] * (n - 2) + ["partly", "does not hold"]   # the last claim is the stage one
+    assert claims.in_short(one) == f"Of {n} claims, {n - 2} hold, 1 holds in part and 1 does not hold (“Sampling, not stage”)."
     one["verdict"] = ["holds"] * (n - 1) + ["not measured here"]
     assert claims.in_short(one) == f"Of {n} claims, {n - 1} hold, 0 hold in part, 0 do not hold and 1 is not measured here."
     with pytest.raises(ValueError, match="lacks the columns"):

@@ -381,6 +381,7 @@ class ArchiveLabel:
     current_code_hash: str      # provenance.code_hash() of this checkout
     verification: dict | None = None  # the newest check of this code on exactly these files (verify_archive)
     changed: list[str] = field(default_factory=list)  # "<run folder>: <file> differs from its manifest", ...
+    own_code_check: dict | None = None  # the newest verification made with the runs' own run code, if any
 
     @property
     def verified(self) -> bool:
@@ -413,9 +414,14 @@ class ArchiveLabel:
         v = self.verification
         if v is not None and not self.verified:
             bad = [r for r in v["runs"] if not r["identical"]]
+            own = self.own_code_check
+            also = ("" if own is None or own.get("identical") is not False else
+                    f" Their own run code ({own['code_hash']}), re-run on {own['machine']} on {own['utc'][:10]}, "
+                    "differed as well: the difference comes from where it runs (the same code gives other float32 "
+                    "sums there), not from a change of the code.")
             return (s + f". The run code has changed since these runs, and re-running {len(v['runs'])} of them with "
                     f"this checkout's code ({self.current_code_hash}) on {v['machine']} on {v['utc'][:10]} gave "
-                    f"different metrics: {'; '.join(difference_text(r) for r in bad)} (maskfed archive --verify).")
+                    f"different metrics: {'; '.join(difference_text(r) for r in bad)} (maskfed archive --verify).{also}")
         if self.code_changed:
             return (s + f". The run code has changed since these runs: their numbers are from code {code}, "
                     f"not this checkout's {self.current_code_hash}.")
@@ -464,7 +470,8 @@ def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
         devices=sorted({_device(p) for p in provs}), first_utc=times[0], last_utc=times[-1],
         commits=sorted({p["commit"][:10] + ("+dirty" if p.get("dirty") else "") for p in provs}),
         code_hashes=hashes, current_code_hash=current, changed=changed,
-        verification=None if changed else latest_verification(profile_name, current, results))
+        verification=None if changed else latest_verification(profile_name, current, results),
+        own_code_check=next((v for v in reversed(_verifications(profile_name)) if v.get("code_hash") in hashes), None))
 
 
 #: File in ``archive_dir()/<profile>/`` recording each verification (:func:`verify_archive`).

@@ -141,6 +141,12 @@ def falling_groups(t1: pd.DataFrame, column: str = "recovery_unweighted") -> tup
     return o["n_falling"], o["n_groups"]
 
 
+def majority(passed: int, groups: int) -> bool:
+    """True when more than half of ``groups`` passed: what "partly" asks of a claim made about every
+    group (one group of three passing is not "partly")."""
+    return groups > 0 and 2 * passed > groups
+
+
 def _iv(stat, tables, reps) -> Interval:
     """``stat`` with its interval, or a degenerate interval when there are no replicates."""
     if any(r is None for r in reps):
@@ -191,7 +197,7 @@ def _tau(ev: Evidence) -> Finding:
     if ev.reps1 is not None:
         share = np.mean([falling_groups(r)[0] == groups for r in ev.reps1])
         detail = f"all {groups} in {100 * share:.0f}% of bootstrap replicates"
-    verdict = "holds" if n == groups else "partly" if n > 0 else "does not hold"
+    verdict = "holds" if n == groups else "partly" if majority(n, groups) else "does not hold"
     return Finding(f"{n} of {groups} batch sizes", verdict, detail)
 
 
@@ -226,7 +232,8 @@ def _signal_steps(ev: Evidence) -> Finding:
     t1 = _need(ev.table1)
     rising = rising_groups(t1)
     groups = t1.index.get_level_values("batch_size").astype(str).unique()
-    verdict = "holds" if len(rising) == len(groups) else "partly" if rising else "does not hold"
+    verdict = ("holds" if len(rising) == len(groups) else "partly" if majority(len(rising), len(groups))
+               else "does not hold")
     others = [b for b in groups if b not in rising]
     return Finding(f"{len(rising)} of {len(groups)} batch sizes", verdict,
                    f"not rising: bs {', '.join(others)}" if others else "")
@@ -249,22 +256,32 @@ def _alpha_weighting(ev: Evidence) -> Finding:
         return float(t.loc[lo_a, col] / t.loc[hi_a, col])
 
     iv_u = _iv(rise, [t2], [ev.reps2])
-    rise_w = rise(t2, "recovery_weighted")
-    lu, lw = math.log(iv_u.estimate), abs(math.log(rise_w))
-    verdict = ("holds" if _bound(iv_u, "low") > 1 and lw < abs(lu) / 2 else
-               "partly" if lu > 0 and lw < abs(lu) else "does not hold")
-    return Finding(f"×{_text(iv_u)} vs ×{rise_w:.2f}", verdict, f"α = {lo_a:g} against α = {hi_a:g}")
+    iv_w = _iv(lambda t: rise(t, "recovery_weighted"), [t2], [ev.reps2])
+    lu, lw = math.log(iv_u.estimate), abs(math.log(iv_w.estimate))
+    flat = 1 / FLAT <= _bound(iv_w, "low") and _bound(iv_w, "high") <= FLAT
+    verdict = ("holds" if _bound(iv_u, "low") > 1 and flat else
+               "partly" if lu > 0 and lw < abs(lu) / 2 else "does not hold")
+    return Finding(f"×{_text(iv_u)} vs ×{_text(iv_w)}", verdict, f"α = {lo_a:g} against α = {hi_a:g}")
+
+
+#: "Flat" for the n_k-weighted factor across α: its ratio α = 0.1 / α = 100 within [1/FLAT, FLAT]
+#: (interval included). Ours: the paper calls 1.19, 1.17, 1.18 "flat", a spread under 2 %.
+FLAT = 1.05
 
 
 def _below_one(ev: Evidence) -> Finding:
     t1 = _need(ev.table1)
     pct = t1["pct_rounds_below_one"]
     noisiest = t1["sigma2_hat"].nlargest(3).index
-    exists, vanish = bool((pct > 0).any()), bool((pct[noisiest] == 0).all())
-    verdict = "does not hold" if not exists else "holds" if vanish else "partly"
+    mini = t1[~_is_full(t1)]
+    rho = spearman(mini["sigma2_hat"], mini["pct_rounds_below_one"]) if mini["pct_rounds_below_one"].nunique() > 1 else 0.0
+    exists, declines = bool((pct > 0).any()), rho < 0
+    zeros = int((pct[noisiest] == 0).sum())
+    verdict = ("holds" if exists and declines and zeros == 3 else
+               "partly" if exists and declines and majority(zeros, 3) else "does not hold")
     worst = pct.idxmax()
     return Finding(f"max {pct.max():.1f}% ({_proto(worst)}); noisiest 3: {', '.join(f'{v:.1f}' for v in pct[noisiest])}%",
-                   verdict)
+                   verdict, f"ρ(σ̂², share) over the minibatch protocols = {rho:+.2f}")
 
 
 def _spans(ev: Evidence) -> Finding:
@@ -290,8 +307,9 @@ def _stage(ev: Evidence) -> Finding:
     st = _need(ev.stage)
     by_range = st["by_range"]
     verdicts = set(by_range.values())
+    part = sum(v in ("sampling", "both") for v in by_range.values())
     verdict = ("holds" if verdicts == {"sampling"} else
-               "partly" if verdicts & {"sampling", "both"} else "does not hold")
+               "partly" if majority(part, len(by_range)) else "does not hold")
     value = "; ".join(f"{k}: {v}" for k, v in by_range.items())
     return Finding(value, verdict, st.get("text", ""))
 
@@ -302,51 +320,89 @@ def _control(ev: Evidence) -> Finding:
     return Finding(f"{c['deviation']:.1e} (≤ {c['tolerance']:.0e})", verdict)
 
 
+def _paper_numbers() -> dict[str, str]:
+    """The paper's numbers the claim statements quote, read from its tables (``paper/*.csv``), not typed."""
+    t1, t2 = summary.paper_table("table1"), summary.paper_table("table2")
+    rec, mini = t1["recovery_unweighted"], t1[~_is_full(t1)]["recovery_unweighted"]
+    pct = t1["pct_rounds_below_one"]
+    return {"mini_lo": f"{mini.min():.2f}", "mini_hi": f"{mini.max():.2f}",
+            "proto_lo": f"{rec.min():.2f}", "proto_hi": f"{rec.max():.2f}",
+            "alpha_lo": f"{t2['recovery_unweighted'].min():.2f}", "alpha_hi": f"{t2['recovery_unweighted'].max():.2f}",
+            "below_max": f"{pct.max():.1f}", "below_at": _proto(pct.idxmax())}
+
+
+_P = _paper_numbers()
+
 CLAIMS: tuple[Claim, ...] = (
     Claim("cliff", "The cliff", "Exact local gradients keep 1/Δ_S far above sampled ones: every full-batch protocol "
           "lies about three times or more above every minibatch one", "Sec. IV-B, Table I",
           "cliff = smallest full-batch over largest minibatch 1/Δ_S; holds if its interval lies at or "
           "above 2, partly if above 1, else does not hold", _cliff),
-    Claim("floor", "Minibatch floor", "Every minibatch protocol stays near the floor of 1 (1.10 to 1.36 of a possible 10)",
+    Claim("floor", "Minibatch floor", f"Every minibatch protocol stays near the floor of 1 ({_P['mini_lo']} to "
+          f"{_P['mini_hi']} in the paper's Table I, of a possible K_c = 10)",
           "Sec. IV-B", "holds if the six minibatch values lie in [1, 1.5] (the largest one's interval "
           "included), partly if in [0.9, 2], else does not hold", _floor),
     Claim("tau", "Falls with τ", "More local epochs lower 1/Δ_S within each batch size", "Sec. IV-B",
-          "holds if the value falls strictly with τ at every batch size, partly at some, else does not hold",
-          _tau),
+          "holds if the value falls strictly with τ at every batch size, partly at a majority of them, else "
+          "does not hold", _tau),
     Claim("monotone_t", "Monotone in T", "Within each group (full batch; minibatch) the ordering is monotone in the local "
           "steps T", "Sec. IV-B", "holds with no pair adjacent in T where 1/Δ_S fails to fall; partly if "
           "every such inversion lies within the two cells' bootstrap intervals; does not hold if one is "
           "clear (the paper's table, having no intervals, counts every inversion)", _monotone_t),
-    Claim("alpha_span", "Protocol, not α", "The protocol moves 1/Δ_S far more than heterogeneity does (1.19 to 8.96 "
-          "against 1.17 to 1.50)", "Sec. IV-E, Tables I and II",
-          "ρ = log-span of 1/Δ_S over α / log-span over the protocols; holds if its interval lies below "
-          "0.5, partly if ρ < 1, else does not hold", _alpha_span),
+    Claim("alpha_span", "Protocol, not α", f"The protocol moves 1/Δ_S far more than heterogeneity does ({_P['proto_lo']} "
+          f"to {_P['proto_hi']} over the protocols against {_P['alpha_lo']} to {_P['alpha_hi']} over α, unweighted, in "
+          "the paper's tables)", "Sec. IV-E, Tables I and II",
+          "log-span ratio = log-span of 1/Δ_S over α / log-span over the protocols; holds if its interval lies "
+          "below 0.5, partly if the ratio is below 1, else does not hold", _alpha_span),
     Claim("alpha_weighting", "α = 0.1 split", "At α = 0.1 the unweighted factor rises while the n_k-weighted one stays flat",
-          "Sec. IV-E, Table II", "ratios α = 0.1 / α = 100 (unweighted vs weighted); holds if the "
-          "unweighted ratio's interval lies above 1 and the weighted one moves less than half as much "
-          "(in log), partly if the unweighted rises and the weighted moves less, else does not hold",
+          "Sec. IV-E, Table II", f"ratios α = 0.1 / α = 100 (unweighted vs weighted); holds if the unweighted "
+          f"ratio's interval lies above 1 and the weighted ratio's interval lies within [1/{FLAT:g}, {FLAT:g}] (flat); "
+          "partly if the unweighted rises and the weighted moves less than half as much (in log), else does not hold",
           _alpha_weighting),
-    Claim("below_one", "Rounds below 1", "Rounds with 1/Δ_S < 1 exist (4.5 % at bs 128, τ 1) and vanish in the noisiest cells",
-          "Sec. IV-B", "holds if some protocol has such rounds and the three with the largest σ̂² have "
-          "none; partly if such rounds exist in the noisiest cells too; does not hold if no protocol has "
-          "any", _below_one),
+    Claim("below_one", "Rounds below 1", f"Rounds with 1/Δ_S < 1 exist ({_P['below_max']} % at {_P['below_at']} in the "
+          "paper's Table I), their share declines as the noise grows, and it is zero in the three noisiest cells",
+          "Sec. IV-B", "holds if some protocol has such rounds, their share falls with σ̂² over the minibatch "
+          "protocols (Spearman ρ < 0) and the three protocols with the largest σ̂² have none; partly if it "
+          "exists and falls and two of those three have none; else does not hold", _below_one),
     Claim("spans", "Noise, not signal", "σ̂² spans about three orders of magnitude while ‖μ̂‖² spans far less and grows where "
           "1/Δ_S falls", "Sec. IV-C", "holds if σ̂² spans ≥ 2 decades, ‖μ̂‖² at most half as many, and "
           "the rank correlation of ‖μ̂‖² with 1/Δ_S is negative; partly if ‖μ̂‖² spans fewer decades "
           "than σ̂²; else does not hold", _spans),
     Claim("signal_steps", "Signal grows with τ", "Clients that take more local steps travel further along the "
           "shared direction: ‖μ̂‖² grows with τ", "Sec. IV-C", "holds if ‖μ̂‖² rises strictly with τ at every "
-          "batch size, partly at some, else does not hold", _signal_steps),
+          "batch size, partly at a majority of them, else does not hold", _signal_steps),
     Claim("tradeoff", "Accuracy trade-off", "The protocols that recover the penalty train poorly: recovery trades against "
           "accuracy", "Sec. IV-D, Fig. 1", "Spearman ρ of 1/Δ_S with test accuracy over the nine "
           "protocols; holds if ρ ≤ -0.5 with its interval below 0, partly if ρ < 0, else does not hold",
           _tradeoff),
     Claim("stage", "Sampling, not stage", "Sampling, not training stage, separates full batch from minibatch", "Sec. IV-C",
           "the stage chapter's variance split at the same checkpoints, per stage range; holds if "
-          "'sampling' in every range, partly if 'sampling' or 'both' in some, else does not hold", _stage),
+          "'sampling' in every range, partly if 'sampling' or 'both' in a majority of the ranges, else does "
+          "not hold", _stage),
+)
+
+#: Checks of the code, not claims of the paper: judged like a claim but never counted among the verdicts.
+#: The control's 1/Δ_S = K_c holds by construction when the code is right (identical shards and seeds give
+#: bit-identical updates), so it tests the measurement, not the paper.
+CODE_CHECKS: tuple[Claim, ...] = (
     Claim("control", "Control", "Identical shards and seeds give 1/Δ_S = K_c to machine precision", "Sec. IV-A",
-          "holds if every round of the control is within the project's tolerance of K_c "
-          "(maskfed.fl.summary.control_tolerance)", _control),
+          "passes if every round of the control is within the project's tolerance of K_c", _control),
+)
+
+#: The criteria were fixed on this date; any change after it is listed in :data:`CRITERIA_CHANGES`.
+CRITERIA_FROZEN = "2026-12-03"
+#: (date, claim key, what changed and why) for every criterion changed after the first verdicts were seen
+#: (the cpu-paper archive, seeds 0-2, was computed on 2026-12-01): the page lists them.
+CRITERIA_CHANGES: tuple[tuple[str, str, str], ...] = (
+    ("2026-12-03", "control", "moved out of the claims into the code checks: it holds by construction when the code "
+     "is right"),
+    ("2026-12-03", "tau", "'partly' needs a majority of the batch sizes, not one"),
+    ("2026-12-03", "signal_steps", "'partly' needs a majority of the batch sizes, not one"),
+    ("2026-12-03", "stage", "'partly' needs a majority of the stage ranges, not one"),
+    ("2026-12-03", "below_one", "follows the paper's statement: the share must also fall as σ̂² grows over the "
+     "minibatch protocols; it could fail before only if no round anywhere was below 1"),
+    ("2026-12-03", "alpha_weighting", f"the weighted ratio must lie within [1/{FLAT:g}, {FLAT:g}] (interval included) "
+     "to be flat; it only had to move less than half as much as the unweighted one"),
 )
 
 
