@@ -3,7 +3,7 @@
 #   make test   create the environment and run the test suite (make test-fast: the tests not marked slow)
 #   make env / make clean   only create the environment / remove the built book (book/_build, book/nb)
 #   make book-check   read every page of the built book in headless Chromium (apt-get install -y chromium)
-#   make bench / make device-prepare / make device-check   benchmark / carry wheels+data / the GPU check (README)
+#   make bench / make device-prepare / make device-check   benchmark / carry wheels+data / the GPU check (docs/operations.md)
 #   make device-compat   the GPU machine's torch (2.11) in a throwaway venv, running the tiny GPU check here
 # Variables: PROFILE (smoke | cpu | cpu-long | cpu-paper | paper; default cpu), DATA (path to a CIFAR-10 archive or folder),
 #   DEVICE_CHECK_SIZE (full | tiny; default full), BENCH_ARGS, COMPAT_PYTHON.
@@ -67,7 +67,7 @@ BENCH_ARGS ?= --profile cpu --protocols 32:1 128:1 full:1 --repeats 3
 bench: $(STAMP)
 	"$(PY)" -m maskfed.bench $(BENCH_ARGS) $(DATA_FLAG)
 
-# The prepared GPU check (README "Running on a GPU"). DEVICE_CHECK_SIZE=tiny runs it on this CPU in seconds.
+# The prepared GPU check (docs/operations.md "Running on a GPU"). DEVICE_CHECK_SIZE=tiny runs it on this CPU in seconds.
 # device-prepare fills the git-ignored .device/ with what the GPU machine lacks: pydantic's wheels
 # (Python 3.12, x86-64) and the offline CIFAR-10 archive (about 22 MB in all).
 DEVICE_CHECK_SIZE ?= full
@@ -85,7 +85,7 @@ device-prepare:
 
 # Runs with DEVICE_PY (default: the environment's python if there is one, else python3: on the GPU machine
 # its own torch). Where pydantic is missing, installs every carried wheel into DEVICE_SITE (/tmp/site) first.
-# Writes under $OUT when set, else results/device-check/. The exit status is the check's (README).
+# Writes under $OUT when set, else results/device-check/. The exit status is the check's (docs/operations.md).
 DEVICE_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
 DEVICE_SITE ?= /tmp/site
 device-check:
@@ -97,7 +97,7 @@ device-check:
 	if [ -f .device/cifar10-jpeg.tar.gz ]; then export MASKFED_SHARED_ARCHIVE="$$PWD/.device/cifar10-jpeg.tar.gz"; fi; \
 	"$(DEVICE_PY)" -m maskfed.devicecheck --size $(DEVICE_CHECK_SIZE) --out "$$OUTDIR" $(DEVICE_CHECK_ARGS) 2>&1 | tee "$$OUTDIR/log.txt"
 
-# The GPU machine's torch, checked here (README "Running on a GPU"): a throwaway virtualenv in a temporary
+# The GPU machine's torch, checked here (docs/operations.md "Running on a GPU"): a throwaway virtualenv in a temporary
 # folder with torch COMPAT_TORCH from the package index (with the CUDA libraries its wheel needs to import:
 # about 6 GB), the other packages the check imports, and the carried wheels' pydantic; then
 # `make device-check DEVICE_CHECK_SIZE=tiny` in it on this CPU. The folder is removed at the end, pass or fail.

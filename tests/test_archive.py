@@ -171,6 +171,7 @@ def test_select_ignores_where_a_run_ran_but_not_what_it_computed():
     assert archive.select(runs, [base.model_copy(update={"rounds": 3})]) == []
 
 
+@pytest.mark.slow
 def test_summaries_per_profile_never_pooled_and_notes_for_absent_archives(dirs_in_tmp):
     # prepare: a full cpu-long Table I archive with 1/Δ_S = 2 everywhere except bs 32, τ 1 (= 5),
     # a second run of that setting in the *paper* archive with 1/Δ_S = 9, and one extra cpu-long
@@ -238,6 +239,7 @@ def test_missing_runs_lists_the_profile_runs_not_archived(dirs_in_tmp):
     assert archive.missing_runs("smoke") == [cfgs[-1].label()]
 
 
+@pytest.mark.slow
 def test_cli_archive_refuses_until_every_run_has_finished(dirs_in_tmp, monkeypatch, capsys):
     cfgs = [make_run_config(**TINY), make_run_config(**{**TINY, "local_epochs": 2})]
     monkeypatch.setattr(cli.experiments, "all_configs", lambda profile: cfgs)  # a two-run "profile"
@@ -264,6 +266,7 @@ def test_table_sources_keep_the_paper_profile_apart_from_the_papers_values():
     assert list(archive.table_sources("paper", live, [], paper)) == ["paper profile", "paper"]
 
 
+@pytest.mark.slow
 def test_verify_relabels_only_when_every_rerun_metric_is_bit_identical(dirs_in_tmp, monkeypatch):
     # prepare: two tiny runs archived by "old" code; this checkout's code hash is another one
     cfgs = [make_run_config(**TINY), make_run_config(**{**TINY, "batch_size": "full"})]
@@ -316,6 +319,7 @@ def test_default_sample_is_one_run_per_experiment(dirs_in_tmp):
     assert all(any(r.config.label() in kinds[e] for r in picked) for e in smoke.experiments)
 
 
+@pytest.mark.slow
 def test_stage_study_from_archived_trajectories_is_archived_and_read_back(dirs_in_tmp):
     from maskfed.fl import stage
 
@@ -397,6 +401,7 @@ def _two_archived_runs(monkeypatch):
     return cfgs, archive.load_archive("smoke")
 
 
+@pytest.mark.slow
 def test_an_edited_archived_file_is_named_by_the_label_and_never_called_reproduced(dirs_in_tmp, monkeypatch):
     # prepare: a passed verification, then one value of one archived metrics.csv changed by 1e-3
     cfgs, runs = _two_archived_runs(monkeypatch)

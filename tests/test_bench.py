@@ -9,6 +9,7 @@ from maskfed import bench
 from maskfed.fl import cohort as C
 
 
+@pytest.mark.slow
 def test_bench_columns_and_equal_steps(tmp_path, monkeypatch):
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
     # prepare / execute: two protocols of the smoke profile, every path, one timed round

@@ -256,12 +256,14 @@ def test_book_lists_every_notebook():
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow
 def test_notebook_executes_at_smoke(built_book, name):
     book, failures, _ = built_book
     assert name not in failures, f"{name} failed: {failures.get(name)}"
     assert (book / "nb" / f"{name}.ipynb").exists()
 
 
+@pytest.mark.slow
 def test_book_builds_without_warnings(built_book):
     book, _, proc = built_book
     log = proc.stdout + proc.stderr
@@ -273,6 +275,7 @@ def test_book_builds_without_warnings(built_book):
         assert (html / "nb" / f"{name}.html").exists()
 
 
+@pytest.mark.slow
 def test_glued_numbers_are_rendered(built_book):
     import nbformat
 
@@ -288,6 +291,7 @@ def test_glued_numbers_are_rendered(built_book):
     assert f"{value:.1e}" in page
 
 
+@pytest.mark.slow
 def test_math_renders_without_network(built_book):
     book, _, _ = built_book
     html = book / "_build" / "html"
@@ -298,6 +302,7 @@ def test_math_renders_without_network(built_book):
     assert (html / "_static" / "mathjax" / "tex-chtml.js").exists()
 
 
+@pytest.mark.slow
 def test_no_page_loads_anything_from_the_network(built_book):
     book, _, _ = built_book
     pages = sorted((book / "_build" / "html").rglob("*.html"))
@@ -313,6 +318,7 @@ def test_no_page_loads_anything_from_the_network(built_book):
     assert fetch.findall('<link rel="stylesheet" href="//cdn.example.org/x.css">')
 
 
+@pytest.mark.slow
 def test_no_repository_or_launch_button_without_a_checked_repository(built_book):
     import yaml
 
@@ -326,6 +332,7 @@ def test_no_repository_or_launch_button_without_a_checked_repository(built_book)
         assert "github.com/maskfed" not in page and 'title="Source repository"' not in page, name
 
 
+@pytest.mark.slow
 def test_pages_show_no_path_of_the_build_machine(built_book):
     book, _, _ = built_book
     html = book / "_build" / "html"
@@ -337,6 +344,7 @@ def test_pages_show_no_path_of_the_build_machine(built_book):
         assert shown == [], f"{name}.html shows {shown}"
 
 
+@pytest.mark.slow
 def test_alpha_index_renders_as_a_reader_writes_it(built_book):
     book, _, _ = built_book
     page = (book / "_build" / "html" / "nb" / "table2_heterogeneity.html").read_text()
@@ -344,6 +352,7 @@ def test_alpha_index_renders_as_a_reader_writes_it(built_book):
     assert "0.100000" not in page and "100.000000" not in page
 
 
+@pytest.mark.slow
 def test_wide_tables_scroll_in_their_own_box(built_book):
     book, _, _ = built_book
     html = book / "_build" / "html"
@@ -351,6 +360,7 @@ def test_wide_tables_scroll_in_their_own_box(built_book):
     assert "overflow-x: auto" in (html / "_static" / "maskfed.css").read_text()
 
 
+@pytest.mark.slow
 def test_executed_notebooks_carry_no_path_of_the_build_machine(built_book):
     # the published .ipynb (Binder, Colab) is the page too: papermill's metadata, hidden stderr
     book, _, _ = built_book
@@ -359,6 +369,7 @@ def test_executed_notebooks_carry_no_path_of_the_build_machine(built_book):
         assert str(REPO_ROOT) not in text, name
 
 
+@pytest.mark.slow
 def test_no_page_shows_papermills_injected_cell(built_book):
     book, _, _ = built_book
     html = book / "_build" / "html" / "nb"
@@ -396,6 +407,7 @@ _REVIEWED = {
 
 
 @pytest.mark.parametrize("name", sorted(_REVIEWED))
+@pytest.mark.slow
 def test_screenshot_review_findings_are_fixed(built_book, name):
     book, _, _ = built_book
     page = (book / "_build" / "html" / "nb" / f"{name}.html").read_text()
@@ -404,6 +416,7 @@ def test_screenshot_review_findings_are_fixed(built_book, name):
     assert [s for s in hides if s in page] == [], name
 
 
+@pytest.mark.slow
 def test_no_output_writes_a_number_with_many_decimals(built_book):
     # prepare: the text outputs of every executed notebook (tables, prints, glued values)
     import nbformat

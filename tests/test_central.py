@@ -48,7 +48,7 @@ def test_keeps_the_first_theta_reaching_each_target(results):
     # assert: each target's θ is the first evaluation at or above it, and that θ has that accuracy
     acc = res.accuracy
     assert acc["step"].iloc[0] == 0 and (acc["step"].iloc[1:] % SPEC.eval_every == 0).all()
-    data, model = stage._prepared(cfg)
+    data, model = stage.prepared_for(cfg)
     for _, row in res.checkpoints.iterrows():
         assert row["reached"]
         first = acc[acc["test_acc"] >= row["target"]].iloc[0]

@@ -82,6 +82,7 @@ def _holder(folder):
     return FileLock(checkpoint.lock_path(folder))
 
 
+@pytest.mark.slow
 def test_claim_waits_for_the_holder_and_removes_a_finished_folder(tmp_path, capsys):
     folder = tmp_path / ".partial-run"
     folder.mkdir()

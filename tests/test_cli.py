@@ -200,6 +200,7 @@ def _no_metrics(folder: Path) -> str:
 
 @pytest.mark.parametrize("command", ["run", "sweep"])
 @pytest.mark.parametrize("damage", [_no_metrics, _header_only, _cut_provenance])
+@pytest.mark.slow
 def test_a_damaged_run_folder_is_named_with_the_reason_and_force_recomputes_it(capsys, results, command, damage):
     assert cli.main(ONE_RUN[command]) == 0
     (folder,) = [p for p in (results / "runs").iterdir() if not p.name.startswith(".")]
@@ -214,6 +215,7 @@ def test_a_damaged_run_folder_is_named_with_the_reason_and_force_recomputes_it(c
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.slow
 def test_diverging_training_is_one_error_line_and_never_stored(capsys, results, workers):
     line = _one_line_error(capsys, ["run", *TINY, "--lr", "1e6", "--seeds", "0", "1", "--workers", workers])
     assert "training diverged at round 1: client" in line and "lr = 1e+06" in line and "smaller lr" in line
@@ -459,6 +461,7 @@ def _only_line(err: str) -> str:
 # in this process (one run, --workers 1) and in two worker processes (two runs, --workers 2, the default)
 @pytest.mark.parametrize("sig, status, says, workers", [("SIGINT", 130, "interrupted;", 1),
                                                         ("SIGTERM", 143, "interrupted by SIGTERM;", 2)])
+@pytest.mark.slow
 def test_archive_verify_stopped_by_a_signal_is_one_line_leaves_no_scratch_and_reruns(tmp_path, monkeypatch, sig, status,
                                                                                        says, workers):
     import json
@@ -497,6 +500,7 @@ def test_archive_verify_stopped_by_a_signal_is_one_line_leaves_no_scratch_and_re
     assert list(scratch.glob("maskfed-verify-*")) == []
 
 
+@pytest.mark.slow
 def test_archive_stage_stopped_with_workers_ends_them_at_once_and_resumes(tmp_path, monkeypatch):
     import signal
 

@@ -209,6 +209,7 @@ def _gens(n: int, seed: int = 3):
 @pytest.mark.parametrize("dtype, rtol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
 @pytest.mark.parametrize("batch_size", [32, 128, "full"])
 @pytest.mark.parametrize("tau", [1, 2])
+@pytest.mark.slow
 def test_batched_equals_sequential_per_client(dtype, rtol, batch_size, tau):
     # prepare: a Dirichlet(0.1) partition gives shards of very different sizes (so different T_k,
     # different last partial batches, and padding in the batched engine).
@@ -239,6 +240,7 @@ def test_batched_equals_sequential_per_client(dtype, rtol, batch_size, tau):
     np.testing.assert_allclose(l_bat, l_seq, rtol=rtol)
 
 
+@pytest.mark.slow
 def test_batched_uses_each_clients_own_shuffles():
     # a batched engine sharing one permutation stream across clients could still match on other seeds;
     # here: a different generator for the largest client changes its Δ_k and nobody else's
@@ -324,6 +326,7 @@ def test_config_fields_validated_before_compute():
     assert make_run_config().engine == "auto" and make_run_config().precision == "fp32"
 
 
+@pytest.mark.slow
 def test_run_records_resolved_engine_and_precision(tmp_path, monkeypatch):
     # prepare: a 2-round smoke run with engine auto on the CPU
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
@@ -394,6 +397,7 @@ def test_client_update_refuses_reduced_precision_off_cuda():
                         generator=torch.Generator().manual_seed(0), precision="bf16")
 
 
+@pytest.mark.slow
 def test_bf16_autocasts_the_forward_pass_only():
     # prepare: the tiny problem; bf16 autocast through the engines' own path (the CPU has bf16 autocast too)
     model, theta, x, y, parts = _problem(torch.float32)
@@ -447,6 +451,7 @@ def test_step_memory_max_images_and_refusals():
 
 @pytest.mark.parametrize("dtype, rtol", [(torch.float64, 1e-12), (torch.float32, 1e-6)])
 @pytest.mark.parametrize("batch_size", [32, 128, "full"])
+@pytest.mark.slow
 def test_chunked_steps_give_the_unchunked_updates(dtype, rtol, batch_size):
     # prepare: unequal shards; a budget of 7 images a micro-batch (6 clients: one slot each, or clients
     # split) forces every step of every protocol into micro-batches

@@ -49,6 +49,7 @@ def test_deterministic_off_leaves_the_switches_alone():
 
 
 @pytest.mark.parametrize("module", ["maskfed.cli", "maskfed.fl.runner", "maskfed.devicecheck"])
+@pytest.mark.slow
 def test_every_entry_point_sets_the_cublas_workspace_before_cuda_starts(module):
     # prepare: a fresh interpreter without the variable, as a CLI, a spawned sweep worker (which imports
     # maskfed.fl.runner) or the device check starts
@@ -65,6 +66,7 @@ def test_every_entry_point_sets_the_cublas_workspace_before_cuda_starts(module):
     assert out == [":4096:8", "False", "None"]
 
 
+@pytest.mark.slow
 def test_a_value_the_environment_sets_is_kept():
     env = {**os.environ, "CUBLAS_WORKSPACE_CONFIG": ":16:8", "PYTHONPATH": str(REPO_ROOT / "src")}
     out = subprocess.run([sys.executable, "-c", "import os, maskfed.fl.determinism; "

@@ -18,6 +18,7 @@ from maskfed import bench, devicecheck
 from maskfed.paths import REPO_ROOT
 
 
+@pytest.mark.slow
 def test_make_device_check_tiny_end_to_end(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(REPO_ROOT / "src")}
@@ -57,6 +58,7 @@ def test_make_device_check_tiny_end_to_end(tmp_path):
         assert r["projected_s"] > 0
 
 
+@pytest.mark.slow
 def test_a_failed_gate_sets_the_exit_status_and_summary_names_it(tmp_path, monkeypatch):
     # prepare: the engines' comparison made to fail (as a broken batched engine would)
     import torch

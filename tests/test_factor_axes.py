@@ -248,6 +248,7 @@ def test_model_specs_are_the_issues_and_refuse_unknown_parts():
 
 # ---------------------------------------------------------------- the axes and the model-size study at smoke size
 
+@pytest.mark.slow
 def test_the_smoke_axes_and_study_run_and_are_archived_and_read_back(dirs):
     smoke = load_profile("smoke")
     # the cohort-size axis at the smoke profile's own θ: three protocols, every size, eq. 12 per protocol

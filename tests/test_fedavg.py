@@ -348,6 +348,7 @@ def test_mask_updates_hand_case_and_p1_is_identity():
 
 
 @pytest.mark.parametrize("mode", ["independent", "shared"])
+@pytest.mark.slow
 def test_masked_aggregate_is_unbiased_monte_carlo(mode):
     # Fixed cohort of 3 updates over 4 blocks; E[Σ w_k Δ̃_k] = Σ w_k Δ_k (eq. 2: E[m/p] = 1).
     gen = torch.Generator().manual_seed(1)
@@ -403,6 +404,7 @@ def test_masked_training_resumes_bit_for_bit(images):
     assert resumed[2]["test_loss"] == full[2]["test_loss"]
 
 
+@pytest.mark.slow
 def test_hessian_recovery_logged_every_n_rounds_and_sharpness_at_the_end(images):
     data = _fed_data(images, "iid")
     recs = F.run_fedavg(_model(), data, **_run_kw(hessian_every=2, hessian_batch_size=32, sharpness_iters=5))

@@ -23,6 +23,7 @@ def simulation():
     return cfg, flower.simulate(cfg, mask_keep_prob=P_KEEP, keep_updates=True)
 
 
+@pytest.mark.slow
 def test_unmasked_recovery_factor_agrees_with_run_fedavg_on_the_same_rounds(simulation):
     # prepare: the same rounds computed without Flower (same θ_0, cohorts, shuffles and shared masks)
     cfg, sim = simulation

@@ -118,6 +118,7 @@ def _tiny_problem():
     return model, theta, data_mod.normalize(images.x_train, mean, std), images.y_train, parts
 
 
+@pytest.mark.slow
 def test_bf16_gate_passes_forward_autocast_and_fails_a_whole_loop_autocast():
     # prepare: the same cohort in fp32, in bf16 as the engines run it (forward pass and loss autocast), and
     # with the whole client loop under autocast (its cached bf16 weights miss the SGD updates)

@@ -116,6 +116,7 @@ def test_penalty_check_refuses_bad_input(kwargs, match):
         limits.penalty_check(model, theta, torch.zeros(2, theta.numel()), x, y, generator=torch.Generator(), **args)
 
 
+@pytest.mark.slow
 def test_measure_limits_on_smoke_profile_is_cached(tmp_path, monkeypatch):
     from maskfed.fl.config import load_profile
 
@@ -135,6 +136,7 @@ def test_measure_limits_on_smoke_profile_is_cached(tmp_path, monkeypatch):
         limits.measure_limits(cfg, **{**kw, "train_protocol": "bs 8"}, force=True)
 
 
+@pytest.mark.slow
 def test_trajectory_snapshots_follow_fedavg():
     # prepare: the same smoke configuration trained by fedavg.run_fedavg for 3 rounds
     from maskfed.fl import fedavg, runner

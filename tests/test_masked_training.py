@@ -90,6 +90,7 @@ def test_shared_against_independent_uses_the_same_rule():
     assert M.shared_vs_independent(M.summary(final)).empty  # no independent runs: nothing to compare
 
 
+@pytest.mark.slow
 def test_the_chapter_shows_the_archived_long_runs_beside_its_own(tmp_path, monkeypatch):
     # prepare: an archive of the cpu-masked runs (written by hand: the shared mask reaches a higher accuracy
     # in every seed, sharpness the same), and the chapter's own live runs at the smoke profile

@@ -92,6 +92,7 @@ def test_a_refused_parameter_ends_as_one_line_and_exit_2(monkeypatch, capsys):
     assert "ParameterError: this notebook has no parameter 'alpha'" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_a_failed_notebook_never_replaces_the_books_page(tmp_path):
     # prepare: the book's page from an earlier run that finished
     from papermill.exceptions import PapermillExecutionError
@@ -110,6 +111,7 @@ def test_a_failed_notebook_never_replaces_the_books_page(tmp_path):
 
 # --- a diverged run, Ctrl-C, and relative folders, as the book's runner meets them ---
 
+@pytest.mark.slow
 def test_a_chapter_meeting_a_diverged_run_says_so_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
     code = notebooks.main(["--profile", "smoke", "--out-dir", str(tmp_path / "nb"), "table2_heterogeneity",
@@ -143,6 +145,7 @@ def test_execute_hands_the_kernel_absolute_folders(tmp_path, monkeypatch):
                     "cwd": str(notebooks.NOTEBOOK_DIR)}
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_the_notebook_runner_is_one_line_and_exit_130(tmp_path):
     import os
     import signal
@@ -169,6 +172,7 @@ def test_ctrl_c_on_the_notebook_runner_is_one_line_and_exit_130(tmp_path):
     assert not (tmp_path / "nb" / "masked_training.ipynb").exists()  # no page from a stopped chapter
 
 
+@pytest.mark.slow
 def test_ctrl_c_inside_the_runner_silences_what_a_dying_kernel_logs_and_still_interrupts():
     import functools
     import os

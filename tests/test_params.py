@@ -194,6 +194,7 @@ def _cases():
 
 
 @pytest.mark.parametrize("name, param, annotation", list(_cases()), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.slow
 def test_every_chapter_parameter_out_of_range_is_refused_at_the_check_naming_it(name, param, annotation):
     bad_values = out_of_range(annotation)
     assert bad_values, f"{name}: parameter {param!r} declares no range ({annotation})"
@@ -206,6 +207,7 @@ def test_every_chapter_parameter_out_of_range_is_refused_at_the_check_naming_it(
 
 
 @pytest.mark.parametrize("name", ALL_CHAPTERS)
+@pytest.mark.slow
 def test_every_chapter_passes_its_own_defaults_and_reads_none_as_its_default(name):
     ns, check = _chapter_namespace(name)
     exec(check, ns)  # the defaults pass the check
@@ -248,6 +250,7 @@ def executed_cells(path: Path) -> list[dict]:
     return [c for c in cells if c["cell_type"] == "code" and c.get("execution_count")]
 
 
+@pytest.mark.slow
 def test_papermill_list_parameter_given_as_text_runs(tmp_path):
     # prepare / execute: a block partition of four blocks (the default has three), as -p text
     proc = papermill("theory_02_prop1", tmp_path, "-p", "block_sizes", "[2, 4, 4, 2]")
@@ -259,6 +262,7 @@ def test_papermill_list_parameter_given_as_text_runs(tmp_path):
     assert next(iter(glued["t2_n_masks"].values())) == "16"
 
 
+@pytest.mark.slow
 def test_papermill_undeclared_parameter_stops_before_compute(tmp_path):
     proc = papermill("table2_heterogeneity", tmp_path, "-p", "alpha", "0.5")
     assert proc.returncode != 0
@@ -277,6 +281,7 @@ def test_papermill_undeclared_parameter_stops_before_compute(tmp_path):
     # "{rounds:0}" is valid YAML for {"rounds:0": None}: refused at the check, saying why
     ("table2_heterogeneity", ["overrides", "{rounds:0}"], ["needs a space after each colon (rounds: 0)"]),
 ])
+@pytest.mark.slow
 def test_papermill_a_wrong_value_is_refused_at_the_check_naming_the_parameter(name, given, says, tmp_path):
     proc = papermill(name, tmp_path, "-p", *given)
     assert proc.returncode != 0

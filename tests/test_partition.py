@@ -171,6 +171,7 @@ def test_bad_inputs_raise_value_error_naming_the_parameter(call, name):
         call()
 
 
+@pytest.mark.slow
 def test_dirichlet_draw_stream_is_frozen():
     # Digest of partitions made by the plain redraw loop before the early stop and the vectorised
     # size check were added (19 of the 20 small seeds need redraws; the CIFAR-sized ones are the
@@ -308,6 +309,7 @@ def _dirichlet_moments(k: int, alpha: float) -> tuple[float, float]:
 
 
 @pytest.mark.parametrize("alpha", [0.1, 1.0, 100.0])
+@pytest.mark.slow
 def test_dirichlet_class_shares_have_the_closed_form_spread(alpha):
     # What is drawn (see dirichlet_partition): for every class c, its own q_c ~ Dir(alpha 1_K) over the
     # K clients, independent across classes; client k gets floor-cut share p_kc = n_kc / n_c with

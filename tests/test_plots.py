@@ -118,6 +118,7 @@ def _factor_rows(bs, tau, lr, rec, params=17034, source="centralised", target=0.
             "source": source, "model": "small_cnn_gn", "target": target}
 
 
+@pytest.mark.slow
 def test_factor_figures_follow_the_rules_as_the_chapter_draws_them():
     from maskfed.book.plots import STYLE, finish
 
@@ -202,6 +203,7 @@ def test_a_figure_that_follows_the_rules_has_no_problem():
     (lambda fig, ax: (ax.annotate("τ=1", (10, 0.1)), ax.annotate("τ=2", (10, 0.1))), "'τ=1' and 'τ=2' overlap"),
     (lambda fig, ax: ax.set_yscale("linear"), "y values span 3.0 decades on a linear axis, 50% of them"),
 ])
+@pytest.mark.slow
 def test_each_figure_rule_names_its_breach(breach, found):
     from maskfed.book.plots import FigureError, figure_problems, finish
 
@@ -228,6 +230,7 @@ def test_place_labels_keeps_labels_of_coinciding_points_apart():
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_book_figures_follow_the_rules():
     from maskfed.book.plots import STYLE, against_stage, branches, finish
     from maskfed.book import trajectories

@@ -20,6 +20,7 @@ def dirs(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_identical_shards_and_seeds_give_k_c_at_fixed_theta_for_every_model(dirs):
     # prepare: the control's partition and seeds, 10 clients of 10 images, each of the book's models
     for model in MODELS:
@@ -42,7 +43,7 @@ def test_cohort_of_the_whole_pool_reproduces_the_direct_computation_on_all_clien
     # prepare: every client of a tiny population trained once from θ, by hand
     cfg = make_run_config(**TINY)
     theta = stage.initial_theta(cfg)
-    data, model = stage._prepared(cfg)
+    data, model = stage.prepared_for(cfg)
     deltas = []
     for k in range(cfg.num_clients):
         gen = torch.Generator().manual_seed(fedavg.client_seed(cfg.seed, pool_gram.SHUFFLE_ROUND, k))

@@ -62,6 +62,7 @@ def test_run_work_uses_the_runs_own_cohorts():
         projection.project_run(cfg, sizes, projection.Cost(1.0, 0.0), "auto", n_test=10, eval_images_per_s=1.0)
 
 
+@pytest.mark.slow
 def test_smoke_projection_of_an_alpha_01_run_is_within_30_percent(tmp_path, monkeypatch):
     # prepare: measured rounds of the sequential engine (the CPU's auto engine) at the smoke protocols
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))

@@ -4,9 +4,12 @@ import platform
 import subprocess
 import sys
 
+import pytest
+
 from maskfed import provenance
 
 
+@pytest.mark.slow
 def test_run_modules_cover_what_a_run_imports():
     # prepare / execute: import the runner in a fresh interpreter and list maskfed modules
     code = "import sys, maskfed.fl.runner; print(' '.join(sorted(m for m in sys.modules if m.startswith('maskfed.'))))"

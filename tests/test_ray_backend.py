@@ -50,6 +50,7 @@ def test_bad_input_is_refused_before_ray_starts(capsys):
     assert not ray.is_initialized()
 
 
+@pytest.mark.slow
 def test_smoke_sweep_on_ray_equals_the_local_backend(ray_head, tmp_path, monkeypatch, capsys):
     # prepare: the smoke sweep with the local backend, in its own results folder
     profile = load_profile("smoke")
@@ -77,6 +78,7 @@ def _two_runs() -> list[RunConfig]:
     return experiments.configs(profile, "table2")[:2]
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_is_retried(ray_head, tmp_path, monkeypatch):
     # prepare: a task whose worker process exits on its first attempt at each run
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
@@ -99,6 +101,7 @@ def test_a_worker_that_dies_is_retried(ray_head, tmp_path, monkeypatch):
     assert all((r.path / "provenance.json").exists() and len(r.metrics) == 2 for r in results)
 
 
+@pytest.mark.slow
 def test_a_run_that_keeps_dying_loses_no_finished_run(ray_head, tmp_path, monkeypatch):
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
     doomed, fine = _two_runs()

@@ -56,6 +56,7 @@ def test_run_writes_complete_folder_and_reuses_it(results_in_tmp):
 
 
 @pytest.mark.parametrize("extra", [{}, {"cohort_size": 1}, {"hessian_every": 1, "hessian_batch": 16, "sharpness_iters": 2}])
+@pytest.mark.slow
 def test_load_run_expects_exactly_the_columns_a_run_writes(results_in_tmp, extra):
     cfg = make_run_config(**{**TINY, **extra})
     res = runner.run(cfg, progress=False)
@@ -141,6 +142,7 @@ def test_recorded_fingerprint_reads_the_kind_and_old_provenance_is_the_sampled_k
         runner.fingerprint_of_kind(images, "md5")
 
 
+@pytest.mark.slow
 def test_worker_processes_give_the_same_numbers_as_one_process(results_in_tmp, monkeypatch):
     cfgs = [make_run_config(**{**TINY, "seed": s}) for s in (0, 1)]
     parallel = runner.run_many(cfgs, workers=2, progress=False)
@@ -154,6 +156,7 @@ def test_worker_processes_give_the_same_numbers_as_one_process(results_in_tmp, m
 
 
 @pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.slow
 def test_a_failing_run_keeps_the_finished_ones_and_raises_its_own_error(results_in_tmp, workers):
     bad = make_run_config(**{**TINY, "num_clients": 500, "cohort_size": 2})  # more clients than images
     good = make_run_config(**TINY)  # listed after the failing one: still runs
@@ -263,6 +266,7 @@ def test_checkpoint_every_is_recorded_but_left_out_of_the_key():
 
 
 @pytest.mark.parametrize("engine", ["sequential", "batched"])
+@pytest.mark.slow
 def test_a_run_killed_after_a_checkpoint_resumes_with_identical_numbers(results_in_tmp, monkeypatch, engine):
     cfg = make_run_config(**{**TINY, "rounds": 5, "checkpoint_every": 2, "engine": engine})
     real_save = checkpoint.save
@@ -370,6 +374,7 @@ def _checkpoint_rounds(runs: Path) -> dict[str, int]:
     return out
 
 
+@pytest.mark.slow
 def test_a_cli_run_killed_with_sigkill_resumes_with_identical_numbers(tmp_path):
     args = ["run", *SMALL, "--rounds", "20"]
     runs = tmp_path / "killed" / "runs"
@@ -425,6 +430,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("sig, status, says", [(signal.SIGINT, 130, "interrupted;"),
                                                (signal.SIGTERM, 143, "interrupted by SIGTERM;"),
                                                (signal.SIGHUP, 129, "interrupted by SIGHUP;")])
+@pytest.mark.slow
 def test_a_signal_stops_a_sweep_with_workers_keeps_finished_runs_and_resumes(tmp_path, monkeypatch, sig, status, says):
     # Ctrl-C (SIGINT), kill (SIGTERM) and a closed terminal (SIGHUP) end a sweep alike.
     # 4 runs (Table II's 3 alphas and the control) of 30 rounds on 2 worker processes
@@ -470,6 +476,7 @@ def test_a_signal_stops_a_sweep_with_workers_keeps_finished_runs_and_resumes(tmp
         _same_metrics(straight.metrics, res.metrics)
 
 
+@pytest.mark.slow
 def test_a_worker_whose_sweep_was_killed_ends_itself(tmp_path):
     # SIGKILL cannot be handled: the workers notice that their parent is gone and end within seconds
     args = ["sweep", *SMALL, "--rounds", "30", "--workers", "2", "--experiments", "table2"]
@@ -485,6 +492,7 @@ def test_a_worker_whose_sweep_was_killed_ends_itself(tmp_path):
 
 
 @pytest.mark.parametrize("command, delay", [("run", 0.5), ("run", 1.5), ("run", 4.0), ("sweep", 1.5)])
+@pytest.mark.slow
 def test_two_processes_asking_for_the_same_run_compute_it_once(tmp_path, command, delay):
     # the second one waits for the first (or finds its run finished) and reuses it, however the timing falls
     args = [command, *SMALL, "--rounds", "80", "--seeds", "0", "--workers", "1"]  # about 6 s of training here
@@ -535,6 +543,7 @@ def test_keep_every_refused_below_0_before_training(results_in_tmp):
     assert not (results_in_tmp / "runs").exists() or _visible(results_in_tmp / "runs") == []
 
 
+@pytest.mark.slow
 def test_snapshots_survive_a_resume_and_change_no_number(results_in_tmp, monkeypatch):
     # prepare: a 5-round run keeping θ every 2 rounds, killed right after its round-4 checkpoint
     cfg = make_run_config(**{**TINY, "rounds": 5, "checkpoint_every": 2})

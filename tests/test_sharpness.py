@@ -59,6 +59,7 @@ def test_power_iteration_hand_case_diagonal():
     assert lam == pytest.approx(3.0, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_hutchinson_is_exact_on_a_diagonal_and_matches_dense_trace():
     d = torch.tensor([1.0, -0.5, 3.0], dtype=torch.float64)
     est = S.hutchinson_trace(lambda v: d * v, 3, probes=4, generator=torch.Generator().manual_seed(0))

@@ -254,8 +254,8 @@ def test_ladder_trains_when_the_run_kept_too_few_rounds(results):
 def test_prepared_data_shares_one_image_copy_across_alpha_and_equals_the_runners(monkeypatch):
     monkeypatch.setattr(stage, "_DATA_CACHE", {})
     a, b = (make_run_config(**{**SMOKE, "partition": "dirichlet", "alpha": al}) for al in (100.0, 0.1))
-    data_a, _ = stage._prepared(a)
-    data_b, _ = stage._prepared(b)
+    data_a, _ = stage.prepared_for(a)
+    data_b, _ = stage.prepared_for(b)
     # one normalised copy of the images, two partitions
     assert data_b.x_train.data_ptr() == data_a.x_train.data_ptr()
     assert [len(p) for p in data_a.parts] != [len(p) for p in data_b.parts]
@@ -322,6 +322,7 @@ def test_cached_results_reused_and_invalidated_by_code(results, monkeypatch):
         stage.build_ladder(cfg, SPEC, progress=False)
 
 
+@pytest.mark.slow
 def test_run_study_at_smoke_with_branches(results):
     from maskfed.fl.config import load_profile
 
@@ -349,6 +350,7 @@ def test_stage_zero_measured_before_the_ladder_matches(results, monkeypatch, tmp
         stage.measure(cfg, str(ladder.path), 1, SPEC, at_init=cfg)
 
 
+@pytest.mark.slow
 def test_run_study_in_worker_processes_matches_one_process(results, monkeypatch, tmp_path):
     from maskfed.fl.config import load_profile
 
@@ -387,6 +389,7 @@ def test_ladder_from_an_archived_folder_equals_the_live_runs_bit_for_bit(results
                            trajectory=copy)
 
 
+@pytest.mark.slow
 def test_run_study_over_two_seeds_measures_each_on_its_own_trajectory(results):
     from maskfed.fl.config import load_profile
 

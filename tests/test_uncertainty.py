@@ -61,6 +61,7 @@ def test_seed_range_is_min_and_max_of_the_per_run_medians():
     assert low.loc["32", "recovery_unweighted"] == 1.0 and high.loc["32", "recovery_unweighted"] == 3.0
 
 
+@pytest.mark.slow
 def test_bootstrap_intervals_cover_a_known_ratio_at_about_their_nominal_rate():
     # prepare: two settings with per-round values lognormal around medians 4 and 2 (true ratio 2),
     # three seeds of 200 rounds each (window: the last 50), no seed effect
@@ -246,6 +247,7 @@ def test_seed_bootstrap_takes_the_median_of_a_with_replacement_draw_of_seeds():
         assert abs((values == v).mean() - p) < tol, (v, (values == v).mean(), p)
 
 
+@pytest.mark.slow
 def test_seed_bootstrap_with_two_seeds_averages_the_two_draws():
     # prepare: seeds hold 1 and 3; the median of two draws is their mean: 1 (p 1/4), 2 (1/2), 3 (1/4)
     runs = _seed_runs([1.0, 3.0])
@@ -256,26 +258,40 @@ def test_seed_bootstrap_with_two_seeds_averages_the_two_draws():
         assert abs((values == v).mean() - p) < 4.5 * np.sqrt(p * (1 - p) / 4000)
 
 
-def test_seed_bootstrap_draws_one_seed_set_for_all_columns_and_independently_per_setting():
-    # prepare: two settings with the same three seeds (1, 2, 4); in each, mu2_hat is 10 x the recovery
-    # factor seed by seed. The docstring: seeds are redrawn "for every setting independently", and
-    # within a setting "the same rounds for every column", i.e. the same seeds for every column.
-    runs = _seed_runs([1.0, 2.0, 4.0], scale=10.0) + _seed_runs([1.0, 2.0, 4.0], batch_size="full", scale=10.0)
+def test_seed_bootstrap_draws_one_seed_set_for_all_columns_and_all_settings():
+    # prepare: two settings with the same three seeds (values 1, 2, 4 and 10, 20, 40): seed s shares one
+    # partition across a profile's protocols, so replicate b must draw the same seeds for both settings
+    runs = _seed_runs([1.0, 2.0, 4.0], scale=10.0) + _seed_runs([10.0, 20.0, 40.0], batch_size="full", scale=10.0)
     n_boot = 4000
     # execute
     reps = uncertainty.replicate_tables(runs, ["batch_size"], ["recovery_unweighted", "mu2_hat"], n_boot=n_boot)
     a = np.array([r.loc["32", "recovery_unweighted"] for r in reps])
     b = np.array([r.loc["full", "recovery_unweighted"] for r in reps])
     mu_a = np.array([r.loc["32", "mu2_hat"] for r in reps])
-    # assert: the columns of one setting move together in every replicate ...
+    # assert: the columns of one setting move together in every replicate, and so do the two settings
+    # (independent draws would make b == 10 a only with probability (49 + 169 + 49) / 729 = 0.366)
     assert np.array_equal(mu_a, 10 * a)
-    # ... and the two settings agree with probability sum p^2 = (49 + 169 + 49) / 729 = 0.366 (independent
-    # draws; a draw shared by the settings would make them agree always); tolerance 4.5 sd of 4000 draws
-    p_agree = (49 + 169 + 49) / 729
-    assert abs((a == b).mean() - p_agree) < 4.5 * np.sqrt(p_agree * (1 - p_agree) / n_boot)
-    # joint frequency of (lowest, lowest): (7/27)^2 under independence
-    p11 = (7 / 27) ** 2
-    assert abs(((a == 1) & (b == 1)).mean() - p11) < 4.5 * np.sqrt(p11 * (1 - p11) / n_boot)
+    assert np.array_equal(b, 10 * a)
+    # the marginal law of one setting is unchanged: P(median = lowest seed) = 7/27
+    p1 = 7 / 27
+    assert abs((a == 1).mean() - p1) < 4.5 * np.sqrt(p1 * (1 - p1) / n_boot)
+
+
+def test_a_run_in_two_tables_is_one_draw_and_a_setting_with_other_seeds_draws_its_own():
+    # prepare: the same three runs summarised as two tables (Table I's bs 32, tau 2 is Table II's alpha = 100)
+    runs = _seed_runs([1.0, 2.0, 4.0])
+    t1 = uncertainty.replicate_tables(runs, ["batch_size"], ["recovery_unweighted"], n_boot=500)
+    t2 = uncertainty.replicate_tables(runs + _seed_runs([5.0, 6.0, 7.0], batch_size="full"), ["batch_size"],
+                                      ["recovery_unweighted"], n_boot=500)
+    # assert: the shared cell is the same draw in both tables, replicate by replicate
+    assert [r.loc["32", "recovery_unweighted"] for r in t1] == [r.loc["32", "recovery_unweighted"] for r in t2]
+    # a setting whose seeds differ from the rest is drawn on its own (not every replicate moves together)
+    other = runs + [RunResult(r.config.model_copy(update={"seed": r.config.seed + 10, "batch_size": "full"}), r.path,
+                              r.metrics * 10, r.provenance) for r in runs]
+    reps = uncertainty.replicate_tables(other, ["batch_size"], ["recovery_unweighted"], n_boot=2000)
+    a = np.array([r.loc["32", "recovery_unweighted"] for r in reps])
+    b = np.array([r.loc["full", "recovery_unweighted"] for r in reps])
+    assert 0.2 < (b == 10 * a).mean() < 0.55
 
 
 def test_bootstrap_pairs_replicate_b_of_every_table():
@@ -290,3 +306,9 @@ def test_bootstrap_pairs_replicate_b_of_every_table():
     assert (iv.estimate, iv.low, iv.high) == (2.0, 2.0, 2.0)
     shuffled = reps2[1:] + reps2[:1]
     assert uncertainty.bootstrap(ratio, [table, 2 * table], [reps1, shuffled]).high > 2.0
+
+
+def test_coverage_note_says_what_the_intervals_are_worth():
+    assert uncertainty.coverage_note(3).startswith("nominal: with 3 seeds") and "75 %" in uncertainty.coverage_note(3)
+    assert "93.75 %" in uncertainty.coverage_note(5)
+    assert "one seed only" in uncertainty.coverage_note(1)

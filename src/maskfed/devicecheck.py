@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         cohort.check_precision(args.precision, dev)
     except ValueError as exc:
         hint = (f"size {args.size!r} needs a CUDA GPU and none is available here: run it on a GPU machine "
-                "(README, 'Running on a GPU'), or DEVICE_CHECK_SIZE=tiny to check the code on this CPU"
+                "(docs/operations.md, 'Running on a GPU'), or DEVICE_CHECK_SIZE=tiny to check the code on this CPU"
                 if size["device"] == "cuda" and not torch.cuda.is_available() else str(exc))
         print(f"device-check: error: {hint}", file=sys.stderr)
         return 2

@@ -157,7 +157,7 @@ def _train(cfg, spec, path, key, partial, *, progress, on_checkpoint) -> Central
     from tqdm import tqdm
 
     t0 = time.perf_counter()
-    data, model = stage._prepared(cfg)
+    data, model = stage.prepared_for(cfg)
     device = data.x_train.device
     union = union_indices(data.parts)
     n = len(union)
@@ -252,7 +252,7 @@ def _train(cfg, spec, path, key, partial, *, progress, on_checkpoint) -> Central
              "checkpoints.csv": pd.DataFrame(rows).to_csv(index=False), "thetas.pt": buf.getvalue(),
              "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2), "spec.json": spec.model_dump_json(indent=2),
              "provenance.json": json.dumps(prov, indent=2)}
-    stage._write_folder(path, files)
+    stage.write_folder(path, files)
     checkpoint.discard(partial)
     for f in partial.glob("kept-*.pt"):
         f.unlink()

@@ -44,7 +44,7 @@ ENGINES = ("auto", "sequential", "batched")
 PRECISIONS = ("fp32", "tf32", "bf16")
 
 #: What ``engine="auto"`` resolves to on each device type. CPU: measured with ``make bench``
-#: on the reference machine (one thread, cpu-profile CNN): see README "Performance".
+#: on the reference machine (one thread, cpu-profile CNN): see docs/operations.md "Performance" and docs/measurements.md.
 #: CUDA: batched by design (one set of kernels per step instead of K_c), pending a GPU
 #: measurement (``make device-check`` measures both paths).
 AUTO_ENGINE = {"cpu": "sequential", "cuda": "batched"}

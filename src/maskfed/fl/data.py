@@ -49,7 +49,7 @@ CIFAR10_CLASSES: tuple[str, ...] = (
 
 #: Bump when the decoded-cache layout or the decoding changes; old cache files are then ignored.
 #: 2: each file also holds the sha256 of its tensors (checked on every load), its source and when.
-_CACHE_FORMAT = 2
+CACHE_FORMAT = 2
 _SPLITS = ("train", "test")
 _IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".ppm", ".webp", ".tif", ".tiff")
 _ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
@@ -561,7 +561,9 @@ def _finish(kind: str, p: Path, decoded: dict, sha256: str | None = None) -> Ima
     return data
 
 
-def _cache_key(p: Path, kind: str) -> str:
+def cache_key(p: Path, kind: str) -> str:
+    """Name (16 hex digits) of the decoded-cache file of source ``p`` of ``kind`` ("archive" or "image_folder"):
+    sha1 of the cache format, the path and its size and mtime (a folder: of every file in it)."""
     if p.is_file():
         st = p.stat()
         ident = f"{kind}|{p}|{st.st_size}|{st.st_mtime_ns}"
@@ -573,13 +575,13 @@ def _cache_key(p: Path, kind: str) -> str:
                     st = f.stat()
                     h.update(f"{f.relative_to(p)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
         ident = f"{kind}|{p}|{h.hexdigest()}"
-    return hashlib.sha1(f"v{_CACHE_FORMAT}|{ident}".encode()).hexdigest()[:16]
+    return hashlib.sha1(f"v{CACHE_FORMAT}|{ident}".encode()).hexdigest()[:16]
 
 
 def cache_file(p: Path, kind: str) -> Path:
     """Where the decoded tensors of source ``p`` (resolved; ``kind`` ``"archive"`` or
     ``"image_folder"``) are cached: ``cache_dir()/"data"/<key>.pt``."""
-    return paths.cache_dir() / "data" / f"{_cache_key(p, kind)}.pt"
+    return paths.cache_dir() / "data" / f"{cache_key(p, kind)}.pt"
 
 
 def _check_sha256(kind: str, decoded: dict) -> str:
@@ -605,7 +607,7 @@ def _cached(p: Path, kind: str, cache: bool, decode) -> ImageData:
         except Exception as exc:  # unreadable / partial cache file: decode again and overwrite it
             problem = f"cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
         else:
-            if isinstance(decoded, dict) and decoded.get("format") == _CACHE_FORMAT:
+            if isinstance(decoded, dict) and decoded.get("format") == CACHE_FORMAT:
                 try:
                     found = _check_sha256(kind, decoded)
                 except Exception as exc:  # a missing tensor or field: as corrupted
@@ -620,7 +622,7 @@ def _cached(p: Path, kind: str, cache: bool, decode) -> ImageData:
             warnings.warn(f"the decoded-data cache at {target} {problem}; it is not used: decoding "
                           f"{p} again and rebuilding the cache", stacklevel=4)
     decoded = decode()
-    decoded["format"] = _CACHE_FORMAT
+    decoded["format"] = CACHE_FORMAT
     decoded["sha256"] = _check_sha256(kind, decoded)
     decoded["source_path"] = str(p)
     decoded["source_kind"] = kind

@@ -78,14 +78,14 @@ def _entry(f: Path) -> CacheEntry:
         return CacheEntry(f, st.st_size, modified, None, None, f"unreadable ({type(exc).__name__}: {why})")
     source, kind = record.get("source_path"), record.get("source_kind")
     decoded_utc = record.get("decoded_utc")
-    if record.get("format") != data_mod._CACHE_FORMAT or not source or kind not in ("archive", "image_folder"):
+    if record.get("format") != data_mod.CACHE_FORMAT or not source or kind not in ("archive", "image_folder"):
         return CacheEntry(f, st.st_size, modified, source, decoded_utc, "old format")
     p = Path(source)
     if not p.exists():
         status = "source missing"
     else:
         try:
-            status = "live" if data_mod._cache_key(p, kind) == f.stem else "source changed"
+            status = "live" if data_mod.cache_key(p, kind) == f.stem else "source changed"
         except OSError as exc:  # a source that cannot be listed any more
             status = f"source changed ({exc})"
     return CacheEntry(f, st.st_size, modified, source, decoded_utc, status)

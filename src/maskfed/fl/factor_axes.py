@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from maskfed.fl import central, diversity, runner, stage
 from maskfed.fl.config import BatchSize, ConfigError, Profile, RunConfig, make_settings
 from maskfed.fl.pool_gram import Task, measure_many, protocol_config, task_cost, theta_digest
-from maskfed.fl.pool_gram import _parameters
+from maskfed.fl.pool_gram import parameter_count
 from maskfed.paths import results_dir
 
 #: Extra SeedSequence entry of the cohorts drawn for each K_c. Ours.
@@ -730,7 +730,7 @@ def paper_overview() -> pd.DataFrame:
     p = paper_table("table1").reset_index()
     row = {protocol_label(b, e): r for b, e, r in zip(p["batch_size"], p["local_epochs"], p["recovery_unweighted"])}
     row["cliff"] = cliff(p)
-    params = _parameters("resnet18_gn", 2, 16)
+    params = parameter_count("resnet18_gn", 2, 16)
     index = pd.MultiIndex.from_tuples([("ResNet-18-GN (paper's Table I)", params, "FedAvg, own trajectory per protocol",
                                         float("nan"), float("nan"))], names=THETA_KEYS)
     return pd.DataFrame([row], index=index)

@@ -114,7 +114,7 @@ def measure_gram(cfg: RunConfig, theta_P: torch.Tensor, pool, *, label: str = ""
     with FileLock(partial / "lock"):  # one process per measurement; a second waits, then reads it
         if (path / "provenance.json").exists():
             return load_gram(path)
-        data, model = stage._prepared(cfg)
+        data, model = stage.prepared_for(cfg)
         theta = theta_P.detach().to(device=data.x_train.device, dtype=torch.float32)
         rows, deltas, trained_s = [], [], 0.0
         for k in pool:
@@ -149,7 +149,7 @@ def measure_gram(cfg: RunConfig, theta_P: torch.Tensor, pool, *, label: str = ""
                 **runner.fingerprint_fields(images), "num_parameters": int(theta.numel()),
                 "wall_s": time.perf_counter() - t0, "train_s": trained_s,
                 "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        stage._write_folder(path, {"gram.csv": pd.DataFrame(gram.numpy(), columns=ids).to_csv(index=False),
+        stage.write_folder(path, {"gram.csv": pd.DataFrame(gram.numpy(), columns=ids).to_csv(index=False),
                                    "clients.csv": pd.DataFrame(rows).to_csv(index=False),
                                    "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2),
                                    "provenance.json": json.dumps(prov, indent=2)})
@@ -185,14 +185,14 @@ def measure_many(tasks: list[Task], *, workers: int = 1, progress: bool = False)
     if todo and workers > 1 and len(todo) > 1:
         order = sorted(todo, key=lambda i: -tasks[i].cost)
         pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=runner._worker_init)
+                                   initializer=runner.worker_init)
         try:
             futs = [pool.submit(_gram_in_worker, tasks[i].cfg.model_dump_json(), tasks[i].theta_P.cpu(),
                                 list(map(int, tasks[i].pool)), tasks[i].label, 1) for i in order]
             for fut in tqdm(as_completed(futs), total=len(futs), desc="Gram measurements", disable=not progress):
                 fut.result()
         except BaseException:  # Ctrl-C or a failure: end the workers now; finished clients stay in their partial folders
-            runner._stop_workers(pool)
+            runner.stop_workers(pool)
             raise
         pool.shutdown(wait=True)
     else:
@@ -213,9 +213,10 @@ def protocol_config(base: RunConfig, **fields) -> RunConfig:
 def task_cost(cfg: RunConfig, pool_size: int) -> float:
     """Relative cost of a measurement: images trained (about τ epochs of each shard) times the
     model's parameter count, for longest-first scheduling."""
-    return pool_size * cfg.local_epochs * _parameters(cfg.model, cfg.gn_groups, cfg.width)
+    return pool_size * cfg.local_epochs * parameter_count(cfg.model, cfg.gn_groups, cfg.width)
 
 
 @lru_cache(maxsize=16)
-def _parameters(model: str, gn_groups: int, width: int) -> int:
+def parameter_count(model: str, gn_groups: int, width: int) -> int:
+    """Parameters of ``model`` (10 classes) at ``gn_groups`` and ``width``; cached per process."""
     return num_parameters(build_model(model, num_classes=10, gn_groups=gn_groups, width=width))

@@ -524,7 +524,7 @@ def run_cost(cfg: RunConfig) -> float:
     return cfg.rounds * cfg.local_epochs * cfg.cohort_size
 
 
-def _worker_init(parent: int | None = None) -> None:
+def worker_init(parent: int | None = None) -> None:
     """One torch thread; Ctrl-C and SIGHUP are left to the parent, which stops the workers itself
     (with SIGTERM, whose default action ends a worker). A worker whose parent is gone (killed by
     SIGKILL) ends itself within a second instead of training on as an orphan.
@@ -621,7 +621,7 @@ def interrupted_message(exc: KeyboardInterrupt) -> str:
     return "interrupted" if signum == signal.SIGINT else f"interrupted by {signal.Signals(signum).name}"
 
 
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
+def stop_workers(pool: ProcessPoolExecutor) -> None:
     """Cancel queued runs and end the worker processes now (their checkpoints stay on disk)."""
     terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
     if terminate is not None:
@@ -681,7 +681,7 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
         if pending and workers > 1 and len(pending) > 1:
             pending.sort(key=run_cost, reverse=True)
             pool = ProcessPoolExecutor(max_workers=min(workers, len(pending)),
-                                       mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+                                       mp_context=multiprocessing.get_context("spawn"), initializer=worker_init,
                                        initargs=(os.getpid(),))
             try:
                 futures = {pool.submit(_run_in_worker, c.model_dump_json(), keep.get(c, 0), force): c for c in pending}
@@ -691,7 +691,7 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
                     else:
                         done[futures[fut]] = load_run(Path(fut.result()))
             except BaseException:
-                _stop_workers(pool)
+                stop_workers(pool)
                 raise
             pool.shutdown(wait=True)
         else:

@@ -90,7 +90,7 @@ class StageSpec(BaseModel):
 
 
 #: Our defaults per profile, sized to the budget (cpu: the chapter adds at most 2 min to
-#: `make book` on 2 cores; see the README). The paper profile keeps every 10th round as a candidate
+#: `make book` on 2 cores; see docs/measurements.md). The paper profile keeps every 10th round as a candidate
 #: (ResNet-18's θ is 45 MB).
 PROFILE_DEFAULTS = {
     "smoke": {"stages": 3, "pool_size": 4, "num_cohorts": 4, "branch_rounds": 1},
@@ -362,7 +362,7 @@ _DATA_CACHE: dict[tuple, fedavg.FedData] = {}
 _MODEL_CACHE: dict[tuple, torch.nn.Module] = {}
 
 
-def _prepared(cfg: RunConfig) -> tuple[fedavg.FedData, torch.nn.Module]:
+def prepared_for(cfg: RunConfig) -> tuple[fedavg.FedData, torch.nn.Module]:
     """Prepared data and a scratch model for a config, once per process.
 
     Normalising the 50,000 training images takes seconds and 600 MB, so one normalised copy is
@@ -387,7 +387,7 @@ def _prepared(cfg: RunConfig) -> tuple[fedavg.FedData, torch.nn.Module]:
     return _DATA_CACHE[dkey], _MODEL_CACHE[mkey]
 
 
-def _write_folder(path: Path, files: dict[str, str | bytes]) -> None:
+def write_folder(path: Path, files: dict[str, str | bytes]) -> None:
     """Write a result folder atomically: into a temporary sibling, then renamed into place (a
     folder that exists is complete; if another process finished it first, theirs is kept)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -546,7 +546,7 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True,
         raise ValueError(f"rounds {list(spec.rounds)} go beyond the ladder's {cfg.rounds} rounds; "
                          f"allowed: 0..{cfg.rounds}")
     t0 = time.perf_counter()
-    data, model = _prepared(cfg)
+    data, model = prepared_for(cfg)
     wanted = candidates(spec, cfg.rounds)
     run = _from_run(cfg) if trajectory is None else _from_folder(cfg, Path(trajectory), wanted)
     with cohort_mod.precision_context(cfg.precision, data.x_train.device) as precision:
@@ -570,7 +570,7 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True,
     thetas = torch.stack([kept[r] for r in chosen]).float()
     buf = io.BytesIO()
     torch.save(thetas, buf)
-    _write_folder(path, {
+    write_folder(path, {
         "accuracy.csv": acc.to_csv(index=False), "checkpoints.csv": ckpts.to_csv(index=False),
         "thetas.pt": buf.getvalue(), "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2),
         "spec.json": spec.model_dump_json(indent=2),
@@ -607,7 +607,7 @@ def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec, *, at_
     if (path / "provenance.json").exists():
         return path
     t0 = time.perf_counter()
-    data, model = _prepared(cfg)
+    data, model = prepared_for(cfg)
     if at_init is not None:
         if stage != 0:
             raise ValueError(f"at_init measures stage 0 (θ_0) only; got stage = {stage}")
@@ -635,7 +635,7 @@ def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec, *, at_
             files["branch.csv"] = pd.DataFrame(branch).to_csv(index=False)
     files["provenance.json"] = json.dumps({**_provenance(cfg, path.name, t0), "stage": stage, "round": round_s,
                                            "ladder": Path(ladder_dir).name, "precision_flags": precision}, indent=2)
-    _write_folder(path, files)
+    write_folder(path, files)
     return path
 
 
@@ -698,7 +698,7 @@ def _stop_on_interrupt(pool: ProcessPoolExecutor):
     try:
         yield
     except KeyboardInterrupt:
-        runner._stop_workers(pool)
+        runner.stop_workers(pool)
         raise
 
 
@@ -766,7 +766,7 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
             # workers measure it while this process builds the ladders
             early = spec.rounds is None or 0 in spec.rounds
             ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=runner._worker_init,
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=runner.worker_init,
                                      initargs=(os.getpid(),)) as pool, _stop_on_interrupt(pool):
                 futs = [pool.submit(_measure_in_worker, c.model_dump_json(), str(lpaths[s]), 0, spec.model_dump_json(),
                                     refs[s].model_dump_json()) for s in seeds for c, _ in (todo(s, [0]) if early else [])]

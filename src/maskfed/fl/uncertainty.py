@@ -6,8 +6,9 @@ rounds (:mod:`maskfed.fl.summary`), and no uncertainty. Here every such cell als
 * its **seed range** (min and max over seeds of the per-run window medians), :func:`seed_range`;
 * **bootstrap replicates** of the whole table (:func:`replicate_tables`), from which any statistic
   of the table (the cliff, a rank correlation, a span ratio) gets a percentile interval
-  (:func:`interval`). A replicate redraws, for every setting independently, its seeds with
-  replacement and, within each drawn seed, the rounds of its summary window by a moving-block
+  (:func:`interval`). A replicate redraws the seeds with replacement, jointly for every setting
+  (a seed's partition is shared by all of a profile's protocols) and, within each drawn seed, the
+  rounds of its summary window by a moving-block
   bootstrap (blocks of :data:`BLOCK` consecutive rounds, because per-round values are correlated
   from one round to the next; Künsch 1989), then summarises exactly as the paper does (median over
   rounds, median over seeds). With one seed only the rounds are redrawn.
@@ -22,6 +23,7 @@ ours; none of them is the paper's, which gives no intervals.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import warnings
 from dataclasses import dataclass
@@ -111,13 +113,25 @@ def _block_indices(n: int, block: int, n_boot: int, rng: np.random.Generator) ->
     return (starts[:, :, None] + np.arange(block)).reshape(n_boot, -1)[:, :n]
 
 
+def _run_rng(seed: int, r: RunResult) -> np.random.Generator:
+    """The generator of one run's window-round resamples, keyed by the run itself (its label), so a run that
+    stands in two tables is resampled the same way in both."""
+    digest = hashlib.sha256(r.config.label().encode()).digest()
+    return np.random.default_rng([seed, 7920, *np.frombuffer(digest[:16], dtype=np.uint32).tolist()])
+
+
 def replicate_tables(results: list[RunResult], by: list[str], columns=METRICS, *, n_boot: int = N_BOOT,
                      block: int = BLOCK, seed: int = 0) -> list[pd.DataFrame]:
     """Bootstrap replicates of a summary table (:func:`maskfed.fl.summary.summarize` layout).
 
-    For each replicate and setting: draw the setting's seeds with replacement (as many as it has);
-    for each drawn seed, redraw its window rounds by a moving-block bootstrap (the same rounds for
-    every column) and take the median over them; the cell is the median of those per-seed medians.
+    Each replicate draws the experiment's seeds with replacement once, jointly for every setting: a
+    seed's partition, initialisation and cohorts are shared by all the protocols of a profile, so slot s
+    of replicate b takes the same seed in every setting (a setting with other seeds than the rest draws
+    its own). Each drawn seed's window rounds are redrawn by a moving-block bootstrap (the same rounds for
+    every column, a fresh draw for every slot) from a generator keyed by the run, so a run in two tables
+    (Table I's bs 32, τ 2 is Table II's α = 100) is the same draw in both; the per-seed medians over the
+    rounds give the cell's median over seeds. Tables built with the same ``seed`` from runs with the same
+    seed values therefore share replicate b's seed draw, and a ratio of their cells resamples jointly.
 
     Args:
         results: finished runs of one experiment.
@@ -125,7 +139,7 @@ def replicate_tables(results: list[RunResult], by: list[str], columns=METRICS, *
         columns: metrics in the replicate tables.
         n_boot: replicates (>= 1).
         block: rounds per block (>= 1).
-        seed: seeds the generator (replicates are reproducible).
+        seed: seeds the generators (replicates are reproducible).
 
     Returns:
         ``n_boot`` DataFrames indexed like ``summarize(results, by)`` with ``columns``.
@@ -137,22 +151,32 @@ def replicate_tables(results: list[RunResult], by: list[str], columns=METRICS, *
         raise ValueError(f"n_boot and block must be >= 1; got n_boot = {n_boot}, block = {block}")
     if not results:
         raise ValueError("results must hold at least one run")
-    windows = window_rows(results, by, columns)
-    rng = np.random.default_rng([seed, 7919])
-    cells = np.full((n_boot, len(windows), len(columns)), np.nan)
+    settings: dict = {}
+    for r in results:
+        settings.setdefault(_key(r, by), []).append(r)
+    all_seeds = sorted({r.config.seed for r in results})
+    drawn_BxS = np.random.default_rng([seed, 7919]).integers(0, len(all_seeds), size=(n_boot, len(all_seeds)))
+    cells = np.full((n_boot, len(settings), len(columns)), np.nan)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a column with no value in a resample stays NaN
-        for j, seeds in enumerate(windows.values()):
-            n_seeds = len(seeds)
-            drawn_BxS = rng.integers(0, n_seeds, size=(n_boot, n_seeds))
-            slots = []
-            for s in range(n_seeds):
-                # every seed resampled independently for this slot; the drawn one is kept
-                meds_SxBxC = np.stack([np.nanmedian(w[_block_indices(len(w), block, n_boot, rng)], axis=1)
-                                       for w in seeds])
-                slots.append(meds_SxBxC[drawn_BxS[:, s], np.arange(n_boot)])
+        for j, runs in enumerate(settings.values()):
+            runs = sorted(runs, key=lambda r: r.config.seed)
+            n_seeds = len(runs)
+            if [r.config.seed for r in runs] == all_seeds:
+                drawn = drawn_BxS
+            else:  # other seeds than the rest: a draw of its own
+                drawn = np.random.default_rng([seed, 7919, j]).integers(0, n_seeds, size=(n_boot, n_seeds))
+            # meds[k][s]: run k's window medians [n_boot, C] for slot s, from its own generator
+            meds = []
+            for r in runs:
+                w = r.metrics.tail(tail_window(len(r.metrics)))[list(columns)].to_numpy(float)
+                rng = _run_rng(seed, r)
+                meds.append(np.stack([np.nanmedian(w[_block_indices(len(w), block, n_boot, rng)], axis=1)
+                                      for _ in range(n_seeds)]))
+            meds_KxSxBxC = np.stack(meds)
+            slots = [meds_KxSxBxC[drawn[:, s], s, np.arange(n_boot)] for s in range(n_seeds)]
             cells[:, j] = np.nanmedian(np.stack(slots), axis=0)
-    names = list(windows)
+    names = list(settings)
     index = pd.MultiIndex.from_tuples(names, names=by) if len(by) > 1 else pd.Index(names, name=by[0])
     return [pd.DataFrame(cells[b], index=index, columns=list(columns)) for b in range(n_boot)]
 
@@ -203,6 +227,21 @@ def seed_range_coverage(n_seeds: int) -> float:
     if n_seeds < 1:
         raise ValueError(f"n_seeds must be >= 1; got {n_seeds}")
     return 1 - 2 * 0.5 ** n_seeds
+
+
+def coverage_note(n_seeds: int) -> str:
+    """What the bootstrap intervals of a table with ``n_seeds`` seeds per setting are worth, as a clause for
+    the book: with one seed they resample rounds only; with more, their coverage of the median over seeds is
+    about that of the seed range (:func:`seed_range_coverage`), not the nominal :data:`LEVEL`.
+
+    Raises:
+        ValueError: ``n_seeds`` < 1.
+    """
+    if n_seeds == 1:
+        return "over the rounds of one seed only, so they say nothing of the spread between seeds"
+    cov = f"{100 * seed_range_coverage(n_seeds):.2f}".rstrip("0").rstrip(".")
+    return (f"nominal: with {n_seeds} seeds they cover the median about as often as the seed range does, "
+            f"{cov} % (the verdict page explains why)")
 
 
 def median_at_lowest_seed(n_seeds: int) -> float:
