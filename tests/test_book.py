@@ -446,3 +446,12 @@ def test_main_columns_keeps_the_first_and_adds_others_while_they_fit():
     assert "c5" in cols and cols == sorted(cols, key=lambda c: int(c[1:]))
     assert book_mod.table_chars(table[cols]) <= book_mod.COLUMN_CHARS < book_mod.table_chars(table)
     assert cols[0] == "c0"
+
+
+def test_glued_values_are_not_bold_by_default():
+    # myst-nb sets span.pasted-text in bold, which turned every glued sentence into a wall of bold text
+    import re
+
+    css = (Path(__file__).resolve().parents[1] / "book" / "_static" / "maskfed.css").read_text()
+    rule = re.search(r"span\.pasted-text\s*\{([^}]*)\}", css)
+    assert rule is not None and re.search(r"font-weight:\s*inherit", rule.group(1))
