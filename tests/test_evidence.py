@@ -50,3 +50,29 @@ def test_control_evidence_with_another_cohort_size_and_a_gpu_run():
     # execute / assert: the loosest device tolerance of the runs, no deviation
     assert evidence.control_evidence(runs) == {"deviation": 0.0, "tolerance": 1e-9}
     assert evidence.control_evidence([]) is None
+
+
+def test_code_checks_text_says_passes_or_fails_with_the_source():
+    checks = pd.DataFrame([{"title": "Control", "where": "Sec. IV-A", "verdict": "holds", "from": "a", "a": "0e+00"},
+                           {"title": "Other", "where": "x", "verdict": "does not hold", "from": "b", "b": "1e-3"},
+                           {"title": "None", "where": "y", "verdict": "not measured here", "from": "–"}])
+    assert evidence.code_checks_text(checks) == ("Control (Sec. IV-A): passes on a, worst deviation 0e+00; "
+                                                 "Other (x): FAILS on b, worst deviation 1e-3; "
+                                                 "None (y): not measured here")
+
+
+def test_data_comparison_compares_each_run_by_the_kind_it_recorded():
+    from maskfed.fl import data, runner
+
+    images = data.synthetic_image_data(n_train=20, n_test=10, seed=0)
+    old = RunResult(None, None, None, {"data_fingerprint": runner.data_fingerprint_sampled(images)})  # no kind: old
+    new = RunResult(None, None, None, runner.fingerprint_fields(images))
+    text = evidence.data_comparison_text([old, new], images)
+    assert text.startswith("The archived runs record the same data fingerprint.")
+    assert runner.data_fingerprint(images) in text and runner.data_fingerprint_sampled(images) in text
+    other = RunResult(None, None, None, {"data_fingerprint": "0" * 16, "data_fingerprint_kind": runner.FINGERPRINT_KIND})
+    assert evidence.data_comparison_text([other], images).startswith(
+        f"The archived runs record data fingerprints other than this build's data: {'0' * 16} (")
+    assert evidence.data_comparison_text([], images) == ""
+    assert evidence.paper_setting_text(["cpu-paper"]).startswith("None of these runs")
+    assert evidence.paper_setting_text(["paper", "cpu"]).startswith("Only the paper profile's runs")

@@ -145,13 +145,20 @@ def content_digest(folder: Path) -> str:
     """sha256 (16 hex digits) of the names and sha256 of every file of ``folder`` but its manifest, as they are
     now: for a folder whose files match its manifest, the digest of what was archived. A verification record
     holds it for every run (:func:`verify_archive`), so the record speaks only for exactly those bytes."""
-    body = json.dumps(_hashed_files(folder), sort_keys=True)
-    return hashlib.sha256(body.encode()).hexdigest()[:16]
+    return _digest(_hashed_files(folder))
+
+
+def _digest(hashed: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def manifest_changes(folder: Path) -> list[str]:
     """How ``folder``'s files differ from its manifest, one phrase each ([] when every file matches), e.g.
     ``["metrics.csv differs from its manifest"]``, ``["thetas.pt is missing"]``, ``["no manifest.json"]``."""
+    return _changes(folder, _hashed_files(folder))
+
+
+def _changes(folder: Path, now: dict[str, str]) -> list[str]:
     path = folder / MANIFEST
     if not path.is_file():
         return [f"no {MANIFEST}"]
@@ -159,7 +166,6 @@ def manifest_changes(folder: Path) -> list[str]:
         recorded = json.loads(path.read_text())["files"]
     except (json.JSONDecodeError, KeyError, TypeError):
         return [f"{MANIFEST} is unreadable"]
-    now = _hashed_files(folder)
     out = [f"{n} differs from its manifest" for n in sorted(recorded) if n in now and now[n] != recorded[n]]
     out += [f"{n} is missing" for n in sorted(recorded) if n not in now]
     out += [f"{n} is not in the manifest" for n in sorted(now) if n not in recorded]
@@ -464,13 +470,15 @@ def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
     times = sorted(p["finished_utc"] for p in provs)
     current = provenance.code_hash()
     hashes = sorted({p["code_hash"] for p in provs})
-    changed = [f"{r.path.name}: {c}" for r in results for c in manifest_changes(r.path)]
+    hashed = {r.path.name: _hashed_files(r.path) for r in results}  # every file hashed once
+    changed = [f"{r.path.name}: {c}" for r in results for c in _changes(r.path, hashed[r.path.name])]
     return ArchiveLabel(
         profile=profile_name, runs=len(results),
         devices=sorted({_device(p) for p in provs}), first_utc=times[0], last_utc=times[-1],
         commits=sorted({p["commit"][:10] + ("+dirty" if p.get("dirty") else "") for p in provs}),
         code_hashes=hashes, current_code_hash=current, changed=changed,
-        verification=None if changed else latest_verification(profile_name, current, results),
+        verification=None if changed else latest_verification(
+            profile_name, current, results, {name: _digest(h) for name, h in hashed.items()}),
         own_code_check=next((v for v in reversed(_verifications(profile_name)) if v.get("code_hash") in hashes), None))
 
 
@@ -489,13 +497,15 @@ def _verifications(profile_name: str) -> list[dict]:
         return []
 
 
-def latest_verification(profile_name: str, code_hash: str, results: list[RunResult]) -> dict | None:
+def latest_verification(profile_name: str, code_hash: str, results: list[RunResult],
+                        digests: dict[str, str] | None = None) -> dict | None:
     """The newest verification (passed or failed) of ``code_hash`` that was made on exactly these archived
     files: its ``contents`` name every run of ``results`` with the :func:`content_digest` the folder has now.
     None when there is none (the label then says the code changed); a record made on other bytes (an edit,
     a re-archive) or an older record without digests never counts, and a newer failure on these bytes is
-    never shadowed by an older pass."""
-    now = {r.path.name: content_digest(r.path) for r in results}
+    never shadowed by an older pass. ``digests`` (``{run folder: content_digest}``) saves hashing the files
+    again when the caller has them."""
+    now = digests if digests is not None else {r.path.name: content_digest(r.path) for r in results}
     for v in reversed(_verifications(profile_name)):
         digests = v.get("contents") or {}
         if v.get("code_hash") == code_hash and all(digests.get(name) == d for name, d in now.items()):

@@ -99,6 +99,50 @@ VERDICT_STYLE = {"holds": ("#d9f2d9", "#1b5e20"), "partly": ("#fff3cd", "#7a5b00
                  "does not hold": ("#f8d7da", "#842029"), "not measured here": ("#eceff1", "#455a64")}
 
 
+def code_checks_text(checks: pd.DataFrame) -> str:
+    """The code checks (:data:`maskfed.fl.claims.CODE_CHECKS`) in one clause each, e.g. "Control (Sec. IV-A):
+    passes on cpu-paper (archived), worst deviation 5.6e-16 (≤ 1e-12)", joined by "; ".
+
+    Args:
+        checks: :func:`maskfed.fl.claims.verdict_table` of the code checks.
+    """
+    words = {"holds": "passes", "does not hold": "FAILS"}
+    return "; ".join(f"{r['title']} ({r['where']}): {words.get(r['verdict'], r['verdict'])}"
+                     + (f" on {r['from']}, worst deviation {r[r['from']]}" if r["from"] != "–" else "")
+                     for _, r in checks.iterrows())
+
+
+def data_comparison_text(runs: list[RunResult], images) -> str:
+    """Whether archived ``runs`` recorded this build's data, each compared by the fingerprint kind it recorded
+    (:func:`maskfed.fl.runner.recorded_fingerprint`): one or two sentences, or "" without runs.
+
+    Args:
+        runs: archived runs (any profiles).
+        images: this build's :class:`maskfed.fl.data.ImageData`.
+    """
+    from maskfed.fl.data import FINGERPRINT_KINDS
+    from maskfed.fl.runner import fingerprint_of_kind, recorded_fingerprint
+
+    prints = {recorded_fingerprint(r.provenance) for r in runs}
+    if not prints:
+        return ""
+    ours = {kind: fingerprint_of_kind(images, kind) for kind in {kind for kind, _ in prints}}
+    if all(value == ours[kind] for kind, value in prints):
+        compared = "; ".join(f"{FINGERPRINT_KINDS[kind]}, {ours[kind]} for this build's data" for kind in sorted(ours))
+        return f"The archived runs record the same data fingerprint. Compared by the kind each recorded: {compared}."
+    return ("The archived runs record data fingerprints other than this build's data: "
+            + "; ".join(f"{value} ({FINGERPRINT_KINDS[kind]}; this build: {ours[kind]})"
+                        for kind, value in sorted(prints) if value != ours[kind]) + ".")
+
+
+def paper_setting_text(profiles) -> str:
+    """The sentence that opens the verdict page's "What differs" list, from the profiles its sources measure."""
+    if "paper" not in set(profiles):
+        return "None of these runs is the paper's own setting, and every verdict above should be read with that:"
+    return ("Only the paper profile's runs are the paper's setting (run by this code); read the verdicts of "
+            "the other sources with what differs:")
+
+
 def verdict_mark(verdict: str) -> str:
     """A small coloured HTML label for a verdict of :data:`maskfed.fl.claims.VERDICTS`."""
     bg, fg = VERDICT_STYLE[verdict]
