@@ -131,7 +131,8 @@ def test_the_chapter_shows_the_archived_long_runs_beside_its_own(tmp_path, monke
         for o in cell.get("outputs", []):
             if "scrapbook" in o.get("metadata", {}):
                 glued[o["metadata"]["scrapbook"]["name"]] = next(iter(o["data"].values()))
-    assert "archived cpu-masked runs" in glued["mt_long_intro"] and "200 rounds and 3 seeds (18 runs" in glued["mt_long_intro"]
+    assert "archived cpu-masked runs" in glued["mt_long_intro"] and "200 rounds and 3 seeds. Where they were made: 18 runs on " in glued["mt_long_intro"]
+    assert glued["mt_long_intro"].count("(") == glued["mt_long_intro"].count(")")
     assert "test accuracy (better" in glued["mt_long_mode_answer"]
     assert "top Hessian eigenvalue at p = 0.5, full batch, τ=1: within seed spread" in glued["mt_long_mode"]
     assert glued["mt_long_missing"] in ("''", '""')
