@@ -2,6 +2,8 @@
 rule and the lr -> 0 limit, the model-size tables, and the smoke axes and study, archived and shown."""
 
 import itertools
+import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -240,10 +242,74 @@ def test_model_specs_are_the_issues_and_refuse_unknown_parts():
     assert len(fa.model_spec("cpu-paper", "resnet", all_protocols=True).protocols) == 9
     with pytest.raises(ConfigError, match="no model-size study is defined for profile 'cpu'"):
         fa.model_spec("cpu", "models")
-    with pytest.raises(ConfigError, match=r"part must be one of \['models', 'resnet'\]"):
+    with pytest.raises(ConfigError, match=r"part must be one of \['models', 'resnet', 'resnet-fedavg'\]"):
         fa.model_spec("cpu-paper", "vit")
     with pytest.raises(ValueError, match="width is given for model 'small_cnn_gn' only"):
         fa.ModelSpec(model="resnet18_gn", width=8)
+    # ResNet-18-GN's own FedAvg trajectory: the issue's protocol, 80 rounds, θ every 2nd round from 10
+    own = fa.model_spec("cpu-paper", "resnet-fedavg")
+    (m,) = own.models
+    assert (m.source, m.rounds, m.eval_every) == ("fedavg", 80, 4) and own.protocols == resnet.protocols
+    assert m.kept() == [0, *range(10, 81, 2)]
+    cfg = fa.trajectory_config(stage.ladder_config(load_profile("cpu-paper")), m)
+    assert (cfg.model, cfg.rounds, cfg.eval_every, cfg.eval_every_tail) == ("resnet18_gn", 80, 4, 4)
+    assert (cfg.batch_size, cfg.local_epochs, cfg.alpha, cfg.lr, cfg.seed) == (32, 2, 100, 0.01, 0)
+    with pytest.raises(ValueError, match="rounds .* needs source 'fedavg' and eval_every"):
+        fa.ModelSpec(model="resnet18_gn", rounds=10)
+    with pytest.raises(ValueError, match="give rounds too"):
+        fa.ModelSpec(model="resnet18_gn", source="fedavg", keep_every=2)
+
+
+def test_evaluated_checkpoints_take_the_first_evaluated_round_reaching_each_target(tmp_path):
+    # prepare: a finished 6-round run folder tested at rounds 2, 4, 6 (0.20, 0.40, 0.38), θ kept at 0, 2, 4, 6
+    cfg = fa.protocol_config(load_profile("smoke").run(0), rounds=6)
+    (tmp_path / "config.json").write_text(cfg.model_dump_json())
+    nan = float("nan")
+    pd.DataFrame({"round": range(1, 7), "test_acc": [nan, 0.2, nan, 0.4, nan, 0.38],
+                  "test_loss": [nan, 2.0, nan, 1.5, nan, 1.6]}).to_csv(tmp_path / "metrics.csv", index=False)
+    thetas = {r: torch.full((3,), float(r)) for r in (0, 2, 4, 6)}
+    torch.save({"rounds": list(thetas), "thetas_RxP": torch.stack(list(thetas.values()))}, tmp_path / "thetas.pt")
+    # execute
+    got, acc = fa.evaluated_checkpoints(cfg, [0.1, 0.39, 0.5], tmp_path)
+    # assert: 0.1 first reached at round 2, 0.39 at round 4 (not 6), 0.5 never; accuracies read, not recomputed
+    assert [(c.reached, c.when, c.test_acc) for c in got[:2]] == [(True, 2, 0.2), (True, 4, 0.4)]
+    assert torch.equal(got[1].theta, torch.full((3,), 4.0))
+    assert not got[2].reached and got[2].theta is None and got[2].when == -1
+    assert acc["round"].tolist() == [2, 4, 6]
+    with pytest.raises(ValueError, match="holds another run"):
+        fa.evaluated_checkpoints(fa.protocol_config(cfg, rounds=7), [0.1], tmp_path)
+    torch.save({"rounds": [0, 6], "thetas_RxP": torch.zeros(2, 3)}, tmp_path / "thetas.pt")
+    with pytest.raises(ValueError, match=r"keeps no θ at round 2 .* it keeps \[0, 6\]"):
+        fa.evaluated_checkpoints(cfg, [0.1], tmp_path)
+
+
+@pytest.mark.slow
+def test_a_model_with_its_own_trajectory_is_trained_archived_and_read_from_a_given_folder(dirs, capsys):
+    # prepare/execute: the smoke resnet-fedavg study (ResNet-18-GN, 2 FedAvg rounds, tested every round)
+    assert cli.main(["archive", "--profile", "smoke", "--factor", "resnet-fedavg", "--workers", "1"]) == 0
+    back = archive.load_factor_study("smoke", "resnet-fedavg")
+    spec = fa.model_spec("smoke", "resnet-fedavg")
+    # assert: the first target is reached at round 1, the second never; the trajectory's record is archived
+    ck = back.checkpoints.set_index("target")
+    assert ck.loc[0.05, "reached"] and ck.loc[0.05, "when"] == 1 and not ck.loc[0.99, "reached"]
+    assert len(back.table) == len(spec.protocols) and set(back.table["source"]) == {"fedavg"}
+    root = archive.factor_dir("smoke", "resnet-fedavg")
+    assert {f"trajectory-{f}" for f in archive.TRAJECTORY_FILES} <= {p.name for p in root.iterdir()}
+    assert not (root / "trajectory-thetas.pt").exists()
+    assert back.provenance["compute_s"] >= json.loads((root / "trajectory-provenance.json").read_text())["wall_s"]
+    # the same study from a given run folder (as one trained in another checkout) reads that folder
+    (run,) = [p for p in (dirs / "results" / "runs").iterdir() if "resnet18_gn" in p.name]
+    moved = dirs / "elsewhere" / run.name
+    shutil.copytree(run, moved)
+    shutil.rmtree(run)
+    assert cli.main(["archive", "--profile", "smoke", "--factor", "resnet-fedavg", "--workers", "1",
+                     "--trajectory", str(moved)]) == 0
+    assert not any("resnet18_gn" in p.name for p in (dirs / "results" / "runs").iterdir())  # not trained again
+    again = archive.load_factor_study("smoke", "resnet-fedavg")
+    pd.testing.assert_frame_equal(again.table, back.table)
+    assert cli.main(["archive", "--profile", "smoke", "--factor", "resnet-fedavg", "--trajectory",
+                     str(dirs / "nowhere")]) == 2
+    assert "--trajectory must be a finished run folder" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- the axes and the model-size study at smoke size
@@ -297,6 +363,6 @@ def test_archive_command_refuses_mixed_modes(capsys):
     assert cli.main(["archive", "--profile", "smoke", "--factor", "models", "--stage"]) == 2
     assert "give one of --verify, --stage, --factor and --manifests" in capsys.readouterr().err
     assert cli.main(["archive", "--profile", "smoke", "--all-protocols"]) == 2
-    assert "--all-protocols is used with --factor only" in capsys.readouterr().err
+    assert "--all-protocols and --trajectory are used with --factor only" in capsys.readouterr().err
     assert cli.main(["archive", "--profile", "cpu", "--factor", "models"]) == 2
     assert "no model-size study is defined for profile 'cpu'" in capsys.readouterr().err

@@ -144,8 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
                            "trajectories (one per seed) and archive that stage study")
     arch.add_argument("--factor", choices=list(MODEL_PARTS), default=None,
                       help="instead of archiving runs: compute the model-size study of the chapter 'What sets the "
-                           "recovery factor?' (models: the small CNN at several widths; resnet: ResNet-18-GN) at "
+                           "recovery factor?' (models: the small CNN at several widths; resnet: ResNet-18-GN at "
+                           "centralised θ; resnet-fedavg: ResNet-18-GN at θ of its own FedAvg trajectory) at "
                            "θ of matched accuracy, resumably, and archive it in results/archive/<profile>/factor-<part>/")
+    arch.add_argument("--trajectory", default=None, metavar="RUN_FOLDER",
+                      help="with --factor: a finished run folder (with thetas.pt) of a model's own FedAvg trajectory, "
+                           "read instead of looking for that run in results/runs (say, one trained from another "
+                           "checkout); its configuration is checked")
     arch.add_argument("--all-protocols", action="store_true",
                       help="with --factor: measure every protocol of the profile's Table I grid (default: the "
                            "study's own list; ResNet-18-GN's has five)")
@@ -257,14 +262,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {archive.MANIFEST} into {len(written)} folder(s) of the {args.profile} archive that had none"
                   + (f" ({', '.join(f.name for f in written)})" if written else ""), file=sys.stderr)
             return 0
-        if args.all_protocols and args.factor is None:
-            return _error("--all-protocols is used with --factor only")
+        if (args.all_protocols or args.trajectory) and args.factor is None:
+            return _error("--all-protocols and --trajectory are used with --factor only")
+        if args.trajectory and not (Path(args.trajectory) / "config.json").is_file():
+            return _error(f"--trajectory must be a finished run folder (with config.json); got {args.trajectory}")
         if args.factor is not None:
             try:
                 with runner.stop_on_signals():  # SIGTERM and SIGHUP stop it as Ctrl-C does
                     dest = archive.archive_factor_study(
                         args.profile, args.factor, workers=args.workers, all_protocols=args.all_protocols,
-                        data_path=absolute_path(args.data_path) if args.data_path else None)
+                        data_path=absolute_path(args.data_path) if args.data_path else None,
+                        own_trajectories=[Path(args.trajectory)] if args.trajectory else ())
             except KeyboardInterrupt as exc:
                 res = runner.results_dir()
                 return _interrupted(exc, f"rerun the same command to resume: every finished θ path and measurement "

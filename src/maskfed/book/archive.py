@@ -855,6 +855,11 @@ def archive_stage_study(profile_name: str, *, workers: int | None = None, progre
     accuracy[["seed", "round", "test_acc", "test_loss"]].to_csv(tmp / "accuracy.csv", index=False)
     (tmp / "spec.json").write_text(spec.model_dump_json(indent=2))
     (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
+    if len(study.own_trajectories) > 1:
+        raise ValueError(f"a factor study keeps one trajectory of its own; {part} has {len(study.own_trajectories)}")
+    for folder in study.own_trajectories:  # the run's record, without its θ (45 MB each for ResNet-18-GN)
+        for f in TRAJECTORY_FILES:
+            shutil.copy2(folder / f, tmp / f"{TRAJECTORY_PREFIX}{f}")
     install(tmp, dest)
     return dest
 
@@ -886,6 +891,12 @@ def load_stage_study(profile_name: str) -> ArchivedStudy | None:
 
 #: Files of an archived model-size study (:func:`archive_factor_study`), all small CSV and JSON.
 FACTOR_FILES = ("table.csv", "checkpoints.csv", "accuracy.csv", "spec.json", "provenance.json")
+
+
+#: Files of a model's own FedAvg trajectory kept with a model-size study (its run folder but ``thetas.pt``),
+#: each named with :data:`TRAJECTORY_PREFIX` (``trajectory-metrics.csv``, ...).
+TRAJECTORY_FILES = ("config.json", "metrics.csv", "partition.json", "provenance.json")
+TRAJECTORY_PREFIX = "trajectory-"
 
 
 #: Name prefix of the folders of a profile's archived model-size studies (never run folders).
@@ -930,14 +941,18 @@ class ArchivedFactor:
 
 
 def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, progress: bool = True,
-                         all_protocols: bool = False, data_path: str | None = None) -> Path:
+                         all_protocols: bool = False, data_path: str | None = None,
+                         own_trajectories=()) -> Path:
     """Compute a profile's model-size study ``part`` (:func:`maskfed.fl.factor_axes.model_study` with
     :func:`maskfed.fl.factor_axes.model_spec`; every θ path and measurement cached, so a killed
     command resumes) and keep it in :func:`factor_dir` (:data:`FACTOR_FILES`), replacing an older one.
 
     θ of a "fedavg" model come from the profile's archived stage-ladder trajectory of its first seed
     (:func:`ladder_trajectories`) when the archive holds it, else from its run in ``results/runs``
-    (trained when missing).
+    (trained when missing). A model with a FedAvg trajectory of its own (``rounds`` in its spec) reads it
+    from ``own_trajectories`` (finished run folders) or ``results/runs`` (trained when missing); the
+    archive keeps that run's folder without its θ (:data:`TRAJECTORY_FILES`, named ``trajectory-<file>``), and
+    ``checkpoints.csv`` the sha256 prefix of each θ measured.
 
     Raises:
         ConfigError: a profile or part without a study (naming those defined).
@@ -952,7 +967,8 @@ def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, prog
     trajectory = ladder_trajectories(profile_name).get(prof.seeds[0]) if any(
         m.source == "fedavg" for m in spec.models) else None
     t0 = time.perf_counter()
-    study = factor_axes.model_study(prof, spec, trajectory=trajectory, workers=workers, progress=progress)
+    study = factor_axes.model_study(prof, spec, trajectory=trajectory, workers=workers, progress=progress,
+                                    own_trajectories=own_trajectories)
     git = provenance.git_state()
     prov = {"profile": profile_name, "part": part, "code_hash": provenance.code_hash(),
             "gram_code_hash": provenance.code_hash_with(*pool_gram.GRAM_MODULES),
@@ -971,6 +987,11 @@ def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, prog
     study.accuracy.to_csv(tmp / "accuracy.csv", index=False)
     (tmp / "spec.json").write_text(spec.model_dump_json(indent=2))
     (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
+    if len(study.own_trajectories) > 1:
+        raise ValueError(f"a factor study keeps one trajectory of its own; {part} has {len(study.own_trajectories)}")
+    for folder in study.own_trajectories:  # the run's record, without its θ (45 MB each for ResNet-18-GN)
+        for f in TRAJECTORY_FILES:
+            shutil.copy2(folder / f, tmp / f"{TRAJECTORY_PREFIX}{f}")
     install(tmp, dest)
     return dest
 

@@ -28,7 +28,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Sequence
 
 import numpy as np
 import pandas as pd
@@ -342,6 +342,62 @@ def fedavg_checkpoints(cfg: RunConfig, targets, candidates, *, trajectory: Path 
     return out, ladder.accuracy
 
 
+def trajectory_config(base: RunConfig, m: "ModelSpec") -> RunConfig:
+    """The run configuration of model ``m``'s own FedAvg trajectory: ``base`` (the profile's stage-ladder
+    run) with the model, its rounds and its evaluation interval (every round of the last quarter too).
+
+    Raises:
+        ValueError: ``m`` has no trajectory of its own (``rounds`` is None).
+    """
+    if m.rounds is None:
+        raise ValueError(f"model {m.model} has no trajectory of its own (rounds is None)")
+    return protocol_config(base, model=m.model, **({} if m.width is None else {"width": m.width}), rounds=m.rounds,
+                           eval_every=m.eval_every, eval_every_tail=m.eval_every)
+
+
+def evaluated_checkpoints(cfg: RunConfig, targets, folder: Path) -> tuple[list[Checkpoint], pd.DataFrame]:
+    """θ of a finished FedAvg run at the first evaluated round whose test accuracy reaches each target.
+
+    The run tested its global model on every test image at the rounds of
+    :func:`maskfed.fl.fedavg.eval_rounds` (``test_acc`` in its ``metrics.csv``); those accuracies are
+    read, not recomputed, so the resolution of "first reaches" is the run's evaluation interval. The θ
+    of a hit round comes from the run's ``thetas.pt``. A target never reached gives a checkpoint with
+    ``reached`` False.
+
+    Args:
+        cfg: the run's configuration; ``folder``'s ``config.json`` must hold the same (up to where it ran).
+        targets: test accuracies (fractions).
+        folder: the finished run folder.
+
+    Returns:
+        (one :class:`Checkpoint` per target, the accuracy at every evaluated round: round, test_acc, test_loss).
+
+    Raises:
+        ValueError: the folder holds another configuration, or keeps no θ at a round that reached a target
+            (naming the rounds it keeps).
+    """
+    folder = Path(folder)
+    if not stage.holds(folder, cfg):
+        raise ValueError(f"trajectory {folder} holds another run than {cfg.label()}")
+    metrics = pd.read_csv(folder / "metrics.csv")
+    acc = metrics.loc[metrics["test_acc"].notna(), ["round", "test_acc", "test_loss"]].reset_index(drop=True)
+    thetas = None
+    out = []
+    for t in targets:
+        hit = acc.loc[acc["test_acc"] >= t, "round"]
+        if not len(hit):
+            out.append(Checkpoint(cfg.model, _width(cfg), "fedavg", t, False, float("nan"), -1, -1, folder.name))
+            continue
+        r = int(hit.iloc[0])
+        if thetas is None:
+            thetas = runner.load_thetas(folder) or {}
+        if r not in thetas:
+            raise ValueError(f"trajectory {folder} keeps no θ at round {r} (first reaching {t}); it keeps {sorted(thetas)}")
+        out.append(Checkpoint(cfg.model, _width(cfg), "fedavg", t, True, float(acc.set_index("round").loc[r, "test_acc"]),
+                              r, _fedavg_images(cfg, r), folder.name, thetas[r].clone()))
+    return out, acc
+
+
 def _fedavg_images(cfg: RunConfig, rounds: int) -> int:
     """Training images passed in ``rounds`` FedAvg rounds (K_c clients of about N/K images, τ epochs each)."""
     images = runner.images_for(cfg)
@@ -521,12 +577,34 @@ class ModelSpec(BaseModel):
     model: Literal["small_cnn_gn", "resnet18_gn"]              # network
     width: int | None = Field(None, ge=1)                      # small CNN first-layer channels; None for ResNet-18-GN
     source: Literal["fedavg", "centralised"] = "centralised"   # θ from the FedAvg trajectory or centralised SGD
+    # A FedAvg trajectory of the model's own, shorter than the profile's (ours: a budget, for a model whose
+    # run at the profile's rounds costs too much here). None: the profile's stage-ladder run and its kept θ.
+    rounds: int | None = Field(None, ge=1)        # FedAvg rounds of that trajectory
+    eval_every: int | None = Field(None, ge=1)    # rounds between its test evaluations (every test image), last quarter too
+    keep_from: int = Field(0, ge=0)               # first round (after 0, θ_0) whose θ it keeps
+    keep_every: int = Field(1, ge=1)              # rounds between kept θ from keep_from on
 
     @model_validator(mode="after")
     def _width_for_small_cnn(self) -> "ModelSpec":
         if (self.model == "small_cnn_gn") != (self.width is not None):
             raise ValueError(f"width is given for model 'small_cnn_gn' only; got model {self.model!r}, width {self.width}")
+        if self.rounds is not None and (self.source != "fedavg" or self.eval_every is None):
+            raise ValueError("rounds (a trajectory of the model's own) needs source 'fedavg' and eval_every; got "
+                             f"source {self.source!r}, eval_every {self.eval_every}")
+        if self.rounds is None and (self.eval_every is not None or self.keep_from or self.keep_every != 1):
+            raise ValueError("eval_every, keep_from and keep_every describe a trajectory of the model's own: give rounds too")
         return self
+
+    def kept(self) -> list[int]:
+        """Rounds whose θ the model's own trajectory keeps: 0, then every ``keep_every`` from ``keep_from``
+        (and its last round, :func:`maskfed.fl.runner.kept_rounds`).
+
+        Raises:
+            ValueError: the spec has no trajectory of its own (``rounds`` is None).
+        """
+        if self.rounds is None:
+            raise ValueError("this model's θ come from the profile's trajectory; it keeps no rounds of its own")
+        return runner.kept_rounds(self.rounds, [0, *range(max(self.keep_from, 1), self.rounds + 1, self.keep_every)])
 
 
 class ModelStudySpec(BaseModel):
@@ -557,6 +635,9 @@ MODEL_DEFAULTS = {
         "resnet": ModelStudySpec(models=(ModelSpec(model="resnet18_gn"),), targets=(0.2,),
                                  protocols=(("full", 1), (64, 1)), pool_size=3, num_cohorts=3, eval_every=5,
                                  max_steps=30, eval_images=50),
+        "resnet-fedavg": ModelStudySpec(models=(ModelSpec(model="resnet18_gn", source="fedavg", rounds=2, eval_every=1),),
+                                        targets=(0.05, 0.99), protocols=(("full", 1), (64, 1)), pool_size=3,
+                                        num_cohorts=3),
     },
     "cpu-paper": {
         "models": ModelStudySpec(models=(ModelSpec(model="small_cnn_gn", width=8, source="fedavg"),
@@ -568,9 +649,14 @@ MODEL_DEFAULTS = {
         "resnet": ModelStudySpec(models=(ModelSpec(model="resnet18_gn"),), targets=(0.35, 0.45, 0.55),
                                  protocols=NINE[:5], pool_size=12, num_cohorts=100, eval_every=250,
                                  max_steps=12000, eval_images=2000),
+        # ResNet-18-GN's own FedAvg trajectory (issue 29): 80 rounds is our budget (about 3.6 h here); the
+        # test set is read every 4 rounds, θ kept every 2nd round from round 10 on (45 MB each)
+        "resnet-fedavg": ModelStudySpec(models=(ModelSpec(model="resnet18_gn", source="fedavg", rounds=80, eval_every=4,
+                                                          keep_from=10, keep_every=2),),
+                                        targets=(0.35, 0.45, 0.55), protocols=NINE[:5], pool_size=12, num_cohorts=100),
     },
 }
-MODEL_PARTS = ("models", "resnet")
+MODEL_PARTS = ("models", "resnet", "resnet-fedavg")
 
 
 def model_spec(profile: str, part: str, *, all_protocols: bool = False) -> ModelStudySpec:
@@ -604,16 +690,21 @@ class ModelStudy:
     accuracy: pd.DataFrame     # model, width, source, when, images, test_acc: each θ path's accuracy log
     spec: ModelStudySpec
     compute_s: float           # seconds spent training every client of every measurement and every θ path (all attempts)
+    own_trajectories: list[Path] = field(default_factory=list)  # run folders of the models' own FedAvg trajectories
 
 
 def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | None = None, workers: int = 1,
-                progress: bool = False) -> ModelStudy:
+                progress: bool = False, own_trajectories: Sequence[Path] = ()) -> ModelStudy:
     """Measure every protocol of ``spec`` at θ of every model of ``spec`` at every target accuracy reached.
 
     The base configuration is the profile's stage-ladder run (:func:`maskfed.fl.stage.ladder_config`,
     first seed: its data, partition, K_c, lr and seed) with the model replaced. θ from "fedavg":
     that run's kept θ (the archived ``trajectory`` for the base run's own model, else the run in
-    ``results/runs``, trained when missing: :func:`fedavg_checkpoints`); from "centralised": :func:`central_checkpoints` with the
+    ``results/runs``, trained when missing: :func:`fedavg_checkpoints`), or, for a model with a trajectory of
+    its own (``rounds``, :func:`trajectory_config`), that run: the folder among ``own_trajectories`` that
+    holds its configuration, else its run in ``results/runs``, trained when missing (resumable), its θ
+    at the first evaluated round reaching each target (:func:`evaluated_checkpoints`); from
+    "centralised": :func:`central_checkpoints` with the
     base's lr and batch size. Every (θ, protocol) trains the same seeded pool
     (:func:`maskfed.fl.stage.pool_and_cohorts`), and the same cohorts are drawn for every model.
     Every part is cached and resumable: a rerun continues where a killed one stopped.
@@ -636,10 +727,19 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
         for bs, tau in spec.protocols:
             protocol_config(cfgs[m], batch_size=bs, local_epochs=tau)
     threads = torch.get_num_threads()
-    ckpts, logs = [], []
+    ckpts, logs, own_wall, own, owner = [], [], 0.0, [], {}
     try:
         for m in spec.models:
-            if m.source == "fedavg":
+            if m.rounds is not None:
+                tcfg = trajectory_config(base, m)
+                folder = _own_trajectory(tcfg, own_trajectories)
+                if folder is None:
+                    folder = runner.run(tcfg, progress=progress, keep_every=m.kept()).path
+                own.append(folder)
+                own_wall += json.loads((folder / "provenance.json").read_text())["wall_s"]
+                got, acc = evaluated_checkpoints(tcfg, spec.targets, folder)
+                acc = acc.rename(columns={"round": "when"}).assign(images=[_fedavg_images(tcfg, r) for r in acc["round"]])
+            elif m.source == "fedavg":
                 # the archived trajectory is the base run's; another width trains (or reads) its own run
                 own = trajectory if (m.model, m.width or base.width) == (base.model, base.width) else None
                 got, acc = fedavg_checkpoints(cfgs[m], spec.targets, keep, trajectory=own, progress=progress)
@@ -652,6 +752,7 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
                 torch.set_num_threads(threads)
                 acc = acc.rename(columns={"step": "when"})
             ckpts += got
+            owner.update({id(c): m for c in got})
             logs.append(acc[["when", "images", "test_acc"]].assign(model=m.model, width=m.width, source=m.source))
     finally:
         torch.set_num_threads(threads)
@@ -659,7 +760,7 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
     tasks, keys = [], []
     for bs, tau in spec.protocols:  # protocols in order of priority: the first ones finish first
         for c in reached:
-            cfg = protocol_config(cfgs[ModelSpec(model=c.model, width=c.width, source=c.source)], batch_size=bs,
+            cfg = protocol_config(cfgs[owner[id(c)]], batch_size=bs,
                                   local_epochs=tau)
             tasks.append(Task(cfg, c.theta, list(pool), _label(c), cost=task_cost(cfg, len(pool))))
             keys.append((c, bs, tau))
@@ -669,11 +770,16 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
         rows.append({"model": c.model, "width": c.width, "params": int(g.provenance["num_parameters"]), "source": c.source,
                      "target": c.target, "test_acc": c.test_acc, "when": c.when, "images": c.images,
                      "batch_size": str(bs), "local_epochs": tau, **summarise(cohort_metrics(g.gram, g.n, cohorts))})
-    compute = sum(g.provenance["train_s"] for g in grams) + sum(
+    compute = own_wall + sum(g.provenance["train_s"] for g in grams) + sum(
         json.loads((results_dir() / "central" / c.where / "provenance.json").read_text())["wall_s"]
         for c in {c.where: c for c in ckpts if c.source == "centralised"}.values())
     return ModelStudy(pd.DataFrame(rows), pd.DataFrame([c.row() for c in ckpts]),
-                      pd.concat(logs, ignore_index=True), spec, compute)
+                      pd.concat(logs, ignore_index=True), spec, compute, own)
+
+
+def _own_trajectory(cfg: RunConfig, folders: Sequence[Path]) -> Path | None:
+    """The folder among ``folders`` whose ``config.json`` holds ``cfg`` (up to where it ran), else None."""
+    return next((Path(f) for f in folders if stage.holds(Path(f), cfg)), None)
 
 
 # --------------------------------------------------------------------------- the model-size tables

@@ -498,6 +498,20 @@ def _from_run(cfg: RunConfig) -> tuple[str, dict[int, torch.Tensor]] | None:
     return None if thetas is None else (found.path.name, thetas)
 
 
+#: Settings that say where a run ran, not what it computed (a folder of another place still holds ``cfg``).
+WHERE_IT_RAN = {"data_path": None, "device": "auto", "checkpoint_every": 0}
+
+
+def holds(folder: Path, cfg: RunConfig) -> bool:
+    """Whether the run folder ``folder`` (its ``config.json``) holds ``cfg``, up to :data:`WHERE_IT_RAN`.
+
+    Raises:
+        FileNotFoundError: ``folder`` has no ``config.json``.
+    """
+    held = RunConfig(**json.loads((Path(folder) / "config.json").read_text()))
+    return held.model_copy(update=WHERE_IT_RAN) == cfg.model_copy(update=WHERE_IT_RAN)
+
+
 def _from_folder(cfg: RunConfig, folder: Path, wanted: list[int]) -> tuple[str, dict[int, torch.Tensor]]:
     """(folder name, θ snapshots) of a finished run folder given by path, checked against ``cfg``.
 
@@ -505,9 +519,8 @@ def _from_folder(cfg: RunConfig, folder: Path, wanted: list[int]) -> tuple[str, 
         ValueError: the folder holds another configuration (up to where it ran), or lacks θ at a
             wanted round.
     """
-    held = RunConfig(**json.loads((folder / "config.json").read_text()))
-    where = {"data_path": None, "device": "auto", "checkpoint_every": 0}
-    if held.model_copy(update=where) != cfg.model_copy(update=where):
+    if not holds(folder, cfg):
+        held = RunConfig(**json.loads((folder / "config.json").read_text()))
         raise ValueError(f"trajectory {folder} holds run {held.label()}, not {cfg.label()}")
     thetas = runner.load_thetas(folder) or {}
     missing = sorted(set(wanted) - set(thetas))
