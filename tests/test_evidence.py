@@ -76,3 +76,28 @@ def test_data_comparison_compares_each_run_by_the_kind_it_recorded():
     assert evidence.data_comparison_text([], images) == ""
     assert evidence.paper_setting_text(["cpu-paper"]).startswith("None of these runs")
     assert evidence.paper_setting_text(["paper", "cpu"]).startswith("Only the paper profile's runs")
+
+
+def test_resnet_text_reports_fedavg_theta_first_then_centralised_and_the_route_to_theta():
+    # prepare: ResNet-18-GN at one target, two protocols, θ reached both ways; centralised values 1.5x and 2x
+    def row(source, bs, tau, value, iqr=0.1, when=40):
+        return {"model": "resnet18_gn", "width": None, "params": 11_173_962, "source": source, "target": 0.45,
+                "test_acc": 0.46, "when": when, "images": 0, "batch_size": bs, "local_epochs": tau,
+                "recovery_unweighted": value, "recovery_unweighted_q1": value - iqr / 2,
+                "recovery_unweighted_q3": value + iqr / 2}
+    table = pd.DataFrame([row("fedavg", "full", 1, 3.0), row("fedavg", "32", 2, 1.2),
+                          row("centralised", "full", 1, 4.5, when=1750), row("centralised", "32", 2, 2.4, when=1750)])
+    # execute
+    text = evidence.resnet_text([table, None])
+    # assert: FedAvg θ named first with its round, the cliff 3.0 / 1.2 = 2.50, then centralised (4.5 / 2.4 = 1.88);
+    # the route: 1.50 to 2.00 times (median 1.75), both cells beyond the IQR of 0.1
+    fed, central = text.index("its own FedAvg trajectory"), text.index("centralised SGD (")
+    assert fed < central and "rounds 40)" in text
+    assert "at 1 of 1 θ, by a factor of 2.50" in text and "by a factor of 1.88" in text
+    assert "1.50 to 2.00 times (median 1.75) the value at FedAvg θ for the ResNet-18-GN, beyond the spread over " \
+           "cohorts in 2 of 2 cells" in text
+    assert "need not be the paper's model" not in text
+    # without the FedAvg θ the warning is there; without ResNet-18-GN nothing is said
+    assert "need not be the paper's model" in evidence.resnet_text([table[table["source"] == "centralised"]])
+    assert evidence.resnet_text([table.assign(model="small_cnn_gn", width=8)]) == ""
+    assert evidence.resnet_text([]) == ""

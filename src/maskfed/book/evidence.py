@@ -241,3 +241,53 @@ def stage_study(profile, spec, *, ladder_from: str | None, workers: int | None =
     return BookStudy(profile.name, st.table, checkpoints, spec,
                      f"measured in this build on the {profile.name} profile's own trajectory, whose θ were "
                      + stage.ladder_source(st.ladder), stage.ladder_config(profile), st.branches)
+
+
+def resnet_text(tables, *, where: str = " (the chapter “What sets the recovery factor?”)") -> str:
+    """The sentences on the paper's model measured on this CPU: at θ of its own FedAvg trajectory first, at θ
+    of centralised SGD beside it, and what the way θ was reached does to 1/Δ_S on every model measured both
+    ways (:func:`maskfed.fl.factor_axes.route_summary`); "" when no table holds ResNet-18-GN.
+
+    Args:
+        tables: model-size study tables (:attr:`maskfed.fl.factor_axes.ModelStudy.table`, archived or live).
+        where: where the measurement is shown, set after "measured on this CPU".
+    """
+    from maskfed import book
+    from maskfed.fl import factor_axes as fa
+
+    tables = [t for t in tables if t is not None and len(t)]
+    if not tables:
+        return ""
+    table = pd.concat(tables, ignore_index=True)
+    if not (table["model"] == "resnet18_gn").any():
+        return ""
+    paper, paper_cliff = summary.paper_table("table1"), fa.paper_overview()["cliff"].iloc[0]
+
+    def at(source: str, name: str) -> str:
+        t = table[(table["model"] == "resnet18_gn") & (table["source"] == source)]
+        if not len(t):
+            return ""
+        v = fa.cliff_verdict(fa.model_overview(t))
+        m = fa.paper_at_matched_accuracy(t, paper, source=source)
+        theta = t.drop_duplicates("target")
+        rounds = (f"; rounds {', '.join(str(int(r)) for r in theta['when'])}" if source == "fedavg" else "")
+        return (f"at θ of {name} (test accuracy {book.span(theta['test_acc'].min(), theta['test_acc'].max())}"
+                f"{rounds}) a full-batch protocol recovers more than every minibatch one at {v['holds']} of "
+                f"{v['measured']} θ, by a factor of {book.span(v['min'], v['max'])} (the paper's Table I: "
+                f"{paper_cliff:.2f}), and at the θ nearest in accuracy to each Table I row its 1/Δ_S is "
+                f"{book.span(m['ratio'].min(), m['ratio'].max())} times the paper's")
+
+    fedavg = at("fedavg", "its own FedAvg trajectory (bs 32, τ 2)")
+    found = [x for x in (fedavg, at("centralised", "centralised SGD")) if x]
+    text = f"The paper's model has been measured on this CPU{where}: " + "; ".join(found) + "."
+    checks = fa.path_checks(table)
+    if checks:
+        text += (" Where one model was measured at θ reached both ways at the same target accuracy, centralised-SGD "
+                 "θ give " + "; ".join(
+                     f"{book.span(r['min'], r['max'])} times (median {r['median']:.2f}) the value at FedAvg θ for the "
+                     f"{name}, beyond the spread over cohorts in {r['beyond']} of {r['cells']} cells"
+                     for name, r in ((n, fa.route_summary(c)) for n, c in checks.items())) + ".")
+    if not fedavg:
+        text += (" The paper trains its model with FedAvg, so these centralised-θ values need not be the paper's "
+                 "model as the paper trains it.")
+    return text

@@ -269,6 +269,26 @@ def path_check(table: pd.DataFrame, *, model: str, width: int | None) -> pd.Data
     return out.reset_index()
 
 
+def path_checks(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """:func:`path_check` for every model of ``table`` measured at θ reached both ways, keyed by
+    :func:`model_label` (in the table's order); models measured one way only are left out."""
+    out = {}
+    for (model, width), g in table.groupby(["model", "width"], dropna=False, sort=False):
+        if g["source"].nunique() > 1:
+            w = None if pd.isna(width) else int(width)
+            out[model_label(model, w)] = path_check(table, model=model, width=w)
+    return out
+
+
+def route_summary(check: pd.DataFrame) -> dict:
+    """How much the way θ was reached moves 1/Δ_S, from one :func:`path_check` table: the ratio
+    centralised / FedAvg per (target, protocol) cell, ``{"min", "median", "max"}`` of it, ``cells``
+    and ``beyond`` (cells whose difference exceeds the FedAvg θ's interquartile range over cohorts)."""
+    ratio = check["centralised"] / check["fedavg"]
+    return {"min": float(ratio.min()), "median": float(ratio.median()), "max": float(ratio.max()),
+            "cells": int(len(check)), "beyond": int((~check["within"]).sum())}
+
+
 # --------------------------------------------------------------------------- θ at a target accuracy
 
 @dataclass
@@ -657,6 +677,9 @@ MODEL_DEFAULTS = {
     },
 }
 MODEL_PARTS = ("models", "resnet", "resnet-fedavg")
+#: What each part measures, as the book names it.
+PART_NAMES = {"models": "The small-CNN study", "resnet": "ResNet-18-GN at centralised-SGD θ",
+              "resnet-fedavg": "ResNet-18-GN at θ of its own FedAvg trajectory"}
 
 
 def model_spec(profile: str, part: str, *, all_protocols: bool = False) -> ModelStudySpec:
@@ -727,7 +750,7 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
         for bs, tau in spec.protocols:
             protocol_config(cfgs[m], batch_size=bs, local_epochs=tau)
     threads = torch.get_num_threads()
-    ckpts, logs, own_wall, own, owner = [], [], 0.0, [], {}
+    ckpts, logs, own_wall, own_folders, owner = [], [], 0.0, [], {}
     try:
         for m in spec.models:
             if m.rounds is not None:
@@ -735,7 +758,7 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
                 folder = _own_trajectory(tcfg, own_trajectories)
                 if folder is None:
                     folder = runner.run(tcfg, progress=progress, keep_every=m.kept()).path
-                own.append(folder)
+                own_folders.append(folder)
                 own_wall += json.loads((folder / "provenance.json").read_text())["wall_s"]
                 got, acc = evaluated_checkpoints(tcfg, spec.targets, folder)
                 acc = acc.rename(columns={"round": "when"}).assign(images=[_fedavg_images(tcfg, r) for r in acc["round"]])
@@ -774,7 +797,7 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
         json.loads((results_dir() / "central" / c.where / "provenance.json").read_text())["wall_s"]
         for c in {c.where: c for c in ckpts if c.source == "centralised"}.values())
     return ModelStudy(pd.DataFrame(rows), pd.DataFrame([c.row() for c in ckpts]),
-                      pd.concat(logs, ignore_index=True), spec, compute, own)
+                      pd.concat(logs, ignore_index=True), spec, compute, own_folders)
 
 
 def _own_trajectory(cfg: RunConfig, folders: Sequence[Path]) -> Path | None:
@@ -863,7 +886,8 @@ def by_model(overview: pd.DataFrame, reference: str) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index").sort_values("params", kind="stable")
 
 
-def paper_at_matched_accuracy(table: pd.DataFrame, paper: pd.DataFrame, *, model: str = "resnet18_gn") -> pd.DataFrame:
+def paper_at_matched_accuracy(table: pd.DataFrame, paper: pd.DataFrame, *, model: str = "resnet18_gn",
+                              source: str | None = None) -> pd.DataFrame:
     """The paper's Table I beside this study's θ of the same model nearest to each row's test accuracy.
 
     The paper reports each protocol at the end of its own 200-round FedAvg trajectory (median over
@@ -876,13 +900,14 @@ def paper_at_matched_accuracy(table: pd.DataFrame, paper: pd.DataFrame, *, model
         paper: :func:`maskfed.fl.summary.paper_table` ``("table1")`` (index batch_size, local_epochs;
             columns ``test_acc``, ``recovery_unweighted``).
         model: the model of ``table`` to compare (default the paper's ResNet-18-GN).
+        source: only θ reached this way ("fedavg" or "centralised"); None: any.
 
     Returns:
         One row per protocol in the paper's order (index :func:`protocol_label`): ``paper_acc``,
         ``paper``, ``acc`` (of the nearest θ), ``measured`` (its median 1/Δ_S over cohorts) and
-        ``ratio`` (measured / paper). Empty when ``model`` is not in ``table``.
+        ``ratio`` (measured / paper). Empty when ``model`` (from ``source``) is not in ``table``.
     """
-    t = table[table["model"] == model]
+    t = table[(table["model"] == model) & ((table["source"] == source) if source is not None else True)]
     rows = {}
     for (bs, tau), p in paper.iterrows():
         got = t[(t["batch_size"].astype(str) == str(bs)) & (t["local_epochs"] == int(tau))]
