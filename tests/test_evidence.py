@@ -101,3 +101,17 @@ def test_resnet_text_reports_fedavg_theta_first_then_centralised_and_the_route_t
     assert "need not be the paper's model" in evidence.resnet_text([table[table["source"] == "centralised"]])
     assert evidence.resnet_text([table.assign(model="small_cnn_gn", width=8)]) == ""
     assert evidence.resnet_text([]) == ""
+
+
+def test_own_trajectory_text_reads_the_last_quarter_and_the_last_evaluated_accuracy():
+    # prepare: 8 rounds, last quarter = rounds 7-8 with factors 2.0 and 4.0; accuracy read at rounds 4 and 8
+    nan = float("nan")
+    m = pd.DataFrame({"round": range(1, 9), "recovery_unweighted": [9, 9, 9, 9, 9, 9, 2.0, 4.0],
+                      "test_acc": [nan, nan, nan, 0.3, nan, nan, nan, 0.41]})
+    # execute
+    text = evidence.own_trajectory_text(m, paper=1.19, paper_acc=0.8)
+    # assert: median 3.00, IQR 2.50 to 3.50, accuracy 0.41 after round 8, the paper's 1.19 at 0.80
+    assert "last 2 of its 8 rounds" in text and "median 3.00 (interquartile range 2.50 to 3.50)" in text
+    assert "test accuracy 0.41 after round 8" in text and "gives 1.19" in text and "accuracy 0.80" in text
+    assert text.endswith("not at the same stage of training.")
+    assert evidence.own_trajectory_text(m, paper=1.19, paper_acc=0.44).endswith("about the same stage of training.")

@@ -296,6 +296,7 @@ def test_a_model_with_its_own_trajectory_is_trained_archived_and_read_from_a_giv
     root = archive.factor_dir("smoke", "resnet-fedavg")
     assert {f"trajectory-{f}" for f in archive.TRAJECTORY_FILES} <= {p.name for p in root.iterdir()}
     assert not (root / "trajectory-thetas.pt").exists()
+    assert back.trajectory["round"].tolist() == [1, 2] and back.trajectory["test_acc"].notna().all()
     assert back.provenance["compute_s"] >= json.loads((root / "trajectory-provenance.json").read_text())["wall_s"]
     # the same study from a given run folder (as one trained in another checkout) reads that folder
     (run,) = [p for p in (dirs / "results" / "runs").iterdir() if "resnet18_gn" in p.name]
@@ -310,6 +311,18 @@ def test_a_model_with_its_own_trajectory_is_trained_archived_and_read_from_a_giv
     assert cli.main(["archive", "--profile", "smoke", "--factor", "resnet-fedavg", "--trajectory",
                      str(dirs / "nowhere")]) == 2
     assert "--trajectory must be a finished run folder" in capsys.readouterr().err
+    # the chapter shows the trajectory beside the paper's Table I and ResNet-18-GN at FedAvg θ first
+    import nbformat
+
+    from maskfed.book import notebooks
+
+    out = notebooks.execute("what_sets_the_factor", profile="smoke", out_dir=dirs / "nb",
+                            parameters={"models_from": "smoke", "models_live": False})
+    glued = {o["metadata"]["scrapbook"]["name"]: next(iter(o["data"].values()))
+             for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", [])
+             if "scrapbook" in o.get("metadata", {})}
+    assert "The paper's Table I has no row for bs 16, τ 2" in glued["wf_own_text"]  # smoke's protocol
+    assert "at θ of its own FedAvg trajectory (bs 32, τ 2) (test accuracy" in glued["wf_paper_text"]
 
 
 # ---------------------------------------------------------------- the axes and the model-size study at smoke size

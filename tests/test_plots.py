@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from maskfed.book.plots import (cohort_size, plain_log_ticks, recovery_vs_accuracy, recovery_vs_parameters,  # noqa: E402
+from maskfed.book.plots import (cohort_size, own_trajectory, plain_log_ticks, recovery_vs_accuracy, recovery_vs_parameters,  # noqa: E402
                                 step_size)
 from maskfed.fl import factor_axes  # noqa: E402
 from maskfed.fl.summary import paper_table  # noqa: E402
@@ -109,6 +109,23 @@ def test_step_size_and_parameters_figures_draw_one_series_per_protocol():
     assert sorted(labels) == sorted(["full, τ 1", "bs 32, τ 2", "paper's Table I (own trajectories)"])
     crosses = [c for c in ax.collections if len(c.get_offsets()) == 9]
     assert len(crosses) == 1 and set(crosses[0].get_offsets()[:, 0]) == {11173962}
+
+
+def test_own_trajectory_draws_each_round_its_rolling_median_the_paper_and_the_measured_theta():
+    # prepare: 6 rounds, factor 4, 2, 8, 1, 1, 1; the paper's 1.19; θ measured at rounds 2 and 5
+    metrics = pd.DataFrame({"round": range(1, 7), "recovery_unweighted": [4.0, 2.0, 8.0, 1.0, 1.0, 1.0]})
+    fig, ax = plt.subplots()
+    # execute
+    own_trajectory(metrics, paper=1.19, thetas=[2, 5], window=3, ax=ax)
+    # assert: the rolling median of 3 (min_periods 1) is 4, 3, 4, 2, 1, 1; one dashed line at 1.19; θ marked
+    lines = {l.get_label(): l for l in ax.get_lines()}
+    assert list(lines["rolling median of 3 rounds"].get_ydata()) == [4.0, 3.0, 4.0, 2.0, 1.0, 1.0]
+    assert list(lines["the paper's Table I (1.19)"].get_ydata()) == [1.19, 1.19]
+    assert [l.get_xdata()[0] for l in ax.get_lines() if l.get_linestyle() == ":"] == [2, 5]
+    assert ax.get_yscale() == "log"
+    plt.close(fig)
+    with pytest.raises(ValueError, match="window must be >= 1 round; got 0"):
+        own_trajectory(metrics, paper=1.19, window=0)
 
 
 def _factor_rows(bs, tau, lr, rec, params=17034, source="centralised", target=0.45):

@@ -925,6 +925,7 @@ class ArchivedFactor:
     spec: "factor_axes.ModelStudySpec"
     provenance: dict           # code hashes, commit, machine, packages, wall and compute time, trajectory, settings
     changed: list[str] = field(default_factory=list)  # its files that differ from its manifest (manifest_changes)
+    trajectory: pd.DataFrame | None = None  # metrics.csv of a model's own FedAvg trajectory (TRAJECTORY_FILES), if kept
 
     def text(self) -> str:
         """One sentence of provenance for the book, saying when the run code has changed since."""
@@ -1018,10 +1019,12 @@ def load_factor_study(profile_name: str, part: str) -> ArchivedFactor | None:
                                "local_epochs", "recovery_unweighted") if c not in table.columns]
         if lacking:
             raise ValueError(f"table.csv lacks columns {lacking}")
+        own = root / f"{TRAJECTORY_PREFIX}metrics.csv"
         return ArchivedFactor(profile_name, part, table, pd.read_csv(root / "checkpoints.csv"),
                               pd.read_csv(root / "accuracy.csv"),
                               factor_axes.ModelStudySpec(**json.loads((root / "spec.json").read_text())), prov,
-                              [f"{root.name}/: {c}" for c in manifest_changes(root)])
+                              [f"{root.name}/: {c}" for c in manifest_changes(root)],
+                              pd.read_csv(own) if own.is_file() else None)
     except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
         warnings.warn(f"archive {profile_name}: skipping malformed factor study {root.name}: {exc}", stacklevel=2)
         return None

@@ -291,3 +291,30 @@ def resnet_text(tables, *, where: str = " (the chapter “What sets the recovery
         text += (" The paper trains its model with FedAvg, so these centralised-θ values need not be the paper's "
                  "model as the paper trains it.")
     return text
+
+
+#: Test-accuracy gap (fraction) beyond which two runs are said not to be at the same stage of training (ours).
+STAGE_GAP = 0.05
+
+
+def own_trajectory_text(metrics: pd.DataFrame, *, paper: float, paper_acc: float) -> str:
+    """One sentence on a model's own FedAvg trajectory beside the paper's Table I value of its protocol:
+    the median and interquartile range of its per-round 1/Δ_S over its last quarter of rounds (the
+    summary window, :func:`maskfed.fl.summary.tail_window`), its last evaluated test accuracy, and the
+    paper's value and accuracy (the median over the last 50 of 200 rounds).
+
+    Args:
+        metrics: the run's ``metrics.csv`` (``round``, ``recovery_unweighted``, ``test_acc``).
+        paper, paper_acc: the paper's Table I 1/Δ_S and final test accuracy of that protocol.
+    """
+    n = len(metrics)
+    tail = metrics["recovery_unweighted"].iloc[n - summary.tail_window(n):]
+    acc = metrics["test_acc"].dropna()
+    q1, q3 = tail.quantile(0.25), tail.quantile(0.75)
+    return (f"Over the last {len(tail)} of its {n} rounds (its last quarter; the run is our budget, not the "
+            f"paper's 200 rounds) the trajectory's per-round 1/Δ_S has median {tail.median():.2f} (interquartile "
+            f"range {q1:.2f} to {q3:.2f}) at test accuracy {acc.iloc[-1]:.2f} after round {int(metrics.loc[acc.index[-1], 'round'])}; "
+            f"the paper's Table I gives {paper:.2f} for this protocol over the last 50 of its 200 rounds, at test "
+            f"accuracy {paper_acc:.2f}"
+            + (", so the two are not at the same stage of training." if abs(acc.iloc[-1] - paper_acc) > STAGE_GAP
+               else ", about the same stage of training."))

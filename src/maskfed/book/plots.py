@@ -495,6 +495,41 @@ def step_size(table: pd.DataFrame, *, ax: plt.Axes | None = None, legend: bool =
     return ax
 
 
+def own_trajectory(metrics: pd.DataFrame, *, paper: float, thetas=(), window: int = 5, ax: plt.Axes | None = None,
+                   title: str | None = None) -> plt.Axes:
+    """A FedAvg trajectory's recovery factor round by round (points; line: rolling median over ``window``
+    rounds), log scale, beside the paper's value for its protocol (dashed line), with the rounds whose θ
+    were measured marked.
+
+    Args:
+        metrics: the run's ``metrics.csv`` (columns ``round``, ``recovery_unweighted``).
+        paper: the paper's Table I value of the run's protocol (1/Δ_S, unweighted).
+        thetas: rounds whose θ a study measured (vertical dotted lines).
+        window: rounds of the rolling median (>= 1).
+
+    Raises:
+        ValueError: ``window`` < 1.
+    """
+    if window < 1:
+        raise ValueError(f"window must be >= 1 round; got {window}")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.0))
+    r, v = metrics["round"], metrics["recovery_unweighted"]
+    ax.plot(r, v, ".", ms=3, color="C0", alpha=0.5, label="1/Δ_S of each round")
+    ax.plot(r, v.rolling(window, min_periods=1).median(), color="C0", lw=1.5, label=f"rolling median of {window} rounds")
+    ax.axhline(paper, color="0.3", ls="--", lw=1.2, label=f"the paper's Table I ({paper:.2f})")
+    for i, t in enumerate(thetas):
+        ax.axvline(t, color="C3", ls=":", lw=1.2, label="θ measured" if i == 0 else None)
+    ax.set_yscale("log")
+    plain_log_ticks(ax, "y")
+    ax.set_xlabel("FedAvg round")
+    ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
+    if title:
+        ax.set_title(title)
+    legend_outside(ax, "below", ncol=2)
+    return ax
+
+
 def recovery_vs_parameters(table: pd.DataFrame, *, ax: plt.Axes | None = None, paper: pd.Series | None = None,
                            target: float | None = None, legend: bool = True, title: str | None = None) -> plt.Axes:
     """Median 1/Δ_S over cohorts against the model's parameter count (log axes) at θ of one target
