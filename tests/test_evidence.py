@@ -115,3 +115,60 @@ def test_own_trajectory_text_reads_the_last_quarter_and_the_last_evaluated_accur
     assert "test accuracy 0.41 after round 8" in text and "gives 1.19" in text and "accuracy 0.80" in text
     assert text.endswith("not at the same stage of training.")
     assert evidence.own_trajectory_text(m, paper=1.19, paper_acc=0.44).endswith("about the same stage of training.")
+
+
+def _verdicts(**given):
+    """A verdict table by hand: every claim 'holds' unless given; paper verdicts 'holds'."""
+    from maskfed.fl import claims
+
+    rows = [{"claim": c.key, "title": c.title, "verdict": given.get(c.key, "holds"), "paper_verdict": "holds",
+             "paper": "p", "src": "v"} for c in claims.CLAIMS]
+    return pd.DataFrame(rows).set_index("claim")
+
+
+def test_headline_verdict_follows_its_rule():
+    assert evidence.headline_verdict(_verdicts()) == "holds"
+    assert evidence.headline_verdict(_verdicts(floor="partly")) == "partly"
+    # 2 of 5 fail: not more than half, so in part; 3 of 5 fail: does not hold
+    assert evidence.headline_verdict(_verdicts(floor="does not hold", cliff="does not hold")) == "partly"
+    assert evidence.headline_verdict(_verdicts(floor="does not hold", cliff="does not hold",
+                                               spans="does not hold")) == "does not hold"
+    # an unmeasured claim is left out: 2 of the 4 measured fail is not more than half
+    assert evidence.headline_verdict(_verdicts(stage="not measured here", floor="does not hold",
+                                               cliff="does not hold")) == "partly"
+    assert evidence.headline_verdict(_verdicts(**{k: "not measured here" for k in evidence.HEADLINE})) == \
+        "not measured here"
+
+
+def test_takeaways_name_the_failing_claims_the_seeds_and_what_would_change_it():
+    from maskfed.fl import claims
+
+    v = _verdicts(monotone_t="does not hold", stage="not measured here")
+    v.loc["monotone_t", "paper_verdict"] = "does not hold"
+    html = evidence.takeaways_html(v, closest=claims.Evidence("src"), n_seeds=3, model_note="a small CNN",
+                                   paper_ran=False)
+    assert "The headline holds</b>" in html                      # the 4 measured headline claims hold
+    assert "Monotone in T (ours: v; the paper's table: p)" in html and "breaks Monotone in T too" in html
+    assert "the true median about 75 % of the time" in html and "cover the median 94 % of the time" in html
+    assert "the paper profile run on a GPU" in html and "a measurement of Sampling, not stage" in html
+    done = evidence.takeaways_html(_verdicts(), closest=claims.Evidence("src"), n_seeds=5, model_note="m",
+                                   paper_ran=True)
+    assert "every measured claim holds at least in part" in done and "nothing this project can run" in done
+
+
+def test_against_paper_sets_each_setting_beside_the_paper_once():
+    # prepare: Table I bs 32 τ 2 at two seeds (factors 1.0 and 2.0) and Table II α = 100 (the same runs), α = 1
+    def run(bs, tau, alpha, seed, value):
+        cfg = make_run_config(batch_size=bs, local_epochs=tau, alpha=alpha, seed=seed, rounds=4)
+        m = pd.DataFrame({"round": range(1, 5), "recovery_unweighted": value, "recovery_weighted": value,
+                          "mu2_hat": 1.0, "sigma2_hat": 1.0, "test_acc": 0.5, "pct_rounds_below_one": 0.0,
+                          "T_mean": 1.0, "train_loss": 1.0})
+        return RunResult(cfg, None, m, {})
+    t1 = [run(32, 2, 100, 0, 1.0), run(32, 2, 100, 1, 2.0)]
+    t2 = t1 + [run(32, 2, 1, 0, 3.0)]
+    # execute
+    got = evidence.against_paper(t1, t2)
+    # assert: bs 32, τ 2 once (median 1.5, range 1 to 2, the paper's 1.19), α = 1 from Table II, no α = 100 row
+    assert list(got.index) == ["bs 32, τ 2", "α = 1"]
+    assert got.loc["bs 32, τ 2", ["ours", "low", "high", "paper"]].tolist() == [1.5, 1.0, 2.0, 1.19]
+    assert got.loc["α = 1", "table"] == "II" and got.loc["α = 1", "ours"] == 3.0

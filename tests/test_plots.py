@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from maskfed.book.plots import (cohort_size, own_trajectory, plain_log_ticks, recovery_vs_accuracy, recovery_vs_parameters,  # noqa: E402
+from maskfed.book.plots import (cohort_size, ours_against_paper, own_trajectory, plain_log_ticks, recovery_vs_accuracy, recovery_vs_parameters,  # noqa: E402
                                 step_size)
 from maskfed.fl import factor_axes  # noqa: E402
 from maskfed.fl.summary import paper_table  # noqa: E402
@@ -109,6 +109,22 @@ def test_step_size_and_parameters_figures_draw_one_series_per_protocol():
     assert sorted(labels) == sorted(["full, τ 1", "bs 32, τ 2", "paper's Table I (own trajectories)"])
     crosses = [c for c in ax.collections if len(c.get_offsets()) == 9]
     assert len(crosses) == 1 and set(crosses[0].get_offsets()[:, 0]) == {11173962}
+
+
+def test_ours_against_paper_draws_each_setting_its_seed_range_and_the_line_of_agreement():
+    # prepare: two Table I settings and one Table II setting
+    table = pd.DataFrame({"paper": [8.96, 1.19, 1.5], "ours": [4.0, 1.16, 1.7], "low": [3.0, 1.1, 1.6],
+                          "high": [5.0, 1.2, 1.8], "table": ["I", "I", "II"]},
+                         index=["full, τ 1", "bs 32, τ 2", "α = 0.1"])
+    fig, ax = plt.subplots(figsize=(6.4, 5.4))
+    # execute
+    ours_against_paper(table, ax=ax)
+    # assert: the y = x line spans both axes' limits; one label per setting; log axes
+    line = next(l for l in ax.get_lines() if l.get_label() == "ours = the paper's")
+    assert list(line.get_xdata()) == list(line.get_ydata()) == list(ax.get_xlim())
+    assert sorted(t.get_text() for t in ax.texts) == sorted(table.index)
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+    plt.close(fig)
 
 
 def test_own_trajectory_draws_each_round_its_rolling_median_the_paper_and_the_measured_theta():

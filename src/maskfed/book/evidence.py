@@ -318,3 +318,119 @@ def own_trajectory_text(metrics: pd.DataFrame, *, paper: float, paper_acc: float
             f"accuracy {paper_acc:.2f}"
             + (", so the two are not at the same stage of training." if abs(acc.iloc[-1] - paper_acc) > STAGE_GAP
                else ", about the same stage of training."))
+
+
+# --------------------------------------------------------------------------- the bottom line
+
+#: The claims that make up the paper's headline (ours: its abstract's finding, that the recovery factor sits near
+#: its floor of 1 under minibatch sampling and far above it with exact gradients, set by sampling noise rather than
+#: by heterogeneity or training stage, split into the claims of :data:`maskfed.fl.claims.CLAIMS` that test it).
+HEADLINE = ("floor", "cliff", "spans", "alpha_span", "stage")
+
+
+def headline_verdict(verdicts: pd.DataFrame) -> str:
+    """The headline's verdict from its claims' overall verdicts (a rule of ours): "holds" when every measured
+    headline claim holds, "does not hold" when more than half of them do not, else "partly";
+    "not measured here" when none is measured.
+
+    Args:
+        verdicts: :func:`maskfed.fl.claims.verdict_table` (index: claim keys; column ``verdict``).
+    """
+    got = verdicts.loc[[k for k in HEADLINE if k in verdicts.index], "verdict"]
+    got = got[got != "not measured here"]
+    if not len(got):
+        return "not measured here"
+    if (got == "holds").all():
+        return "holds"
+    return "does not hold" if (got == "does not hold").sum() > len(got) / 2 else "partly"
+
+
+def takeaways_html(verdicts: pd.DataFrame, *, closest: claims.Evidence, n_seeds: int, model_note: str,
+                   paper_ran: bool) -> str:
+    """The verdict page's bottom line, an HTML box of four items computed from the verdicts: does the headline
+    hold (:func:`headline_verdict`, each headline claim's verdict), where not, how sure, what would change it.
+
+    Args:
+        verdicts: :func:`maskfed.fl.claims.verdict_table` of the claims.
+        closest: the source closest to the paper's setting (its name and note are shown).
+        n_seeds: seeds per setting of that source.
+        model_note: what the closest source's model is, against the paper's (one clause).
+        paper_ran: whether the paper profile (the paper's setting, on a GPU) is among the sources.
+    """
+    from html import escape
+
+    words = {"holds": "holds", "partly": "holds in part", "does not hold": "does not hold",
+             "not measured here": "is not measured here"}
+    head = headline_verdict(verdicts)
+    parts = ", ".join(f"{escape(verdicts.loc[k, 'title'])} {verdict_mark(verdicts.loc[k, 'verdict'])}"
+                      for k in HEADLINE if k in verdicts.index)
+    failing = verdicts[verdicts["verdict"] == "does not hold"]
+    also_paper = [t for t, p in zip(failing["title"], failing["paper_verdict"]) if p == "does not hold"]
+    where_not = ("; ".join(f"{escape(t)} (ours: {escape(str(v))}; the paper's table: {escape(str(p))})"
+                           for t, v, p in zip(failing["title"], failing[closest.name], failing["paper"]))
+                 if len(failing) else "every measured claim holds at least in part")
+    if also_paper:
+        where_not += f". The paper's own table breaks {', '.join(map(escape, also_paper))} too"
+    unmeasured = verdicts[verdicts["verdict"] == "not measured here"]["title"].tolist()
+    cov = 100 * uncertainty.seed_range_coverage(n_seeds)
+    change = [] if paper_ran else ["the paper profile run on a GPU (the paper's model and setting), which would "
+                                   "become the closest evidence"]
+    if n_seeds < 5:
+        change.append(f"five seeds instead of {n_seeds} (the seed range would then cover the median "
+                      f"{100 * uncertainty.seed_range_coverage(5):.0f} % of the time, not {cov:.0f} %)")
+    if unmeasured:
+        change.append("a measurement of " + ", ".join(map(escape, unmeasured)) + ", which this build lacks")
+    items = [
+        f"<b>The headline {words[head]}</b> {verdict_mark(head)}: the recovery factor sits near 1 for minibatch "
+        f"protocols, far above it with exact gradients, and is set by sampling noise rather than by heterogeneity or "
+        f"stage. Its parts: {parts} (our rule: it holds if every measured part holds, does not hold if more than "
+        "half fail, else holds in part).",
+        f"<b>Where not:</b> {where_not}.",
+        f"<b>How sure:</b> the closest evidence is {escape(closest.name)}; {escape(model_note)}. With {n_seeds} "
+        f"seed{'s' if n_seeds != 1 else ''} a setting, an interval covers the true median about {cov:.0f} % of the "
+        "time, not 90 %.",
+        "<b>What would change it:</b> " + ("; ".join(change) if change else "nothing this project can run") + ".",
+    ]
+    return ('<div class="admonition tip maskfed-takeaways"><p class="admonition-title">In short</p><ul>'
+            + "".join(f"<li>{i}</li>" for i in items) + "</ul></div>")
+
+
+def against_paper(table1_runs: list[RunResult], table2_runs: list[RunResult]) -> pd.DataFrame:
+    """Each setting of the paper's Tables I and II that ``runs`` measure, ours beside the paper's: one row per
+    setting (index: "bs 32, τ 2", ..., "α = 1"), columns ``paper`` (the paper's 1/Δ_S, unweighted), ``ours`` (median
+    over seeds of the per-run window medians), ``low`` / ``high`` (the seed range) and ``table`` ("I" or "II").
+    Table II's α = 100 row is left out where Table I has its protocol (it is the same runs).
+
+    Args:
+        table1_runs, table2_runs: the runs of each experiment (either may be empty).
+    """
+    rows = {}
+    for runs, name, table in ((table1_runs, "table1", "I"), (table2_runs, "table2", "II")):
+        if not runs:
+            continue
+        ours = {"table1": experiments.table1, "table2": experiments.table2}[name](runs)["recovery_unweighted"]
+        low, high = uncertainty.seed_range(runs, BY[name], ["recovery_unweighted"])
+        paper = summary.paper_table(name)["recovery_unweighted"]
+        for key in ours.index:
+            label = ((f"bs {key[0]}, τ {key[1]}" if str(key[0]) != "full" else f"full, τ {key[1]}")
+                     if name == "table1" else f"α = {float(key):g}")
+            pkey = (str(key[0]), int(key[1])) if name == "table1" else float(key)
+            if pkey not in paper.index or (name == "table2" and float(key) == 100 and rows):
+                continue
+            rows[label] = {"paper": float(paper.loc[pkey]), "ours": float(ours.loc[key]),
+                           "low": float(low.loc[key, "recovery_unweighted"]),
+                           "high": float(high.loc[key, "recovery_unweighted"]), "table": table}
+    return pd.DataFrame.from_dict(rows, orient="index", columns=["paper", "ours", "low", "high", "table"])
+
+
+def source_runs(profile_name: str, live: dict[str, list[RunResult]] | None = None) -> dict[str, list[RunResult]]:
+    """The Table I and Table II runs of a source: the profile's archive where it has one, else ``live``
+    (this build's runs, ``{experiment: runs}``); ``{"table1": [...], "table2": [...]}``, empty lists when neither."""
+    from maskfed.fl.config import load_profile
+
+    runs = archive.load_archive(profile_name)
+    if runs:
+        prof = load_profile(profile_name)
+        return {e: archive.select(runs, experiments.configs(prof, e)) for e in ("table1", "table2")}
+    live = live or {}
+    return {e: list(live.get(e, [])) for e in ("table1", "table2")}

@@ -495,6 +495,38 @@ def step_size(table: pd.DataFrame, *, ax: plt.Axes | None = None, legend: bool =
     return ax
 
 
+def ours_against_paper(table: pd.DataFrame, *, ax: plt.Axes | None = None, title: str | None = None) -> plt.Axes:
+    """Our 1/Δ_S against the paper's, one point per setting (bars: our seed range), log axes, with the line
+    y = x where the two agree; Table I settings as circles, Table II's as squares, each labelled.
+
+    Args:
+        table: :func:`maskfed.book.evidence.against_paper` (columns paper, ours, low, high, table).
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 5.0))
+    for t, marker, colour in (("I", "o", "C0"), ("II", "s", "C1")):
+        g = table[table["table"] == t]
+        if len(g):
+            ax.errorbar(g["paper"], g["ours"], yerr=[g["ours"] - g["low"], g["high"] - g["ours"]], fmt=marker,
+                        color=colour, ms=5, capsize=2, label=f"the paper's Table {t} settings")
+    lo = min(table[["paper", "low"]].min()) / 1.15
+    hi = max(table[["paper", "high"]].max()) * 1.15
+    ax.plot([lo, hi], [lo, hi], color="0.5", ls="--", lw=1, label="ours = the paper's")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    plain_log_ticks(ax, "x")
+    plain_log_ticks(ax, "y")
+    place_labels(ax, [(p, o, name, {"fontsize": 9}) for name, p, o in zip(table.index, table["paper"], table["ours"])])
+    ax.set_xlabel("the paper's 1/Δ_S (ResNet-18-GN)")
+    ax.set_ylabel("ours: 1/Δ_S, median over seeds")
+    if title:
+        ax.set_title(title)
+    legend_outside(ax, "below", ncol=2)
+    return ax
+
+
 def own_trajectory(metrics: pd.DataFrame, *, paper: float, thetas=(), window: int = 5, ax: plt.Axes | None = None,
                    title: str | None = None) -> plt.Axes:
     """A FedAvg trajectory's recovery factor round by round (points; line: rolling median over ``window``
