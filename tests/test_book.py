@@ -28,7 +28,7 @@ def built_book(tmp_path_factory):
     root = tmp_path_factory.mktemp("book")
     book = root / "book"
     book.mkdir()
-    for f in ("_config.yml", "_toc.yml"):
+    for f in ("_config.yml", "_toc.yml", "references.bib", "references.md"):
         shutil.copy(REPO_ROOT / "book" / f, book / f)
     for folder in ("_static", "_ext"):
         shutil.copytree(REPO_ROOT / "book" / folder, book / folder)

@@ -36,3 +36,19 @@ def test_preferred_citation_is_the_paper():
     assert paper["year"] == 2026
     assert {"type": "other", "value": "arXiv:2608.23286", "description": "arXiv identifier"} in paper["identifiers"]
     assert paper["url"] == "https://arxiv.org/abs/2608.23286"
+
+
+def test_every_citation_of_the_book_is_in_the_bibliography_and_every_entry_links():
+    import re
+
+    from pybtex.database import parse_file
+
+    bib = parse_file(str(REPO_ROOT / "book" / "references.bib")).entries
+    pages = [*(REPO_ROOT / "notebooks").glob("*.md"), REPO_ROOT / "book" / "references.md"]
+    cited = {key.strip() for p in pages for keys in re.findall(r"\{cite(?::[pt])?\}`([^`]+)`", p.read_text())
+             for key in keys.split(",")}
+    assert cited and cited <= set(bib), f"cited but not in references.bib: {sorted(cited - set(bib))}"
+    assert {"yan2026masking", "hsu2019noniid", "li2022niidbench", "newey1987hac"} <= cited
+    unlinked = [k for k, e in bib.items() if not ({"url", "doi"} & {f.lower() for f in e.fields})]
+    assert not unlinked, f"entries without a url or doi: {unlinked}"
+    assert "2608.23286" in bib["yan2026masking"].fields["journal"]  # the paper's arXiv id, as CITATION.cff gives it
