@@ -15,6 +15,7 @@ from maskfed.paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "book" / "_ext"))
 
+import equation_links  # noqa: E402
 import exercise_numbers  # noqa: E402
 import math_punctuation  # noqa: E402
 import page_scripts  # noqa: E402
@@ -151,3 +152,20 @@ def test_the_theme_gets_a_default_mode_and_one_search_field():
     page_scripts._theme_options(None, Config)
     assert Config.html_context["default_mode"] == "auto"
     assert Config.html_theme_options["navbar_persistent"] == []
+
+
+def test_equation_mentions_link_to_the_papers_equations_and_nothing_else():
+    # prepare: a paragraph with four mentions (one of an equation no page marks), a code literal, a link
+    para = nodes.paragraph()
+    para += nodes.Text("By eq. (11) and eqs. 13-14, not eq. 99; Eq. 6 too (eq. 6). ")
+    para += nodes.literal("", "eq. 3")
+    para += nodes.reference("", "eq. 4", refuri="x.html")
+    marked = {6: "p6.html#a", 11: "p11.html#b", 13: "p13.html#c"}
+    # execute
+    n = equation_links.link_mentions(para, marked.get)
+    # assert: three links, each to the first number's display; the rest untouched
+    refs = [r for r in para.findall(nodes.reference) if "paper-eq" in r["classes"]]
+    assert n == 4 and [(r.astext(), r["refuri"]) for r in refs] == [
+        ("eq. (11)", "p11.html#b"), ("eqs. 13-14", "p13.html#c"), ("Eq. 6", "p6.html#a"), ("eq. 6", "p6.html#a")]
+    assert para.astext() == "By eq. (11) and eqs. 13-14, not eq. 99; Eq. 6 too (eq. 6). eq. 3eq. 4"
+    assert next(para.findall(nodes.literal)).astext() == "eq. 3"

@@ -72,6 +72,18 @@ PAGES = {
     "punctuation_kept": ("<p style='width:100px;font:16px monospace'><span style='white-space:nowrap'>"
                          "<span class='math'><mjx-container style='display:inline-block;width:99px'>x</mjx-container></span>"
                          ".</span> next words</p>", {"desktop": set(), "phone": set()}),
+    "word_broken": ("<table><tr><td style='width:40px;overflow-wrap:anywhere;font:16px monospace'>Minibatch</td></tr></table>",
+                    {"desktop": {"word-broken"}, "phone": {"word-broken"}}),
+    "word_whole": ("<table><tr><td style='width:40px;font:16px monospace'>a b c d</td></tr></table>",
+                   {"desktop": set(), "phone": set()}),
+    "placeholder": ("<p>install with pip install git+&lt;repository URL&gt;</p>",
+                    {"desktop": {"placeholder"}, "phone": {"placeholder"}}),
+    "dev_comment": ("<div class='cell_input'><pre style='white-space:pre-wrap'>n: Optional[int] = None  # papermill reads Optional[int]</pre></div>"
+                    "<div class='cell_input' style='display:none'><pre>x = 1  # noqa: E402</pre></div>",
+                    {"desktop": {"developer-comment"}, "phone": {"developer-comment"}}),
+    "eq_unlinked": ("<p>By eq. (11) the noise adds up; <a href='#e'>eq. (12)</a> links.</p>"
+                    "<table><tr><th>eq. (12)</th></tr></table><pre>eq. 3</pre>",
+                    {"desktop": {"eq-unlinked"}, "phone": {"eq-unlinked"}}),
 }
 
 

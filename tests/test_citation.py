@@ -52,3 +52,15 @@ def test_every_citation_of_the_book_is_in_the_bibliography_and_every_entry_links
     unlinked = [k for k, e in bib.items() if not ({"url", "doi"} & {f.lower() for f in e.fields})]
     assert not unlinked, f"entries without a url or doi: {unlinked}"
     assert "2608.23286" in bib["yan2026masking"].fields["journal"]  # the paper's arXiv id, as CITATION.cff gives it
+
+
+def test_every_glossary_link_of_the_book_names_a_defined_term():
+    import re
+
+    glossary = (REPO_ROOT / "book" / "glossary.md").read_text()
+    body = glossary.split("```{glossary}")[1].split("```")[0]
+    defined = {line.strip() for line in body.splitlines() if line and not line.startswith(" ")}
+    assert {"cliff", "ladder", "profile", "run code", "protocol", "recovery factor", "seed range"} <= defined
+    used = {m.split("<")[-1].rstrip(">").strip() for p in (REPO_ROOT / "notebooks").glob("*.md")
+            for m in re.findall(r"\{term\}`([^`]+)`", p.read_text())}
+    assert used and used <= defined, f"linked but not in the glossary: {sorted(used - defined)}"

@@ -35,7 +35,7 @@ def test_shown_parameters_cell_says_what_was_given_and_the_injected_cell_is_hidd
     hide_injected_parameters(nb)
     # assert: one box shown, with the defaults and the values this build ran with
     assert nb.cells[1].metadata.tags == ["injected-parameters", "remove-cell"]
-    assert nb.cells[0].source == ("profile: str = 'cpu'\n\n# given for this build (papermill):\n"
+    assert nb.cells[0].source == ("profile: str = 'cpu'\n\n# given for this build:\n"
                                   "# profile = 'smoke'")
 
 

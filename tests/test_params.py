@@ -15,6 +15,7 @@ import pytest
 
 from maskfed.book import notebooks, params
 from maskfed.book.params import ParameterError, check_parameters, coerce
+from maskfed.paths import REPO_ROOT
 
 
 # --- coerce: one value against one annotation -------------------------------------------
@@ -296,3 +297,30 @@ def test_a_notebook_without_parameters_refuses_any_given_one():
     # execute / assert: papermill injecting `profile` into it is refused, not ignored
     with pytest.raises(params.ParameterError, match="no parameter 'profile'; it takes no parameters"):
         params.check_parameters({"__annotations__": {}, "profile": "cpu"})
+
+
+def test_declared_in_reads_each_parameter_its_default_and_its_comment():
+    # prepare: a parameters cell with an import, two annotated parameters (one without a comment)
+    source = ('# Title\n\n```{code-cell} python\n:tags: [parameters, remove-cell]\nfrom typing import Optional\n'
+              'profile: Profile = "cpu"  # the profile\nn: Optional[int] = None\n```\n\n```{code-cell} python\nx = 1\n```\n')
+    # execute / assert: the import is skipped, the comment is the meaning
+    assert params.declared_in(source) == [{"name": "profile", "default": '"cpu"', "meaning": "the profile"},
+                                          {"name": "n", "default": "None", "meaning": ""}]
+    with pytest.raises(ValueError, match="no code cell tagged 'parameters'"):
+        params.declared_in("```{code-cell} python\nx = 1\n```\n")
+
+
+def test_run_box_gives_the_command_with_this_builds_parameters_and_their_table():
+    from maskfed import book
+
+    # prepare: a chapter's namespace after check_parameters, with one parameter changed from its default
+    ns = {"__annotations__": {"profile": params.Profile, "n_rounds": params.PositiveInt}}
+    ns[params.GIVEN] = {"profile": "smoke", "n_rounds": 7}
+    # execute
+    box = book.run_box("theory_06_signal_noise", ns)
+    # assert: the command names the profile and the changed parameter only; the table has every parameter
+    assert "python -m maskfed.book.notebooks --profile smoke theory_06_signal_noise -p n_rounds 7\n" in box
+    assert "-p seed" not in box and box.count("<tr>") == 1 + len(
+        params.declared_in((REPO_ROOT / "notebooks" / "theory_06_signal_noise.md").read_text()))
+    assert "<code>n_rounds</code></td><td>int &gt;= 1</td><td><code>None</code></td><td><code>7</code>" in box
+    assert "This chapter takes no parameters." in book.run_box("cite", {})

@@ -315,7 +315,7 @@ def styled(table: pd.DataFrame, formats: dict | None = None):
                                 {"selector": "th.col_heading", "props": "white-space: normal; vertical-align: bottom;"}]))
     if max((len(str(v)) for v in table.index.get_level_values(-1)), default=0) > WRAP_OVER_CHARS // 2:
         # long row labels (the settings table's) wrap too, instead of taking a third of the page
-        style = style.set_table_styles([{"selector": "th.row_heading", "props": "white-space: normal; overflow-wrap: anywhere; min-width: 8em;"}],
+        style = style.set_table_styles([{"selector": "th.row_heading", "props": "white-space: normal; overflow-wrap: break-word; min-width: 8em;"}],
                                        overwrite=False)
     long_text = [_header(c) for c in _long_text_columns(table)]
     if long_text:  # per-column rules (#T_id td.colN) outrank the table-wide nowrap above (#T_id td)
@@ -540,9 +540,59 @@ def glue(key: str, value, display: bool = False) -> None:
     _glue(key, value, display=display)
 
 
-def provenance_note() -> "IPython.display.HTML":
+def run_box(name: str, namespace: dict | None = None) -> str:
+    """HTML of a chapter's "Run this chapter" box: the command that executes it (with this build's
+    parameters where they differ from the chapter's defaults) and, in a toggle, the table of its
+    parameters (name, type and range, default, this build's value, meaning) read from its parameters cell.
+
+    Args:
+        name: the chapter (``notebooks/<name>.md``).
+        namespace: the executed notebook's globals (its ``__annotations__`` give the types, its values this
+            build's); None: the defaults only.
+
+    Raises:
+        FileNotFoundError: no such chapter.
+    """
+    from maskfed.book import params
+    from maskfed.paths import REPO_ROOT
+
+    import ast
+
+    rows = params.declared_in((REPO_ROOT / "notebooks" / f"{name}.md").read_text())
+    namespace = namespace or {}
+    kinds = namespace.get("__annotations__", {})
+    values = namespace.get(params.GIVEN, {})  # what check_parameters was given, before any cell changed it
+    given = {}
+    for r in rows:
+        try:
+            default = ast.literal_eval(r["default"])
+        except (ValueError, SyntaxError):
+            default = r["default"]
+        value = values.get(r["name"], default)
+        r["shown"], r["build"] = (repr(default) if default is not r["default"] else r["default"]), repr(value)
+        if r["name"] in values and value != default and r["name"] != "profile":
+            given[r["name"]] = value
+    profile = values.get("profile")
+    command = ("python -m maskfed.book.notebooks" + (f" --profile {profile}" if profile else "") + f" {name}"
+               + "".join(f" -p {k} {html.escape(str(v))}" for k, v in given.items()))
+    table = ("<table><thead><tr><th>parameter</th><th>type and range</th><th>default</th><th>this build</th>"
+             "<th>meaning</th></tr></thead><tbody>"
+             + "".join(f"<tr><td><code>{r['name']}</code></td>"
+                       f"<td>{html.escape(params.type_name(kinds[r['name']]) if r['name'] in kinds else '')}</td>"
+                       f"<td><code>{html.escape(r['shown'])}</code></td><td><code>{html.escape(r['build'])}</code></td>"
+                       f"<td>{html.escape(r['meaning'])}</td></tr>" for r in rows)
+             + "</tbody></table>") if rows else "<p>This chapter takes no parameters.</p>"
+    return ('<details class="maskfed-run"><summary>Run this chapter</summary>'
+            "<p>From a checkout with the environment made (<code>make env</code>), this executes the chapter "
+            "with this build's parameters, then rebuilds the book; add <code>-p NAME VALUE</code> for any "
+            "parameter below.</p>"
+            f"<pre>{command}\njupyter-book build book/</pre>{table}</details>")
+
+
+def provenance_note(name: str | None = None, namespace: dict | None = None) -> "IPython.display.HTML":
     """A one-line record at the end of a chapter: when it was executed, from which git commit
-    (and whether ``src/`` had uncommitted changes), with which package versions."""
+    (and whether ``src/`` had uncommitted changes), with which package versions; with ``name``, after
+    the chapter's :func:`run_box` (``namespace``: its globals, for its parameters' types and values)."""
     from datetime import datetime, timezone
 
     from IPython.display import HTML
@@ -553,6 +603,6 @@ def provenance_note() -> "IPython.display.HTML":
     versions = ", ".join(f"{k} {v}" for k, v in provenance.package_versions().items() if v)
     commit = git["commit"][:10] + (" with uncommitted changes in src/" if git["dirty"] else "")
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return HTML(f'<p style="font-size: 0.8em; color: #666">Executed {when} from commit <code>{commit}</code> '
-                f"(run code hash <code>{provenance.code_hash()}</code>); {html.escape(versions)}. "
-                "The parameters are the chapter's own, with any given for this build (papermill) in their place.</p>")
+    box = run_box(name, namespace) if name is not None else ""
+    return HTML(box + f'<p style="font-size: 0.8em; color: #666">Executed {when} from commit <code>{commit}</code> '
+                f"(run code hash <code>{provenance.code_hash()}</code>); {html.escape(versions)}.</p>")

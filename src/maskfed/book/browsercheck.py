@@ -23,7 +23,13 @@ box a reader could open is opened (``<details>``, hidden solutions), the probe
 - ``raw-latex``: LaTeX or MyST markup left as text (``\\frac``, ``$x$``, ``{glue:text}``) or a
   MathJax error box;
 - ``punctuation-wrapped``: a full stop or comma after inline math that starts the next line;
-- ``debug-line``: a run-time line such as "chapter 3 executed in 2.1 s at profile 'cpu'".
+- ``debug-line``: a run-time line such as "chapter 3 executed in 2.1 s at profile 'cpu'";
+- ``word-broken``: a word of a table cell split over two lines ("Miniba / tch");
+- ``placeholder``: text left for later, such as ``<repository URL>``, "TODO", "lorem ipsum";
+- ``developer-comment``: a comment for the project's developers in a code cell a reader sees
+  (``# noqa``, ``papermill``, ``TODO``, ``type: ignore``);
+- ``eq-unlinked``: a mention of an equation in prose ("eq. (11)") that is not a link to it
+  (book/_ext/equation_links.py links every equation a page marks; tables and code are not read).
 
 ``python -m maskfed.book.browsercheck [HTML_DIR]`` prints one line per finding and exits 1 if
 there is any, 2 when Chromium or Playwright is missing, 0 otherwise.
@@ -62,7 +68,7 @@ PAGE_TIMEOUT_S = 60
 #: Every rule the probe can report, in the order of the module docstring.
 RULES = ("js-error", "other-host", "missing-file", "wider-than-column", "clipped", "scrolls-at-desktop",
          "equation-clipped", "image-resolution", "figure-shrunk", "image-missing", "raw-latex",
-         "punctuation-wrapped", "debug-line")
+         "punctuation-wrapped", "debug-line", "word-broken", "placeholder", "developer-comment", "eq-unlinked")
 
 
 class BrowserMissing(RuntimeError):
@@ -246,6 +252,43 @@ async (desktop) => {
     if (rects.length && rects[0].top >= cr.bottom - 2) {
       add('punctuation-wrapped', host.parentElement, `"${next.textContent[0]}" after math starts a new line`);
     }
+  }
+  // table cells: no word split over two lines
+  for (const cell of main.querySelectorAll('td, th')) {
+    const w = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    let broken = null;
+    for (let n = w.nextNode(); n && !broken; n = w.nextNode()) {
+      if (n.parentElement.closest('mjx-container, code, pre')) continue;
+      const re = /[A-Za-z\u00C0-\u024F]{2,}/g;
+      for (let m = re.exec(n.textContent); m && !broken; m = re.exec(n.textContent)) {
+        const range = document.createRange();
+        range.setStart(n, m.index);
+        range.setEnd(n, m.index + m[0].length);
+        const tops = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0).map(r => Math.round(r.top)));
+        if (tops.size > 1) broken = m[0];
+      }
+    }
+    if (broken) add('word-broken', cell, `"${broken}" is split over two lines`);
+  }
+
+  // text left for later, and developers' comments in code a reader sees
+  const placeholder = /<[A-Za-z][A-Za-z ]* (URL|url|name|path)>|\bTODO\b|\bFIXME\b|\bTBD\b|lorem ipsum/i;
+  const text = main.innerText || '';
+  const ph = text.match(placeholder);
+  if (ph) add('placeholder', null, `"${ph[0]}"`);
+  const devComment = /#.*(\bnoqa\b|papermill|\bTODO\b|\bFIXME\b|type: ?ignore)/;
+  for (const el of main.querySelectorAll('.cell_input pre, div.cell_input .highlight pre')) {
+    if (el.offsetParent === null) continue;   // not shown
+    const line = (el.innerText || '').split('\n').find(l => devComment.test(l));
+    if (line) add('developer-comment', el, `"${Array.from(line.trim()).slice(0, 60).join('')}"`);
+  }
+  // equation mentions in prose link to the equation
+  const eqWalker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT, {
+    acceptNode: (n) => n.parentElement && n.parentElement.closest('a, summary, code, pre, kbd, script, style, table, mjx-container, .cell_input, .highlight')
+      ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
+  for (let n = eqWalker.nextNode(); n; n = eqWalker.nextNode()) {
+    const m = n.textContent.match(/\b[Ee]qs?\.\s*\(?\d{1,2}\)?/);
+    if (m) { add('eq-unlinked', n.parentElement, `"${m[0]}" is not a link`); }
   }
   return out;
 }

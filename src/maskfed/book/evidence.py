@@ -170,15 +170,23 @@ def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence]) -> str:
             cells.append(f"{esc(str(r[ev.name]))}<br>{verdict_mark(r[ev.name + ' verdict'])}")
         source = "" if r["from"] == "–" else f"<br><small>from {esc(r['from'])}</small>"
         cells.append(verdict_mark(r["verdict"]) + source)
-        rows.append("<tr>" + "".join(f'<td style="{CELL}">{c}</td>' for c in cells) + "</tr>")
-    head = "".join(f'<th style="vertical-align:bottom; white-space:normal; max-width:8em">{h}</th>' for h in heads)
-    return (f'<div style="overflow-x:auto"><table class="verdicts" style="font-size:0.8em">'
+        rows.append("<tr>" + "".join(f'<td style="{FIRST if i == 0 else CELL}">{c}</td>' for i, c in enumerate(cells))
+                    + "</tr>")
+    head = "".join(f'<th style="vertical-align:bottom; white-space:normal; max-width:8em'
+                   f'{"; " + STICKY if i == 0 else ""}">{h}</th>' for i, h in enumerate(heads))
+    return ('<p class="scroll-cue">The table is wider than a phone: scroll it sideways; the claim column stays.</p>'
+            f'<div style="overflow-x:auto"><table class="verdicts" style="font-size:0.8em">'
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
-#: Style of a verdict-table cell: text wraps within a narrow column (the book's tables otherwise keep
-#: numbers on one line), so the table fits the text column at a 1400 px window.
-CELL = "vertical-align:top; white-space:normal; overflow-wrap:anywhere; min-width:5em; max-width:8.5em"
+#: Style of a verdict-table cell: text wraps within a narrow column at spaces, a word only where it
+#: alone is wider than the column (the book's tables otherwise keep numbers on one line), so the table
+#: fits the text column at a 1400 px window.
+CELL = "vertical-align:top; white-space:normal; overflow-wrap:break-word; min-width:5em; max-width:8.5em"
+#: The claim column stays in view while the table scrolls sideways (a phone), and never breaks a word.
+STICKY = "position:sticky; left:0; z-index:1; background:var(--pst-color-background, #fff)"
+FIRST = ("vertical-align:top; white-space:normal; overflow-wrap:normal; word-break:normal; hyphens:none; "
+         "min-width:7.5em; max-width:9em; " + STICKY)
 
 
 @dataclass

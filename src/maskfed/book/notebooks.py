@@ -64,7 +64,7 @@ def hide_injected_parameters(nb) -> None:
         given = [line for line in cell["source"].splitlines() if line.strip() and not line.startswith("#")]
         shown = params is not None and not any(t in tags(params) for t in ("remove-cell", "remove-input"))
         if shown and given:
-            params["source"] = (params["source"].rstrip("\n") + "\n\n# given for this build (papermill):\n"
+            params["source"] = (params["source"].rstrip("\n") + "\n\n# given for this build:\n"
                                 + "\n".join(f"# {line}" for line in given))
 
 

@@ -321,4 +321,38 @@ def check_parameters(namespace: dict, rules: list[Rule] = ()) -> dict[str, Any]:
         raise ParameterError("; ".join(problems) if len(problems) == 1 else
                              "bad notebook parameters:\n  - " + "\n  - ".join(problems))
     namespace.update(checked)
+    namespace[GIVEN] = dict(checked)  # the values this run was given, kept for the chapter's "Run this chapter" box
     return checked
+
+
+#: Name under which :func:`check_parameters` keeps the checked values in the notebook's namespace (private:
+#: never taken for a parameter).
+GIVEN = "_maskfed_parameters"
+
+
+def declared_in(source: str) -> list[dict]:
+    """The parameters a chapter's parameters cell declares, read from its MyST source text: one dict per
+    annotated assignment, in order, with ``name``, ``default`` (the value's source text) and ``meaning``
+    (the line's comment, "" without one). Lines that are not annotated assignments (imports) are skipped.
+
+    Args:
+        source: a jupytext MyST notebook (``notebooks/<name>.md``) as text.
+
+    Raises:
+        ValueError: the text has no code cell tagged ``parameters``.
+    """
+    import ast
+    import io
+    import re
+    import tokenize
+
+    match = re.search(r"```\{code-cell\}[^\n]*\n:tags: \[[^\]]*\bparameters\b[^\]]*\]\n(.*?)\n```", source, re.S)
+    if match is None:
+        raise ValueError("the notebook has no code cell tagged 'parameters'")
+    cell = match.group(1)
+    comments = {tok.start[0]: tok.string.lstrip("#").strip()
+                for tok in tokenize.generate_tokens(io.StringIO(cell + "\n").readline) if tok.type == tokenize.COMMENT}
+    return [{"name": node.target.id, "default": ast.get_source_segment(cell, node.value),
+             "meaning": comments.get(node.lineno, "")}
+            for node in ast.parse(cell).body
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None]
