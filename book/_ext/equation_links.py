@@ -17,7 +17,7 @@ MENTION = re.compile(r"\b[Ee]qs?\.\s*(?:\((\d{1,2})\)|(\d{1,2}))(?:\s*[-–]\s*(
 #: Prefix of the targets that mark the paper's equations.
 TARGET = "paper-eq-"
 _SKIP = (nodes.literal, nodes.literal_block, nodes.math, nodes.math_block, nodes.reference, nodes.raw,
-         nodes.FixedTextElement)
+         nodes.FixedTextElement, nodes.title)
 
 
 def link_mentions(doctree: nodes.Node, uri_of) -> int:

@@ -29,7 +29,8 @@ box a reader could open is opened (``<details>``, hidden solutions), the probe
 - ``developer-comment``: a comment for the project's developers in a code cell a reader sees
   (``# noqa``, ``papermill``, ``TODO``, ``type: ignore``);
 - ``eq-unlinked``: a mention of an equation in prose ("eq. (11)") that is not a link to it
-  (book/_ext/equation_links.py links every equation a page marks; tables and code are not read).
+  (book/_ext/equation_links.py links every equation a page marks; titles, toggles' labels, figures,
+  tables and code are not read).
 
 ``python -m maskfed.book.browsercheck [HTML_DIR]`` prints one line per finding and exits 1 if
 there is any, 2 when Chromium or Playwright is missing, 0 otherwise.
@@ -284,7 +285,7 @@ async (desktop) => {
   }
   // equation mentions in prose link to the equation
   const eqWalker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT, {
-    acceptNode: (n) => n.parentElement && n.parentElement.closest('a, summary, code, pre, kbd, script, style, table, mjx-container, .cell_input, .highlight')
+    acceptNode: (n) => n.parentElement && n.parentElement.closest('a, summary, h1, h2, h3, h4, h5, h6, .admonition-title, svg, code, pre, kbd, script, style, table, mjx-container, .cell_input, .highlight')
       ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
   for (let n = eqWalker.nextNode(); n; n = eqWalker.nextNode()) {
     const m = n.textContent.match(/\b[Ee]qs?\.\s*\(?\d{1,2}\)?/);
