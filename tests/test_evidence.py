@@ -172,3 +172,43 @@ def test_against_paper_sets_each_setting_beside_the_paper_once():
     assert list(got.index) == ["bs 32, τ 2", "α = 1"]
     assert got.loc["bs 32, τ 2", ["ours", "low", "high", "paper"]].tolist() == [1.5, 1.0, 2.0, 1.19]
     assert got.loc["α = 1", "table"] == "II" and got.loc["α = 1", "ours"] == 3.0
+
+
+def _stage_table(values_by_stage):
+    """A stage table by hand: one seed, Table I's protocols full τ 1, 2 and bs 32 τ 1, 2, and α 100, 0.1."""
+    rows = []
+    for stage, (full1, full2, mini1, mini2) in values_by_stage.items():
+        for (bs, tau), v in {("full", 1): full1, ("full", 2): full2, ("32", 1): mini1, ("32", 2): mini2}.items():
+            rows.append({"seed": 0, "experiment": "table1", "stage": stage, "round": 10 * stage, "stage_acc": 0.1 * stage,
+                         "batch_size": bs, "local_epochs": tau, "alpha": 100.0, "recovery_unweighted": v,
+                         "recovery_weighted": v, "sigma2_hat": 1.0 / v, "mu2_hat": 0.01 * tau})
+        for alpha, v in ((100.0, mini2), (0.1, mini2 * 1.5)):
+            rows.append({"seed": 0, "experiment": "table2", "stage": stage, "round": 10 * stage, "stage_acc": 0.1 * stage,
+                         "batch_size": "32", "local_epochs": 2, "alpha": alpha, "recovery_unweighted": v,
+                         "recovery_weighted": mini2, "sigma2_hat": 1.0, "mu2_hat": 0.01})
+    return pd.DataFrame(rows)
+
+
+def test_matched_stage_verdicts_judge_each_checkpoint_and_combine_by_the_rule():
+    # prepare: θ_0 (stage 0, left out) and three checkpoints; the cliff (smallest full over largest minibatch)
+    # is 4/1.5 = 2.67 (holds), 3/1.5 = 2.0 (holds), 1.2/1.5 = 0.8 (does not hold)
+    table = _stage_table({0: (9, 9, 9, 9), 1: (8, 4, 1.5, 1.2), 2: (6, 3, 1.5, 1.1), 3: (1.3, 1.2, 1.5, 1.4)})
+    steps = pd.Series([1, 2, 16, 32], index=pd.MultiIndex.from_tuples(
+        [("full", 1), ("full", 2), (32, 1), (32, 2)], names=["batch_size", "local_epochs"]))
+    # execute
+    m = evidence.matched_stage_verdicts(table, steps)
+    # assert: the cliff holds at 2 of 3 and fails at 1 (not more than half): in part; falls with τ holds at
+    # every checkpoint (both batch sizes fall); the trade-off cannot be judged at one θ
+    assert (m.loc["cliff", "verdict"], m.loc["cliff", "n_holds"], m.loc["cliff", "n"]) == ("partly", 2, 3)
+    assert m.loc["cliff", "value"] == "of 3 checkpoints: 2 hold, 0 in part, 1 not"
+    assert m.loc["tau", "verdict"] == "holds"
+    assert m.loc["tradeoff", "verdict"] == "not measured here" and "same test accuracy" in m.loc["tradeoff", "value"]
+    # the α split: unweighted ×1.5 and weighted flat at every checkpoint (no intervals: the point decides)
+    assert m.loc["alpha_weighting", "verdict"] == "holds"
+    # fails at 2 of 3: does not hold
+    worse = _stage_table({1: (1.3, 1.2, 1.5, 1.4), 2: (1.3, 1.2, 1.5, 1.4), 3: (8, 4, 1.5, 1.2)})
+    assert evidence.matched_stage_verdicts(worse, steps).loc["cliff", "verdict"] == "does not hold"
+    assert set(evidence.matched_stage_verdicts(None, None)["verdict"]) == {"not measured here"}
+    assert evidence.views_text("partly", "does not hold") == "holds in part at the paper's protocol, does not hold " \
+                                                              "at matched stage"
+    assert evidence.views_text("holds", "holds") == "" and evidence.views_text("holds", "not measured here") == ""

@@ -150,26 +150,37 @@ def verdict_mark(verdict: str) -> str:
             f'white-space:nowrap;font-size:0.85em">{verdict}</span>')
 
 
-def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence]) -> str:
+def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence], matched: pd.DataFrame | None = None,
+                 matched_name: str = "") -> str:
     """The verdict table as HTML: one row per claim (its title and the paper's section), the paper's
-    own number, each source's value with its verdict, and the overall verdict with its source.
+    own number, each source's value with its verdict, the matched-stage view where given, and the overall
+    verdict with its source (and, where the matched-stage view disagrees, both: :func:`views_text`).
 
     Args:
         table: :func:`maskfed.fl.claims.verdict_table` output.
         evidence: the sources, in the table's column order.
+        matched: :func:`matched_stage_verdicts` (same claims), or None for no such column.
+        matched_name: the matched-stage column's source, shown in its header.
     """
     import html
 
     esc = html.escape
-    heads = ["Claim", "Paper's own table", *[esc(ev.name) for ev in evidence], "Verdict"]
+    heads = ["Claim", "Paper's own table", *[esc(ev.name) for ev in evidence],
+             *([f"At matched stage ({esc(matched_name)})"] if matched is not None else []), "Verdict"]
     rows = []
     for key, r in table.iterrows():
         cells = [f"<b>{esc(r['title'])}</b><br><small>{esc(r['where'])}</small>",
                  f"{esc(str(r['paper']))}<br>{verdict_mark(r['paper_verdict'])}"]
         for ev in evidence:
             cells.append(f"{esc(str(r[ev.name]))}<br>{verdict_mark(r[ev.name + ' verdict'])}")
+        both = ""
+        if matched is not None:
+            m = matched.loc[key]
+            cells.append(f"{esc(m['value'])}<br>{verdict_mark(m['verdict'])}")
+            both = views_text(r["verdict"], m["verdict"])
         source = "" if r["from"] == "–" else f"<br><small>from {esc(r['from'])}</small>"
-        cells.append(verdict_mark(r["verdict"]) + source)
+        cells.append(verdict_mark(r["verdict"]) + source
+                     + (f"<br><small>at matched stage:</small> {verdict_mark(matched.loc[key, 'verdict'])}" if both else ""))
         rows.append("<tr>" + "".join(f'<td style="{FIRST if i == 0 else CELL}">{c}</td>' for i, c in enumerate(cells))
                     + "</tr>")
     head = "".join(f'<th style="vertical-align:bottom; white-space:normal; max-width:8em'
@@ -442,3 +453,111 @@ def source_runs(profile_name: str, live: dict[str, list[RunResult]] | None = Non
         return {e: archive.select(runs, experiments.configs(prof, e)) for e in ("table1", "table2")}
     live = live or {}
     return {e: list(live.get(e, [])) for e in ("table1", "table2")}
+
+
+# --------------------------------------------------------------------------- claims at matched stage
+
+#: Claims that cannot be judged at matched stage, and why (ours).
+NOT_AT_MATCHED_STAGE = {
+    "below_one": "the stage study draws cohorts at a fixed θ, not rounds along a trajectory",
+    "tradeoff": "every protocol is measured at the same θ, so at the same test accuracy",
+    "stage": "this claim is itself judged from the stage study",
+}
+#: Values of the stage table carried into each checkpoint's tables (medians over seeds).
+_STAGE_VALUES = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
+
+
+def stage_evidence_at(table: pd.DataFrame, steps: pd.Series) -> dict[int, claims.Evidence]:
+    """One :class:`maskfed.fl.claims.Evidence` per checkpoint of a stage study after θ_0: Table I's
+    protocols and Table II's α all measured at that checkpoint's θ (median over seeds of the cohort
+    medians), so every claim evaluated on it compares protocols at matched stage. No replicates:
+    the point values decide.
+
+    Args:
+        table: a stage study's table (:attr:`maskfed.fl.stage.StageStudy.table`, with ``seed``,
+            ``experiment``, ``stage``, ``round``, ``batch_size``, ``local_epochs``, ``alpha``).
+        steps: local steps T of each protocol (index ``batch_size`` as text, ``local_epochs``), e.g. the
+            protocol-level Table I's ``T_mean``.
+
+    Returns:
+        ``{stage: Evidence}`` named "checkpoint <s> (accuracy <a>)" (the median test accuracy of its θ over
+        seeds: each seed's checkpoints are placed by accuracy, so their rounds differ).
+    """
+    t = table.assign(batch_size=table["batch_size"].astype(str))
+    steps = steps.copy()
+    steps.index = pd.MultiIndex.from_arrays([steps.index.get_level_values(0).astype(str),
+                                             steps.index.get_level_values(1)], names=["batch_size", "local_epochs"])
+    out = {}
+    for s, g in t[t["stage"] > 0].groupby("stage"):
+        t1 = g[g["experiment"] == "table1"].groupby(["batch_size", "local_epochs"], sort=False)[list(_STAGE_VALUES)].median()
+        t1["T_mean"] = steps.reindex(t1.index).to_numpy()
+        t2 = g[g["experiment"] == "table2"].groupby("alpha", sort=False)[list(_STAGE_VALUES)].median()
+        acc = float(g.drop_duplicates("seed")["stage_acc"].median())
+        out[int(s)] = claims.Evidence(f"checkpoint {int(s)} (accuracy {acc:.2f})", t1 if len(t1) else None,
+                                      t2 if len(t2) else None)
+    return out
+
+
+def matched_stage_verdicts(table: pd.DataFrame | None, steps: pd.Series | None,
+                           claim_list: tuple = claims.CLAIMS) -> pd.DataFrame:
+    """Each claim judged at matched stage: at every checkpoint of the stage study (:func:`stage_evidence_at`)
+    with the claim's own criterion, then over checkpoints by a rule of ours: "holds" if it holds at every
+    checkpoint, "does not hold" if it fails at more than half, else "partly".
+
+    Args:
+        table: a stage study's table, or None (no stage study: every claim "not measured here").
+        steps: local steps T per protocol (see :func:`stage_evidence_at`).
+
+    Returns:
+        Index ``claim``; columns ``verdict``, ``value`` ("holds at k of n checkpoints" and the rounds where
+        it does not, or the reason it cannot be judged), ``n_holds``, ``n``.
+    """
+    at = stage_evidence_at(table, steps) if table is not None and steps is not None and len(table) else {}
+    rows = []
+    for c in claim_list:
+        if c.key in NOT_AT_MATCHED_STAGE or not at:
+            reason = NOT_AT_MATCHED_STAGE.get(c.key, "no stage study in this build")
+            rows.append({"claim": c.key, "verdict": "not measured here", "value": f"not measurable: {reason}",
+                         "n_holds": 0, "n": 0})
+            continue
+        found = {ev.name: c.evaluate(ev).verdict for ev in at.values()}
+        found = {k: v for k, v in found.items() if v != "not measured here"}
+        n, held = len(found), sum(v == "holds" for v in found.values())
+        failed = sum(v == "does not hold" for v in found.values())
+        verdict = ("not measured here" if not n else "holds" if held == n else
+                   "does not hold" if 2 * failed > n else "partly")
+        value = (f"of {n} checkpoints: {held} hold, {n - held - failed} in part, {failed} not"
+                 if n else "not measurable at any checkpoint")
+        rows.append({"claim": c.key, "verdict": verdict, "value": value, "n_holds": held, "n": n})
+    return pd.DataFrame(rows).set_index("claim")
+
+
+def views_text(protocol: str, matched: str) -> str:
+    """How the two views of a claim relate, in a few words: "" when they agree or the matched-stage view is
+    missing, else e.g. "holds at the paper's protocol, does not hold at matched stage"."""
+    if matched == "not measured here" or protocol == matched or protocol == "not measured here":
+        return ""
+    words = {"holds": "holds", "partly": "holds in part", "does not hold": "does not hold"}
+    return f"{words[protocol]} at the paper's protocol, {words[matched]} at matched stage"
+
+
+def matched_text(verdicts: pd.DataFrame, matched: pd.DataFrame, source: str, table: pd.DataFrame | None) -> str:
+    """The verdict page's sentence on the matched-stage view: where it comes from and which claims read
+    differently there (:func:`views_text`), or that there is no stage study.
+
+    Args:
+        verdicts: :func:`maskfed.fl.claims.verdict_table`; matched: :func:`matched_stage_verdicts`.
+        source: the profile whose stage study it is; table: that study's table (None: none).
+    """
+    if table is None:
+        return "No stage study is in this build, so no claim is judged at matched stage."
+    acc = table[table["stage"] > 0].groupby("stage")["stage_acc"].median()
+    differ = [f"{verdicts.loc[k, 'title']} ({views_text(verdicts.loc[k, 'verdict'], matched.loc[k, 'verdict'])})"
+              for k in verdicts.index if views_text(verdicts.loc[k, "verdict"], matched.loc[k, "verdict"])]
+    return (f"The column “at matched stage” judges each claim again with the same criterion at the {len(acc)} "
+            f"checkpoints of the {source} stage study (test accuracy {acc.min():.2f} to {acc.max():.2f}), where "
+            "every protocol and every α is measured at the same θ, taken from the α = 100, bs 32, τ 2 trajectory "
+            "(so the α comparison there carries that trajectory's own confound); our rule over checkpoints: holds if "
+            "at every one, does not hold if it fails at more than half, else in part. "
+            + (f"{len(differ)} claim{'s read' if len(differ) != 1 else ' reads'} differently there: "
+               + "; ".join(differ) + "." if differ else "Every claim measurable there reads the same."))

@@ -49,7 +49,8 @@ def points_from_table(table, k_c: int) -> list[dict]:
         bs, tau = key if isinstance(key, tuple) else (key, "")
         if row["sigma2_hat"] > 0 and row["mu2_hat"] > 0:
             out.append({"label": f"{'full' if str(bs) == 'full' else 'bs ' + str(bs)}, τ {tau}",
-                        "r": float(row["mu2_hat"] / row["sigma2_hat"]), "recovery": float(row["recovery_unweighted"]),
+                        "r": float(f"{row['mu2_hat'] / row['sigma2_hat']:.4g}"),  # 4 digits: the page prints fewer
+                        "recovery": round(float(row["recovery_unweighted"]), 4),
                         "k_c": int(k_c)})
     return out
 
