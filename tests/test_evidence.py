@@ -212,3 +212,12 @@ def test_matched_stage_verdicts_judge_each_checkpoint_and_combine_by_the_rule():
     assert evidence.views_text("partly", "does not hold") == "holds in part at the paper's protocol, does not hold " \
                                                               "at matched stage"
     assert evidence.views_text("holds", "holds") == "" and evidence.views_text("holds", "not measured here") == ""
+
+
+def test_matched_stage_summary_names_each_claim_or_says_there_is_no_stage_study(tmp_path, monkeypatch):
+    text = evidence.matched_stage_summary("cpu-paper", ("cliff", "alpha_weighting"))
+    assert text.startswith("Judged again at matched stage") and "“The cliff”" in text and "“α = 0.1 split”" in text
+    assert text.count("of 5 checkpoints") == 2  # the archived stage study's five checkpoints after θ_0
+    monkeypatch.setenv("MASKFED_ARCHIVE_DIR", str(tmp_path))
+    assert evidence.matched_stage_summary("cpu-paper", ("cliff",)) == (
+        "The cpu-paper archive holds no stage study, so these claims are not judged at matched stage here.")

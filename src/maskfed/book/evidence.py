@@ -561,3 +561,24 @@ def matched_text(verdicts: pd.DataFrame, matched: pd.DataFrame, source: str, tab
             "at every one, does not hold if it fails at more than half, else in part. "
             + (f"{len(differ)} claim{'s read' if len(differ) != 1 else ' reads'} differently there: "
                + "; ".join(differ) + "." if differ else "Every claim measurable there reads the same."))
+
+
+def matched_stage_summary(profile_name: str, keys) -> str:
+    """One sentence for a chapter: the claims ``keys`` judged at matched stage from ``profile_name``'s
+    archived stage study (:func:`matched_stage_verdicts`), or that the archive has none.
+
+    Args:
+        profile_name: an archived profile (e.g. "cpu-paper").
+        keys: claim keys of :data:`maskfed.fl.claims.CLAIMS`, in the order to name them.
+    """
+    study = archive.load_stage_study(profile_name)
+    runs = source_runs(profile_name)["table1"]
+    if study is None or not runs:
+        return f"The {profile_name} archive holds no stage study, so these claims are not judged at matched stage here."
+    m = matched_stage_verdicts(study.table, experiments.table1(runs)["T_mean"])
+    titles = {c.key: c.title for c in claims.CLAIMS}
+    words = {"holds": "holds", "partly": "holds in part", "does not hold": "does not hold",
+             "not measured here": "is not measured"}
+    return (f"Judged again at matched stage, every protocol at the same θ (the {profile_name} stage study; the verdict "
+            "page's rule over its checkpoints): " + "; ".join(f"“{titles[k]}” {words[m.loc[k, 'verdict']]} "
+                                                            f"({m.loc[k, 'value']})" for k in keys) + ".")
