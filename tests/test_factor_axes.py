@@ -252,7 +252,7 @@ def test_model_specs_are_the_issues_and_refuse_unknown_parts():
     assert (m.source, m.rounds, m.eval_every) == ("fedavg", 80, 4) and own.protocols == resnet.protocols
     assert m.kept() == [0, *range(10, 81, 2)]
     cfg = fa.trajectory_config(stage.ladder_config(load_profile("cpu-paper")), m)
-    assert (cfg.model, cfg.rounds, cfg.eval_every, cfg.eval_every_tail) == ("resnet18_gn", 80, 4, 4)
+    assert (cfg.model, cfg.rounds, cfg.eval_every, cfg.eval_every_tail, cfg.checkpoint_every) == ("resnet18_gn", 80, 4, 4, 2)
     assert (cfg.batch_size, cfg.local_epochs, cfg.alpha, cfg.lr, cfg.seed) == (32, 2, 100, 0.01, 0)
     with pytest.raises(ValueError, match="rounds .* needs source 'fedavg' and eval_every"):
         fa.ModelSpec(model="resnet18_gn", rounds=10)

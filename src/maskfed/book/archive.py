@@ -855,11 +855,6 @@ def archive_stage_study(profile_name: str, *, workers: int | None = None, progre
     accuracy[["seed", "round", "test_acc", "test_loss"]].to_csv(tmp / "accuracy.csv", index=False)
     (tmp / "spec.json").write_text(spec.model_dump_json(indent=2))
     (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
-    if len(study.own_trajectories) > 1:
-        raise ValueError(f"a factor study keeps one trajectory of its own; {part} has {len(study.own_trajectories)}")
-    for folder in study.own_trajectories:  # the run's record, without its θ (45 MB each for ResNet-18-GN)
-        for f in TRAJECTORY_FILES:
-            shutil.copy2(folder / f, tmp / f"{TRAJECTORY_PREFIX}{f}")
     install(tmp, dest)
     return dest
 

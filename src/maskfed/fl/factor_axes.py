@@ -372,7 +372,8 @@ def trajectory_config(base: RunConfig, m: "ModelSpec") -> RunConfig:
     if m.rounds is None:
         raise ValueError(f"model {m.model} has no trajectory of its own (rounds is None)")
     return protocol_config(base, model=m.model, **({} if m.width is None else {"width": m.width}), rounds=m.rounds,
-                           eval_every=m.eval_every, eval_every_tail=m.eval_every)
+                           eval_every=m.eval_every, eval_every_tail=m.eval_every,
+                           checkpoint_every=m.keep_every)  # a checkpoint with every kept θ (not part of the key)
 
 
 def evaluated_checkpoints(cfg: RunConfig, targets, folder: Path) -> tuple[list[Checkpoint], pd.DataFrame]:
