@@ -111,6 +111,6 @@ def full_table(srcs: list[Source], paper: pd.DataFrame) -> pd.DataFrame:
 def caption(first: Source) -> str:
     """What the main table's cells are, naming the source."""
     spread = (f"the median over its {first.seeds} seeds of each run's median over the summary window, with the "
-              "smallest and largest seed in brackets" if first.seeds > 1 else
+              "seed range (the smallest and largest seed) in parentheses" if first.seeds > 1 else
               "its run's median over the summary window (one seed: no range)")
     return f"{first.name}: {spread}; paper: the paper's own table."
