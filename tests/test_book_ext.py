@@ -71,9 +71,10 @@ def test_exercises_are_numbered_per_chapter_in_book_order():
                "nb/ch3": {"exercise": {"x9": (9,), "x7": (7,), "x8": (8,)}}}
     # execute
     exercise_numbers.renumber(numbers)
-    # assert: each chapter from 1, in the original order; other kinds untouched
-    assert numbers["nb/ch3"]["exercise"] == {"x7": (1,), "x8": (2,), "x9": (3,)}
-    assert numbers["nb/ch1"]["exercise"] == {"e1": (1,), "e2": (2,)} and numbers["nb/ch1"]["figure"] == {"f": (4,)}
+    # assert: numbered by chapter (ch3 is the second chapter with exercises: 2.1, 2.2, 2.3), each in its
+    # original order; other kinds untouched
+    assert numbers["nb/ch3"]["exercise"] == {"x7": (2, 1), "x8": (2, 2), "x9": (2, 3)}
+    assert numbers["nb/ch1"]["exercise"] == {"e1": (1, 1), "e2": (1, 2)} and numbers["nb/ch1"]["figure"] == {"f": (4,)}
 
 
 # --- math_punctuation ----------------------------------------------------------------------------
