@@ -379,3 +379,16 @@ def test_archive_command_refuses_mixed_modes(capsys):
     assert "--all-protocols and --trajectory are used with --factor only" in capsys.readouterr().err
     assert cli.main(["archive", "--profile", "cpu", "--factor", "models"]) == 2
     assert "no model-size study is defined for profile 'cpu'" in capsys.readouterr().err
+
+
+def test_lr_shape_names_a_dip_a_rise_and_a_flat_cell():
+    def rows(bs, values):
+        return [{"batch_size": bs, "local_epochs": 1, "lr": lr, "recovery_unweighted": v}
+                for lr, v in zip((0.0025, 0.005, 0.01, 0.02), values)]
+    t = pd.DataFrame(rows("32", [2.65, 1.33, 2.0, 3.94]) + rows("128", [1.1, 1.2, 1.3, 1.4]) + rows("full", [5, 5, 5, 5.01]))
+    dip = fa.lr_shape(t, "32", 1)
+    assert (dip["shape"], dip["at"]) == ("dips", 0.005)
+    assert dip["text"] == "falls and then rises again (2.65, 1.33, 2.00, 3.94), lowest at lr = 0.005"
+    assert fa.lr_shape(t, "128", 1)["shape"] == "rises" and fa.lr_shape(t, "full", 1)["shape"] == "flat"
+    with pytest.raises(ValueError, match="need 2 or more"):
+        fa.lr_shape(t[t["lr"] == 0.01], "32", 1)

@@ -222,10 +222,42 @@ LR_VERDICTS = {
                      "the same factor with either batch, the same lr does not",
     ("batch size", True): "the batch size sets the minibatch recovery factor here: the larger batch gives the same "
                           "factor at both step sizes, the smaller one does not",
-    **{(k, False): f"the closest pair says '{k}', but not clearly by the rule (its difference is not within the "
-                   "reference's spread over cohorts, or another pair's is too)"
+    **{(k, False): f"the rule gives no clear answer: the closest pair of cells points to '{k}', but its difference "
+                   "is not within the reference's spread over cohorts, or another pair's is too"
        for k in ("step size", "lr/bs", "batch size")},
 }
+
+
+def lr_shape(table: pd.DataFrame, batch_size: str, local_epochs: int) -> dict:
+    """How one cell's median 1/Δ_S moves as the step size rises (:func:`lr_axis` rows): ``values`` (lr ->
+    median, in lr order), ``shape`` ("rises", "falls", "flat" within 1 % of its first value, or "dips"/"peaks"
+    when it turns, with the turning lr in ``at``), and ``text``, one clause.
+
+    Raises:
+        ValueError: the cell has fewer than two step sizes.
+    """
+    g = table[(table["batch_size"].astype(str) == str(batch_size)) & (table["local_epochs"] == local_epochs)]
+    g = g.sort_values("lr")
+    if len(g) < 2:
+        raise ValueError(f"batch size {batch_size}, τ {local_epochs} has {len(g)} step size(s); need 2 or more")
+    v = g.set_index("lr")["recovery_unweighted"]
+    steps = np.sign(np.diff(v.to_numpy()))
+    at = None
+    if (np.abs(v / v.iloc[0] - 1) <= 0.01).all():
+        shape = "flat"
+    elif (steps > 0).all():
+        shape = "rises"
+    elif (steps < 0).all():
+        shape = "falls"
+    else:
+        low, high = v.idxmin(), v.idxmax()
+        inner_low = low not in (v.index[0], v.index[-1])
+        shape, at = ("dips", low) if inner_low else ("peaks", high)
+    values = ", ".join(f"{x:.2f}" for x in v)
+    text = {"flat": f"stays at {v.iloc[0]:.2f}", "rises": f"rises ({values})", "falls": f"falls ({values})",
+            "dips": f"falls and then rises again ({values}), lowest at lr = {at or 0:g}",
+            "peaks": f"rises and then falls again ({values}), highest at lr = {at or 0:g}"}[shape]
+    return {"values": v.to_dict(), "shape": shape, "at": at, "text": text}
 
 
 def lr_spread(table: pd.DataFrame, batch_size: str, local_epochs: int) -> float:
