@@ -64,6 +64,8 @@ PAGES = {
                {"desktop": {"image-resolution"}, "phone": {"image-resolution"}}),
     "svg_shrunk": (f"<img src='{_SVG}' style='width:100px'>", {"desktop": {"figure-shrunk"}, "phone": set()}),
     "raw_latex": ("<p>the factor $\\frac{1}{K_c}$ and {glue:text}`key`</p>", {"desktop": {"raw-latex"}, "phone": {"raw-latex"}}),
+    "backticks": ("<p>No `make bench` result was found; <code>make bench</code> is fine.</p>",
+                  {"desktop": {"raw-latex"}, "phone": {"raw-latex"}}),
     "debug": ("<div class='cell_output'><pre>chapter 3 executed in 2.1 s at profile 'cpu'</pre></div>",
               {"desktop": {"debug-line"}, "phone": {"debug-line"}}),
     "punctuation": ("<p style='width:100px;font:16px monospace'>"

@@ -20,7 +20,7 @@ box a reader could open is opened (``<details>``, hidden solutions), the probe
   ``figure-shrunk``: at desktop width, an SVG figure shown smaller than it was drawn (its text
   then falls below the size :mod:`maskfed.book.plots` drew it at); ``image-missing``: an image
   that did not load;
-- ``raw-latex``: LaTeX or MyST markup left as text (``\\frac``, ``$x$``, ``{glue:text}``) or a
+- ``raw-latex``: LaTeX or MyST markup left as text (``\\frac``, ``$x$``, ``{glue:text}``, a `literal`) or a
   MathJax error box;
 - ``punctuation-wrapped``: a full stop or comma after inline math that starts the next line;
 - ``debug-line``: a run-time line such as "chapter 3 executed in 2.1 s at profile 'cpu'";
@@ -228,7 +228,7 @@ async (desktop) => {
 
   // text: raw LaTeX or MyST markup, MathJax errors, debug lines, punctuation after math
   for (const e of main.querySelectorAll('mjx-merror')) add('raw-latex', e, 'MathJax error');
-  const latex = /\\(frac|tfrac|mathbb|mathrm|mathcal|operatorname|lVert|rVert|sum|prod|hat|bar|overline|begin|end|left|right|cdot|sigma|mu|Delta|alpha|tau|theta|le|ge|ne|in)(?![A-Za-z])|\$[^$\s][^$]*\$|\{(glue|math|eq|numref|ref|prf:ref|doc)(:[a-z]+)?\}`/;
+  const latex = /\\(frac|tfrac|mathbb|mathrm|mathcal|operatorname|lVert|rVert|sum|prod|hat|bar|overline|begin|end|left|right|cdot|sigma|mu|Delta|alpha|tau|theta|le|ge|ne|in)(?![A-Za-z])|\$[^$\s][^$]*\$|\{(glue|math|eq|numref|ref|prf:ref|doc)(:[a-z]+)?\}`|`[^`\s][^`]*`/;
   const debug = /executed in [0-9.]+ s at profile/;
   const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT, {
     acceptNode: (n) => n.parentElement && n.parentElement.closest('script, style, code, pre, kbd, textarea, mjx-container, .highlight, .math, .MathJax_Preview')
