@@ -85,7 +85,7 @@ def test_rounds_below_one_must_decline_with_the_noise():
     # the archive's pattern: the noisiest cell has the most rounds below 1 (share rises with σ̂²)
     rising = claims.Evidence("rising", table1(rec, below=[0, 0, 0, 0.5, 0.5, 1, 2, 4, 6.2]))
     f = _one("below_one", rising)
-    assert f.verdict == "does not hold" and f.detail.startswith("ρ(σ̂², share) over the minibatch protocols = +")
+    assert f.verdict == "does not hold" and f.detail.startswith("r_s(σ̂², share) over the minibatch protocols = +")
     # declining, but only two of the three noisiest at zero: partly
     assert _one("below_one", claims.Evidence("two", table1(rec, below=[0, 0, 0, 4, 2, 1, 0.5, 0, 0]))).verdict == "partly"
     # declining and zero in the three noisiest: holds (as the paper's own table)

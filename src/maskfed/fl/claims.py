@@ -281,7 +281,7 @@ def _below_one(ev: Evidence) -> Finding:
                "partly" if exists and declines and majority(zeros, 3) else "does not hold")
     worst = pct.idxmax()
     return Finding(f"max {pct.max():.1f}% ({_proto(worst)}); noisiest 3: {', '.join(f'{v:.1f}' for v in pct[noisiest])}%",
-                   verdict, f"ρ(σ̂², share) over the minibatch protocols = {rho:+.2f}")
+                   verdict, f"r_s(σ̂², share) over the minibatch protocols = {rho:+.2f}")
 
 
 def _spans(ev: Evidence) -> Finding:
@@ -291,7 +291,7 @@ def _spans(ev: Evidence) -> Finding:
     rho = spearman(t1["mu2_hat"], t1["recovery_unweighted"])
     verdict = ("holds" if dec_s >= 2 and dec_m <= dec_s / 2 and rho < 0 else
                "partly" if dec_m < dec_s else "does not hold")
-    return Finding(f"σ̂² {dec_s:.1f}, ‖μ̂‖² {dec_m:.1f} decades; ρ(‖μ̂‖², 1/Δ_S) = {rho:+.2f}", verdict)
+    return Finding(f"σ̂² {dec_s:.1f}, ‖μ̂‖² {dec_m:.1f} decades; r_s(‖μ̂‖², 1/Δ_S) = {rho:+.2f}", verdict)
 
 
 def _tradeoff(ev: Evidence) -> Finding:
@@ -362,7 +362,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("below_one", "Rounds below 1", f"Rounds with 1/Δ_S < 1 exist ({_P['below_max']} % at {_P['below_at']} in the "
           "paper's Table I), their share declines as the noise grows, and it is zero in the three noisiest cells",
           "Sec. IV-B", "holds if some protocol has such rounds, their share falls with σ̂² over the minibatch "
-          "protocols (Spearman ρ < 0) and the three protocols with the largest σ̂² have none; partly if it "
+          "protocols (Spearman rank correlation r_s < 0) and the three protocols with the largest σ̂² have none; partly if it "
           "exists and falls and two of those three have none; else does not hold", _below_one),
     Claim("spans", "Noise, not signal", "σ̂² spans about three orders of magnitude while ‖μ̂‖² spans far less and grows where "
           "1/Δ_S falls", "Sec. IV-C", "holds if σ̂² spans ≥ 2 decades, ‖μ̂‖² at most half as many, and "
@@ -372,8 +372,8 @@ CLAIMS: tuple[Claim, ...] = (
           "shared direction: ‖μ̂‖² grows with τ", "Sec. IV-C", "holds if ‖μ̂‖² rises strictly with τ at every "
           "batch size, partly at a majority of them, else does not hold", _signal_steps),
     Claim("tradeoff", "Accuracy trade-off", "The protocols that recover the penalty train poorly: recovery trades against "
-          "accuracy", "Sec. IV-D, Fig. 1", "Spearman ρ of 1/Δ_S with test accuracy over the nine "
-          "protocols; holds if ρ ≤ -0.5 with its interval below 0, partly if ρ < 0, else does not hold",
+          "accuracy", "Sec. IV-D, Fig. 1", "Spearman rank correlation r_s of 1/Δ_S with test accuracy over the nine "
+          "protocols; holds if r_s ≤ -0.5 with its interval below 0, partly if r_s < 0, else does not hold",
           _tradeoff),
     Claim("stage", "Sampling, not stage", "Sampling, not training stage, separates full batch from minibatch", "Sec. IV-C",
           "the stage chapter's variance split at the same checkpoints, per stage range; holds if "
