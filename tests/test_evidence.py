@@ -221,3 +221,48 @@ def test_matched_stage_summary_names_each_claim_or_says_there_is_no_stage_study(
     monkeypatch.setenv("MASKFED_ARCHIVE_DIR", str(tmp_path))
     assert evidence.matched_stage_summary("cpu-paper", ("cliff",)) == (
         "The cpu-paper archive holds no stage study, so these claims are not judged at matched stage here.")
+
+
+def _run(bs, tau, values, seed=0, sigma2=1.0, mu2=1.0, acc=0.5):
+    cfg = make_run_config(batch_size=bs, local_epochs=tau, seed=seed, rounds=len(values))
+    m = pd.DataFrame({"round": range(1, len(values) + 1), "recovery_unweighted": values, "recovery_weighted": values,
+                      "mu2_hat": mu2, "sigma2_hat": sigma2, "test_acc": acc, "pct_rounds_below_one": 0.0,
+                      "T_mean": 1.0, "train_loss": 1.0})
+    return RunResult(cfg, None, m, {})
+
+
+def test_variant_runs_halve_the_window_and_leave_out_runs_still_falling():
+    import numpy as np
+
+    # prepare: 40 rounds; one run flat at 2 with its last 5 rounds at 3, one falling steadily from 8
+    flat = _run(32, 2, [2.0] * 35 + [3.0] * 5)
+    falling = _run(32, 5, list(8.0 * np.exp(-0.05 * np.arange(40)) * (1 + 0.01 * np.sin(np.arange(40)))))
+    # execute / assert: the halved window keeps the last 20 rounds, whose last quarter (5) is all 3.0
+    half = evidence.variant_runs([flat], evidence.VARIANTS[0])[0]
+    assert len(half.metrics) == 20 and half.metrics["recovery_unweighted"].tail(5).eq(3.0).all()
+    kept = evidence.variant_runs([flat, falling], evidence.VARIANTS[1])
+    assert [r.config.local_epochs for r in kept] == [2]
+    with pytest.raises(ValueError, match="variant must be one of"):
+        evidence.variant_runs([flat], "no such")
+
+
+def test_stability_marks_a_verdict_that_a_variant_flips():
+    import numpy as np
+
+    from maskfed.fl import claims
+
+    # prepare: full τ 1 still falling (about 1.5 in its window), full τ 2 flat at 4.0, bs 32 τ 1 and 2 flat at
+    # 1.2 and 1.1: the cliff is 1.5 / 1.2 (in part); with the falling run left out, 4.0 / 1.2 (holds)
+    falling = list(6.0 * np.exp(-0.02 * np.arange(80)))
+    runs = {"table1": [_run("full", 1, falling, sigma2=0.01, acc=0.3), _run("full", 2, [4.0] * 80, sigma2=0.02, acc=0.4),
+                       _run(32, 1, [1.2] * 80, sigma2=1.0, mu2=2.0, acc=0.6),
+                       _run(32, 2, [1.1] * 80, sigma2=2.0, mu2=3.0, acc=0.7)], "table2": [], "control": []}
+    ev = evidence.profile_evidence("src", runs["table1"], [], [], n_boot=100)
+    verdicts = claims.verdict_table([ev])
+    # execute
+    st = evidence.stability(verdicts, runs, n_boot=100)
+    # assert: the cliff is fragile, naming the variant, how many runs it kept and what it gives
+    assert verdicts.loc["cliff", "verdict"] == "partly"
+    assert st.loc["cliff", "mark"] == "fragile"
+    assert "runs still falling left out (3 of 4 runs, 3 of 4 settings kept): holds" in st.loc["cliff", "flips"]
+    assert st.loc["alpha_span", "mark"] == "–"  # not measured here: no mark

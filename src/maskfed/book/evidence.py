@@ -151,7 +151,7 @@ def verdict_mark(verdict: str) -> str:
 
 
 def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence], matched: pd.DataFrame | None = None,
-                 matched_name: str = "") -> str:
+                 matched_name: str = "", stable: pd.DataFrame | None = None) -> str:
     """The verdict table as HTML: one row per claim (its title and the paper's section), the paper's
     own number, each source's value with its verdict, the matched-stage view where given, and the overall
     verdict with its source (and, where the matched-stage view disagrees, both: :func:`views_text`).
@@ -161,6 +161,7 @@ def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence], matched: 
         evidence: the sources, in the table's column order.
         matched: :func:`matched_stage_verdicts` (same claims), or None for no such column.
         matched_name: the matched-stage column's source, shown in its header.
+        stable: :func:`stability` of the overall verdicts, shown under each (None: not shown).
     """
     import html
 
@@ -179,7 +180,11 @@ def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence], matched: 
             cells.append(f"{esc(m['value'])}<br>{verdict_mark(m['verdict'])}")
             both = views_text(r["verdict"], m["verdict"])
         source = "" if r["from"] == "–" else f"<br><small>from {esc(r['from'])}</small>"
-        cells.append(verdict_mark(r["verdict"]) + source
+        mark = ""
+        if stable is not None and stable.loc[key, "mark"] != "–":
+            st = stable.loc[key]
+            mark = (f"<br><small><b>{st['mark']}</b>" + (f": {esc(st['flips'])}" if st["flips"] else "") + "</small>")
+        cells.append(verdict_mark(r["verdict"]) + source + mark
                      + (f"<br><small>at matched stage:</small> {verdict_mark(matched.loc[key, 'verdict'])}" if both else ""))
         rows.append("<tr>" + "".join(f'<td style="{FIRST if i == 0 else CELL}">{c}</td>' for i, c in enumerate(cells))
                     + "</tr>")
@@ -443,16 +448,17 @@ def against_paper(table1_runs: list[RunResult], table2_runs: list[RunResult]) ->
 
 
 def source_runs(profile_name: str, live: dict[str, list[RunResult]] | None = None) -> dict[str, list[RunResult]]:
-    """The Table I and Table II runs of a source: the profile's archive where it has one, else ``live``
-    (this build's runs, ``{experiment: runs}``); ``{"table1": [...], "table2": [...]}``, empty lists when neither."""
+    """The Table I, Table II and control runs of a source: the profile's archive where it has one, else ``live``
+    (this build's runs, ``{experiment: runs}``); ``{"table1": [...], "table2": [...], "control": [...]}``, empty
+    lists when neither."""
     from maskfed.fl.config import load_profile
 
     runs = archive.load_archive(profile_name)
     if runs:
         prof = load_profile(profile_name)
-        return {e: archive.select(runs, experiments.configs(prof, e)) for e in ("table1", "table2")}
+        return {e: archive.select(runs, experiments.configs(prof, e)) for e in ("table1", "table2", "control")}
     live = live or {}
-    return {e: list(live.get(e, [])) for e in ("table1", "table2")}
+    return {e: list(live.get(e, [])) for e in ("table1", "table2", "control")}
 
 
 # --------------------------------------------------------------------------- claims at matched stage
@@ -582,3 +588,75 @@ def matched_stage_summary(profile_name: str, keys) -> str:
     return (f"Judged again at matched stage, every protocol at the same θ (the {profile_name} stage study; the verdict "
             "page's rule over its checkpoints): " + "; ".join(f"“{titles[k]}” {words[m.loc[k, 'verdict']]} "
                                                             f"({m.loc[k, 'value']})" for k in keys) + ".")
+
+
+# --------------------------------------------------------------------------- verdicts under the analysis's choices
+
+#: The analysis choices each verdict is recomputed under (ours; issue: "verdicts under the analysis's own
+#: choices"): the summary window halved, and the runs whose recovery factor is still falling over their second
+#: half (:func:`maskfed.fl.uncertainty.trend_test`) left out.
+VARIANTS = ("window: the last eighth of rounds", "runs still falling left out")
+
+
+def variant_runs(runs: list[RunResult], variant: str) -> list[RunResult]:
+    """``runs`` as one analysis variant sees them (:data:`VARIANTS`).
+
+    Raises:
+        ValueError: an unknown variant.
+    """
+    from dataclasses import replace
+
+    if variant == VARIANTS[0]:  # the summary window is the last quarter of what a run holds: keep its last half
+        return [replace(r, metrics=r.metrics.tail(max(1, len(r.metrics) // 2)).reset_index(drop=True)) for r in runs]
+    if variant == VARIANTS[1]:
+        kept = []
+        for r in runs:
+            try:
+                falling = uncertainty.trend_test(r.metrics)["verdict"] == "falling"
+            except ValueError:  # too short to test: kept
+                falling = False
+            if not falling:
+                kept.append(r)
+        return kept
+    raise ValueError(f"variant must be one of {list(VARIANTS)}; got {variant!r}")
+
+
+def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boot: int = uncertainty.N_BOOT,
+              claim_list: tuple = claims.CLAIMS) -> pd.DataFrame:
+    """Is each claim's verdict stable under the analysis variants (:data:`VARIANTS`)? The source's runs are
+    re-summarised under each variant and every claim judged again with its criterion.
+
+    Args:
+        verdicts: :func:`maskfed.fl.claims.verdict_table` (column ``verdict``: the overall verdicts).
+        runs: the closest source's runs, ``{"table1": [...], "table2": [...], "control": [...]}``.
+        n_boot: bootstrap replicates per variant.
+
+    Returns:
+        Index ``claim``; columns ``mark`` ("stable", "fragile", or "–" where the base is not measured here) and
+        ``flips`` (e.g. "runs still falling left out: does not hold"; "" when stable).
+    """
+    judged, kept = {}, {}
+    for v in VARIANTS:
+        t1, t2 = variant_runs(runs.get("table1", []), v), variant_runs(runs.get("table2", []), v)
+        ev = profile_evidence(v, t1, t2, runs.get("control", []), n_boot=n_boot)
+        judged[v] = {}
+        for c in claim_list:  # a variant can leave a claim without the settings it compares
+            try:
+                judged[v][c.key] = claims.verdict_table([ev], (c,)).loc[c.key, "verdict"]
+            except ValueError:
+                judged[v][c.key] = "not measured here"
+        n_all = len(runs.get("table1", [])) + len(runs.get("table2", []))
+        settings = {(r.config.batch_size, r.config.local_epochs, r.config.alpha) for r in t1 + t2}
+        settings_all = {(r.config.batch_size, r.config.local_epochs, r.config.alpha)
+                        for r in runs.get("table1", []) + runs.get("table2", [])}
+        kept[v] = ("" if len(t1) + len(t2) == n_all else
+                   f" ({len(t1) + len(t2)} of {n_all} runs, {len(settings)} of {len(settings_all)} settings kept)")
+    rows = []
+    for c in claim_list:
+        base = verdicts.loc[c.key, "verdict"]
+        if base == "not measured here" or c.key == "stage":  # the stage study is not re-summarised
+            rows.append({"claim": c.key, "mark": "–", "flips": ""})
+            continue
+        flips = [f"{v}{kept[v]}: {judged[v][c.key]}" for v in VARIANTS if judged[v][c.key] != base]
+        rows.append({"claim": c.key, "mark": "fragile" if flips else "stable", "flips": "; ".join(flips)})
+    return pd.DataFrame(rows).set_index("claim")
