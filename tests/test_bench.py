@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from maskfed import bench
+from maskfed.book.plots import throughput
 from maskfed.fl import cohort as C
 
 
@@ -85,7 +86,7 @@ def test_figure_legend_names_the_paths_as_a_reader_does():
     df = pd.DataFrame({"batch_size": "32", "local_epochs": 1, "precision": "fp32", "path": list(bench.PATHS),
                        "images_per_s": [100.0, 200.0, 110.0, 50.0]})
     # execute
-    ax = bench.figure(df)
+    ax = throughput(df)
     # assert
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [bench.PATH_LABELS[p] for p in bench.PATHS]
 
@@ -105,7 +106,7 @@ def test_figure_follows_the_books_figure_rules_when_speeds_span_decades():
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(6.4, 4.4))
         # execute
-        bench.figure(pd.DataFrame(rows), ax=ax)
+        throughput(pd.DataFrame(rows), ax=ax)
         # assert: a log axis (the slow bars stay visible) and every other rule
         assert ax.get_yscale() == "log"
         finish(fig)

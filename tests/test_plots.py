@@ -266,7 +266,7 @@ def test_place_labels_keeps_labels_of_coinciding_points_apart():
 @pytest.mark.slow
 def test_book_figures_follow_the_rules():
     from maskfed.book.plots import STYLE, against_stage, branches, finish
-    from maskfed.book import trajectories
+    from maskfed.book.plots import trajectories
 
     paper = paper_table("table1")
     with plt.rc_context(STYLE):

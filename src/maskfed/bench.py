@@ -300,30 +300,6 @@ def latest_or_tiny(folder: Path | None = None) -> tuple[pd.DataFrame, str]:
     return df, source
 
 
-def figure(df: pd.DataFrame, ax=None):
-    """Bar chart of images/s by protocol (groups) and path (bars) on a log axis (a full-batch round
-    moves a hundred times the images a second of a bs-16 one: on a linear axis the slow bars vanish),
-    with the legend below the bars."""
-    import matplotlib.pyplot as plt
-
-    from maskfed.book.plots import legend_outside, plain_log_ticks
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 4.4))
-    piv = df.assign(protocol=lambda d: "bs " + d["batch_size"].astype(str) + ", τ " + d["local_epochs"].astype(str)
-                    + ((", " + d["precision"]) if d["precision"].nunique() > 1 else "")) \
-        .pivot_table(index="protocol", columns="path", values="images_per_s", sort=False)
-    piv = piv[[p for p in PATHS if p in piv.columns]].rename(columns=PATH_LABELS)
-    piv.plot.bar(ax=ax, rot=0, width=0.8, legend=False)
-    ax.set_yscale("log")
-    plain_log_ticks(ax, "y")
-    ax.set_ylabel("images / s (higher is faster, log scale)")
-    ax.set_xlabel("local protocol (batch size bs, local epochs τ)")
-    ax.set_title("Training throughput of one FedAvg round, by path")
-    legend_outside(ax, "below")
-    return ax
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m maskfed.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="cpu", help="smoke | cpu | paper (default cpu)")

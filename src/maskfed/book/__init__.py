@@ -501,34 +501,6 @@ def profile_table() -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("profile")
 
 
-def trajectories(results, *, ax=None, window: int = 3,
-                 title: str | None = "1/Δ_S round by round (rolling median); grey: the summary window"):
-    """Per-round recovery factor of each run (rolling median over ``window`` rounds), log scale,
-    with the summary window (last quarter of rounds) shaded and the legend below the axes."""
-    import matplotlib.pyplot as plt
-
-    from maskfed.book.plots import legend_outside, plain_log_ticks
-    from maskfed.fl.summary import tail_window
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 4.6))
-    for r in results:
-        m = r.metrics
-        ax.plot(m["round"], m["recovery_unweighted"].rolling(window, min_periods=1).median(),
-                lw=1.2, label=f"bs={r.config.batch_size}, τ={r.config.local_epochs}",
-                ls="-" if r.config.batch_size == "full" else "--")
-    rounds = len(results[0].metrics)
-    ax.axvspan(rounds - tail_window(rounds) + 0.5, rounds + 0.5, color="0.9", zorder=0)
-    ax.set_yscale("log")
-    plain_log_ticks(ax, "y")
-    ax.set_xlabel("round")
-    ax.set_ylabel(f"1/Δ_S (rolling median of {window})")
-    if title:
-        ax.set_title(title)
-    legend_outside(ax, "below", ncol=3)
-    return ax
-
-
 def glue(key: str, value, display: bool = False) -> None:
     """``myst_nb.glue`` for numbers and strings, converting numpy scalars to Python ones
     (numpy 2 prints ``np.float64(...)``, which MyST-NB's ``{glue:text}`` cannot format)."""

@@ -604,3 +604,54 @@ def recovery_vs_parameters(table: pd.DataFrame, *, ax: plt.Axes | None = None, p
     if legend:
         legend_outside(ax, "below", ncol=2)
     return ax
+
+
+def trajectories(results, *, ax=None, window: int = 3,
+                 title: str | None = "1/Δ_S round by round (rolling median); grey: the summary window"):
+    """Per-round recovery factor of each run (rolling median over ``window`` rounds), log scale,
+    with the summary window (last quarter of rounds) shaded and the legend below the axes."""
+    from maskfed.fl.summary import tail_window
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.6))
+    for r in results:
+        m = r.metrics
+        ax.plot(m["round"], m["recovery_unweighted"].rolling(window, min_periods=1).median(),
+                lw=1.2, label=f"bs={r.config.batch_size}, τ={r.config.local_epochs}",
+                ls="-" if r.config.batch_size == "full" else "--")
+    rounds = len(results[0].metrics)
+    ax.axvspan(rounds - tail_window(rounds) + 0.5, rounds + 0.5, color="0.9", zorder=0)
+    ax.set_yscale("log")
+    plain_log_ticks(ax, "y")
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"1/Δ_S (rolling median of {window})")
+    if title:
+        ax.set_title(title)
+    legend_outside(ax, "below", ncol=3)
+    return ax
+
+
+def throughput(df: pd.DataFrame, ax=None):
+    """Bar chart of images/s by protocol (groups) and path (bars) on a log axis (a full-batch round
+    moves a hundred times the images a second of a bs-16 one: on a linear axis the slow bars vanish),
+    with the legend below the bars.
+
+    Args:
+        df: ``make bench`` rows (:data:`maskfed.bench.COLUMNS`).
+    """
+    from maskfed.bench import PATH_LABELS, PATHS
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.4))
+    piv = df.assign(protocol=lambda d: "bs " + d["batch_size"].astype(str) + ", τ " + d["local_epochs"].astype(str)
+                    + ((", " + d["precision"]) if d["precision"].nunique() > 1 else "")) \
+        .pivot_table(index="protocol", columns="path", values="images_per_s", sort=False)
+    piv = piv[[p for p in PATHS if p in piv.columns]].rename(columns=PATH_LABELS)
+    piv.plot.bar(ax=ax, rot=0, width=0.8, legend=False)
+    ax.set_yscale("log")
+    plain_log_ticks(ax, "y")
+    ax.set_ylabel("images / s (higher is faster, log scale)")
+    ax.set_xlabel("local protocol (batch size bs, local epochs τ)")
+    ax.set_title("Training throughput of one FedAvg round, by path")
+    legend_outside(ax, "below")
+    return ax
