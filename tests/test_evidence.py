@@ -115,6 +115,8 @@ def test_own_trajectory_text_reads_the_last_quarter_and_the_last_evaluated_accur
     assert "test accuracy 0.41 after round 8" in text and "gives 1.19" in text and "accuracy 0.80" in text
     assert text.endswith("not at the same stage of training.")
     assert evidence.own_trajectory_text(m, paper=1.19, paper_acc=0.44).endswith("about the same stage of training.")
+    assert "read while still going, after round 8 of its budget of 80 rounds" in evidence.own_trajectory_text(
+        m, paper=1.19, paper_acc=0.8, budget=80)
 
 
 def _verdicts(**given):

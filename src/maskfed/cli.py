@@ -150,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     arch.add_argument("--trajectory", default=None, metavar="RUN_FOLDER",
                       help="with --factor: a finished run folder (with thetas.pt) of a model's own FedAvg trajectory, "
                            "read instead of looking for that run in results/runs (say, one trained from another "
-                           "checkout); its configuration is checked")
+                           "checkout); its configuration is checked. The hidden .partial-<run> folder of a run still "
+                           "going is read as far as its last checkpoint (the θ it has reached so far)")
     arch.add_argument("--all-protocols", action="store_true",
                       help="with --factor: measure every protocol of the profile's Table I grid (default: the "
                            "study's own list; ResNet-18-GN's has five)")
@@ -264,8 +265,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if (args.all_protocols or args.trajectory) and args.factor is None:
             return _error("--all-protocols and --trajectory are used with --factor only")
-        if args.trajectory and not (Path(args.trajectory) / "config.json").is_file():
-            return _error(f"--trajectory must be a finished run folder (with config.json); got {args.trajectory}")
+        if args.trajectory and not ((Path(args.trajectory) / "config.json").is_file()
+                                    or (Path(args.trajectory) / "checkpoint.pt").is_file()):
+            return _error(f"--trajectory must be a finished run folder (with config.json) or a running run's "
+                          f".partial-<run> folder (with checkpoint.pt); got {args.trajectory}")
         if args.factor is not None:
             try:
                 with runner.stop_on_signals():  # SIGTERM and SIGHUP stop it as Ctrl-C does

@@ -987,7 +987,8 @@ def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, prog
         raise ValueError(f"a factor study keeps one trajectory of its own; {part} has {len(study.own_trajectories)}")
     for folder in study.own_trajectories:  # the run's record, without its θ (45 MB each for ResNet-18-GN)
         for f in TRAJECTORY_FILES:
-            shutil.copy2(folder / f, tmp / f"{TRAJECTORY_PREFIX}{f}")
+            if (folder / f).is_file():  # an unfinished run (factor_axes.unfinished_trajectory) has no partition.json
+                shutil.copy2(folder / f, tmp / f"{TRAJECTORY_PREFIX}{f}")
     install(tmp, dest)
     return dest
 

@@ -321,7 +321,7 @@ def resnet_text(tables, *, where: str = " (the chapter “What sets the recovery
 STAGE_GAP = 0.05
 
 
-def own_trajectory_text(metrics: pd.DataFrame, *, paper: float, paper_acc: float) -> str:
+def own_trajectory_text(metrics: pd.DataFrame, *, paper: float, paper_acc: float, budget: int | None = None) -> str:
     """One sentence on a model's own FedAvg trajectory beside the paper's Table I value of its protocol:
     the median and interquartile range of its per-round 1/Δ_S over its last quarter of rounds (the
     summary window, :func:`maskfed.fl.summary.tail_window`), its last evaluated test accuracy, and the
@@ -330,13 +330,16 @@ def own_trajectory_text(metrics: pd.DataFrame, *, paper: float, paper_acc: float
     Args:
         metrics: the run's ``metrics.csv`` (``round``, ``recovery_unweighted``, ``test_acc``).
         paper, paper_acc: the paper's Table I 1/Δ_S and final test accuracy of that protocol.
+        budget: the run's configured rounds; where the metrics stop short of it the run is said to be unfinished.
     """
     n = len(metrics)
+    run = ("the run is our budget, not the paper's 200 rounds" if budget is None or n >= budget else
+           f"the run was read while still going, after round {n} of its budget of {budget} rounds")
     tail = metrics["recovery_unweighted"].iloc[n - summary.tail_window(n):]
     acc = metrics["test_acc"].dropna()
     q1, q3 = tail.quantile(0.25), tail.quantile(0.75)
-    return (f"Over the last {len(tail)} of its {n} rounds (its last quarter; the run is our budget, not the "
-            f"paper's 200 rounds) the trajectory's per-round 1/Δ_S has median {tail.median():.2f} (interquartile "
+    return (f"Over the last {len(tail)} of its {n} rounds (its last quarter; {run}) the trajectory's "
+            f"per-round 1/Δ_S has median {tail.median():.2f} (interquartile "
             f"range {q1:.2f} to {q3:.2f}) at test accuracy {acc.iloc[-1]:.2f} after round {int(metrics.loc[acc.index[-1], 'round'])}; "
             f"the paper's Table I gives {paper:.2f} for this protocol over the last 50 of its 200 rounds, at test "
             f"accuracy {paper_acc:.2f}"

@@ -833,9 +833,62 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
                       pd.concat(logs, ignore_index=True), spec, compute, own_folders)
 
 
+def unfinished_trajectory(partial: Path, cfg: RunConfig, dest: Path) -> Path:
+    """A run folder, at ``dest``, of what an unfinished run has done so far, read from its partial folder
+    (:func:`maskfed.fl.checkpoint.partial_dir`: the last checkpoint's records and the θ snapshots kept up to
+    its round), so a study can use the θ a long trajectory has already reached before it ends.
+
+    ``dest`` holds ``config.json`` (the run's, with its full round budget), ``metrics.csv`` (rounds 1 to the
+    checkpoint's), ``thetas.pt`` (the snapshots up to that round) and ``provenance.json`` (``unfinished``:
+    true, ``rounds_done``, ``rounds``, the run key, the wall time so far); nothing is recomputed. The partial
+    folder is only read, so the run can go on from it.
+
+    Args:
+        partial: the run's hidden ``.partial-<run folder>`` folder.
+        cfg: the run's configuration (its run key must be the folder's).
+        dest: the folder to write (replaced if it exists).
+
+    Raises:
+        ValueError: no checkpoint in ``partial``, or one of another run (its key is not the folder's).
+    """
+    import shutil
+
+    blob_path = Path(partial) / "checkpoint.pt"
+    if not blob_path.is_file():
+        raise ValueError(f"{partial} holds no checkpoint.pt: not the partial folder of a running run")
+    blob = torch.load(blob_path, map_location="cpu", weights_only=True)
+    key = Path(partial).name.rsplit("-", 1)[-1]
+    if blob.get("run_key") != key:
+        raise ValueError(f"{blob_path} is of run key {blob.get('run_key')}, not the folder's {key}")
+    done = int(blob["rounds_done"])
+    records = json.loads(blob["records_json"])
+    snaps = sorted(int(f.stem[1:]) for f in (Path(partial) / "thetas").glob("r*.pt") if int(f.stem[1:]) <= done)
+    dest = Path(dest)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    (dest / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    pd.DataFrame(records).to_csv(dest / "metrics.csv", index=False)
+    torch.save({"rounds": snaps, "thetas_RxP": torch.stack(
+        [torch.load(Path(partial) / "thetas" / f"r{r:05d}.pt", weights_only=True) for r in snaps])},
+        dest / runner.THETAS)
+    (dest / "provenance.json").write_text(json.dumps(
+        {"unfinished": True, "rounds_done": done, "rounds": cfg.rounds, "run_key": key, "label": cfg.label(),
+         "wall_s": float(blob["wall_s"]), "read_from": Path(partial).name}, indent=2))
+    return dest
+
+
 def _own_trajectory(cfg: RunConfig, folders: Sequence[Path]) -> Path | None:
-    """The folder among ``folders`` whose ``config.json`` holds ``cfg`` (up to where it ran), else None."""
-    return next((Path(f) for f in folders if stage.holds(Path(f), cfg)), None)
+    """The folder among ``folders`` whose ``config.json`` holds ``cfg`` (up to where it ran), else None. A
+    running run's partial folder (``checkpoint.pt``, no ``config.json``) whose name carries ``cfg``'s label is
+    read as far as its last checkpoint (:func:`unfinished_trajectory`, into ``results/unfinished/``): it holds
+    no configuration, so only its label and run key tie it to ``cfg``."""
+    for f in map(Path, folders):
+        if (f / "config.json").is_file():
+            if stage.holds(f, cfg):
+                return f
+        elif (f / "checkpoint.pt").is_file() and f.name.startswith(f".partial-{cfg.label()}-"):
+            return unfinished_trajectory(f, cfg, results_dir() / "unfinished" / f.name.removeprefix(".partial-"))
+    return None
 
 
 # --------------------------------------------------------------------------- the model-size tables
