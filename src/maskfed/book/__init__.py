@@ -545,8 +545,12 @@ def run_box(name: str, namespace: dict | None = None) -> str:
         if r["name"] in values and value != default and r["name"] != "profile":
             given[r["name"]] = value
     profile = values.get("profile")
-    command = ("python -m maskfed.book.notebooks" + (f" --profile {profile}" if profile else "") + f" {name}"
-               + "".join(f" -p {k} {html.escape(str(v))}" for k, v in given.items()))
+    import shlex
+
+    # as a shell takes it: the checkout's environment (make env: .venv/, or the active one), each value quoted
+    command = (".venv/bin/python -m maskfed.book.notebooks" + (f" --profile {profile}" if profile else "")
+               + f" {name}" + "".join(f" -p {k} {shlex.quote(str(v))}" for k, v in given.items()))
+    command = html.escape(command)
     table = ("<table><thead><tr><th>parameter</th><th>type and range</th><th>default</th><th>this build</th>"
              "<th>meaning</th></tr></thead><tbody>"
              + "".join(f"<tr><td><code>{r['name']}</code></td>"
@@ -555,10 +559,11 @@ def run_box(name: str, namespace: dict | None = None) -> str:
                        f"<td>{html.escape(r['meaning'])}</td></tr>" for r in rows)
              + "</tbody></table>") if rows else "<p>This chapter takes no parameters.</p>"
     return ('<details class="maskfed-run"><summary>Run this chapter</summary>'
-            "<p>From a checkout with the environment made (<code>make env</code>), this executes the chapter "
-            "with this build's parameters, then rebuilds the book; add <code>-p NAME VALUE</code> for any "
-            "parameter below.</p>"
-            f"<pre>{command}\njupyter-book build book/</pre>{table}</details>")
+            "<p>From a checkout with the environment made (<code>make env</code>; with your own virtualenv or "
+            "conda environment active, drop <code>.venv/bin/</code>), this executes the chapter with this build's "
+            "parameters, then rebuilds the book; add <code>-p NAME VALUE</code> for any parameter below (a list "
+            "or a dict in quotes).</p>"
+            f"<pre>{command}\n.venv/bin/jupyter-book build book/</pre>{table}</details>")
 
 
 def provenance_note(name: str | None = None, namespace: dict | None = None) -> "IPython.display.HTML":

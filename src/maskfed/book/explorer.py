@@ -104,7 +104,7 @@ SCRIPT = r"""
     let d = '';
     for (let i = 0; i <= 120; i++) { const lr = lo + (hi - lo) * i / 120, rr = Math.pow(10, lr); d += (i ? 'L' : 'M') + sx(lr).toFixed(1) + ' ' + sy((k * rr + 1) / (rr + 1)).toFixed(1); }
     el('path', {d: d, fill: 'none', stroke: '#1f77b4', 'stroke-width': 2}, s1);
-    text(s1, L + 4, 14, 'eq. 12 at this K_c; dot: this r; circles: measured', 'start');
+    text(s1, L + 4, 14, 'eq. 12; dot: your r; circles: measured', 'start');
     el('circle', {cx: sx(Math.log10(r)), cy: sy(f.recovery), r: 5, fill: '#1f77b4'}, s1);
     for (const m of pts) {
       const lr = Math.log10(m.r);
@@ -118,7 +118,7 @@ SCRIPT = r"""
     const px = (v) => L + (v - pmin) / (1 - pmin) * (W - L - R), py = (v) => H - B - Math.min(v, top) / top * (H - T - B);
     axes(s2, 'keep probability p', 'penalty (c·σ²)', [[pmin, String(pmin)], [0.5, '0.5'], [1, '1']],
          [[0, '0'], [top / 1.05, (top / 1.05).toPrecision(2)]], px, py);
-    text(s2, L + 4, 14, 'green: one shared mask; orange: a mask per client', 'start');
+    text(s2, L + 4, 14, 'green: shared mask; orange: per client', 'start');
     for (const [key, colour] of [['r_shr', '#2ca02c'], ['r_ind', '#ff7f0e']]) {
       let e = '';
       for (let i = 0; i <= 120; i++) { const v = pmin + (1 - pmin) * i / 120; e += (i ? 'L' : 'M') + px(v).toFixed(1) + ' ' + py(forms(k, r, v)[key]).toFixed(1); }
