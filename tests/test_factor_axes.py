@@ -12,7 +12,7 @@ import torch
 
 from maskfed import cli
 from maskfed.book import archive
-from maskfed.fl import diversity, factor_axes as fa, fedavg, runner, stage
+from maskfed.fl import checkpoint, diversity, factor_axes as fa, fedavg, runner, stage
 from maskfed.fl.config import ConfigError, load_profile
 
 
@@ -404,12 +404,13 @@ def test_an_unfinished_trajectory_is_read_as_far_as_its_last_checkpoint(tmp_path
     nan = float("nan")
     records = [{"round": r, "recovery_unweighted": 2.0, "test_acc": acc, "test_loss": nan if acc != acc else 1.0}
                for r, acc in zip(range(1, 5), [nan, 0.2, nan, 0.4])]
-    torch.save({"format": 1, "run_key": "0123456789abcdef", "rounds_done": 4, "theta_P": torch.zeros(3),
-                "records_json": json.dumps(records), "wall_s": 12.5}, partial / "checkpoint.pt")
+    torch.save({"format": checkpoint.FORMAT, "run_key": "0123456789abcdef", "rounds_done": 4, "theta_P": torch.zeros(3),
+                "records_json": json.dumps(records), "wall_s": 12.5,
+                "torch_rng": torch.get_rng_state(), "cuda_rng": None}, partial / "checkpoint.pt")
     for r in (0, 2, 4, 6):
         torch.save(torch.full((3,), float(r)), partial / "thetas" / f"r{r:05d}.pt")
     # execute
-    folder = fa._own_trajectory(cfg, [partial])
+    folder = fa.find_own_trajectory(cfg, [partial])
     got, acc = fa.evaluated_checkpoints(cfg, [0.3, 0.5], folder)
     # assert: rounds 1-4 only, θ up to round 4, the target 0.3 first reached at round 4, 0.5 not yet
     prov = json.loads((folder / "provenance.json").read_text())
@@ -419,6 +420,6 @@ def test_an_unfinished_trajectory_is_read_as_far_as_its_last_checkpoint(tmp_path
     assert torch.equal(got[0].theta, torch.full((3,), 4.0))
     assert (partial / "checkpoint.pt").is_file()  # only read: the run can go on
     # a partial folder of another run, or without a checkpoint, is not taken
-    assert fa._own_trajectory(fa.protocol_config(cfg, seed=1), [partial]) is None
+    assert fa.find_own_trajectory(fa.protocol_config(cfg, seed=1), [partial]) is None
     with pytest.raises(ValueError, match="holds no checkpoint.pt"):
         fa.unfinished_trajectory(tmp_path, cfg, tmp_path / "x")

@@ -311,18 +311,16 @@ def test_declared_in_reads_each_parameter_its_default_and_its_comment():
 
 
 def test_run_box_gives_the_command_with_this_builds_parameters_and_their_table():
-    from maskfed import book
-
     # prepare: a chapter's namespace after check_parameters, with one parameter changed from its default
     ns = {"__annotations__": {"profile": params.Profile, "n_rounds": params.PositiveInt}}
     ns[params.GIVEN] = {"profile": "smoke", "n_rounds": 7}
     # execute
-    box = book.run_box("theory_06_signal_noise", ns)
+    box = params.run_box("theory_06_signal_noise", ns)
     # assert: the command names the profile and the changed parameter only; the table has every parameter
     assert ".venv/bin/python -m maskfed.book.notebooks --profile smoke theory_06_signal_noise -p n_rounds 7\n" in box
     ns[params.GIVEN]["K_c_grid"] = [2, 5]  # a list is quoted for the shell
-    assert "-p K_c_grid &#x27;[2, 5]&#x27;" in book.run_box("theory_06_signal_noise", ns)
+    assert "-p K_c_grid &#x27;[2, 5]&#x27;" in params.run_box("theory_06_signal_noise", ns)
     assert "-p seed" not in box and box.count("<tr>") == 1 + len(
         params.declared_in((REPO_ROOT / "notebooks" / "theory_06_signal_noise.md").read_text()))
     assert "<code>n_rounds</code></td><td>int &gt;= 1</td><td><code>None</code></td><td><code>7</code>" in box
-    assert "This chapter takes no parameters." in book.run_box("cite", {})
+    assert "This chapter takes no parameters." in params.run_box("cite", {})

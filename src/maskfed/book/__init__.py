@@ -512,64 +512,10 @@ def glue(key: str, value, display: bool = False) -> None:
     _glue(key, value, display=display)
 
 
-def run_box(name: str, namespace: dict | None = None) -> str:
-    """HTML of a chapter's "Run this chapter" box: the command that executes it (with this build's
-    parameters where they differ from the chapter's defaults) and, in a toggle, the table of its
-    parameters (name, type and range, default, this build's value, meaning) read from its parameters cell.
-
-    Args:
-        name: the chapter (``notebooks/<name>.md``).
-        namespace: the executed notebook's globals (its ``__annotations__`` give the types, its values this
-            build's); None: the defaults only.
-
-    Raises:
-        FileNotFoundError: no such chapter.
-    """
-    from maskfed.book import params
-    from maskfed.paths import REPO_ROOT
-
-    import ast
-
-    rows = params.declared_in((REPO_ROOT / "notebooks" / f"{name}.md").read_text())
-    namespace = namespace or {}
-    kinds = namespace.get("__annotations__", {})
-    values = namespace.get(params.GIVEN, {})  # what check_parameters was given, before any cell changed it
-    given = {}
-    for r in rows:
-        try:
-            default = ast.literal_eval(r["default"])
-        except (ValueError, SyntaxError):
-            default = r["default"]
-        value = values.get(r["name"], default)
-        r["shown"], r["build"] = (repr(default) if default is not r["default"] else r["default"]), repr(value)
-        if r["name"] in values and value != default and r["name"] != "profile":
-            given[r["name"]] = value
-    profile = values.get("profile")
-    import shlex
-
-    # as a shell takes it: the checkout's environment (make env: .venv/, or the active one), each value quoted
-    command = (".venv/bin/python -m maskfed.book.notebooks" + (f" --profile {profile}" if profile else "")
-               + f" {name}" + "".join(f" -p {k} {shlex.quote(str(v))}" for k, v in given.items()))
-    command = html.escape(command)
-    table = ("<table><thead><tr><th>parameter</th><th>type and range</th><th>default</th><th>this build</th>"
-             "<th>meaning</th></tr></thead><tbody>"
-             + "".join(f"<tr><td><code>{r['name']}</code></td>"
-                       f"<td>{html.escape(params.type_name(kinds[r['name']]) if r['name'] in kinds else '')}</td>"
-                       f"<td><code>{html.escape(r['shown'])}</code></td><td><code>{html.escape(r['build'])}</code></td>"
-                       f"<td>{html.escape(r['meaning'])}</td></tr>" for r in rows)
-             + "</tbody></table>") if rows else "<p>This chapter takes no parameters.</p>"
-    return ('<details class="maskfed-run"><summary>Run this chapter</summary>'
-            "<p>From a checkout with the environment made (<code>make env</code>; with your own virtualenv or "
-            "conda environment active, drop <code>.venv/bin/</code>), this executes the chapter with this build's "
-            "parameters, then rebuilds the book; add <code>-p NAME VALUE</code> for any parameter below (a list "
-            "or a dict in quotes).</p>"
-            f"<pre>{command}\n.venv/bin/jupyter-book build book/</pre>{table}</details>")
-
-
 def provenance_note(name: str | None = None, namespace: dict | None = None) -> "IPython.display.HTML":
     """A one-line record at the end of a chapter: when it was executed, from which git commit
     (and whether ``src/`` had uncommitted changes), with which package versions; with ``name``, after
-    the chapter's :func:`run_box` (``namespace``: its globals, for its parameters' types and values)."""
+    the chapter's :func:`maskfed.book.params.run_box` (``namespace``: its globals, for its parameters' types and values)."""
     from datetime import datetime, timezone
 
     from IPython.display import HTML
@@ -580,6 +526,8 @@ def provenance_note(name: str | None = None, namespace: dict | None = None) -> "
     versions = ", ".join(f"{k} {v}" for k, v in provenance.package_versions().items() if v)
     commit = git["commit"][:10] + (" with uncommitted changes in src/" if git["dirty"] else "")
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    from maskfed.book.params import run_box
+
     box = run_box(name, namespace) if name is not None else ""
     return HTML(box + f'<p style="font-size: 0.8em; color: #666">Executed {when} from commit <code>{commit}</code> '
                 f"(run code hash <code>{provenance.code_hash()}</code>); {html.escape(versions)}.</p>")

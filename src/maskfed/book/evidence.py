@@ -83,13 +83,10 @@ def describe(results: list[RunResult]) -> str:
 def archived_evidence(profile_name: str, *, stage_table: pd.DataFrame | None = None,
                       n_boot: int = uncertainty.N_BOOT) -> claims.Evidence | None:
     """The :class:`maskfed.fl.claims.Evidence` of one archived profile, or None when it has no archive."""
-    from maskfed.fl.config import load_profile
-
     runs = archive.load_archive(profile_name)
     if not runs:
         return None
-    prof = load_profile(profile_name)
-    parts = {e: archive.select(runs, experiments.configs(prof, e)) for e in ("table1", "table2", "control")}
+    parts = source_runs(profile_name)
     return profile_evidence(archive.column_name(profile_name), parts["table1"], parts["table2"], parts["control"],
                             stage_table=stage_table, n_boot=n_boot, note=describe(runs))
 
@@ -663,3 +660,24 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
         flips = [f"{v}{kept[v]}: {judged[v][c.key]}" for v in VARIANTS if judged[v][c.key] != base]
         rows.append({"claim": c.key, "mark": "fragile" if flips else "stable", "flips": "; ".join(flips)})
     return pd.DataFrame(rows).set_index("claim")
+
+
+def against_caption(against: pd.DataFrame, source: str) -> str:
+    """The caption of the verdict page's summary figure (:func:`against_paper` rows): what the points are and at
+    how many settings the paper's value lies within our seed range."""
+    inside = int(((against["low"] <= against["paper"]) & (against["paper"] <= against["high"])).sum())
+    return (f"Our 1/Δ_S ({source}: median over seeds, bars the seed range) against the paper's, one point per "
+            f"setting of its Tables I and II; on the dashed line the two agree. The paper's value lies within our seed "
+            f"range at {inside} of the {len(against)} settings; above the line we recover more than the paper "
+            "reports. The models differ (see “What differs” below).")
+
+
+def stability_text(stable: pd.DataFrame, verdicts: pd.DataFrame, source: str) -> str:
+    """The verdict page's sentence on :func:`stability`: the variants, and which verdicts they change."""
+    fragile = stable[stable["mark"] == "fragile"]
+    return (f"Each verdict is recomputed from {source}'s runs under two choices of the analysis: "
+            + " and ".join(f"“{v}”" for v in VARIANTS) + " (ours). "
+            + (f"{len(fragile)} of {int((stable['mark'] != '–').sum())} verdicts change under one of them and are "
+               "marked fragile in the table, with the variant and what it gives: "
+               + ", ".join(f"“{verdicts.loc[k, 'title']}”" for k in fragile.index) + "."
+               if len(fragile) else "None changes: every verdict is marked stable."))

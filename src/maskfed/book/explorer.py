@@ -161,3 +161,12 @@ def explorer_html(points: list[dict], *, k_c: int = 10, r: float = 0.1, p: float
             '<svg class="prop3" viewBox="0 0 340 220" style="width:340px;max-width:100%" role="img" '
             'aria-label="penalties of Propositions 2 and 3 against p"></svg></div>'
             f"<script>{script}</script></div>")
+
+
+def points_caption(points: list[dict], source: str = "cpu-paper") -> str:
+    """The sentence under the explorer on its measured points (:func:`points_from_table`)."""
+    if not points:
+        return "No archived runs were found, so no measured points are drawn."
+    return (f"The open red circles are the {len(points)} local protocols of the archived {source} runs (Table I's grid "
+            "on the small CNN: r̂ = ‖μ̂‖²/σ̂² and 1/Δ_S, medians over seeds, at "
+            f"K_c = {points[0]['k_c']}); hover one for its values. They fall on the curve only when K_c is set to theirs.")

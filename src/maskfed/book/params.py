@@ -356,3 +356,55 @@ def declared_in(source: str) -> list[dict]:
              "meaning": comments.get(node.lineno, "")}
             for node in ast.parse(cell).body
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None]
+
+
+def run_box(name: str, namespace: dict | None = None) -> str:
+    """HTML of a chapter's "Run this chapter" box: the command that executes it (with this build's
+    parameters where they differ from the chapter's defaults) and, in a toggle, the table of its
+    parameters (name, type and range, default, this build's value, meaning) read from its parameters cell.
+
+    Args:
+        name: the chapter (``notebooks/<name>.md``).
+        namespace: the executed notebook's globals (its ``__annotations__`` give the types, its values this
+            build's); None: the defaults only.
+
+    Raises:
+        FileNotFoundError: no such chapter.
+    """
+    import html
+    import shlex
+
+    from maskfed.paths import REPO_ROOT
+
+    rows = declared_in((REPO_ROOT / "notebooks" / f"{name}.md").read_text())
+    namespace = namespace or {}
+    kinds = namespace.get("__annotations__", {})
+    values = namespace.get(GIVEN, {})  # what check_parameters was given, before any cell changed it
+    given = {}
+    for r in rows:
+        try:
+            default = ast.literal_eval(r["default"])
+        except (ValueError, SyntaxError):
+            default = r["default"]
+        value = values.get(r["name"], default)
+        r["shown"], r["build"] = (repr(default) if default is not r["default"] else r["default"]), repr(value)
+        if r["name"] in values and value != default and r["name"] != "profile":
+            given[r["name"]] = value
+    profile = values.get("profile")
+    # as a shell takes it: the checkout's environment (make env: .venv/, or the active one), each value quoted
+    command = (".venv/bin/python -m maskfed.book.notebooks" + (f" --profile {profile}" if profile else "")
+               + f" {name}" + "".join(f" -p {k} {shlex.quote(str(v))}" for k, v in given.items()))
+    command = html.escape(command)
+    table = ("<table><thead><tr><th>parameter</th><th>type and range</th><th>default</th><th>this build</th>"
+             "<th>meaning</th></tr></thead><tbody>"
+             + "".join(f"<tr><td><code>{r['name']}</code></td>"
+                       f"<td>{html.escape(type_name(kinds[r['name']]) if r['name'] in kinds else '')}</td>"
+                       f"<td><code>{html.escape(r['shown'])}</code></td><td><code>{html.escape(r['build'])}</code></td>"
+                       f"<td>{html.escape(r['meaning'])}</td></tr>" for r in rows)
+             + "</tbody></table>") if rows else "<p>This chapter takes no parameters.</p>"
+    return ('<details class="maskfed-run"><summary>Run this chapter</summary>'
+            "<p>From a checkout with the environment made (<code>make env</code>; with your own virtualenv or "
+            "conda environment active, drop <code>.venv/bin/</code>), this executes the chapter with this build's "
+            "parameters, then rebuilds the book; add <code>-p NAME VALUE</code> for any parameter below (a list "
+            "or a dict in quotes).</p>"
+            f"<pre>{command}\n.venv/bin/jupyter-book build book/</pre>{table}</details>")

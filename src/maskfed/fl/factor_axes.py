@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from maskfed.fl import central, diversity, runner, stage
+from maskfed.fl import central, checkpoint, diversity, runner, stage
 from maskfed.fl.config import BatchSize, ConfigError, Profile, RunConfig, make_settings
 from maskfed.fl.pool_gram import Task, measure_many, protocol_config, task_cost, theta_digest
 from maskfed.fl.pool_gram import parameter_count
@@ -258,6 +258,17 @@ def lr_shape(table: pd.DataFrame, batch_size: str, local_epochs: int) -> dict:
             "dips": f"falls and then rises again ({values}), lowest at lr = {at or 0:g}",
             "peaks": f"rises and then falls again ({values}), highest at lr = {at or 0:g}"}[shape]
     return {"values": v.to_dict(), "shape": shape, "at": at, "text": text}
+
+
+def lr_shape_text(table: pd.DataFrame, batch_size, lrs) -> str:
+    """The step-size section's sentence on how the factor at ``batch_size``, τ = 1 moves with lr (:func:`lr_shape`),
+    and, where it turns, what that means for the two-cell rule."""
+    shape = lr_shape(table, str(batch_size), 1)
+    return (f"As lr rises from {min(lrs):g} to {max(lrs):g}, the factor at batch size {batch_size}, τ = 1 "
+            f"{shape['text']}" + (
+                ": not monotone, so the step size does not act in one direction here, and the rule below, which "
+                "compares one lr with another at two cells only, cannot see that; why it turns is not tested in this "
+                "book (one θ, one pool of clients)" if shape["shape"] in ("dips", "peaks") else ""))
 
 
 def lr_spread(table: pd.DataFrame, batch_size: str, local_epochs: int) -> float:
@@ -702,7 +713,7 @@ MODEL_DEFAULTS = {
         "resnet": ModelStudySpec(models=(ModelSpec(model="resnet18_gn"),), targets=(0.35, 0.45, 0.55),
                                  protocols=NINE[:5], pool_size=12, num_cohorts=100, eval_every=250,
                                  max_steps=12000, eval_images=2000),
-        # ResNet-18-GN's own FedAvg trajectory (issue 29): 80 rounds is our budget (about 3.6 h here); the
+        # ResNet-18-GN's own FedAvg trajectory (issue 29): 80 rounds is our budget (costs: docs/studies.md); the
         # test set is read every 4 rounds, θ kept every 2nd round from round 10 on (45 MB each)
         "resnet-fedavg": ModelStudySpec(models=(ModelSpec(model="resnet18_gn", source="fedavg", rounds=80, eval_every=4,
                                                           keep_from=10, keep_every=2),),
@@ -788,7 +799,7 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
         for m in spec.models:
             if m.rounds is not None:
                 tcfg = trajectory_config(base, m)
-                folder = _own_trajectory(tcfg, own_trajectories)
+                folder = find_own_trajectory(tcfg, own_trajectories)
                 if folder is None:
                     folder = runner.run(tcfg, progress=progress, keep_every=m.kept()).path
                 own_folders.append(folder)
@@ -853,15 +864,13 @@ def unfinished_trajectory(partial: Path, cfg: RunConfig, dest: Path) -> Path:
     """
     import shutil
 
-    blob_path = Path(partial) / "checkpoint.pt"
-    if not blob_path.is_file():
+    if not (Path(partial) / "checkpoint.pt").is_file():
         raise ValueError(f"{partial} holds no checkpoint.pt: not the partial folder of a running run")
-    blob = torch.load(blob_path, map_location="cpu", weights_only=True)
     key = Path(partial).name.rsplit("-", 1)[-1]
-    if blob.get("run_key") != key:
-        raise ValueError(f"{blob_path} is of run key {blob.get('run_key')}, not the folder's {key}")
-    done = int(blob["rounds_done"])
-    records = json.loads(blob["records_json"])
+    state = checkpoint.load(Path(partial), key)  # checks its format and that its run key is the folder's
+    if state is None:
+        raise ValueError(f"{partial}/checkpoint.pt is not a usable checkpoint of run key {key}")
+    done, records = state.rounds_done, state.records
     snaps = sorted(int(f.stem[1:]) for f in (Path(partial) / "thetas").glob("r*.pt") if int(f.stem[1:]) <= done)
     dest = Path(dest)
     shutil.rmtree(dest, ignore_errors=True)
@@ -873,11 +882,11 @@ def unfinished_trajectory(partial: Path, cfg: RunConfig, dest: Path) -> Path:
         dest / runner.THETAS)
     (dest / "provenance.json").write_text(json.dumps(
         {"unfinished": True, "rounds_done": done, "rounds": cfg.rounds, "run_key": key, "label": cfg.label(),
-         "wall_s": float(blob["wall_s"]), "read_from": Path(partial).name}, indent=2))
+         "wall_s": state.wall_s, "read_from": Path(partial).name}, indent=2))
     return dest
 
 
-def _own_trajectory(cfg: RunConfig, folders: Sequence[Path]) -> Path | None:
+def find_own_trajectory(cfg: RunConfig, folders: Sequence[Path]) -> Path | None:
     """The folder among ``folders`` whose ``config.json`` holds ``cfg`` (up to where it ran), else None. A
     running run's partial folder (``checkpoint.pt``, no ``config.json``) whose name carries ``cfg``'s label is
     read as far as its last checkpoint (:func:`unfinished_trajectory`, into ``results/unfinished/``): it holds
