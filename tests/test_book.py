@@ -64,6 +64,22 @@ def test_styled_formats_index_and_plain_cells_as_a_reader_writes_them():
     assert "0.100000" not in html and "100.000000" not in html
 
 
+def test_styled_puts_index_names_in_the_column_header_row_not_a_row_of_their_own():
+    # prepare: a Table I-like index (bs, τ) under one-level columns, and α under two-level columns
+    flat = pd.DataFrame({"recovery_unweighted": [1.2, 2.5]},
+                        index=pd.MultiIndex.from_tuples([(32, 1), ("full", 2)], names=["batch_size", "local_epochs"]))
+    two = pd.DataFrame([[1.0, 2.0]], columns=pd.MultiIndex.from_tuples([("x", "ours"), ("x", "paper")]),
+                       index=pd.Index([0.1], name="alpha"))
+    for table, rows in ((flat, 1), (two, 2)):
+        # execute
+        head = book_mod.styled(table).to_html().split("<thead>")[1].split("</thead>")[0]
+        # assert: one header row per column level, the names in the last one, no empty corner left there
+        last = head.split("<tr>")[-1]
+        assert head.count("<tr>") == rows and "index_name" in last and "&nbsp;" not in last
+    assert '>bs</th>' in book_mod.styled(flat).to_html().split("</thead>")[0]
+    assert book_mod.one_header_row("<table>no names</table>") == "<table>no names</table>"
+
+
 @pytest.mark.parametrize("x, text", [(True, "yes"), (False, "no"), (0.5, "0.5"), (67.037777217747, "67.04")])
 def test_number_writes_truth_values_as_words_and_floats_to_significant_digits(x, text):
     assert book_mod.number(x) == text
@@ -168,7 +184,7 @@ def test_fitted_shows_the_main_columns_the_rest_in_a_toggle_and_every_number_as_
     # assert: the main table holds the chosen columns, the toggle the others, each table fits
     assert "1/Δ_S unwtd." in head and "σ̂²" not in head and "‖μ̂‖²" not in head
     assert "σ̂²" in rest and "rounds with 1/Δ_S &lt; 1 (%)" in rest
-    assert "<summary>Every source of T, 1/Δ_S n_k-wtd., ‖μ̂‖², σ̂², acc, rounds with 1/Δ_S &lt; 1 (%)</summary>" in out
+    assert "<summary>Every source of T (steps), 1/Δ_S n_k-wtd., ‖μ̂‖² (param.²), σ̂² (param.²), test acc. (fraction), rounds with 1/Δ_S &lt; 1 (%)</summary>" in out
     assert "1/Δ_S unwtd." not in rest   # shown whole in the main table, not repeated
     # a plain table: the columns not in the main one
     flat = book_mod.fitted(pd.DataFrame({"a": [1], "b": [2], "c": [3]}), ["a"], name="t").data

@@ -17,6 +17,7 @@ sys.path.insert(0, str(REPO_ROOT / "book" / "_ext"))
 
 import equation_links  # noqa: E402
 import exercise_numbers  # noqa: E402
+import glossary_links  # noqa: E402
 import math_punctuation  # noqa: E402
 import page_scripts  # noqa: E402
 import repository_buttons  # noqa: E402
@@ -170,3 +171,33 @@ def test_equation_mentions_link_to_the_papers_equations_and_nothing_else():
         ("eq. (11)", "p11.html#b"), ("eqs. 13-14", "p13.html#c"), ("Eq. 6", "p6.html#a"), ("eq. 6", "p6.html#a")]
     assert para.astext() == "By eq. (11) and eqs. 13-14, not eq. 99; Eq. 6 too (eq. 6). eq. 3eq. 4"
     assert next(para.findall(nodes.literal)).astext() == "eq. 3"
+
+
+def test_the_first_prose_use_of_each_glossary_term_links_to_it():
+    # prepare: a title and a table mention "cohort" first, then prose uses three terms, one twice and in
+    # the plural, one inside code; "T" is too short to link
+    doc = nodes.section()
+    doc += nodes.title("", "The cohort")
+    table = nodes.table()
+    table += nodes.Text("cohort")
+    doc += table
+    para = nodes.paragraph()
+    para += nodes.Text("Each Cohort draws; the recovery factor of two cohorts; T steps, ")
+    para += nodes.literal("", "protocol")
+    para += nodes.Text(" and a protocol.")
+    doc += para
+    uri = {"cohort": "g.html#term-cohort", "recovery factor": "g.html#term-recovery-factor",
+           "protocol": "g.html#term-protocol", "t": "g.html#term-T"}
+    # execute
+    linked = glossary_links.link_first_uses(doc, uri)
+    # assert: one link per term at its first prose use, the text unchanged
+    refs = [(r.astext(), r["refuri"]) for r in doc.findall(nodes.reference)]
+    assert linked == ["cohort", "recovery factor", "protocol"]
+    assert refs == [("Cohort", "g.html#term-cohort"), ("recovery factor", "g.html#term-recovery-factor"),
+                    ("protocol", "g.html#term-protocol")]
+    assert para.astext() == "Each Cohort draws; the recovery factor of two cohorts; T steps, protocol and a protocol."
+    # a page that already links a term (by {term}) gets no second link to it
+    again = nodes.paragraph()
+    again += nodes.reference("", "cohort", refuri="g.html#term-cohort")
+    again += nodes.Text(" then cohort")
+    assert glossary_links.link_first_uses(again, {"cohort": "g.html#term-cohort"}) == []

@@ -86,6 +86,17 @@ PAGES = {
     "eq_unlinked": ("<p>By eq. (11) the noise adds up; <a href='#e'>eq. (12)</a> links.</p>"
                     "<table><tr><th>eq. (12)</th></tr></table><pre>eq. 3</pre>",
                     {"desktop": {"eq-unlinked"}, "phone": {"eq-unlinked"}}),
+    # the book's glossary page: its terms are the ones the other pages must link at first use
+    "glossary": ("<dl class='glossary'><dt id='term-ladder'>ladder<a class='headerlink' href='#term-ladder'>#</a></dt>"
+                 "<dd>the ladder's checkpoints</dd><dt id='term-T'>T</dt><dd>local steps</dd></dl>",
+                 {"desktop": set(), "phone": set()}),
+    "term_unlinked": ("<h2>The ladder</h2><p>Each ladder checkpoint; later the <a href='glossary.html#term-ladder'>ladder</a>"
+                      " at T steps.</p>", {"desktop": {"term-unlinked"}, "phone": {"term-unlinked"}}),
+    "term_linked": ("<table><tr><td>ladder</td></tr></table><p>Two <a href='glossary.html#term-ladder'>ladders</a>, "
+                    "then the ladder unlinked.</p>", {"desktop": set(), "phone": set()}),
+    "term_undefined": ("<p><span class='xref std std-term'>nowhere</span>, and "
+                       "<a href='glossary.html#term-ladder'><span class='xref std std-term'>ladder</span></a>.</p>",
+                       {"desktop": {"term-undefined"}, "phone": {"term-undefined"}}),
 }
 
 
@@ -150,3 +161,12 @@ def test_bad_input_is_refused_before_the_browser_starts(tmp_path):
         browsercheck.check_book(tmp_path, widths=["tablet"])
     with pytest.raises(browsercheck.BrowserMissing, match="apt-get install -y chromium"):
         browsercheck.check_book(tmp_path, chromium="no-such-browser-binary")
+
+
+def test_the_glossary_terms_are_read_from_the_built_glossary_page(tmp_path):
+    # prepare: a glossary page as Sphinx writes it (a permalink inside each <dt>), one level down
+    (tmp_path / "nb").mkdir()
+    (tmp_path / "nb" / "glossary.html").write_text(_page(PAGES["glossary"][0]))
+    # execute / assert: the terms without their permalink sign; no glossary page, no terms
+    assert browsercheck.glossary_terms(tmp_path) == ["ladder", "T"]
+    assert browsercheck.glossary_terms(tmp_path / "nb" / "none") == []

@@ -117,6 +117,22 @@ def test_own_trajectory_text_reads_the_last_quarter_and_the_last_evaluated_accur
     assert evidence.own_trajectory_text(m, paper=1.19, paper_acc=0.44).endswith("about the same stage of training.")
     assert "read while still going, after round 8 of its budget of 80 rounds" in evidence.own_trajectory_text(
         m, paper=1.19, paper_acc=0.8, budget=80)
+    # the chapter's paragraph: the run's setting before the sentence, or why there is none
+    from types import SimpleNamespace as NS
+    base = NS(batch_size=32, local_epochs=2, alpha=100.0, seed=0)
+    own = NS(trajectory=m, spec=NS(models=[NS(rounds=80)]))
+    row = {"recovery_unweighted": 1.19, "test_acc": 0.8}
+    assert evidence.own_trajectory_paragraph(own, base, row, "cmd").startswith(
+        "ResNet-18-GN's own FedAvg trajectory (the paper's protocol, bs 32, τ 2, α 100, seed 0), round by round. Over")
+    assert "make it with: cmd;" in evidence.own_trajectory_paragraph(None, base, row, "cmd")
+    assert "has no row for bs 32, τ 2" in evidence.own_trajectory_paragraph(own, base, None, "cmd")
+
+
+def test_paper_beside_caption_names_the_sources_shown():
+    assert "nearest in test accuracy, of its FedAvg trajectory and of centralised SGD (" in \
+        evidence.paper_beside_caption(["fedavg", "centralised"])
+    assert "of centralised SGD (" in evidence.paper_beside_caption(["centralised"])
+    assert evidence.paper_beside_caption([]) == ""
 
 
 def _verdicts(**given):
@@ -268,3 +284,12 @@ def test_stability_marks_a_verdict_that_a_variant_flips():
     assert st.loc["cliff", "mark"] == "fragile"
     assert "runs still falling left out (3 of 4 runs, 3 of 4 settings kept): holds" in st.loc["cliff", "flips"]
     assert st.loc["alpha_span", "mark"] == "–"  # not measured here: no mark
+
+
+def test_checkpoints_caption_names_the_short_theta_and_an_unfinished_trajectory():
+    ck = pd.DataFrame({"model": ["small_cnn_gn", "resnet18_gn"], "width": [8, None], "target": [0.45, 0.55],
+                       "reached": [True, False], "test_acc": [0.44, float("nan")]})
+    text = evidence.checkpoints_caption(ck, [("ResNet-18-GN", 12, 80)])
+    assert "below the target on all of them: small CNN, width 8 at 0.45." in text
+    assert "ResNet-18-GN's own FedAvg trajectory was read after round 12 of its budget of 80 rounds" in text
+    assert evidence.checkpoints_caption(ck.iloc[1:]).endswith("on all of them: none.")

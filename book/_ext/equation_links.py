@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from docutils import nodes
+from text_links import link_matches
 
 #: "eq." or "eqs." (any case), an equation number with or without brackets, optionally a range.
 MENTION = re.compile(r"\b[Ee]qs?\.\s*(?:\((\d{1,2})\)|(\d{1,2}))(?:\s*[-–]\s*(?:\(\d{1,2}\)|\d{1,2}))?")
@@ -23,31 +24,7 @@ _SKIP = (nodes.literal, nodes.literal_block, nodes.math, nodes.math_block, nodes
 def link_mentions(doctree: nodes.Node, uri_of) -> int:
     """Replace, in place, each equation mention in ``doctree``'s text by a reference to ``uri_of(n)``
     (None: no page marks equation n, the text stays); returns how many were linked."""
-    linked = 0
-    for text in list(doctree.findall(nodes.Text)):
-        parent = text.parent
-        if parent is None or any(isinstance(a, _SKIP) for a in _ancestors(text)):
-            continue
-        s, pos, parts = str(text), 0, []
-        for m in MENTION.finditer(s):
-            uri = uri_of(int(m.group(1) or m.group(2)))
-            if uri is None:
-                continue
-            parts.append(nodes.Text(s[pos:m.start()]))
-            parts.append(nodes.reference("", m.group(0), internal=True, refuri=uri, classes=["paper-eq"]))
-            pos = m.end()
-            linked += 1
-        if parts:
-            parts.append(nodes.Text(s[pos:]))
-            parent.replace(text, [p for p in parts if not (isinstance(p, nodes.Text) and not str(p))])
-    return linked
-
-
-def _ancestors(node: nodes.Node):
-    a = node.parent
-    while a is not None:
-        yield a
-        a = a.parent
+    return link_matches(doctree, MENTION, lambda m: uri_of(int(m.group(1) or m.group(2))), _SKIP, "paper-eq")
 
 
 def _on_doctree_resolved(app, doctree, docname):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+from pandas.io.formats.style import Styler
 
 from maskfed import bench
 from maskfed.fl.config import Profile, load_profile
@@ -28,12 +29,15 @@ if TYPE_CHECKING:
 FORMATS = {"T_mean": "{:.0f}", "recovery_unweighted": "{:.2f}", "recovery_weighted": "{:.2f}",
            "mu2_hat": "{:.1e}", "sigma2_hat": "{:.1e}", "test_acc": "{:.3f}", "pct_rounds_below_one": "{:.1f}"}
 #: Column headers as the paper prints them, and for the book's other columns as a reader names them.
-HEADERS = {"T_mean": "T", "recovery_unweighted": "1/Δ_S unwtd.", "recovery_weighted": "1/Δ_S n_k-wtd.",
-           "mu2_hat": "‖μ̂‖²", "sigma2_hat": "σ̂²", "test_acc": "acc", "pct_rounds_below_one": "rounds with 1/Δ_S < 1 (%)",
+#: Units: 1/Δ_S and the ratios are dimensionless; ‖μ̂‖², σ̂² and A are in squared parameter units (param.²),
+#: losses in nats (cross-entropy), accuracy a fraction of the 10,000 test images.
+HEADERS = {"T_mean": "T (steps)", "recovery_unweighted": "1/Δ_S unwtd.", "recovery_weighted": "1/Δ_S n_k-wtd.",
+           "mu2_hat": "‖μ̂‖² (param.²)", "sigma2_hat": "σ̂² (param.²)", "test_acc": "test acc. (fraction)",
+           "pct_rounds_below_one": "rounds with 1/Δ_S < 1 (%)", "wall_s": "wall time (s)",
            # the control (summary.control_deviations_by_round): deviations from the exact answer
            "dev_unweighted": "|1/Δ_S − K_c| / K_c unwtd.", "dev_weighted": "|1/Δ_S − K_c| / K_c n_k-wtd.",
            "sigma2_rel": "|σ̂²| / A", "update_spread": "max_k ‖Δ_k − Δ_1‖ / ‖Δ_1‖",
-           "A": "A (mean ‖Δ_k‖²)", "train_loss": "train loss", "test_loss": "test loss",
+           "A": "A (mean ‖Δ_k‖², param.²)", "train_loss": "train loss (nats)", "test_loss": "test loss (nats)",
            # the run grid and the partitions
            "alpha": "α", "batch_size": "bs", "local_epochs": "τ", "cv": "shard-size CV (%)",
            # the benchmark (maskfed.bench): its four paths and three ratios
@@ -290,6 +294,35 @@ def _long_text_columns(table: pd.DataFrame) -> list:
             and table[c].map(lambda v: len(v) if isinstance(v, str) else 0).max() > WRAP_OVER_CHARS]
 
 
+_NAMES_ROW = re.compile(r"\s*<tr>((?:\s*<th class=\"index_name[^>]*>.*?</th>)+)(?:\s*<th class=\"blank[^>]*>&nbsp;</th>)*\s*</tr>", re.S)
+_BLANK = re.compile(r'<th class="blank(?: level\d+)?" >&nbsp;</th>')
+
+
+def one_header_row(html_table: str) -> str:
+    """Pandas' table HTML with the index names moved from their own header row (a row of names and empty
+    cells under the column headers) into the empty corner cells of the last column-header row."""
+    m = _NAMES_ROW.search(html_table)
+    if m is None:
+        return html_table
+    names = re.findall(r"<th class=\"index_name[^>]*>.*?</th>", m.group(1), re.S)
+    head, tail = html_table[:m.start()], html_table[m.end():]
+    last = head.rfind("<tr>")
+    row = head[last:]
+    for name in names:
+        row, n = _BLANK.subn(name, row, count=1)
+        if not n:
+            return html_table  # no corner cell to take it: leave the table as pandas wrote it
+    return head[:last] + row + tail
+
+
+class OneHeaderRowStyler(Styler):
+    """A pandas Styler whose HTML has no header row of index names alone (:func:`one_header_row`)."""
+
+    def to_html(self, *args, **kwargs):
+        out = super().to_html(*args, **kwargs)
+        return one_header_row(out) if isinstance(out, str) else out
+
+
 def styled(table: pd.DataFrame, formats: dict | None = None):
     """A pandas Styler with the paper's number formats and headers; works on plain and
     (quantity, source) column tables, with the paper's symbols as headers and index names
@@ -310,7 +343,7 @@ def styled(table: pd.DataFrame, formats: dict | None = None):
                      if isinstance(table.columns, pd.MultiIndex) else [_header(c) for c in table.columns])
     shown.index.names = [INDEX_NAMES.get(n, n) for n in table.index.names]
     cell_formats = {_header(c): f for c, f in _cell_writers(table, formats).items()}
-    style = (shown.style.format(cell_formats, na_rep="–").format_index(number, axis=0)
+    style = (OneHeaderRowStyler(shown).format(cell_formats, na_rep="–").format_index(number, axis=0)
              .set_table_styles([{"selector": "td, th", "props": "white-space: nowrap; padding: 0.15em 0.45em;"},
                                 {"selector": "th.col_heading", "props": "white-space: normal; vertical-align: bottom;"}]))
     if max((len(str(v)) for v in table.index.get_level_values(-1)), default=0) > WRAP_OVER_CHARS // 2:

@@ -30,7 +30,11 @@ box a reader could open is opened (``<details>``, hidden solutions), the probe
   (``# noqa``, ``papermill``, ``TODO``, ``type: ignore``);
 - ``eq-unlinked``: a mention of an equation in prose ("eq. (11)") that is not a link to it
   (book/_ext/equation_links.py links every equation a page marks; titles, toggles' labels, figures,
-  tables and code are not read).
+  tables and code are not read);
+- ``term-unlinked``: the first use on a page of a term the glossary page (``glossary.html``) defines
+  is not a link to its entry (book/_ext/glossary_links.py links them; uses in titles, tables, code,
+  math and a cell's HTML output are not read, nor terms under three letters);
+  ``term-undefined``: a glossary reference (``{term}``) to a term the glossary does not define.
 
 ``python -m maskfed.book.browsercheck [HTML_DIR]`` prints one line per finding and exits 1 if
 there is any, 2 when Chromium or Playwright is missing, 0 otherwise.
@@ -64,12 +68,15 @@ HEIGHTS = {"desktop": 900, "phone": 844}
 #: Flags for an offline, quiet, repeatable headless Chromium (a fresh profile is added per width).
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync")
+#: The built glossary page whose terms the ``term-unlinked`` rule reads (book/glossary.md).
+GLOSSARY_PAGE = "glossary.html"
 #: Seconds a page may take to load and typeset.
 PAGE_TIMEOUT_S = 60
 #: Every rule the probe can report, in the order of the module docstring.
 RULES = ("js-error", "other-host", "missing-file", "wider-than-column", "clipped", "scrolls-at-desktop",
          "equation-clipped", "image-resolution", "figure-shrunk", "image-missing", "raw-latex",
-         "punctuation-wrapped", "debug-line", "word-broken", "placeholder", "developer-comment", "eq-unlinked")
+         "punctuation-wrapped", "debug-line", "word-broken", "placeholder", "developer-comment", "eq-unlinked",
+         "term-unlinked", "term-undefined")
 
 
 class BrowserMissing(RuntimeError):
@@ -129,10 +136,11 @@ def serve(root: Path) -> Iterator[str]:
         server.server_close()
 
 
-#: The probe run in each page once it has loaded: returns ``[{rule, detail}]``. ``desktop`` (its
-#: argument) is true at the desktop width.
+#: The probe run in each page once it has loaded: returns ``[{rule, detail}]``. Its argument: ``desktop``
+#: (true at the desktop width) and ``terms`` (the glossary's terms, :func:`glossary_terms`; none on the
+#: glossary page itself).
 PROBE_JS = r"""
-async (desktop) => {
+async ({desktop, terms}) => {
   const out = [];
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
     try { await MathJax.startup.promise; } catch (e) { out.push({rule: 'raw-latex', detail: 'MathJax failed: ' + e}); }
@@ -291,6 +299,30 @@ async (desktop) => {
     const m = n.textContent.match(/\b[Ee]qs?\.\s*\(?\d{1,2}\)?/);
     if (m) { add('eq-unlinked', n.parentElement, `"${m[0]}" is not a link`); }
   }
+  // glossary terms: the first prose use of each links to its entry; every {term} reference resolves
+  for (const x of main.querySelectorAll('.std-term')) {
+    if (!x.closest('a[href]')) add('term-undefined', x, 'the glossary defines no such term');
+  }
+  const long = terms.filter(t => Array.from(t).length >= 3).sort((a, b) => b.length - a.length);
+  if (long.length) {
+    const esc = (t) => t.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    const termRe = new RegExp('(?<![\\p{L}\\p{N}_-])(' + long.map(esc).join('|') + ')(?:e?s)?(?![\\p{L}\\p{N}_-])', 'giu');
+    const seen = new Set();
+    const tw = document.createTreeWalker(main, NodeFilter.SHOW_TEXT, {
+      acceptNode: (n) => n.parentElement && n.parentElement.closest('summary, h1, h2, h3, h4, h5, h6, .admonition-title, svg, code, pre, kbd, script, style, table, caption, figcaption, dt, mjx-container, .cell_input, .highlight, .output.text_html, .rubric')
+        ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
+    for (let n = tw.nextNode(); n; n = tw.nextNode()) {
+      const link = n.parentElement.closest('a[href]');
+      for (const m of n.textContent.matchAll(termRe)) {
+        const t = m[1].toLowerCase();
+        if (seen.has(t)) continue;
+        seen.add(t);
+        if (!(link && /#term-/.test(link.getAttribute('href')))) {
+          add('term-unlinked', n.parentElement, `the first use of "${m[0]}" is not a link to the glossary`);
+        }
+      }
+    }
+  }
   return out;
 }
 """
@@ -346,6 +378,7 @@ def check_book(html_dir: Path | str, *, pages: Sequence[str] | None = None,
         raise BrowserMissing("Playwright is not installed: pip install -e '.[book]' (or pip install playwright); "
                              "it drives the system Chromium and downloads no browser") from exc
 
+    terms = glossary_terms(html_dir)
     findings: list[Finding] = []
     with serve(html_dir) as base, sync_playwright() as pw:
         local = urlsplit(base).netloc
@@ -358,14 +391,51 @@ def check_book(html_dir: Path | str, *, pages: Sequence[str] | None = None,
                     device_scale_factor=3 if phone else 1, service_workers="block")
                 try:
                     for name in names:
-                        findings += _check_page(context, base, local, name, width)
+                        findings += _check_page(context, base, local, name, width,
+                                                [] if Path(name).name == GLOSSARY_PAGE else terms)
                 finally:
                     context.close()
     return findings
 
 
-def _check_page(context, base: str, local: str, name: str, width: str) -> list[Finding]:
-    """Open one page in ``context`` and return its findings (see :data:`PROBE_JS`)."""
+def glossary_terms(html_dir: Path) -> list[str]:
+    """The terms the built glossary page (``GLOSSARY_PAGE`` anywhere under ``html_dir``) defines: the text of
+    each ``<dt id="term-…">``, without its permalink sign; [] when the book has no glossary page."""
+    from html.parser import HTMLParser
+
+    class _Terms(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.terms, self._in, self._skip = [], False, False
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "dt" and (a.get("id") or "").startswith("term-"):
+                self._in, self._buf = True, ""
+            elif self._in and tag == "a":
+                self._skip = True
+
+        def handle_endtag(self, tag):
+            if tag == "a":
+                self._skip = False
+            elif tag == "dt" and self._in:
+                self.terms.append(self._buf.strip())
+                self._in = False
+
+        def handle_data(self, data):
+            if self._in and not self._skip:
+                self._buf += data
+
+    pages = sorted(Path(html_dir).rglob(GLOSSARY_PAGE))
+    if not pages:
+        return []
+    parser = _Terms()
+    parser.feed(pages[0].read_text(errors="replace"))
+    return [t for t in parser.terms if t]
+
+
+def _check_page(context, base: str, local: str, name: str, width: str, terms: Sequence[str] = ()) -> list[Finding]:
+    """Open one page in ``context`` and return its findings (see :data:`PROBE_JS`); ``terms``: the glossary's."""
     found: list[tuple[str, str]] = []
 
     def route(r):
@@ -390,7 +460,7 @@ def _check_page(context, base: str, local: str, name: str, width: str) -> list[F
     page.on("response", on_response)
     try:
         page.goto(base + name, wait_until="load", timeout=PAGE_TIMEOUT_S * 1000)
-        probed = page.evaluate(PROBE_JS, width == "desktop")
+        probed = page.evaluate(PROBE_JS, {"desktop": width == "desktop", "terms": list(terms)})
     finally:
         page.close()
     found += [(p["rule"], p["detail"]) for p in probed]

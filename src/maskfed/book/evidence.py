@@ -344,6 +344,64 @@ def own_trajectory_text(metrics: pd.DataFrame, *, paper: float, paper_acc: float
                else ", about the same stage of training."))
 
 
+def own_trajectory_paragraph(own, base, paper_row, how_to_make: str) -> str:
+    """The factor chapter's paragraph on a model's own FedAvg trajectory (:func:`own_trajectory_text` with
+    the run's setting before it), or why there is none.
+
+    Args:
+        own: the archived study of that trajectory (``trajectory``: its metrics; ``spec``: its budget), or None.
+        base: the trajectory's run configuration (batch size, τ, α, seed).
+        paper_row: the paper's Table I row of its protocol (``recovery_unweighted``, ``test_acc``), or None.
+        how_to_make: the command that makes the study.
+    """
+    if own is None:
+        return (f"ResNet-18-GN's own FedAvg trajectory is not in this build (make it with: {how_to_make}; "
+                "docs/studies.md gives its cost).")
+    if paper_row is None:
+        return (f"The paper's Table I has no row for bs {base.batch_size}, τ {base.local_epochs}, the protocol of "
+                "ResNet-18-GN's FedAvg trajectory in this build, so it is not set beside the paper.")
+    return (f"ResNet-18-GN's own FedAvg trajectory (the paper's protocol, bs {base.batch_size}, τ {base.local_epochs}, "
+            f"α {base.alpha:g}, seed {base.seed}), round by round. "
+            + own_trajectory_text(own.trajectory, paper=float(paper_row["recovery_unweighted"]),
+                                  paper_acc=float(paper_row["test_acc"]), budget=own.spec.models[0].rounds))
+
+
+def checkpoints_caption(checkpoints: pd.DataFrame, unfinished=()) -> str:
+    """Caption of the factor chapter's table of where each θ came from.
+
+    Args:
+        checkpoints: the model study's checkpoints (``model``, ``width``, ``target``, ``reached``, ``test_acc``).
+        unfinished: ``(model label, rounds done, rounds of its budget)`` for each own FedAvg trajectory read
+            while still going: a target it had not reached by then is not a target it never reaches.
+    """
+    from maskfed.fl import factor_axes as fa
+
+    short = checkpoints[checkpoints["reached"] & (checkpoints["test_acc"] < checkpoints["target"])]
+    below = ", ".join(f"{fa.model_label(m, w)} at {t:.2f}" for m, w, t in
+                      zip(short["model"], short["width"], short["target"])) or "none"
+    going = " ".join(f"{name}'s own FedAvg trajectory was read after round {done} of its budget of {budget} rounds, "
+                     "so a target it had not reached by then is not reached in this build, not out of its reach."
+                     for name, done, budget in unfinished)
+    return ("Where each θ came from: the round of the FedAvg trajectory or the step of centralised SGD, the training "
+            "images passed to reach it, and the folder that holds it. 'reached' means the search kept a θ for the "
+            "target, judged on the test images it evaluated (a subset where the study's eval_images is set, to save "
+            "time); the accuracy column is that θ's accuracy on all 10,000 test images. Kept but below the target "
+            f"on all of them: {below}." + (f" {going}" if going else ""))
+
+
+def paper_beside_caption(sources) -> str:
+    """Caption of the table that sets each protocol of the paper's Table I beside ResNet-18-GN's θ nearest in
+    test accuracy; ``sources``: the θ sources shown ("fedavg", "centralised"), in order; "" for none."""
+    names = {"fedavg": "of its FedAvg trajectory", "centralised": "of centralised SGD"}
+    if not sources:
+        return ""
+    return ("Each protocol of the paper's Table I (its final test accuracy and its 1/Δ_S, the median over the last 50 "
+            "of its own 200 FedAvg rounds) beside this study's ResNet-18-GN θ nearest in test accuracy, "
+            + " and ".join(names[k] for k in sources)
+            + " (the θ's accuracy, the median 1/Δ_S over cohorts, and the ratio to the paper's). The rule (nearest "
+            "accuracy) is ours.")
+
+
 # --------------------------------------------------------------------------- the bottom line
 
 #: The claims that make up the paper's headline (ours: its abstract's finding, that the recovery factor sits near
