@@ -92,7 +92,8 @@ PAGES = {
                  {"desktop": set(), "phone": set()}),
     "term_unlinked": ("<h2>The ladder</h2><p>Each ladder checkpoint; later the <a href='glossary.html#term-ladder'>ladder</a>"
                       " at T steps.</p>", {"desktop": {"term-unlinked"}, "phone": {"term-unlinked"}}),
-    "term_linked": ("<table><tr><td>ladder</td></tr></table><p>Two <a href='glossary.html#term-ladder'>ladders</a>, "
+    "term_linked": ("<table><tr><td>ladder</td></tr></table><p><a href='other.html'>The ladder page</a>. "
+                    "Two <a href='glossary.html#term-ladder'>ladders</a>, "
                     "then the ladder unlinked.</p>", {"desktop": set(), "phone": set()}),
     "term_undefined": ("<p><span class='xref std std-term'>nowhere</span>, and "
                        "<a href='glossary.html#term-ladder'><span class='xref std std-term'>ladder</span></a>.</p>",

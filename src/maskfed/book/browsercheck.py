@@ -313,11 +313,13 @@ async ({desktop, terms}) => {
         ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
     for (let n = tw.nextNode(); n; n = tw.nextNode()) {
       const link = n.parentElement.closest('a[href]');
+      const toGlossary = link && /#term-/.test(link.getAttribute('href'));
+      if (link && !toGlossary) continue;   // another link's text (a title in a table of contents) is no use
       for (const m of n.textContent.matchAll(termRe)) {
         const t = m[1].toLowerCase();
         if (seen.has(t)) continue;
         seen.add(t);
-        if (!(link && /#term-/.test(link.getAttribute('href')))) {
+        if (!toGlossary) {
           add('term-unlinked', n.parentElement, `the first use of "${m[0]}" is not a link to the glossary`);
         }
       }
