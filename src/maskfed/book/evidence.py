@@ -291,7 +291,9 @@ def resnet_text(tables, *, where: str = " (the chapter “What sets the recovery
         v = fa.cliff_verdict(fa.model_overview(t))
         m = fa.paper_at_matched_accuracy(t, paper, source=source)
         theta = t.drop_duplicates("target")
-        rounds = (f"; rounds {', '.join(str(int(r)) for r in theta['when'])}" if source == "fedavg" else "")
+        when = [str(int(r)) for r in theta["when"]]
+        rounds = (f"; {'round' if len(when) == 1 else 'rounds'} {', '.join(when)} of one trajectory, one seed"
+                  if source == "fedavg" else "")
         return (f"at θ of {name} (test accuracy {book.span(theta['test_acc'].min(), theta['test_acc'].max())}"
                 f"{rounds}) a full-batch protocol recovers more than every minibatch one at {v['holds']} of "
                 f"{v['measured']} θ, by a factor of {book.span(v['min'], v['max'])} (the paper's Table I: "
