@@ -201,3 +201,9 @@ def test_the_first_prose_use_of_each_glossary_term_links_to_it():
     again += nodes.reference("", "cohort", refuri="g.html#term-cohort")
     again += nodes.Text(" then cohort")
     assert glossary_links.link_first_uses(again, {"cohort": "g.html#term-cohort"}) == []
+    # a term the page links by hand only after an unlinked prose use still gets its first use linked
+    late = nodes.paragraph()
+    late += nodes.inline("", "the cohort draws")
+    late += nodes.reference("", "cohort", refuri="g.html#term-cohort")
+    assert glossary_links.link_first_uses(late, {"cohort": "g.html#term-cohort"}) == ["cohort"]
+    assert [r.astext() for r in late.findall(nodes.reference)] == ["cohort", "cohort"]

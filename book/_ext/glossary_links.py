@@ -14,7 +14,7 @@ import re
 
 from docutils import nodes
 from sphinx import addnodes
-from text_links import link_matches
+from text_links import ancestors, link_matches
 
 #: Where a use is not linked (and, being no prose, is not a first use either).
 _SKIP = (nodes.literal, nodes.literal_block, nodes.math, nodes.math_block, nodes.reference, nodes.raw,
@@ -32,10 +32,12 @@ def term_pattern(terms) -> re.Pattern:
 
 def link_first_uses(doctree: nodes.Node, uri_of: dict) -> list[str]:
     """Replace, in place, the first prose use of each term in ``doctree`` by a reference to
-    ``uri_of[term]`` (terms lower-case); returns the terms linked, in order. A term already linked on
-    the page (a reference to its URI) counts as used."""
-    done = {t for t, uri in uri_of.items() for r in doctree.findall(nodes.reference) if r.get("refuri") == uri}
-    todo = {t: u for t, u in uri_of.items() if t not in done and len(t) >= MIN_LEN}
+    ``uri_of[term]`` (terms lower-case); returns the terms linked, in order. A term the page links
+    (a reference to its URI, e.g. by ``{term}``) before its first prose use counts as used; one linked
+    only later still gets its first use linked."""
+    todo = {t: u for t, u in uri_of.items() if len(t) >= MIN_LEN}
+    if todo:
+        todo = {t: u for t, u in todo.items() if t not in _linked_before_use(doctree, todo)}
     linked = []
 
     def uri_for(m):
@@ -48,6 +50,23 @@ def link_first_uses(doctree: nodes.Node, uri_of: dict) -> list[str]:
     if todo:
         link_matches(doctree, term_pattern(todo), uri_for, _SKIP, "glossary-term")
     return linked
+
+
+def _linked_before_use(doctree: nodes.Node, uri_of: dict) -> set[str]:
+    """The terms of ``uri_of`` that ``doctree`` links (a reference to the term's URI) before, in
+    document order, any prose use of them."""
+    term_of = {u: t for t, u in uri_of.items()}
+    pattern = term_pattern(uri_of)
+    seen, early = set(), set()
+    for node in doctree.findall():
+        if isinstance(node, nodes.reference) and node.get("refuri") in term_of:
+            t = term_of[node["refuri"]]
+            if t not in seen:
+                early.add(t)
+            seen.add(t)
+        elif isinstance(node, nodes.Text) and not any(isinstance(a, _SKIP) for a in ancestors(node)):
+            seen.update(m.group(1).lower() for m in pattern.finditer(str(node)))
+    return early
 
 
 def _on_doctree_resolved(app, doctree, docname):

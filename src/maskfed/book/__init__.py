@@ -364,6 +364,10 @@ def styled(table: pd.DataFrame, formats: dict | None = None):
 COLUMN_CHARS = 90
 #: Width (characters) of a cell's padding (0.45 em each side) and of a wrapping text column.
 _PAD_CHARS, _WRAP_CHARS = 2, 2 * WRAP_MIN_EM
+#: Characters kept free when columns are chosen or packed automatically (:func:`main_columns`, the
+#: other tables of :func:`fitted`): a table of many narrow numeric columns can measure wider than
+#: its estimate (788 px in the 784 px column for 90 estimated characters).
+_SLACK_CHARS = 4
 
 
 def table_chars(table: pd.DataFrame, formats: dict | None = None) -> int:
@@ -421,7 +425,7 @@ def csv_link(table: pd.DataFrame, name: str, text: str | None = None) -> str:
 def main_columns(table: pd.DataFrame, first: list, more: list, formats: dict | None = None) -> list:
     """The main columns of :func:`fitted` for a table with many comparable columns: ``first``, then
     each column of ``more`` (in that order) that keeps the table within the text column
-    (:data:`COLUMN_CHARS`, measured by :func:`table_chars`), returned in the table's own column order
+    (:data:`COLUMN_CHARS` less a slack of 4, measured by :func:`table_chars`), returned in the table's own column order
     (for a two-level table, the first level's names).
 
     Args:
@@ -432,7 +436,7 @@ def main_columns(table: pd.DataFrame, first: list, more: list, formats: dict | N
     """
     chosen = list(dict.fromkeys(first))
     for col in more:
-        if col not in chosen and table_chars(table[chosen + [col]], formats) <= COLUMN_CHARS:
+        if col not in chosen and table_chars(table[chosen + [col]], formats) <= COLUMN_CHARS - _SLACK_CHARS:
             chosen.append(col)
     return [c for c in dict.fromkeys(table.columns.get_level_values(0)) if c in chosen]
 
@@ -501,7 +505,7 @@ def fitted(table: pd.DataFrame, main: list, *, name: str, formats: dict | None =
             groups.append((key, [col]))
     parts, current = [], []
     for _, cols in groups:   # pack whole groups into tables that fit
-        if current and table_chars(table[current + cols], formats) > max_chars:
+        if current and table_chars(table[current + cols], formats) > max_chars - _SLACK_CHARS:
             parts.append(current)
             current = []
         current += cols
