@@ -65,13 +65,13 @@ clean:
 # scales with its steps, and τ = 2, 5 repeat the same steps (the whole grid would take about 15 min here).
 BENCH_ARGS ?= --profile cpu --protocols 32:1 128:1 full:1 --repeats 3
 bench: $(STAMP)
-	"$(PY)" -m maskfed.bench $(BENCH_ARGS) $(DATA_FLAG)
+	"$(PY)" -m maskfed.perf.bench $(BENCH_ARGS) $(DATA_FLAG)
 
 # The prepared GPU check (docs/operations.md "Running on a GPU"). DEVICE_CHECK_SIZE=tiny runs it on this CPU in seconds.
 # device-prepare fills the git-ignored .device/ with what the GPU machine lacks: pydantic's wheels
 # (Python 3.12, x86-64) and the offline CIFAR-10 archive (about 22 MB in all).
 DEVICE_CHECK_SIZE ?= full
-# DEVICE_CHECK_ARGS: further flags of python -m maskfed.devicecheck, e.g. --budget-s 120
+# DEVICE_CHECK_ARGS: further flags of python -m maskfed.perf.devicecheck, e.g. --budget-s 120
 DEVICE_CHECK_ARGS ?=
 DEVICE_WHEELS := pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 typing-extensions==4.16.0
 DEVICE_ARCHIVE ?= ../shared/data/cifar10-jpeg.tar.gz
@@ -95,7 +95,7 @@ device-check:
 	    --target "$(DEVICE_SITE)" .device/whl/*.whl || exit 1; fi; \
 	export PYTHONPATH="$$PWD/src:$(DEVICE_SITE)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1; \
 	if [ -f .device/cifar10-jpeg.tar.gz ]; then export MASKFED_SHARED_ARCHIVE="$$PWD/.device/cifar10-jpeg.tar.gz"; fi; \
-	"$(DEVICE_PY)" -m maskfed.devicecheck --size $(DEVICE_CHECK_SIZE) --out "$$OUTDIR" $(DEVICE_CHECK_ARGS) 2>&1 | tee "$$OUTDIR/log.txt"
+	"$(DEVICE_PY)" -m maskfed.perf.devicecheck --size $(DEVICE_CHECK_SIZE) --out "$$OUTDIR" $(DEVICE_CHECK_ARGS) 2>&1 | tee "$$OUTDIR/log.txt"
 
 # The GPU machine's torch, checked here (docs/operations.md "Running on a GPU"): a throwaway virtualenv in a temporary
 # folder with torch COMPAT_TORCH from the package index (with the CUDA libraries its wheel needs to import:

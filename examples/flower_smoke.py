@@ -11,8 +11,8 @@ import argparse
 
 import torch
 
+from maskfed.engine.config import ConfigError, load_profile
 from maskfed.integrations import flower
-from maskfed.fl.config import ConfigError, load_profile
 
 
 def main() -> None:

@@ -10,10 +10,11 @@ import torch
 
 from maskfed import cli, provenance
 
-from maskfed.book import archive
+from maskfed.studies import archive
 
-from maskfed.fl import experiments, runner
-from maskfed.fl.config import load_profile, make_run_config
+from maskfed.engine import runner
+from maskfed.engine.config import load_profile, make_run_config
+from maskfed.studies import experiments
 
 TINY = dict(dataset="synthetic", synthetic_train=200, synthetic_test=50, num_clients=4, cohort_size=2, rounds=2,
             model="small_cnn_gn", width=2, batch_size=16, local_epochs=1, eval_every=1)
@@ -321,7 +322,7 @@ def test_default_sample_is_one_run_per_experiment(dirs_in_tmp):
 
 @pytest.mark.slow
 def test_stage_study_from_archived_trajectories_is_archived_and_read_back(dirs_in_tmp):
-    from maskfed.fl import stage
+    from maskfed.studies import stage
 
     # prepare: the smoke profile's ladder run, with θ snapshots, archived
     smoke = load_profile("smoke")

@@ -1,13 +1,13 @@
-"""Tests for maskfed.bench at tiny sizes: the CSV columns, and that bare SGD, the typical loop and
+"""Tests for maskfed.perf.bench at tiny sizes: the CSV columns, and that bare SGD, the typical loop and
 our round make the same number of local steps over the same images."""
 
 from __future__ import annotations
 
 import pytest
 
-from maskfed import bench
 from maskfed.book.plots import throughput
-from maskfed.fl import cohort as C
+from maskfed.engine import cohort as C
+from maskfed.perf import bench
 
 
 @pytest.mark.slow
@@ -36,9 +36,9 @@ def test_bench_columns_and_equal_steps(tmp_path, monkeypatch):
 
 
 def test_round_bench_steps_match_local_steps():
-    from maskfed.fl import runner
-    from maskfed.fl.config import load_profile
-    from maskfed.fl.models import build_model
+    from maskfed.engine import runner
+    from maskfed.engine.config import load_profile
+    from maskfed.engine.models import build_model
     import torch
 
     cfg = load_profile("smoke").run(0, device="cpu", alpha=0.1)
@@ -62,9 +62,9 @@ def test_bench_rejects_bad_inputs_before_timing():
 def test_paths_leave_theta_unchanged():
     # every path starts from the same θ: a path that trained θ in place would bias the next one
     import torch
-    from maskfed.fl import runner
-    from maskfed.fl.config import load_profile
-    from maskfed.fl.models import build_model
+    from maskfed.engine import runner
+    from maskfed.engine.config import load_profile
+    from maskfed.engine.models import build_model
 
     cfg = load_profile("smoke").run(0, device="cpu")
     data = runner.prepare_data(cfg, runner.images_for(cfg), torch.device("cpu"))

@@ -13,10 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from maskfed import book as book_mod
-from maskfed import paths
+from maskfed import book as book_mod, paths
 from maskfed.book import notebooks
-from maskfed.fl import data
+from maskfed.engine import data
 from maskfed.paths import REPO_ROOT
 
 NAMES = notebooks.book_order()
@@ -221,7 +220,7 @@ def test_csv_link_refuses_a_name_that_is_not_a_file_stem():
 
 
 def test_banner_states_what_the_page_changed_from_the_profile():
-    from maskfed.fl.config import load_profile
+    from maskfed.engine.config import load_profile
 
     # prepare: the Flower chapter's profile, 2 rounds instead of the smoke profile's 4
     prof = load_profile("smoke", rounds=2)
@@ -254,7 +253,7 @@ def test_data_note_names_source_and_fingerprint_not_the_path(monkeypatch):
     images = dataclasses.replace(data.synthetic_image_data(n_train=20, n_test=10, seed=0),
                                  source=f"offline image-folder archive {archive} (JPEG)")
     monkeypatch.setattr(book_mod, "images_for", lambda cfg: images)
-    from maskfed.fl.config import load_profile
+    from maskfed.engine.config import load_profile
     # execute
     note = book_mod.data_note(load_profile("smoke"))
     # assert
@@ -397,7 +396,7 @@ def test_no_page_shows_papermills_injected_cell(built_book):
 
 def _archived_stage_study():
     """The archived cpu-paper stage study the stage chapter reads by default (None without one)."""
-    from maskfed.book import archive
+    from maskfed.studies import archive
 
     return archive.load_stage_study("cpu-paper")
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from maskfed.fl import central, fedavg, stage
-from maskfed.fl.config import ConfigError, make_run_config
+from maskfed.engine import fedavg
+from maskfed.engine.config import ConfigError, make_run_config
+from maskfed.studies import central, stage
 
 TINY = dict(dataset="synthetic", synthetic_train=400, synthetic_test=100, num_clients=8, cohort_size=3, rounds=2,
             lr=0.05, model="small_cnn_gn", width=2, batch_size=16, local_epochs=1, device="cpu")

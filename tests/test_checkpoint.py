@@ -11,9 +11,8 @@ import pytest
 import torch
 from filelock import FileLock
 
-from maskfed.fl import checkpoint, fedavg, partition
-from maskfed.fl import data as data_mod
-from maskfed.fl.models import build_model
+from maskfed.engine import checkpoint, data as data_mod, fedavg, partition
+from maskfed.engine.models import build_model
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from maskfed.fl import claims
+from maskfed.analysis import claims
 
 PROTOCOLS = [("full", 1, 1), ("full", 2, 2), ("full", 5, 5), ("128", 1, 4), ("128", 2, 8), ("32", 1, 16),
              ("128", 5, 20), ("32", 2, 32), ("32", 5, 80)]

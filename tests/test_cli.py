@@ -11,7 +11,7 @@ from maskfed import cli
 
 from maskfed.book import notebooks
 
-from maskfed.fl import runner
+from maskfed.engine import runner
 
 TINY = ["--profile", "smoke", "--rounds", "2", "--num-clients", "4", "--cohort-size", "2", "--synthetic-train", "200",
         "--synthetic-test", "50", "--width", "2"]
@@ -239,7 +239,7 @@ def _full_disk_at(monkeypatch, method: str, when) -> None:
 
 
 def test_a_full_disk_at_a_checkpoint_is_one_error_line_and_keeps_the_previous_one(capsys, results, monkeypatch):
-    from maskfed.fl import checkpoint
+    from maskfed.engine import checkpoint
 
     argv = ["run", *TINY, "--rounds", "3", "--seeds", "0", "--workers", "1"]  # checkpoints after rounds 1 and 2
     saved = []
@@ -348,7 +348,7 @@ def image_dirs(tmp_path, monkeypatch):
 
 
 def cifar_classes():
-    from maskfed.fl.data import CIFAR10_CLASSES
+    from maskfed.engine.data import CIFAR10_CLASSES
     return CIFAR10_CLASSES
 
 
@@ -376,7 +376,7 @@ def test_cli_image_folder_runs_under_its_own_label_and_class_count(image_dirs, c
     assert "not CIFAR-10: 3 classes: a, b, c" in prov["data_source"]
     assert prov["dataset"] == "image_folder" and prov["classes"] == ["a", "b", "c"]
     # the classifier has 3 outputs: small CNN width 2 -> hidden 8, last layer 8*3 + 3 parameters
-    from maskfed.fl.models import build_model, num_parameters
+    from maskfed.engine.models import build_model, num_parameters
     assert prov["num_parameters"] == num_parameters(build_model("small_cnn_gn", num_classes=3, gn_groups=2, width=2))
     assert prov["num_parameters"] != num_parameters(build_model("small_cnn_gn", num_classes=10, gn_groups=2, width=2))
 
@@ -467,8 +467,8 @@ def test_archive_verify_stopped_by_a_signal_is_one_line_leaves_no_scratch_and_re
     import json
     import signal
 
-    from maskfed.book import archive
-    from maskfed.fl.config import make_run_config
+    from maskfed.studies import archive
+    from maskfed.engine.config import make_run_config
 
     # prepare: a tiny archive of runs long enough (150 or 300 rounds, ~20 ms each) to be stopped while re-run
     # (recorded with one torch thread, as a sweep's workers run: --workers 2 then re-runs them in two workers)
@@ -506,9 +506,9 @@ def test_archive_stage_stopped_with_workers_ends_them_at_once_and_resumes(tmp_pa
 
     import pandas as pd
 
-    from maskfed.book import archive
-    from maskfed.fl import stage
-    from maskfed.fl.config import load_profile
+    from maskfed.studies import archive
+    from maskfed.studies import stage
+    from maskfed.engine.config import load_profile
 
     # prepare: the smoke profile's stage-ladder run, with θ snapshots, archived
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
@@ -682,7 +682,7 @@ def test_a_seed_out_of_range_is_refused_naming_seeds_before_any_run(command, see
 
 
 def test_the_seed_bound_in_the_config_and_the_largest_seed_runs(capsys, results):
-    from maskfed.fl.config import MAX_SEED, ConfigError, load_profile, make_run_config
+    from maskfed.engine.config import MAX_SEED, ConfigError, load_profile, make_run_config
 
     assert MAX_SEED == 2**63 - 1
     with pytest.raises(ConfigError, match=r"seeds.1 = 9223372036854775808: .*<= 9223372036854775807"):

@@ -1,4 +1,4 @@
-"""Tests for maskfed.fl.cohort, the home of local training: local steps T and one client's SGD
+"""Tests for maskfed.engine.cohort, the home of local training: local steps T and one client's SGD
 (checked against the closed-form softmax-regression gradient); the batched engine gives the
 reference path's Δ_k for every client (unequal Dirichlet shards, every local protocol), also in
 micro-batches under a memory budget; engine/precision resolution and validation; the precision
@@ -13,11 +13,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
-from maskfed.fl import cohort as C
-from maskfed.fl import data as data_mod
-from maskfed.fl import fedavg as F
-from maskfed.fl import partition
-from maskfed.fl.models import build_model
+from maskfed.engine import cohort as C, data as data_mod, fedavg as F, partition
+from maskfed.engine.models import build_model
 
 
 # ----------------------------------------------------------------------------- local steps T
@@ -48,7 +45,7 @@ def test_local_steps_rejects_bad_inputs(n_k, bs, tau, word):
 
 def test_local_steps_matches_paper_table1_column():
     # The paper's T column, with n_k ≈ 500 (K = 100 clients over 50,000 images).
-    from maskfed.fl.summary import paper_table
+    from maskfed.analysis.summary import paper_table
 
     t1 = paper_table("table1")
     for (bs, tau), row in t1.iterrows():
@@ -294,8 +291,8 @@ def test_train_cohort_rejects_bad_inputs_before_compute():
 
 def test_whole_run_same_metrics_with_either_engine():
     # prepare: a tiny smoke-sized run, Dirichlet 0.1, with each engine
-    from maskfed.fl import runner
-    from maskfed.fl.config import make_run_config
+    from maskfed.engine import runner
+    from maskfed.engine.config import make_run_config
 
     out = {}
     for engine in ("sequential", "batched"):
@@ -315,7 +312,7 @@ def test_whole_run_same_metrics_with_either_engine():
 
 
 def test_config_fields_validated_before_compute():
-    from maskfed.fl.config import ConfigError, make_run_config
+    from maskfed.engine.config import ConfigError, make_run_config
 
     with pytest.raises(ConfigError, match="engine"):
         make_run_config(engine="fast")
@@ -330,8 +327,8 @@ def test_config_fields_validated_before_compute():
 def test_run_records_resolved_engine_and_precision(tmp_path, monkeypatch):
     # prepare: a 2-round smoke run with engine auto on the CPU
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
-    from maskfed.fl import runner
-    from maskfed.fl.config import load_profile
+    from maskfed.engine import runner
+    from maskfed.engine.config import load_profile
 
     cfg = load_profile("smoke").run(0, rounds=2, device="cpu")
     # execute
@@ -408,7 +405,7 @@ def test_bf16_autocasts_the_forward_pass_only():
             out[engine, amp] = C.local_training(model, theta, x, y, parts, generators=_gens(len(parts)),
                                                 engine=engine, autocast_dtype=amp, **kw)[0]
     # assert: parameters, updates stay float32; bf16 changes Δ_k by bf16 rounding (a few %), not more
-    from maskfed import gates
+    from maskfed.perf import gates
     for engine in ("sequential", "batched"):
         assert out[engine, torch.bfloat16].dtype == torch.float32
         assert all(p.dtype == torch.float32 for p in model.parameters())

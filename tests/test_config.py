@@ -1,4 +1,4 @@
-"""Tests for maskfed.fl.config: RunConfig defaults (paper §IV-A), validation messages, keys, profiles."""
+"""Tests for maskfed.engine.config: RunConfig defaults (paper §IV-A), validation messages, keys, profiles."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from maskfed.fl.config import PROFILES, ConfigError, Profile, RunConfig, load_profile, make_run_config
+from maskfed.engine.config import ConfigError, load_profile, make_run_config, Profile, PROFILES, RunConfig
 
 
 # ----------------------------------------------------------------------------- defaults
@@ -207,7 +207,7 @@ def test_load_profile_overrides_apply_everywhere():
 
 
 def test_allowed_values_and_accepts_none_read_the_annotations():
-    from maskfed.fl.config import RunConfig, accepts_none, allowed_values
+    from maskfed.engine.config import RunConfig, accepts_none, allowed_values
 
     assert [f for f in RunConfig.model_fields if accepts_none(f)] == ["data_path", "train_subset", "test_subset"]
     assert allowed_values("train_subset") == "an integer >= 100, or none"
@@ -255,7 +255,7 @@ def test_load_profile_errors():
     ({"local_epochs": 5}, "control", ["local_epochs = 5", "control", "table2.local_epochs"]),
 ])
 def test_a_field_an_experiment_sets_is_refused_not_dropped(given, experiment, shown):
-    from maskfed.fl import experiments
+    from maskfed.studies import experiments
 
     prof = load_profile("smoke", **given)  # as a notebook's overrides do
 

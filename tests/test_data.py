@@ -1,4 +1,4 @@
-"""Tests for maskfed.fl.data: image-folder archives, the cache, source resolution, statistics."""
+"""Tests for maskfed.engine.data: image-folder archives, the cache, source resolution, statistics."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from maskfed import paths
 
 # Solid colours per (class, image) so that order and labels can be read back from the pixels.
 
-from maskfed.fl import data
+from maskfed.engine import data
 # Each class has a base colour; images within a class differ in the blue channel.
 BASE = {"a": (200, 30, 30), "b": (30, 200, 30), "c": (40, 40, 40)}
 NAMES = {"train": ["0000.jpg", "0001.jpg"], "test": ["0000.jpg"]}

@@ -1,4 +1,4 @@
-"""Tests for maskfed.fl.determinism: when the control switches on deterministic algorithms, that the
+"""Tests for maskfed.engine.determinism: when the control switches on deterministic algorithms, that the
 settings are restored after the run, and that CUBLAS_WORKSPACE_CONFIG is set before CUDA can start
 in every process that may run the control, with provenance recording the value read at CUDA start.
 
@@ -6,8 +6,8 @@ What these tests check is the switches (PyTorch's flag, cuDNN benchmarking, CUBL
 not that they make a GPU's kernels deterministic: on this CPU the kernels are deterministic either
 way, so no test here could see the difference. Whether identical clients give identical updates
 on a GPU with these switches is checked where a GPU is, by `make device-check` (its control gates,
-maskfed.gates), and in every control run by the control's own deviations
-(maskfed.fl.summary.control_deviations)."""
+maskfed.perf.gates), and in every control run by the control's own deviations
+(maskfed.analysis.summary.control_deviations)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from maskfed.fl import determinism
+from maskfed.engine import determinism
 from maskfed.paths import REPO_ROOT
 
 
@@ -48,15 +48,15 @@ def test_deterministic_off_leaves_the_switches_alone():
     assert determinism.state() == before
 
 
-@pytest.mark.parametrize("module", ["maskfed.cli", "maskfed.fl.runner", "maskfed.devicecheck"])
+@pytest.mark.parametrize("module", ["maskfed.cli", "maskfed.engine.runner", "maskfed.perf.devicecheck"])
 @pytest.mark.slow
 def test_every_entry_point_sets_the_cublas_workspace_before_cuda_starts(module):
     # prepare: a fresh interpreter without the variable, as a CLI, a spawned sweep worker (which imports
-    # maskfed.fl.runner) or the device check starts
+    # maskfed.engine.runner) or the device check starts
     env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
     env["PYTHONPATH"] = str(REPO_ROOT / "src")
     code = (f"import os, torch, {module}\n"
-            "from maskfed.fl import determinism\n"
+            "from maskfed.engine import determinism\n"
             "print(os.environ.get('CUBLAS_WORKSPACE_CONFIG'), torch.cuda.is_initialized(),"
             " determinism.cublas_workspace_in_force())")
     # execute
@@ -69,7 +69,7 @@ def test_every_entry_point_sets_the_cublas_workspace_before_cuda_starts(module):
 @pytest.mark.slow
 def test_a_value_the_environment_sets_is_kept():
     env = {**os.environ, "CUBLAS_WORKSPACE_CONFIG": ":16:8", "PYTHONPATH": str(REPO_ROOT / "src")}
-    out = subprocess.run([sys.executable, "-c", "import os, maskfed.fl.determinism; "
+    out = subprocess.run([sys.executable, "-c", "import os, maskfed.engine.determinism; "
                           "print(os.environ['CUBLAS_WORKSPACE_CONFIG'])"], env=env, capture_output=True, text=True,
                          check=True, timeout=120).stdout.strip()
     assert out == ":16:8"

@@ -14,8 +14,8 @@ import tarfile
 import pandas as pd
 import pytest
 
-from maskfed import bench, devicecheck
 from maskfed.paths import REPO_ROOT
+from maskfed.perf import bench, devicecheck
 
 
 @pytest.mark.slow
@@ -63,7 +63,7 @@ def test_a_failed_gate_sets_the_exit_status_and_summary_names_it(tmp_path, monke
     # prepare: the engines' comparison made to fail (as a broken batched engine would)
     import torch
 
-    from maskfed import devicecheck, gates
+    from maskfed.perf import devicecheck, gates
 
     def broken(profile, device):
         return [gates.Gate("engines", "batched vs sequential (float64)", 3e-3, 1e-6, False)]
@@ -90,8 +90,8 @@ def test_run_what_fits_never_starts_a_run_projected_past_the_time_left(monkeypat
     import time
     from types import SimpleNamespace
 
-    from maskfed import devicecheck
-    from maskfed.fl.config import load_profile
+    from maskfed.perf import devicecheck
+    from maskfed.engine.config import load_profile
 
     cfg = load_profile("smoke").run(0)
     started = []
@@ -114,7 +114,7 @@ def test_run_what_fits_never_starts_a_run_projected_past_the_time_left(monkeypat
 def test_full_size_without_a_gpu_says_what_to_do_and_leaves_no_old_results(tmp_path, monkeypatch, capsys):
     import torch
 
-    from maskfed import devicecheck
+    from maskfed.perf import devicecheck
 
     if torch.cuda.is_available():  # the message under test is the one a machine without CUDA gives
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -128,8 +128,8 @@ def test_full_size_without_a_gpu_says_what_to_do_and_leaves_no_old_results(tmp_p
 
 
 def test_tf32_settings_gate_passes_here_and_fails_when_a_setting_does_not_take(monkeypatch):
-    from maskfed import devicecheck
-    from maskfed.fl import cohort
+    from maskfed.perf import devicecheck
+    from maskfed.engine import cohort
 
     ok = devicecheck.check_tf32_settings()
     assert len(ok) == 1 and ok[0].ok and ok[0].value == 0 and ok[0].required

@@ -1,4 +1,4 @@
-"""Tests for maskfed.fl.diversity: recovery factor 1/Δ_S (eq. 3, 8), its n_k-weighted and
+"""Tests for maskfed.core.diversity: recovery factor 1/Δ_S (eq. 3, 8), its n_k-weighted and
 Hessian-weighted forms, gradient diversity, the signal-noise split (eq. 12-14).
 
 Hand cases use two or three 2-D updates whose inner products can be checked on paper.
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from maskfed.fl import diversity as D
+from maskfed.core import diversity as D
 
 # Running example: Δ_1 = (1, 2), Δ_2 = (3, 0).
 #   ‖Δ_1‖² = 1 + 4 = 5,  ‖Δ_2‖² = 9,  <Δ_1, Δ_2> = 1·3 + 2·0 = 3

@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from maskfed.book import evidence
-from maskfed.fl.config import make_run_config
-from maskfed.fl.runner import RunResult
+from maskfed.engine.config import make_run_config
+from maskfed.engine.runner import RunResult
 
 
 def control_run(recovery, *, seed=0, device="cpu", num_clients=8, cohort_size=4, sigma2=0.0, spread=0.0):
@@ -62,7 +62,7 @@ def test_code_checks_text_says_passes_or_fails_with_the_source():
 
 
 def test_data_comparison_compares_each_run_by_the_kind_it_recorded():
-    from maskfed.fl import data, runner
+    from maskfed.engine import data, runner
 
     images = data.synthetic_image_data(n_train=20, n_test=10, seed=0)
     old = RunResult(None, None, None, {"data_fingerprint": runner.data_fingerprint_sampled(images)})  # no kind: old
@@ -137,7 +137,7 @@ def test_paper_beside_caption_names_the_sources_shown():
 
 def _verdicts(**given):
     """A verdict table by hand: every claim 'holds' unless given; paper verdicts 'holds'."""
-    from maskfed.fl import claims
+    from maskfed.analysis import claims
 
     rows = [{"claim": c.key, "title": c.title, "verdict": given.get(c.key, "holds"), "paper_verdict": "holds",
              "paper": "p", "src": "v"} for c in claims.CLAIMS]
@@ -159,7 +159,7 @@ def test_headline_verdict_follows_its_rule():
 
 
 def test_takeaways_name_the_failing_claims_the_seeds_and_what_would_change_it():
-    from maskfed.fl import claims
+    from maskfed.analysis import claims
 
     v = _verdicts(monotone_t="does not hold", stage="not measured here")
     v.loc["monotone_t", "paper_verdict"] = "does not hold"
@@ -267,7 +267,7 @@ def test_variant_runs_halve_the_window_and_leave_out_runs_still_falling():
 def test_stability_marks_a_verdict_that_a_variant_flips():
     import numpy as np
 
-    from maskfed.fl import claims
+    from maskfed.analysis import claims
 
     # prepare: full τ 1 still falling (about 1.5 in its window), full τ 2 flat at 4.0, bs 32 τ 1 and 2 flat at
     # 1.2 and 1.1: the cliff is 1.5 / 1.2 (in part); with the falling run left out, 4.0 / 1.2 (holds)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from maskfed.fl import experiments
-from maskfed.fl.config import ConfigError, Profile, load_profile
+from maskfed.engine.config import ConfigError, load_profile, Profile
+from maskfed.studies import experiments
 
 
 def test_the_paper_grid_is_36_distinct_runs():

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from maskfed import cli
-from maskfed.book import archive
-from maskfed.fl import checkpoint, diversity, factor_axes as fa, fedavg, runner, stage
-from maskfed.fl.config import ConfigError, load_profile
+from maskfed.core import diversity
+from maskfed.engine import checkpoint, fedavg, runner
+from maskfed.engine.config import ConfigError, load_profile
+from maskfed.studies import archive, factor_axes as fa, stage
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Tests for maskfed.fl.fedavg: aggregation, round metrics, evaluation, cohort sampling, evaluation
+"""Tests for maskfed.engine.fedavg: aggregation, round metrics, evaluation, cohort sampling, evaluation
 rounds, masks and the full loop on a tiny synthetic problem (including the paper's identical-shards
 control). Local training itself (local steps T, one client's SGD) is tested in test_cohort.py."""
 
@@ -13,11 +13,9 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
-from maskfed.fl import data as data_mod
-from maskfed.fl import diversity, partition
-from maskfed.fl import cohort as C
-from maskfed.fl import fedavg as F
-from maskfed.fl.models import build_model
+from maskfed.core import diversity
+from maskfed.engine import cohort as C, data as data_mod, fedavg as F, partition
+from maskfed.engine.models import build_model
 
 
 # ----------------------------------------------------------------------------- weights and aggregate
@@ -418,7 +416,7 @@ def test_hessian_recovery_logged_every_n_rounds_and_sharpness_at_the_end(images)
     x, y = F.hessian_batch(data, 32, 2)
     cohort = F.sample_cohort(4, 3, 2, 1)
     gens = [torch.Generator().manual_seed(F.client_seed(2, 1, int(k))) for k in cohort]
-    from maskfed.fl import cohort as cohort_mod
+    from maskfed.engine import cohort as cohort_mod
     deltas, n_k, _, _ = cohort_mod.train_cohort(model, theta1, data.x_train, data.y_train,
                                                 [data.parts[k] for k in cohort], lr=0.05, batch_size=16,
                                                 local_epochs=1, generators=gens)

@@ -9,10 +9,11 @@ import math
 import pytest
 import torch
 
-from maskfed.fl import diversity, fedavg, masking
+from maskfed.core import diversity, masking
+from maskfed.engine import fedavg
 
+from maskfed.engine.config import load_profile
 from maskfed.integrations import flower
-from maskfed.fl.config import load_profile
 
 P_KEEP = 0.5  # keep probability of the shared block mask (ours, to exercise the mask seed)
 

@@ -1,4 +1,4 @@
-"""Tests for maskfed.gates: each gate of the device check fails on a cohort perturbed by 0.1 % and
+"""Tests for maskfed.perf.gates: each gate of the device check fails on a cohort perturbed by 0.1 % and
 passes on one perturbed far below its tolerance; the control's gates use the project's own criteria
 at the CUDA tolerance (the old 1e-6 gate let a 0.1 % difference through); the bf16 gate fails when
 reduced precision leaks into the updates; the exit status names the failed kinds."""
@@ -10,8 +10,9 @@ import math
 import pytest
 import torch
 
-from maskfed import gates
-from maskfed.fl import cohort, fedavg, summary
+from maskfed.analysis import summary
+from maskfed.engine import cohort, fedavg
+from maskfed.perf import gates
 
 K_C, P = 10, 400  # cohort size and parameters of the hand-made cohorts
 
@@ -106,8 +107,8 @@ def test_precision_gates_fail_at_ten_times_their_tolerance_and_pass_at_1e7():
 
 def _tiny_problem():
     """Synthetic images, Dirichlet(0.1) shards over 6 clients, the small GN CNN (width 2)."""
-    from maskfed.fl import data as data_mod, partition
-    from maskfed.fl.models import build_model
+    from maskfed.engine import data as data_mod, partition
+    from maskfed.engine.models import build_model
 
     images = data_mod.synthetic_image_data(n_train=600, n_test=20, seed=0)
     parts = partition.make_partition("dirichlet", images.y_train.numpy(), 6, alpha=0.1, seed=0)

@@ -9,8 +9,8 @@ from torch.nn.utils import parameters_to_vector
 
 from maskfed.derivation import limits
 
-from maskfed.fl import diversity, penalty
-from maskfed.fl.masking import block_sizes_of
+from maskfed.core import diversity, penalty
+from maskfed.core.masking import block_sizes_of
 
 
 def _tiny_classifier(seed=0, n=40):
@@ -89,7 +89,7 @@ def test_penalty_check_matches_second_order_for_small_updates():
 
 
 def test_piecewise_linear_parts_names_what_the_network_has():
-    from maskfed.fl.models import build_model
+    from maskfed.engine.models import build_model
 
     # the small CNN has ReLU and max-pooling; ResNet-18-GN's CIFAR stem has no max-pool (an Identity)
     assert limits.piecewise_linear_parts(build_model("small_cnn_gn", num_classes=10)) == ["ReLU", "max-pooling"]
@@ -118,7 +118,7 @@ def test_penalty_check_refuses_bad_input(kwargs, match):
 
 @pytest.mark.slow
 def test_measure_limits_on_smoke_profile_is_cached(tmp_path, monkeypatch):
-    from maskfed.fl.config import load_profile
+    from maskfed.engine.config import load_profile
 
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
     cfg = load_profile("smoke").run(0)
@@ -139,9 +139,9 @@ def test_measure_limits_on_smoke_profile_is_cached(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_trajectory_snapshots_follow_fedavg():
     # prepare: the same smoke configuration trained by fedavg.run_fedavg for 3 rounds
-    from maskfed.fl import fedavg, runner
-    from maskfed.fl.config import load_profile
-    from maskfed.fl.models import build_model
+    from maskfed.engine import fedavg, runner
+    from maskfed.engine.config import load_profile
+    from maskfed.engine.models import build_model
 
     cfg = load_profile("smoke").run(0, batch_size=16, local_epochs=1, rounds=3)
     images = runner.images_for(cfg)

@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from maskfed.fl import masked_training as M
-from maskfed.fl.config import load_profile
+from maskfed.engine.config import load_profile
+from maskfed.studies import masked_training as M
 
 PROTOCOLS = {"full": ("full", 1), "bs16": (16, 1)}
 
@@ -100,9 +100,10 @@ def test_the_chapter_shows_the_archived_long_runs_beside_its_own(tmp_path, monke
     import numpy as np
 
     from maskfed import provenance
-    from maskfed.book import archive, notebooks
-    from maskfed.fl import runner
-    from maskfed.fl.config import load_profile
+    from maskfed.studies import archive
+    from maskfed.book import notebooks
+    from maskfed.engine import runner
+    from maskfed.engine.config import load_profile
 
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
     monkeypatch.setenv("MASKFED_ARCHIVE_DIR", str(tmp_path / "archive"))

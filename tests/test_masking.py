@@ -1,4 +1,4 @@
-"""Tests for block-wise update masking (eq. 2) in maskfed.fl.masking."""
+"""Tests for block-wise update masking (eq. 2) in maskfed.core.masking."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from maskfed.fl import masking
+from maskfed.core import masking
 
 torch.set_num_threads(1)  # the test machine is small and shared
 

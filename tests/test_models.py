@@ -1,4 +1,4 @@
-"""Tests for maskfed.fl.models: ResNet-18-GN (paper §IV-A: "ResNet-18 with GroupNorm"; the group
+"""Tests for maskfed.engine.models: ResNet-18-GN (paper §IV-A: "ResNet-18 with GroupNorm"; the group
 count, the CIFAR stem and its init are ours, see maskfed.book.settings), the small CPU CNN, the buffer check."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from maskfed.fl.models import SmallCNN, build_model, check_parameters_only, num_parameters, resnet18_gn
+from maskfed.engine.models import build_model, check_parameters_only, num_parameters, resnet18_gn, SmallCNN
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import pytest
 
 from maskfed.book import notebooks, params
-from maskfed.book.params import ParameterError, check_parameters, coerce
+from maskfed.book.params import check_parameters, coerce, ParameterError
 from maskfed.paths import REPO_ROOT
 
 

@@ -1,4 +1,4 @@
-"""Tests for maskfed.fl.partition: coverage, seeding, skew as a function of alpha, validation."""
+"""Tests for maskfed.engine.partition: coverage, seeding, skew as a function of alpha, validation."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from maskfed.fl import partition as P
+from maskfed.engine import partition as P
 
 CIFAR_LIKE = np.arange(50_000) % 10  # 5,000 labels per class, as in CIFAR-10's training set
 

@@ -19,7 +19,7 @@ def test_each_location_moves_with_its_environment_variable(tmp_path, monkeypatch
 def test_a_relative_folder_means_the_callers_directory_everywhere(tmp_path, monkeypatch):
     import os
 
-    from maskfed.book import archive
+    from maskfed.studies import archive
 
     monkeypatch.chdir(tmp_path)
     for var, rel in (("MASKFED_CACHE_DIR", "c"), ("MASKFED_RESULTS_DIR", "r"), ("MASKFED_ARCHIVE_DIR", "a"),
@@ -40,7 +40,7 @@ def test_a_location_set_to_the_empty_string_is_refused_naming_its_variable(monke
 
     import pytest
 
-    from maskfed.book import archive
+    from maskfed.studies import archive
 
     for var, where in (("MASKFED_CACHE_DIR", paths.cache_dir), ("MASKFED_RESULTS_DIR", paths.results_dir),
                        ("MASKFED_ARCHIVE_DIR", archive.archive_dir), ("MASKFED_SHARED_ARCHIVE", paths.shared_archive)):

@@ -7,7 +7,7 @@ import torch
 
 from maskfed.derivation import theory
 
-from maskfed.fl import diversity, masking, penalty
+from maskfed.core import diversity, masking, penalty
 
 torch.set_num_threads(1)  # the test machine is small and shared
 

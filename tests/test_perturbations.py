@@ -7,7 +7,7 @@ import torch
 
 from maskfed.derivation import perturbations, theory
 
-from maskfed.fl import penalty
+from maskfed.core import penalty
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest  # noqa: E402
 
 from maskfed.book.plots import (cohort_size, ours_against_paper, own_trajectory, plain_log_ticks, recovery_vs_accuracy, recovery_vs_parameters,  # noqa: E402
                                 step_size)
-from maskfed.fl import factor_axes  # noqa: E402
-from maskfed.fl.summary import paper_table  # noqa: E402
+from maskfed.analysis.summary import paper_table  # noqa: E402
+from maskfed.studies import factor_axes  # noqa: E402
 
 
 def _summary(rec: float) -> pd.DataFrame:
@@ -145,7 +145,7 @@ def test_own_trajectory_draws_each_round_its_rolling_median_the_paper_and_the_me
 
 
 def _factor_rows(bs, tau, lr, rec, params=17034, source="centralised", target=0.45):
-    """One row of the step-size or model-size table of maskfed.fl.factor_axes (IQR ±10 %)."""
+    """One row of the step-size or model-size table of maskfed.studies.factor_axes (IQR ±10 %)."""
     return {"batch_size": bs, "local_epochs": tau, "lr": lr, "recovery_unweighted": rec,
             "recovery_unweighted_q1": rec * 0.9, "recovery_unweighted_q3": rec * 1.1, "params": params,
             "source": source, "model": "small_cnn_gn", "target": target}

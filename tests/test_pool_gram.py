@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from maskfed.fl import cohort as cohort_mod
-from maskfed.fl import diversity, factor_axes as fa, fedavg, pool_gram, stage
-from maskfed.fl.config import make_run_config
-from maskfed.fl.models import MODELS
+from maskfed.core import diversity
+from maskfed.engine import cohort as cohort_mod, fedavg
+from maskfed.engine.config import make_run_config
+from maskfed.engine.models import MODELS
+from maskfed.studies import factor_axes as fa, pool_gram, stage
 
 TINY = dict(dataset="synthetic", synthetic_train=400, synthetic_test=100, num_clients=6, cohort_size=3, rounds=2,
             lr=0.05, model="small_cnn_gn", width=2, batch_size=16, local_epochs=1, device="cpu")

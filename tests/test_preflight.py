@@ -1,13 +1,14 @@
-"""Tests for maskfed.preflight: what needs the data is checked before training, once per partition."""
+"""Tests for maskfed.engine.preflight: what needs the data is checked before training, once per partition."""
 
 from __future__ import annotations
 
 import pytest
 
-from maskfed import preflight
+from maskfed.engine import preflight
 
-from maskfed.fl import experiments, runner
-from maskfed.fl.config import ConfigError, load_profile
+from maskfed.engine import runner
+from maskfed.engine.config import ConfigError, load_profile
+from maskfed.studies import experiments
 
 
 def test_a_sweep_draws_each_distinct_partition_once(monkeypatch, tmp_path):

@@ -1,4 +1,4 @@
-"""Tests for maskfed.projection: batch widths, steps and images of each engine by hand, the cost fit,
+"""Tests for maskfed.perf.projection: batch widths, steps and images of each engine by hand, the cost fit,
 and, on the smoke profile, the projection of a Dirichlet α = 0.1 run within 30 % of its measured time."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from maskfed import projection
-from maskfed.fl.config import load_profile
+from maskfed.engine.config import load_profile
+from maskfed.perf import projection
 
 
 def test_batch_width_hand_cases():
@@ -54,7 +54,7 @@ def test_run_work_uses_the_runs_own_cohorts():
     sizes = [300, 5, 5, 5, 5, 5, 5, 5, 5, 5]  # one large client: rounds that draw it have far more steps
     work = projection.run_work(cfg, sizes)
     assert len(work) == cfg.rounds
-    from maskfed.fl import fedavg
+    from maskfed.engine import fedavg
     for r, row in work.iterrows():
         n = [sizes[k] for k in fedavg.sample_cohort(10, cfg.cohort_size, cfg.seed, r)]
         assert row["sequential_images"] == cfg.local_epochs * sum(n)
@@ -66,8 +66,8 @@ def test_run_work_uses_the_runs_own_cohorts():
 def test_smoke_projection_of_an_alpha_01_run_is_within_30_percent(tmp_path, monkeypatch):
     # prepare: measured rounds of the sequential engine (the CPU's auto engine) at the smoke protocols
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
-    from maskfed import bench, devicecheck
-    from maskfed.fl import runner
+    from maskfed.perf import bench, devicecheck
+    from maskfed.engine import runner
 
     torch.set_num_threads(1)
     thr = bench.bench("smoke", protocols=[(16, 1), (64, 1), ("full", 1)], paths=("ours_sequential",), repeats=3,

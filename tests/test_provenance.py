@@ -12,9 +12,9 @@ from maskfed import provenance
 @pytest.mark.slow
 def test_run_modules_cover_what_a_run_imports():
     # prepare / execute: import the runner in a fresh interpreter and list maskfed modules
-    code = "import sys, maskfed.fl.runner; print(' '.join(sorted(m for m in sys.modules if m.startswith('maskfed.'))))"
+    code = "import sys, maskfed.engine.runner; print(' '.join(sorted(m for m in sys.modules if m.startswith('maskfed.'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    imported = {m.removeprefix("maskfed.") for m in out} - {"fl"}   # the subpackage itself is an empty __init__
+    imported = {m.removeprefix("maskfed.") for m in out} - {"engine", "core"}   # the packages themselves: a docstring each
     # assert: every imported module is hashed
     assert imported <= set(provenance.RUN_MODULES), imported - set(provenance.RUN_MODULES)
 
@@ -29,10 +29,11 @@ def test_code_hash_changes_when_a_run_module_changes(tmp_path, monkeypatch):
     monkeypatch.setattr(provenance, "REPO_ROOT", tmp_path)
     provenance.code_hash.cache_clear()
     before = provenance.code_hash()
-    (src / "fl" / "stage.py").write_text("# not a run module\n")
+    (src / "studies").mkdir()
+    (src / "studies" / "stage.py").write_text("# not a run module\n")
     provenance.code_hash.cache_clear()
     assert provenance.code_hash() == before
-    (src / "fl" / "fedavg.py").write_text("# fedavg, edited\n")
+    (src / "engine" / "fedavg.py").write_text("# fedavg, edited\n")
     provenance.code_hash.cache_clear()
     assert provenance.code_hash() != before
     provenance.code_hash.cache_clear()

@@ -12,10 +12,11 @@ import ray
 
 from maskfed import cli
 
-from maskfed.fl import experiments, runner
+from maskfed.engine import runner
+from maskfed.studies import experiments
 
+from maskfed.engine.config import load_profile, RunConfig
 from maskfed.integrations import ray_backend
-from maskfed.fl.config import RunConfig, load_profile
 
 
 @pytest.fixture(scope="module")

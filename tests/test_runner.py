@@ -9,8 +9,8 @@ import pytest
 
 from maskfed import provenance
 
-from maskfed.fl import partition, runner
-from maskfed.fl.config import make_run_config
+from maskfed.engine import partition, runner
+from maskfed.engine.config import make_run_config
 
 TINY = dict(dataset="synthetic", synthetic_train=200, synthetic_test=50, num_clients=4, cohort_size=2, rounds=2,
             model="small_cnn_gn", width=2, batch_size=16, local_epochs=1, eval_every=1)
@@ -183,7 +183,7 @@ def test_control_on_cuda_runs_with_deterministic_algorithms(results_in_tmp, monk
     # No GPU here: pretend the device is CUDA and record what the training loop sees.
     import torch
 
-    from maskfed.fl import fedavg
+    from maskfed.engine import fedavg
 
     seen = {}
     real = fedavg.run_fedavg
@@ -241,8 +241,8 @@ from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
 
-from maskfed.fl import checkpoint  # noqa: E402
-from maskfed.fl.models import build_model  # noqa: E402
+from maskfed.engine import checkpoint  # noqa: E402
+from maskfed.engine.models import build_model  # noqa: E402
 from maskfed.paths import REPO_ROOT  # noqa: E402
 
 

@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 from maskfed.book import settings
-from maskfed.fl.config import RunConfig, load_profile
-from maskfed.fl.models import resnet18_gn
 from maskfed.book.settings import SETTINGS, settings_table
+from maskfed.engine.config import load_profile, RunConfig
+from maskfed.engine.models import resnet18_gn
 
 
 def test_every_setting_is_credited_to_the_paper_with_a_section_or_is_ours_with_a_reference():
@@ -38,7 +38,7 @@ def test_where_names_code_that_exists():
             if ref == "profile seeds":
                 continue
             module, _, attr = ref.rpartition(".")
-            if module == "fl.config":
+            if module == "engine.config":
                 assert attr in RunConfig.model_fields, ref
             else:
                 mod = importlib.import_module(f"maskfed.{module}")

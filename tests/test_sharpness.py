@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+from torch.nn.utils import parameters_to_vector
 
-from maskfed.fl import sharpness as S
+from maskfed.core import sharpness as S
 
 
 def _tiny():

@@ -10,8 +10,10 @@ import torch
 
 from maskfed import provenance
 
-from maskfed.fl import diversity, runner, stage
-from maskfed.fl.config import ConfigError, make_run_config
+from maskfed.core import diversity
+from maskfed.engine import runner
+from maskfed.engine.config import ConfigError, make_run_config
+from maskfed.studies import stage
 
 SMOKE = dict(dataset="synthetic", synthetic_train=400, synthetic_test=100, num_clients=8, cohort_size=3,
              rounds=2, lr=0.05, model="small_cnn_gn", width=4, batch_size=16, local_epochs=1, device="cpu")
@@ -268,8 +270,8 @@ def test_prepared_data_shares_one_image_copy_across_alpha_and_equals_the_runners
 
 
 def test_a_sweep_asks_the_ladder_run_for_snapshots():
-    from maskfed.fl import experiments
-    from maskfed.fl.config import load_profile
+    from maskfed.studies import experiments
+    from maskfed.engine.config import load_profile
 
     prof = load_profile("cpu")
     cfgs = experiments.all_configs(prof)
@@ -324,7 +326,7 @@ def test_cached_results_reused_and_invalidated_by_code(results, monkeypatch):
 
 @pytest.mark.slow
 def test_run_study_at_smoke_with_branches(results):
-    from maskfed.fl.config import load_profile
+    from maskfed.engine.config import load_profile
 
     prof = load_profile("smoke", rounds=2, table1={"batch_sizes": [16, "full"], "local_epochs": [1, 2]},
                         table2={"alphas": [100, 0.1]})
@@ -352,7 +354,7 @@ def test_stage_zero_measured_before_the_ladder_matches(results, monkeypatch, tmp
 
 @pytest.mark.slow
 def test_run_study_in_worker_processes_matches_one_process(results, monkeypatch, tmp_path):
-    from maskfed.fl.config import load_profile
+    from maskfed.engine.config import load_profile
 
     prof = load_profile("smoke", rounds=2, table1={"batch_sizes": [16, "full"], "local_epochs": [1]},
                         table2={"alphas": [100], "local_epochs": 1})
@@ -391,7 +393,7 @@ def test_ladder_from_an_archived_folder_equals_the_live_runs_bit_for_bit(results
 
 @pytest.mark.slow
 def test_run_study_over_two_seeds_measures_each_on_its_own_trajectory(results):
-    from maskfed.fl.config import load_profile
+    from maskfed.engine.config import load_profile
 
     prof = load_profile("smoke", rounds=2, seeds=[0, 1], table1={"batch_sizes": [16, "full"], "local_epochs": [1]},
                         table2={"alphas": [100], "local_epochs": 1})

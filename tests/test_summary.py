@@ -1,4 +1,4 @@
-"""Tests for maskfed.fl.summary: the paper's summary convention (median over the last quarter per run,
+"""Tests for maskfed.analysis.summary: the paper's summary convention (median over the last quarter per run,
 median across seeds, pooled share of rounds below one), the paper's tables and the comparisons."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 import torch
 
-from maskfed.fl.config import make_run_config
-from maskfed.fl import summary
-from maskfed.fl.runner import RunResult
-from maskfed.fl.summary import (METRICS, compare, paper_table, rank_correlation, side_by_side, summarize, summarize_run,
-                             tail_window)
+from maskfed.analysis import summary
+from maskfed.analysis.summary import (METRICS, compare, paper_table, rank_correlation, side_by_side, summarize,
+                                      summarize_run, tail_window)
+from maskfed.engine.config import make_run_config
+from maskfed.engine.runner import RunResult
 
 NAN = float("nan")
 
@@ -242,8 +242,8 @@ def test_rank_correlation_aligns_on_index():
 def test_profiles_evaluate_inside_the_summary_window(name):
     # test_acc is summarised over the last tail_window(rounds) rounds, so each profile's evaluation
     # schedule (fedavg.eval_rounds) must test every eval_every_tail rounds inside that window.
-    from maskfed.fl.config import load_profile
-    from maskfed.fl.fedavg import eval_rounds
+    from maskfed.engine.config import load_profile
+    from maskfed.engine.fedavg import eval_rounds
 
     cfg = load_profile(name).run(0)
     window = set(range(cfg.rounds - tail_window(cfg.rounds), cfg.rounds))
@@ -283,7 +283,7 @@ def test_paper_table1_aggregation_gaps_against_the_papers_two_statements():
 # ----------------------------------------------------------------------------- the identical-shards control
 
 def _control_rounds(deltas_list):
-    from maskfed.fl.fedavg import round_metrics
+    from maskfed.engine.fedavg import round_metrics
 
     return pd.DataFrame([round_metrics(d, [50] * d.shape[0]) for d in deltas_list])
 

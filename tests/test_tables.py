@@ -4,10 +4,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from maskfed.book import archive, tables
-from maskfed.fl import experiments, summary
-from maskfed.fl.config import make_run_config
-from maskfed.fl.runner import RunResult
+from maskfed.analysis import summary
+from maskfed.book import tables
+from maskfed.engine.config import make_run_config
+from maskfed.engine.runner import RunResult
+from maskfed.studies import archive, experiments
 
 
 def fake(rec, *, seed, bs=32, tau=1, rounds=8, acc=0.5):

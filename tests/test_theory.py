@@ -9,7 +9,7 @@ import torch
 
 from maskfed.derivation import theory
 
-from maskfed.fl import diversity, penalty
+from maskfed.core import diversity, penalty
 
 torch.set_num_threads(1)  # the test machine is small and shared
 

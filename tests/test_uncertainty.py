@@ -4,10 +4,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from maskfed.fl import uncertainty
-from maskfed.fl.config import make_run_config
-from maskfed.fl.runner import RunResult
-from maskfed.fl.summary import summarize
+from maskfed.analysis import uncertainty
+from maskfed.analysis.summary import summarize
+from maskfed.engine.config import make_run_config
+from maskfed.engine.runner import RunResult
 
 
 def fake(values, *, batch_size=32, seed=0, rounds=None):

@@ -6,7 +6,7 @@ import re
 
 import yaml
 
-from maskfed.fl.config import PROFILES, load_profile
+from maskfed.engine.config import load_profile, PROFILES
 from maskfed.paths import REPO_ROOT
 
 WORKFLOW = REPO_ROOT / ".github" / "workflows" / "book.yml"

@@ -1,11 +1,11 @@
 """Command line: ``maskfed sweep`` (a profile's experiments), ``maskfed run`` (one setting)
 and ``maskfed archive`` (copy a profile's finished runs into ``results/archive/``).
 
-Every :class:`~maskfed.fl.config.RunConfig` field is also a flag (``--batch-size 128``,
+Every :class:`~maskfed.engine.config.RunConfig` field is also a flag (``--batch-size 128``,
 ``--local-epochs 5``, ``--alpha 0.1``, ``--rounds 100`` ...), overriding the profile's
 base config. Everything is validated before any compute starts: each field, the fields an
 experiment's grid sets (refused, never dropped), and what needs the data (its files, each run's
-partition; :mod:`maskfed.preflight`). Bad input ends as one ``maskfed: error: ...`` line naming
+partition; :mod:`maskfed.engine.preflight`). Bad input ends as one ``maskfed: error: ...`` line naming
 the parameter or file, with exit status 2; so do a damaged finished run folder (named, with the
 remedy), training that diverges (the round, the client and the quantity) and a write that fails
 (a full disk: the folder and the cause). Ctrl-C, SIGTERM and SIGHUP stop a run or sweep keeping
@@ -31,16 +31,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from maskfed import paths, preflight
+from maskfed import paths
+from maskfed.engine import preflight
 
-from maskfed.book import archive
+from maskfed.studies import archive
 
-from maskfed.fl import checkpoint, experiments, fedavg, runner, stage, summary
-from maskfed.fl.factor_axes import MODEL_PARTS
+from maskfed.analysis import summary
+from maskfed.engine import checkpoint, fedavg, runner
+from maskfed.studies import experiments, stage
+from maskfed.studies.factor_axes import MODEL_PARTS
 
+from maskfed.engine.config import accepts_none, allowed_values, ConfigError, load_profile, MAX_SEED, PROFILES, RunConfig
+from maskfed.engine.data import DataUnavailableError
 from maskfed.integrations import ray_backend
-from maskfed.fl.data import DataUnavailableError
-from maskfed.fl.config import MAX_SEED, PROFILES, ConfigError, RunConfig, accepts_none, allowed_values, load_profile
 
 
 class Parser(argparse.ArgumentParser):
@@ -96,7 +99,7 @@ SEEDS_HELP = f"seeds, integers from 0 to {MAX_SEED} (2**63 - 1), no repeats (def
 
 
 def _check_seeds(seeds: list[int] | None) -> None:
-    """Refuse seeds outside 0..:data:`~maskfed.fl.config.MAX_SEED` as one line naming ``--seeds``,
+    """Refuse seeds outside 0..:data:`~maskfed.engine.config.MAX_SEED` as one line naming ``--seeds``,
     before any run starts (the generators would fail only once a run starts, naming no flag)."""
     bad = [s for s in seeds or () if not 0 <= s <= MAX_SEED]
     if bad:
@@ -229,8 +232,8 @@ def archive_profile(name: str, data_path: str | None = None) -> list:
 
 
 def _cache_command(args) -> int:
-    """``maskfed cache --list`` / ``--prune [--all]`` (:mod:`maskfed.fl.datacache`)."""
-    from maskfed.fl import datacache
+    """``maskfed cache --list`` / ``--prune [--all]`` (:mod:`maskfed.engine.datacache`)."""
+    from maskfed.engine import datacache
 
     if args.all and not args.prune:
         return _error("--all is used with --prune only")

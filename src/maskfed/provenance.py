@@ -17,17 +17,17 @@ from importlib import metadata
 from maskfed.paths import REPO_ROOT
 
 PACKAGES = ("torch", "torchvision", "numpy", "pandas", "pydantic", "pillow")
-#: The modules a FedAvg run or a stage measurement executes (``maskfed.fl.runner``, ``maskfed.fl.stage``
+#: The modules a FedAvg run or a stage measurement executes (``maskfed.engine.runner``, ``maskfed.studies.stage``
 #: and what they import);
 #: tests/test_provenance.py checks the list is complete.
-#: Names are dotted paths under ``maskfed`` (``fl.runner`` is ``src/maskfed/fl/runner.py``).
-RUN_MODULES = ("fl.checkpoint", "fl.cohort", "fl.config", "fl.data", "fl.determinism", "fl.diversity", "fl.fedavg",
-               "fl.masking", "fl.models", "fl.partition", "paths", "fl.penalty", "provenance", "fl.runner",
-               "fl.sharpness")
+#: Names are dotted paths under ``maskfed`` (``engine.runner`` is ``src/maskfed/engine/runner.py``).
+RUN_MODULES = ("core.diversity", "core.masking", "core.penalty", "core.sharpness",
+               "engine.checkpoint", "engine.cohort", "engine.config", "engine.data", "engine.determinism",
+               "engine.fedavg", "engine.models", "engine.partition", "engine.runner", "paths", "provenance")
 
 
 def module_source(name: str) -> bytes:
-    """Source bytes of the ``maskfed`` module ``name``, a dotted path under the package (``"fl.runner"``).
+    """Source bytes of the ``maskfed`` module ``name``, a dotted path under the package (``"engine.runner"``).
 
     Raises:
         FileNotFoundError: no ``src/maskfed/<name with / for .>.py``.
@@ -58,7 +58,7 @@ def code_hash_with(*modules: str) -> str:
     folders' keys alone.
 
     Raises:
-        FileNotFoundError: a module name (dotted, ``"fl.stage"``) with no source file.
+        FileNotFoundError: a module name (dotted, ``"studies.stage"``) with no source file.
     """
     h = hashlib.sha256(code_hash().encode())
     for name in modules:

@@ -17,10 +17,10 @@ import numpy as np
 import pandas as pd
 from pandas.io.formats.style import Styler
 
-from maskfed import bench
-from maskfed.fl.config import Profile, load_profile
-from maskfed.fl.runner import data_fingerprint, fingerprint_of_kind, images_for, recorded_fingerprint
 from maskfed.book.settings import settings_table  # noqa: F401  (the book's table of whose setting is whose)
+from maskfed.engine.config import load_profile, Profile
+from maskfed.engine.runner import data_fingerprint, fingerprint_of_kind, images_for, recorded_fingerprint
+from maskfed.perf import bench
 
 if TYPE_CHECKING:
     import IPython.display
@@ -40,7 +40,7 @@ HEADERS = {"T_mean": "T (steps)", "recovery_unweighted": "1/Δ_S unwtd.", "recov
            "A": "A (mean ‖Δ_k‖², param.²)", "train_loss": "train loss (nats)", "test_loss": "test loss (nats)",
            # the run grid and the partitions
            "alpha": "α", "batch_size": "bs", "local_epochs": "τ", "cv": "shard-size CV (%)",
-           # the benchmark (maskfed.bench): its four paths and three ratios
+           # the benchmark (maskfed.perf.bench): its four paths and three ratios
            **bench.PATH_LABELS, "P2_ours_over_bare": "P2 = ours / bare SGD time",
            "P3_typical_over_ours": "P3 = typical / ours time", "batched_speedup": "batched / sequential speed"}
 #: Index names as the paper writes them.
@@ -225,7 +225,7 @@ def without_comment_lines(text: str) -> str:
 def data_note(profile: Profile) -> str:
     """One sentence naming the data the profile's runs use (the JPEG caveat included): the kind of
     source and the file or folder name, never its path on this machine, and the content
-    fingerprint that the runs' cache keys use (:func:`maskfed.fl.runner.data_fingerprint`: sha256 over
+    fingerprint that the runs' cache keys use (:func:`maskfed.engine.runner.data_fingerprint`: sha256 over
     every byte of the images and labels)."""
     images = images_for(profile.run(profile.seeds[0]))
     return f"{without_paths(images.source)}; content fingerprint {data_fingerprint(images)}"
@@ -526,7 +526,7 @@ def fitted(table: pd.DataFrame, main: list, *, name: str, formats: dict | None =
 
 def profile_table() -> pd.DataFrame:
     """The profiles side by side (name, scaled down, seeds, rounds, model, description)."""
-    from maskfed.fl.config import PROFILES
+    from maskfed.engine.config import PROFILES
 
     rows = []
     for name in PROFILES:

@@ -1,9 +1,9 @@
 """The book's evidence for the verdict page: every profile the build has, closest to the paper first.
 
-Each source becomes a :class:`maskfed.fl.claims.Evidence`: its Table I and Table II summaries with
-bootstrap replicates (:mod:`maskfed.fl.uncertainty`), the identical-shards control's worst
+Each source becomes a :class:`maskfed.analysis.claims.Evidence`: its Table I and Table II summaries with
+bootstrap replicates (:mod:`maskfed.analysis.uncertainty`), the identical-shards control's worst
 deviation, and, where a stage study exists for it, the stage-or-sampling verdict by stage range.
-Archived profiles come from ``results/archive/`` (:mod:`maskfed.book.archive`), the live profile
+Archived profiles come from ``results/archive/`` (:mod:`maskfed.studies.archive`), the live profile
 from the runs of this build; profiles are never pooled.
 """
 
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from maskfed.book import archive
-from maskfed.fl import claims, experiments, stage, summary, uncertainty
-from maskfed.fl.runner import RunResult
+from maskfed.analysis import claims, summary, uncertainty
+from maskfed.engine.runner import RunResult
+from maskfed.studies import archive, experiments, stage
 
 #: The settings that name a Table I / Table II row.
 BY = {"table1": ["batch_size", "local_epochs"], "table2": ["alpha"]}
@@ -23,7 +23,7 @@ BY = {"table1": ["batch_size", "local_epochs"], "table2": ["alpha"]}
 
 def control_evidence(results: list[RunResult]) -> dict | None:
     """The control's worst deviation over its runs and rounds (the largest of |1/Δ_S / K_c - 1| in
-    both conventions, |σ̂²| / A and the update spread: :func:`maskfed.fl.summary.control_deviations`)
+    both conventions, |σ̂²| / A and the update spread: :func:`maskfed.analysis.summary.control_deviations`)
     with the tolerance of the device it ran on, or None without runs."""
     if not results:
         return None
@@ -34,8 +34,8 @@ def control_evidence(results: list[RunResult]) -> dict | None:
 
 
 def stage_evidence(table: pd.DataFrame) -> dict | None:
-    """The stage-or-sampling verdict by stage range (:func:`maskfed.fl.stage.verdict_by_range`) of
-    a stage study's Table I rows, for :class:`maskfed.fl.claims.Evidence`, or None without rows."""
+    """The stage-or-sampling verdict by stage range (:func:`maskfed.studies.stage.verdict_by_range`) of
+    a stage study's Table I rows, for :class:`maskfed.analysis.claims.Evidence`, or None without rows."""
     t1 = table[table["experiment"] == "table1"] if "experiment" in table else table
     if t1.empty:
         return None
@@ -47,13 +47,13 @@ def stage_evidence(table: pd.DataFrame) -> dict | None:
 def profile_evidence(name: str, table1: list[RunResult], table2: list[RunResult], control: list[RunResult],
                      *, stage_table: pd.DataFrame | None = None, n_boot: int = uncertainty.N_BOOT,
                      note: str = "") -> claims.Evidence:
-    """One profile's :class:`maskfed.fl.claims.Evidence` from its runs (any of the lists may be empty:
+    """One profile's :class:`maskfed.analysis.claims.Evidence` from its runs (any of the lists may be empty:
     that part is then "not measured here").
 
     Args:
         name: column header.
         table1, table2, control: the runs of each experiment.
-        stage_table: a stage study's table (:attr:`maskfed.fl.stage.StageStudy.table`) on this
+        stage_table: a stage study's table (:attr:`maskfed.studies.stage.StageStudy.table`) on this
             profile's trajectories, or None.
         n_boot: bootstrap replicates.
         note: what the source is, shown beside it.
@@ -82,7 +82,7 @@ def describe(results: list[RunResult]) -> str:
 
 def archived_evidence(profile_name: str, *, stage_table: pd.DataFrame | None = None,
                       n_boot: int = uncertainty.N_BOOT) -> claims.Evidence | None:
-    """The :class:`maskfed.fl.claims.Evidence` of one archived profile, or None when it has no archive."""
+    """The :class:`maskfed.analysis.claims.Evidence` of one archived profile, or None when it has no archive."""
     runs = archive.load_archive(profile_name)
     if not runs:
         return None
@@ -97,11 +97,11 @@ VERDICT_STYLE = {"holds": ("#d9f2d9", "#1b5e20"), "partly": ("#fff3cd", "#7a5b00
 
 
 def code_checks_text(checks: pd.DataFrame) -> str:
-    """The code checks (:data:`maskfed.fl.claims.CODE_CHECKS`) in one clause each, e.g. "Control (Sec. IV-A):
+    """The code checks (:data:`maskfed.analysis.claims.CODE_CHECKS`) in one clause each, e.g. "Control (Sec. IV-A):
     passes on cpu-paper (archived), worst deviation 5.6e-16 (≤ 1e-12)", joined by "; ".
 
     Args:
-        checks: :func:`maskfed.fl.claims.verdict_table` of the code checks.
+        checks: :func:`maskfed.analysis.claims.verdict_table` of the code checks.
     """
     words = {"holds": "passes", "does not hold": "FAILS"}
     return "; ".join(f"{r['title']} ({r['where']}): {words.get(r['verdict'], r['verdict'])}"
@@ -111,14 +111,14 @@ def code_checks_text(checks: pd.DataFrame) -> str:
 
 def data_comparison_text(runs: list[RunResult], images) -> str:
     """Whether archived ``runs`` recorded this build's data, each compared by the fingerprint kind it recorded
-    (:func:`maskfed.fl.runner.recorded_fingerprint`): one or two sentences, or "" without runs.
+    (:func:`maskfed.engine.runner.recorded_fingerprint`): one or two sentences, or "" without runs.
 
     Args:
         runs: archived runs (any profiles).
-        images: this build's :class:`maskfed.fl.data.ImageData`.
+        images: this build's :class:`maskfed.engine.data.ImageData`.
     """
-    from maskfed.fl.data import FINGERPRINT_KINDS
-    from maskfed.fl.runner import fingerprint_of_kind, recorded_fingerprint
+    from maskfed.engine.data import FINGERPRINT_KINDS
+    from maskfed.engine.runner import fingerprint_of_kind, recorded_fingerprint
 
     prints = {recorded_fingerprint(r.provenance) for r in runs}
     if not prints:
@@ -141,7 +141,7 @@ def paper_setting_text(profiles) -> str:
 
 
 def verdict_mark(verdict: str) -> str:
-    """A small coloured HTML label for a verdict of :data:`maskfed.fl.claims.VERDICTS`."""
+    """A small coloured HTML label for a verdict of :data:`maskfed.analysis.claims.VERDICTS`."""
     bg, fg = VERDICT_STYLE[verdict]
     return (f'<span style="background:{bg};color:{fg};border-radius:0.3em;padding:0 0.3em;'
             f'white-space:nowrap;font-size:0.85em">{verdict}</span>')
@@ -154,7 +154,7 @@ def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence], matched: 
     verdict with its source (and, where the matched-stage view disagrees, both: :func:`views_text`).
 
     Args:
-        table: :func:`maskfed.fl.claims.verdict_table` output.
+        table: :func:`maskfed.analysis.claims.verdict_table` output.
         evidence: the sources, in the table's column order.
         matched: :func:`matched_stage_verdicts` (same claims), or None for no such column.
         matched_name: the matched-stage column's source, shown in its header.
@@ -217,7 +217,7 @@ class BookStudy:
 
 def stage_source(ladder_from: str | None) -> str | None:
     """The archived profile whose trajectories the stage chapter measures: ``ladder_from`` when its
-    archive holds stage-ladder runs with θ snapshots (:func:`maskfed.book.archive.ladder_trajectories`),
+    archive holds stage-ladder runs with θ snapshots (:func:`maskfed.studies.archive.ladder_trajectories`),
     else None (the chapter then measures its own profile's run)."""
     return ladder_from if ladder_from is not None and archive.ladder_trajectories(ladder_from) else None
 
@@ -226,19 +226,19 @@ def stage_study(profile, spec, *, ladder_from: str | None, workers: int | None =
     """The stage study of the book's chapter.
 
     With ``ladder_from`` (an archived profile, e.g. "cpu-paper"): its archived stage study when one
-    exists with the same settings ``spec`` (:func:`maskfed.book.archive.load_stage_study`); else the
+    exists with the same settings ``spec`` (:func:`maskfed.studies.archive.load_stage_study`); else the
     study measured here (cached) on its archived trajectories, one per seed
-    (:func:`maskfed.book.archive.ladder_trajectories`). Without ``ladder_from``, or when that profile
+    (:func:`maskfed.studies.archive.ladder_trajectories`). Without ``ladder_from``, or when that profile
     has no archived trajectory: the study of ``profile`` itself on its first seed, as
-    :func:`maskfed.fl.stage.run_study` computes it.
+    :func:`maskfed.studies.stage.run_study` computes it.
 
     Args:
-        profile: the book's profile (a :class:`maskfed.fl.config.Profile`).
-        spec: stage settings (:func:`maskfed.fl.stage.make_spec` of the profile the study is for).
+        profile: the book's profile (a :class:`maskfed.engine.config.Profile`).
+        spec: stage settings (:func:`maskfed.studies.stage.make_spec` of the profile the study is for).
         ladder_from: archived profile whose trajectories to use, or None.
         workers: worker processes for what is measured here.
     """
-    from maskfed.fl.config import load_profile
+    from maskfed.engine.config import load_profile
 
     if ladder_from is not None:
         arch = archive.load_stage_study(ladder_from)
@@ -267,14 +267,14 @@ def stage_study(profile, spec, *, ladder_from: str | None, workers: int | None =
 def resnet_text(tables, *, where: str = " (the chapter “What sets the recovery factor?”)") -> str:
     """The sentences on the paper's model measured on this CPU: at θ of its own FedAvg trajectory first, at θ
     of centralised SGD beside it, and what the way θ was reached does to 1/Δ_S on every model measured both
-    ways (:func:`maskfed.fl.factor_axes.route_summary`); "" when no table holds ResNet-18-GN.
+    ways (:func:`maskfed.studies.factor_axes.route_summary`); "" when no table holds ResNet-18-GN.
 
     Args:
-        tables: model-size study tables (:attr:`maskfed.fl.factor_axes.ModelStudy.table`, archived or live).
+        tables: model-size study tables (:attr:`maskfed.studies.factor_axes.ModelStudy.table`, archived or live).
         where: where the measurement is shown, set after "measured on this CPU".
     """
     from maskfed import book
-    from maskfed.fl import factor_axes as fa
+    from maskfed.studies import factor_axes as fa
 
     tables = [t for t in tables if t is not None and len(t)]
     if not tables:
@@ -323,7 +323,7 @@ STAGE_GAP = 0.05
 def own_trajectory_text(metrics: pd.DataFrame, *, paper: float, paper_acc: float, budget: int | None = None) -> str:
     """One sentence on a model's own FedAvg trajectory beside the paper's Table I value of its protocol:
     the median and interquartile range of its per-round 1/Δ_S over its last quarter of rounds (the
-    summary window, :func:`maskfed.fl.summary.tail_window`), its last evaluated test accuracy, and the
+    summary window, :func:`maskfed.analysis.summary.tail_window`), its last evaluated test accuracy, and the
     paper's value and accuracy (the median over the last 50 of 200 rounds).
 
     Args:
@@ -376,7 +376,7 @@ def checkpoints_caption(checkpoints: pd.DataFrame, unfinished=()) -> str:
         unfinished: ``(model label, rounds done, rounds of its budget)`` for each own FedAvg trajectory read
             while still going: a target it had not reached by then is not a target it never reaches.
     """
-    from maskfed.fl import factor_axes as fa
+    from maskfed.studies import factor_axes as fa
 
     short = checkpoints[checkpoints["reached"] & (checkpoints["test_acc"] < checkpoints["target"])]
     below = ", ".join(f"{fa.model_label(m, w)} at {t:.2f}" for m, w, t in
@@ -408,7 +408,7 @@ def paper_beside_caption(sources) -> str:
 
 #: The claims that make up the paper's headline (ours: its abstract's finding, that the recovery factor sits near
 #: its floor of 1 under minibatch sampling and far above it with exact gradients, set by sampling noise rather than
-#: by heterogeneity or training stage, split into the claims of :data:`maskfed.fl.claims.CLAIMS` that test it).
+#: by heterogeneity or training stage, split into the claims of :data:`maskfed.analysis.claims.CLAIMS` that test it).
 HEADLINE = ("floor", "cliff", "spans", "alpha_span", "stage")
 
 
@@ -418,7 +418,7 @@ def headline_verdict(verdicts: pd.DataFrame) -> str:
     "not measured here" when none is measured.
 
     Args:
-        verdicts: :func:`maskfed.fl.claims.verdict_table` (index: claim keys; column ``verdict``).
+        verdicts: :func:`maskfed.analysis.claims.verdict_table` (index: claim keys; column ``verdict``).
     """
     got = verdicts.loc[[k for k in HEADLINE if k in verdicts.index], "verdict"]
     got = got[got != "not measured here"]
@@ -435,7 +435,7 @@ def takeaways_html(verdicts: pd.DataFrame, *, closest: claims.Evidence, n_seeds:
     hold (:func:`headline_verdict`, each headline claim's verdict), where not, how sure, what would change it.
 
     Args:
-        verdicts: :func:`maskfed.fl.claims.verdict_table` of the claims.
+        verdicts: :func:`maskfed.analysis.claims.verdict_table` of the claims.
         closest: the source closest to the paper's setting (its name and note are shown).
         n_seeds: seeds per setting of that source.
         model_note: what the closest source's model is, against the paper's (one clause).
@@ -511,7 +511,7 @@ def source_runs(profile_name: str, live: dict[str, list[RunResult]] | None = Non
     """The Table I, Table II and control runs of a source: the profile's archive where it has one, else ``live``
     (this build's runs, ``{experiment: runs}``); ``{"table1": [...], "table2": [...], "control": [...]}``, empty
     lists when neither."""
-    from maskfed.fl.config import load_profile
+    from maskfed.engine.config import load_profile
 
     runs = archive.load_archive(profile_name)
     if runs:
@@ -534,13 +534,13 @@ _STAGE_VALUES = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_
 
 
 def stage_evidence_at(table: pd.DataFrame, steps: pd.Series) -> dict[int, claims.Evidence]:
-    """One :class:`maskfed.fl.claims.Evidence` per checkpoint of a stage study after θ_0: Table I's
+    """One :class:`maskfed.analysis.claims.Evidence` per checkpoint of a stage study after θ_0: Table I's
     protocols and Table II's α all measured at that checkpoint's θ (median over seeds of the cohort
     medians), so every claim evaluated on it compares protocols at matched stage. No replicates:
     the point values decide.
 
     Args:
-        table: a stage study's table (:attr:`maskfed.fl.stage.StageStudy.table`, with ``seed``,
+        table: a stage study's table (:attr:`maskfed.studies.stage.StageStudy.table`, with ``seed``,
             ``experiment``, ``stage``, ``round``, ``batch_size``, ``local_epochs``, ``alpha``).
         steps: local steps T of each protocol (index ``batch_size`` as text, ``local_epochs``), e.g. the
             protocol-level Table I's ``T_mean``.
@@ -612,7 +612,7 @@ def matched_text(verdicts: pd.DataFrame, matched: pd.DataFrame, source: str, tab
     differently there (:func:`views_text`), or that there is no stage study.
 
     Args:
-        verdicts: :func:`maskfed.fl.claims.verdict_table`; matched: :func:`matched_stage_verdicts`.
+        verdicts: :func:`maskfed.analysis.claims.verdict_table`; matched: :func:`matched_stage_verdicts`.
         source: the profile whose stage study it is; table: that study's table (None: none).
     """
     if table is None:
@@ -635,7 +635,7 @@ def matched_stage_summary(profile_name: str, keys) -> str:
 
     Args:
         profile_name: an archived profile (e.g. "cpu-paper").
-        keys: claim keys of :data:`maskfed.fl.claims.CLAIMS`, in the order to name them.
+        keys: claim keys of :data:`maskfed.analysis.claims.CLAIMS`, in the order to name them.
     """
     study = archive.load_stage_study(profile_name)
     runs = source_runs(profile_name)["table1"]
@@ -654,7 +654,7 @@ def matched_stage_summary(profile_name: str, keys) -> str:
 
 #: The analysis choices each verdict is recomputed under (ours; issue: "verdicts under the analysis's own
 #: choices"): the summary window halved, and the runs whose recovery factor is still falling over their second
-#: half (:func:`maskfed.fl.uncertainty.trend_test`) left out.
+#: half (:func:`maskfed.analysis.uncertainty.trend_test`) left out.
 VARIANTS = ("window: the last eighth of rounds", "runs still falling left out")
 
 
@@ -687,7 +687,7 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
     re-summarised under each variant and every claim judged again with its criterion.
 
     Args:
-        verdicts: :func:`maskfed.fl.claims.verdict_table` (column ``verdict``: the overall verdicts).
+        verdicts: :func:`maskfed.analysis.claims.verdict_table` (column ``verdict``: the overall verdicts).
         runs: the closest source's runs, ``{"table1": [...], "table2": [...], "control": [...]}``.
         n_boot: bootstrap replicates per variant.
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import yaml
 
-from maskfed.fl.config import PROFILES, ConfigError, load_profile
-from maskfed.paths import REPO_ROOT, absolute_env
+from maskfed.engine.config import ConfigError, load_profile, PROFILES
+from maskfed.paths import absolute_env, REPO_ROOT
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 OUT_DIR = REPO_ROOT / "book" / "nb"
@@ -188,7 +188,7 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
 
     Args:
         name: notebook stem, e.g. "table1_local_protocol".
-        profile: one of :data:`maskfed.fl.config.PROFILES`.
+        profile: one of :data:`maskfed.engine.config.PROFILES`.
         out_dir: where the executed notebook goes.
         parameters: further papermill parameters (e.g. ``{"data_path": "..."}``). ``profile`` and
             ``data_path`` (:data:`BOOK_WIDE`) reach only the notebooks that declare them.
@@ -376,9 +376,9 @@ _INPUT_ERROR_NAMES = ("ParameterError", "ConfigError", "ValueError", "FileNotFou
 
 
 def report_damaged_archive() -> None:
-    """Name on stderr every malformed folder of the run archive the book reads (:data:`maskfed.book.archive.BOOK_PROFILES`),
+    """Name on stderr every malformed folder of the run archive the book reads (:data:`maskfed.studies.archive.BOOK_PROFILES`),
     with the reason: the chapters show them as damaged, and the build's output says so too."""
-    from maskfed.book import archive
+    from maskfed.studies import archive
 
     for profile in archive.BOOK_PROFILES:
         for d in archive.damaged_folders(profile):

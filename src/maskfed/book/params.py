@@ -41,8 +41,8 @@ from typing import Annotated, Any, Callable, Literal, Union
 import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError
 
-from maskfed.fl.config import PROFILES, RunConfig, load_profile
-from maskfed.fl.masking import GRANULARITIES
+from maskfed.core.masking import GRANULARITIES
+from maskfed.engine.config import load_profile, PROFILES, RunConfig
 
 #: Names an IPython kernel puts in a notebook's namespace that are not parameters
 #: (IPython's own ``user_ns_hidden`` is used as well when running in a kernel).
@@ -95,11 +95,11 @@ ConditionNumber = Annotated[float, Field(ge=1, allow_inf_nan=False)]
 Flag = Annotated[bool, Refuses("maybe", 2)]
 #: Bootstrap replicates: an integer >= 100 (fewer give unstable 5 % and 95 % percentiles).
 Replicates = Annotated[int, Field(ge=100)]
-#: A build profile, one of :data:`maskfed.fl.config.PROFILES`.
+#: A build profile, one of :data:`maskfed.engine.config.PROFILES`.
 Profile = Literal[PROFILES]
 #: A mask mode: "independent" (a mask per client) or "shared" (one per round), as RunConfig's ``mask_mode``.
 MaskMode = RunConfig.model_fields["mask_mode"].annotation
-#: Blocks of a mask: one per parameter "tensor" or per output "channel" (:data:`maskfed.fl.masking.GRANULARITIES`).
+#: Blocks of a mask: one per parameter "tensor" or per output "channel" (:data:`maskfed.core.masking.GRANULARITIES`).
 Granularity = Literal[GRANULARITIES]
 #: A batch size: an integer >= 1 or "full".
 BatchSize = Union[PositiveInt, Literal["full"]]

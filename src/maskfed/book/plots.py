@@ -313,7 +313,7 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
         others: further summaries of the same protocols (e.g. archived profiles),
             ``{legend label: summary}``, each drawn filled in its own colour.
         ranges: ``{legend label: (low, high)}``: seed ranges of a source (min and max over seeds,
-            :func:`maskfed.fl.uncertainty.seed_range`), drawn as bars in both directions.
+            :func:`maskfed.analysis.uncertainty.seed_range`), drawn as bars in both directions.
         title: the panel's title (None: none).
     """
     if ax is None:
@@ -357,7 +357,7 @@ def against_stage(table: pd.DataFrame, value: str = "recovery_unweighted", *, ax
     """A stage-study quantity against the checkpoint's test accuracy, one line per local protocol.
 
     Markers are medians over cohorts, bars their interquartile range (columns ``<value>``,
-    ``<value>_q1``, ``<value>_q3``, see :func:`maskfed.fl.stage.summarise_cohorts`); solid lines are
+    ``<value>_q1``, ``<value>_q3``, see :func:`maskfed.studies.stage.summarise_cohorts`); solid lines are
     full-batch protocols, dashed ones minibatch; marker shape is the batch size. Log scale.
 
     Args:
@@ -393,7 +393,7 @@ def branches(branch: pd.DataFrame, *, ax: plt.Axes | None = None, legend: bool =
     protocol, one line per (protocol, checkpoint); solid: full batch. Log scale.
 
     Args:
-        branch: rows of :attr:`maskfed.fl.stage.StageStudy.branches` (``round``, ``stage``, ``batch_size``,
+        branch: rows of :attr:`maskfed.studies.stage.StageStudy.branches` (``round``, ``stage``, ``batch_size``,
             ``local_epochs``, ``recovery_unweighted``).
         legend: a legend below the axes (:func:`legend_outside`), where it hides no point.
     """
@@ -421,7 +421,7 @@ def cohort_size(eq12: dict[str, pd.DataFrame], *, axes=None, legend: bool = True
     its title; the legend (every series of both panels) sits below the second panel.
 
     Args:
-        eq12: ``{protocol name: maskfed.fl.factor_axes.eq12_table(...)}``.
+        eq12: ``{protocol name: maskfed.studies.factor_axes.eq12_table(...)}``.
         axes: two matplotlib axes (None: a new figure, the two panels stacked, 6.4 in wide).
         legend: a legend below the second panel (:func:`legend_outside`), where it hides no point.
 
@@ -468,7 +468,7 @@ def step_size(table: pd.DataFrame, *, ax: plt.Axes | None = None, legend: bool =
     and the large-minibatch cells (measured at two lr only) are markers without a line.
 
     Args:
-        table: :func:`maskfed.fl.factor_axes.lr_axis` output.
+        table: :func:`maskfed.studies.factor_axes.lr_axis` output.
         legend: a legend below the axes (:func:`legend_outside`), where it hides no point.
         title: the panel's title (None: none).
     """
@@ -567,17 +567,17 @@ def recovery_vs_parameters(table: pd.DataFrame, *, ax: plt.Axes | None = None, p
     """Median 1/Δ_S over cohorts against the model's parameter count (log axes) at θ of one target
     accuracy, one colour per protocol (solid lines: full batch); hollow markers are θ reached by
     FedAvg, filled ones by centralised SGD. ``paper``: the row of
-    :func:`maskfed.fl.factor_axes.paper_overview` (its name holds ResNet-18-GN's parameter count; index:
+    :func:`maskfed.studies.factor_axes.paper_overview` (its name holds ResNet-18-GN's parameter count; index:
     protocol labels), without its cliff, drawn as grey crosses at that count (each protocol at its own
     accuracy).
 
     Args:
-        table: rows of :attr:`maskfed.fl.factor_axes.ModelStudy.table` (one or several studies).
+        table: rows of :attr:`maskfed.studies.factor_axes.ModelStudy.table` (one or several studies).
         target: the target accuracy shown (None: every row of ``table``).
         legend: a legend below the axes (:func:`legend_outside`), where it hides no point.
         title: the panel's title (None: none).
     """
-    from maskfed.fl.factor_axes import protocol_label
+    from maskfed.studies.factor_axes import protocol_label
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.2))
@@ -610,7 +610,7 @@ def trajectories(results, *, ax=None, window: int = 3,
                  title: str | None = "1/Δ_S round by round (rolling median); grey: the summary window"):
     """Per-round recovery factor of each run (rolling median over ``window`` rounds), log scale,
     with the summary window (last quarter of rounds) shaded and the legend below the axes."""
-    from maskfed.fl.summary import tail_window
+    from maskfed.analysis.summary import tail_window
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.6))
@@ -637,9 +637,9 @@ def throughput(df: pd.DataFrame, ax=None):
     with the legend below the bars.
 
     Args:
-        df: ``make bench`` rows (:data:`maskfed.bench.COLUMNS`).
+        df: ``make bench`` rows (:data:`maskfed.perf.bench.COLUMNS`).
     """
-    from maskfed.bench import PATH_LABELS, PATHS
+    from maskfed.perf.bench import PATH_LABELS, PATHS
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 4.4))

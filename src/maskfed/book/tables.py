@@ -1,6 +1,6 @@
 """Tables I and II as the book shows them: the closest evidence first, each cell with its seed range.
 
-The book can hold several sources for one table: archived profiles (:data:`maskfed.book.archive.BOOK_PROFILES`,
+The book can hold several sources for one table: archived profiles (:data:`maskfed.studies.archive.BOOK_PROFILES`,
 closest to the paper's setting first), the profile the book was built with, and the paper's own
 values. :func:`sources` puts them in that order; :func:`main_table` is the narrow table a reader
 sees first (the closest source beside the paper's, with seed ranges), :func:`full_table` every
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from maskfed.book import archive
-from maskfed.fl import experiments, summary, uncertainty
+from maskfed.analysis import summary, uncertainty
+from maskfed.studies import archive, experiments
 
 #: The settings that name a row of each table.
 BY = {"table1": ["batch_size", "local_epochs"], "table2": ["alpha"]}
@@ -41,7 +41,7 @@ def sources(experiment: str, live_name: str, live_results: list, found: list[arc
         experiment: "table1" or "table2".
         live_name: the profile the book was built with.
         live_results: its runs of the experiment.
-        found: :func:`maskfed.book.archive.summaries` output.
+        found: :func:`maskfed.studies.archive.summaries` output.
 
     Raises:
         ValueError: unknown experiment.
@@ -84,7 +84,7 @@ def main_table(experiment: str, first: Source, paper: pd.DataFrame) -> pd.DataFr
     Args:
         experiment: "table1" or "table2".
         first: the closest source (:func:`sources`' first).
-        paper: the paper's table (:func:`maskfed.fl.summary.paper_table`).
+        paper: the paper's table (:func:`maskfed.analysis.summary.paper_table`).
 
     Returns:
         Text cells, indexed like ``first.table``; columns ``(quantity, source)``.
@@ -102,8 +102,8 @@ def main_table(experiment: str, first: Source, paper: pd.DataFrame) -> pd.DataFr
 
 
 def full_table(srcs: list[Source], paper: pd.DataFrame) -> pd.DataFrame:
-    """Every quantity of :data:`maskfed.fl.experiments.TABLE_COLUMNS` for every source and the paper,
-    each quantity's sources side by side (:func:`maskfed.fl.summary.compare`), on the closest
+    """Every quantity of :data:`maskfed.studies.experiments.TABLE_COLUMNS` for every source and the paper,
+    each quantity's sources side by side (:func:`maskfed.analysis.summary.compare`), on the closest
     source's rows."""
     return summary.compare({**{s.name: s.table for s in srcs}, "paper": paper}, experiments.TABLE_COLUMNS)
 

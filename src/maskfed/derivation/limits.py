@@ -10,13 +10,13 @@ for the cohort updates of real FedAvg rounds:
   shared block masks, by Monte Carlo over masks on a fixed evaluation batch
   (:func:`maskfed.derivation.perturbations.aggregate_excess_mc`);
 * the second-order predictions R_ind (eq. 6) and R_shr (eq. 7), by block
-  Hessian-vector products at θ − Δ_agg (:mod:`maskfed.fl.penalty`);
+  Hessian-vector products at θ − Δ_agg (:mod:`maskfed.core.penalty`);
 * the recovery factor in both norms (:func:`hessian_recovery_factor`).
 
 Snapshots of a short FedAvg trajectory (:func:`trajectory_snapshots`) supply
 the cohorts; :func:`measure_limits` runs everything and caches its table
 under ``results_dir()/limits`` with a key over the settings, the source of the
-modules it runs and the data fingerprint, like the runs of :mod:`maskfed.fl.runner`.
+modules it runs and the data fingerprint, like the runs of :mod:`maskfed.engine.runner`.
 
 Paper reference: Yan, Kuroda, Jin, Chen (2026), arXiv 2608.23286, eq. (4)-(8).
 """
@@ -37,19 +37,19 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from maskfed.fl import cohort as cohort_mod
 from maskfed import provenance
+from maskfed.core import diversity, penalty
+from maskfed.core.masking import block_sizes_of, check_keep_probability
 from maskfed.derivation import perturbations
-from maskfed.fl import diversity, fedavg, penalty, runner
-from maskfed.fl.config import RunConfig
-from maskfed.fl.masking import block_sizes_of, check_keep_probability
-from maskfed.fl.models import build_model
-from maskfed.paths import REPO_ROOT, results_dir
 from maskfed.derivation.theory import MCEstimate, profile_value, ratio_estimate
+from maskfed.engine import cohort as cohort_mod, fedavg, runner
+from maskfed.engine.config import RunConfig
+from maskfed.engine.models import build_model
+from maskfed.paths import REPO_ROOT, results_dir
 
 Tensor = torch.Tensor
 #: Modules whose source enters the cache key of :func:`measure_limits` (beyond provenance.RUN_MODULES).
-LIMITS_MODULES = ("derivation.limits", "fl.penalty", "derivation.perturbations", "fl.masking", "derivation.theory")
+LIMITS_MODULES = ("derivation.limits", "core.penalty", "derivation.perturbations", "core.masking", "derivation.theory")
 
 
 # --------------------------------------------------------------------------- the Hessian-weighted recovery factor
@@ -83,7 +83,7 @@ def model_block_hessian(model: nn.Module, theta_P: Tensor, x: Tensor, y: Tensor,
         granularity: blocks, ``"tensor"`` (the paper's choice) or ``"channel"``.
 
     Returns:
-        :class:`maskfed.fl.penalty.HVPBlockHessian` applying H_bd by one HVP per block and vector.
+        :class:`maskfed.core.penalty.HVPBlockHessian` applying H_bd by one HVP per block and vector.
     """
     vector_to_parameters(theta_P.detach().to(next(model.parameters()).dtype).clone(), model.parameters())
     model.eval()
@@ -96,8 +96,8 @@ def hessian_recovery_factor(deltas_KxP, hessian_bd: penalty.BlockHessianOp, weig
     """The recovery factor 1/Δ_S in the Euclidean and in the block-Hessian inner product (eq. 3, 8).
 
     G^H_kl = ⟨Δ_k, Δ_l⟩_{H_bd} = Σ_b Δ_k,bᵀ H_bb Δ_l,b by block Hessian-vector
-    products (:func:`maskfed.fl.penalty.block_hessian_gram`); both factors come
-    from :func:`maskfed.fl.diversity.recovery_factor_from_gram`.
+    products (:func:`maskfed.core.penalty.block_hessian_gram`); both factors come
+    from :func:`maskfed.core.diversity.recovery_factor_from_gram`.
 
     Args:
         deltas_KxP: client updates, shape [K_c, P] (parameter units).
@@ -284,7 +284,7 @@ def trajectory_snapshots(cfg: RunConfig, at_rounds: Sequence[int], protocols: di
 
     Returns:
         ``(model, data, snapshots)``: the model (scratch), the prepared
-        :class:`maskfed.fl.fedavg.FedData` and a list of :class:`Snapshot`.
+        :class:`maskfed.engine.fedavg.FedData` and a list of :class:`Snapshot`.
 
     Raises:
         ValueError: empty or negative rounds, or an unknown ``train_protocol``.

@@ -35,9 +35,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from maskfed.fl import diversity, penalty
-from maskfed.fl.masking import GeneratorLike, as_generator, check_keep_probability, mask_cohort
-from maskfed.derivation.theory import MCEstimate, mc_estimate
+from maskfed.core import diversity, penalty
+from maskfed.core.masking import as_generator, check_keep_probability, GeneratorLike, mask_cohort
+from maskfed.derivation.theory import mc_estimate, MCEstimate
 
 Tensor = torch.Tensor
 KINDS = ("block_mask", "dropout", "gaussian")

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from maskfed.fl import diversity, penalty
-from maskfed.fl.masking import (
+from maskfed.core import diversity, penalty
+from maskfed.core.masking import (
     GeneratorLike,
     as_generator,
     block_sizes_of,
@@ -41,7 +41,7 @@ from maskfed.fl.masking import (
 )
 
 Tensor = torch.Tensor
-from maskfed.fl.config import PROFILES  # noqa: E402  (one list of profile names)
+from maskfed.engine.config import PROFILES  # noqa: E402  (one list of profile names)
 
 
 def profile_value(profile: str, smoke, cpu, paper=None):
@@ -593,7 +593,7 @@ class CohortStats:
 
 
 def cohort_stats(cohorts_NxKxP, weights_K=None, estimators: bool = True) -> CohortStats:
-    """Recovery factor and signal-noise estimators of each simulated round, via :mod:`maskfed.fl.diversity`.
+    """Recovery factor and signal-noise estimators of each simulated round, via :mod:`maskfed.core.diversity`.
 
     ``agg_sq / sum_sq`` is the recovery factor of each round, so the ratio of
     their means (:func:`ratio_of_means`) estimates the ratio of expectations
@@ -605,7 +605,7 @@ def cohort_stats(cohorts_NxKxP, weights_K=None, estimators: bool = True) -> Coho
             here); they change ``sum_sq``, ``agg_sq`` and ``recovery`` but not
             the estimators of eq. (13)-(14), which the paper defines unweighted.
         estimators: compute ``recovery``, ``sigma2_hat`` and ``mu2_hat`` (one
-            call into :mod:`maskfed.fl.diversity` per round); ``False`` leaves
+            call into :mod:`maskfed.core.diversity` per round); ``False`` leaves
             them as ``None`` and is much faster for large N.
 
     Returns:

@@ -5,19 +5,19 @@ plus the paper's per-round measurements. The server already holds the global
 parameters θ it sent and the parameters θ_k each client returns, so without masking it forms the
 client updates Δ_k = θ − θ_k at no communication cost and reports, as round metrics next to
 Flower's own, the recovery factor 1/Δ_S in both conventions (unweighted, eq. 3 and 8;
-n_k-weighted), σ̂² and ‖μ̂‖² (eq. 13-14), all computed by :func:`maskfed.fl.fedavg.round_metrics`.
+n_k-weighted), σ̂² and ‖μ̂‖² (eq. 13-14), all computed by :func:`maskfed.engine.fedavg.round_metrics`.
 
 With ``mask_keep_prob`` set, the strategy also sends one mask seed per round in the
 fit config (keys ``mask-seed`` and ``mask-keep-prob``), so every client of the round
 draws the same block mask (the shared mode of Prop. 3, eq. 2). The parameters it then
 receives carry the masked updates Δ̃_k = m ⊙ Δ_k / p, whose recovery factor is not the
-paper's (:func:`maskfed.fl.fedavg.run_fedavg` logs the unmasked Δ_k's), so the strategy
+paper's (:func:`maskfed.engine.fedavg.run_fedavg` logs the unmasked Δ_k's), so the strategy
 reports it under its own names (:data:`MASKED_METRICS`, ``masked_recovery_unweighted``, ...).
 The unmasked factor (:data:`METRICS`) is reported only where the clients send their
 unmasked updates as a metric (:data:`UNMASKED_KEY`, the update's P numbers), as
 :func:`client_app` does. :func:`simulate` runs both in Flower's simulation engine (which uses
 Ray), with maskfed's own cohorts, shuffles and masks, so :func:`maskfed_reference` (the same
-rounds through :func:`maskfed.fl.fedavg.run_fedavg`) is an independent computation of the
+rounds through :func:`maskfed.engine.fedavg.run_fedavg`) is an independent computation of the
 same numbers.
 
 Flower is an optional extra: ``pip install -e '.[flower]'``. Reference: Beutel et al.
@@ -40,9 +40,10 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("maskfed.integrations.flower needs the optional extra: pip install -e '.[flower]'") from exc
 
-from maskfed.fl import cohort, fedavg, masking, runner
-from maskfed.fl.config import RunConfig
-from maskfed.fl.models import build_model
+from maskfed.core import masking
+from maskfed.engine import cohort, fedavg, runner
+from maskfed.engine.config import RunConfig
+from maskfed.engine.models import build_model
 
 #: Fit-config keys the strategy broadcasts when masking is on.
 MASK_SEED_KEY, MASK_P_KEY = "mask-seed", "mask-keep-prob"
@@ -50,7 +51,7 @@ MASK_SEED_KEY, MASK_P_KEY = "mask-seed", "mask-keep-prob"
 CLIENT_ID_KEY = "client-id"
 #: Reply metric holding a client's unmasked update Δ_k (P numbers, in the order of the arrays).
 UNMASKED_KEY = "update-unmasked"
-#: Per-round metric names of the unmasked updates' measurements (:func:`maskfed.fl.fedavg.round_metrics`).
+#: Per-round metric names of the unmasked updates' measurements (:func:`maskfed.engine.fedavg.round_metrics`).
 METRICS = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
 #: The same measurements of the masked updates the server received.
 MASKED_METRICS = tuple(f"masked_{m}" for m in METRICS)
@@ -62,8 +63,8 @@ def flatten(arrays: ArrayRecord, keys: list[str]) -> torch.Tensor:
 
 
 def round_mask_seed(seed: int, server_round: int) -> int:
-    """The shared mask seed of a round (1-based), the one :func:`maskfed.fl.fedavg.run_fedavg` uses for
-    its shared masks in the same round (:func:`maskfed.fl.fedavg.mask_seed`; an integer below 2³²)."""
+    """The shared mask seed of a round (1-based), the one :func:`maskfed.engine.fedavg.run_fedavg` uses for
+    its shared masks in the same round (:func:`maskfed.engine.fedavg.mask_seed`; an integer below 2³²)."""
     return fedavg.mask_seed(seed, server_round - 1)
 
 
@@ -112,7 +113,7 @@ class RecoveryFedAvg(FedAvg):
         keep_updates: keep θ and the θ_k of every round in :attr:`history` (memory: (K_c+1)·P floats a round).
         client_ids: optional ``client_ids(server_round)`` giving the shards of the round's cohort; the
             sampled nodes are then told which shard to train (:data:`CLIENT_ID_KEY`), so a simulation
-            can use maskfed's own cohorts (:func:`maskfed.fl.fedavg.sample_cohort`).
+            can use maskfed's own cohorts (:func:`maskfed.engine.fedavg.sample_cohort`).
         **fedavg_kwargs: passed to Flower's FedAvg (``fraction_train``, ``min_train_nodes``, ...).
 
     Attributes:
@@ -238,9 +239,9 @@ def client_app(cfg: RunConfig, *, send_unmasked: bool = True) -> ClientApp:
     """An example Flower client for a maskfed run configuration.
 
     The node trains shard i of ``cfg``'s partition, i its ``partition-id`` or, when the strategy
-    assigns the cohort, the config's :data:`CLIENT_ID_KEY`, with :func:`maskfed.fl.cohort.client_update`
+    assigns the cohort, the config's :data:`CLIENT_ID_KEY`, with :func:`maskfed.engine.cohort.client_update`
     (τ = ``cfg.local_epochs`` epochs of SGD, batch ``cfg.batch_size``, step ``cfg.lr``; shuffles
-    seeded by (seed, round, i), as :func:`maskfed.fl.fedavg.run_fedavg` seeds client i).
+    seeded by (seed, round, i), as :func:`maskfed.engine.fedavg.run_fedavg` seeds client i).
     When the fit config carries a mask seed, it masks its update Δ_k with the
     round's shared block mask (one block per tensor, eq. 2) and returns θ − Δ̃_k.
     The reply carries θ_k, ``num-examples`` = n_k (as Flower's FedAvg expects), ``train_loss``,
@@ -294,7 +295,7 @@ def simulate(cfg: RunConfig, *, mask_keep_prob: float | None = None, keep_update
     in Flower's simulation engine with :class:`RecoveryFedAvg` and :func:`client_app`.
 
     Each virtual client takes one CPU. Flower samples the nodes; the strategy tells them which
-    shards to train, the cohort :func:`maskfed.fl.fedavg.sample_cohort` draws for the round, so with
+    shards to train, the cohort :func:`maskfed.engine.fedavg.sample_cohort` draws for the round, so with
     the same θ_0, shuffles and masks the rounds are those of :func:`maskfed_reference` up to float
     rounding (Flower averages θ_k where maskfed subtracts the averaged Δ_k).
 
@@ -336,14 +337,14 @@ def simulate(cfg: RunConfig, *, mask_keep_prob: float | None = None, keep_update
 
 
 def maskfed_reference(cfg: RunConfig, *, mask_keep_prob: float | None = None) -> list[dict]:
-    """The rounds :func:`simulate` runs, computed by :func:`maskfed.fl.fedavg.run_fedavg` instead of Flower.
+    """The rounds :func:`simulate` runs, computed by :func:`maskfed.engine.fedavg.run_fedavg` instead of Flower.
 
     Same data, θ_0 (``torch.manual_seed(cfg.seed)``), cohorts, shuffles and shared masks (mode
     "shared", the seeds of :func:`round_mask_seed`), sequential engine, fp32, no evaluation: an
     independent computation of the unmasked updates' measurements the strategy reports.
 
     Returns:
-        :func:`maskfed.fl.fedavg.run_fedavg`'s records, one per round (``round`` 1-based).
+        :func:`maskfed.engine.fedavg.run_fedavg`'s records, one per round (``round`` 1-based).
     """
     data = _client_data(cfg.model_dump_json())
     torch.manual_seed(cfg.seed)

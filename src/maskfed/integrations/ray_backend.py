@@ -1,7 +1,7 @@
 """Run a sweep's FedAvg runs as Ray tasks, on this machine or on a Ray cluster.
 
-The Ray counterpart of :func:`maskfed.fl.runner.run_many`: each pending run is one
-Ray task that calls :func:`maskfed.fl.runner.run`, so it writes the same run folder
+The Ray counterpart of :func:`maskfed.engine.runner.run_many`: each pending run is one
+Ray task that calls :func:`maskfed.engine.runner.run`, so it writes the same run folder
 (same key, renamed into place when finished), reuses finished runs the same way
 and follows the runner's checkpoint rules. A task declares its resources: one CPU
 (torch limited to one thread), or one GPU when the run's device is CUDA. A task
@@ -24,8 +24,8 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from maskfed.fl import runner
-from maskfed.fl.config import RunConfig
+from maskfed.engine import runner
+from maskfed.engine.config import RunConfig
 
 #: How often Ray re-runs a task whose worker process died (count; Ray's ``max_retries``).
 MAX_RETRIES = 3
@@ -70,7 +70,7 @@ def run_task(cfg_json: str, results: str) -> str:
     """Body of one Ray task: run (or reuse) one configuration in the worker process.
 
     Args:
-        cfg_json: the run's :class:`~maskfed.fl.config.RunConfig` as JSON.
+        cfg_json: the run's :class:`~maskfed.engine.config.RunConfig` as JSON.
         results: the driver's results folder (must be visible at this path on the worker).
 
     Returns:
@@ -102,7 +102,7 @@ def run_many(configs: list[RunConfig], *, address: str | None = None, progress: 
             tests swap in one that dies on its first attempt.
 
     Returns:
-        :class:`~maskfed.fl.runner.RunResult` list in the order of ``configs``.
+        :class:`~maskfed.engine.runner.RunResult` list in the order of ``configs``.
 
     Raises:
         ValueError: ``max_retries`` < 0, or a CUDA run on a cluster without GPUs (before any task starts).

@@ -1,0 +1,488 @@
+"""Does the paper hold? Each of its claims, a criterion fixed in advance, and a verdict per profile.
+
+A claim is one statement of the paper's Sec. IV that our measurements can test (the cliff between
+full-batch and minibatch recovery factors, the floor of the minibatch values, the orderings in T,
+heterogeneity against protocol, the weighted/unweighted split at α = 0.1, rounds below one, the
+signal/noise spans, the accuracy trade-off, stage against sampling, the control). Each has
+
+* the paper's number, computed by the same code from the paper's own tables
+  (:func:`maskfed.analysis.summary.paper_table`), so the paper's table is checked against its own words;
+* a criterion written before any number is seen (:attr:`Claim.criterion`), giving one of
+  :data:`VERDICTS`;
+* a :class:`Finding` for every profile the build has (:class:`Evidence`): the measured value with
+  its bootstrap interval over seeds and window rounds (:mod:`maskfed.analysis.uncertainty`) and the verdict.
+
+The thresholds are ours (the paper states its claims in words); each is stated in the criterion.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from maskfed.analysis import summary, uncertainty
+from maskfed.analysis.uncertainty import Interval
+
+#: The verdicts a criterion can give, strongest first.
+VERDICTS = ("holds", "partly", "does not hold", "not measured here")
+
+
+@dataclass
+class Evidence:
+    """One source of numbers for the verdicts: a profile's runs, or the paper's own tables.
+
+    Attributes:
+        name: column header (e.g. ``"cpu-paper (archived)"``, ``"paper's tables"``).
+        table1, table2: Table I / Table II summaries (median over seeds of the window medians;
+            :func:`maskfed.studies.experiments.table1`), or None when not measured.
+        reps1, reps2: their bootstrap replicates (:func:`maskfed.analysis.uncertainty.replicate_tables`),
+            or None (the paper's tables: no intervals).
+        control: ``{"deviation": worst |1/Δ_S / K_c - 1| over rounds and runs, "tolerance": allowed}``
+            or None.
+        stage: ``{"by_range": {range: verdict of maskfed.studies.stage.verdict}, "cliffs": [cliff at each
+            checkpoint], "text": one sentence}`` or None.
+        note: what this source is (rounds, seeds, model), shown beside its column.
+    """
+
+    name: str
+    table1: pd.DataFrame | None = None
+    table2: pd.DataFrame | None = None
+    reps1: list[pd.DataFrame] | None = None
+    reps2: list[pd.DataFrame] | None = None
+    control: dict | None = None
+    stage: dict | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A claim measured on one :class:`Evidence`: the value (text) and the verdict."""
+
+    value: str
+    verdict: str
+    detail: str = ""
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}; got {self.verdict!r}")
+
+
+NOT_MEASURED = Finding("–", "not measured here")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the paper with its criterion and its measurement."""
+
+    key: str
+    title: str                                  # a few words, for a table row
+    statement: str                              # the claim, in our words
+    where: str                                  # section / table of the paper
+    criterion: str                              # how the verdict is decided (thresholds are ours)
+    measure: Callable[[Evidence], Finding] = field(repr=False)
+
+    def evaluate(self, ev: Evidence) -> Finding:
+        """The :class:`Finding` on ``ev``; "not measured here" when ``ev`` lacks what it needs."""
+        try:
+            return self.measure(ev)
+        except _Missing:
+            return NOT_MEASURED
+
+
+class _Missing(Exception):
+    """The evidence lacks a table or study the claim needs."""
+
+
+# --------------------------------------------------------------------------- statistics of tables
+
+def _need(x):
+    if x is None:
+        raise _Missing
+    return x
+
+
+def _is_full(t: pd.DataFrame) -> np.ndarray:
+    return (t.index.get_level_values("batch_size").astype(str) == "full")
+
+
+def cliff(t1: pd.DataFrame) -> float:
+    """Smallest full-batch over largest minibatch recovery factor (:func:`maskfed.analysis.summary.table1_contrast`)."""
+    full = _is_full(t1)
+    rec = t1["recovery_unweighted"]
+    return float(rec[full].min() / rec[~full].max())
+
+
+def log_span(values) -> float:
+    """log(max / min) of positive values (natural log)."""
+    v = np.asarray(values, dtype=float)
+    return float(np.log(v.max() / v.min()))
+
+
+def span_ratio(t1: pd.DataFrame, t2: pd.DataFrame) -> float:
+    """How far heterogeneity moves the recovery factor relative to the local protocol:
+    log-span over Table II's α over log-span over Table I's protocols (unweighted 1/Δ_S); infinite
+    when the protocols do not move it at all."""
+    protocols = log_span(t1["recovery_unweighted"])
+    return log_span(t2["recovery_unweighted"]) / protocols if protocols > 0 else math.inf
+
+
+def spearman(a, b) -> float:
+    """Spearman rank correlation of two aligned series (:func:`maskfed.analysis.summary.rank_correlation`)."""
+    return summary.rank_correlation(pd.Series(np.asarray(a, float)), pd.Series(np.asarray(b, float)))
+
+
+def falling_groups(t1: pd.DataFrame, column: str = "recovery_unweighted") -> tuple[int, int]:
+    """(batch sizes whose value falls strictly as τ grows, batch sizes with two or more τ)."""
+    o = summary.protocol_orderings(t1, column)
+    return o["n_falling"], o["n_groups"]
+
+
+def majority(passed: int, groups: int) -> bool:
+    """True when more than half of ``groups`` passed: what "partly" asks of a claim made about every
+    group (one group of three passing is not "partly")."""
+    return groups > 0 and 2 * passed > groups
+
+
+def _iv(stat, tables, reps) -> Interval:
+    """``stat`` with its interval, or a degenerate interval when there are no replicates."""
+    if any(r is None for r in reps):
+        v = stat(*tables)
+        return Interval(v, math.nan, math.nan)
+    return uncertainty.bootstrap(stat, tables, reps)
+
+
+def _text(iv: Interval, fmt: str = ".2f") -> str:
+    return f"{iv.estimate:{fmt}}" if math.isnan(iv.low) else iv.text(fmt)
+
+
+def _bound(iv: Interval, side: str) -> float:
+    """The interval's lower or upper end, or the estimate when there is no interval."""
+    v = iv.low if side == "low" else iv.high
+    return iv.estimate if math.isnan(v) else v
+
+
+def _proto(p) -> str:
+    return f"bs {p[0]}, τ {p[1]}"
+
+
+# --------------------------------------------------------------------------- the claims
+
+def _cliff(ev: Evidence) -> Finding:
+    t1 = _need(ev.table1)
+    iv = _iv(cliff, [t1], [ev.reps1])
+    lo = _bound(iv, "low")
+    verdict = "holds" if lo >= 2 else "partly" if lo > 1 else "does not hold"
+    return Finding(_text(iv), verdict)
+
+
+def _floor(ev: Evidence) -> Finding:
+    t1 = _need(ev.table1)
+    mini = lambda t: t[~_is_full(t)]["recovery_unweighted"]  # noqa: E731
+    hi = _iv(lambda t: float(mini(t).max()), [t1], [ev.reps1])
+    lo = float(mini(t1).min())
+    verdict = ("holds" if _bound(hi, "high") <= 1.5 and lo >= 1 else
+               "partly" if hi.estimate <= 2 and lo >= 0.9 else "does not hold")
+    return Finding(f"{lo:.2f}–{hi.estimate:.2f}", verdict,
+                   "" if math.isnan(hi.low) else f"largest {_text(hi)}")
+
+
+def _tau(ev: Evidence) -> Finding:
+    t1 = _need(ev.table1)
+    n, groups = falling_groups(t1)
+    detail = ""
+    if ev.reps1 is not None:
+        share = np.mean([falling_groups(r)[0] == groups for r in ev.reps1])
+        detail = f"all {groups} in {100 * share:.0f}% of bootstrap replicates"
+    verdict = "holds" if n == groups else "partly" if majority(n, groups) else "does not hold"
+    return Finding(f"{n} of {groups} batch sizes", verdict, detail)
+
+
+def _monotone_t(ev: Evidence) -> Finding:
+    t1 = _need(ev.table1)
+    inv = summary.t_inversions(t1)
+    if not inv:
+        return Finding("no inversion", "holds")
+    clear = inv
+    if ev.reps1 is not None:  # an inversion within the bootstrap spread of the two cells is not clear
+        def cell(p):
+            return uncertainty.interval(t1.loc[p, "recovery_unweighted"],
+                                        [r.loc[p, "recovery_unweighted"] for r in ev.reps1])
+        clear = [(a, b) for a, b in inv if cell(b).low > cell(a).high]
+    pairs = "; ".join(f"{_proto(a)} → {_proto(b)}" for a, b in inv)
+    verdict = "does not hold" if clear else "partly"
+    return Finding(f"{len(inv)} inversion{'s' if len(inv) > 1 else ''}", verdict, pairs)
+
+
+def rising_groups(t1: pd.DataFrame, column: str = "mu2_hat") -> list[str]:
+    """Batch sizes (as text) whose ``column`` rises strictly as τ grows."""
+    bs = t1.index.get_level_values("batch_size").astype(str)
+    out = []
+    for b, g in t1[column].groupby(bs, sort=False):
+        g = g.sort_index(level="local_epochs")
+        if len(g) >= 2 and (g.diff().dropna() > 0).all():
+            out.append(b)
+    return out
+
+
+def _signal_steps(ev: Evidence) -> Finding:
+    t1 = _need(ev.table1)
+    rising = rising_groups(t1)
+    groups = t1.index.get_level_values("batch_size").astype(str).unique()
+    verdict = ("holds" if len(rising) == len(groups) else "partly" if majority(len(rising), len(groups))
+               else "does not hold")
+    others = [b for b in groups if b not in rising]
+    return Finding(f"{len(rising)} of {len(groups)} batch sizes", verdict,
+                   f"not rising: bs {', '.join(others)}" if others else "")
+
+
+def _alpha_span(ev: Evidence) -> Finding:
+    t1, t2 = _need(ev.table1), _need(ev.table2)
+    iv = _iv(span_ratio, [t1, t2], [ev.reps1, ev.reps2])
+    verdict = "holds" if _bound(iv, "high") < 0.5 else "partly" if iv.estimate < 1 else "does not hold"
+    detail = (f"α: {t2['recovery_unweighted'].min():.2f}–{t2['recovery_unweighted'].max():.2f}; "
+              f"protocols: {t1['recovery_unweighted'].min():.2f}–{t1['recovery_unweighted'].max():.2f}")
+    return Finding(_text(iv), verdict, detail)
+
+
+def _alpha_weighting(ev: Evidence) -> Finding:
+    t2 = _need(ev.table2)
+    lo_a, hi_a = min(t2.index), max(t2.index)
+
+    def rise(t, col="recovery_unweighted"):
+        return float(t.loc[lo_a, col] / t.loc[hi_a, col])
+
+    iv_u = _iv(rise, [t2], [ev.reps2])
+    iv_w = _iv(lambda t: rise(t, "recovery_weighted"), [t2], [ev.reps2])
+    lu, lw = math.log(iv_u.estimate), abs(math.log(iv_w.estimate))
+    flat = 1 / FLAT <= _bound(iv_w, "low") and _bound(iv_w, "high") <= FLAT
+    verdict = ("holds" if _bound(iv_u, "low") > 1 and flat else
+               "partly" if lu > 0 and lw < abs(lu) / 2 else "does not hold")
+    return Finding(f"×{_text(iv_u)} vs ×{_text(iv_w)}", verdict, f"α = {lo_a:g} against α = {hi_a:g}")
+
+
+#: "Flat" for the n_k-weighted factor across α: its ratio α = 0.1 / α = 100 within [1/FLAT, FLAT]
+#: (interval included). Ours: the paper calls 1.19, 1.17, 1.18 "flat", a spread under 2 %.
+FLAT = 1.05
+
+
+def _below_one(ev: Evidence) -> Finding:
+    t1 = _need(ev.table1)
+    pct = t1["pct_rounds_below_one"]
+    noisiest = t1["sigma2_hat"].nlargest(3).index
+    mini = t1[~_is_full(t1)]
+    rho = spearman(mini["sigma2_hat"], mini["pct_rounds_below_one"]) if mini["pct_rounds_below_one"].nunique() > 1 else 0.0
+    exists, declines = bool((pct > 0).any()), rho < 0
+    zeros = int((pct[noisiest] == 0).sum())
+    verdict = ("holds" if exists and declines and zeros == 3 else
+               "partly" if exists and declines and majority(zeros, 3) else "does not hold")
+    worst = pct.idxmax()
+    return Finding(f"max {pct.max():.1f}% ({_proto(worst)}); noisiest 3: {', '.join(f'{v:.1f}' for v in pct[noisiest])}%",
+                   verdict, f"r_s(σ̂², share) over the minibatch protocols = {rho:+.2f}")
+
+
+def _spans(ev: Evidence) -> Finding:
+    t1 = _need(ev.table1)
+    dec_s = log_span(t1["sigma2_hat"]) / math.log(10)
+    dec_m = log_span(t1["mu2_hat"]) / math.log(10)
+    rho = spearman(t1["mu2_hat"], t1["recovery_unweighted"])
+    verdict = ("holds" if dec_s >= 2 and dec_m <= dec_s / 2 and rho < 0 else
+               "partly" if dec_m < dec_s else "does not hold")
+    return Finding(f"σ̂² {dec_s:.1f}, ‖μ̂‖² {dec_m:.1f} decades; r_s(‖μ̂‖², 1/Δ_S) = {rho:+.2f}", verdict)
+
+
+def _tradeoff(ev: Evidence) -> Finding:
+    t1 = _need(ev.table1)
+    stat = lambda t: spearman(t["recovery_unweighted"], t["test_acc"])  # noqa: E731
+    iv = _iv(stat, [t1], [ev.reps1])
+    verdict = ("holds" if iv.estimate <= -0.5 and _bound(iv, "high") < 0 else
+               "partly" if iv.estimate < 0 else "does not hold")
+    return Finding(_text(iv, "+.2f"), verdict)
+
+
+def _stage(ev: Evidence) -> Finding:
+    st = _need(ev.stage)
+    by_range = st["by_range"]
+    verdicts = set(by_range.values())
+    part = sum(v in ("sampling", "both") for v in by_range.values())
+    verdict = ("holds" if verdicts == {"sampling"} else
+               "partly" if majority(part, len(by_range)) else "does not hold")
+    value = "; ".join(f"{k}: {v}" for k, v in by_range.items())
+    return Finding(value, verdict, st.get("text", ""))
+
+
+def _control(ev: Evidence) -> Finding:
+    c = _need(ev.control)
+    verdict = "holds" if c["deviation"] <= c["tolerance"] else "does not hold"
+    return Finding(f"{c['deviation']:.1e} (≤ {c['tolerance']:.0e})", verdict)
+
+
+def _paper_numbers() -> dict[str, str]:
+    """The paper's numbers the claim statements quote, read from its tables (``paper/*.csv``), not typed."""
+    t1, t2 = summary.paper_table("table1"), summary.paper_table("table2")
+    rec, mini = t1["recovery_unweighted"], t1[~_is_full(t1)]["recovery_unweighted"]
+    pct = t1["pct_rounds_below_one"]
+    return {"mini_lo": f"{mini.min():.2f}", "mini_hi": f"{mini.max():.2f}",
+            "proto_lo": f"{rec.min():.2f}", "proto_hi": f"{rec.max():.2f}",
+            "alpha_lo": f"{t2['recovery_unweighted'].min():.2f}", "alpha_hi": f"{t2['recovery_unweighted'].max():.2f}",
+            "below_max": f"{pct.max():.1f}", "below_at": _proto(pct.idxmax())}
+
+
+_P = _paper_numbers()
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("cliff", "The cliff", "Exact local gradients keep 1/Δ_S far above sampled ones: every full-batch protocol "
+          "lies about three times or more above every minibatch one", "Sec. IV-B, Table I",
+          "cliff = smallest full-batch over largest minibatch 1/Δ_S; holds if its interval lies at or "
+          "above 2, partly if above 1, else does not hold", _cliff),
+    Claim("floor", "Minibatch floor", f"Every minibatch protocol stays near the floor of 1 ({_P['mini_lo']} to "
+          f"{_P['mini_hi']} in the paper's Table I, of a possible K_c = 10)",
+          "Sec. IV-B", "holds if the six minibatch values lie in [1, 1.5] (the largest one's interval "
+          "included), partly if in [0.9, 2], else does not hold", _floor),
+    Claim("tau", "Falls with τ", "More local epochs lower 1/Δ_S within each batch size", "Sec. IV-B",
+          "holds if the value falls strictly with τ at every batch size, partly at a majority of them, else "
+          "does not hold", _tau),
+    Claim("monotone_t", "Monotone in T", "Within each group (full batch; minibatch) the ordering is monotone in the local "
+          "steps T", "Sec. IV-B", "holds with no pair adjacent in T where 1/Δ_S fails to fall; partly if "
+          "every such inversion lies within the two cells' bootstrap intervals; does not hold if one is "
+          "clear (the paper's table, having no intervals, counts every inversion)", _monotone_t),
+    Claim("alpha_span", "Protocol, not α", f"The protocol moves 1/Δ_S far more than heterogeneity does ({_P['proto_lo']} "
+          f"to {_P['proto_hi']} over the protocols against {_P['alpha_lo']} to {_P['alpha_hi']} over α, unweighted, in "
+          "the paper's tables)", "Sec. IV-E, Tables I and II",
+          "log-span ratio = log-span of 1/Δ_S over α / log-span over the protocols; holds if its interval lies "
+          "below 0.5, partly if the ratio is below 1, else does not hold", _alpha_span),
+    Claim("alpha_weighting", "α = 0.1 split", "At α = 0.1 the unweighted factor rises while the n_k-weighted one stays flat",
+          "Sec. IV-E, Table II", f"ratios α = 0.1 / α = 100 (unweighted vs weighted); holds if the unweighted "
+          f"ratio's interval lies above 1 and the weighted ratio's interval lies within [1/{FLAT:g}, {FLAT:g}] (flat); "
+          "partly if the unweighted rises and the weighted moves less than half as much (in log), else does not hold",
+          _alpha_weighting),
+    Claim("below_one", "Rounds below 1", f"Rounds with 1/Δ_S < 1 exist ({_P['below_max']} % at {_P['below_at']} in the "
+          "paper's Table I), their share declines as the noise grows, and it is zero in the three noisiest cells",
+          "Sec. IV-B", "holds if some protocol has such rounds, their share falls with σ̂² over the minibatch "
+          "protocols (Spearman rank correlation r_s < 0) and the three protocols with the largest σ̂² have none; partly if it "
+          "exists and falls and two of those three have none; else does not hold", _below_one),
+    Claim("spans", "Noise, not signal", "σ̂² spans about three orders of magnitude while ‖μ̂‖² spans far less and grows where "
+          "1/Δ_S falls", "Sec. IV-C", "holds if σ̂² spans ≥ 2 decades, ‖μ̂‖² at most half as many, and "
+          "the rank correlation of ‖μ̂‖² with 1/Δ_S is negative; partly if ‖μ̂‖² spans fewer decades "
+          "than σ̂²; else does not hold", _spans),
+    Claim("signal_steps", "Signal grows with τ", "Clients that take more local steps travel further along the "
+          "shared direction: ‖μ̂‖² grows with τ", "Sec. IV-C", "holds if ‖μ̂‖² rises strictly with τ at every "
+          "batch size, partly at a majority of them, else does not hold", _signal_steps),
+    Claim("tradeoff", "Accuracy trade-off", "The protocols that recover the penalty train poorly: recovery trades against "
+          "accuracy", "Sec. IV-D, Fig. 1", "Spearman rank correlation r_s of 1/Δ_S with test accuracy over the nine "
+          "protocols; holds if r_s ≤ -0.5 with its interval below 0, partly if r_s < 0, else does not hold",
+          _tradeoff),
+    Claim("stage", "Sampling, not stage", "Sampling, not training stage, separates full batch from minibatch", "Sec. IV-C",
+          "the stage chapter's variance split at the same checkpoints, per stage range; holds if "
+          "'sampling' in every range, partly if 'sampling' or 'both' in a majority of the ranges, else does "
+          "not hold", _stage),
+)
+
+#: Checks of the code, not claims of the paper: judged like a claim but never counted among the verdicts.
+#: The control's 1/Δ_S = K_c holds by construction when the code is right (identical shards and seeds give
+#: bit-identical updates), so it tests the measurement, not the paper.
+CODE_CHECKS: tuple[Claim, ...] = (
+    Claim("control", "Control", "Identical shards and seeds give 1/Δ_S = K_c to machine precision", "Sec. IV-A",
+          "passes if every round of the control is within the project's tolerance of K_c", _control),
+)
+
+#: The criteria were fixed on this date; any change after it is listed in :data:`CRITERIA_CHANGES`.
+CRITERIA_FROZEN = "2026-12-03"
+#: (date, claim key, what changed and why) for every criterion changed after the first verdicts were seen
+#: (the cpu-paper archive, seeds 0-2, was computed on 2026-12-01): the page lists them.
+CRITERIA_CHANGES: tuple[tuple[str, str, str], ...] = (
+    ("2026-12-03", "control", "moved out of the claims into the code checks: it holds by construction when the code "
+     "is right"),
+    ("2026-12-03", "tau", "'partly' needs a majority of the batch sizes, not one"),
+    ("2026-12-03", "signal_steps", "'partly' needs a majority of the batch sizes, not one"),
+    ("2026-12-03", "stage", "'partly' needs a majority of the stage ranges, not one"),
+    ("2026-12-03", "below_one", "follows the paper's statement: the share must also fall as σ̂² grows over the "
+     "minibatch protocols; it could fail before only if no round anywhere was below 1"),
+    ("2026-12-03", "alpha_weighting", f"the weighted ratio must lie within [1/{FLAT:g}, {FLAT:g}] (interval included) "
+     "to be flat; it only had to move less than half as much as the unweighted one"),
+)
+
+
+def paper_evidence() -> Evidence:
+    """The paper's own Tables I and II as :class:`Evidence` (no intervals, no control or stage data)."""
+    return Evidence("paper's tables", summary.paper_table("table1"), summary.paper_table("table2"),
+                    note="ResNet-18-GN, 200 rounds, 3 seeds (the paper's Tables I and II)")
+
+
+def verdict_table(evidence: list[Evidence], claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:
+    """One row per claim: the paper's own number, then each evidence's value and verdict.
+
+    Args:
+        evidence: the sources, closest to the paper's setting first; the first that measures a
+            claim gives its overall verdict.
+        claims: the claims (default :data:`CLAIMS`).
+
+    Returns:
+        Index ``claim`` (its key); columns ``title``, ``statement``, ``where``, ``paper`` (value on the paper's
+        own tables), ``paper_verdict``, then ``<name>`` and ``<name> verdict`` per evidence, and
+        ``verdict`` / ``from`` (the overall verdict and which evidence gave it).
+    """
+    paper = paper_evidence()
+    rows = []
+    for c in claims:
+        p = c.evaluate(paper)
+        row = {"claim": c.key, "title": c.title, "statement": c.statement, "where": c.where, "paper": p.value,
+               "paper_verdict": p.verdict}
+        overall, source = "not measured here", "–"
+        for ev in evidence:
+            f = c.evaluate(ev)
+            row[ev.name], row[f"{ev.name} verdict"] = f.value, f.verdict
+            if overall == "not measured here" and f.verdict != "not measured here":
+                overall, source = f.verdict, ev.name
+        rows.append({**row, "verdict": overall, "from": source})
+    return pd.DataFrame(rows).set_index("claim")
+
+
+def counts(table: pd.DataFrame) -> dict[str, int]:
+    """How many claims got each overall verdict (:data:`VERDICTS` order)."""
+    vc = table["verdict"].value_counts()
+    return {v: int(vc.get(v, 0)) for v in VERDICTS}
+
+
+def in_short(table: pd.DataFrame) -> str:
+    """The answer of a verdict table in one plain sentence, built from its verdicts only.
+
+    Names the claims that do not hold (and which of them the paper's own table breaks as well),
+    the number that hold outright and the number that hold in part, so that a page can say the
+    answer in words without typing a verdict in.
+
+    Args:
+        table: :func:`verdict_table`'s output (columns ``title``, ``verdict``, ``paper_verdict``).
+
+    Returns:
+        One sentence, e.g. "Of 12 claims, 5 hold, 6 hold in part and 1 does not hold
+        (“Monotone in T”, which the paper's own table breaks as well)."
+
+    Raises:
+        ValueError: a table without those columns.
+    """
+    missing = {"title", "verdict", "paper_verdict"} - set(table.columns)
+    if missing:
+        raise ValueError(f"table must be verdict_table()'s output; it lacks the columns {sorted(missing)}")
+    n = counts(table)
+    failed = table[table["verdict"] == "does not hold"]
+    both = [f"“{t}”" for t in failed[failed["paper_verdict"] == "does not hold"]["title"]]
+    ours = [f"“{t}”" for t in failed[failed["paper_verdict"] != "does not hold"]["title"]]
+
+    def verb(k: int, one: str, many: str) -> str:
+        return f"{k} {one if k == 1 else many}"
+
+    parts = [verb(n["holds"], "holds", "hold"), verb(n["partly"], "holds in part", "hold in part")]
+    notes = []
+    if both:
+        notes.append(f"{', '.join(both)}, which the paper's own table breaks as well")
+    if ours:
+        notes.append(", ".join(ours))
+    fail = verb(n["does not hold"], "does not hold", "do not hold")
+    parts.append(fail + (f" ({'; '.join(notes)})" if notes else ""))
+    if n["not measured here"]:
+        parts.append(verb(n["not measured here"], "is not measured here", "are not measured here"))
+    return f"Of {len(table)} claims, " + ", ".join(parts[:-1]) + " and " + parts[-1] + "."

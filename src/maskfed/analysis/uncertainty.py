@@ -1,0 +1,318 @@
+"""How sure is a comparison? Seed ranges, bootstrap intervals and trend tests for the book's tables.
+
+The paper reports, per setting, the median across 3 seeds of each run's median over its last 50
+rounds (:mod:`maskfed.analysis.summary`), and no uncertainty. Here every such cell also gets
+
+* its **seed range** (min and max over seeds of the per-run window medians), :func:`seed_range`;
+* **bootstrap replicates** of the whole table (:func:`replicate_tables`), from which any statistic
+  of the table (the cliff, a rank correlation, a span ratio) gets a percentile interval
+  (:func:`interval`). A replicate redraws the seeds with replacement, jointly for every setting
+  (a seed's partition is shared by all of a profile's protocols) and, within each drawn seed, the
+  rounds of its summary window by a moving-block
+  bootstrap (blocks of :data:`BLOCK` consecutive rounds, because per-round values are correlated
+  from one round to the next; Künsch 1989), then summarises exactly as the paper does (median over
+  rounds, median over seeds). With one seed only the rounds are redrawn.
+
+A per-round series is called **still falling** only when the slope of log(value) against the round,
+over the second half of the run, is significantly below zero with a standard error that allows for
+autocorrelation (Newey & West 1987, via statsmodels' HAC covariance), :func:`trend_test`.
+
+The choices (percentile intervals, block length, the HAC lag rule, two-sided 5 % for the trend) are
+ours; none of them is the paper's, which gives no intervals.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from maskfed.analysis.summary import METRICS, tail_window
+from maskfed.engine.runner import RunResult
+
+#: Rounds per block of the moving-block bootstrap over a run's summary window (ours: a few rounds,
+#: longer than the lag at which the per-round recovery factor of the archived runs decorrelates).
+BLOCK = 5
+#: Bootstrap replicates (ours: enough for stable 5 % and 95 % percentiles of a smooth statistic).
+N_BOOT = 1000
+#: Coverage of the reported intervals (ours).
+LEVEL = 0.9
+#: |t| beyond which a trend counts as significant (two-sided 5 %, normal approximation).
+T_CRITICAL = 1.96
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with a bootstrap percentile interval."""
+
+    estimate: float
+    low: float
+    high: float
+    level: float = LEVEL
+
+    def text(self, fmt: str = ".2f") -> str:
+        """``"2.24 [1.95, 2.61]"``: the estimate and the interval."""
+        return f"{self.estimate:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]"
+
+
+def interval(estimate: float, replicates: Iterable[float], level: float = LEVEL) -> Interval:
+    """A percentile interval: the ``(1 - level)/2`` and ``(1 + level)/2`` quantiles of the replicates.
+
+    Args:
+        estimate: the statistic on the data themselves.
+        replicates: the statistic on each bootstrap replicate (NaN replicates are dropped).
+        level: coverage in (0, 1).
+
+    Raises:
+        ValueError: ``level`` outside (0, 1), or no finite replicate.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1); got {level}")
+    reps = np.asarray(list(replicates), dtype=float)
+    reps = reps[np.isfinite(reps)]
+    if reps.size == 0:
+        raise ValueError("no finite bootstrap replicate to form an interval from")
+    low, high = np.quantile(reps, [(1 - level) / 2, (1 + level) / 2])
+    return Interval(float(estimate), float(low), float(high), level)
+
+
+def _key(r: RunResult, by: list[str]):
+    vals = tuple(str(getattr(r.config, f)) if f == "batch_size" else getattr(r.config, f) for f in by)
+    return vals if len(vals) > 1 else vals[0]
+
+
+def window_rows(results: list[RunResult], by: list[str], columns=METRICS) -> dict:
+    """Per setting, each seed's summary window as an array of rows.
+
+    Args:
+        results: finished runs, any number of seeds per setting.
+        by: RunConfig fields that name a setting (as :func:`maskfed.analysis.summary.summarize`).
+        columns: per-round metrics to collect.
+
+    Returns:
+        ``{setting: [window of seed 1 [W_1, C], window of seed 2 [W_2, C], ...]}``, settings in input
+        order; NaN where a round has no value (no test evaluation).
+    """
+    out: dict = {}
+    for r in results:
+        tail = r.metrics.tail(tail_window(len(r.metrics)))
+        out.setdefault(_key(r, by), []).append(tail[list(columns)].to_numpy(float))
+    return out
+
+
+def _block_indices(n: int, block: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Row indices of ``n_boot`` moving-block bootstrap samples of a series of length ``n``, [n_boot, n]."""
+    if n <= block:
+        return rng.integers(0, n, size=(n_boot, n))
+    starts = rng.integers(0, n - block + 1, size=(n_boot, math.ceil(n / block)))
+    return (starts[:, :, None] + np.arange(block)).reshape(n_boot, -1)[:, :n]
+
+
+def _run_rng(seed: int, r: RunResult) -> np.random.Generator:
+    """The generator of one run's window-round resamples, keyed by the run itself (its label), so a run that
+    stands in two tables is resampled the same way in both."""
+    digest = hashlib.sha256(r.config.label().encode()).digest()
+    return np.random.default_rng([seed, 7920, *np.frombuffer(digest[:16], dtype=np.uint32).tolist()])
+
+
+def replicate_tables(results: list[RunResult], by: list[str], columns=METRICS, *, n_boot: int = N_BOOT,
+                     block: int = BLOCK, seed: int = 0) -> list[pd.DataFrame]:
+    """Bootstrap replicates of a summary table (:func:`maskfed.analysis.summary.summarize` layout).
+
+    Each replicate draws the experiment's seeds with replacement once, jointly for every setting: a
+    seed's partition, initialisation and cohorts are shared by all the protocols of a profile, so slot s
+    of replicate b takes the same seed in every setting (a setting with other seeds than the rest draws
+    its own). Each drawn seed's window rounds are redrawn by a moving-block bootstrap (the same rounds for
+    every column, a fresh draw for every slot) from a generator keyed by the run, so a run in two tables
+    (Table I's bs 32, τ 2 is Table II's α = 100) is the same draw in both; the per-seed medians over the
+    rounds give the cell's median over seeds. Tables built with the same ``seed`` from runs with the same
+    seed values therefore share replicate b's seed draw, and a ratio of their cells resamples jointly.
+
+    Args:
+        results: finished runs of one experiment.
+        by: RunConfig fields that name a setting.
+        columns: metrics in the replicate tables.
+        n_boot: replicates (>= 1).
+        block: rounds per block (>= 1).
+        seed: seeds the generators (replicates are reproducible).
+
+    Returns:
+        ``n_boot`` DataFrames indexed like ``summarize(results, by)`` with ``columns``.
+
+    Raises:
+        ValueError: ``n_boot`` or ``block`` < 1, or no results.
+    """
+    if n_boot < 1 or block < 1:
+        raise ValueError(f"n_boot and block must be >= 1; got n_boot = {n_boot}, block = {block}")
+    if not results:
+        raise ValueError("results must hold at least one run")
+    settings: dict = {}
+    for r in results:
+        settings.setdefault(_key(r, by), []).append(r)
+    all_seeds = sorted({r.config.seed for r in results})
+    drawn_BxS = np.random.default_rng([seed, 7919]).integers(0, len(all_seeds), size=(n_boot, len(all_seeds)))
+    cells = np.full((n_boot, len(settings), len(columns)), np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a column with no value in a resample stays NaN
+        for j, runs in enumerate(settings.values()):
+            runs = sorted(runs, key=lambda r: r.config.seed)
+            n_seeds = len(runs)
+            if [r.config.seed for r in runs] == all_seeds:
+                drawn = drawn_BxS
+            else:  # other seeds than the rest: a draw of its own
+                drawn = np.random.default_rng([seed, 7919, j]).integers(0, n_seeds, size=(n_boot, n_seeds))
+            # meds[k][s]: run k's window medians [n_boot, C] for slot s, from its own generator
+            meds = []
+            for r in runs:
+                w = r.metrics.tail(tail_window(len(r.metrics)))[list(columns)].to_numpy(float)
+                rng = _run_rng(seed, r)
+                meds.append(np.stack([np.nanmedian(w[_block_indices(len(w), block, n_boot, rng)], axis=1)
+                                      for _ in range(n_seeds)]))
+            meds_KxSxBxC = np.stack(meds)
+            slots = [meds_KxSxBxC[drawn[:, s], s, np.arange(n_boot)] for s in range(n_seeds)]
+            cells[:, j] = np.nanmedian(np.stack(slots), axis=0)
+    names = list(settings)
+    index = pd.MultiIndex.from_tuples(names, names=by) if len(by) > 1 else pd.Index(names, name=by[0])
+    return [pd.DataFrame(cells[b], index=index, columns=list(columns)) for b in range(n_boot)]
+
+
+def bootstrap(statistic: Callable[..., float], tables: list[pd.DataFrame],
+              replicates: list[list[pd.DataFrame]], level: float = LEVEL) -> Interval:
+    """A statistic of one or more summary tables, with its bootstrap interval.
+
+    Args:
+        statistic: ``f(table_1, ..., table_m) -> float``.
+        tables: the m summary tables themselves.
+        replicates: for each of the m tables, its replicates (:func:`replicate_tables`), all of one
+            length; replicate b of every table enters the b-th value together.
+        level: coverage.
+
+    Raises:
+        ValueError: replicate lists of different lengths (or as :func:`interval`).
+    """
+    if len({len(r) for r in replicates}) != 1 or len(replicates) != len(tables):
+        raise ValueError("give one list of replicates per table, all of the same length")
+    values = [statistic(*reps) for reps in zip(*replicates)]
+    return interval(statistic(*tables), values, level)
+
+
+def seed_range(results: list[RunResult], by: list[str], columns=METRICS) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Min and max over seeds of each run's window median, per setting.
+
+    Returns:
+        ``(low, high)``, each indexed like :func:`maskfed.analysis.summary.summarize` with ``columns``.
+    """
+    from maskfed.analysis.summary import summarize_run
+
+    rows = [{**dict(zip(by, _key(r, by) if len(by) > 1 else (_key(r, by),))), **summarize_run(r.metrics)}
+            for r in results]
+    per_run = pd.DataFrame(rows)
+    grouped = per_run.groupby(by, sort=False)[list(columns)]
+    return grouped.min(), grouped.max()
+
+
+def seed_range_coverage(n_seeds: int) -> float:
+    """Probability that [min, max] of ``n_seeds`` independent draws of a continuous distribution covers its
+    median: 1 - 2 (1/2)^n (each draw falls on either side with probability 1/2; the range misses only when
+    all fall on one side). 0.75 for 3 seeds, 0.9375 for 5; distribution-free.
+
+    Raises:
+        ValueError: ``n_seeds`` < 1.
+    """
+    if n_seeds < 1:
+        raise ValueError(f"n_seeds must be >= 1; got {n_seeds}")
+    return 1 - 2 * 0.5 ** n_seeds
+
+
+def coverage_note(n_seeds: int) -> str:
+    """What the bootstrap intervals of a table with ``n_seeds`` seeds per setting are worth, as a clause for
+    the book: with one seed they resample rounds only; with more, their coverage of the median over seeds is
+    about that of the seed range (:func:`seed_range_coverage`), not the nominal :data:`LEVEL`.
+
+    Raises:
+        ValueError: ``n_seeds`` < 1.
+    """
+    if n_seeds == 1:
+        return "over the rounds of one seed only, so they say nothing of the spread between seeds"
+    cov = f"{100 * seed_range_coverage(n_seeds):.2f}".rstrip("0").rstrip(".")
+    return (f"nominal: with {n_seeds} seeds they cover the median about as often as the seed range does, "
+            f"{cov} % (the verdict page explains why)")
+
+
+def median_at_lowest_seed(n_seeds: int) -> float:
+    """Probability that the median of a with-replacement draw of ``n_seeds`` distinct values (``n_seeds`` odd)
+    is the lowest of them: the draw needs more than half of its values at the lowest, so
+    Σ_{k > n/2} C(n, k) (1/n)^k (1 - 1/n)^(n-k); 7/27 for 3 seeds, 0.058 for 5. Where it exceeds (1 - LEVEL)/2,
+    the seed bootstrap's lower (and by symmetry upper) percentile is an extreme seed itself, so its interval is
+    about the seed range and covers the median about as often (:func:`seed_range_coverage`), not LEVEL.
+
+    Raises:
+        ValueError: ``n_seeds`` not a positive odd integer.
+    """
+    if n_seeds < 1 or n_seeds % 2 == 0:
+        raise ValueError(f"n_seeds must be a positive odd integer; got {n_seeds}")
+    q = 1 / n_seeds
+    return sum(math.comb(n_seeds, k) * q ** k * (1 - q) ** (n_seeds - k) for k in range(n_seeds // 2 + 1, n_seeds + 1))
+
+
+def hac_maxlags(n: int) -> int:
+    """Newey-West lag truncation for ``n`` observations: floor(4 (n/100)^(2/9)) (Newey & West 1994)."""
+    return int(math.floor(4 * (n / 100) ** (2 / 9)))
+
+
+def trend_test(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac: float = 0.5) -> dict:
+    """Is a per-round quantity still moving at the end of a run?
+
+    Least-squares slope of log(column) on the round over the last ``frac`` of rounds, with a
+    heteroskedasticity- and autocorrelation-consistent (Newey-West) standard error.
+
+    Args:
+        metrics: a run's per-round table (``round`` and ``column``).
+        column: a positive per-round quantity.
+        frac: share of the rounds, from the end, in (0, 1].
+
+    Returns:
+        ``slope`` (per round, natural-log units), ``se``, ``t``, ``n`` (rounds used) and
+        ``verdict``: "falling" (t < -1.96), "rising" (t > 1.96) or "flat".
+
+    Raises:
+        ValueError: ``frac`` outside (0, 1], or fewer than 8 positive values in the window.
+    """
+    import statsmodels.api as sm
+
+    if not 0 < frac <= 1:
+        raise ValueError(f"frac must be in (0, 1]; got {frac}")
+    tail = metrics.tail(max(8, int(round(len(metrics) * frac))))
+    tail = tail[tail[column] > 0]
+    if len(tail) < 8:
+        raise ValueError(f"need at least 8 rounds with positive {column} in the window; got {len(tail)}")
+    x = sm.add_constant(tail["round"].to_numpy(float))
+    fit = sm.OLS(np.log(tail[column].to_numpy(float)), x).fit(
+        cov_type="HAC", cov_kwds={"maxlags": hac_maxlags(len(tail))})
+    slope, se = float(fit.params[1]), float(fit.bse[1])
+    t = slope / se if se > 0 else (0.0 if slope == 0 else math.copysign(math.inf, slope))
+    verdict = "falling" if t < -T_CRITICAL else "rising" if t > T_CRITICAL else "flat"
+    return {"slope": slope, "se": se, "t": t, "n": len(tail), "verdict": verdict}
+
+
+def trend_counts(results: list[RunResult], column: str = "recovery_unweighted") -> dict:
+    """How many runs are still falling, flat or rising (:func:`trend_test`), and the runs of each.
+
+    Returns:
+        ``{"falling": n, "flat": n, "rising": n, "too short": n, "runs": DataFrame (label, slope,
+        t, verdict)}``; a run with fewer than 8 usable rounds in its second half is "too short".
+    """
+    rows = []
+    for r in results:
+        try:
+            rows.append({"run": r.config.label(), **trend_test(r.metrics, column)})
+        except ValueError:
+            rows.append({"run": r.config.label(), "verdict": "too short"})
+    table = pd.DataFrame(rows, columns=["run", "slope", "se", "t", "n", "verdict"])
+    counts = table["verdict"].value_counts()
+    return {**{v: int(counts.get(v, 0)) for v in ("falling", "flat", "rising", "too short")}, "runs": table}

@@ -1,0 +1,254 @@
+"""Checkpoints of a running FedAvg run, so that a killed run resumes where it stopped.
+
+A run being computed owns a hidden folder beside the finished runs,
+``results/runs/.partial-<label>-<key>/`` (:func:`partial_dir`). Its name holds the
+run's cache key, so the same command started again finds it, while a changed
+config, code or data never does. It holds:
+
+``checkpoint.pt``
+    The state after the last saved round (:class:`RunState`), written to a
+    temporary file and moved over the old one with ``os.replace``: a kill at
+    any moment leaves either the previous checkpoint or the new one, never half
+    of one.
+``owner.json``
+    pid, host and start time of the process computing the run, for the waiting message.
+
+The run's lock (the ``filelock`` library: ``flock`` on POSIX) is not in that folder but
+beside it, ``results/runs/.locks/<label>-<key>.lock`` (:func:`lock_path`), an empty file
+that is never deleted: the one process computing a run holds it; a second process asking
+for the same run waits on it, then finds the finished run folder and reuses it. Because
+the file outlives the partial folder, a waiter never finds its lock file gone (which once
+stopped the second of two processes started a second apart), and two processes can never
+hold locks on two different files of the same run. The partial folder is created and
+removed only while the lock is held. The operating system drops the lock when its holder
+dies, even by SIGKILL, so a killed run leaves no stale lock.
+
+Writes go to a temporary file renamed into place (:func:`write_file`); one that fails for
+lack of space, or any other OSError, raises :class:`WriteFailed` naming the folder and the
+cause, and leaves the previous file as it was.
+
+What a checkpoint holds, and why that is all: every random draw of a round
+comes from generators seeded by (seed, round, client) (cohort sampling, client
+shuffles; :mod:`maskfed.engine.fedavg`), the model's initialisation happens before
+round 1 from ``torch.manual_seed(seed)``, and evaluation is deterministic; the
+models have no buffers (GroupNorm, no BatchNorm) and local SGD has no state that
+outlives a round. So θ after the round, the round count and the records so far
+are the whole state. torch's global generator states (CPU and CUDA) are saved
+and restored as well, at no cost, so that a future model drawing from them
+(dropout, say) still resumes exactly; tests/test_checkpoint.py checks that a
+run consumes none of it today.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import socket
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from filelock import FileLock, Timeout
+
+#: Version of the checkpoint layout; a checkpoint of another version is ignored (the run starts over).
+FORMAT = 1
+CHECKPOINT = "checkpoint.pt"
+
+
+@dataclass
+class RunState:
+    """Everything needed to resume a run after ``rounds_done`` rounds."""
+
+    rounds_done: int                    # rounds finished (the next round's 0-based index)
+    theta_P: torch.Tensor               # global parameters θ after that round, flat [P], CPU
+    records: list[dict]                 # the per-round records of rounds 1..rounds_done
+    wall_s: float = 0.0                 # seconds spent on the run so far, over every attempt
+    torch_rng: torch.Tensor = field(default_factory=torch.get_rng_state)  # global CPU generator state
+    cuda_rng: list[torch.Tensor] | None = field(  # global CUDA generator states, one per device; None if CUDA unused
+        default_factory=lambda: torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None)
+
+
+class WriteFailed(OSError):
+    """A file of a run (checkpoint, θ snapshot, run folder) could not be written: no space left,
+    no permission, ... ``str()`` names the folder, the cause and what to do; what was written
+    before (the previous checkpoint, finished runs) is intact."""
+
+
+def write_failed(what: str, folder: Path, exc: OSError) -> WriteFailed:
+    """The :class:`WriteFailed` for an OSError ``exc`` raised while writing ``what`` into ``folder``."""
+    cause = f"{exc.strerror or exc} (errno {exc.errno})" if exc.errno else str(exc)
+    return WriteFailed(f"cannot write {what} in {folder}: {cause}; what was written before (finished runs, the "
+                       f"last checkpoint) is intact: free space or point MASKFED_RESULTS_DIR at another folder, "
+                       f"then rerun the same command to resume")
+
+
+def write_file(path: Path, data: bytes, what: str) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file beside it, then ``os.replace``.
+
+    A kill at any moment leaves the old file or the new one, never half of one.
+
+    Args:
+        path: the file to (re)place; its folder is created if needed.
+        data: the bytes to write.
+        what: what the file is, for the error message ("the checkpoint").
+
+    Raises:
+        WriteFailed: any OSError while writing (ENOSPC, EACCES, ...), naming the folder and the
+            cause; the temporary file is removed and an existing ``path`` is left as it was.
+    """
+    tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise write_failed(what, path.parent, exc) from exc
+    finally:
+        tmp.unlink(missing_ok=True)  # only left if writing failed or was interrupted
+
+
+def tensor_bytes(obj) -> bytes:
+    """``torch.save`` of ``obj`` into memory: the bytes :func:`write_file` then writes with Python's own
+    I/O, so that a full disk is an OSError with its errno rather than torch's ``enforce fail`` error."""
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def partial_dir(run_path: Path) -> Path:
+    """The hidden folder of an unfinished run: ``<runs>/.partial-<label>-<key>``."""
+    return run_path.parent / f".partial-{run_path.name}"
+
+
+#: Folder (inside the runs folder) of the runs' lock files, which are never deleted.
+LOCKS = ".locks"
+
+
+def lock_path(folder: Path) -> Path:
+    """The lock file of the run whose partial folder is ``folder``: ``<runs>/.locks/<label>-<key>.lock``."""
+    return folder.parent / LOCKS / f"{folder.name.removeprefix('.partial-')}.lock"
+
+
+def _lock(folder: Path) -> FileLock:
+    path = lock_path(folder)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_failed("the run's lock file", path.parent, exc) from exc
+    return FileLock(path)
+
+
+def save(folder: Path, state: RunState, run_key: str) -> None:
+    """Write ``state`` to ``folder/checkpoint.pt`` atomically (:func:`write_file`).
+
+    The records travel as JSON text: Python writes every float (NaN too) so that it
+    reads back bit-identical, and the file stays loadable with ``weights_only=True``.
+
+    Raises:
+        WriteFailed: the disk is full (or another OSError); the previous checkpoint is intact.
+    """
+    blob = {"format": FORMAT, "run_key": run_key, "rounds_done": state.rounds_done,
+            "theta_P": state.theta_P.detach().cpu().clone(), "records_json": json.dumps(state.records),
+            "wall_s": float(state.wall_s), "torch_rng": state.torch_rng, "cuda_rng": state.cuda_rng}
+    write_file(folder / CHECKPOINT, tensor_bytes(blob), "the run's checkpoint")
+
+
+def load(folder: Path, run_key: str) -> RunState | None:
+    """The checkpoint in ``folder``, or None when there is none usable.
+
+    A checkpoint of another layout :data:`FORMAT` or another run key (which the
+    folder name rules out unless a file was copied by hand), or one that cannot
+    be read, is reported on stderr and ignored: the run then starts from round 1.
+    """
+    path = folder / CHECKPOINT
+    if not path.exists():
+        return None
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+        if blob.get("format") != FORMAT or blob.get("run_key") != run_key:
+            raise ValueError(f"format {blob.get('format')} / run key {blob.get('run_key')}, "
+                             f"expected {FORMAT} / {run_key}")
+        return RunState(rounds_done=int(blob["rounds_done"]), theta_P=blob["theta_P"],
+                        records=json.loads(blob["records_json"]), wall_s=float(blob["wall_s"]),
+                        torch_rng=blob["torch_rng"], cuda_rng=blob["cuda_rng"])
+    except Exception as exc:  # noqa: BLE001 - an unusable checkpoint costs time, never a wrong number
+        print(f"maskfed: ignoring the checkpoint {path} ({exc}); the run starts from round 1", file=sys.stderr)
+        return None
+
+
+def restore_rng(state: RunState) -> None:
+    """Set torch's global generators to the states saved in ``state``."""
+    torch.set_rng_state(state.torch_rng)
+    if state.cuda_rng is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state.cuda_rng)
+
+
+def discard(folder: Path) -> None:
+    """Delete the checkpoint in ``folder`` (the lock, if held, stays)."""
+    (folder / CHECKPOINT).unlink(missing_ok=True)
+
+
+def remove_stale(folder: Path) -> None:
+    """Delete the partial folder of a run that is already finished, unless a process holds its lock.
+
+    A run killed after its folder was renamed into place but before it removed its
+    partial folder leaves one behind; the next call that finds the finished run tidies it.
+    """
+    if not folder.exists():
+        return
+    lock = _lock(folder)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:  # being recomputed (--force) by another process: leave it
+        return
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        lock.release()
+
+
+@contextmanager
+def claim(folder: Path):
+    """Hold the lock of a run (:func:`lock_path`) while computing it; yields its partial folder.
+
+    If another process holds it, says so on stderr (with that process's pid and
+    host) and waits. The caller must check again, once inside, whether the run was
+    finished meanwhile. The partial folder is created after the lock is taken and, on
+    leaving, removed before it is released when it holds no checkpoint (the run
+    finished, or failed or stopped before its first checkpoint).
+
+    Raises:
+        WriteFailed: the partial folder or the lock file cannot be created.
+    """
+    lock = _lock(folder)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        owner = folder / "owner.json"
+        try:
+            who = owner.read_text().strip()
+        except OSError:  # not written yet, or just removed
+            who = "unknown"
+        print(f"maskfed: another process is computing this run ({who}); waiting for it to finish "
+              f"({folder})", file=sys.stderr)
+        lock.acquire()
+    try:
+        owner = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                            "since_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "owner.json").write_text(owner)
+        except OSError as exc:
+            raise write_failed("the run's partial folder", folder.parent, exc) from exc
+        yield folder
+    finally:
+        try:
+            if not (folder / CHECKPOINT).exists():
+                shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            lock.release()

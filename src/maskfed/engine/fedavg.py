@@ -1,0 +1,399 @@
+"""FedAvg (McMahan et al., 2017) with the paper's per-round measurements.
+
+Reads top to bottom: the server's aggregate, evaluation, one round (cohort
+sampling, local training, the recovery factor and the signal-noise split of its
+updates, eq. 3, 8, 13-14), and the loop over rounds. Local training itself (local
+steps T, one client's SGD, a whole cohort) lives in :mod:`maskfed.engine.cohort`, which
+this module imports. Client data stays in tensors: no DataLoader in the inner loop.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from maskfed.core import diversity, masking, penalty, sharpness
+from maskfed.engine import cohort as cohort_mod
+
+
+def aggregation_weights(n_K, scheme: str = "weighted") -> torch.Tensor:
+    """FedAvg aggregation weights w_k, shape [K_c], summing to 1.
+
+    "weighted": w_k = n_k / Σ n_k (the paper's convention); "uniform": 1/K_c.
+
+    Raises:
+        ValueError: unknown scheme or non-positive shard sizes.
+    """
+    n = torch.as_tensor(n_K, dtype=torch.float64)
+    if (n <= 0).any():
+        raise ValueError(f"shard sizes n_k must be positive; got {n.tolist()}")
+    if scheme == "weighted":
+        return n / n.sum()
+    if scheme == "uniform":
+        return torch.full_like(n, 1.0 / len(n))
+    raise ValueError(f"aggregation must be 'weighted' or 'uniform'; got {scheme!r}")
+
+
+def aggregate(deltas_KxP: torch.Tensor, weights_K: torch.Tensor) -> torch.Tensor:
+    """Server update Δ̄ = Σ_k w_k Δ_k, shape [P] (eq. 1 with weights).
+
+    Args:
+        deltas_KxP: client updates, [K_c, P].
+        weights_K: aggregation weights summing to one, [K_c].
+    """
+    return weights_K.to(device=deltas_KxP.device, dtype=deltas_KxP.dtype) @ deltas_KxP
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, theta_P: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
+             batch: int = 1000) -> tuple[float, float]:
+    """Test accuracy (fraction) and mean cross-entropy (nats) of θ on (x, y)."""
+    vector_to_parameters(theta_P, model.parameters())
+    model.eval()
+    correct, loss = 0, 0.0
+    for s in range(0, x.shape[0], batch):
+        logits = model(x[s:s + batch])
+        loss += float(nn.functional.cross_entropy(logits, y[s:s + batch], reduction="sum"))
+        correct += int((logits.argmax(1) == y[s:s + batch]).sum())
+    return correct / x.shape[0], loss / x.shape[0]
+
+
+def client_seed(seed: int, round_idx: int, client_id: int) -> int:
+    """Seed of a client's shuffling generator in a round (independent streams per client)."""
+    return int(np.random.SeedSequence([seed, round_idx, client_id]).generate_state(1)[0])
+
+
+def sample_cohort(num_clients: int, cohort_size: int, seed: int, round_idx: int) -> np.ndarray:
+    """K_c client ids drawn uniformly without replacement, seeded by (seed, round)."""
+    rng = np.random.default_rng([seed, round_idx, 7919])
+    return np.sort(rng.choice(num_clients, size=cohort_size, replace=False))
+
+
+def update_spread(deltas_KxP: torch.Tensor) -> float:
+    """Largest relative distance of a client update from the first: max_k ‖Δ_k − Δ_1‖ / ‖Δ_1‖.
+
+    Zero exactly when every update in the cohort equals Δ_1 bit for bit, as in the
+    identical-shards control. Computed from the differences in float64, not from the
+    Gram matrix, whose G_kk − 2G_k1 + G_11 would lose half the digits to cancellation.
+
+    Args:
+        deltas_KxP: client updates, [K_c, P].
+
+    Returns:
+        Dimensionless ratio >= 0 (inf when Δ_1 = 0 and another update is not).
+    """
+    d = deltas_KxP.to(torch.float64)
+    num = float(torch.linalg.vector_norm(d - d[0], dim=1).max())
+    den = float(torch.linalg.vector_norm(d[0]))
+    if den == 0:
+        return 0.0 if num == 0 else math.inf
+    return num / den
+
+
+def round_metrics(deltas_KxP: torch.Tensor, n_K) -> dict:
+    """The paper's per-round measurements of a cohort's updates.
+
+    Returns a dict with ``recovery_unweighted`` (eq. 3/8), ``recovery_weighted``
+    (‖Σ w_k Δ_k‖² / Σ w_k² ‖Δ_k‖², w_k ∝ n_k), ``A``, ``B``, ``sigma2_hat``,
+    ``mu2_hat`` (eq. 13-14; A and B unweighted as in the paper),
+    ``mean_update_sqnorm`` (‖Σ w_k Δ_k‖²) and ``update_spread``
+    (:func:`update_spread`). Gram matrix in float64.
+    """
+    gram = diversity.gram_matrix(deltas_KxP).cpu()  # [K_c, K_c]: tiny, so the rest runs on the CPU
+    w = torch.as_tensor(n_K, dtype=torch.float64)
+    out = {
+        "recovery_unweighted": diversity.recovery_factor_from_gram(gram),
+        "recovery_weighted": diversity.recovery_factor_from_gram(gram, w),
+        "mean_update_sqnorm": float((w / w.sum()) @ gram @ (w / w.sum())),
+        "update_spread": update_spread(deltas_KxP),
+    }
+    if gram.shape[0] >= 2:
+        sn = diversity.signal_noise_from_gram(gram)
+        out.update(A=sn.A, B=sn.B, sigma2_hat=sn.sigma2_hat, mu2_hat=sn.mu2_hat)
+    return out
+
+
+#: Extra entry of the SeedSequence that seeds the mask draws, so they never share a stream with
+#: the shuffles (client_seed) or the cohort draw (sample_cohort). Ours.
+MASK_STREAM = 104729
+#: Extra entry of the seed of the fixed Hessian evaluation batch. Ours.
+HESSIAN_STREAM = 130363
+
+
+def mask_generators(seed: int, round_idx: int, cohort, mode: str) -> list[torch.Generator]:
+    """Generators of the round's block masks: one per client ("independent") or one broadcast seed ("shared").
+
+    Seeded from (seed, round[, client]) only, so a resumed run draws the same masks. In
+    "shared" mode every client of the round gets a generator with the same seed, as if the
+    server broadcast it (Prop. 3); in "independent" mode each client's seed includes its id
+    (Prop. 2).
+
+    Raises:
+        ValueError: ``mode`` not "independent" or "shared".
+    """
+    if mode not in ("independent", "shared"):
+        raise ValueError(f"mask_mode must be 'independent' or 'shared'; got {mode!r}")
+    return [torch.Generator().manual_seed(mask_seed(seed, round_idx, None if mode == "shared" else int(k)))
+            for k in cohort]
+
+
+def mask_seed(seed: int, round_idx: int, client_id: int | None = None) -> int:
+    """The seed of a round's block mask: one broadcast seed (``client_id`` None, the shared mode) or
+    a client's own, from (seed, round[, client], :data:`MASK_STREAM`); an integer below 2³²."""
+    return int(np.random.SeedSequence([seed, round_idx, MASK_STREAM] + ([] if client_id is None else [int(client_id)]))
+               .generate_state(1)[0])
+
+
+def mask_updates(deltas_KxP: torch.Tensor, block_sizes, p: float, generators) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each client masks its own update: Δ̃_k = m_k ⊙ Δ_k / p, block by block (eq. 2).
+
+    Args:
+        deltas_KxP: client updates Δ_k, [K_c, P].
+        block_sizes: the B blocks (one per parameter tensor), summing to P.
+        p: keep probability in (0, 1]; p = 1 returns the updates unchanged (the same tensor).
+        generators: K_c generators (:func:`mask_generators`); client k draws its mask from the k-th.
+
+    Returns:
+        (masked updates [K_c, P], block masks [K_c, B] float64).
+
+    Raises:
+        ValueError: ``p`` outside (0, 1], or a generator count other than K_c.
+    """
+    pf = masking.check_keep_probability(p)
+    if len(generators) != deltas_KxP.shape[0]:
+        raise ValueError(f"need one generator per client: {deltas_KxP.shape[0]}; got {len(generators)}")
+    if pf == 1.0:
+        return deltas_KxP, torch.ones(deltas_KxP.shape[0], len(block_sizes), dtype=torch.float64)
+    masks_KxB = torch.stack([masking.draw_block_mask(len(block_sizes), pf, g) for g in generators])
+    return masking.apply_block_mask(deltas_KxP, block_sizes, masks_KxB.to(deltas_KxP.device), pf), masks_KxB
+
+
+def hessian_batch(data: "FedData", size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed batch of ``size`` training images (without replacement), seeded by (seed, HESSIAN_STREAM).
+
+    Raises:
+        ValueError: ``size`` outside 1..number of training images.
+    """
+    n = data.y_train.shape[0]
+    if not 1 <= size <= n:
+        raise ValueError(f"hessian_batch must be in 1..{n} (training images); got {size}")
+    g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, HESSIAN_STREAM]).generate_state(1)[0]))
+    idx = torch.randperm(n, generator=g)[:size].to(data.x_train.device)
+    return data.x_train[idx], data.y_train[idx]
+
+
+def hessian_recovery(model: nn.Module, theta_P: torch.Tensor, deltas_KxP: torch.Tensor, n_K,
+                     x: torch.Tensor, y: torch.Tensor) -> dict:
+    """The recovery factor in the block-diagonal Hessian inner product ⟨Δ_k, Δ_l⟩_{H_bd} (Corollary 1, eq. 8).
+
+    H_bd is the block-diagonal Hessian (one block per parameter tensor) of the mean
+    cross-entropy on (x, y) at ``theta_P``, applied by block Hessian-vector products
+    (:func:`maskfed.core.penalty.block_hessian_gram`); same as
+    :func:`maskfed.derivation.limits.hessian_recovery_factor`.
+
+    Returns:
+        ``recovery_hessian_unweighted`` and ``recovery_hessian_weighted`` (w_k ∝ n_k), the
+        conventions of :func:`round_metrics`.
+    """
+    op = sharpness.model_hessian(model, theta_P, x, y)
+    gram = penalty.block_hessian_gram(deltas_KxP.detach().cpu(), op)
+    w = torch.as_tensor(n_K, dtype=torch.float64)
+    return {"recovery_hessian_unweighted": diversity.recovery_factor_from_gram(gram),
+            "recovery_hessian_weighted": diversity.recovery_factor_from_gram(gram, w)}
+
+
+def final_sharpness(model: nn.Module, theta_P: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *,
+                    iters: int, seed: int) -> dict:
+    """Sharpness of θ on (x, y): ``sharpness_top_eig`` (power iteration, ``iters`` steps) and
+    ``sharpness_trace`` ± ``sharpness_trace_se`` (Hutchinson, ``iters`` probes), seeded by ``seed``."""
+    op = sharpness.model_hessian(model, theta_P, x, y)
+    g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, HESSIAN_STREAM, 1]).generate_state(1)[0]))
+    lam = sharpness.top_eigenvalue(op.hvp, op.num_coords, iters=iters, generator=g)
+    tr = sharpness.hutchinson_trace(op.hvp, op.num_coords, probes=iters, generator=g)
+    return {"sharpness_top_eig": lam, "sharpness_trace": tr.mean, "sharpness_trace_se": tr.se}
+
+
+class TrainingDiverged(ArithmeticError):
+    """A client's local training gave a non-finite loss or update Δ_k (the learning rate is too
+    large for this setting, typically): the run stops at that round instead of recording NaN.
+
+    Attributes ``round`` (1-based), ``client`` (its id in the population), ``quantity`` (what was
+    not finite), ``value`` (as text) and ``lr``; ``str()`` says it all and suggests a smaller lr.
+    """
+
+    def __init__(self, round: int, client: int, quantity: str, value: str, lr: float):
+        super().__init__(round, client, quantity, value, lr)
+        self.round, self.client, self.quantity, self.value, self.lr = round, client, quantity, value, lr
+
+    def __str__(self) -> str:
+        return (f"training diverged at round {self.round}: client {self.client}'s {self.quantity} is {self.value} "
+                f"(lr = {self.lr:g}); the run was not stored. Try a smaller lr (--lr, or overrides "
+                f"{{'lr': ...}} in a chapter)")
+
+
+def check_finite(round_idx: int, cohort, deltas_KxP: torch.Tensor, losses, lr: float) -> None:
+    """Raise :class:`TrainingDiverged` if a client's mean training loss or update Δ_k is NaN or ±inf.
+
+    Reads the values only (no arithmetic on them), so a healthy run's numbers are unchanged.
+
+    Args:
+        round_idx: 0-based round.
+        cohort: the K_c client ids of the round.
+        deltas_KxP: their updates, [K_c, P].
+        losses: their mean training losses (nats), K_c floats.
+        lr: the learning rate, for the message.
+
+    Raises:
+        TrainingDiverged: naming the first client (in cohort order) with a non-finite loss or update.
+    """
+    finite_K = torch.isfinite(deltas_KxP).all(dim=1).tolist()
+    for k, (client, loss, ok) in enumerate(zip(cohort, losses, finite_K)):
+        if not math.isfinite(loss):
+            raise TrainingDiverged(round_idx + 1, int(client), "mean training loss", f"{loss}", lr)
+        if not ok:
+            bad = deltas_KxP[k][~torch.isfinite(deltas_KxP[k])]
+            raise TrainingDiverged(round_idx + 1, int(client), "update Δ_k",
+                                   f"non-finite in {bad.numel()} of {deltas_KxP.shape[1]} coordinates "
+                                   f"(first: {float(bad[0])})", lr)
+
+
+@dataclass
+class FedData:
+    """Normalised client shards and test set, on the training device."""
+
+    x_train: torch.Tensor        # [N, 3, 32, 32] float32
+    y_train: torch.Tensor        # [N] int64
+    parts: list[np.ndarray]      # K index arrays into the train split
+    x_test: torch.Tensor         # [N_test, 3, 32, 32] float32
+    y_test: torch.Tensor         # [N_test] int64
+
+
+def eval_rounds(rounds: int, eval_every: int, eval_every_tail: int) -> set[int]:
+    """Rounds (0-based) after which the global model is tested.
+
+    Every ``eval_every`` rounds, every ``eval_every_tail`` rounds inside the
+    last quarter (the window the summaries use), and always the last round.
+    """
+    tail_start = rounds - max(1, rounds // 4)
+    chosen = {r for r in range(rounds) if (r + 1) % eval_every == 0}
+    chosen |= {r for r in range(tail_start, rounds) if (rounds - 1 - r) % eval_every_tail == 0}
+    chosen.add(rounds - 1)
+    return chosen
+
+
+def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int, local_epochs: int,
+               batch_size: int | str, lr: float, aggregation: str, seed: int,
+               identical_client_seeds: bool = False, eval_at: set[int] | None = None,
+               progress=None, on_round=None, engine: str = "sequential", precision: str = "fp32",
+               start_round: int = 0, theta_P: torch.Tensor | None = None, records: list[dict] | None = None,
+               on_state=None, mask_keep_prob: float = 1.0, mask_mode: str = "independent",
+               hessian_every: int = 0, hessian_batch_size: int = 256, sharpness_iters: int = 0) -> list[dict]:
+    """Train with FedAvg and measure every round.
+
+    Args:
+        model: initialised network (its parameters are θ_0) on the data's device.
+        data: :class:`FedData` with K client shards.
+        rounds, cohort_size, local_epochs, batch_size, lr, aggregation, seed:
+            as in :class:`maskfed.engine.config.RunConfig`.
+        identical_client_seeds: give every client the same shuffling seed
+            (with identical shards this makes every Δ_k equal: the control); on CUDA
+            it also switches deterministic algorithms on for local training.
+        eval_at: 0-based rounds after which to test; ``None``: only the last.
+        progress: optional tqdm-like object with ``update(1)`` and ``set_postfix``.
+        on_round: optional callback receiving each round's record as it finishes.
+        engine: local-training engine of :func:`maskfed.engine.cohort.train_cohort`
+            ("sequential" reference, "batched", or "auto").
+        precision: "fp32", or on CUDA "tf32" / "bf16" (:func:`maskfed.engine.cohort.precision_context`).
+        start_round: 0-based round to start from; > 0 resumes a run from its checkpoint,
+            together with ``theta_P`` and ``records``.
+        theta_P: global parameters θ after round ``start_round`` (flat [P], on the
+            model's device); ``None``: the model's current parameters (θ_0).
+        records: the records of rounds 1..``start_round`` (copied, not modified).
+        on_state: optional callback ``on_state(rounds_done, theta_P, records)`` after every
+            round, with everything needed to resume (the runner writes checkpoints with it).
+        mask_keep_prob, mask_mode: masked FedAvg: every client masks its round update
+            (:func:`mask_updates`, eq. 2) before the server averages; p = 1 is plain FedAvg,
+            bit for bit. The round's metrics are those of the UNMASKED updates Δ_k.
+        hessian_every: every this many rounds (0: never), log the recovery factor in the
+            block-Hessian inner product (:func:`hessian_recovery`) at θ − Δ̄ (Δ̄ the unmasked
+            aggregate) on a fixed batch of ``hessian_batch_size`` training images; NaN on
+            other rounds.
+        sharpness_iters: > 0: after the last round, the final model's top Hessian eigenvalue
+            and Hutchinson trace on the same fixed batch (:func:`final_sharpness`).
+
+    Every random draw inside the loop comes from generators seeded by (seed, round,
+    client) (:func:`sample_cohort`, :func:`client_seed`); torch's and numpy's global
+    generators are not used, so (round, θ, records) is the whole state of a run and
+    resuming from it gives bit-identical numbers on the same device.
+
+    Raises:
+        ValueError: ``start_round`` outside [0, rounds], ``start_round > 0`` without
+            ``theta_P``, ``records`` whose length is not ``start_round``, a keep probability
+            outside (0, 1], a mask mode other than "independent"/"shared", or a bad Hessian batch.
+        TrainingDiverged: a client's loss or update Δ_k is not finite (:func:`check_finite`); the
+            rounds before it have been passed to ``on_state`` as usual.
+
+    Returns:
+        One dict per round: ``round`` (1-based), the cohort, shard sizes, T,
+        train loss, the metrics of :func:`round_metrics`, ``test_acc`` and
+        ``test_loss`` (NaN when not evaluated) and ``wall_s``.
+    """
+    records = [] if records is None else list(records)
+    if not 0 <= start_round <= rounds:
+        raise ValueError(f"start_round must be in [0, rounds = {rounds}]; got {start_round}")
+    if start_round > 0 and theta_P is None:
+        raise ValueError("start_round > 0 needs theta_P, the global parameters after that round")
+    if len(records) != start_round:
+        raise ValueError(f"records must hold the {start_round} round(s) before start_round; got {len(records)}")
+    masking.check_keep_probability(mask_keep_prob)
+    mask_generators(seed, 0, [], mask_mode)  # checks the mode before any compute
+    if hessian_every < 0 or sharpness_iters < 0:
+        raise ValueError(f"hessian_every and sharpness_iters must be >= 0; got {hessian_every}, {sharpness_iters}")
+    x_h, y_h = (hessian_batch(data, hessian_batch_size, seed) if hessian_every or sharpness_iters else (None, None))
+    block_sizes = masking.block_sizes_of(list(model.parameters()))
+    eval_at = {rounds - 1} if eval_at is None else eval_at
+    theta = (parameters_to_vector(model.parameters()) if theta_P is None else theta_P).detach().clone()
+    for r in range(start_round, rounds):
+        t0 = time.perf_counter()
+        cohort = sample_cohort(len(data.parts), cohort_size, seed, r)
+        gens = [torch.Generator().manual_seed(client_seed(seed, r, 0 if identical_client_seeds else int(k)))
+                for k in cohort]
+        deltas_KxP, n_k, steps, losses = cohort_mod.train_cohort(
+            model, theta, data.x_train, data.y_train, [data.parts[k] for k in cohort], lr=lr,
+            batch_size=batch_size, local_epochs=local_epochs, generators=gens, engine=engine, precision=precision,
+            deterministic=identical_client_seeds)
+        check_finite(r, cohort, deltas_KxP, losses, lr)
+        weights = aggregation_weights(n_k, aggregation)
+        masked_KxP, _ = mask_updates(deltas_KxP, block_sizes, mask_keep_prob,
+                                     mask_generators(seed, r, cohort, mask_mode))
+        theta_start = theta
+        theta = theta - aggregate(masked_KxP, weights)
+        rec = {"round": r + 1, "cohort": " ".join(map(str, cohort)), "n_k": " ".join(map(str, n_k)),
+               "T_mean": float(np.mean(steps)), "T_min": int(min(steps)), "T_max": int(max(steps)),
+               "train_loss": float(np.average(losses, weights=n_k)), **round_metrics(deltas_KxP, n_k)}
+        if hessian_every:
+            rec.update(hessian_recovery(model, theta_start - aggregate(deltas_KxP, weights), deltas_KxP, n_k, x_h, y_h)
+                       if (r + 1) % hessian_every == 0 else
+                       {"recovery_hessian_unweighted": float("nan"), "recovery_hessian_weighted": float("nan")})
+        if sharpness_iters:
+            rec.update(final_sharpness(model, theta, x_h, y_h, iters=sharpness_iters, seed=seed) if r == rounds - 1
+                       else {"sharpness_top_eig": float("nan"), "sharpness_trace": float("nan"),
+                             "sharpness_trace_se": float("nan")})
+        rec["test_acc"], rec["test_loss"] = (evaluate(model, theta, data.x_test, data.y_test)
+                                             if r in eval_at else (float("nan"), float("nan")))
+        rec["wall_s"] = time.perf_counter() - t0
+        records.append(rec)
+        if on_round is not None:
+            on_round(rec)
+        if on_state is not None:
+            on_state(r + 1, theta, records)
+        if progress is not None:
+            progress.update(1)
+            progress.set_postfix(recovery=f"{rec['recovery_unweighted']:.2f}", loss=f"{rec['train_loss']:.3f}")
+    return records

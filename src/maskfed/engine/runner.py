@@ -1,0 +1,711 @@
+"""Run FedAvg configurations, store each run in its own folder, reuse finished ones.
+
+A run folder ``results/runs/<label>-<key>`` holds ``metrics.csv`` (one row per
+round), ``config.json`` (the resolved :class:`~maskfed.engine.config.RunConfig`),
+``partition.json`` (shard sizes) and ``provenance.json`` (seed, git commit and
+dirty flag, code hash, package versions, device, data source, wall time). It is
+written to a temporary folder and renamed into place when the run ends, so a
+folder that exists is complete, and an interrupted sweep keeps every run it
+had finished. The key hashes the config (less ``checkpoint_every``), the
+source code of ``maskfed``, a fingerprint of the data and the resolved device type
+and engine: a code change never reuses stale numbers, nor a CPU run a GPU one. A run asked to keep θ snapshots (``keep_every``) also holds
+``thetas.pt`` (:func:`load_thetas`), read by the stage chapter's checkpoint ladder.
+
+While a run trains, its checkpoints live in the hidden partial folder
+``results/runs/.partial-<label>-<key>`` (:mod:`maskfed.engine.checkpoint`): the same
+call after a kill resumes from it, and Ctrl-C during :func:`run_many` (or SIGTERM and
+SIGHUP inside :func:`stop_on_signals`) ends the worker processes at once and raises
+:class:`Interrupted`, whose message says how to resume. A finished folder found damaged
+is named by :class:`DamagedRun`; a full disk raises :class:`~maskfed.engine.checkpoint.WriteFailed`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from maskfed import provenance
+from maskfed.engine import checkpoint, cohort, data as data_mod, determinism, fedavg, partition
+from maskfed.engine.config import RunConfig
+from maskfed.engine.models import build_model, num_parameters
+from maskfed.paths import results_dir
+
+
+@dataclass
+class RunResult:
+    """A finished run: its config, folder, per-round metrics and provenance."""
+
+    config: RunConfig
+    path: Path
+    metrics: pd.DataFrame
+    provenance: dict
+
+
+@lru_cache(maxsize=4)
+def load_images(dataset: str, data_path: str | None, synthetic_train: int, synthetic_test: int) -> data_mod.ImageData:
+    """The image data a config asks for, loaded once per process (uint8 tensors); ``"cifar10"``
+    refuses a source with other classes (:func:`maskfed.engine.data.load_dataset`)."""
+    if dataset == "synthetic":
+        return data_mod.synthetic_image_data(n_train=synthetic_train, n_test=synthetic_test, seed=0)
+    return data_mod.load_dataset(dataset, data_path)
+
+
+def images_for(cfg: RunConfig) -> data_mod.ImageData:
+    """The (cached) image data a run configuration uses.
+
+    Raises:
+        ValueError: as :func:`maskfed.engine.data.load_dataset`, or images whose size the model cannot
+            take (``small_cnn_gn`` needs 32x32), before any training.
+    """
+    images = load_images(cfg.dataset, cfg.data_path, cfg.synthetic_train, cfg.synthetic_test)
+    size = tuple(images.x_train.shape[-2:])
+    if cfg.model == "small_cnn_gn" and size != (32, 32):
+        raise ValueError(f"model = 'small_cnn_gn' takes 32x32 images, but data_path={cfg.data_path!r} holds "
+                         f"{size[1]}x{size[0]} images; resize them to 32x32 or use model='resnet18_gn'")
+    return images
+
+
+#: The data fingerprint's kind in new provenance (``data_fingerprint_kind``): every byte hashed.
+FINGERPRINT_KIND = data_mod.FINGERPRINT_KIND
+#: The kind of every provenance without ``data_fingerprint_kind`` (runs archived before): every 97th image.
+SAMPLED_KIND = data_mod.SAMPLED_KIND
+
+
+def data_fingerprint(images: data_mod.ImageData) -> str:
+    """Content hash of the data, 16 hex digits (kind :data:`FINGERPRINT_KIND`): sha256 over the
+    source kind, the shapes and all bytes of x_train, y_train, x_test and y_test, so any changed
+    pixel or label changes it. About 0.16 s for CIFAR-10's 185 MB (60,000 images), once per loaded data set.
+
+    Independent of where the data lies, so a moved checkout or archive keeps its runs,
+    while a different copy of CIFAR-10 (JPEG vs original) gets new ones.
+    """
+    return data_mod.content_sha256(images)[:16]
+
+
+def data_fingerprint_sampled(images: data_mod.ImageData) -> str:
+    """The fingerprint runs recorded before (kind :data:`SAMPLED_KIND`), 16 hex digits: sha256 over
+    the source kind, shapes, all labels and only every 97th image, so an image changed at another
+    index is missed. Only to compare with the ``data_fingerprint`` of runs archived with it."""
+    return data_mod.sampled_sha256(images)[:16]
+
+
+_BY_KIND = {FINGERPRINT_KIND: data_fingerprint, SAMPLED_KIND: data_fingerprint_sampled}
+
+
+def fingerprint_of_kind(images: data_mod.ImageData, kind: str) -> str:
+    """``images``' fingerprint of ``kind`` (:data:`FINGERPRINT_KIND` or :data:`SAMPLED_KIND`), to
+    compare with a provenance's recorded one (:func:`recorded_fingerprint`).
+
+    Raises:
+        ValueError: an unknown kind.
+    """
+    if kind not in _BY_KIND:
+        raise ValueError(f"unknown data fingerprint kind {kind!r}; known: {sorted(_BY_KIND)}")
+    return _BY_KIND[kind](images)
+
+
+def recorded_fingerprint(prov: dict) -> tuple[str, str]:
+    """(kind, value) of the data fingerprint a provenance records; one without a
+    ``data_fingerprint_kind`` field (written before it existed) is :data:`SAMPLED_KIND`.
+
+    Raises:
+        KeyError: the provenance records no ``data_fingerprint``.
+    """
+    return prov.get("data_fingerprint_kind", SAMPLED_KIND), prov["data_fingerprint"]
+
+
+def fingerprint_fields(images: data_mod.ImageData) -> dict[str, str]:
+    """The provenance fields naming the data: ``data_fingerprint`` and ``data_fingerprint_kind``."""
+    return {"data_fingerprint": data_fingerprint(images), "data_fingerprint_kind": FINGERPRINT_KIND}
+
+
+def run_key(cfg: RunConfig, images: data_mod.ImageData) -> str:
+    """Cache key (16 hex digits): config fields + code hash + data fingerprint + where it runs.
+
+    "Where" is the resolved device type and engine (:func:`resolved`), so a run with ``device:
+    auto`` and ``engine: auto`` made on a CPU is never reused as the same run on a GPU, nor the
+    other way round (their float arithmetic differs). Archived runs are matched by configuration,
+    not by key (:mod:`maskfed.studies.archive`), so they keep their folders.
+
+    Raises:
+        ValueError: ``device = 'cuda'`` on a machine without CUDA (:func:`resolve_device`).
+    """
+    device_type, engine = resolved(cfg)
+    blob = json.dumps({"config": cfg.key(), "code": provenance.code_hash(), "data": data_fingerprint(images),
+                       "device_type": device_type, "engine": engine}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def resolved(cfg: RunConfig) -> tuple[str, str]:
+    """(device type, engine) a run of ``cfg`` uses on this machine: ``auto`` resolved
+    (:func:`resolve_device`, :func:`maskfed.engine.cohort.resolve_engine`), e.g. ("cpu", "sequential").
+
+    Raises:
+        ValueError: ``device = 'cuda'`` on a machine without CUDA.
+    """
+    device = resolve_device(cfg.device)
+    return device.type, cohort.resolve_engine(cfg.engine, device)
+
+
+def run_path(cfg: RunConfig, images: data_mod.ImageData) -> Path:
+    """Folder of a run: ``results_dir()/runs/<label>-<key>``."""
+    return results_dir() / "runs" / f"{cfg.label()}-{run_key(cfg, images)}"
+
+
+#: The files of a finished run folder (:func:`run` writes them; :func:`load_run` checks them).
+RUN_FILES = ("metrics.csv", "config.json", "partition.json", "provenance.json")
+
+
+class DamagedRun(ValueError):
+    """A finished run folder that cannot be used as it is: a file missing, cut short or unparsable, or
+    metrics whose columns or rounds are not those its config implies. ``str()`` names the folder,
+    the reason and the remedy; ``path`` and ``reason`` hold the first two."""
+
+    def __init__(self, path: Path | str, reason: str):
+        super().__init__(str(path), reason)
+        self.path, self.reason = Path(path), reason
+
+    def __str__(self) -> str:
+        return (f"run folder {self.path} is damaged: {self.reason}. To recompute it, delete the folder "
+                f"(rm -r '{self.path}') and run the same command again, or rerun with --force "
+                f"(maskfed run or maskfed sweep; recomputes every run of the command)")
+
+
+def expected_columns(cfg: RunConfig) -> list[str]:
+    """The columns of a run's ``metrics.csv`` that ``cfg`` implies, in the order
+    :func:`maskfed.engine.fedavg.run_fedavg` writes them (a test keeps the two in step)."""
+    cols = ["round", "cohort", "n_k", "T_mean", "T_min", "T_max", "train_loss", "recovery_unweighted",
+            "recovery_weighted", "mean_update_sqnorm", "update_spread"]
+    if cfg.cohort_size >= 2:
+        cols += ["A", "B", "sigma2_hat", "mu2_hat"]
+    if cfg.hessian_every:
+        cols += ["recovery_hessian_unweighted", "recovery_hessian_weighted"]
+    if cfg.sharpness_iters:
+        cols += ["sharpness_top_eig", "sharpness_trace", "sharpness_trace_se"]
+    return cols + ["test_acc", "test_loss", "wall_s"]
+
+
+def load_run(path: Path) -> RunResult:
+    """Read a finished run folder, checking that it is whole.
+
+    Raises:
+        DamagedRun: a file of :data:`RUN_FILES` missing, JSON that does not parse (or a config the
+            current code cannot read), a metrics table that does not parse, lacks a column of
+            :func:`expected_columns` or does not hold rounds 1..``rounds`` of its config.
+    """
+    missing = [f for f in RUN_FILES if not (path / f).is_file()]
+    if missing:
+        raise DamagedRun(path, f"{', '.join(missing)} missing")
+    parsed = {}
+    for name in ("config.json", "partition.json", "provenance.json"):
+        try:
+            parsed[name] = json.loads((path / name).read_text())
+        except (OSError, ValueError) as exc:  # ValueError: JSONDecodeError, a cut-off or binary file
+            raise DamagedRun(path, f"{name} is not valid JSON ({exc})") from None
+        if not isinstance(parsed[name], dict):
+            raise DamagedRun(path, f"{name} holds {type(parsed[name]).__name__}, not a JSON object")
+    try:
+        cfg = RunConfig(**parsed["config.json"])
+    except (TypeError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        raise DamagedRun(path, f"config.json is not a run configuration this code can read "
+                               f"({str(exc).splitlines()[0]})") from None
+    try:
+        metrics = pd.read_csv(path / "metrics.csv")
+    except (OSError, ValueError) as exc:  # ValueError covers pandas' EmptyDataError and ParserError
+        raise DamagedRun(path, f"metrics.csv cannot be read ({type(exc).__name__}: {exc})") from None
+    absent = [c for c in expected_columns(cfg) if c not in metrics.columns]
+    if absent:
+        raise DamagedRun(path, f"metrics.csv lacks the column(s) {', '.join(absent)}")
+    if metrics["round"].tolist() != list(range(1, cfg.rounds + 1)):
+        raise DamagedRun(path, f"metrics.csv has {len(metrics)} rows for a {cfg.rounds}-round run"
+                         if len(metrics) != cfg.rounds else f"metrics.csv's rounds are not 1..{cfg.rounds}")
+    return RunResult(cfg, path, metrics, parsed["provenance.json"])
+
+
+#: File of a run folder holding θ at some rounds (:func:`run` with ``keep_every``).
+THETAS = "thetas.pt"
+
+
+def kept_rounds(rounds: int, every: int | Sequence[int]) -> list[int]:
+    """Rounds whose θ a run with ``keep_every = every`` keeps.
+
+    An integer n: 0 (θ_0), every multiple of n up to ``rounds``, and ``rounds`` itself (the same
+    rounds :func:`maskfed.studies.stage.fedavg_from` tests from round 0). A list of rounds: those up to
+    ``rounds``, with 0 and ``rounds`` added (for ladders denser early in training, where accuracy
+    climbs fastest).
+
+    Raises:
+        ValueError: an integer ``every`` < 1, or a negative round in the list.
+    """
+    if isinstance(every, int):
+        if every < 1:
+            raise ValueError(f"keep_every must be a positive number of rounds; got {every}")
+        return sorted(set(range(0, rounds + 1, every)) | {rounds})
+    if any(int(r) < 0 for r in every):
+        raise ValueError(f"keep_every rounds must be >= 0 (0 = initialisation); got {list(every)}")
+    return sorted({int(r) for r in every if int(r) <= rounds} | {0, rounds})
+
+
+def load_thetas(path: Path) -> dict[int, torch.Tensor] | None:
+    """θ snapshots of a finished run folder, ``{round: θ [P] float32 on the CPU}`` (round 0 =
+    initialisation), or None when the run kept none."""
+    file = path / THETAS
+    if not file.exists():
+        return None
+    blob = torch.load(file, weights_only=True)
+    return {int(r): t for r, t in zip(blob["rounds"], blob["thetas_RxP"])}
+
+
+def find_run(cfg: RunConfig) -> RunResult | None:
+    """The finished run of ``cfg`` with the current code and data, or None (tidies a stale partial folder).
+
+    Raises:
+        DamagedRun: the run's folder exists but is not whole (:func:`load_run`); it is named with
+            the reason and how to recompute it.
+    """
+    path = run_path(cfg, images_for(cfg))
+    if not path.exists():
+        return None
+    checkpoint.remove_stale(checkpoint.partial_dir(path))
+    return load_run(path)
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device of a config's ``device`` ("auto": CUDA when available, else CPU).
+
+    Raises:
+        ValueError: ``cuda`` asked for but not available.
+    """
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device = 'cuda' but no CUDA device is available; use device='cpu' or 'auto'")
+    return torch.device(name)
+
+
+def split_images(cfg: RunConfig, images: data_mod.ImageData):
+    """The run's train and test images (uint8) after ``train_subset`` / ``test_subset``.
+
+    Returns:
+        ``(x_train [N, 3, H, W], y_train [N], x_test [M, 3, H, W], y_test [M])``.
+
+    Raises:
+        ValueError: a subset larger than its split, or ``num_clients`` above the training images
+            (each message names the parameter and the allowed range).
+    """
+    x_tr, y_tr, x_te, y_te = images.x_train, images.y_train, images.x_test, images.y_test
+    for name, want, have in (("train_subset", cfg.train_subset, len(y_tr)), ("test_subset", cfg.test_subset, len(y_te))):
+        if want is not None and want > have:
+            raise ValueError(f"{name} = {want} exceeds the {have} images of that split; allowed: up to {have} "
+                             f"(or none for all: --{name.replace('_', '-')} none)")
+    if cfg.train_subset is not None and cfg.train_subset < len(y_tr):
+        keep = torch.randperm(len(y_tr), generator=torch.Generator().manual_seed(0))[:cfg.train_subset]
+        x_tr, y_tr = x_tr[keep], y_tr[keep]
+    if cfg.test_subset is not None and cfg.test_subset < len(y_te):
+        keep = torch.randperm(len(y_te), generator=torch.Generator().manual_seed(1))[:cfg.test_subset]
+        x_te, y_te = x_te[keep], y_te[keep]
+    if len(y_tr) < cfg.num_clients:
+        raise ValueError(f"num_clients = {cfg.num_clients} exceeds the {len(y_tr)} training images; "
+                         "allowed: 1 <= num_clients <= number of training images")
+    return x_tr, y_tr, x_te, y_te
+
+
+def partition_for(cfg: RunConfig, y_train: torch.Tensor) -> list:
+    """The run's client partition of ``y_train`` (labels after :func:`split_images`); K index arrays.
+
+    Raises:
+        ValueError: from :func:`maskfed.engine.partition.make_partition` (e.g. no Dirichlet draw gives
+            every client a sample), naming alpha and num_clients.
+    """
+    return partition.make_partition(cfg.partition, y_train.numpy(), cfg.num_clients, alpha=cfg.alpha, seed=cfg.seed,
+                                    convention=cfg.dirichlet_convention)
+
+
+def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.device) -> fedavg.FedData:
+    """Subset, normalise (train-split channel statistics) and partition the images.
+
+    On a CPU the images are stored channels-last (NHWC strides; indexing a batch keeps them), which
+    oneDNN's convolutions run faster: measured here for the cpu profile's CNN, one thread, one SGD
+    step, +7% at bs 32, +19% at bs 128, +27% at bs 500 (ours; PyTorch's channels-last tutorial). The
+    values are the same; the convolution sums in another order, so results agree to float32 rounding.
+    """
+    x_tr, y_tr, x_te, y_te = split_images(cfg, images)
+    parts = partition_for(cfg, y_tr)
+    mean, std = data_mod.channel_stats(x_tr)
+    layout = torch.channels_last if device.type == "cpu" else torch.contiguous_format
+    x_tr, x_te = (data_mod.normalize(x, mean, std).to(device).contiguous(memory_format=layout) for x in (x_tr, x_te))
+    return fedavg.FedData(x_train=x_tr, y_train=y_tr.to(device), parts=parts, x_test=x_te, y_test=y_te.to(device))
+
+
+def run(cfg: RunConfig, *, force: bool = False, progress: bool = True,
+        keep_every: int | Sequence[int] = 0) -> RunResult:
+    """Run one FedAvg configuration, or return its finished run folder.
+
+    While it trains, the run saves a checkpoint every ``cfg.checkpoint_every``
+    rounds into its hidden partial folder (:mod:`maskfed.engine.checkpoint`); the same
+    call after a kill or Ctrl-C resumes from the last one, and on the same device
+    gives numbers bit-identical to a run that never stopped. The finished folder
+    is renamed into place atomically and the partial folder removed. Only one
+    process computes a run at a time: a second one waits, then reuses it.
+
+    Args:
+        cfg: the run's configuration (validated).
+        force: recompute even if a finished run exists; also ignores (and deletes)
+            a checkpoint, so the run starts from round 1.
+        progress: show a tqdm bar over rounds.
+        keep_every: n > 0 (or a list of rounds) also keeps θ at :func:`kept_rounds` (round 0, every
+            n-th or the listed rounds, the last) in
+            the run folder's ``thetas.pt`` (:func:`load_thetas`), so that the stage chapter's
+            checkpoint ladder reads this trajectory instead of training it again. Snapshots are
+            written as the run goes into its partial folder, so they survive a resume; a run
+            resumed from a checkpoint made without them gets none. It changes no number and is
+            not part of the key: a finished run found without snapshots is returned as it is.
+
+    Returns:
+        :class:`RunResult`.
+
+    Raises:
+        ValueError / FileNotFoundError / DataUnavailableError: bad device or data, or
+            ``keep_every`` < 0, before training starts.
+    """
+    if isinstance(keep_every, int) and keep_every < 0:
+        raise ValueError(f"keep_every must be >= 0 rounds (0: keep no θ snapshots); got {keep_every}")
+    if not isinstance(keep_every, int):
+        kept_rounds(cfg.rounds, keep_every)  # refuses negative rounds before training
+    if not force and (found := find_run(cfg)) is not None:
+        return found
+    images = images_for(cfg)
+    path = run_path(cfg, images)
+    device = resolve_device(cfg.device)
+    engine = cohort.resolve_engine(cfg.engine, device)
+    cohort.check_precision(cfg.precision, device)
+    key = run_key(cfg, images)
+    with checkpoint.claim(checkpoint.partial_dir(path)) as partial:
+        if path.exists() and not force:  # finished by another process while we waited
+            return load_run(path)
+        return _train(cfg, images, path, key, partial, device, engine, force=force, progress=progress,
+                      keep_every=keep_every)
+
+
+def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, partial: Path,
+           device: torch.device, engine: str, *, force: bool, progress: bool,
+           keep_every: int | Sequence[int] = 0) -> RunResult:
+    """Train ``cfg`` (from its checkpoint if there is one), write the run folder, drop the checkpoint."""
+    t0 = time.perf_counter()
+    data = prepare_data(cfg, images, device)
+    torch.manual_seed(cfg.seed)
+    num_classes = len(images.classes)  # the source's own class count (10 for CIFAR-10)
+    model = build_model(cfg.model, num_classes=num_classes, gn_groups=cfg.gn_groups, width=cfg.width).to(device)
+    snapshots = partial / "thetas"
+    if force:
+        checkpoint.discard(partial)
+        shutil.rmtree(snapshots, ignore_errors=True)
+    keep = set(kept_rounds(cfg.rounds, keep_every)) if keep_every else set()
+
+    def snapshot(rounds_done: int, theta_P: torch.Tensor) -> None:
+        if rounds_done in keep:
+            checkpoint.write_file(snapshots / f"r{rounds_done:05d}.pt",
+                                  checkpoint.tensor_bytes(theta_P.detach().float().cpu().clone()), "a θ snapshot")
+
+    state = checkpoint.load(partial, key)
+    if state is not None:
+        checkpoint.restore_rng(state)
+    done_before = 0 if state is None else state.rounds_done
+    wall_before = 0.0 if state is None else state.wall_s
+    if state is None:
+        snapshot(0, torch.nn.utils.parameters_to_vector(model.parameters()))
+
+    def save_state(rounds_done: int, theta_P: torch.Tensor, records: list[dict]) -> None:
+        snapshot(rounds_done, theta_P)
+        if cfg.checkpoint_every and rounds_done % cfg.checkpoint_every == 0 and rounds_done < cfg.rounds:
+            wall = wall_before + time.perf_counter() - t0
+            checkpoint.save(partial, checkpoint.RunState(rounds_done, theta_P, records, wall_s=wall), key)
+
+    bar = tqdm(total=cfg.rounds, initial=done_before, desc=cfg.label(), leave=False, disable=not progress,
+               mininterval=2.0)
+    # (the bar is closed, and so cleared, also when the run stops: a message after it starts on its own line);
+    # every number of the run (training, evaluation, Hessian products, sharpness) in the run's precision
+    with bar, determinism.deterministic(determinism.needed(cfg.identical_client_seeds, device)) as determinism_state, \
+            cohort.precision_context(cfg.precision, device) as precision_state:
+        records = fedavg.run_fedavg(
+            model, data, rounds=cfg.rounds, cohort_size=cfg.cohort_size, local_epochs=cfg.local_epochs,
+            batch_size=cfg.batch_size, lr=cfg.lr, aggregation=cfg.aggregation, seed=cfg.seed,
+            identical_client_seeds=cfg.identical_client_seeds,
+            eval_at=fedavg.eval_rounds(cfg.rounds, cfg.eval_every, cfg.eval_every_tail), progress=bar,
+            engine=engine, precision=cfg.precision,
+            start_round=done_before, theta_P=None if state is None else state.theta_P.to(device),
+            records=None if state is None else state.records, on_state=save_state,
+            mask_keep_prob=cfg.mask_keep_prob, mask_mode=cfg.mask_mode, hessian_every=cfg.hessian_every,
+            hessian_batch_size=cfg.hessian_batch, sharpness_iters=cfg.sharpness_iters)
+    sizes = [len(p) for p in data.parts]
+    prov = {
+        "run_key": key, **fingerprint_fields(images), "label": cfg.label(), "seed": cfg.seed,
+        "code_hash": provenance.code_hash(), **provenance.git_state(),
+        "packages": provenance.package_versions(), "machine": provenance.machine(str(device)),
+        "determinism": determinism_state,
+        "data_source": images.source, "data_source_kind": images.source_kind, "dataset": cfg.dataset,
+        "classes": list(images.classes),
+        "num_parameters": num_parameters(model), "wall_s": wall_before + time.perf_counter() - t0,
+        "resumed_after_round": done_before,
+        "engine": engine, "precision": cfg.precision, "precision_flags": precision_state,
+        "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    files: dict[str, str | bytes] = {
+        "metrics.csv": pd.DataFrame(records).to_csv(index=False),
+        "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2),
+        "partition.json": json.dumps({"sizes": sizes, "min": min(sizes), "max": max(sizes)}),
+        "provenance.json": json.dumps(prov, indent=2),
+    }
+    if keep and all((snapshots / f"r{r:05d}.pt").exists() for r in keep):
+        rounds_kept = sorted(keep)
+        files[THETAS] = checkpoint.tensor_bytes({"rounds": rounds_kept, "thetas_RxP": torch.stack(
+            [torch.load(snapshots / f"r{r:05d}.pt", weights_only=True) for r in rounds_kept])})
+    _write_atomically(path, replace=force, files=files)
+    checkpoint.discard(partial)
+    return load_run(path)
+
+
+def _write_atomically(path: Path, files: dict[str, str | bytes], replace: bool = False) -> None:
+    """Write ``files`` into a hidden temporary folder, then rename it to ``path`` in one step.
+
+    A folder at ``path`` is therefore always complete; an interruption while
+    writing leaves at most the hidden ``.tmp-*`` folder, which is removed.
+
+    Raises:
+        checkpoint.WriteFailed: a file cannot be written (no space left, ...), naming the folder
+            and the cause; the run's checkpoint and every other run folder are intact.
+    """
+    tmp = path.parent / f".tmp-{path.name}-{os.getpid()}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        for name, content in files.items():
+            if isinstance(content, bytes):
+                (tmp / name).write_bytes(content)
+            else:
+                (tmp / name).write_text(content)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise checkpoint.write_failed("the finished run's folder", path.parent, exc) from exc
+    try:
+        old = path.parent / f".old-{path.name}-{os.getpid()}"
+        if replace and path.exists():  # a forced rerun: move the old folder aside first
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # another process finished the same run first: keep theirs
+            pass
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_cost(cfg: RunConfig) -> float:
+    """Relative cost of a run (rounds x τ x K_c: images trained, up to shard size), for longest-first scheduling."""
+    return cfg.rounds * cfg.local_epochs * cfg.cohort_size
+
+
+def worker_init(parent: int | None = None) -> None:
+    """One torch thread; Ctrl-C and SIGHUP are left to the parent, which stops the workers itself
+    (with SIGTERM, whose default action ends a worker). A worker whose parent is gone (killed by
+    SIGKILL) ends itself within a second instead of training on as an orphan.
+
+    Args:
+        parent: the pid of the process that made the pool (``os.getpid()`` there). Given, a worker
+            that starts after its parent died (a spawn takes seconds on a loaded machine) ends at
+            once instead of taking its new parent (init) for the one to watch.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # tqdm's default lock is a multiprocessing semaphore: a worker ended by SIGTERM never releases
+    # it, and at exit the resource tracker would warn of "leaked semaphore objects" after the one
+    # line that says the command was interrupted; a worker's bars need no lock across processes
+    tqdm.set_lock(threading.RLock())
+    torch.set_num_threads(1)
+    if parent is None:
+        parent = os.getppid()
+
+    def watch_parent() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch_parent, daemon=True, name="maskfed-watch-parent").start()
+
+
+def _run_in_worker(cfg_json: str, keep_every: int | Sequence[int] = 0, force: bool = False) -> str:
+    return str(run(RunConfig(**json.loads(cfg_json)), progress=False, keep_every=keep_every, force=force).path)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT), or SIGTERM / SIGHUP under :func:`stop_on_signals`, during :func:`run_many`;
+    ``str()`` says what was kept and how to resume, ``signum`` is the signal's number."""
+
+    def __init__(self, message: str, signum: int = signal.SIGINT):
+        super().__init__(message)
+        self.signum = signum
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived inside :func:`stop_on_signals`; ``signum`` is its number."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+#: Signals that end a run or sweep the way Ctrl-C does (:func:`stop_on_signals`).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def stop_on_signals():
+    """Inside the block, SIGTERM and SIGHUP raise :class:`Stopped` (a KeyboardInterrupt) in the main
+    thread, so that ``kill <pid>`` or a closed terminal end a sweep as Ctrl-C does: workers ended,
+    finished runs kept, unfinished ones resumable. Only the first such signal raises (a second one
+    while stopping is ignored); the previous handlers are restored on leaving. A signal this process
+    ignores already is left ignored (SIGHUP under ``nohup``). Outside the main thread it does nothing
+    (Python sets signal handlers there only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised = []
+
+    def handler(signum, frame):
+        if not raised:
+            raised.append(signum)
+            raise Stopped(signum)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def exit_status(exc: KeyboardInterrupt) -> int:
+    """The shell's exit status for a run stopped by a signal: 128 + its number (130 Ctrl-C, 143 SIGTERM,
+    129 SIGHUP)."""
+    return 128 + int(getattr(exc, "signum", signal.SIGINT))
+
+
+def resume_hint() -> str:
+    """How to continue after an interruption (used by :class:`Interrupted` and the CLI)."""
+    return (f"rerun the same command to resume: finished runs are reused, and each unfinished run continues "
+            f"from its last checkpoint (hidden .partial-* folders in {results_dir() / 'runs'})")
+
+
+def interrupted_message(exc: KeyboardInterrupt) -> str:
+    """``interrupted`` (Ctrl-C) or ``interrupted by SIGTERM`` (another signal), for the messages."""
+    signum = int(getattr(exc, "signum", signal.SIGINT))
+    return "interrupted" if signum == signal.SIGINT else f"interrupted by {signal.Signals(signum).name}"
+
+
+def stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel queued runs and end the worker processes now (their checkpoints stay on disk)."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
+    if terminate is not None:
+        terminate()
+        return
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # Python 3.11-3.13; shutdown clears it
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(timeout=5)
+    pool.shutdown(wait=True)  # the pool's own thread sees the ended workers and releases its queues
+
+
+def _finished(cfg: RunConfig) -> bool:
+    """Whether ``cfg``'s run folder is on disk and whole (for counting; a damaged one is not)."""
+    try:
+        return find_run(cfg) is not None
+    except DamagedRun:
+        return False
+
+
+def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = True,
+             keep_every: dict[RunConfig, int | Sequence[int]] | None = None, force: bool = False) -> list[RunResult]:
+    """Run several configurations (finished ones are reused), in parallel processes.
+
+    Runs are independent, so ``workers`` one-thread processes share them out,
+    longest first. Results come back in the order of ``configs``. A run that
+    fails does not discard the others: every other run still runs and is kept on
+    disk, and the first failure is raised at the end as its own exception (same
+    type and message, with a note naming the run and the number of failures).
+
+    Ctrl-C stops within seconds: queued runs are cancelled and worker processes
+    ended; finished runs stay, unfinished ones keep their last checkpoint in
+    their hidden ``.partial-*`` folder, and no run folder is left half-written.
+    The same call again resumes them (:func:`run`). Inside :func:`stop_on_signals`,
+    SIGTERM and SIGHUP do the same.
+
+    Args:
+        configs: run configurations (duplicates are run once).
+        workers: worker processes; 1 runs in this process with torch's default threads.
+        progress: tqdm bars.
+        keep_every: ``{config: n or rounds}`` for runs that also keep θ snapshots (:func:`run`); others keep none.
+        force: recompute every run from round 1, replacing finished (or damaged) folders (:func:`run`).
+
+    Raises:
+        DamagedRun: a finished run's folder is damaged (without ``force``; before any training).
+        Interrupted: on Ctrl-C (or SIGTERM / SIGHUP, see above), with what was kept and how to resume.
+        Exception: the first failed run's own error, after every other run ended.
+    """
+    unique = list(dict.fromkeys(configs))
+    keep = keep_every or {}
+    done = {c: None if force else find_run(c) for c in unique}
+    pending = [c for c in unique if done[c] is None]
+    errors: list[tuple[RunConfig, BaseException]] = []
+    try:
+        if pending and workers > 1 and len(pending) > 1:
+            pending.sort(key=run_cost, reverse=True)
+            pool = ProcessPoolExecutor(max_workers=min(workers, len(pending)),
+                                       mp_context=multiprocessing.get_context("spawn"), initializer=worker_init,
+                                       initargs=(os.getpid(),))
+            try:
+                futures = {pool.submit(_run_in_worker, c.model_dump_json(), keep.get(c, 0), force): c for c in pending}
+                for fut in tqdm(as_completed(futures), total=len(futures), desc="runs", disable=not progress):
+                    if fut.exception() is not None:
+                        errors.append((futures[fut], fut.exception()))
+                    else:
+                        done[futures[fut]] = load_run(Path(fut.result()))
+            except BaseException:
+                stop_workers(pool)
+                raise
+            pool.shutdown(wait=True)
+        else:
+            for c in tqdm(pending, desc="runs", disable=not progress or len(pending) < 2):
+                try:
+                    done[c] = run(c, progress=progress, keep_every=keep.get(c, 0), force=force)
+                except Exception as exc:  # noqa: BLE001 - kept and re-raised below, after the other runs
+                    errors.append((c, exc))
+    except KeyboardInterrupt as exc:
+        finished = sum(map(_finished, unique))  # on disk: one may have landed just now
+        raise Interrupted(f"{interrupted_message(exc)}; {finished} of {len(unique)} run(s) finished and kept; "
+                          + resume_hint(), signum=getattr(exc, "signum", signal.SIGINT)) from None
+    if errors:
+        cfg, exc = errors[0]
+        exc.add_note(f"(run {cfg.label()}; {len(errors)} of {len(unique)} run(s) failed, "
+                     "the others are kept)")
+        raise exc
+    return [done[c] for c in configs]

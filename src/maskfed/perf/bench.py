@@ -1,0 +1,345 @@
+"""Throughput benchmark: one FedAvg round of ours against bare SGD and a typical FedAvg loop.
+
+In one process, on one machine, with the same data, model, cohort, batches and number of local
+steps, it times one round of each local protocol (batch size × τ) along these paths:
+
+- ``ours_sequential`` / ``ours_batched``: our round (:func:`maskfed.engine.cohort.train_cohort` with
+  either engine, the server's aggregate and the per-round measurements of
+  :func:`maskfed.engine.fedavg.round_metrics`);
+- ``bare_sgd``: the same local steps on the same batches with ``torch.optim.SGD`` and
+  ``loss.backward()``, no FL bookkeeping (P2: ours/bare time, target ≤ 1.05);
+- ``typical_fedavg``: the round as public FedAvg code usually writes it, a
+  ``torch.utils.data.DataLoader`` per client, ``copy.deepcopy`` of the global model per client
+  and ``state_dict`` averaging on the server (P3: typical/ours time, target ≥ 3 on a GPU).
+  It shuffles with its own DataLoader generator, so its batches differ from ours, but it makes
+  the same number of steps over the same images.
+
+Entry point: ``python -m maskfed.perf.bench`` (``make bench``) writes ``results/bench/bench-<utc>.csv``
+and prints the ratios. The machine is recorded in every row; a CSV never mixes machines. Each row
+also gives the steps and images the path's engine computed (:func:`maskfed.perf.projection.round_work`:
+the batched engine makes max_k T_k steps over padded batches), from which the device check fits
+its time projection, and on CUDA the peak GPU memory of the cell.
+
+Under bf16 every path autocasts the forward pass and loss only (:func:`maskfed.engine.cohort.forward_autocast`),
+as our engines do; under every precision the TF32 settings are :func:`maskfed.engine.cohort.precision_context`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from maskfed import provenance
+from maskfed.perf import projection
+
+from maskfed.engine import cohort, fedavg, runner
+from maskfed.engine.config import load_profile
+from maskfed.engine.models import build_model
+from maskfed.paths import results_dir
+
+PATHS = ("ours_sequential", "ours_batched", "bare_sgd", "typical_fedavg")
+#: The paths as a reader names them (legends, table headers).
+PATH_LABELS = {"ours_sequential": "ours, sequential", "ours_batched": "ours, batched", "bare_sgd": "bare SGD",
+               "typical_fedavg": "typical FedAvg"}
+COLUMNS = ["machine", "device", "cuda_device", "torch", "threads", "profile", "model", "num_parameters", "precision",
+           "batch_size", "local_epochs", "path", "clients", "steps", "images", "seconds", "images_per_s",
+           "repeats", "utc", "steps_computed", "images_computed", "peak_mem_gib"]
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else ``platform.processor()``."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+class RoundBench:
+    """One round's fixed inputs (θ, cohort shards, per-client generators' seeds) and the timed paths.
+
+    Args:
+        model: network whose current parameters are θ; on ``data``'s device.
+        data: :class:`maskfed.engine.fedavg.FedData`.
+        cohort_size: K_c clients (round 0's cohort of :func:`maskfed.engine.fedavg.sample_cohort`).
+        lr: SGD step size.
+        seed: run seed (cohort and shuffling generators).
+    """
+
+    def __init__(self, model: nn.Module, data: fedavg.FedData, *, cohort_size: int, lr: float, seed: int = 0):
+        self.model, self.data, self.lr, self.seed = model, data, lr, seed
+        self.theta = parameters_to_vector(model.parameters()).detach().clone()
+        self.cohort = fedavg.sample_cohort(len(data.parts), cohort_size, seed, 0)
+        self.parts = [data.parts[k] for k in self.cohort]
+        self.n_K = [len(p) for p in self.parts]
+
+    def _gens(self):
+        return [torch.Generator().manual_seed(fedavg.client_seed(self.seed, 0, int(k))) for k in self.cohort]
+
+    def ours(self, engine: str, batch_size, local_epochs: int, precision: str = "fp32") -> int:
+        """Our round (local training, aggregate, round metrics); returns the local steps made."""
+        d = self.data
+        deltas, n_K, T_K, _ = cohort.train_cohort(self.model, self.theta, d.x_train, d.y_train, self.parts, lr=self.lr,
+                                                  batch_size=batch_size, local_epochs=local_epochs,
+                                                  generators=self._gens(), engine=engine, precision=precision)
+        theta = self.theta - fedavg.aggregate(deltas, fedavg.aggregation_weights(n_K))
+        fedavg.round_metrics(deltas, n_K)
+        _sync(theta.device)
+        return sum(T_K)
+
+    def bare_sgd(self, batch_size, local_epochs: int, precision: str = "fp32") -> int:
+        """The same local steps on the same batches with torch.optim.SGD, no FL bookkeeping."""
+        d, model, steps = self.data, self.model, 0
+        amp = cohort.AUTOCAST_DTYPE[precision]
+        with cohort.precision_context(precision, d.x_train.device):
+            for idx_np, gen in zip(self.parts, self._gens()):
+                vector_to_parameters(self.theta.clone(), model.parameters())  # clone: parameters become views
+                opt = torch.optim.SGD(model.parameters(), lr=self.lr)
+                shard = torch.as_tensor(idx_np, device=d.x_train.device)
+                xk, yk = d.x_train[shard], d.y_train[shard]
+                for b in cohort.client_batches(len(idx_np), batch_size, local_epochs, gen):
+                    b = b.to(xk.device)
+                    opt.zero_grad(set_to_none=True)
+                    with cohort.forward_autocast(amp, xk.device.type):
+                        loss = nn.functional.cross_entropy(model(xk[b]), yk[b])
+                    loss.backward()
+                    opt.step()
+                    steps += 1
+        _sync(d.x_train.device)
+        return steps
+
+    def typical_fedavg(self, batch_size, local_epochs: int, precision: str = "fp32") -> int:
+        """A typical public FedAvg round: DataLoader per client, deepcopy per client, state_dict averaging."""
+        from torch.utils.data import DataLoader, TensorDataset
+
+        d, steps = self.data, 0
+        vector_to_parameters(self.theta.clone(), self.model.parameters())  # clone: parameters become views
+        global_model = self.model
+        states, sizes = [], []
+        amp = cohort.AUTOCAST_DTYPE[precision]
+        with cohort.precision_context(precision, d.x_train.device):
+            for k, idx_np in zip(self.cohort, self.parts):
+                local = copy.deepcopy(global_model)
+                local.train()
+                opt = torch.optim.SGD(local.parameters(), lr=self.lr)
+                shard = torch.as_tensor(idx_np, device=d.x_train.device)
+                ds = TensorDataset(d.x_train[shard], d.y_train[shard])
+                bs = len(idx_np) if batch_size == "full" else batch_size
+                loader = DataLoader(ds, batch_size=bs, shuffle=True,
+                                    generator=torch.Generator().manual_seed(int(k)))
+                for _ in range(local_epochs):
+                    for xb, yb in loader:
+                        opt.zero_grad()
+                        with cohort.forward_autocast(amp, xb.device.type):
+                            loss = nn.functional.cross_entropy(local(xb), yb)
+                        loss.backward()
+                        opt.step()
+                        steps += 1
+                states.append(local.state_dict())
+                sizes.append(len(idx_np))
+        total = float(sum(sizes))
+        avg = {name: sum(s[name] * (n / total) for s, n in zip(states, sizes)) for name in states[0]}
+        global_model.load_state_dict(avg)
+        _sync(d.x_train.device)
+        return steps
+
+    def time_path(self, path: str, batch_size, local_epochs: int, precision: str = "fp32") -> tuple[float, int]:
+        """Seconds and local steps of one round along ``path`` (one of :data:`PATHS`)."""
+        if path not in PATHS:
+            raise ValueError(f"path must be one of {list(PATHS)}; got {path!r}")
+        _sync(self.data.x_train.device)
+        t0 = time.perf_counter()
+        if path.startswith("ours_"):
+            steps = self.ours(path.removeprefix("ours_"), batch_size, local_epochs, precision)
+        else:
+            steps = getattr(self, path)(batch_size, local_epochs, precision)
+        return time.perf_counter() - t0, steps
+
+
+def bench(profile: str = "cpu", *, protocols=None, paths=PATHS, precisions=("fp32",), repeats: int = 3,
+          device: str | None = None, model: str | None = None, warmup: bool | None = None, **overrides) -> pd.DataFrame:
+    """Time one round per (protocol, path, precision), ``repeats`` times interleaved; median seconds.
+
+    Args:
+        profile: profile whose base config gives the data, model, K, K_c and lr ("smoke", "cpu", "paper").
+        protocols: (batch size, τ) pairs; default the profile's Table I grid.
+        paths: subset of :data:`PATHS`.
+        precisions: subset of ("fp32", "tf32", "bf16"); tf32/bf16 only on CUDA.
+        repeats: timed rounds per cell (the median is reported; rounds interleave the paths so
+            load changes on a shared machine hit every path alike).
+        device: "cpu" | "cuda" | None (the profile's, "auto" resolved).
+        model: override the profile's model (e.g. "resnet18_gn").
+        warmup: one untimed round per path and protocol first (allocator, cuDNN autotuning);
+            None: on CUDA only (on CPU the first round runs at speed).
+        overrides: further RunConfig fields (e.g. rounds, train_subset).
+
+    Returns:
+        One row per cell with the columns :data:`COLUMNS` (images/s = τ · Σ n_k / seconds;
+        ``steps_computed`` and ``images_computed``: the engine's own steps and images,
+        :func:`maskfed.perf.projection.round_work`; ``peak_mem_gib``: peak GPU memory allocated, NaN on the CPU).
+
+    Raises:
+        ValueError / ConfigError: bad profile, path, precision or device (before any timing).
+    """
+    prof = load_profile(profile)
+    fields = {**overrides, **({"device": device} if device else {}), **({"model": model} if model else {})}
+    cfg = prof.run(prof.seeds[0], **fields)
+    dev = runner.resolve_device(cfg.device)
+    for p in paths:
+        if p not in PATHS:
+            raise ValueError(f"paths: {p!r} not allowed; choose from {list(PATHS)}")
+    for p in precisions:
+        cohort.check_precision(p, dev)
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1; got {repeats}")
+    protocols = protocols or [(bs, tau) for bs in prof.table1.batch_sizes for tau in prof.table1.local_epochs]
+    images = runner.images_for(cfg)
+    data = runner.prepare_data(cfg, images, dev)
+    torch.manual_seed(cfg.seed)
+    net = build_model(cfg.model, num_classes=len(images.classes), gn_groups=cfg.gn_groups,
+                      width=cfg.width).to(dev)
+    warmup = dev.type == "cuda" if warmup is None else warmup
+    rb = RoundBench(net, data, cohort_size=cfg.cohort_size, lr=cfg.lr, seed=cfg.seed)
+    mach = provenance.machine(str(dev))
+    base = {"machine": cpu_model() + " | " + mach["platform"], "device": dev.type,
+            "cuda_device": mach.get("cuda_device", ""), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "profile": profile, "model": cfg.model, "num_parameters": int(rb.theta.numel()),
+            "clients": len(rb.cohort), "repeats": repeats}
+    rows = []
+    for precision in precisions:
+        for bs, tau in protocols:
+            if warmup:
+                for path in paths:
+                    rb.time_path(path, bs, tau, precision)
+            times = {p: [] for p in paths}
+            steps, peak = {}, {}
+            for _ in range(repeats):
+                for path in paths:
+                    if dev.type == "cuda":
+                        torch.cuda.reset_peak_memory_stats(dev)
+                    sec, steps[path] = rb.time_path(path, bs, tau, precision)
+                    times[path].append(sec)
+                    if dev.type == "cuda":  # GiB allocated at the peak of the cell's rounds
+                        peak[path] = max(peak.get(path, 0.0), torch.cuda.max_memory_allocated(dev) / 2**30)
+            n_img = tau * sum(rb.n_K)
+            work = projection.round_work(rb.n_K, bs, tau)
+            for path in paths:
+                sec = statistics.median(times[path])
+                kind = "batched" if path == "ours_batched" else "sequential"
+                rows.append({**base, "precision": precision, "batch_size": str(bs), "local_epochs": tau, "path": path,
+                             "steps": steps[path], "images": n_img, "seconds": sec, "images_per_s": n_img / sec,
+                             "utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                             "steps_computed": work[f"{kind}_steps"], "images_computed": work[f"{kind}_images"],
+                             "peak_mem_gib": peak.get(path, float("nan"))})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def ratios(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (precision, protocol): P2 = ours/bare time, P3 = typical/ours time, batched/sequential speed-up.
+
+    "ours" is the engine ``engine="auto"`` picks on the bench's device (:data:`maskfed.engine.cohort.AUTO_ENGINE`).
+    """
+    out = []
+    for (prec, bs, tau), g in df.groupby(["precision", "batch_size", "local_epochs"], sort=False):
+        sec = dict(zip(g["path"], g["seconds"]))
+        auto = "ours_" + cohort.AUTO_ENGINE.get(g["device"].iloc[0], "sequential")
+        row = {"precision": prec, "batch_size": bs, "local_epochs": tau, "ours": auto.removeprefix("ours_")}
+        ours = sec.get(auto)
+        row["P2_ours_over_bare"] = ours / sec["bare_sgd"] if ours and "bare_sgd" in sec else np.nan
+        row["P3_typical_over_ours"] = sec["typical_fedavg"] / ours if ours and "typical_fedavg" in sec else np.nan
+        row["batched_speedup"] = (sec["ours_sequential"] / sec["ours_batched"]
+                                  if {"ours_sequential", "ours_batched"} <= set(sec) else np.nan)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def latest_csv(folder: Path | None = None) -> Path | None:
+    """The newest ``bench-*.csv`` under ``results/bench`` (or ``folder``), or None."""
+    folder = folder or results_dir() / "bench"
+    found = sorted(folder.glob("bench-*.csv"))
+    return found[-1] if found else None
+
+
+def latest_or_tiny(folder: Path | None = None) -> tuple[pd.DataFrame, str]:
+    """The newest bench CSV's rows, or (none found) a tiny bench run now at the smoke profile on the CPU.
+
+    Returns:
+        (rows with :data:`COLUMNS`, a sentence naming where they come from).
+
+    Raises:
+        ValueError: a CSV whose rows come from more than one machine (never mixed).
+    """
+    path = latest_csv(folder)
+    if path is not None:
+        df = pd.read_csv(path, dtype={"batch_size": str, "cuda_device": str}).fillna({"cuda_device": ""})
+        source = f"the newest “make bench” result, {path.name}"
+    else:
+        df = bench("smoke", protocols=[(16, 1), ("full", 1)], repeats=1, device="cpu")
+        source = "no “make bench” result was found, so a tiny benchmark at the smoke profile ran now (its numbers mean little)"
+    if df[["machine", "device", "cuda_device"]].drop_duplicates().shape[0] != 1:
+        raise ValueError(f"bench rows come from more than one machine: {sorted(df['machine'].unique())}")
+    return df, source
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m maskfed.perf.bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", default="cpu", help="smoke | cpu | paper (default cpu)")
+    parser.add_argument("--device", default=None, help="cpu | cuda (default: the profile's)")
+    parser.add_argument("--model", default=None, help="override the profile's model")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds per cell (median reported)")
+    parser.add_argument("--precisions", nargs="+", default=["fp32"], help="fp32 tf32 bf16 (CUDA for the last two)")
+    parser.add_argument("--protocols", nargs="+", default=None,
+                        help="BS:TAU pairs, e.g. 32:1 full:2 (default: the profile's Table I grid)")
+    parser.add_argument("--data-path", default=None, help="CIFAR-10 archive or folder (default: found automatically)")
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), help=f"any of {' '.join(PATHS)} (default all)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--out", default=None, help="CSV path (default results/bench/bench-<utc>.csv)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    protocols = None
+    if args.protocols:
+        protocols = []
+        for item in args.protocols:
+            bs, _, tau = item.partition(":")
+            protocols.append((bs if bs == "full" else int(bs), int(tau or 1)))
+    try:
+        df = bench(args.profile, protocols=protocols, paths=tuple(args.paths), precisions=tuple(args.precisions), repeats=args.repeats,
+                   device=args.device, model=args.model,
+                   **({"data_path": args.data_path} if args.data_path else {}))
+    except ValueError as exc:
+        print(f"maskfed.perf.bench: error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else results_dir() / "bench" / f"bench-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.csv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out, index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        print(df[["precision", "batch_size", "local_epochs", "path", "steps", "seconds", "images_per_s"]]
+              .to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print(ratios(df).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"machine: {df['machine'].iloc[0]} ({df['device'].iloc[0]}, {df['threads'].iloc[0]} thread(s))")
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1029 @@
+"""An archive of finished runs kept in git: ``results/archive/<profile>/<run-folder>/``.
+
+Some profiles take too long to recompute in every ``make book`` (``cpu-long``:
+about an hour on 2 cores; ``paper``: a GPU). Their finished run folders are
+copied here once, small files only (:data:`FILES`: metrics, config, partition,
+provenance), committed, and read back by the book beside the live profile's
+numbers. Each profile's archive carries a provenance label (device, dates,
+commits, run-code hashes) that says plainly when the run code has changed
+since the runs were made. Archived runs are never pooled across profiles.
+
+``results/runs/`` stays a git-ignored cache; only ``results/archive/`` is tracked.
+``$MASKFED_ARCHIVE_DIR`` moves the archive (tests use this).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from maskfed import provenance
+
+from maskfed.analysis import uncertainty
+from maskfed.engine.config import load_profile, NOT_IN_KEY, PROFILES, RunConfig
+from maskfed.engine.runner import DamagedRun, load_run, RunResult
+from maskfed.paths import env_path, REPO_ROOT
+from maskfed.studies import experiments
+
+if TYPE_CHECKING:
+    import IPython.display
+
+#: The files of a run folder that are archived (all small: a few kB to a few hundred kB).
+FILES = ("metrics.csv", "config.json", "partition.json", "provenance.json")
+#: Files archived when the run has them: θ snapshots of a stage-ladder run (:data:`maskfed.engine.runner.THETAS`;
+#: about 2 MB for 28 rounds of the 17 k-parameter CNN), read back by the stage chapter.
+OPTIONAL_FILES = ("thetas.pt",)
+#: Columns a metrics.csv must have to be read back.
+REQUIRED_COLUMNS = ("round", "recovery_unweighted", "recovery_weighted", "mu2_hat", "sigma2_hat", "test_acc")
+#: RunConfig fields that say where or how a run ran, not what it computed: ignored when matching
+#: archived runs to a profile's configurations (``checkpoint_every`` is :data:`~maskfed.engine.config.NOT_IN_KEY`).
+WHERE_FIELDS = ("data_path", "device", *NOT_IN_KEY)
+#: Profiles the book looks for in the archive, in column order: closest to the paper's setting first
+#: (the paper profile on a GPU, then its protocol on the CPU with a small model, then 100 rounds).
+BOOK_PROFILES = ("paper", "cpu-paper", "cpu-long")
+
+
+def archive_dir() -> Path:
+    """The archive root: ``$MASKFED_ARCHIVE_DIR`` or ``<repo>/results/archive``."""
+    return env_path("MASKFED_ARCHIVE_DIR", REPO_ROOT / "results" / "archive")
+
+
+def _check_profile(profile_name: str) -> None:
+    if profile_name not in PROFILES:
+        raise ValueError(f"profile_name must be one of {list(PROFILES)}; got {profile_name!r}")
+
+
+def archive_runs(results: list[RunResult], profile_name: str) -> list[Path]:
+    """Copy finished run folders into ``archive_dir()/<profile_name>/<run-folder>/``.
+
+    Only :data:`FILES` (and :data:`OPTIONAL_FILES` where present) are copied. Each folder is written to a temporary name and
+    renamed into place, so an archived folder is always complete; a folder of the
+    same name (same config, code and data: the same run) is replaced.
+
+    Args:
+        results: finished runs (:class:`~maskfed.engine.runner.RunResult`), e.g. from
+            :func:`maskfed.engine.runner.run_many`.
+        profile_name: the profile they belong to, one of :data:`maskfed.engine.config.PROFILES`.
+
+    Returns:
+        The archived folders, in the order of ``results``.
+
+    Raises:
+        ValueError: unknown profile name, or a run folder lacking one of :data:`FILES`
+            (checked for every run before anything is copied).
+    """
+    _check_profile(profile_name)
+    for r in results:
+        missing = [f for f in FILES if not (r.path / f).is_file()]
+        if missing:
+            raise ValueError(f"run folder {r.path} is not a finished run: missing {missing}")
+    dest_root = archive_dir() / profile_name
+    dest_root.mkdir(parents=True, exist_ok=True)
+    clean_leftovers(dest_root)
+    out = []
+    for r in results:
+        dest = dest_root / r.path.name
+        tmp = _scratch(dest)
+        for f in FILES + tuple(o for o in OPTIONAL_FILES if (r.path / o).is_file()):
+            shutil.copy2(r.path / f, tmp / f)
+        install(tmp, dest)
+        out.append(dest)
+    return out
+
+
+# --------------------------------------------------------------------------- manifests and folder writes
+
+#: File in every archived run and study folder: the sha256 of each of its other files, written last
+#: (:func:`write_manifest`); the labels compare it with the files on disk at every build.
+MANIFEST = "manifest.json"
+#: Name prefixes of a folder being written (``.tmp-``) and of the folder it replaces, kept until the new
+#: one is in place (``.old-``); both hidden from the book, cleaned up by the next archive command.
+TMP_PREFIX, OLD_PREFIX = ".tmp-", ".old-"
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, 64 hex digits (read in 1 MiB chunks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _hashed_files(folder: Path) -> dict[str, str]:
+    return {f.name: file_sha256(f) for f in sorted(folder.iterdir()) if f.is_file() and f.name != MANIFEST}
+
+
+def write_manifest(folder: Path) -> str:
+    """Write ``folder/manifest.json``: ``{"kind": "sha256", "files": {name: sha256}}`` over every other file
+    of the folder (through a temporary file and ``os.replace``). Returns :func:`manifest_digest`.
+
+    Raises:
+        OSError: the folder cannot be read or written.
+    """
+    body = json.dumps({"kind": "sha256", "files": _hashed_files(folder)}, indent=1, sort_keys=True) + "\n"
+    tmp = folder / f"{MANIFEST}.tmp"
+    tmp.write_text(body)
+    os.replace(tmp, folder / MANIFEST)
+    return manifest_digest(folder)
+
+
+def manifest_digest(folder: Path) -> str | None:
+    """sha256 (16 hex digits) of ``folder``'s manifest file, or None when it has none."""
+    path = folder / MANIFEST
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
+
+
+def content_digest(folder: Path) -> str:
+    """sha256 (16 hex digits) of the names and sha256 of every file of ``folder`` but its manifest, as they are
+    now: for a folder whose files match its manifest, the digest of what was archived. A verification record
+    holds it for every run (:func:`verify_archive`), so the record speaks only for exactly those bytes."""
+    return _digest(_hashed_files(folder))
+
+
+def _digest(hashed: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def manifest_changes(folder: Path) -> list[str]:
+    """How ``folder``'s files differ from its manifest, one phrase each ([] when every file matches), e.g.
+    ``["metrics.csv differs from its manifest"]``, ``["thetas.pt is missing"]``, ``["no manifest.json"]``."""
+    return _changes(folder, _hashed_files(folder))
+
+
+def _changes(folder: Path, now: dict[str, str]) -> list[str]:
+    path = folder / MANIFEST
+    if not path.is_file():
+        return [f"no {MANIFEST}"]
+    try:
+        recorded = json.loads(path.read_text())["files"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return [f"{MANIFEST} is unreadable"]
+    out = [f"{n} differs from its manifest" for n in sorted(recorded) if n in now and now[n] != recorded[n]]
+    out += [f"{n} is missing" for n in sorted(recorded) if n not in now]
+    out += [f"{n} is not in the manifest" for n in sorted(now) if n not in recorded]
+    return out
+
+
+def _scratch(dest: Path) -> Path:
+    """A fresh hidden folder beside ``dest`` to write its new contents into (``.tmp-<name>-<pid>``)."""
+    tmp = dest.parent / f"{TMP_PREFIX}{dest.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def install(tmp: Path, dest: Path) -> None:
+    """Write ``tmp``'s manifest (last), then put ``tmp`` in the place of ``dest``: an existing ``dest`` is first
+    renamed to ``.old-<name>-<pid>`` and removed only once the new folder is in place, so a kill at any point
+    leaves either folder whole (:func:`clean_leftovers` puts an orphaned old folder back)."""
+    write_manifest(tmp)
+    old = dest.parent / f"{OLD_PREFIX}{dest.name}-{os.getpid()}"
+    if dest.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(dest, old)
+    os.replace(tmp, dest)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_leftovers(root: Path) -> list[str]:
+    """Tidy what killed archive commands left in ``root`` (a profile's archive folder): a ``.old-<name>-<pid>``
+    folder whose ``<name>`` is gone is renamed back (the replacement never arrived), any other is removed, and
+    ``.tmp-*`` folders of processes no longer running are removed. Returns one phrase per action."""
+    done = []
+    if not root.is_dir():
+        return done
+    for p in sorted(root.iterdir()):
+        if not p.is_dir() or not p.name.startswith((TMP_PREFIX, OLD_PREFIX)):
+            continue
+        prefix = TMP_PREFIX if p.name.startswith(TMP_PREFIX) else OLD_PREFIX
+        name, _, pid = p.name[len(prefix):].rpartition("-")
+        if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+            continue  # another archive command is writing it now
+        if prefix == OLD_PREFIX and name and not (root / name).exists():
+            os.replace(p, root / name)
+            done.append(f"restored {name} (its replacement was interrupted)")
+        else:
+            shutil.rmtree(p, ignore_errors=True)
+            done.append(f"removed {p.name}")
+    return done
+
+
+def add_manifests(profile_name: str) -> list[Path]:
+    """Write a manifest into every folder of a profile's archive (runs and studies) that has none, from its
+    files as they are (an archive made before manifests existed: check it in git first, then run
+    ``maskfed archive --verify``). Folders that have one are left alone. Returns the folders written.
+
+    Raises:
+        ValueError: unknown profile name.
+    """
+    _check_profile(profile_name)
+    root = archive_dir() / profile_name
+    done = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []:
+        if not (folder / MANIFEST).is_file():
+            write_manifest(folder)
+            done.append(folder)
+    return done
+
+
+def _read(folder: Path) -> RunResult:
+    """Read one archived folder, raising ValueError with the reason if it is malformed."""
+    missing = [f for f in FILES if not (folder / f).is_file()]
+    if missing:
+        raise ValueError(f"missing {missing}")
+    try:
+        r = load_run(folder)
+    except DamagedRun as exc:  # a file cut short or unparsable, or metrics of the wrong shape
+        raise ValueError(exc.reason.splitlines()[0]) from None
+    except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:  # bad JSON/CSV or unknown config fields
+        raise ValueError(f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+    absent = [c for c in REQUIRED_COLUMNS if c not in r.metrics.columns]
+    if absent:
+        raise ValueError(f"metrics.csv lacks columns {absent}")
+    if len(r.metrics) != r.config.rounds:
+        raise ValueError(f"metrics.csv has {len(r.metrics)} rows for a {r.config.rounds}-round run")
+    for key in ("code_hash", "commit", "finished_utc", "machine"):
+        if key not in r.provenance:
+            raise ValueError(f"provenance.json lacks {key!r}")
+    return r
+
+
+@dataclass
+class DamagedFolder:
+    """An archived run folder that cannot be read back (:func:`damaged_folders`)."""
+
+    folder: Path    # the folder in the archive
+    reason: str     # why, e.g. "metrics.csv has 3 rows for a 5-round run"
+
+    @property
+    def label(self) -> str:
+        """The run label its name starts with (the folder is ``<label>-<16 hex digit key>``)."""
+        head, _, key = self.folder.name.rpartition("-")
+        return head if len(key) == 16 and all(c in "0123456789abcdef" for c in key) else self.folder.name
+
+    def text(self) -> str:
+        return f"{self.folder.name} ({self.reason})"
+
+
+def _folders(profile_name: str) -> list[Path]:
+    """The run folders of a profile's archive (hidden folders and the studies' folders, ``stage/`` and
+    ``factor-<part>/``, left out)."""
+    _check_profile(profile_name)
+    root = archive_dir() / profile_name
+    return sorted(p for p in root.iterdir()
+                  if p.is_dir() and not p.name.startswith(".") and p.name != STAGE_DIR
+                  and not p.name.startswith(FACTOR_PREFIX)) if root.is_dir() else []
+
+
+def damaged_folders(profile_name: str) -> list[DamagedFolder]:
+    """The archived run folders of a profile that :func:`load_archive` skips as malformed, with the reason.
+
+    Raises:
+        ValueError: unknown profile name.
+    """
+    damaged = []
+    for folder in _folders(profile_name):
+        try:
+            _read(folder)
+        except ValueError as exc:
+            damaged.append(DamagedFolder(folder, str(exc)))
+    return damaged
+
+
+def load_archive(profile_name: str) -> list[RunResult]:
+    """The archived runs of one profile, sorted by folder name; [] when there are none.
+
+    Malformed folders (a missing file, unreadable JSON/CSV, a config the current
+    code cannot read, a metrics table of the wrong length or missing columns) are
+    skipped with a :class:`UserWarning` naming the folder and the reason
+    (:func:`damaged_folders` lists them for the pages and the build's output). Where
+    several folders hold the same configuration up to :data:`WHERE_FIELDS` (archived
+    again after a code change, or from another machine), only the most recently
+    finished one is kept, with a warning.
+
+    Args:
+        profile_name: one of :data:`maskfed.engine.config.PROFILES`.
+
+    Raises:
+        ValueError: unknown profile name.
+    """
+    newest: dict[RunConfig, RunResult] = {}
+    for folder in _folders(profile_name):
+        try:
+            r = _read(folder)
+        except ValueError as exc:
+            warnings.warn(f"archive {profile_name}: skipping malformed run folder {folder.name}: {exc}", stacklevel=2)
+            continue
+        key = _what(r.config)  # the same run, wherever its data lay and whichever device ran it
+        if key in newest:
+            old = newest[key]
+            keep, drop = (r, old) if r.provenance["finished_utc"] > old.provenance["finished_utc"] else (old, r)
+            warnings.warn(f"archive {profile_name}: {drop.path.name} and {keep.path.name} hold the same run; "
+                          f"using the newer {keep.path.name}", stacklevel=2)
+            newest[key] = keep
+        else:
+            newest[key] = r
+    return sorted(newest.values(), key=lambda r: r.path.name)
+
+
+def _what(cfg: RunConfig) -> RunConfig:
+    return cfg.model_copy(update={f: RunConfig.model_fields[f].default for f in WHERE_FIELDS})
+
+
+def select(results: list[RunResult], configs: list[RunConfig]) -> list[RunResult]:
+    """The runs among ``results`` whose configuration is one of ``configs``, in the order of ``configs``.
+
+    Configurations are compared on every field except :data:`WHERE_FIELDS` (where the
+    data lay, which device ran it). Configurations without a run are left out.
+    """
+    by_what = {_what(r.config): r for r in results}
+    return [by_what[_what(c)] for c in configs if _what(c) in by_what]
+
+
+def select_keyed(results: list[RunResult], configs: dict) -> dict:
+    """``{key: run}`` for every entry of ``configs`` (``{key: RunConfig}``) whose configuration has a run
+    among ``results``, compared as :func:`select` does; entries without a run are left out."""
+    by_what = {_what(r.config): r for r in results}
+    return {k: by_what[_what(c)] for k, c in configs.items() if _what(c) in by_what}
+
+
+def missing_runs(profile_name: str, results: list[RunResult] | None = None) -> list[str]:
+    """Labels of the profile's runs (every experiment) that ``results`` (default: its archive) lacks."""
+    results = load_archive(profile_name) if results is None else results
+    have = {_what(r.config) for r in results}
+    return [c.label() for c in experiments.all_configs(load_profile(profile_name)) if _what(c) not in have]
+
+
+@dataclass
+class ArchiveLabel:
+    """Where and when an archive's runs were made, whether their files are still those archived, and
+    whether the run code has changed since."""
+
+    profile: str
+    runs: int
+    devices: list[str]          # e.g. ["cuda (NVIDIA H200)"], ["cpu (x86_64)"]
+    first_utc: str              # finish time of the earliest run, ISO 8601
+    last_utc: str               # finish time of the latest run
+    commits: list[str]          # 10-digit git commits, "+dirty" when src/ had uncommitted changes
+    code_hashes: list[str]      # run-code hashes (provenance.code_hash) of the runs
+    current_code_hash: str      # provenance.code_hash() of this checkout
+    verification: dict | None = None  # the newest check of this code on exactly these files (verify_archive)
+    changed: list[str] = field(default_factory=list)  # "<run folder>: <file> differs from its manifest", ...
+    own_code_check: dict | None = None  # the newest verification made with the runs' own run code, if any
+
+    @property
+    def verified(self) -> bool:
+        """True when the newest verification of this checkout's code on these very files passed."""
+        return bool(self.verification and self.verification.get("identical") is True)
+
+    @property
+    def code_changed(self) -> bool:
+        """True when some run was made by other run code than this checkout's, and no passed verification
+        (:func:`verify_archive`) of exactly these files showed this checkout's code reproducing them."""
+        return any(h != self.current_code_hash for h in self.code_hashes) and not self.verified
+
+    def text(self) -> str:
+        """Plain sentences for the book, e.g. ``"12 runs on cpu (x86_64), finished 2026-12-01,
+        commit 1a2b3c4d5e, run code 0123456789abcdef (the same as this checkout's)."``; a file that
+        differs from its folder's manifest is named first, and then nothing is called reproduced."""
+        dates = sorted({self.first_utc[:10], self.last_utc[:10]})
+        code = ", ".join(self.code_hashes)
+        s = (f"{self.runs} run{'s' if self.runs != 1 else ''} on {', '.join(self.devices)}, "
+             f"finished {' to '.join(dates)}, commit{'s' if len(self.commits) > 1 else ''} {', '.join(self.commits)}, "
+             f"run code {code}")
+        unchecked = [c for c in self.changed if c.endswith(f": no {MANIFEST}")]
+        if unchecked and len(unchecked) == len(self.changed):
+            return (s + f". {len(unchecked)} of these run folders have no {MANIFEST}, so their files cannot be "
+                    f"checked against what was archived (maskfed archive --profile {self.profile} --manifests "
+                    "writes them, then --verify checks them).")
+        if self.changed:
+            return (s + f". Changed since archived, so these numbers are not the archived ones: "
+                    f"{'; '.join(self.changed)} (restore the files from git, or re-archive).")
+        v = self.verification
+        if v is not None and not self.verified:
+            bad = [r for r in v["runs"] if not r["identical"]]
+            own = self.own_code_check
+            also = ("" if own is None or own.get("identical") is not False else
+                    f" Their own run code ({own['code_hash']}), re-run on {own['machine']} on {own['utc'][:10]}, "
+                    "differed as well: the difference comes from where it runs (the same code gives other float32 "
+                    "sums there), not from a change of the code.")
+            return (s + f". The run code has changed since these runs, and re-running {len(v['runs'])} of them with "
+                    f"this checkout's code ({self.current_code_hash}) on {v['machine']} on {v['utc'][:10]} gave "
+                    f"different metrics: {'; '.join(difference_text(r) for r in bad)} (maskfed archive --verify).{also}")
+        if self.code_changed:
+            return (s + f". The run code has changed since these runs: their numbers are from code {code}, "
+                    f"not this checkout's {self.current_code_hash}.")
+        if v is not None and any(h != self.current_code_hash for h in self.code_hashes):
+            runs = v["runs"]
+            return (s + f". This checkout's run code ({self.current_code_hash}) differs, but re-running "
+                    f"{len(runs)} of these runs with it ({', '.join(r['label'] for r in runs)}) on "
+                    f"{v['machine']} on {v['utc'][:10]} reproduced every metric bit for bit "
+                    "(maskfed archive --verify).")
+        return s + " (the same as this checkout's)."
+
+
+def difference_text(run: dict) -> str:
+    """Where a verified run first differed, e.g. ``"run-a: recovery_unweighted at round 2 (archived 1.5,
+    re-run 1.6)"``, from a :func:`verify_archive` record's run entry."""
+    d = run.get("first_difference")
+    if not d:
+        return f"{run['label']} (max |diff| {run['max_abs_diff']:.3g})"
+    if d.get("round") is None:
+        return f"{run['label']}: {d['column']}"
+    return f"{run['label']}: {d['column']} at round {d['round']} (archived {d['archived']:.10g}, re-run {d['rerun']:.10g})"
+
+
+def _device(p: dict) -> str:
+    m = p.get("machine", {})
+    detail = m.get("cuda_device") or m.get("cpu_model") or m.get("processor") or "unknown machine"
+    return f"{m.get('device', '?')} ({detail})"
+
+
+def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
+    """The provenance label of a profile's archived runs, with each run folder's files checked against its
+    manifest (:func:`manifest_changes`) now.
+
+    Raises:
+        ValueError: ``results`` is empty.
+    """
+    if not results:
+        raise ValueError(f"no archived runs of profile {profile_name!r} to label")
+    provs = [r.provenance for r in results]
+    times = sorted(p["finished_utc"] for p in provs)
+    current = provenance.code_hash()
+    hashes = sorted({p["code_hash"] for p in provs})
+    hashed = {r.path.name: _hashed_files(r.path) for r in results}  # every file hashed once
+    changed = [f"{r.path.name}: {c}" for r in results for c in _changes(r.path, hashed[r.path.name])]
+    return ArchiveLabel(
+        profile=profile_name, runs=len(results),
+        devices=sorted({_device(p) for p in provs}), first_utc=times[0], last_utc=times[-1],
+        commits=sorted({p["commit"][:10] + ("+dirty" if p.get("dirty") else "") for p in provs}),
+        code_hashes=hashes, current_code_hash=current, changed=changed,
+        verification=None if changed else latest_verification(
+            profile_name, current, results, {name: _digest(h) for name, h in hashed.items()}),
+        own_code_check=next((v for v in reversed(_verifications(profile_name)) if v.get("code_hash") in hashes), None))
+
+
+#: File in ``archive_dir()/<profile>/`` recording each verification (:func:`verify_archive`).
+VERIFIED = "verified.json"
+
+
+def _verifications(profile_name: str) -> list[dict]:
+    path = archive_dir() / profile_name / VERIFIED
+    if not path.is_file():
+        return []
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        warnings.warn(f"archive {profile_name}: {VERIFIED} is unreadable ({exc}); ignoring it", stacklevel=2)
+        return []
+
+
+def latest_verification(profile_name: str, code_hash: str, results: list[RunResult],
+                        digests: dict[str, str] | None = None) -> dict | None:
+    """The newest verification (passed or failed) of ``code_hash`` that was made on exactly these archived
+    files: its ``contents`` name every run of ``results`` with the :func:`content_digest` the folder has now.
+    None when there is none (the label then says the code changed); a record made on other bytes (an edit,
+    a re-archive) or an older record without digests never counts, and a newer failure on these bytes is
+    never shadowed by an older pass. ``digests`` (``{run folder: content_digest}``) saves hashing the files
+    again when the caller has them."""
+    now = digests if digests is not None else {r.path.name: content_digest(r.path) for r in results}
+    for v in reversed(_verifications(profile_name)):
+        digests = v.get("contents") or {}
+        if v.get("code_hash") == code_hash and all(digests.get(name) == d for name, d in now.items()):
+            return v
+    return None
+
+
+def default_sample(results: list[RunResult], profile_name: str) -> list[RunResult]:
+    """The runs :func:`verify_archive` re-runs by default: for each experiment of the profile, its
+    cheapest archived run (:func:`maskfed.engine.runner.run_cost`, then the lowest seed), so every
+    experiment's code path (Table I, Table II, the control) is exercised at the least cost."""
+    from maskfed.engine.runner import run_cost
+
+    prof = load_profile(profile_name)
+    picked: dict = {}
+    for e in prof.experiments:
+        runs = [r for r in select(results, experiments.configs(prof, e)) if r.path.name not in picked]
+        if runs:
+            best = min(runs, key=lambda r: (run_cost(r.config), r.config.seed, r.path.name))
+            picked[best.path.name] = best
+    return list(picked.values())
+
+
+#: Per-round columns that are measurements of time, not results: left out of the comparison.
+TIMING_COLUMNS = ("wall_s",)
+
+
+def same_metrics(a: pd.DataFrame, b: pd.DataFrame) -> tuple[bool, float]:
+    """Whether two metrics tables hold the same numbers bit for bit (every column but
+    :data:`TIMING_COLUMNS`; NaN equals NaN), and the largest absolute difference between them
+    (inf when their shapes or columns differ)."""
+    cols = [c for c in a.columns if c not in TIMING_COLUMNS]
+    if list(a.columns) != list(b.columns) or a.shape != b.shape:
+        return False, float("inf")
+    identical = a[cols].equals(b[cols])
+    numeric = [c for c in cols if pd.api.types.is_numeric_dtype(a[c])]
+    diff = (a[numeric] - b[numeric]).abs().max().max() if numeric else 0.0
+    return bool(identical), float(0.0 if pd.isna(diff) else diff)
+
+
+def first_difference(archived: pd.DataFrame, rerun: pd.DataFrame) -> dict | None:
+    """The first cell, in round order and then column order, where two metrics tables differ (every column
+    but :data:`TIMING_COLUMNS`; NaN equals NaN): ``{"column", "round", "archived", "rerun"}``, or None when
+    they agree. Tables of other shapes or columns give ``{"column": "<what differs>", "round": None}``."""
+    if list(archived.columns) != list(rerun.columns) or archived.shape != rerun.shape:
+        return {"column": f"the tables differ in shape or columns ({archived.shape} vs {rerun.shape})",
+                "round": None, "archived": None, "rerun": None}
+    cols = [c for c in archived.columns if c not in TIMING_COLUMNS]
+    for i in range(len(archived)):
+        for c in cols:
+            x, y = archived[c].iloc[i], rerun[c].iloc[i]
+            if not (x == y or (pd.isna(x) and pd.isna(y))):
+                rnd = archived["round"].iloc[i] if "round" in archived.columns else i + 1
+                return {"column": c, "round": int(rnd), "archived": float(x), "rerun": float(y)}
+    return None
+
+
+def verify_archive(profile_name: str, *, labels: list[str] | None = None, workers: int = 1,
+                   scratch: Path | None = None, progress: bool = False) -> dict:
+    """Re-run a sample of an archive's runs with this checkout's code and compare every metric.
+
+    The sample (``labels``, or :func:`default_sample`: one run per experiment) is recomputed from
+    round 1 in a scratch results folder (the archive and ``results/runs`` are not touched), and its
+    ``metrics.csv`` is compared with the archived one column by column, bit for bit
+    (:func:`same_metrics`; the first differing cell by :func:`first_difference`). The outcome is
+    appended to ``archive_dir()/<profile>/verified.json`` whatever it is, with the
+    :func:`content_digest` of every archived run: :func:`label` uses the newest record made on the
+    files as they are now, and only a record with every run identical (and no file differing from
+    its manifest) lets it say that this code reproduces the archive. Float32 sums differ between CPU models, so a check on another
+    machine than the archive's may fail without any code change (the record names the machine).
+
+    Args:
+        profile_name: a profile with an archive.
+        labels: run labels (``RunConfig.label()``) to re-run; None: :func:`default_sample`.
+        workers: worker processes for the re-runs (used when the archived runs recorded one torch
+            thread each, as a sweep's workers do; otherwise the runs go one after another in this
+            process with the thread count they recorded, since float32 sums depend on it).
+        scratch: folder for the re-runs (None: a temporary folder, removed afterwards).
+        progress: tqdm bars.
+
+    Returns:
+        The record appended: ``code_hash``, ``commit``, ``utc``, ``machine``, ``archived_code_hashes``,
+        ``identical`` (all runs), ``runs`` (label, folder, identical, max_abs_diff, first_difference,
+        changed_files), ``contents`` (``{run folder: content_digest}`` of every archived run).
+
+    Raises:
+        ValueError: unknown profile, no archive, or a label not in the archive (naming those it has).
+    """
+    import tempfile
+
+    from maskfed.engine import runner
+
+    _check_profile(profile_name)
+    results = load_archive(profile_name)
+    if not results:
+        raise ValueError(f"profile {profile_name!r} has no archived runs to verify ({how_to_make(profile_name)})")
+    if labels is None:
+        sample = default_sample(results, profile_name)
+        if not sample:
+            raise ValueError(f"none of the {profile_name} archive's runs is a run of the profile's experiments; "
+                             f"name the runs to re-run with --runs (it has: {', '.join(sorted(r.config.label() for r in results))})")
+    else:
+        by_label = {r.config.label(): r for r in results}
+        unknown = [x for x in labels if x not in by_label]
+        if unknown:
+            raise ValueError(f"runs {unknown} are not in the {profile_name} archive; it has: {', '.join(sorted(by_label))}")
+        sample = [by_label[x] for x in dict.fromkeys(labels)]
+    import torch
+
+    # float32 sums depend on the thread count: re-run with the threads the archived runs recorded
+    threads = {r.provenance.get("machine", {}).get("torch_threads") for r in sample}
+    threads = threads.pop() if len(threads) == 1 and None not in threads else None
+    own = scratch is None
+    old, old_threads = os.environ.get("MASKFED_RESULTS_DIR"), torch.get_num_threads()
+    try:  # the scratch folder is made inside, so a signal at any point removes it
+        scratch = Path(tempfile.mkdtemp(prefix="maskfed-verify-")) if own else Path(scratch)
+        os.environ["MASKFED_RESULTS_DIR"] = str(scratch)
+        if threads == 1 and workers > 1:  # one-thread worker processes, as a sweep's
+            fresh = runner.run_many([r.config for r in sample], workers=workers, progress=progress)
+        else:
+            if threads is not None:
+                torch.set_num_threads(threads)
+            fresh = runner.run_many([r.config for r in sample], workers=1, progress=progress)
+    finally:
+        torch.set_num_threads(old_threads)
+        if old is None:
+            os.environ.pop("MASKFED_RESULTS_DIR", None)
+        else:
+            os.environ["MASKFED_RESULTS_DIR"] = old
+        if own and scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    checked = []
+    for arch, new in zip(sample, fresh):
+        same, diff = same_metrics(arch.metrics, new.metrics)
+        checked.append({"label": arch.config.label(), "folder": arch.path.name, "identical": same,
+                        "max_abs_diff": diff, "first_difference": first_difference(arch.metrics, new.metrics),
+                        "changed_files": manifest_changes(arch.path)})
+    git = provenance.git_state()
+    record = {"code_hash": provenance.code_hash(), "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
+              "torch_threads": threads,
+              "utc": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
+              "machine": _device({"machine": fresh[0].provenance["machine"]}),
+              "archived_code_hashes": sorted({r.provenance["code_hash"] for r in results}),
+              "identical": all(c["identical"] and not c["changed_files"] for c in checked), "runs": checked,
+              "contents": {r.path.name: content_digest(r.path) for r in results}}
+    path = archive_dir() / profile_name / VERIFIED
+    path.write_text(json.dumps(_verifications(profile_name) + [record], indent=2) + "\n")
+    return record
+
+
+def how_to_make(profile_name: str) -> str:
+    """The commands that create (or refresh) a profile's archive."""
+    return f"maskfed sweep --profile {profile_name} && maskfed archive --profile {profile_name}"
+
+
+def column_name(profile_name: str, *, archived: bool = True) -> str:
+    """Header of a profile's column in the book's tables: ``"cpu-long (archived)"``, or the bare
+    name for the live profile. The ``paper`` profile's is ``"paper profile ..."``, so as not to
+    read as (or collide with) the column of the paper's own values, ``"paper"``."""
+    name = f"{profile_name}{' profile' if profile_name == 'paper' else ''}"
+    return f"{name} (archived)" if archived else name
+
+
+def table_sources(live_name: str, live: pd.DataFrame, found: list["ArchivedSummary"],
+                  paper: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The columns of a book table, in order: the live profile, each archived profile, the paper.
+
+    Input for :func:`maskfed.analysis.summary.compare`; every source stays its own column.
+    """
+    return {column_name(live_name, archived=False): live,
+            **{column_name(a.profile): a.table for a in found}, "paper": paper}
+
+
+@dataclass
+class ArchivedSummary:
+    """One archived profile's runs of one experiment, summarised like the live runs."""
+
+    profile: str
+    results: list[RunResult]    # the archived runs of the experiment's configurations
+    table: pd.DataFrame         # experiments.table1 / table2 of those runs (never pooled with other profiles)
+    label: ArchiveLabel         # provenance of those runs
+    missing: list[str]          # labels of the experiment's runs the archive lacks
+    damaged: list[DamagedFolder] = field(default_factory=list)  # its runs' folders that are malformed (not used)
+
+    def trends(self) -> dict:
+        """How many runs' recovery factor was still falling, flat or rising over the second half of
+        their rounds (:func:`maskfed.analysis.uncertainty.trend_counts`: a significant slope of its log)."""
+        return uncertainty.trend_counts(self.results)
+
+
+def summaries(experiment: str, *, live: str | None = None,
+              profiles: list[str] | tuple[str, ...] | None = None) -> tuple[list[ArchivedSummary], list[str]]:
+    """Archived summaries of one experiment for every profile in ``profiles`` that has archived runs.
+
+    Each profile's runs are matched to that profile's own configurations
+    (:func:`select`) and summarised on their own; profiles are never pooled.
+
+    Args:
+        experiment: "table1" or "table2".
+        live: the profile the book is built with. With ``profiles`` None it is left out
+            of :data:`BOOK_PROFILES` (``make book PROFILE=cpu-long`` recomputes cpu-long
+            live instead of reading its archive).
+        profiles: profiles to look for, in column order; None: :data:`BOOK_PROFILES`
+            less ``live``. A list given here is used as it is (a check can show a smoke
+            archive beside live smoke runs).
+
+    Returns:
+        ``(found, notes)``: an :class:`ArchivedSummary` per profile with runs, and one
+        sentence per profile without any (saying how to make its archive).
+
+    Raises:
+        ValueError: experiment other than "table1"/"table2", or an unknown profile.
+    """
+    tables = {"table1": experiments.table1, "table2": experiments.table2}
+    if experiment not in tables:
+        raise ValueError(f"experiment must be one of {sorted(tables)}; got {experiment!r}")
+    if profiles is None:
+        profiles = [p for p in BOOK_PROFILES if p != live]
+    for name in profiles:
+        _check_profile(name)
+    found, notes = [], []
+    for name in profiles:
+        cfgs = experiments.configs(load_profile(name), experiment)
+        runs = select(load_archive(name), cfgs)
+        have = {_what(r.config) for r in runs}
+        damaged = [d for d in damaged_folders(name) if d.label in {c.label() for c in cfgs if _what(c) not in have}]
+        if not runs:
+            where = " on a GPU" if name == "paper" else ""
+            notes.append(damaged_note(name, damaged) if damaged else
+                         f"No archived run of the {name} profile's {experiment} settings exists "
+                         f"(make one{where} with: {how_to_make(name)}).")
+            continue
+        bad = {d.label for d in damaged}
+        found.append(ArchivedSummary(name, runs, tables[experiment](runs), label(runs, name),
+                                     [c.label() for c in cfgs if _what(c) not in have and c.label() not in bad],
+                                     damaged))
+    return found, notes
+
+
+def damaged_note(profile_name: str, damaged: list[DamagedFolder]) -> str:
+    """One sentence naming a profile's damaged archived folders, their reasons and the remedy."""
+    return (f"Damaged in the {profile_name} archive, not used: {'; '.join(d.text() for d in damaged)}. "
+            f"Re-archive with: {how_to_make(profile_name)}.")
+
+
+def book_note(found: list[ArchivedSummary], notes: list[str]) -> "IPython.display.HTML":
+    """The provenance labels of the archived columns (and the notes of absent archives), as HTML."""
+    import html
+
+    from IPython.display import HTML
+
+    items = []
+    for a in found:
+        text = f"<b>{html.escape(column_name(a.profile))}</b>: {html.escape(a.label.text())}"
+        t = a.trends()
+        text += (f" Over the second half of their rounds the recovery factor was still falling in {t['falling']} of "
+                 f"these {len(a.results)} runs, flat in {t['flat']} and rising in {t['rising']} (slope of its log, "
+                 "significant at 5 % with a Newey-West standard error)"
+                 + (f"; {t['too short']} too short to tell." if t["too short"] else "."))
+        if a.missing:
+            text += f" Not yet archived: {html.escape(', '.join(a.missing))}."
+        if a.damaged:
+            text += " " + html.escape(damaged_note(a.profile, a.damaged))
+        items.append(text)
+    items += [html.escape(n) for n in notes]
+    return HTML('<ul style="font-size: 0.85em">' + "".join(f"<li>{i}</li>" for i in items) + "</ul>")
+
+
+# --------------------------------------------------------------------------- archived stage studies
+
+#: Folder of a profile's archived stage study: ``archive_dir()/<profile>/STAGE_DIR/``.
+STAGE_DIR = "stage"
+#: Its files (all small CSV and JSON).
+STAGE_FILES = ("table.csv", "checkpoints.csv", "accuracy.csv", "spec.json", "provenance.json")
+
+
+@dataclass
+class ArchivedStudy:
+    """A stage study kept in the archive (:func:`archive_stage_study`), as the stage chapter reads it."""
+
+    profile: str
+    table: pd.DataFrame        # StageStudy.table: one row per (seed, experiment, stage, protocol)
+    checkpoints: pd.DataFrame  # seed, stage, round, test_acc, test_loss
+    accuracy: pd.DataFrame     # seed, round, test_acc, test_loss: every candidate round of each ladder
+    spec: "stage.StageSpec"
+    provenance: dict           # code hashes, commit, machine, wall time, trajectories
+    changed: list[str] = field(default_factory=list)  # its files that differ from its manifest (manifest_changes)
+
+    def changed_text(self) -> str:
+        """'' when its files are those archived, else a clause (starting "; ") naming what changed."""
+        return (f"; changed since archived, so these numbers are not the archived ones: {'; '.join(self.changed)} "
+                "(restore the files from git, or re-archive)" if self.changed else "")
+
+
+def ladder_trajectories(profile_name: str) -> dict[int, Path]:
+    """``{seed: archived run folder}`` of the stage ladder's run (:func:`maskfed.studies.stage.ladder_config`)
+    at each of the profile's seeds that the archive holds with θ snapshots."""
+    from maskfed.engine import runner
+    from maskfed.studies import stage
+
+    prof = load_profile(profile_name)
+    runs = load_archive(profile_name)
+    out = {}
+    for s in prof.seeds:
+        found = select(runs, [stage.ladder_config(prof, s)])
+        if found and (found[0].path / runner.THETAS).is_file():
+            out[s] = found[0].path
+    return out
+
+
+def archive_stage_study(profile_name: str, *, workers: int | None = None, progress: bool = True) -> Path:
+    """Measure every protocol at the stage ladders of a profile's archived trajectories (one per seed,
+    :func:`ladder_trajectories`) with the profile's stage settings, and keep the result in
+    ``archive_dir()/<profile>/stage/`` (:data:`STAGE_FILES`), replacing an older one.
+
+    Raises:
+        ValueError: the archive holds no ladder run with θ snapshots.
+    """
+    import time
+    from datetime import datetime, timezone
+
+    from maskfed.studies import stage
+
+    trajectories = ladder_trajectories(profile_name)
+    if not trajectories:
+        raise ValueError(f"the {profile_name} archive holds no stage-ladder run with θ snapshots "
+                         f"({how_to_make(profile_name)} keeps them)")
+    prof = load_profile(profile_name)
+    spec = stage.make_spec(profile_name)
+    t0 = time.perf_counter()
+    study = stage.run_study(prof, spec, workers=workers, progress=progress, seeds=sorted(trajectories),
+                            trajectories=trajectories)
+    checkpoints = pd.concat([ld.checkpoints.assign(seed=s) for s, ld in study.ladders.items()])
+    accuracy = pd.concat([ld.accuracy.assign(seed=s) for s, ld in study.ladders.items()])
+    git = provenance.git_state()
+    prov = {"profile": profile_name, "code_hash": provenance.code_hash(),
+            "stage_code_hash": provenance.code_hash_with(*stage.STAGE_MODULES),
+            "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
+            "packages": provenance.package_versions(), "machine": provenance.machine("cpu"),
+            "trajectories": {str(s): p.name for s, p in trajectories.items()},
+            "wall_s": time.perf_counter() - t0,
+            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    dest = archive_dir() / profile_name / STAGE_DIR
+    clean_leftovers(dest.parent)
+    tmp = _scratch(dest)
+    study.table.to_csv(tmp / "table.csv", index=False)
+    checkpoints[["seed", "stage", "round", "test_acc", "test_loss"]].to_csv(tmp / "checkpoints.csv", index=False)
+    accuracy[["seed", "round", "test_acc", "test_loss"]].to_csv(tmp / "accuracy.csv", index=False)
+    (tmp / "spec.json").write_text(spec.model_dump_json(indent=2))
+    (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
+    install(tmp, dest)
+    return dest
+
+
+def load_stage_study(profile_name: str) -> ArchivedStudy | None:
+    """A profile's archived stage study, or None when there is none (a malformed one is skipped
+    with a :class:`UserWarning` naming the reason)."""
+    from maskfed.studies import stage
+
+    _check_profile(profile_name)
+    root = archive_dir() / profile_name / STAGE_DIR
+    if not root.is_dir():
+        return None
+    try:
+        missing = [f for f in STAGE_FILES if not (root / f).is_file()]
+        if missing:
+            raise ValueError(f"missing {missing}")
+        return ArchivedStudy(profile_name, pd.read_csv(root / "table.csv", dtype={"batch_size": str}),
+                             pd.read_csv(root / "checkpoints.csv"), pd.read_csv(root / "accuracy.csv"),
+                             stage.StageSpec(**json.loads((root / "spec.json").read_text())),
+                             json.loads((root / "provenance.json").read_text()),
+                             [f"{STAGE_DIR}/: {c}" for c in manifest_changes(root)])
+    except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
+        warnings.warn(f"archive {profile_name}: skipping malformed stage study {root}: {exc}", stacklevel=2)
+        return None
+
+
+# --------------------------------------------------------------------------- archived factor studies
+
+#: Files of an archived model-size study (:func:`archive_factor_study`), all small CSV and JSON.
+FACTOR_FILES = ("table.csv", "checkpoints.csv", "accuracy.csv", "spec.json", "provenance.json")
+
+
+#: Files of a model's own FedAvg trajectory kept with a model-size study (its run folder but ``thetas.pt``),
+#: each named with :data:`TRAJECTORY_PREFIX` (``trajectory-metrics.csv``, ...).
+TRAJECTORY_FILES = ("config.json", "metrics.csv", "partition.json", "provenance.json")
+TRAJECTORY_PREFIX = "trajectory-"
+
+
+#: Name prefix of the folders of a profile's archived model-size studies (never run folders).
+FACTOR_PREFIX = "factor-"
+
+
+def factor_dir(profile_name: str, part: str) -> Path:
+    """Folder of a profile's archived model-size study ``part``: ``archive_dir()/<profile>/factor-<part>/``."""
+    return archive_dir() / profile_name / f"{FACTOR_PREFIX}{part}"
+
+
+def how_to_make_factor(profile_name: str, part: str) -> str:
+    """The command that computes (resumably) and archives a model-size study."""
+    return f"maskfed archive --profile {profile_name} --factor {part}"
+
+
+@dataclass
+class ArchivedFactor:
+    """A model-size study kept in the archive, as the chapter "What sets the recovery factor?" reads it."""
+
+    profile: str
+    part: str                  # "models" (the small CNN's widths) or "resnet" (ResNet-18-GN)
+    table: pd.DataFrame        # factor_axes.ModelStudy.table
+    checkpoints: pd.DataFrame  # factor_axes.ModelStudy.checkpoints
+    accuracy: pd.DataFrame     # factor_axes.ModelStudy.accuracy
+    spec: "factor_axes.ModelStudySpec"
+    provenance: dict           # code hashes, commit, machine, packages, wall and compute time, trajectory, settings
+    changed: list[str] = field(default_factory=list)  # its files that differ from its manifest (manifest_changes)
+    trajectory: pd.DataFrame | None = None  # metrics.csv of a model's own FedAvg trajectory (TRAJECTORY_FILES), if kept
+
+    def text(self) -> str:
+        """One sentence of provenance for the book, saying when the run code has changed since."""
+        p = self.provenance
+        s = (f"computed {p['finished_utc'][:10]} on {_device({'machine': p['machine']})} at commit {p['commit']} "
+             f"(run code {p['code_hash']}; {p['compute_s'] / 3600:.1f} h of compute in all, {p['wall_s'] / 3600:.1f} h "
+             f"for the last command)")
+        if p["code_hash"] != provenance.code_hash():
+            s += f"; the run code has changed since (this checkout's is {provenance.code_hash()})"
+        if self.changed:
+            s += (f"; changed since archived, so these numbers are not the archived ones: {'; '.join(self.changed)} "
+                  "(restore the files from git, or re-archive)")
+        return s + "."
+
+
+def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, progress: bool = True,
+                         all_protocols: bool = False, data_path: str | None = None,
+                         own_trajectories=()) -> Path:
+    """Compute a profile's model-size study ``part`` (:func:`maskfed.studies.factor_axes.model_study` with
+    :func:`maskfed.studies.factor_axes.model_spec`; every θ path and measurement cached, so a killed
+    command resumes) and keep it in :func:`factor_dir` (:data:`FACTOR_FILES`), replacing an older one.
+
+    θ of a "fedavg" model come from the profile's archived stage-ladder trajectory of its first seed
+    (:func:`ladder_trajectories`) when the archive holds it, else from its run in ``results/runs``
+    (trained when missing). A model with a FedAvg trajectory of its own (``rounds`` in its spec) reads it
+    from ``own_trajectories`` (finished run folders) or ``results/runs`` (trained when missing); the
+    archive keeps that run's folder without its θ (:data:`TRAJECTORY_FILES`, named ``trajectory-<file>``), and
+    ``checkpoints.csv`` the sha256 prefix of each θ measured.
+
+    Raises:
+        ConfigError: a profile or part without a study (naming those defined).
+    """
+    import time
+    from datetime import datetime, timezone
+
+    from maskfed.studies import central, factor_axes, pool_gram
+    from maskfed.engine import runner
+
+    spec = factor_axes.model_spec(profile_name, part, all_protocols=all_protocols)
+    prof = load_profile(profile_name, data_path=data_path)
+    trajectory = ladder_trajectories(profile_name).get(prof.seeds[0]) if any(
+        m.source == "fedavg" for m in spec.models) else None
+    t0 = time.perf_counter()
+    study = factor_axes.model_study(prof, spec, trajectory=trajectory, workers=workers, progress=progress,
+                                    own_trajectories=own_trajectories)
+    git = provenance.git_state()
+    prov = {"profile": profile_name, "part": part, "code_hash": provenance.code_hash(),
+            "gram_code_hash": provenance.code_hash_with(*pool_gram.GRAM_MODULES),
+            "central_code_hash": provenance.code_hash_with(*central.CENTRAL_MODULES),
+            "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
+            "packages": provenance.package_versions(),
+            "machine": provenance.machine(str(runner.resolve_device(prof.run(prof.seeds[0]).device))), "workers": workers,
+            "trajectory": None if trajectory is None else trajectory.name,
+            "wall_s": time.perf_counter() - t0, "compute_s": study.compute_s,
+            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    dest = factor_dir(profile_name, part)
+    clean_leftovers(dest.parent)
+    tmp = _scratch(dest)
+    study.table.to_csv(tmp / "table.csv", index=False)
+    study.checkpoints.to_csv(tmp / "checkpoints.csv", index=False)
+    study.accuracy.to_csv(tmp / "accuracy.csv", index=False)
+    (tmp / "spec.json").write_text(spec.model_dump_json(indent=2))
+    (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
+    if len(study.own_trajectories) > 1:
+        raise ValueError(f"a factor study keeps one trajectory of its own; {part} has {len(study.own_trajectories)}")
+    for folder in study.own_trajectories:  # the run's record, without its θ (45 MB each for ResNet-18-GN)
+        for f in TRAJECTORY_FILES:
+            if (folder / f).is_file():  # an unfinished run (factor_axes.unfinished_trajectory) has no partition.json
+                shutil.copy2(folder / f, tmp / f"{TRAJECTORY_PREFIX}{f}")
+    install(tmp, dest)
+    return dest
+
+
+def load_factor_study(profile_name: str, part: str) -> ArchivedFactor | None:
+    """A profile's archived model-size study ``part``, or None when there is none (a malformed one
+    is skipped with a :class:`UserWarning` naming the folder and the reason)."""
+    from maskfed.studies import factor_axes
+
+    _check_profile(profile_name)
+    root = factor_dir(profile_name, part)
+    if not root.is_dir():
+        return None
+    try:
+        missing = [f for f in FACTOR_FILES if not (root / f).is_file()]
+        if missing:
+            raise ValueError(f"missing {missing}")
+        prov = json.loads((root / "provenance.json").read_text())
+        absent = [k for k in ("code_hash", "commit", "machine", "finished_utc", "wall_s", "compute_s") if k not in prov]
+        if absent:
+            raise ValueError(f"provenance.json lacks {absent}")
+        table = pd.read_csv(root / "table.csv", dtype={"batch_size": str})
+        lacking = [c for c in ("model", "width", "params", "source", "target", "test_acc", "batch_size",
+                               "local_epochs", "recovery_unweighted") if c not in table.columns]
+        if lacking:
+            raise ValueError(f"table.csv lacks columns {lacking}")
+        own = root / f"{TRAJECTORY_PREFIX}metrics.csv"
+        return ArchivedFactor(profile_name, part, table, pd.read_csv(root / "checkpoints.csv"),
+                              pd.read_csv(root / "accuracy.csv"),
+                              factor_axes.ModelStudySpec(**json.loads((root / "spec.json").read_text())), prov,
+                              [f"{root.name}/: {c}" for c in manifest_changes(root)],
+                              pd.read_csv(own) if own.is_file() else None)
+    except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
+        warnings.warn(f"archive {profile_name}: skipping malformed factor study {root.name}: {exc}", stacklevel=2)
+        return None

@@ -1,0 +1,1030 @@
+"""What sets the recovery factor? Cohort size, step size and model size, each at a fixed θ.
+
+The measurement is the stage study's (:mod:`maskfed.studies.stage`): at a fixed θ every client of a
+seeded pool trains once under a local protocol, nothing is aggregated, and many cohorts are drawn
+from the pool, the same cohorts and shuffles for every protocol (a paired comparison). Here each
+(θ, protocol) keeps the **Gram matrix** of its pool's updates, G_kl = ⟨Δ_k, Δ_l⟩ in float64: the
+recovery factor (eq. 3, 8) and the signal-noise split (eq. 13-14) of any cohort need only G's
+submatrix and the shard sizes, so cohorts of every size K_c come from one training of each client.
+
+Three axes the paper fixes:
+
+* **cohort size** (:func:`cohort_size_table`, :func:`eq12_table`): one θ, a pool of every client,
+  cohorts of K_c = 2 ... K against eq. 12 evaluated with r = ‖μ̂‖²/σ̂² measured at one K_c;
+* **step size** (:func:`lr_verdict`): one θ, several lr at full batch and at a minibatch, and the
+  same lr/bs reached two ways;
+* **model size** (:func:`model_study`): the small CNN at several widths and ResNet-18-GN, each at
+  θ of matched test accuracy, reached by FedAvg (a trajectory's kept θ) or by centralised SGD on
+  the union of the shards (:mod:`maskfed.studies.central`), labelled as such.
+
+The Gram matrices are measured, cached and resumed by :mod:`maskfed.studies.pool_gram`, whose key does
+not hash this module: editing a table or a rule here recomputes nothing. The design (pools, paired
+cohorts, θ matched by accuracy, every rule and threshold) is ours; the quantities are the paper's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from maskfed.core import diversity
+from maskfed.engine import checkpoint, runner
+from maskfed.engine.config import BatchSize, ConfigError, make_settings, Profile, RunConfig
+from maskfed.paths import results_dir
+from maskfed.studies import central, stage
+from maskfed.studies.pool_gram import measure_many, parameter_count, protocol_config, Task, task_cost, theta_digest
+
+#: Extra SeedSequence entry of the cohorts drawn for each K_c. Ours.
+COHORT_STREAM = 1299709
+#: Per-cohort metrics read from a Gram matrix (the stage study's, plus the two moments A and B).
+METRICS = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
+
+
+# --------------------------------------------------------------------------- pure pieces
+
+def cohort_metrics(gram_PxP, n_P, cohorts_CxK) -> pd.DataFrame:
+    """The paper's per-round measurements of each cohort, from the pool's Gram matrix.
+
+    Equal to :func:`maskfed.engine.fedavg.round_metrics` on the cohort's updates for the recovery factor
+    (eq. 3, 8; unweighted and n_k-weighted) and the split σ̂², ‖μ̂‖² with A and B (eq. 13-14).
+
+    Args:
+        gram_PxP: Gram matrix of the pool's updates, [pool, pool], float64.
+        n_P: shard sizes n_k of the pool's clients, [pool].
+        cohorts_CxK: cohorts as positions in the pool, [C, K_c] (K_c >= 2).
+
+    Returns:
+        One row per cohort: ``k_c``, ``cohort`` (positions, space-separated), :data:`METRICS`, ``A``, ``B``.
+
+    Raises:
+        ValueError: a cohort of fewer than 2 clients or a position outside the pool.
+    """
+    g = torch.as_tensor(gram_PxP, dtype=torch.float64)
+    n = np.asarray(n_P, dtype=np.float64)
+    c = np.asarray(cohorts_CxK)
+    if c.ndim != 2 or c.shape[1] < 2:
+        raise ValueError(f"cohorts_CxK must have shape [C, K_c] with K_c >= 2; got shape {c.shape}")
+    if c.min() < 0 or c.max() >= g.shape[0]:
+        raise ValueError(f"cohort positions must lie in 0..{g.shape[0] - 1} (the pool); got {c.min()}..{c.max()}")
+    rows = []
+    for cohort in c:
+        idx = torch.as_tensor(cohort, dtype=torch.long)
+        sub = g[idx][:, idx]
+        sn = diversity.signal_noise_from_gram(sub)
+        rows.append({"k_c": len(cohort), "cohort": " ".join(map(str, cohort)),
+                     "recovery_unweighted": diversity.recovery_factor_from_gram(sub),
+                     "recovery_weighted": diversity.recovery_factor_from_gram(sub, n[cohort]),
+                     "sigma2_hat": sn.sigma2_hat, "mu2_hat": sn.mu2_hat, "A": sn.A, "B": sn.B})
+    return pd.DataFrame(rows)
+
+
+def draw_cohorts(pool_size: int, k_c: int, num_cohorts: int, seed: int) -> np.ndarray:
+    """``num_cohorts`` cohorts of ``k_c`` distinct pool positions (sorted), seeded by (seed,
+    :data:`COHORT_STREAM`, k_c); a cohort of the whole pool is drawn once (every draw is the same).
+
+    Raises:
+        ValueError: ``k_c`` outside 2..pool_size or ``num_cohorts`` < 1.
+    """
+    if not 2 <= k_c <= pool_size:
+        raise ValueError(f"k_c (K_c = {k_c}) must be between 2 and the pool size {pool_size}")
+    if num_cohorts < 1:
+        raise ValueError(f"num_cohorts must be >= 1; got {num_cohorts}")
+    if k_c == pool_size:
+        return np.arange(pool_size)[None, :]
+    rng = np.random.default_rng([seed, COHORT_STREAM, k_c])
+    return np.stack([np.sort(rng.choice(pool_size, size=k_c, replace=False)) for _ in range(num_cohorts)])
+
+
+def cohort_size_table(gram_PxP, n_P, sizes, num_cohorts: int, seed: int) -> pd.DataFrame:
+    """:func:`cohort_metrics` of cohorts of every size in ``sizes`` drawn from the pool (:func:`draw_cohorts`).
+
+    Raises:
+        ValueError: a size outside 2..pool size (naming it and the pool size).
+    """
+    pool = torch.as_tensor(gram_PxP).shape[0]
+    return pd.concat([cohort_metrics(gram_PxP, n_P, draw_cohorts(pool, int(k), num_cohorts, seed)) for k in sizes],
+                     ignore_index=True)
+
+
+def signal_to_noise(cohorts: pd.DataFrame) -> float:
+    """r̂ = mean ‖μ̂‖² / mean σ̂² over the cohorts given (eq. 12's r from the estimators of eq. 13-14).
+
+    The ratio of means, not the mean of ratios: for cohorts drawn without replacement from a
+    finite pool of N clients, E[σ̂²] is the pool's variance S² = Σ‖Δ_k − Δ̄‖²/(N − 1) at every K_c and
+    E[‖μ̂‖²] = ‖Δ̄‖² − S²/N, and with this r eq. 12 gives K_c·E[B]/E[A] exactly at every K_c (and
+    1/Δ_S itself at K_c = N). Derivation ours (tests/test_factor_axes.py checks it by enumeration).
+    """
+    return float(cohorts["mu2_hat"].mean() / cohorts["sigma2_hat"].mean())
+
+
+def eq12_table(cohorts: pd.DataFrame, ref_kc: int) -> pd.DataFrame:
+    """Measured 1/Δ_S at each K_c against eq. 12 with r̂ measured at ``ref_kc`` (:func:`signal_to_noise`).
+
+    Args:
+        cohorts: :func:`cohort_size_table` of one protocol at one θ.
+        ref_kc: the K_c whose cohorts give r̂ (the paper's K_c = 10).
+
+    Returns:
+        One row per K_c: ``k_c``, ``cohorts``, median and quartiles of 1/Δ_S (unweighted) over
+        cohorts, ``share`` = median/K_c (the share of the penalty recovered) with its quartiles,
+        ``predicted`` = (K_c r̂ + 1)/(r̂ + 1) and ``predicted_share``, ``ratio_of_means`` = K_c·mean B /
+        mean A, ``rel_dev`` = median/predicted − 1, ``within_iqr`` (the prediction inside the
+        quartiles), and ``r`` (the r̂ used).
+
+    Raises:
+        ValueError: no cohorts of size ``ref_kc``.
+    """
+    ref = cohorts[cohorts["k_c"] == ref_kc]
+    if ref.empty:
+        raise ValueError(f"ref_kc = {ref_kc} has no cohorts; sizes measured: {sorted(cohorts['k_c'].unique())}")
+    r = signal_to_noise(ref)
+    rows = []
+    for k, g in cohorts.groupby("k_c"):
+        q1, med, q3 = np.quantile(g["recovery_unweighted"], [0.25, 0.5, 0.75])
+        pred = float(diversity.predicted_recovery_factor(r, k)) if r > -1 else float("nan")
+        rows.append({"k_c": int(k), "cohorts": len(g), "median": med, "q1": q1, "q3": q3, "share": med / k,
+                     "share_q1": q1 / k, "share_q3": q3 / k, "predicted": pred, "predicted_share": pred / k,
+                     "ratio_of_means": k * g["B"].mean() / g["A"].mean(), "rel_dev": med / pred - 1,
+                     "within_iqr": bool(q1 <= pred <= q3), "r": r})
+    return pd.DataFrame(rows)
+
+
+def share_falls(eq12: pd.DataFrame) -> bool:
+    """Whether the measured share (1/Δ_S)/K_c falls at every step up in K_c (the issue's expectation
+    from eq. 12 for any r < ∞)."""
+    s = eq12.sort_values("k_c")["share"].to_numpy()
+    return bool(np.all(np.diff(s) < 0))
+
+
+def summarise(cohorts: pd.DataFrame) -> dict:
+    """Median and quartiles over cohorts of each metric and the share with 1/Δ_S < 1
+    (:func:`maskfed.studies.stage.summarise_cohorts`)."""
+    return stage.summarise_cohorts(cohorts)
+
+
+def lr_verdict(table: pd.DataFrame, *, small_bs: int, large_bs: int, lr: float, factor: float) -> dict:
+    """Is it the batch size or the step size that sets 1/Δ_S? A stated rule, ours.
+
+    Three minibatch cells at τ = 1: A, ``small_bs`` at ``lr`` (the reference); B, ``large_bs`` at ``lr``
+    (the same step, a larger batch: less sampling noise per step, fewer steps); C, ``large_bs`` at
+    ``factor``·lr with factor = large_bs/small_bs (the same lr/bs as A, so the same noise per unit of
+    step, and the same lr·T). Of the three pairs, the one whose medians of 1/Δ_S lie closest names
+    what sets the factor: A ≈ B "step size" (the batch changes nothing at a fixed step), A ≈ C
+    "lr/bs" (the same ratio gives the same factor), B ≈ C "batch size" (the larger batch gives the
+    same factor at both steps). The answer is "clear" when that pair's difference is within the
+    reference's interquartile range over cohorts and the other two are not.
+
+    Args:
+        table: one row per cell with ``batch_size`` (text), ``local_epochs``, ``lr`` and the
+            :func:`summarise` columns.
+        small_bs, large_bs: the two batch sizes.
+        lr: the reference step size.
+        factor: large_bs / small_bs (the lr multiplier that keeps lr/bs).
+
+    Returns:
+        ``{"reference", "same_lr", "same_ratio"}`` (the medians of A, B, C), ``"differences"``
+        (``{"step size": |A − B|, "lr/bs": |A − C|, "batch size": |B − C|}``), ``"iqr"`` (A's),
+        ``"closer"`` (the key of the smallest difference) and ``"clear"`` (bool).
+
+    Raises:
+        KeyError: a cell missing from ``table``.
+    """
+    t = table[table["local_epochs"] == 1].set_index(["batch_size", "lr"])
+
+    def cell(bs, step):
+        hit = [i for i in t.index if i[0] == str(bs) and math.isclose(i[1], step, rel_tol=1e-9)]
+        if not hit:
+            raise KeyError(f"no τ = 1 cell with batch size {bs} at lr {step:g}; cells: {list(t.index)}")
+        return t.loc[hit[0]]
+
+    ref, same_lr, same_ratio = cell(small_bs, lr), cell(large_bs, lr), cell(large_bs, lr * factor)
+    a, b, c = (x["recovery_unweighted"] for x in (ref, same_lr, same_ratio))
+    diffs = {"step size": abs(a - b), "lr/bs": abs(a - c), "batch size": abs(b - c)}
+    iqr = ref["recovery_unweighted_q3"] - ref["recovery_unweighted_q1"]
+    closer = min(diffs, key=diffs.get)
+    others = [d for k, d in diffs.items() if k != closer]
+    return {"reference": a, "same_lr": b, "same_ratio": c, "differences": diffs, "iqr": iqr, "closer": closer,
+            "clear": bool(diffs[closer] <= iqr and all(d > iqr for d in others))}
+
+
+#: What each outcome of :func:`lr_verdict` means, in the chapter's words: (closer, clear) -> text.
+LR_VERDICTS = {
+    ("step size", True): "the step size sets the minibatch recovery factor here: at the same lr a 4 times larger batch "
+                         "leaves it where it was, while the same lr/bs does not",
+    ("lr/bs", True): "the step's sampling noise, lr/bs, sets the minibatch recovery factor here: the same lr/bs gives "
+                     "the same factor with either batch, the same lr does not",
+    ("batch size", True): "the batch size sets the minibatch recovery factor here: the larger batch gives the same "
+                          "factor at both step sizes, the smaller one does not",
+    **{(k, False): f"the rule gives no clear answer: the closest pair of cells points to '{k}', but its difference "
+                   "is not within the reference's spread over cohorts, or another pair's is too"
+       for k in ("step size", "lr/bs", "batch size")},
+}
+
+
+def lr_shape(table: pd.DataFrame, batch_size: str, local_epochs: int) -> dict:
+    """How one cell's median 1/Δ_S moves as the step size rises (:func:`lr_axis` rows): ``values`` (lr ->
+    median, in lr order), ``shape`` ("rises", "falls", "flat" within 1 % of its first value, or "dips"/"peaks"
+    when it turns, with the turning lr in ``at``), and ``text``, one clause.
+
+    Raises:
+        ValueError: the cell has fewer than two step sizes.
+    """
+    g = table[(table["batch_size"].astype(str) == str(batch_size)) & (table["local_epochs"] == local_epochs)]
+    g = g.sort_values("lr")
+    if len(g) < 2:
+        raise ValueError(f"batch size {batch_size}, τ {local_epochs} has {len(g)} step size(s); need 2 or more")
+    v = g.set_index("lr")["recovery_unweighted"]
+    steps = np.sign(np.diff(v.to_numpy()))
+    at = None
+    if (np.abs(v / v.iloc[0] - 1) <= 0.01).all():
+        shape = "flat"
+    elif (steps > 0).all():
+        shape = "rises"
+    elif (steps < 0).all():
+        shape = "falls"
+    else:
+        low, high = v.idxmin(), v.idxmax()
+        inner_low = low not in (v.index[0], v.index[-1])
+        shape, at = ("dips", low) if inner_low else ("peaks", high)
+    values = ", ".join(f"{x:.2f}" for x in v)
+    text = {"flat": f"stays at {v.iloc[0]:.2f}", "rises": f"rises ({values})", "falls": f"falls ({values})",
+            "dips": f"falls and then rises again ({values}), lowest at lr = {at or 0:g}",
+            "peaks": f"rises and then falls again ({values}), highest at lr = {at or 0:g}"}[shape]
+    return {"values": v.to_dict(), "shape": shape, "at": at, "text": text}
+
+
+def lr_shape_text(table: pd.DataFrame, batch_size, lrs) -> str:
+    """The step-size section's sentence on how the factor at ``batch_size``, τ = 1 moves with lr (:func:`lr_shape`),
+    and, where it turns, what that means for the two-cell rule."""
+    shape = lr_shape(table, str(batch_size), 1)
+    return (f"As lr rises from {min(lrs):g} to {max(lrs):g}, the factor at batch size {batch_size}, τ = 1 "
+            f"{shape['text']}" + (
+                ": not monotone, so the step size does not act in one direction here, and the rule below, which "
+                "compares one lr with another at two cells only, cannot see that; why it turns is not tested in this "
+                "book (one θ, one pool of clients)" if shape["shape"] in ("dips", "peaks") else ""))
+
+
+def lr_spread(table: pd.DataFrame, batch_size: str, local_epochs: int) -> float:
+    """Largest over smallest median 1/Δ_S across the step sizes of one protocol (1 = lr changes nothing)."""
+    r = table[(table["batch_size"] == batch_size) & (table["local_epochs"] == local_epochs)]["recovery_unweighted"]
+    return float(r.max() / r.min())
+
+
+def cliff(table: pd.DataFrame) -> float:
+    """Smallest full-batch over largest minibatch median 1/Δ_S of one θ's protocols (the Table I
+    chapter's cliff; :func:`maskfed.studies.stage.cliff_by_stage`)."""
+    return float(stage.cliff_by_stage(table.assign(stage=0)).iloc[0])
+
+
+def path_check(table: pd.DataFrame, *, model: str, width: int | None) -> pd.DataFrame:
+    """Does the way θ was reached change the measurement? A stated rule, ours.
+
+    For one model measured at θ of FedAvg and of centralised SGD at the same target accuracies, per
+    (target, protocol): the two medians of 1/Δ_S over cohorts, their difference, and the FedAvg θ's
+    interquartile range over cohorts. The path "changes the measurement by less than its spread"
+    where |difference| <= that range.
+
+    Args:
+        table: :attr:`ModelStudy.table` rows.
+        model, width: the model measured both ways (width None for ResNet-18-GN).
+
+    Returns:
+        One row per (target, batch_size, local_epochs) measured both ways: ``acc_fedavg``,
+        ``acc_centralised``, ``fedavg``, ``centralised``, ``difference``, ``iqr_fedavg``, ``within``.
+    """
+    t = table[(table["model"] == model) & (table["width"].fillna(-1) == (-1 if width is None else width))]
+    keys = ["target", "batch_size", "local_epochs"]
+    f = t[t["source"] == "fedavg"].set_index(keys)
+    c = t[t["source"] == "centralised"].set_index(keys)
+    both = f.index.intersection(c.index)
+    out = pd.DataFrame({"acc_fedavg": f.loc[both, "test_acc"], "acc_centralised": c.loc[both, "test_acc"],
+                        "fedavg": f.loc[both, "recovery_unweighted"], "centralised": c.loc[both, "recovery_unweighted"]})
+    out["difference"] = out["centralised"] - out["fedavg"]
+    out["iqr_fedavg"] = f.loc[both, "recovery_unweighted_q3"] - f.loc[both, "recovery_unweighted_q1"]
+    out["within"] = out["difference"].abs() <= out["iqr_fedavg"]
+    return out.reset_index()
+
+
+def path_checks(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """:func:`path_check` for every model of ``table`` measured at θ reached both ways, keyed by
+    :func:`model_label` (in the table's order); models measured one way only are left out."""
+    out = {}
+    for (model, width), g in table.groupby(["model", "width"], dropna=False, sort=False):
+        if g["source"].nunique() > 1:
+            w = None if pd.isna(width) else int(width)
+            out[model_label(model, w)] = path_check(table, model=model, width=w)
+    return out
+
+
+def route_summary(check: pd.DataFrame) -> dict:
+    """How much the way θ was reached moves 1/Δ_S, from one :func:`path_check` table: the ratio
+    centralised / FedAvg per (target, protocol) cell, ``{"min", "median", "max"}`` of it, ``cells``
+    and ``beyond`` (cells whose difference exceeds the FedAvg θ's interquartile range over cohorts)."""
+    ratio = check["centralised"] / check["fedavg"]
+    return {"min": float(ratio.min()), "median": float(ratio.median()), "max": float(ratio.max()),
+            "cells": int(len(check)), "beyond": int((~check["within"]).sum())}
+
+
+# --------------------------------------------------------------------------- θ at a target accuracy
+
+@dataclass
+class Checkpoint:
+    """A θ at (or after) a target test accuracy, and how it was reached."""
+
+    model: str
+    width: int | None           # None for ResNet-18-GN
+    source: str                 # "fedavg" (a trajectory's kept θ) or "centralised" (centralised SGD)
+    target: float               # the test accuracy aimed at (fraction)
+    reached: bool               # False: the source never reached it (θ is then None)
+    test_acc: float             # accuracy of θ on the test set (fraction; NaN when not reached)
+    when: int                   # FedAvg round or SGD step of θ (-1 when not reached)
+    images: int                 # training images passed to reach θ (FedAvg: over every client of every round)
+    where: str                  # folder the θ was read from
+    theta: torch.Tensor | None = field(default=None, repr=False)
+
+    def row(self) -> dict:
+        """The checkpoint as a table row (θ left out)."""
+        return {"model": self.model, "width": self.width, "source": self.source, "target": self.target,
+                "reached": self.reached, "test_acc": self.test_acc, "when": self.when, "images": self.images,
+                "where": self.where, "theta": theta_digest(self.theta) if self.theta is not None else ""}
+
+
+def fedavg_checkpoints(cfg: RunConfig, targets, candidates, *, trajectory: Path | None = None,
+                       last_if_unreached: bool = False, progress: bool = False) -> tuple[list[Checkpoint], pd.DataFrame]:
+    """θ of a FedAvg trajectory at the first kept round reaching each target accuracy.
+
+    The trajectory is ``cfg``'s run with θ kept at ``candidates`` (its rounds): the folder
+    ``trajectory`` (an archived run), else the run in ``results/runs``, trained when missing
+    (:func:`maskfed.engine.runner.run`, resumable, with ``keep_every=candidates``). Each kept θ is tested
+    by :func:`maskfed.studies.stage.build_ladder` (cached; a run found without kept θ is then trained
+    again by the ladder itself).
+
+    Args:
+        cfg: the trajectory's run configuration (the stage ladder's: bs 32, τ 2 at Table I's α).
+        targets: test accuracies (fractions).
+        candidates: rounds whose θ the run keeps (a list, or every n-th round as an int).
+        trajectory: an archived run folder of ``cfg`` with ``thetas.pt``, or None.
+        last_if_unreached: give a target the trajectory never reaches the θ of its last round
+            (``reached`` stays False) instead of none.
+        progress: tqdm bars.
+
+    Returns:
+        (one :class:`Checkpoint` per target, the accuracy of every kept round: round, test_acc, test_loss).
+    """
+    if trajectory is None and runner.find_run(cfg) is None:
+        runner.run(cfg, progress=progress, keep_every=candidates)
+    every = candidates if isinstance(candidates, int) else 1
+    rounds = None if isinstance(candidates, int) else tuple(candidates)
+    spec = stage.StageSpec(target_accuracies=tuple(targets), candidate_every=every, candidate_rounds=rounds)
+    ladder = stage.build_ladder(cfg, spec, progress=progress, trajectory=trajectory)
+    acc = ladder.accuracy.set_index("round")["test_acc"]
+    where = (Path(trajectory).name if trajectory is not None else
+             json.loads((ladder.path / "provenance.json").read_text())["trajectory"])
+
+    def at(r: int, t: float, reached: bool) -> Checkpoint:
+        s = int(np.flatnonzero(ladder.checkpoints["round"].to_numpy() == r)[0])
+        return Checkpoint(cfg.model, _width(cfg), "fedavg", t, reached, float(acc.loc[r]), r, _fedavg_images(cfg, r),
+                          where, ladder.theta(s).clone())
+
+    out = []
+    for t in targets:
+        hit = acc.index[acc.to_numpy() >= t]
+        if len(hit):
+            out.append(at(int(hit[0]), t, True))
+        elif last_if_unreached:  # pick_rounds keeps the last round as a checkpoint
+            out.append(at(int(acc.index.max()), t, False))
+        else:
+            out.append(Checkpoint(cfg.model, _width(cfg), "fedavg", t, False, float("nan"), -1, -1, where))
+    return out, ladder.accuracy
+
+
+def trajectory_config(base: RunConfig, m: "ModelSpec") -> RunConfig:
+    """The run configuration of model ``m``'s own FedAvg trajectory: ``base`` (the profile's stage-ladder
+    run) with the model, its rounds and its evaluation interval (every round of the last quarter too).
+
+    Raises:
+        ValueError: ``m`` has no trajectory of its own (``rounds`` is None).
+    """
+    if m.rounds is None:
+        raise ValueError(f"model {m.model} has no trajectory of its own (rounds is None)")
+    return protocol_config(base, model=m.model, **({} if m.width is None else {"width": m.width}), rounds=m.rounds,
+                           eval_every=m.eval_every, eval_every_tail=m.eval_every,
+                           checkpoint_every=m.keep_every)  # a checkpoint with every kept θ (not part of the key)
+
+
+def evaluated_checkpoints(cfg: RunConfig, targets, folder: Path) -> tuple[list[Checkpoint], pd.DataFrame]:
+    """θ of a finished FedAvg run at the first evaluated round whose test accuracy reaches each target.
+
+    The run tested its global model on every test image at the rounds of
+    :func:`maskfed.engine.fedavg.eval_rounds` (``test_acc`` in its ``metrics.csv``); those accuracies are
+    read, not recomputed, so the resolution of "first reaches" is the run's evaluation interval. The θ
+    of a hit round comes from the run's ``thetas.pt``. A target never reached gives a checkpoint with
+    ``reached`` False.
+
+    Args:
+        cfg: the run's configuration; ``folder``'s ``config.json`` must hold the same (up to where it ran).
+        targets: test accuracies (fractions).
+        folder: the finished run folder.
+
+    Returns:
+        (one :class:`Checkpoint` per target, the accuracy at every evaluated round: round, test_acc, test_loss).
+
+    Raises:
+        ValueError: the folder holds another configuration, or keeps no θ at a round that reached a target
+            (naming the rounds it keeps).
+    """
+    folder = Path(folder)
+    if not stage.holds(folder, cfg):
+        raise ValueError(f"trajectory {folder} holds another run than {cfg.label()}")
+    metrics = pd.read_csv(folder / "metrics.csv")
+    acc = metrics.loc[metrics["test_acc"].notna(), ["round", "test_acc", "test_loss"]].reset_index(drop=True)
+    thetas = None
+    out = []
+    for t in targets:
+        hit = acc.loc[acc["test_acc"] >= t, "round"]
+        if not len(hit):
+            out.append(Checkpoint(cfg.model, _width(cfg), "fedavg", t, False, float("nan"), -1, -1, folder.name))
+            continue
+        r = int(hit.iloc[0])
+        if thetas is None:
+            thetas = runner.load_thetas(folder) or {}
+        if r not in thetas:
+            raise ValueError(f"trajectory {folder} keeps no θ at round {r} (first reaching {t}); it keeps {sorted(thetas)}")
+        out.append(Checkpoint(cfg.model, _width(cfg), "fedavg", t, True, float(acc.set_index("round").loc[r, "test_acc"]),
+                              r, _fedavg_images(cfg, r), folder.name, thetas[r].clone()))
+    return out, acc
+
+
+def _fedavg_images(cfg: RunConfig, rounds: int) -> int:
+    """Training images passed in ``rounds`` FedAvg rounds (K_c clients of about N/K images, τ epochs each)."""
+    images = runner.images_for(cfg)
+    n = cfg.train_subset or len(images.y_train)
+    return int(round(rounds * cfg.cohort_size * cfg.local_epochs * n / cfg.num_clients))
+
+
+def _width(cfg: RunConfig) -> int | None:
+    return None if cfg.model == "resnet18_gn" else cfg.width
+
+
+def central_checkpoints(cfg: RunConfig, spec: central.CentralSpec, *, progress: bool = False
+                        ) -> tuple[list[Checkpoint], pd.DataFrame]:
+    """θ of centralised SGD (:func:`maskfed.studies.central.train`, cached and resumable) at each target.
+
+    Returns:
+        (one :class:`Checkpoint` per target, the path's accuracy log: step, epochs, images, test_acc, test_loss).
+    """
+    res = central.train(cfg, spec, progress=progress)
+    out = []
+    for _, r in res.checkpoints.iterrows():
+        t = float(r["target"])
+        if not bool(r["reached"]):
+            out.append(Checkpoint(cfg.model, _width(cfg), "centralised", t, False, float("nan"), -1, -1, res.path.name))
+            continue
+        out.append(Checkpoint(cfg.model, _width(cfg), "centralised", t, True, float(r["test_acc"]), int(r["step"]),
+                              int(r["images"]), res.path.name, res.thetas[t].clone()))
+    return out, res.accuracy
+
+
+# --------------------------------------------------------------------------- cohort and step-size axes
+
+Protocol = tuple[BatchSize, int]
+
+
+class AxesSpec(BaseModel):
+    """Settings of the cohort-size and step-size axes at one θ (ours). Units in the comments."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target: float = Field(0.45, gt=0, le=1)        # test accuracy (fraction) of the one θ: first kept round reaching it
+    cohort_sizes: tuple[int, ...] = (2, 5, 10, 20, 50, 100)  # K_c of the cohort-size axis (those up to K are kept)
+    ref_kc: int = Field(10, ge=2)                  # K_c whose cohorts give eq. 12's r (the paper's K_c)
+    cohort_draws: int = Field(200, ge=1)           # cohorts drawn per K_c from the pool of every client
+    lrs: tuple[float, ...] = (0.0025, 0.005, 0.01, 0.02, 0.04)  # SGD step sizes of the step-size axis
+    lr_pool: int = Field(20, ge=2)                 # clients trained per step-size cell (a seeded pool)
+    lr_cohorts: int = Field(100, ge=1)             # cohorts of K_c drawn from that pool
+
+    @model_validator(mode="after")
+    def _positive(self) -> "AxesSpec":
+        if not self.cohort_sizes or min(self.cohort_sizes) < 2:
+            raise ValueError(f"cohort_sizes must be K_c values >= 2; got {list(self.cohort_sizes)}")
+        if not self.lrs or min(self.lrs) <= 0:
+            raise ValueError(f"lrs must be step sizes > 0; got {list(self.lrs)}")
+        return self
+
+
+#: Our defaults per profile whose trajectory gives the θ (the target is one its trajectory reaches).
+AXES_DEFAULTS = {
+    "smoke": {"target": 0.3, "cohort_sizes": (2, 5, 10), "cohort_draws": 20, "lr_pool": 6, "lr_cohorts": 20, "ref_kc": 5},
+    "cpu": {"target": 0.35},
+    "cpu-long": {"target": 0.45},
+    "cpu-paper": {"target": 0.45},
+    "paper": {"target": 0.45, "lr_pool": 12},
+}
+
+
+def make_axes_spec(profile: str, **fields) -> AxesSpec:
+    """:data:`AXES_DEFAULTS` of ``profile`` with ``fields`` (None: not given) replacing them.
+
+    Raises:
+        ConfigError: unknown fields or invalid values, naming the parameter and what is allowed.
+    """
+    return make_settings(AxesSpec, AXES_DEFAULTS.get(profile, {}), fields, "axis settings")
+
+
+def minibatches(profile: Profile) -> tuple[int, int]:
+    """(small, large) minibatch sizes of the axes: Table II's batch size (32 at the cpu and paper
+    profiles) and 4 times it (128), the two minibatch sizes of Table I there."""
+    small = profile.table2.batch_size
+    if small == "full":
+        raise ConfigError("the step-size axis needs a minibatch size in table2.batch_size; got 'full'")
+    return small, 4 * small
+
+
+def axes_theta(profile: Profile, spec: AxesSpec, *, trajectory: Path | None = None,
+               progress: bool = False) -> tuple[Checkpoint, pd.DataFrame]:
+    """The one θ of the cohort-size and step-size axes: the stage ladder's trajectory of
+    ``profile`` (:func:`maskfed.studies.stage.ladder_config`, first seed) at the first kept round
+    reaching ``spec.target``, or its last kept round when it never does (``reached`` is then False).
+
+    Args:
+        profile: whose trajectory (an archived one via ``trajectory``, else its run in ``results/runs``,
+            trained when missing).
+        spec: the axis settings.
+        trajectory: archived run folder of that trajectory, or None.
+
+    Returns:
+        (the :class:`Checkpoint`, the accuracy of every kept round).
+    """
+    cfg = stage.ladder_config(profile)
+    sspec = stage.make_spec(profile.name)
+    keep = sspec.candidate_rounds if sspec.candidate_rounds is not None else sspec.candidate_every
+    (ck,), acc = fedavg_checkpoints(cfg, [spec.target], keep, trajectory=trajectory, last_if_unreached=True,
+                                    progress=progress)
+    return ck, acc
+
+
+def cohort_protocols(profile: Profile) -> dict[str, Protocol]:
+    """The cohort-size axis's protocols: full batch τ 1, the large minibatch τ 1 and Table II's protocol."""
+    small, large = minibatches(profile)
+    t2 = profile.table2
+    return {"full batch, τ = 1": ("full", 1), f"bs {large}, τ = 1": (large, 1),
+            f"bs {small}, τ = {t2.local_epochs}": (small, t2.local_epochs)}
+
+
+def cohort_axis(profile: Profile, ck: Checkpoint, spec: AxesSpec, *, workers: int = 1,
+                progress: bool = False) -> pd.DataFrame:
+    """1/Δ_S at every cohort size of ``spec`` for :func:`cohort_protocols`, at θ of ``ck``, with a
+    pool of every client (the profile's K); cohort sizes above K are left out.
+
+    Returns:
+        :func:`cohort_size_table` rows with a ``protocol`` column.
+    """
+    base = stage.ladder_config(profile)
+    pool = list(range(base.num_clients))
+    sizes = [k for k in spec.cohort_sizes if k <= base.num_clients]
+    protos = cohort_protocols(profile)
+    tasks = [Task(protocol_config(base, batch_size=bs, local_epochs=tau), ck.theta, pool, _label(ck),
+                  cost=len(pool) * tau * (1 if bs == "full" else 3)) for bs, tau in protos.values()]
+    grams = measure_many(tasks, workers=workers, progress=progress)
+    return pd.concat([cohort_size_table(g.gram, g.n, sizes, spec.cohort_draws, base.seed).assign(protocol=name)
+                      for name, g in zip(protos, grams)], ignore_index=True)
+
+
+def lr_cells(profile: Profile, spec: AxesSpec) -> list[tuple[BatchSize, int, float]]:
+    """The step-size axis's cells (batch size, τ, lr): full batch at τ = 1 and 2 and the small
+    minibatch at τ = 1 for every lr of ``spec``, and the large minibatch at τ = 1 at the base lr and
+    at (large/small) × base lr (the same lr/bs as the small minibatch at the base lr)."""
+    small, large = minibatches(profile)
+    lr0 = stage.ladder_config(profile).lr
+    cells = [(bs, tau, lr) for lr in spec.lrs for bs, tau in (("full", 1), ("full", 2), (small, 1))]
+    return cells + [(large, 1, lr0), (large, 1, lr0 * large / small)]
+
+
+def lr_axis(profile: Profile, ck: Checkpoint, spec: AxesSpec, *, workers: int = 1,
+            progress: bool = False) -> pd.DataFrame:
+    """1/Δ_S, σ̂² and ‖μ̂‖² (medians and quartiles over cohorts of the profile's K_c drawn from a
+    seeded pool of ``spec.lr_pool``) in every cell of :func:`lr_cells`, at θ of ``ck``.
+
+    Returns:
+        One row per cell: ``batch_size`` (text), ``local_epochs``, ``lr`` and the :func:`summarise` columns.
+    """
+    base = stage.ladder_config(profile)
+    pool, cohorts = stage.pool_and_cohorts(base.num_clients, spec.lr_pool, min(base.cohort_size, spec.lr_pool),
+                                           spec.lr_cohorts, base.seed)
+    cells = lr_cells(profile, spec)
+    tasks = [Task(protocol_config(base, batch_size=bs, local_epochs=tau, lr=lr), ck.theta, list(pool), _label(ck),
+                  cost=tau * (1 if bs == "full" else 3)) for bs, tau, lr in cells]
+    grams = measure_many(tasks, workers=workers, progress=progress)
+    rows = [{"batch_size": str(bs), "local_epochs": tau, "lr": lr, **summarise(cohort_metrics(g.gram, g.n, cohorts))}
+            for (bs, tau, lr), g in zip(cells, grams)]
+    return pd.DataFrame(rows)
+
+
+def _label(ck: Checkpoint) -> str:
+    return f"{ck.source} θ at {ck.when} ({ck.where})"
+
+
+# --------------------------------------------------------------------------- model size
+
+class ModelSpec(BaseModel):
+    """One model of the model-size study and where its θ come from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: Literal["small_cnn_gn", "resnet18_gn"]              # network
+    width: int | None = Field(None, ge=1)                      # small CNN first-layer channels; None for ResNet-18-GN
+    source: Literal["fedavg", "centralised"] = "centralised"   # θ from the FedAvg trajectory or centralised SGD
+    # A FedAvg trajectory of the model's own, shorter than the profile's (ours: a budget, for a model whose
+    # run at the profile's rounds costs too much here). None: the profile's stage-ladder run and its kept θ.
+    rounds: int | None = Field(None, ge=1)        # FedAvg rounds of that trajectory
+    eval_every: int | None = Field(None, ge=1)    # rounds between its test evaluations (every test image), last quarter too
+    keep_from: int = Field(0, ge=0)               # first round (after 0, θ_0) whose θ it keeps
+    keep_every: int = Field(1, ge=1)              # rounds between kept θ from keep_from on
+
+    @model_validator(mode="after")
+    def _width_for_small_cnn(self) -> "ModelSpec":
+        if (self.model == "small_cnn_gn") != (self.width is not None):
+            raise ValueError(f"width is given for model 'small_cnn_gn' only; got model {self.model!r}, width {self.width}")
+        if self.rounds is not None and (self.source != "fedavg" or self.eval_every is None):
+            raise ValueError("rounds (a trajectory of the model's own) needs source 'fedavg' and eval_every; got "
+                             f"source {self.source!r}, eval_every {self.eval_every}")
+        if self.rounds is None and (self.eval_every is not None or self.keep_from or self.keep_every != 1):
+            raise ValueError("eval_every, keep_from and keep_every describe a trajectory of the model's own: give rounds too")
+        return self
+
+    def kept(self) -> list[int]:
+        """Rounds whose θ the model's own trajectory keeps: 0, then every ``keep_every`` from ``keep_from``
+        (and its last round, :func:`maskfed.engine.runner.kept_rounds`).
+
+        Raises:
+            ValueError: the spec has no trajectory of its own (``rounds`` is None).
+        """
+        if self.rounds is None:
+            raise ValueError("this model's θ come from the profile's trajectory; it keeps no rounds of its own")
+        return runner.kept_rounds(self.rounds, [0, *range(max(self.keep_from, 1), self.rounds + 1, self.keep_every)])
+
+
+class ModelStudySpec(BaseModel):
+    """Settings of a model-size study (ours). Units in the comments."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    models: tuple[ModelSpec, ...]                  # models, each with its θ source
+    targets: tuple[float, ...]                     # common test accuracies (fractions) of the θ
+    protocols: tuple[tuple[BatchSize, int], ...]   # (batch size, τ) measured at every θ, in order of priority
+    pool_size: int = Field(20, ge=2)               # clients trained per (θ, protocol)
+    num_cohorts: int = Field(100, ge=1)            # cohorts of K_c drawn from the pool
+    eval_every: int = Field(50, ge=1)              # centralised SGD: steps between test evaluations
+    max_steps: int = Field(40000, ge=1)            # centralised SGD: steps at most
+    eval_images: int | None = Field(None, ge=10)   # centralised SGD: test images while searching; None: all
+
+
+NINE: tuple[Protocol, ...] = (("full", 1), ("full", 5), (128, 1), (32, 2), (32, 5), ("full", 2), (128, 2), (128, 5), (32, 1))
+#: Our defaults. The first five protocols are the issue's minimum (full batch τ 1 and 5, bs 128 τ 1,
+#: bs 32 τ 2 and 5); ResNet-18-GN measures those five (``all_protocols`` adds the other four).
+MODEL_DEFAULTS = {
+    "smoke": {
+        "models": ModelStudySpec(models=(ModelSpec(model="small_cnn_gn", width=4, source="fedavg"),
+                                         ModelSpec(model="small_cnn_gn", width=4),
+                                         ModelSpec(model="small_cnn_gn", width=2)),
+                                 targets=(0.3,), protocols=(("full", 1), (64, 1), (16, 2)), pool_size=6,
+                                 num_cohorts=20, eval_every=5, max_steps=200),
+        "resnet": ModelStudySpec(models=(ModelSpec(model="resnet18_gn"),), targets=(0.2,),
+                                 protocols=(("full", 1), (64, 1)), pool_size=3, num_cohorts=3, eval_every=5,
+                                 max_steps=30, eval_images=50),
+        "resnet-fedavg": ModelStudySpec(models=(ModelSpec(model="resnet18_gn", source="fedavg", rounds=2, eval_every=1),),
+                                        targets=(0.05, 0.99), protocols=(("full", 1), (64, 1)), pool_size=3,
+                                        num_cohorts=3),
+    },
+    "cpu-paper": {
+        "models": ModelStudySpec(models=(ModelSpec(model="small_cnn_gn", width=8, source="fedavg"),
+                                         ModelSpec(model="small_cnn_gn", width=8),
+                                         ModelSpec(model="small_cnn_gn", width=16),
+                                         ModelSpec(model="small_cnn_gn", width=32)),
+                                 targets=(0.35, 0.45, 0.55), protocols=NINE, pool_size=20, num_cohorts=100,
+                                 eval_every=50, max_steps=40000),
+        "resnet": ModelStudySpec(models=(ModelSpec(model="resnet18_gn"),), targets=(0.35, 0.45, 0.55),
+                                 protocols=NINE[:5], pool_size=12, num_cohorts=100, eval_every=250,
+                                 max_steps=12000, eval_images=2000),
+        # ResNet-18-GN's own FedAvg trajectory (issue 29): 80 rounds is our budget (costs: docs/studies.md); the
+        # test set is read every 4 rounds, θ kept every 2nd round from round 10 on (45 MB each)
+        "resnet-fedavg": ModelStudySpec(models=(ModelSpec(model="resnet18_gn", source="fedavg", rounds=80, eval_every=4,
+                                                          keep_from=10, keep_every=2),),
+                                        targets=(0.35, 0.45, 0.55), protocols=NINE[:5], pool_size=12, num_cohorts=100),
+    },
+}
+MODEL_PARTS = ("models", "resnet", "resnet-fedavg")
+#: What each part measures, as the book names it.
+PART_NAMES = {"models": "The small-CNN study", "resnet": "ResNet-18-GN at centralised-SGD θ",
+              "resnet-fedavg": "ResNet-18-GN at θ of its own FedAvg trajectory"}
+
+
+def model_spec(profile: str, part: str, *, all_protocols: bool = False) -> ModelStudySpec:
+    """The default :class:`ModelStudySpec` of a profile's part ("models" or "resnet");
+    ``all_protocols``: every protocol of the profile's Table I grid.
+
+    Raises:
+        ConfigError: a profile or part without defaults (naming those that have them).
+    """
+    if profile not in MODEL_DEFAULTS:
+        raise ConfigError(f"no model-size study is defined for profile {profile!r}; defined for: "
+                          f"{', '.join(MODEL_DEFAULTS)}")
+    if part not in MODEL_DEFAULTS[profile]:
+        raise ConfigError(f"part must be one of {list(MODEL_DEFAULTS[profile])}; got {part!r}")
+    spec = MODEL_DEFAULTS[profile][part]
+    if all_protocols:
+        from maskfed.engine.config import load_profile
+
+        t1 = load_profile(profile).table1
+        grid = [(bs, tau) for bs in t1.batch_sizes for tau in t1.local_epochs]
+        spec = spec.model_copy(update={"protocols": tuple(dict.fromkeys([*spec.protocols, *grid]))})
+    return spec
+
+
+@dataclass
+class ModelStudy:
+    """A model-size study: one summary row per (model, source, target, protocol) and where each θ came from."""
+
+    table: pd.DataFrame        # model, width, params, source, target, test_acc, when, images, batch_size, local_epochs, summaries
+    checkpoints: pd.DataFrame  # Checkpoint.row() of every (model, source, target)
+    accuracy: pd.DataFrame     # model, width, source, when, images, test_acc: each θ path's accuracy log
+    spec: ModelStudySpec
+    compute_s: float           # seconds spent training every client of every measurement and every θ path (all attempts)
+    own_trajectories: list[Path] = field(default_factory=list)  # run folders of the models' own FedAvg trajectories
+
+
+def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | None = None, workers: int = 1,
+                progress: bool = False, own_trajectories: Sequence[Path] = ()) -> ModelStudy:
+    """Measure every protocol of ``spec`` at θ of every model of ``spec`` at every target accuracy reached.
+
+    The base configuration is the profile's stage-ladder run (:func:`maskfed.studies.stage.ladder_config`,
+    first seed: its data, partition, K_c, lr and seed) with the model replaced. θ from "fedavg":
+    that run's kept θ (the archived ``trajectory`` for the base run's own model, else the run in
+    ``results/runs``, trained when missing: :func:`fedavg_checkpoints`), or, for a model with a trajectory of
+    its own (``rounds``, :func:`trajectory_config`), that run: the folder among ``own_trajectories`` that
+    holds its configuration, else its run in ``results/runs``, trained when missing (resumable), its θ
+    at the first evaluated round reaching each target (:func:`evaluated_checkpoints`); from
+    "centralised": :func:`central_checkpoints` with the
+    base's lr and batch size. Every (θ, protocol) trains the same seeded pool
+    (:func:`maskfed.studies.stage.pool_and_cohorts`), and the same cohorts are drawn for every model.
+    Every part is cached and resumable: a rerun continues where a killed one stopped.
+
+    Raises:
+        ConfigError: a pool larger than K, or an invalid protocol, before any training.
+    """
+    base = stage.ladder_config(profile)
+    try:
+        pool, cohorts = stage.pool_and_cohorts(base.num_clients, spec.pool_size, base.cohort_size, spec.num_cohorts,
+                                               base.seed)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    sspec = stage.make_spec(profile.name)
+    keep = sspec.candidate_rounds if sspec.candidate_rounds is not None else sspec.candidate_every
+    cspec = central.make_spec(targets=spec.targets, eval_every=spec.eval_every, max_steps=spec.max_steps,
+                              eval_images=spec.eval_images)
+    cfgs = {m: protocol_config(base, model=m.model, **({} if m.width is None else {"width": m.width})) for m in spec.models}
+    for m in spec.models:  # every protocol validated before any training
+        for bs, tau in spec.protocols:
+            protocol_config(cfgs[m], batch_size=bs, local_epochs=tau)
+    threads = torch.get_num_threads()
+    ckpts, logs, own_wall, own_folders, owner = [], [], 0.0, [], {}
+    try:
+        for m in spec.models:
+            if m.rounds is not None:
+                tcfg = trajectory_config(base, m)
+                folder = find_own_trajectory(tcfg, own_trajectories)
+                if folder is None:
+                    folder = runner.run(tcfg, progress=progress, keep_every=m.kept()).path
+                own_folders.append(folder)
+                own_wall += json.loads((folder / "provenance.json").read_text())["wall_s"]
+                got, acc = evaluated_checkpoints(tcfg, spec.targets, folder)
+                acc = acc.rename(columns={"round": "when"}).assign(images=[_fedavg_images(tcfg, r) for r in acc["round"]])
+            elif m.source == "fedavg":
+                # the archived trajectory is the base run's; another width trains (or reads) its own run
+                own = trajectory if (m.model, m.width or base.width) == (base.model, base.width) else None
+                got, acc = fedavg_checkpoints(cfgs[m], spec.targets, keep, trajectory=own, progress=progress)
+                acc = acc.rename(columns={"round": "when"}).assign(images=[_fedavg_images(cfgs[m], r) for r in acc["round"]])
+            else:
+                # one path at a time; ResNet-18-GN on every thread the workers would use, the small CNNs on
+                # one (faster there); float sums depend on the count, which provenance.json records
+                torch.set_num_threads(max(1, workers) if m.model == "resnet18_gn" else 1)
+                got, acc = central_checkpoints(cfgs[m], cspec, progress=progress)
+                torch.set_num_threads(threads)
+                acc = acc.rename(columns={"step": "when"})
+            ckpts += got
+            owner.update({id(c): m for c in got})
+            logs.append(acc[["when", "images", "test_acc"]].assign(model=m.model, width=m.width, source=m.source))
+    finally:
+        torch.set_num_threads(threads)
+    reached = [c for c in ckpts if c.reached]
+    tasks, keys = [], []
+    for bs, tau in spec.protocols:  # protocols in order of priority: the first ones finish first
+        for c in reached:
+            cfg = protocol_config(cfgs[owner[id(c)]], batch_size=bs,
+                                  local_epochs=tau)
+            tasks.append(Task(cfg, c.theta, list(pool), _label(c), cost=task_cost(cfg, len(pool))))
+            keys.append((c, bs, tau))
+    grams = measure_many(tasks, workers=workers, progress=progress)
+    rows = []
+    for (c, bs, tau), g in zip(keys, grams):
+        rows.append({"model": c.model, "width": c.width, "params": int(g.provenance["num_parameters"]), "source": c.source,
+                     "target": c.target, "test_acc": c.test_acc, "when": c.when, "images": c.images,
+                     "batch_size": str(bs), "local_epochs": tau, **summarise(cohort_metrics(g.gram, g.n, cohorts))})
+    compute = own_wall + sum(g.provenance["train_s"] for g in grams) + sum(
+        json.loads((results_dir() / "central" / c.where / "provenance.json").read_text())["wall_s"]
+        for c in {c.where: c for c in ckpts if c.source == "centralised"}.values())
+    return ModelStudy(pd.DataFrame(rows), pd.DataFrame([c.row() for c in ckpts]),
+                      pd.concat(logs, ignore_index=True), spec, compute, own_folders)
+
+
+def unfinished_trajectory(partial: Path, cfg: RunConfig, dest: Path) -> Path:
+    """A run folder, at ``dest``, of what an unfinished run has done so far, read from its partial folder
+    (:func:`maskfed.engine.checkpoint.partial_dir`: the last checkpoint's records and the θ snapshots kept up to
+    its round), so a study can use the θ a long trajectory has already reached before it ends.
+
+    ``dest`` holds ``config.json`` (the run's, with its full round budget), ``metrics.csv`` (rounds 1 to the
+    checkpoint's), ``thetas.pt`` (the snapshots up to that round) and ``provenance.json`` (``unfinished``:
+    true, ``rounds_done``, ``rounds``, the run key, the wall time so far); nothing is recomputed. The partial
+    folder is only read, so the run can go on from it.
+
+    Args:
+        partial: the run's hidden ``.partial-<run folder>`` folder.
+        cfg: the run's configuration (its run key must be the folder's).
+        dest: the folder to write (replaced if it exists).
+
+    Raises:
+        ValueError: no checkpoint in ``partial``, or one of another run (its key is not the folder's).
+    """
+    import shutil
+
+    if not (Path(partial) / "checkpoint.pt").is_file():
+        raise ValueError(f"{partial} holds no checkpoint.pt: not the partial folder of a running run")
+    key = Path(partial).name.rsplit("-", 1)[-1]
+    state = checkpoint.load(Path(partial), key)  # checks its format and that its run key is the folder's
+    if state is None:
+        raise ValueError(f"{partial}/checkpoint.pt is not a usable checkpoint of run key {key}")
+    done, records = state.rounds_done, state.records
+    snaps = sorted(int(f.stem[1:]) for f in (Path(partial) / "thetas").glob("r*.pt") if int(f.stem[1:]) <= done)
+    dest = Path(dest)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    (dest / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2))
+    pd.DataFrame(records).to_csv(dest / "metrics.csv", index=False)
+    torch.save({"rounds": snaps, "thetas_RxP": torch.stack(
+        [torch.load(Path(partial) / "thetas" / f"r{r:05d}.pt", weights_only=True) for r in snaps])},
+        dest / runner.THETAS)
+    (dest / "provenance.json").write_text(json.dumps(
+        {"unfinished": True, "rounds_done": done, "rounds": cfg.rounds, "run_key": key, "label": cfg.label(),
+         "wall_s": state.wall_s, "read_from": Path(partial).name}, indent=2))
+    return dest
+
+
+def find_own_trajectory(cfg: RunConfig, folders: Sequence[Path]) -> Path | None:
+    """The folder among ``folders`` whose ``config.json`` holds ``cfg`` (up to where it ran), else None. A
+    running run's partial folder (``checkpoint.pt``, no ``config.json``) whose name carries ``cfg``'s label is
+    read as far as its last checkpoint (:func:`unfinished_trajectory`, into ``results/unfinished/``): it holds
+    no configuration, so only its label and run key tie it to ``cfg``."""
+    for f in map(Path, folders):
+        if (f / "config.json").is_file():
+            if stage.holds(f, cfg):
+                return f
+        elif (f / "checkpoint.pt").is_file() and f.name.startswith(f".partial-{cfg.label()}-"):
+            return unfinished_trajectory(f, cfg, results_dir() / "unfinished" / f.name.removeprefix(".partial-"))
+    return None
+
+
+# --------------------------------------------------------------------------- the model-size tables
+
+def model_label(model: str, width) -> str:
+    """A reader's name for a model: ``"small CNN, width 8"`` or ``"ResNet-18-GN"``."""
+    if model == "resnet18_gn":
+        return "ResNet-18-GN"
+    return f"small CNN, width {int(width)}"
+
+
+def protocol_label(batch_size, local_epochs) -> str:
+    """``"full, τ 1"`` / ``"bs 32, τ 2"``."""
+    return f"{'full' if str(batch_size) == 'full' else f'bs {batch_size}'}, τ {int(local_epochs)}"
+
+
+#: The index of :func:`model_overview` and :func:`model_signal_noise`: one row per θ.
+THETA_KEYS = ["model", "params", "source", "target", "test_acc"]
+
+
+def model_overview(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per θ of a model-size study (model, parameters, θ source, target and reached test
+    accuracy): the median 1/Δ_S over cohorts of every protocol (columns in the order measured) and
+    the cliff (:func:`cliff`; NaN without both a full-batch and a minibatch protocol).
+
+    Args:
+        table: :attr:`ModelStudy.table` (or an archived one), possibly of several studies.
+    """
+    t = table.assign(model=[model_label(m, w) for m, w in zip(table["model"], table["width"])],
+                     protocol=[protocol_label(b, e) for b, e in zip(table["batch_size"], table["local_epochs"])])
+    wide = t.pivot_table(index=THETA_KEYS, columns="protocol", values="recovery_unweighted", sort=False)
+    wide = wide[list(dict.fromkeys(t["protocol"]))]
+    cliffs = {k: (cliff(g) if (g["batch_size"] == "full").any() and (g["batch_size"] != "full").any() else float("nan"))
+              for k, g in t.groupby(THETA_KEYS, sort=False)}
+    wide["cliff"] = [cliffs[k] for k in wide.index]
+    return wide
+
+
+def model_signal_noise(table: pd.DataFrame) -> pd.DataFrame:
+    """σ̂² and ‖μ̂‖² (medians over cohorts) of every protocol at every θ: two-level columns
+    (quantity, protocol), rows as :func:`model_overview`."""
+    t = table.assign(model=[model_label(m, w) for m, w in zip(table["model"], table["width"])],
+                     protocol=[protocol_label(b, e) for b, e in zip(table["batch_size"], table["local_epochs"])])
+    order = list(dict.fromkeys(t["protocol"]))
+    wide = t.pivot_table(index=THETA_KEYS, columns="protocol", values=["sigma2_hat", "mu2_hat"], sort=False)
+    return wide.reindex(columns=pd.MultiIndex.from_product([["sigma2_hat", "mu2_hat"], order]))
+
+
+def paper_overview() -> pd.DataFrame:
+    """The paper's Table I as one row of :func:`model_overview` (ResNet-18-GN, each protocol on its own
+    200-round trajectory, so at its own accuracy: ``test_acc`` is NaN), its cliff included."""
+    from maskfed.analysis.summary import paper_table
+
+    p = paper_table("table1").reset_index()
+    row = {protocol_label(b, e): r for b, e, r in zip(p["batch_size"], p["local_epochs"], p["recovery_unweighted"])}
+    row["cliff"] = cliff(p)
+    params = parameter_count("resnet18_gn", 2, 16)
+    index = pd.MultiIndex.from_tuples([("ResNet-18-GN (paper's Table I)", params, "FedAvg, own trajectory per protocol",
+                                        float("nan"), float("nan"))], names=THETA_KEYS)
+    return pd.DataFrame([row], index=index)
+
+
+def by_model(overview: pd.DataFrame, reference: str) -> pd.DataFrame:
+    """Per model, what :func:`cliff_verdict` says over that model's θ alone, and the range of the
+    ``reference`` protocol's median 1/Δ_S over them: one row per model (index: the model's name, in
+    order of parameter count), columns ``params``, ``holds``, ``measured``, ``cliff_min``,
+    ``cliff_max``, ``ref_min``, ``ref_max`` (NaN where ``reference`` was not measured).
+
+    Args:
+        overview: :func:`model_overview` rows (index :data:`THETA_KEYS`).
+        reference: a protocol column of ``overview`` (:func:`protocol_label`), e.g. ``"bs 32, τ 2"``.
+    """
+    rows = {}
+    for (model, params), g in overview.groupby(level=["model", "params"], sort=False):
+        v = cliff_verdict(g)
+        ref = g[reference].dropna() if reference in g else pd.Series(dtype=float)
+        rows[model] = {"params": int(params), "holds": v["holds"], "measured": v["measured"],
+                       "cliff_min": v["min"], "cliff_max": v["max"],
+                       "ref_min": float(ref.min()) if len(ref) else float("nan"),
+                       "ref_max": float(ref.max()) if len(ref) else float("nan")}
+    return pd.DataFrame.from_dict(rows, orient="index").sort_values("params", kind="stable")
+
+
+def paper_at_matched_accuracy(table: pd.DataFrame, paper: pd.DataFrame, *, model: str = "resnet18_gn",
+                              source: str | None = None) -> pd.DataFrame:
+    """The paper's Table I beside this study's θ of the same model nearest to each row's test accuracy.
+
+    The paper reports each protocol at the end of its own 200-round FedAvg trajectory (median over
+    the last 50 rounds, final test accuracy); here every protocol is measured at fixed θ. For each
+    protocol of ``paper`` that ``table`` measured for ``model``, the θ whose test accuracy is closest to
+    the paper's (ties: the lower accuracy) is set beside it. A comparison rule of ours.
+
+    Args:
+        table: :attr:`ModelStudy.table` rows (or an archived one).
+        paper: :func:`maskfed.analysis.summary.paper_table` ``("table1")`` (index batch_size, local_epochs;
+            columns ``test_acc``, ``recovery_unweighted``).
+        model: the model of ``table`` to compare (default the paper's ResNet-18-GN).
+        source: only θ reached this way ("fedavg" or "centralised"); None: any.
+
+    Returns:
+        One row per protocol in the paper's order (index :func:`protocol_label`): ``paper_acc``,
+        ``paper``, ``acc`` (of the nearest θ), ``measured`` (its median 1/Δ_S over cohorts) and
+        ``ratio`` (measured / paper). Empty when ``model`` (from ``source``) is not in ``table``.
+    """
+    t = table[(table["model"] == model) & ((table["source"] == source) if source is not None else True)]
+    rows = {}
+    for (bs, tau), p in paper.iterrows():
+        got = t[(t["batch_size"].astype(str) == str(bs)) & (t["local_epochs"] == int(tau))]
+        if not len(got):
+            continue
+        gap = (got["test_acc"] - float(p["test_acc"])).abs()
+        best = got.assign(gap=gap).sort_values(["gap", "test_acc"], kind="stable").iloc[0]
+        rows[protocol_label(bs, tau)] = {"paper_acc": float(p["test_acc"]), "paper": float(p["recovery_unweighted"]),
+                                         "acc": float(best["test_acc"]), "measured": float(best["recovery_unweighted"]),
+                                         "ratio": float(best["recovery_unweighted"]) / float(p["recovery_unweighted"])}
+    return pd.DataFrame.from_dict(rows, orient="index",
+                                  columns=["paper_acc", "paper", "acc", "measured", "ratio"])
+
+
+def cliff_verdict(overview: pd.DataFrame) -> dict:
+    """Does the paper's cliff (full batch above every minibatch protocol) hold for every model? A
+    stated rule, ours: at each θ, "holds" when the cliff (:func:`model_overview`) exceeds 1.
+
+    Returns:
+        ``{"holds": θ with cliff > 1, "measured": θ with a cliff, "min", "max"}`` over the rows given.
+    """
+    c = overview["cliff"].dropna()
+    return {"holds": int((c > 1).sum()), "measured": int(len(c)), "min": float(c.min()) if len(c) else float("nan"),
+            "max": float(c.max()) if len(c) else float("nan")}

@@ -1,0 +1,901 @@
+"""Stage or sampling? Every local protocol measured at the same checkpoints of one trajectory.
+
+In Tables I and II each protocol's recovery factor 1/Δ_S (eq. 3, 8) is measured on its own
+trajectory, so protocols that train faster are measured later in training: training stage and
+sampling noise are confounded. Here one reference FedAvg trajectory (the Table II protocol at the
+Table I α; default bs 32, τ 2, α 100) is the *checkpoint ladder*: θ_s saved at S stages from
+initialisation to its last round. At each θ_s every protocol trains a fixed *pool* of clients
+once from the same θ_s, without aggregating, and many cohorts of K_c are formed as seeded
+subsets of the pool (the cost scales with clients trained, not cohorts). Pool, shuffles and
+cohorts are the same for every protocol at a stage (a paired comparison). Table II's α changes
+the partition, so for each α the same pool *ids* hold that α's shards.
+
+Optional *branches*: from each θ_s each protocol runs M rounds of real FedAvg, to show how fast
+the recovery factor moves once a protocol trains on its own.
+
+Results are cached like runs (:mod:`maskfed.engine.runner`): folders under ``results/stages/``, keyed by
+configuration, :func:`maskfed.provenance.code_hash_with` (the run code plus this module: :data:`STAGE_MODULES`) and the data
+fingerprint, written atomically with a ``provenance.json``.
+
+The design (pool, paired cohorts, variance split, the thresholds) is ours; the quantities
+measured are the paper's (eq. 3, 8, 13-14; Yan et al. 2026).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import multiprocessing
+import os
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from torch.nn.utils import parameters_to_vector
+from tqdm import tqdm
+
+from maskfed import provenance
+
+from maskfed.engine import cohort as cohort_mod, fedavg, runner
+from maskfed.engine.config import ConfigError, make_settings, Profile, RunConfig
+from maskfed.engine.models import build_model
+from maskfed.paths import results_dir
+
+#: Per-cohort metrics summarised over cohorts (from :func:`maskfed.engine.fedavg.round_metrics`).
+#: Modules hashed into the stage cache keys beside the run code (provenance.code_hash_with).
+STAGE_MODULES = ("studies.stage",)
+COHORT_METRICS = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
+
+
+class StageSpec(BaseModel):
+    """Settings of the stage study (ours, not the paper's). Units in the comments."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stages: int = Field(6, ge=2)                    # checkpoints S, θ_0 and the last round included
+    rounds: tuple[int, ...] | None = None           # explicit checkpoint rounds (0 = θ_0); replaces `stages`
+    target_accuracies: tuple[float, ...] | None = None  # test accuracies (fractions) to reach; replaces `stages`
+    pool_size: int = Field(30, ge=2)                # clients trained per (stage, protocol)
+    num_cohorts: int = Field(50, ge=1)              # cohorts of K_c drawn from the pool
+    branch_rounds: int = Field(0, ge=0)             # M, rounds of real FedAvg from each checkpoint (0: none)
+    candidate_every: int = Field(1, ge=1)           # rounds between ladder rounds tested (and kept as candidates)
+    # explicit candidate rounds (0 and the last round added), replacing candidate_every: denser early
+    # in training, where accuracy climbs fastest, so a 200-round ladder keeps a few MB of θ
+    candidate_rounds: tuple[int, ...] | None = None  # rounds tested (and kept) as ladder candidates; None: every candidate_every
+
+    @model_validator(mode="after")
+    def _one_way_to_place_stages(self) -> "StageSpec":
+        if self.rounds is not None and self.target_accuracies is not None:
+            raise ValueError("give rounds or target_accuracies, not both")
+        if self.rounds is not None and (len(self.rounds) < 1 or min(self.rounds) < 0):
+            raise ValueError(f"rounds must be a non-empty list of rounds >= 0 (0 = initialisation); got {self.rounds}")
+        if self.candidate_rounds is not None and (len(self.candidate_rounds) < 1 or min(self.candidate_rounds) < 0):
+            raise ValueError(f"candidate_rounds must be a non-empty list of rounds >= 0; got {self.candidate_rounds}")
+        if self.target_accuracies is not None and not all(0 <= a <= 1 for a in self.target_accuracies):
+            raise ValueError(f"target_accuracies must be fractions in [0, 1]; got {self.target_accuracies}")
+        return self
+
+
+#: Our defaults per profile, sized to the budget (cpu: the chapter adds at most 2 min to
+#: `make book` on 2 cores; see docs/measurements.md). The paper profile keeps every 10th round as a candidate
+#: (ResNet-18's θ is 45 MB).
+PROFILE_DEFAULTS = {
+    "smoke": {"stages": 3, "pool_size": 4, "num_cohorts": 4, "branch_rounds": 1},
+    "cpu": {"stages": 5, "pool_size": 16, "num_cohorts": 50, "branch_rounds": 0, "candidate_every": 2},
+    "cpu-long": {"stages": 5, "pool_size": 16, "num_cohorts": 50, "branch_rounds": 0, "candidate_every": 5},
+    "cpu-paper": {"stages": 6, "pool_size": 20, "num_cohorts": 100, "branch_rounds": 0,
+                  "candidate_rounds": (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 18, 20, 25, 30, 35, 40, 50, 60, 70, 80,
+                                       100, 120, 140, 160, 180)},
+    "paper": {"stages": 6, "pool_size": 40, "num_cohorts": 50, "branch_rounds": 5, "candidate_every": 10},
+}
+
+
+def candidates(spec: StageSpec, rounds: int) -> list[int]:
+    """The ladder's candidate rounds for a trajectory of ``rounds`` rounds: ``spec.candidate_rounds``
+    (those up to ``rounds``) or every ``spec.candidate_every``-th round, with 0 and ``rounds``
+    always included (:func:`maskfed.engine.runner.kept_rounds`)."""
+    return runner.kept_rounds(rounds, spec.candidate_rounds if spec.candidate_rounds is not None
+                              else spec.candidate_every)
+
+
+def make_spec(profile: str, **fields) -> StageSpec:
+    """The profile's :data:`PROFILE_DEFAULTS` with ``fields`` (None: not given) replacing them.
+
+    Raises:
+        ConfigError: unknown fields or invalid values, naming the parameter and what is allowed.
+    """
+    return make_settings(StageSpec, PROFILE_DEFAULTS.get(profile, {}), fields, "stage settings")
+
+
+# --------------------------------------------------------------------------- pure pieces
+
+def pick_rounds(acc_by_round: pd.Series, spec: StageSpec) -> list[int]:
+    """Checkpoint rounds of the ladder.
+
+    Default: ``spec.stages`` rounds at evenly spaced accuracy levels between the accuracy of θ_0
+    and that of the last round: for each level, the first tested round whose accuracy reaches it
+    (θ_0 and the last round always included). ``spec.target_accuracies``: the first round reaching
+    each target (a target never reached gives the last round). ``spec.rounds``: those rounds.
+    Duplicates are dropped, so fewer than S stages can come back when accuracy jumps.
+
+    Args:
+        acc_by_round: test accuracy (fraction) indexed by round (0 = θ_0), the tested rounds only.
+        spec: the stage settings.
+
+    Returns:
+        Sorted distinct rounds, each in ``acc_by_round.index``.
+
+    Raises:
+        ValueError: an explicit round that the ladder did not test (naming the allowed ones).
+    """
+    acc = acc_by_round.sort_index()
+    first, last = int(acc.index[0]), int(acc.index[-1])
+    if spec.rounds is not None:
+        bad = [r for r in spec.rounds if r not in acc.index]
+        if bad:
+            raise ValueError(f"rounds {bad} are not ladder rounds; allowed: {list(map(int, acc.index))}")
+        return sorted(set(int(r) for r in spec.rounds))
+    if spec.target_accuracies is not None:
+        targets = list(spec.target_accuracies)
+    else:
+        targets = list(np.linspace(acc.iloc[0], acc.iloc[-1], spec.stages)[1:-1])
+    chosen = {first, last}
+    for t in targets:
+        reached = acc.index[acc.to_numpy() >= t]
+        chosen.add(int(reached[0]) if len(reached) else last)
+    return sorted(chosen)
+
+
+def pool_and_cohorts(num_clients: int, pool_size: int, cohort_size: int, num_cohorts: int,
+                     seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded pool of client ids and cohorts drawn from it (the same for every protocol).
+
+    Args:
+        num_clients: K, clients in the population.
+        pool_size: clients in the pool (<= K).
+        cohort_size: K_c (<= pool_size).
+        num_cohorts: cohorts to draw, each K_c distinct pool members without replacement.
+        seed: the run's seed.
+
+    Returns:
+        ``(pool [pool_size] client ids, sorted; cohorts [num_cohorts, K_c] positions in the pool)``.
+
+    Raises:
+        ValueError: pool larger than K, or K_c larger than the pool (naming both).
+    """
+    if not 1 <= pool_size <= num_clients:
+        raise ValueError(f"pool_size = {pool_size} must be between 1 and num_clients (K = {num_clients})")
+    if not 1 <= cohort_size <= pool_size:
+        raise ValueError(f"cohort_size (K_c = {cohort_size}) must be between 1 and pool_size = {pool_size}")
+    pool = np.sort(np.random.default_rng([seed, 104729]).choice(num_clients, size=pool_size, replace=False))
+    rng = np.random.default_rng([seed, 1299709])
+    cohorts = np.stack([np.sort(rng.choice(pool_size, size=cohort_size, replace=False)) for _ in range(num_cohorts)])
+    return pool, cohorts
+
+
+def cohort_table(deltas_PxD: torch.Tensor, n_P, cohorts_CxK: np.ndarray) -> pd.DataFrame:
+    """The paper's per-round measurements (:func:`maskfed.engine.fedavg.round_metrics`) for each cohort.
+
+    Args:
+        deltas_PxD: updates Δ_k of the pool's clients, [pool_size, P].
+        n_P: shard sizes of the pool's clients, [pool_size].
+        cohorts_CxK: cohorts as positions in the pool, [num_cohorts, K_c].
+
+    Returns:
+        One row per cohort: ``cohort`` (positions, space-separated) and the metrics.
+    """
+    n_P = np.asarray(n_P)
+    rows = []
+    for c in cohorts_CxK:
+        idx = torch.as_tensor(c, dtype=torch.long)
+        rows.append({"cohort": " ".join(map(str, c)), **fedavg.round_metrics(deltas_PxD[idx], n_P[c])})
+    return pd.DataFrame(rows)
+
+
+def summarise_cohorts(cohorts: pd.DataFrame) -> dict:
+    """Median and interquartile range over cohorts of :data:`COHORT_METRICS`, and the share
+    (percent) of cohorts with unweighted 1/Δ_S < 1."""
+    out = {}
+    for m in COHORT_METRICS:
+        q1, med, q3 = np.nanquantile(cohorts[m], [0.25, 0.5, 0.75])
+        out[m], out[f"{m}_q1"], out[f"{m}_q3"] = float(med), float(q1), float(q3)
+    out["pct_cohorts_below_one"] = float(100 * (cohorts["recovery_unweighted"] < 1).mean())
+    return out
+
+
+def variance_shares(table: pd.DataFrame, *, value: str = "recovery_unweighted") -> dict:
+    """Share of the variance of log(value) across the (stage, protocol) grid explained by each factor.
+
+    Main effects of a balanced two-way layout (every protocol at every stage): sum of squares of
+    the stage means, of the protocol means, and of the sampling means (full batch vs minibatch,
+    a grouping of the protocols), each over the total sum of squares. Ours.
+
+    Args:
+        table: one row per (stage, protocol) with columns ``stage``, ``batch_size``,
+            ``local_epochs`` and ``value``.
+
+    Returns:
+        ``{"stage": share, "protocol": share, "sampling": share}``, each in [0, 1].
+    """
+    y = np.log(table[value].astype(float))
+    proto = table["batch_size"].astype(str) + "/" + table["local_epochs"].astype(str)
+    total = float(((y - y.mean()) ** 2).sum())
+
+    def share(groups) -> float:
+        means = y.groupby(groups).transform("mean")
+        return float(((means - y.mean()) ** 2).sum() / total) if total > 0 else 0.0
+
+    return {"stage": share(table["stage"]), "protocol": share(proto),
+            "sampling": share(table["batch_size"].astype(str) == "full")}
+
+
+#: A factor counts as an explanation when it explains at least this share of the variance of
+#: log 1/Δ_S across the grid (ours: a third).
+EXPLAINS = 1 / 3
+
+
+def verdict(shares: dict, threshold: float = EXPLAINS) -> str:
+    """"sampling", "stage", "both" or "neither", by which of the sampling and stage shares of
+    :func:`variance_shares` reach ``threshold``."""
+    s, t = shares["sampling"] >= threshold, shares["stage"] >= threshold
+    return {(True, True): "both", (True, False): "sampling", (False, True): "stage", (False, False): "neither"}[(s, t)]
+
+
+def cliff_by_stage(table: pd.DataFrame) -> pd.Series:
+    """Smallest full-batch over largest minibatch median 1/Δ_S at each stage (the paper's "cliff"
+    in Table I, computed the same way as in the Table I chapter)."""
+    full = table["batch_size"].astype(str) == "full"
+    rec = table.set_index("stage")["recovery_unweighted"]
+    return rec[full.to_numpy()].groupby(level=0).min() / rec[~full.to_numpy()].groupby(level=0).max()
+
+
+# --------------------------------------------------------------------------- training pieces
+
+UpdateFn = Callable[[torch.Tensor, int, torch.Generator], torch.Tensor]
+
+
+def pool_updates(update_fn: UpdateFn, theta_P: torch.Tensor, pool, seeds) -> torch.Tensor:
+    """Train every pool client once from the same θ, without aggregating.
+
+    Args:
+        update_fn: ``(θ [P], client id, generator) -> Δ_k [P]`` (e.g. wrapping
+            :func:`maskfed.engine.cohort.client_update`).
+        theta_P: the checkpoint θ_s, [P].
+        pool: client ids, [pool_size].
+        seeds: one shuffling seed per pool client, [pool_size].
+
+    Returns:
+        Δ_k stacked, [pool_size, P].
+    """
+    return torch.stack([update_fn(theta_P, int(k), torch.Generator().manual_seed(int(s))) for k, s in zip(pool, seeds)])
+
+
+def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConfig, *, start_round: int,
+                rounds: int, test_every: int | None = None, test_at=None,
+                progress=None) -> tuple[list[dict], dict[int, torch.Tensor]]:
+    """``rounds`` FedAvg rounds from θ, with the cohorts and shuffles of rounds
+    ``start_round, start_round + 1, ...`` of a run with ``cfg`` (the same draws as
+    :func:`maskfed.engine.fedavg.run_fedavg`, whose loop this repeats with the reference
+    :func:`maskfed.engine.cohort.client_update`).
+
+    Args:
+        model: scratch network on the data's device.
+        data: client shards and test set.
+        theta_P: starting parameters, [P].
+        cfg: the protocol (batch size, τ, lr, K_c, aggregation, seed).
+        start_round: 0-based index of the first round (θ is the model after ``start_round`` rounds).
+        rounds: rounds to run.
+        test_every: test (and keep θ) after every this many rounds, counted from round 0, and
+            before the first and after the last; None: never.
+        test_at: instead of ``test_every``, the rounds (counted from round 0) after which to test
+            and keep θ (a collection of ints); the last round is always tested.
+        progress: optional tqdm-like bar (``update(1)``).
+
+    Returns:
+        ``(records, kept)``: one dict per round (``round`` = rounds done since θ_0, the
+        :func:`maskfed.engine.fedavg.round_metrics`, ``test_acc``/``test_loss`` or NaN), and
+        ``{round: θ (CPU copy)}`` for the tested rounds.
+    """
+    theta = theta_P.clone()
+    records, kept = [], {}
+    if test_at is not None:
+        if test_every is not None:
+            raise ValueError("give test_every or test_at, not both")
+        at = {int(r) for r in test_at}
+    elif test_every is not None:
+        at = {r for r in range(start_round, start_round + rounds + 1) if r % test_every == 0}
+    else:
+        at = None
+    if at is not None:
+        at.add(start_round + rounds)
+    if at is not None and start_round in at:
+        kept[start_round] = theta.cpu()
+        acc, loss = fedavg.evaluate(model, theta, data.x_test, data.y_test)
+        records.append({"round": start_round, "test_acc": acc, "test_loss": loss})
+    for r in range(start_round, start_round + rounds):
+        cohort = fedavg.sample_cohort(len(data.parts), cfg.cohort_size, cfg.seed, r)
+        deltas, n_k = [], []
+        for k in cohort:
+            idx = torch.as_tensor(data.parts[k], device=data.x_train.device)
+            gen = torch.Generator().manual_seed(fedavg.client_seed(cfg.seed, r, 0 if cfg.identical_client_seeds else int(k)))
+            delta, _, _ = cohort_mod.client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
+                                               batch_size=cfg.batch_size, local_epochs=cfg.local_epochs, generator=gen,
+                                               precision=cfg.precision)
+            deltas.append(delta), n_k.append(len(idx))
+        deltas_KxP = torch.stack(deltas)
+        theta = theta - fedavg.aggregate(deltas_KxP, fedavg.aggregation_weights(n_k, cfg.aggregation))
+        rec = {"round": r + 1, **fedavg.round_metrics(deltas_KxP, n_k)}
+        if at is not None and r + 1 in at:
+            kept[r + 1] = theta.cpu()
+            rec["test_acc"], rec["test_loss"] = fedavg.evaluate(model, theta, data.x_test, data.y_test)
+        records.append(rec)
+        if progress is not None:
+            progress.update(1)
+    return records, kept
+
+
+# --------------------------------------------------------------------------- cached work
+
+#: RunConfig fields the normalised images depend on (:func:`maskfed.engine.runner.prepare_data`); the
+#: local protocol (batch size, τ, lr) is not among them, so every protocol shares one copy.
+IMAGE_FIELDS = ("dataset", "data_path", "train_subset", "test_subset", "synthetic_train", "synthetic_test", "device")
+#: RunConfig fields the client partition depends on besides the images (:func:`maskfed.engine.runner.partition_for`).
+PARTITION_FIELDS = ("num_clients", "partition", "alpha", "seed", "dirichlet_convention")
+#: RunConfig fields the scratch model depends on.
+MODEL_FIELDS = ("model", "gn_groups", "width", "device", "dataset", "data_path", "synthetic_train", "synthetic_test")
+
+
+_DATA_CACHE: dict[tuple, fedavg.FedData] = {}
+_MODEL_CACHE: dict[tuple, torch.nn.Module] = {}
+
+
+def prepared_for(cfg: RunConfig) -> tuple[fedavg.FedData, torch.nn.Module]:
+    """Prepared data and a scratch model for a config, once per process.
+
+    Normalising the 50,000 training images takes seconds and 600 MB, so one normalised copy is
+    shared by every protocol and every α of a study: another partition of the same images only
+    redraws the shards (the channel statistics are the training split's, whatever the partition),
+    so its tensors are the ones :func:`maskfed.engine.runner.prepare_data` would make, bit for bit.
+    """
+    ikey = tuple(getattr(cfg, f) for f in IMAGE_FIELDS)
+    dkey, mkey = ikey + tuple(getattr(cfg, f) for f in PARTITION_FIELDS), tuple(getattr(cfg, f) for f in MODEL_FIELDS)
+    if dkey not in _DATA_CACHE:
+        same_images = next((d for k, d in _DATA_CACHE.items() if k[:len(ikey)] == ikey), None)
+        if same_images is None:
+            _DATA_CACHE.clear()  # one copy of the images per process
+            _DATA_CACHE[dkey] = runner.prepare_data(cfg, runner.images_for(cfg), runner.resolve_device(cfg.device))
+        else:
+            parts = runner.partition_for(cfg, same_images.y_train.cpu())
+            _DATA_CACHE[dkey] = dataclasses.replace(same_images, parts=parts)
+    if mkey not in _MODEL_CACHE:
+        images = runner.images_for(cfg)
+        _MODEL_CACHE[mkey] = build_model(cfg.model, num_classes=len(images.classes), gn_groups=cfg.gn_groups,
+                                         width=cfg.width).to(runner.resolve_device(cfg.device))
+    return _DATA_CACHE[dkey], _MODEL_CACHE[mkey]
+
+
+def write_folder(path: Path, files: dict[str, str | bytes]) -> None:
+    """Write a result folder atomically: into a temporary sibling, then renamed into place (a
+    folder that exists is complete; if another process finished it first, theirs is kept)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".tmp-{path.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for name, content in files.items():
+        (tmp / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def initial_theta(cfg: RunConfig) -> torch.Tensor:
+    """θ_0 of a run, flat [P]: the model :func:`maskfed.engine.runner.run` builds after ``torch.manual_seed(seed)``."""
+    images = runner.images_for(cfg)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, num_classes=len(images.classes), gn_groups=cfg.gn_groups, width=cfg.width)
+    return parameters_to_vector(model.parameters()).detach().clone()
+
+
+def _key(blob: dict, cfg: RunConfig) -> str:
+    full = {**blob, "code": provenance.code_hash_with(*STAGE_MODULES),
+            "data": runner.data_fingerprint(runner.images_for(cfg))}
+    return hashlib.sha256(json.dumps(full, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _provenance(cfg: RunConfig, key: str, t0: float) -> dict:
+    images = runner.images_for(cfg)
+    return {"key": key, "seed": cfg.seed, "code_hash": provenance.code_hash(),
+            "stage_code_hash": provenance.code_hash_with(*STAGE_MODULES), **provenance.git_state(),
+            "packages": provenance.package_versions(), "machine": provenance.machine(cfg.device),
+            "data_source": images.source, **runner.fingerprint_fields(images),
+            "wall_s": time.perf_counter() - t0,
+            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+@dataclass
+class Ladder:
+    """A finished checkpoint ladder: its folder, the tested rounds and the checkpoints."""
+
+    path: Path
+    accuracy: pd.DataFrame        # one row per tested round: round, test_acc, test_loss
+    checkpoints: pd.DataFrame     # one row per stage: stage, round, test_acc, test_loss
+    thetas_SxP: torch.Tensor      # θ at each stage, [S, P], float32
+
+    def theta(self, stage: int) -> torch.Tensor:
+        """θ_s of stage ``stage`` (0 = initialisation), flat [P]."""
+        return self.thetas_SxP[stage]
+
+
+def ladder_path(cfg: RunConfig, spec: StageSpec, trajectory: Path | None = None) -> Path:
+    """Folder of a ladder: ``results/stages/ladder-<label>-<key>`` (``trajectory``: the run folder
+    its θ are read from, when not the run of ``cfg`` in ``results/runs``; see :func:`build_ladder`)."""
+    blob = {"ladder": cfg.key(), "rounds": spec.rounds, "targets": spec.target_accuracies,
+            "stages": spec.stages, "every": spec.candidate_every}
+    if spec.candidate_rounds is not None:  # only then, so the keys of ladders without it are unchanged
+        blob["candidates"] = candidates(spec, cfg.rounds)
+    if trajectory is not None:
+        blob["trajectory"] = Path(trajectory).name
+    return results_dir() / "stages" / f"ladder-{cfg.label()}-{_key(blob, cfg)}"
+
+
+def ladder_source(ladder: Ladder) -> str:
+    """Where a ladder's θ came from, as a clause for the chapter: read from its run's folder, or
+    trained by :func:`build_ladder` itself (from its ``provenance.json``)."""
+    how = json.loads((ladder.path / "provenance.json").read_text()).get("trajectory", "trained here")
+    if how.startswith("θ kept by run"):
+        return "read from that run's folder, where the run kept θ as it trained (nothing was trained twice)"
+    return "trained here, because that run's folder kept no θ at these rounds"
+
+
+def load_ladder(path: Path) -> Ladder:
+    """Read a finished ladder folder."""
+    return Ladder(path, pd.read_csv(path / "accuracy.csv"), pd.read_csv(path / "checkpoints.csv"),
+                  torch.load(path / "thetas.pt", weights_only=True))
+
+
+def ladder_snapshots(profile: Profile, configs: list[RunConfig],
+                     spec: StageSpec | None = None) -> dict[RunConfig, int | tuple[int, ...]]:
+    """``{ladder run: its candidate rounds}`` for each of the profile's seeds whose stage-ladder
+    trajectory (:func:`ladder_config`) is among ``configs``, else ``{}``: the ``keep_every`` a sweep
+    passes to :func:`maskfed.engine.runner.run_many`, so that the runs it trains anyway keep θ at the
+    ladder's candidate rounds and :func:`build_ladder` reads them instead of training those
+    trajectories a second time. The value is ``spec.candidate_every`` (an int) or
+    ``spec.candidate_rounds``. ``spec``: the stage settings (None: the profile's defaults)."""
+    t1, t2 = profile.table1, profile.table2
+    spec = spec or make_spec(profile.name)
+    keep = spec.candidate_rounds if spec.candidate_rounds is not None else spec.candidate_every
+    out = {}
+    for seed in profile.seeds:
+        try:  # the run ladder_config picks, built directly: a `maskfed run` whose flags set batch size
+            # and τ (so Table I's grid cannot be formed) still asks for snapshots when it is that run
+            ref = profile.run(seed, batch_size=t2.batch_size, local_epochs=t2.local_epochs,
+                              alpha=t1.alpha, partition="dirichlet")
+        except ConfigError:  # e.g. an IID or identical partition asked for: not the ladder's run
+            return {}
+        if ref in configs:
+            out[ref] = keep
+    return out
+
+
+def _from_run(cfg: RunConfig) -> tuple[str, dict[int, torch.Tensor]] | None:
+    """(run folder name, θ snapshots) of the finished run of ``cfg`` if it kept any, else None."""
+    found = runner.find_run(cfg)
+    thetas = None if found is None else runner.load_thetas(found.path)
+    return None if thetas is None else (found.path.name, thetas)
+
+
+#: Settings that say where a run ran, not what it computed (a folder of another place still holds ``cfg``).
+WHERE_IT_RAN = {"data_path": None, "device": "auto", "checkpoint_every": 0}
+
+
+def holds(folder: Path, cfg: RunConfig) -> bool:
+    """Whether the run folder ``folder`` (its ``config.json``) holds ``cfg``, up to :data:`WHERE_IT_RAN`.
+
+    Raises:
+        FileNotFoundError: ``folder`` has no ``config.json``.
+    """
+    held = RunConfig(**json.loads((Path(folder) / "config.json").read_text()))
+    return held.model_copy(update=WHERE_IT_RAN) == cfg.model_copy(update=WHERE_IT_RAN)
+
+
+def _from_folder(cfg: RunConfig, folder: Path, wanted: list[int]) -> tuple[str, dict[int, torch.Tensor]]:
+    """(folder name, θ snapshots) of a finished run folder given by path, checked against ``cfg``.
+
+    Raises:
+        ValueError: the folder holds another configuration (up to where it ran), or lacks θ at a
+            wanted round.
+    """
+    if not holds(folder, cfg):
+        held = RunConfig(**json.loads((folder / "config.json").read_text()))
+        raise ValueError(f"trajectory {folder} holds run {held.label()}, not {cfg.label()}")
+    thetas = runner.load_thetas(folder) or {}
+    missing = sorted(set(wanted) - set(thetas))
+    if missing:
+        raise ValueError(f"trajectory {folder} keeps no θ at rounds {missing}; it has {sorted(thetas)}")
+    return folder.name, thetas
+
+
+def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True,
+                 trajectory: Path | None = None) -> Ladder:
+    """The reference trajectory of ``cfg`` with θ kept at the stages (or its cached folder).
+
+    The trajectory is the one :func:`maskfed.engine.runner.run` trains for ``cfg`` (same θ_0, cohorts and
+    shuffles), tested every ``spec.candidate_every`` rounds; the stages are then chosen by
+    :func:`pick_rounds`. If the finished run of ``cfg`` kept θ at every candidate round
+    (:func:`ladder_snapshots`, ``make book``'s sweep asks for them), those θ are tested here and
+    nothing is trained; otherwise the trajectory is trained with :func:`fedavg_from`. Both give
+    the same θ bit for bit on one machine (a test checks it); ``provenance.json`` says which.
+
+    Args:
+        cfg: the trajectory's run configuration (:func:`ladder_config`).
+        spec: stage settings.
+        progress: tqdm bar while training.
+        trajectory: a finished run folder of ``cfg`` elsewhere (an archived one,
+            ``results/archive/<profile>/<run>/``) whose ``thetas.pt`` holds the candidate rounds;
+            read instead of looking for the run in ``results/runs``.
+
+    Raises:
+        ValueError: explicit rounds beyond the trajectory (naming the allowed ones), or a
+            ``trajectory`` folder of another configuration or without θ at every candidate round.
+    """
+    path = ladder_path(cfg, spec, trajectory)
+    if (path / "provenance.json").exists():
+        return load_ladder(path)
+    if spec.rounds is not None and max(spec.rounds) > cfg.rounds:
+        raise ValueError(f"rounds {list(spec.rounds)} go beyond the ladder's {cfg.rounds} rounds; "
+                         f"allowed: 0..{cfg.rounds}")
+    t0 = time.perf_counter()
+    data, model = prepared_for(cfg)
+    wanted = candidates(spec, cfg.rounds)
+    run = _from_run(cfg) if trajectory is None else _from_folder(cfg, Path(trajectory), wanted)
+    with cohort_mod.precision_context(cfg.precision, data.x_train.device) as precision:
+        if run is not None and set(wanted) <= set(run[1]):
+            source = f"θ kept by run {run[0]}" + ("" if trajectory is None else f" (read from {Path(trajectory).parent.name}/)")
+            kept = {r: run[1][r] for r in wanted}
+            records = [{"round": r, **dict(zip(("test_acc", "test_loss"), fedavg.evaluate(
+                model, kept[r].to(data.x_train.device), data.x_test, data.y_test)))} for r in wanted]
+        else:
+            source = "trained here"
+            theta0 = initial_theta(cfg).to(data.x_train.device)
+            bar = tqdm(total=cfg.rounds, desc=f"ladder {cfg.label()}", leave=False, disable=not progress,
+                       mininterval=2.0)
+            records, kept = fedavg_from(model, data, theta0, cfg, start_round=0, rounds=cfg.rounds,
+                                        test_at=wanted, progress=bar)
+            bar.close()
+    acc = pd.DataFrame([r for r in records if "test_acc" in r])[["round", "test_acc", "test_loss"]]
+    chosen = pick_rounds(acc.set_index("round")["test_acc"], spec)
+    ckpts = acc.set_index("round").loc[chosen].reset_index()
+    ckpts.insert(0, "stage", range(len(ckpts)))
+    thetas = torch.stack([kept[r] for r in chosen]).float()
+    buf = io.BytesIO()
+    torch.save(thetas, buf)
+    write_folder(path, {
+        "accuracy.csv": acc.to_csv(index=False), "checkpoints.csv": ckpts.to_csv(index=False),
+        "thetas.pt": buf.getvalue(), "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2),
+        "spec.json": spec.model_dump_json(indent=2),
+        "provenance.json": json.dumps({**_provenance(cfg, path.name, t0), "trajectory": source,
+                                       "precision_flags": precision}, indent=2)})
+    return load_ladder(path)
+
+
+def measure_path(cfg: RunConfig, ladder: Ladder | Path, stage: int, spec: StageSpec) -> Path:
+    """Folder of one (stage, protocol) measurement: ``results/stages/measure-<label>-st<s>-<key>``
+    (``ladder``: the ladder or its folder, which need not exist yet)."""
+    name = ladder.path.name if isinstance(ladder, Ladder) else Path(ladder).name
+    blob = {"cfg": cfg.key(), "ladder": name, "stage": stage, "pool": spec.pool_size,
+            "cohorts": spec.num_cohorts, "branch": spec.branch_rounds}
+    return results_dir() / "stages" / f"measure-{cfg.label()}-st{stage}-{_key(blob, cfg)}"
+
+
+def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec, *, at_init: RunConfig | None = None) -> Path:
+    """Measure protocol ``cfg`` at θ_stage of a ladder (or reuse the folder); returns the folder.
+
+    The pool's clients (:func:`pool_and_cohorts`) each train once from θ_s with
+    :func:`maskfed.engine.cohort.client_update` and the shuffling seed of round ``round_s`` of the
+    ladder's seed (the same for every protocol); ``cohorts.csv`` holds :func:`cohort_table`.
+    With ``spec.branch_rounds`` = M > 0, ``branch.csv`` holds M rounds of FedAvg of ``cfg``
+    from θ_s (the cohorts of rounds round_s + 1, ...).
+
+    ``at_init``: the ladder's config; stage 0 (θ_0, round 0) is then measured without reading the
+    ladder, which may still be training (the two share the machine's cores).
+
+    Raises:
+        ValueError: ``at_init`` with a stage other than 0.
+    """
+    path = measure_path(cfg, Path(ladder_dir), stage, spec)
+    if (path / "provenance.json").exists():
+        return path
+    t0 = time.perf_counter()
+    data, model = prepared_for(cfg)
+    if at_init is not None:
+        if stage != 0:
+            raise ValueError(f"at_init measures stage 0 (θ_0) only; got stage = {stage}")
+        theta, round_s = initial_theta(at_init).to(data.x_train.device), 0
+    else:
+        ladder = load_ladder(Path(ladder_dir))
+        theta = ladder.theta(stage).to(data.x_train.device)
+        round_s = int(ladder.checkpoints["round"].iloc[stage])
+    pool, cohorts = pool_and_cohorts(len(data.parts), spec.pool_size, cfg.cohort_size, spec.num_cohorts, cfg.seed)
+    seeds = [fedavg.client_seed(cfg.seed, round_s, 0 if cfg.identical_client_seeds else int(k)) for k in pool]
+
+    def update(th, k, gen):
+        idx = torch.as_tensor(data.parts[k], device=data.x_train.device)
+        return cohort_mod.client_update(model, th, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
+                                    batch_size=cfg.batch_size, local_epochs=cfg.local_epochs, generator=gen,
+                                    precision=cfg.precision)[0]
+
+    with cohort_mod.precision_context(cfg.precision, data.x_train.device) as precision:
+        deltas = pool_updates(update, theta, pool, seeds)
+        table = cohort_table(deltas, [len(data.parts[k]) for k in pool], cohorts)
+        files = {"cohorts.csv": table.to_csv(index=False), "pool.json": json.dumps({"pool": pool.tolist()}),
+                 "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2)}
+        if spec.branch_rounds:
+            branch, _ = fedavg_from(model, data, theta, cfg, start_round=round_s, rounds=spec.branch_rounds)
+            files["branch.csv"] = pd.DataFrame(branch).to_csv(index=False)
+    files["provenance.json"] = json.dumps({**_provenance(cfg, path.name, t0), "stage": stage, "round": round_s,
+                                           "ladder": Path(ladder_dir).name, "precision_flags": precision}, indent=2)
+    write_folder(path, files)
+    return path
+
+
+def _measure_in_worker(cfg_json: str, ladder_dir: str, stage: int, spec_json: str, init_json: str | None = None) -> str:
+    at_init = None if init_json is None else RunConfig(**json.loads(init_json))
+    return str(measure(RunConfig(**json.loads(cfg_json)), ladder_dir, stage, StageSpec(**json.loads(spec_json)),
+                       at_init=at_init))
+
+
+# --------------------------------------------------------------------------- the study
+
+@dataclass
+class StageStudy:
+    """Everything the chapter reads: the ladders (one per seed), one summary row per (seed,
+    experiment, stage, protocol) and the branches (empty without them)."""
+
+    ladders: dict[int, Ladder]  # seed -> its trajectory's ladder
+    table: pd.DataFrame      # seed, experiment, stage, round, stage_acc, batch_size, local_epochs, alpha, summaries
+    branches: pd.DataFrame   # seed, experiment, stage, batch_size, local_epochs, alpha, round, recovery_unweighted, ...
+    spec: StageSpec
+
+    @property
+    def ladder(self) -> Ladder:
+        """The first seed's ladder."""
+        return self.ladders[min(self.ladders)]
+
+
+def ladder_config(profile: Profile, seed: int | None = None) -> RunConfig:
+    """The reference trajectory: the Table I run with Table II's protocol (default bs 32, τ 2,
+    α 100), at ``seed`` (None: the profile's first seed).
+
+    Raises:
+        ConfigError: Table I has no run with Table II's protocol, or ``seed`` is not one of the
+            profile's seeds.
+    """
+    t2 = profile.table2
+    seed = profile.seeds[0] if seed is None else seed
+    if seed not in profile.seeds:
+        raise ConfigError(f"seed = {seed} is not one of the profile's seeds {profile.seeds}")
+    for c in profile.experiment_configs("table1"):
+        if c.seed == seed and c.batch_size == t2.batch_size and c.local_epochs == t2.local_epochs:
+            return c
+    raise ConfigError(f"the stage ladder needs Table I to include Table II's protocol (batch_size = "
+                      f"{t2.batch_size!r}, local_epochs = {t2.local_epochs}); table1 has batch_sizes "
+                      f"{profile.table1.batch_sizes} and local_epochs {profile.table1.local_epochs}")
+
+
+def study_configs(profile: Profile, seed: int | None = None) -> dict[str, list[RunConfig]]:
+    """The protocols measured at every stage: Table I's nine and Table II's α, at ``seed`` (None:
+    the profile's first seed)."""
+    seed = profile.seeds[0] if seed is None else seed
+    return {e: [c for c in profile.experiment_configs(e) if c.seed == seed] for e in ("table1", "table2")}
+
+
+@contextlib.contextmanager
+def _stop_on_interrupt(pool: ProcessPoolExecutor):
+    """Inside ``with pool``: Ctrl-C (or SIGTERM / SIGHUP under :func:`maskfed.engine.runner.stop_on_signals`)
+    ends the workers at once, as :func:`maskfed.engine.runner.run_many` does, instead of the pool's exit
+    waiting for every queued measurement (finished ones are cached, the one underway is redone)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        runner.stop_workers(pool)
+        raise
+
+
+def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, progress: bool = True,
+              seeds: list[int] | None = None, trajectories: dict[int, Path] | None = None) -> StageStudy:
+    """Build the ladders, then measure every protocol at every stage (cached), in worker processes.
+
+    One ladder per seed: the trajectory of :func:`ladder_config` at that seed, and the protocols
+    measured on it are that seed's (its partition, pool, cohorts and shuffles).
+
+    Args:
+        profile: the book's profile.
+        spec: stage settings (:func:`make_spec`).
+        workers: worker processes (spawn, one torch thread each); None: the profile's.
+        progress: tqdm bars.
+        seeds: the seeds whose trajectories are measured; None: the profile's first seed only.
+        trajectories: ``{seed: run folder}`` whose ``thetas.pt`` gives that seed's ladder (an
+            archived run, :func:`build_ladder`); seeds not in it read their run in ``results/runs``
+            or train it.
+
+    Raises:
+        ConfigError: a pool larger than K, K_c larger than the pool, Table I without Table II's
+            protocol, a seed not among the profile's, or a run that cannot work with its data
+            (:func:`maskfed.engine.preflight.check_runs`), before any training.
+        FileNotFoundError, DataUnavailableError, DataReadError: the data cannot be found or read.
+        ValueError: a trajectory folder of another run or without θ at the candidate rounds.
+    """
+    seeds = [profile.seeds[0]] if seeds is None else list(seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds must be distinct seeds of the profile; got {seeds}")
+    trajectories = trajectories or {}
+    refs = {s: ladder_config(profile, s) for s in seeds}
+    cfgs = {s: study_configs(profile, s) for s in seeds}
+    ref0 = refs[seeds[0]]
+    try:
+        pool_and_cohorts(ref0.num_clients, spec.pool_size, ref0.cohort_size, 1, ref0.seed)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    from maskfed.engine.preflight import check_runs, check_writable  # data, subsets, partitions, device: before training
+
+    check_runs([*refs.values(), *(c for s in seeds for cs in cfgs[s].values() for c in cs)])
+    check_writable(results_dir() / "stages", "MASKFED_RESULTS_DIR")
+    threads = torch.get_num_threads()
+    if runner.resolve_device(ref0.device).type == "cpu":
+        # the small CPU models run several times faster on one thread than on two contended ones
+        # (5x measured on the 2-core reference machine under load); restored below
+        torch.set_num_threads(1)
+    every = {s: list(dict.fromkeys(c for cs in cfgs[s].values() for c in cs)) for s in seeds}
+    lpaths = {s: ladder_path(refs[s], spec, trajectories.get(s)) for s in seeds}
+
+    def todo(s: int, stages) -> list[tuple[RunConfig, int]]:
+        ref = refs[s]
+        tasks = [(c, st) for st in stages for c in every[s]
+                 if not (measure_path(c, lpaths[s], st, spec) / "provenance.json").exists()]
+        return sorted(tasks, key=lambda t: (t[0].alpha != ref.alpha, t[0].alpha, -t[0].local_epochs))
+
+    def finished(s: int) -> bool:
+        return (lpaths[s] / "provenance.json").exists() and not todo(s, range(len(load_ladder(lpaths[s]).checkpoints)))
+
+    workers = workers or profile.workers
+    ladders: dict[int, Ladder] = {}
+    try:
+        if workers > 1 and not all(finished(s) for s in seeds):
+            # stage 0 is θ_0 (round 0 is always a ladder stage unless explicit rounds leave it out), so the
+            # workers measure it while this process builds the ladders
+            early = spec.rounds is None or 0 in spec.rounds
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=runner.worker_init,
+                                     initargs=(os.getpid(),)) as pool, _stop_on_interrupt(pool):
+                futs = [pool.submit(_measure_in_worker, c.model_dump_json(), str(lpaths[s]), 0, spec.model_dump_json(),
+                                    refs[s].model_dump_json()) for s in seeds for c, _ in (todo(s, [0]) if early else [])]
+                for s in seeds:
+                    ladders[s] = build_ladder(refs[s], spec, progress=progress, trajectory=trajectories.get(s))
+                    futs += [pool.submit(_measure_in_worker, c.model_dump_json(), str(lpaths[s]), st,
+                                         spec.model_dump_json())
+                             for c, st in todo(s, range(1 if early else 0, len(ladders[s].checkpoints)))]
+                for fut in tqdm(as_completed(futs), total=len(futs), desc="stage measurements", disable=not progress):
+                    fut.result()
+        else:
+            for s in seeds:
+                ladders[s] = build_ladder(refs[s], spec, progress=progress, trajectory=trajectories.get(s))
+                for c, st in tqdm(todo(s, range(len(ladders[s].checkpoints))), desc="stage measurements",
+                                  disable=not progress):
+                    measure(c, str(lpaths[s]), st, spec)
+    finally:
+        torch.set_num_threads(threads)
+    rows, branches = [], []
+    for s in seeds:
+        ladder = ladders[s]
+        for e, cs in cfgs[s].items():
+            for c in cs:
+                for st, ck in ladder.checkpoints.iterrows():
+                    path = measure_path(c, ladder, st, spec)
+                    key = {"seed": s, "experiment": e, "stage": st, "round": int(ck["round"]),
+                           "stage_acc": float(ck["test_acc"]), "batch_size": str(c.batch_size),
+                           "local_epochs": c.local_epochs, "alpha": c.alpha}
+                    rows.append({**key, **summarise_cohorts(pd.read_csv(path / "cohorts.csv"))})
+                    if (path / "branch.csv").exists():
+                        b = pd.read_csv(path / "branch.csv")
+                        branches.append(b.assign(steps=b["round"] - key["round"], stage_round=key["round"],
+                                                 **{k: v for k, v in key.items() if k != "round"}))
+    return StageStudy(ladders, pd.DataFrame(rows), pd.concat(branches) if branches else pd.DataFrame(), spec)
+
+
+def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
+                     threshold: float = EXPLAINS) -> dict[str, dict]:
+    """The stage-or-sampling verdict in the early and the late half of training, across seeds.
+
+    The checkpoints of every seed's ladder are split at the middle stage (early: stages
+    0..⌈S/2⌉-1, late: the rest; a ladder's stages are spaced by accuracy, so "early" is the lower
+    half of its accuracy climb). Within each half, :func:`variance_shares` is computed over every
+    (seed, stage, protocol) row with each (seed, stage) pair as its own checkpoint: the "stage"
+    share then holds every difference between the θ measured, along one trajectory and across
+    seeds, so stage is judged across trajectories, not along one. Ours.
+
+    Args:
+        table: :attr:`StageStudy.table` rows of one experiment (``seed`` column optional).
+        value: the measured quantity.
+        threshold: share a factor must explain (:data:`EXPLAINS`).
+
+    Returns:
+        ``{"early": {"verdict", "stage", "sampling", "protocol", "stages", "acc_min", "acc_max"},
+        "late": {...}}``.
+    """
+    t = table.copy()
+    if "seed" not in t:
+        t["seed"] = 0
+    n_stages = int(t["stage"].max()) + 1
+    cut = math.ceil(n_stages / 2)
+    out = {}
+    for name, part in (("early", t[t["stage"] < cut]), ("late", t[t["stage"] >= cut])):
+        if part.empty:
+            continue
+        grid = part.assign(stage=part["seed"].astype(str) + "/" + part["stage"].astype(str))
+        shares = variance_shares(grid, value=value)
+        out[name] = {"verdict": verdict(shares, threshold), **shares,
+                     "stages": sorted(part["stage"].unique().tolist()),
+                     "acc_min": float(part["stage_acc"].min()), "acc_max": float(part["stage_acc"].max())}
+    return out
+
+
+def range_text(by_range: dict[str, dict]) -> str:
+    """One phrase for :func:`verdict_by_range`: ``"sampling"`` when both halves agree, else e.g.
+    ``"stage early, sampling late"``."""
+    verdicts = [v["verdict"] for v in by_range.values()]
+    if len(set(verdicts)) == 1:
+        return verdicts[0]
+    return ", ".join(f"{v['verdict']} {k}" for k, v in by_range.items())
+
+
+#: What each verdict of :func:`verdict` means, in the chapter's words.
+VERDICT_TEXT = {
+    "sampling": "sampling: whether the local gradients are exact or sampled accounts for at least the threshold "
+                "share of the variation, and the checkpoint does not",
+    "stage": "stage: the checkpoint accounts for at least the threshold share of the variation, and exact versus "
+             "sampled local gradients do not",
+    "both": "both: the checkpoint and exact versus sampled local gradients each account for at least the threshold "
+            "share of the variation",
+    "neither": "neither: neither the checkpoint nor exact versus sampled local gradients accounts for the threshold "
+               "share of the variation",
+}
+
+
+def first_last(table: pd.DataFrame, value: str = "recovery_unweighted") -> pd.DataFrame:
+    """Median ``value`` of each protocol at the first and the last stage (index: batch size, τ;
+    columns: the two checkpoint rounds)."""
+    ends = table[table["stage"].isin([table["stage"].min(), table["stage"].max()])]
+    out = ends.pivot_table(index=["batch_size", "local_epochs"], columns="round", values=value, sort=False)
+    out.columns = [f"round {r}" for r in out.columns]
+    return out
+
+
+def paper_cliff() -> float:
+    """The paper's cliff: :func:`cliff_by_stage` applied to its Table I (via
+    :func:`maskfed.analysis.summary.paper_table`)."""
+    from maskfed.analysis.summary import paper_table
+
+    return float(cliff_by_stage(paper_table("table1").reset_index().assign(stage=0)).iloc[0])
+
+
+def parameter_ratio(cfg: RunConfig, other_model: str) -> float:
+    """Parameters of ``other_model`` over those of ``cfg``'s model (same classes and GroupNorm groups)."""
+    from maskfed.engine.models import num_parameters
+
+    def count(name: str) -> int:
+        return num_parameters(build_model(name, num_classes=10, gn_groups=cfg.gn_groups, width=cfg.width))
+
+    return count(other_model) / count(cfg.model)
