@@ -260,7 +260,7 @@ def test_a_full_disk_at_a_checkpoint_is_one_error_line_and_keeps_the_previous_on
 
 def test_a_full_disk_when_writing_the_run_folder_is_one_error_line(capsys, results, monkeypatch):
     argv = ["run", *TINY, "--rounds", "3", "--seeds", "0", "--workers", "1"]
-    _full_disk_at(monkeypatch, "write_text", lambda p: p.parent.name.startswith(".tmp-"))
+    _full_disk_at(monkeypatch, "write_bytes", lambda p: p.parent.name.startswith(".tmp-"))
     line = _one_line_error(capsys, argv)
     assert f"cannot write the finished run's folder in {results / 'runs'}: No space left on device" in line
     assert not [p for p in (results / "runs").iterdir() if not p.name.startswith(".partial-") and p.name != ".locks"]

@@ -428,3 +428,37 @@ def test_verdict_by_range_splits_training_in_halves_across_seeds():
     assert out["late"]["verdict"] == "sampling" and out["late"]["sampling"] == pytest.approx(1.0)
     assert stage.range_text(out) == "stage early, sampling late"
     assert stage.range_text({"early": {"verdict": "both"}, "late": {"verdict": "both"}}) == "both"
+
+
+def test_fedavg_from_is_the_client_by_client_fedavg_loop_from_any_round(results):
+    # prepare: θ after one round of the smoke run, and the loop written out client by client
+    from maskfed.engine import cohort as cohort_mod, fedavg
+
+    cfg = make_run_config(**{**SMOKE, "rounds": 3})
+    data, model = stage.prepared_for(cfg)
+    theta = stage.initial_theta(cfg)
+    reference, thetas = [], {}
+    for r in range(3):
+        cohort = fedavg.sample_cohort(len(data.parts), cfg.cohort_size, cfg.seed, r)
+        deltas, n_k = [], []
+        for k in cohort:
+            idx = torch.as_tensor(data.parts[k])
+            gen = torch.Generator().manual_seed(fedavg.client_seed(cfg.seed, r, int(k)))
+            deltas.append(cohort_mod.client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
+                                                   batch_size=cfg.batch_size, local_epochs=cfg.local_epochs,
+                                                   generator=gen)[0])
+            n_k.append(len(idx))
+        deltas_KxP = torch.stack(deltas)
+        theta = theta - fedavg.aggregate(deltas_KxP, fedavg.aggregation_weights(n_k, cfg.aggregation))
+        reference.append({"round": r + 1, **fedavg.round_metrics(deltas_KxP, n_k)})
+        thetas[r + 1] = theta
+    # execute: rounds 2 and 3 from θ after round 1, testing after every round
+    records, kept = stage.fedavg_from(model, data, thetas[1], cfg, start_round=1, rounds=2, test_every=1)
+    # assert: θ bit for bit, the same metrics, a test before the first round and after each
+    assert sorted(kept) == [1, 2, 3] and all(torch.equal(kept[r], thetas[r]) for r in kept)
+    assert [r["round"] for r in records] == [1, 2, 3] and set(records[0]) == {"round", "test_acc", "test_loss"}
+    for got, want in zip(records[1:], reference[1:]):
+        assert {k: v for k, v in got.items() if k not in ("test_acc", "test_loss")} == want
+        assert 0.0 <= got["test_acc"] <= 1.0
+    with pytest.raises(ValueError, match="test_every or test_at"):
+        stage.fedavg_from(model, data, thetas[1], cfg, start_round=1, rounds=1, test_every=1, test_at=[2])

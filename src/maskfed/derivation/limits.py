@@ -27,8 +27,6 @@ import copy
 import hashlib
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
@@ -42,10 +40,10 @@ from maskfed.core import diversity, penalty
 from maskfed.core.masking import block_sizes_of, check_keep_probability
 from maskfed.derivation import perturbations
 from maskfed.derivation.theory import MCEstimate, profile_value, ratio_estimate
-from maskfed.engine import cohort as cohort_mod, fedavg, runner
+from maskfed.engine import checkpoint, cohort as cohort_mod, fedavg, runner
 from maskfed.engine.config import RunConfig
 from maskfed.engine.models import build_model
-from maskfed.paths import REPO_ROOT, results_dir
+from maskfed.paths import results_dir
 
 Tensor = torch.Tensor
 #: Modules whose source enters the cache key of :func:`measure_limits` (beyond provenance.RUN_MODULES).
@@ -412,11 +410,7 @@ def measure_limits(cfg: RunConfig, *, at_rounds: Sequence[int], protocols: dict,
             if progress is not None:
                 progress(f"round {snap.round}, {name}: done")
     table = pd.DataFrame(rows)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        table.to_csv(fh, index=False)
-    os.replace(tmp, path)
+    checkpoint.write_file(path, table.to_csv(index=False).encode("utf-8"), "the measured penalty's table")
     return table
 
 

@@ -112,6 +112,47 @@ def write_file(path: Path, data: bytes, what: str) -> None:
         tmp.unlink(missing_ok=True)  # only left if writing failed or was interrupted
 
 
+def write_folder(path: Path, files: dict[str, str | bytes], what: str, *, replace: bool = False) -> None:
+    """Write a result folder (a finished run, a measurement, a ladder) atomically: every file into a hidden
+    ``.tmp-*`` sibling, then one rename to ``path``. A folder at ``path`` is therefore always complete,
+    and an interruption leaves at most the hidden folder, which is removed. The one writer of every
+    cached result's folder.
+
+    Args:
+        path: the folder; its parent is created if needed.
+        files: file name -> content (str is written as UTF-8).
+        what: what the folder is, for the error message ("the finished run's folder").
+        replace: a forced recomputation: an existing ``path`` is moved aside, then removed once the
+            new folder is in place. Without it, if another process finished the same folder first,
+            theirs is kept.
+
+    Raises:
+        WriteFailed: a file cannot be written (no space left, ...), naming the folder and the cause;
+            every other folder is intact.
+    """
+    tmp = path.parent / f".tmp-{path.name}-{os.getpid()}"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        for name, content in files.items():
+            (tmp / name).write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_failed(what, path.parent, exc) from exc
+    try:
+        old = path.parent / f".old-{path.name}-{os.getpid()}"
+        if replace and path.exists():
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # another process finished the same folder first: keep theirs
+            pass
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def tensor_bytes(obj) -> bytes:
     """``torch.save`` of ``obj`` into memory: the bytes :func:`write_file` then writes with Python's own
     I/O, so that a full disk is an OSError with its errno rather than torch's ``enforce fail`` error."""

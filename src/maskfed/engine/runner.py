@@ -477,45 +477,10 @@ def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, par
         rounds_kept = sorted(keep)
         files[THETAS] = checkpoint.tensor_bytes({"rounds": rounds_kept, "thetas_RxP": torch.stack(
             [torch.load(snapshots / f"r{r:05d}.pt", weights_only=True) for r in rounds_kept])})
-    _write_atomically(path, replace=force, files=files)
+    checkpoint.write_folder(path, files, "the finished run's folder", replace=force)
     checkpoint.discard(partial)
     return load_run(path)
 
-
-def _write_atomically(path: Path, files: dict[str, str | bytes], replace: bool = False) -> None:
-    """Write ``files`` into a hidden temporary folder, then rename it to ``path`` in one step.
-
-    A folder at ``path`` is therefore always complete; an interruption while
-    writing leaves at most the hidden ``.tmp-*`` folder, which is removed.
-
-    Raises:
-        checkpoint.WriteFailed: a file cannot be written (no space left, ...), naming the folder
-            and the cause; the run's checkpoint and every other run folder are intact.
-    """
-    tmp = path.parent / f".tmp-{path.name}-{os.getpid()}"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        for name, content in files.items():
-            if isinstance(content, bytes):
-                (tmp / name).write_bytes(content)
-            else:
-                (tmp / name).write_text(content)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise checkpoint.write_failed("the finished run's folder", path.parent, exc) from exc
-    try:
-        old = path.parent / f".old-{path.name}-{os.getpid()}"
-        if replace and path.exists():  # a forced rerun: move the old folder aside first
-            os.replace(path, old)
-        try:
-            os.replace(tmp, path)
-        except OSError:  # another process finished the same run first: keep theirs
-            pass
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run_cost(cfg: RunConfig) -> float:

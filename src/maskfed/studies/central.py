@@ -253,7 +253,7 @@ def _train(cfg, spec, path, key, partial, *, progress, on_checkpoint) -> Central
              "checkpoints.csv": pd.DataFrame(rows).to_csv(index=False), "thetas.pt": buf.getvalue(),
              "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2), "spec.json": spec.model_dump_json(indent=2),
              "provenance.json": json.dumps(prov, indent=2)}
-    stage.write_folder(path, files)
+    checkpoint.write_folder(path, files, "the centralised trajectory's folder")
     checkpoint.discard(partial)
     for f in partial.glob("kept-*.pt"):
         f.unlink()

@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from maskfed import provenance
 from maskfed.core import diversity
-from maskfed.engine import cohort as cohort_mod, fedavg, runner
+from maskfed.engine import checkpoint, cohort as cohort_mod, fedavg, runner
 from maskfed.engine.config import make_run_config, RunConfig
 from maskfed.engine.models import build_model, num_parameters
 from maskfed.paths import results_dir
@@ -150,10 +150,10 @@ def measure_gram(cfg: RunConfig, theta_P: torch.Tensor, pool, *, label: str = ""
                 **runner.fingerprint_fields(images), "num_parameters": int(theta.numel()),
                 "wall_s": time.perf_counter() - t0, "train_s": trained_s,
                 "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-        stage.write_folder(path, {"gram.csv": pd.DataFrame(gram.numpy(), columns=ids).to_csv(index=False),
-                                   "clients.csv": pd.DataFrame(rows).to_csv(index=False),
-                                   "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2),
-                                   "provenance.json": json.dumps(prov, indent=2)})
+        checkpoint.write_folder(path, {"gram.csv": pd.DataFrame(gram.numpy(), columns=ids).to_csv(index=False),
+                                       "clients.csv": pd.DataFrame(rows).to_csv(index=False),
+                                       "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2),
+                                       "provenance.json": json.dumps(prov, indent=2)}, "the Gram measurement's folder")
         shutil.rmtree(partial, ignore_errors=True)
     return load_gram(path)
 

@@ -31,7 +31,6 @@ import json
 import math
 import multiprocessing
 import os
-import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -48,7 +47,7 @@ from tqdm import tqdm
 
 from maskfed import provenance
 
-from maskfed.engine import cohort as cohort_mod, fedavg, runner
+from maskfed.engine import checkpoint, cohort as cohort_mod, fedavg, runner
 from maskfed.engine.config import ConfigError, make_settings, Profile, RunConfig
 from maskfed.engine.models import build_model
 from maskfed.paths import results_dir
@@ -282,13 +281,17 @@ def pool_updates(update_fn: UpdateFn, theta_P: torch.Tensor, pool, seeds) -> tor
     return torch.stack([update_fn(theta_P, int(k), torch.Generator().manual_seed(int(s))) for k, s in zip(pool, seeds)])
 
 
+#: Fields of a :func:`maskfed.engine.fedavg.run_fedavg` record that :func:`fedavg_from` leaves out (its
+#: records hold the round, the round's metrics and, at tested rounds, the test result).
+_LOOP_ONLY = ("cohort", "n_k", "T_mean", "T_min", "T_max", "train_loss", "wall_s", "test_acc", "test_loss")
+
+
 def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConfig, *, start_round: int,
                 rounds: int, test_every: int | None = None, test_at=None,
                 progress=None) -> tuple[list[dict], dict[int, torch.Tensor]]:
     """``rounds`` FedAvg rounds from θ, with the cohorts and shuffles of rounds
-    ``start_round, start_round + 1, ...`` of a run with ``cfg`` (the same draws as
-    :func:`maskfed.engine.fedavg.run_fedavg`, whose loop this repeats with the reference
-    :func:`maskfed.engine.cohort.client_update`).
+    ``start_round, start_round + 1, ...`` of a run with ``cfg``: the loop of
+    :func:`maskfed.engine.fedavg.run_fedavg` (sequential engine), with θ kept at the tested rounds.
 
     Args:
         model: scratch network on the data's device.
@@ -301,15 +304,17 @@ def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConf
             before the first and after the last; None: never.
         test_at: instead of ``test_every``, the rounds (counted from round 0) after which to test
             and keep θ (a collection of ints); the last round is always tested.
-        progress: optional tqdm-like bar (``update(1)``).
+        progress: optional tqdm-like bar (``update(1)``, ``set_postfix``).
 
     Returns:
         ``(records, kept)``: one dict per round (``round`` = rounds done since θ_0, the
-        :func:`maskfed.engine.fedavg.round_metrics`, ``test_acc``/``test_loss`` or NaN), and
-        ``{round: θ (CPU copy)}`` for the tested rounds.
+        :func:`maskfed.engine.fedavg.round_metrics`, and ``test_acc``/``test_loss`` at the tested
+        rounds), and ``{round: θ (CPU copy)}`` for the tested rounds.
+
+    Raises:
+        ValueError: both ``test_every`` and ``test_at``.
+        maskfed.engine.fedavg.TrainingDiverged: a client's loss or update is not finite.
     """
-    theta = theta_P.clone()
-    records, kept = [], {}
     if test_at is not None:
         if test_every is not None:
             raise ValueError("give test_every or test_at, not both")
@@ -320,29 +325,27 @@ def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConf
         at = None
     if at is not None:
         at.add(start_round + rounds)
+    records, kept = [], {}
     if at is not None and start_round in at:
-        kept[start_round] = theta.cpu()
-        acc, loss = fedavg.evaluate(model, theta, data.x_test, data.y_test)
+        kept[start_round] = theta_P.cpu()
+        acc, loss = fedavg.evaluate(model, theta_P, data.x_test, data.y_test)
         records.append({"round": start_round, "test_acc": acc, "test_loss": loss})
-    for r in range(start_round, start_round + rounds):
-        cohort = fedavg.sample_cohort(len(data.parts), cfg.cohort_size, cfg.seed, r)
-        deltas, n_k = [], []
-        for k in cohort:
-            idx = torch.as_tensor(data.parts[k], device=data.x_train.device)
-            gen = torch.Generator().manual_seed(fedavg.client_seed(cfg.seed, r, 0 if cfg.identical_client_seeds else int(k)))
-            delta, _, _ = cohort_mod.client_update(model, theta, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
-                                               batch_size=cfg.batch_size, local_epochs=cfg.local_epochs, generator=gen,
-                                               precision=cfg.precision)
-            deltas.append(delta), n_k.append(len(idx))
-        deltas_KxP = torch.stack(deltas)
-        theta = theta - fedavg.aggregate(deltas_KxP, fedavg.aggregation_weights(n_k, cfg.aggregation))
-        rec = {"round": r + 1, **fedavg.round_metrics(deltas_KxP, n_k)}
-        if at is not None and r + 1 in at:
-            kept[r + 1] = theta.cpu()
-            rec["test_acc"], rec["test_loss"] = fedavg.evaluate(model, theta, data.x_test, data.y_test)
-        records.append(rec)
-        if progress is not None:
-            progress.update(1)
+
+    def keep(done, theta, _records):
+        if at is not None and done in at:
+            kept[done] = theta.cpu()
+
+    loop = fedavg.run_fedavg(
+        model, data, rounds=start_round + rounds, cohort_size=cfg.cohort_size, local_epochs=cfg.local_epochs,
+        batch_size=cfg.batch_size, lr=cfg.lr, aggregation=cfg.aggregation, seed=cfg.seed,
+        identical_client_seeds=cfg.identical_client_seeds, engine="sequential", precision=cfg.precision,
+        eval_at=set() if at is None else {r - 1 for r in at}, start_round=start_round, theta_P=theta_P,
+        records=[{}] * start_round, on_state=keep, progress=progress)[start_round:]
+    for rec in loop:
+        out = {k: v for k, v in rec.items() if k not in _LOOP_ONLY}
+        if at is not None and rec["round"] in at:
+            out["test_acc"], out["test_loss"] = rec["test_acc"], rec["test_loss"]
+        records.append(out)
     return records, kept
 
 
@@ -384,21 +387,6 @@ def prepared_for(cfg: RunConfig) -> tuple[fedavg.FedData, torch.nn.Module]:
         _MODEL_CACHE[mkey] = build_model(cfg.model, num_classes=len(images.classes), gn_groups=cfg.gn_groups,
                                          width=cfg.width).to(runner.resolve_device(cfg.device))
     return _DATA_CACHE[dkey], _MODEL_CACHE[mkey]
-
-
-def write_folder(path: Path, files: dict[str, str | bytes]) -> None:
-    """Write a result folder atomically: into a temporary sibling, then renamed into place (a
-    folder that exists is complete; if another process finished it first, theirs is kept)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".tmp-{path.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for name, content in files.items():
-        (tmp / name).write_bytes(content if isinstance(content, bytes) else content.encode())
-    try:
-        os.replace(tmp, path)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def initial_theta(cfg: RunConfig) -> torch.Tensor:
@@ -582,12 +570,12 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True,
     thetas = torch.stack([kept[r] for r in chosen]).float()
     buf = io.BytesIO()
     torch.save(thetas, buf)
-    write_folder(path, {
+    checkpoint.write_folder(path, {
         "accuracy.csv": acc.to_csv(index=False), "checkpoints.csv": ckpts.to_csv(index=False),
         "thetas.pt": buf.getvalue(), "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2),
         "spec.json": spec.model_dump_json(indent=2),
         "provenance.json": json.dumps({**_provenance(cfg, path.name, t0), "trajectory": source,
-                                       "precision_flags": precision}, indent=2)})
+                                       "precision_flags": precision}, indent=2)}, "the ladder's folder")
     return load_ladder(path)
 
 
@@ -647,7 +635,7 @@ def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec, *, at_
             files["branch.csv"] = pd.DataFrame(branch).to_csv(index=False)
     files["provenance.json"] = json.dumps({**_provenance(cfg, path.name, t0), "stage": stage, "round": round_s,
                                            "ladder": Path(ladder_dir).name, "precision_flags": precision}, indent=2)
-    write_folder(path, files)
+    checkpoint.write_folder(path, files, "the stage measurement's folder")
     return path
 
 
