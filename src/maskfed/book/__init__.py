@@ -366,7 +366,7 @@ COLUMN_CHARS = 90
 _PAD_CHARS, _WRAP_CHARS = 2, 2 * WRAP_MIN_EM
 #: Characters kept free when columns are chosen or packed automatically (:func:`main_columns`, the
 #: other tables of :func:`fitted`): a table of many narrow numeric columns can measure wider than
-#: its estimate (788 px in the 784 px column for 90 estimated characters).
+#: its estimate.
 _SLACK_CHARS = 4
 
 

@@ -3,4 +3,5 @@
 local training of a cohort (``cohort``), one FedAvg round and its loop (``fedavg``), checkpoints
 (``checkpoint``), deterministic kernels (``determinism``), run folders, sweeps and workers
 (``runner``) and the checks made before any compute (``preflight``). Every module here but
-``preflight`` is hashed into a run's cache key (``maskfed.provenance.RUN_MODULES``)."""
+``datacache`` and ``preflight`` is hashed into a run's cache key
+(``maskfed.provenance.RUN_MODULES``)."""
