@@ -349,6 +349,7 @@ def test_stage_study_from_archived_trajectories_is_archived_and_read_back(dirs_i
     assert archive.load_stage_study("cpu-long") is None
 
 
+@pytest.mark.slow
 def test_a_damaged_archived_run_is_shown_as_damaged_not_as_never_archived(dirs_in_tmp, capsys):
     # prepare: the cpu-long Table II runs archived, one of them with its metrics cut to 3 rows
     long = load_profile("cpu-long")

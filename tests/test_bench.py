@@ -35,6 +35,7 @@ def test_bench_columns_and_equal_steps(tmp_path, monkeypatch):
     assert r["P2_ours_over_bare"].notna().all() and (r["P2_ours_over_bare"] > 0).all()
 
 
+@pytest.mark.slow
 def test_round_bench_steps_match_local_steps():
     from maskfed.engine import runner
     from maskfed.engine.config import load_profile

@@ -117,6 +117,7 @@ def findings(tmp_path_factory):
     return {(f.page.removesuffix(".html"), f.width): f for f in found}, found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PAGES))
 def test_each_rule_reports_its_page_and_nothing_else(findings, name):
     _, found = findings
@@ -132,12 +133,14 @@ def test_every_rule_is_exercised_by_a_page():
     assert exercised == set(browsercheck.RULES)
 
 
+@pytest.mark.slow
 def test_findings_name_page_width_and_rule(findings):
     _, found = findings
     line = str(next(f for f in found if f.page == "wide.html" and f.width == "phone"))
     assert line.startswith("wide.html [phone 390 px] wider-than-column: ") and "past the 300 px column" in line
 
 
+@pytest.mark.slow
 def test_main_exits_1_on_findings_and_0_on_a_clean_book(tmp_path, capsys):
     (tmp_path / "clean.html").write_text(_page(PAGES["clean"][0]))
     assert browsercheck.main([str(tmp_path), "--width", "phone"]) == 0

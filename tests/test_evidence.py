@@ -264,6 +264,7 @@ def test_variant_runs_halve_the_window_and_leave_out_runs_still_falling():
         evidence.variant_runs([flat], "no such")
 
 
+@pytest.mark.slow
 def test_stability_marks_a_verdict_that_a_variant_flips():
     import numpy as np
 

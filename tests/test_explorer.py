@@ -32,6 +32,7 @@ def test_points_from_table_take_the_ratio_of_the_medians():
                                                                             ("bs 128, τ 1", 0.25, 1.3)]
 
 
+@pytest.mark.slow
 def test_the_page_script_shows_the_closed_forms_after_a_slider_moves(tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
     binary = next((shutil.which(b) for b in ("chromium", "chromium-browser") if shutil.which(b)), None)

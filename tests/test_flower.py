@@ -48,6 +48,7 @@ def test_unmasked_recovery_factor_agrees_with_run_fedavg_on_the_same_rounds(simu
         assert flower.UNMASKED_KEY not in logged
 
 
+@pytest.mark.slow
 def test_masked_updates_received_are_measured_under_their_own_names(simulation):
     cfg, sim = simulation
     for rec in sim.strategy.history:
@@ -82,6 +83,7 @@ def test_without_unmasked_metrics_only_the_masked_factor_is_reported():
     assert rec.masked_metrics["recovery_unweighted"] == pytest.approx(1.0)  # two orthogonal equal updates
 
 
+@pytest.mark.slow
 def test_next_round_starts_from_the_fedavg_aggregate(simulation):
     _, sim = simulation
     first, second = sim.strategy.history
@@ -90,6 +92,7 @@ def test_next_round_starts_from_the_fedavg_aggregate(simulation):
     torch.testing.assert_close(second.theta_P, expected_P, rtol=0, atol=1e-6)  # float32 arrays on the wire
 
 
+@pytest.mark.slow
 def test_clients_apply_the_rounds_shared_block_mask(simulation):
     cfg, sim = simulation
     model = flower._model(cfg)
