@@ -329,8 +329,7 @@ def test_stage_study_from_archived_trajectories_is_archived_and_read_back(dirs_i
     ref = stage.ladder_config(smoke)
     keep = stage.ladder_snapshots(smoke, [ref])
     archive.archive_runs(runner.run_many([ref], progress=False, keep_every=keep), "smoke")
-    assert archive.ladder_trajectories("smoke") == {0: dirs_in_tmp / "archive" / "smoke" / runner.run_path(
-        ref, runner.images_for(ref)).name}
+    assert archive.ladder_trajectories("smoke") == {0: dirs_in_tmp / "archive" / "smoke" / runner.identify(ref).path.name}
     # execute
     dest = archive.archive_stage_study("smoke", workers=1, progress=False)
     back = archive.load_stage_study("smoke")

@@ -252,7 +252,7 @@ def test_a_full_disk_at_a_checkpoint_is_one_error_line_and_keeps_the_previous_on
     monkeypatch.undo()
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(results))
     (cfg,) = cli._plan(cli.build_parser().parse_args(argv))[1]
-    assert checkpoint.load(partial, runner.run_key(cfg, runner.images_for(cfg))).rounds_done == 1  # whole
+    assert checkpoint.load(partial, runner.identify(cfg).key).rounds_done == 1  # whole
     assert [p.name for p in partial.iterdir() if p.name.endswith(".tmp")] == []
     assert cli.main(argv) == 0  # space again: the same command resumes
     assert runner.find_run(cfg).provenance["resumed_after_round"] == 1

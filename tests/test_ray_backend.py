@@ -98,7 +98,7 @@ def test_a_worker_that_dies_is_retried(ray_head, tmp_path, monkeypatch):
     results = ray_backend.run_many(cfgs, progress=False, max_retries=1, task=dies_once)
     # assert: each run died once, was retried, and finished with the key a local run gets
     assert sorted(p.name for p in marks.iterdir()) == sorted(c.label() for c in cfgs)
-    assert [r.path for r in results] == [runner.run_path(c, runner.images_for(c)) for c in cfgs]
+    assert [r.path for r in results] == [runner.identify(c).path for c in cfgs]
     assert all((r.path / "provenance.json").exists() and len(r.metrics) == 2 for r in results)
 
 

@@ -86,12 +86,11 @@ def test_a_damaged_folder_is_refused_naming_it_and_a_forced_run_replaces_it(resu
 
 
 def test_key_changes_with_config_and_code(monkeypatch):
-    images = runner.load_images("synthetic", None, 200, 50)
     a, b = make_run_config(**TINY), make_run_config(**{**TINY, "lr": 0.02})
-    assert runner.run_key(a, images) != runner.run_key(b, images)
-    before = runner.run_key(a, images)
+    assert runner.identify(a).key != runner.identify(b).key
+    before = runner.identify(a).key
     monkeypatch.setattr(provenance, "code_hash", lambda: "another-code-version")
-    assert runner.run_key(a, images) != before
+    assert runner.identify(a).key != before
 
 
 def test_data_fingerprint_depends_on_content_not_location():
@@ -210,24 +209,46 @@ def test_control_on_cuda_runs_with_deterministic_algorithms(results_in_tmp, monk
     assert plain.provenance["precision_flags"] == {"precision": "fp32", "device_type": "cpu", "autocast": None}
 
 
+def test_a_run_resolves_its_identity_once(monkeypatch):
+    # prepare: count how often a run reads its images, resolves its device and hashes its key
+    calls = {"images_for": 0, "resolve_device": 0, "code_hash": 0}
+    for name, module in (("images_for", runner), ("resolve_device", runner), ("code_hash", runner.provenance)):
+        real = getattr(module, name)
+
+        def counted(*a, _real=real, _name=name, **k):
+            calls[_name] += 1
+            return _real(*a, **k)
+        monkeypatch.setattr(module, name, counted)
+    cfg = make_run_config(**TINY)
+    # execute: a fresh run, then the same call finding it
+    first = runner.run(cfg, progress=False)
+    once = dict(calls)
+    again = runner.run(cfg, progress=False)
+    # assert: one resolution for the run that trained (its provenance records the code hash once more,
+    # as written), one for the call that found it
+    assert once == {"images_for": 1, "resolve_device": 1, "code_hash": 2}
+    assert {k: calls[k] - once[k] for k in calls} == {"images_for": 1, "resolve_device": 1, "code_hash": 1}
+    assert again.path == first.path == runner.identify(cfg).path
+
+
 def test_key_tells_devices_and_engines_apart(monkeypatch):
     # a run with device auto and engine auto made on a CPU must never be found as the same run on a GPU
     import torch
 
-    images = runner.load_images("synthetic", None, 200, 50)
     cfg = make_run_config(**TINY)  # device auto, engine auto
     assert (cfg.device, cfg.engine) == ("auto", "auto")
     monkeypatch.setattr(runner, "resolve_device", lambda name: torch.device("cpu"))
-    on_cpu = runner.run_key(cfg, images)
-    assert runner.resolved(cfg) == ("cpu", "sequential")
+    on_cpu = runner.identify(cfg)
+    assert (on_cpu.device.type, on_cpu.engine) == ("cpu", "sequential")
     monkeypatch.setattr(runner, "resolve_device", lambda name: torch.device("cuda"))
-    assert runner.resolved(cfg) == ("cuda", "batched")
-    assert runner.run_key(cfg, images) != on_cpu
+    on_gpu = runner.identify(cfg)
+    assert (on_gpu.device.type, on_gpu.engine) == ("cuda", "batched")
+    assert on_gpu.key != on_cpu.key
     # the same device type with another engine is another run too
     batched = cfg.model_copy(update={"engine": "batched"})
     monkeypatch.setattr(runner, "resolve_device", lambda name: torch.device("cpu"))
-    assert runner.run_key(batched, images) != on_cpu
-    assert runner.run_path(cfg, images).name.endswith(on_cpu)
+    assert runner.identify(batched).key != on_cpu.key
+    assert on_cpu.path.name == f"{cfg.label()}-{on_cpu.key}"
 
 
 # ----------------------------------------------------------------------------- checkpoints and resume
@@ -256,9 +277,8 @@ def _visible(runs: Path) -> list[Path]:
 
 
 def test_checkpoint_every_is_recorded_but_left_out_of_the_key():
-    images = runner.load_images("synthetic", None, 200, 50)
     a, b = make_run_config(**TINY, checkpoint_every=1), make_run_config(**TINY, checkpoint_every=0)
-    assert a.key() == b.key() and runner.run_key(a, images) == runner.run_key(b, images)
+    assert a.key() == b.key() and runner.identify(a).key == runner.identify(b).key
     assert a.model_dump()["checkpoint_every"] == 1  # what config.json is written from
     assert make_run_config(**{**TINY, "rounds": 3}).key() != a.key()  # other fields still count
     with pytest.raises(Exception, match="checkpoint_every"):
@@ -282,7 +302,7 @@ def test_a_run_killed_after_a_checkpoint_resumes_with_identical_numbers(results_
     runs = results_in_tmp / "runs"
     assert _visible(runs) == []  # no run folder, only the hidden partial one
     (partial,) = runs.glob(".partial-*")
-    assert checkpoint.load(partial, runner.run_key(cfg, runner.images_for(cfg))).rounds_done == 4
+    assert checkpoint.load(partial, runner.identify(cfg).key).rounds_done == 4
 
     monkeypatch.setattr(checkpoint, "save", real_save)
     resumed = runner.run(cfg, progress=False)

@@ -136,37 +136,43 @@ def fingerprint_fields(images: data_mod.ImageData) -> dict[str, str]:
     return {"data_fingerprint": data_fingerprint(images), "data_fingerprint_kind": FINGERPRINT_KIND}
 
 
-def run_key(cfg: RunConfig, images: data_mod.ImageData) -> str:
-    """Cache key (16 hex digits): config fields + code hash + data fingerprint + where it runs.
+@dataclass(frozen=True)
+class RunIdentity:
+    """Who a run of a configuration is on this machine, resolved once (:func:`identify`)."""
 
-    "Where" is the resolved device type and engine (:func:`resolved`), so a run with ``device:
-    auto`` and ``engine: auto`` made on a CPU is never reused as the same run on a GPU, nor the
-    other way round (their float arithmetic differs). Archived runs are matched by configuration,
-    not by key (:mod:`maskfed.studies.archive`), so they keep their folders.
+    images: data_mod.ImageData  # the data it trains and tests on (:func:`images_for`)
+    device: torch.device        # ``device`` resolved (:func:`resolve_device`)
+    engine: str                 # ``engine`` resolved (:func:`maskfed.engine.cohort.resolve_engine`)
+    fingerprint: str            # :func:`data_fingerprint` of ``images``
+    key: str                    # cache key, 16 hex digits
+    path: Path                  # the run's folder, ``results_dir()/runs/<label>-<key>``
+
+    def fingerprint_fields(self) -> dict[str, str]:
+        """The provenance fields naming the data: ``data_fingerprint`` and ``data_fingerprint_kind``."""
+        return {"data_fingerprint": self.fingerprint, "data_fingerprint_kind": FINGERPRINT_KIND}
+
+
+def identify(cfg: RunConfig) -> RunIdentity:
+    """A run's images, device, engine, data fingerprint, cache key and folder, each resolved once.
+
+    The key (16 hex digits) hashes the config's fields, the run code (:func:`maskfed.provenance.code_hash`),
+    the data fingerprint and where it runs: the resolved device type and engine, so a run with ``device:
+    auto`` and ``engine: auto`` made on a CPU is never reused as the same run on a GPU, nor the other way
+    round (their float arithmetic differs). Archived runs are matched by configuration, not by key
+    (:mod:`maskfed.studies.archive`), so they keep their folders.
 
     Raises:
-        ValueError: ``device = 'cuda'`` on a machine without CUDA (:func:`resolve_device`).
+        ValueError: ``device = 'cuda'`` on a machine without CUDA (:func:`resolve_device`), or data the
+            model cannot take (:func:`images_for`).
     """
-    device_type, engine = resolved(cfg)
-    blob = json.dumps({"config": cfg.key(), "code": provenance.code_hash(), "data": data_fingerprint(images),
-                       "device_type": device_type, "engine": engine}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def resolved(cfg: RunConfig) -> tuple[str, str]:
-    """(device type, engine) a run of ``cfg`` uses on this machine: ``auto`` resolved
-    (:func:`resolve_device`, :func:`maskfed.engine.cohort.resolve_engine`), e.g. ("cpu", "sequential").
-
-    Raises:
-        ValueError: ``device = 'cuda'`` on a machine without CUDA.
-    """
+    images = images_for(cfg)
     device = resolve_device(cfg.device)
-    return device.type, cohort.resolve_engine(cfg.engine, device)
-
-
-def run_path(cfg: RunConfig, images: data_mod.ImageData) -> Path:
-    """Folder of a run: ``results_dir()/runs/<label>-<key>``."""
-    return results_dir() / "runs" / f"{cfg.label()}-{run_key(cfg, images)}"
+    engine = cohort.resolve_engine(cfg.engine, device)
+    fingerprint = data_fingerprint(images)
+    blob = json.dumps({"config": cfg.key(), "code": provenance.code_hash(), "data": fingerprint,
+                       "device_type": device.type, "engine": engine}, sort_keys=True)
+    key = hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return RunIdentity(images, device, engine, fingerprint, key, results_dir() / "runs" / f"{cfg.label()}-{key}")
 
 
 #: The files of a finished run folder (:func:`run` writes them; :func:`load_run` checks them).
@@ -273,14 +279,15 @@ def load_thetas(path: Path) -> dict[int, torch.Tensor] | None:
     return {int(r): t for r, t in zip(blob["rounds"], blob["thetas_RxP"])}
 
 
-def find_run(cfg: RunConfig) -> RunResult | None:
+def find_run(cfg: RunConfig, identity: RunIdentity | None = None) -> RunResult | None:
     """The finished run of ``cfg`` with the current code and data, or None (tidies a stale partial folder).
+    ``identity``: the run's :func:`identify`, when the caller has it already.
 
     Raises:
         DamagedRun: the run's folder exists but is not whole (:func:`load_run`); it is named with
             the reason and how to recompute it.
     """
-    path = run_path(cfg, images_for(cfg))
+    path = (identity or identify(cfg)).path
     if not path.exists():
         return None
     checkpoint.remove_stale(checkpoint.partial_dir(path))
@@ -342,9 +349,9 @@ def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.devic
     """Subset, normalise (train-split channel statistics) and partition the images.
 
     On a CPU the images are stored channels-last (NHWC strides; indexing a batch keeps them), which
-    oneDNN's convolutions run faster: measured here for the cpu profile's CNN, one thread, one SGD
-    step, +7% at bs 32, +19% at bs 128, +27% at bs 500 (ours; PyTorch's channels-last tutorial). The
-    values are the same; the convolution sums in another order, so results agree to float32 rounding.
+    oneDNN's convolutions run faster (ours, after PyTorch's channels-last tutorial; speed-ups in
+    docs/measurements.md). The values are the same; the convolution sums in another order, so results
+    agree to float32 rounding.
     """
     x_tr, y_tr, x_te, y_te = split_images(cfg, images)
     parts = partition_for(cfg, y_tr)
@@ -389,26 +396,21 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True,
         raise ValueError(f"keep_every must be >= 0 rounds (0: keep no θ snapshots); got {keep_every}")
     if not isinstance(keep_every, int):
         kept_rounds(cfg.rounds, keep_every)  # refuses negative rounds before training
-    if not force and (found := find_run(cfg)) is not None:
+    identity = identify(cfg)
+    if not force and (found := find_run(cfg, identity)) is not None:
         return found
-    images = images_for(cfg)
-    path = run_path(cfg, images)
-    device = resolve_device(cfg.device)
-    engine = cohort.resolve_engine(cfg.engine, device)
-    cohort.check_precision(cfg.precision, device)
-    key = run_key(cfg, images)
-    with checkpoint.claim(checkpoint.partial_dir(path)) as partial:
-        if path.exists() and not force:  # finished by another process while we waited
-            return load_run(path)
-        return _train(cfg, images, path, key, partial, device, engine, force=force, progress=progress,
-                      keep_every=keep_every)
+    cohort.check_precision(cfg.precision, identity.device)
+    with checkpoint.claim(checkpoint.partial_dir(identity.path)) as partial:
+        if identity.path.exists() and not force:  # finished by another process while we waited
+            return load_run(identity.path)
+        return _train(cfg, identity, partial, force=force, progress=progress, keep_every=keep_every)
 
 
-def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, partial: Path,
-           device: torch.device, engine: str, *, force: bool, progress: bool,
+def _train(cfg: RunConfig, identity: RunIdentity, partial: Path, *, force: bool, progress: bool,
            keep_every: int | Sequence[int] = 0) -> RunResult:
     """Train ``cfg`` (from its checkpoint if there is one), write the run folder, drop the checkpoint."""
     t0 = time.perf_counter()
+    images, device, engine, key, path = identity.images, identity.device, identity.engine, identity.key, identity.path
     data = prepare_data(cfg, images, device)
     torch.manual_seed(cfg.seed)
     num_classes = len(images.classes)  # the source's own class count (10 for CIFAR-10)
@@ -456,7 +458,7 @@ def _train(cfg: RunConfig, images: data_mod.ImageData, path: Path, key: str, par
             hessian_batch_size=cfg.hessian_batch, sharpness_iters=cfg.sharpness_iters)
     sizes = [len(p) for p in data.parts]
     prov = {
-        "run_key": key, **fingerprint_fields(images), "label": cfg.label(), "seed": cfg.seed,
+        "run_key": key, **identity.fingerprint_fields(), "label": cfg.label(), "seed": cfg.seed,
         "code_hash": provenance.code_hash(), **provenance.git_state(),
         "packages": provenance.package_versions(), "machine": provenance.machine(str(device)),
         "determinism": determinism_state,

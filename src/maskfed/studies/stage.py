@@ -744,7 +744,7 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
     threads = torch.get_num_threads()
     if runner.resolve_device(ref0.device).type == "cpu":
         # the small CPU models run several times faster on one thread than on two contended ones
-        # (5x measured on the 2-core reference machine under load); restored below
+        # (docs/measurements.md); restored below
         torch.set_num_threads(1)
     every = {s: list(dict.fromkeys(c for cs in cfgs[s].values() for c in cs)) for s in seeds}
     lpaths = {s: ladder_path(refs[s], spec, trajectories.get(s)) for s in seeds}
