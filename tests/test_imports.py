@@ -16,6 +16,7 @@ LAYERS = (
     ("studies",),                            # experiment grids, stage, factor axes, archive
     ("derivation", "integrations", "perf"),  # theory chapters' helpers; Flower, Ray; bench, device check
     ("book",),                               # rendering only
+    ("chapters",),                           # each experiment chapter's findings, for its notebook
     ("cli", "entry", "__main__"),            # the command line
 )
 

@@ -1,10 +1,8 @@
 """Where the project keeps its data cache, run results and the shared data.
 
-Every location can be moved with an environment variable, so a reader can put
-the (large, git-ignored) cache and results wherever there is space. A relative
-value means the working directory of the command that was given it, everywhere:
-the commands rewrite it to its absolute form (:func:`absolute_env`) before they
-start worker processes or notebook kernels (which run in ``notebooks/``).
+Each location can be moved with an environment variable. A relative value means the working
+directory of the command given it: the commands make it absolute (:func:`absolute_env`) before
+they start workers or notebook kernels.
 """
 
 from __future__ import annotations
@@ -26,8 +24,8 @@ DEFAULTS = {"MASKFED_CACHE_DIR": REPO_ROOT / ".cache", "MASKFED_RESULTS_DIR": RE
 
 
 class EmptyPathVariable(ValueError):
-    """A path variable set to the empty string (or blanks): as a path it would silently mean the
-    current directory, so it is refused, naming the variable and what unsetting it means."""
+    """A path variable set to the empty string (or blanks), refused rather than read as the
+    current directory."""
 
     def __init__(self, name: str, default: Path):
         what = "file" if name == "MASKFED_SHARED_ARCHIVE" else "folder"
@@ -50,9 +48,8 @@ def env_path(name: str, default: Path) -> Path:
 
 
 def absolute_env() -> None:
-    """Rewrite each of :data:`PATH_VARIABLES` that is set to a relative path (or ``~``) to its
-    absolute form against the current directory, in ``os.environ``: the processes this one
-    starts (workers, papermill's kernels in ``notebooks/``) then read the same folders.
+    """Rewrite each set :data:`PATH_VARIABLES` entry in ``os.environ`` to its absolute form, so
+    the processes this one starts (workers, papermill kernels) read the same folders.
 
     Raises:
         EmptyPathVariable: one of them is set to the empty string (checked before any is rewritten).
@@ -75,8 +72,6 @@ def results_dir() -> Path:
 
 
 def shared_archive() -> Path:
-    """The offline CIFAR-10 archive beside the checkout: ``../shared/data/cifar10-jpeg.tar.gz``.
-
-    ``$MASKFED_SHARED_ARCHIVE`` overrides it (tests use this to hide it).
-    """
+    """The offline CIFAR-10 archive: ``$MASKFED_SHARED_ARCHIVE`` or
+    ``../shared/data/cifar10-jpeg.tar.gz`` beside the checkout."""
     return env_path("MASKFED_SHARED_ARCHIVE", DEFAULTS["MASKFED_SHARED_ARCHIVE"])

@@ -1,7 +1,6 @@
 """Provenance of a run: code version, package versions, machine.
 
-Recorded next to every run's numbers so each value in the book can be traced
-to the code and environment that produced it.
+Recorded next to every run's numbers, so each value in the book traces to its code and environment.
 """
 
 from __future__ import annotations
@@ -39,9 +38,7 @@ def module_source(name: str) -> bytes:
 def code_hash() -> str:
     """SHA-256 (16 hex digits) over the source of the modules a run executes (:data:`RUN_MODULES`).
 
-    A run's cache key includes it, so any change to the code that computes a
-    number invalidates the cached number, while editing the book's helpers or
-    the derivation chapters does not. Computed once per process.
+    Part of a run's cache key; computed once per process.
     """
     h = hashlib.sha256()
     for name in RUN_MODULES:
@@ -53,9 +50,7 @@ def code_hash() -> str:
 def code_hash_with(*modules: str) -> str:
     """:func:`code_hash` extended by the source of further ``maskfed`` modules (16 hex digits).
 
-    For results cached outside run folders (the stage study, the limits chapter): their key
-    changes with the run code and with their own modules, while editing them leaves the run
-    folders' keys alone.
+    For results cached outside run folders (the stage study, the limits chapter).
 
     Raises:
         FileNotFoundError: a module name (dotted, ``"studies.stage"``) with no source file.
@@ -95,9 +90,7 @@ def package_versions() -> dict:
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU's model name (``/proc/cpuinfo`` on Linux, else :func:`platform.processor`), or "unknown".
 
-    Recorded because float32 results depend on it: the same run on two x86-64 CPUs sums in a
-    different order inside oneDNN's kernels, so a 100-round trajectory drifts apart round by round
-    (its summaries stay within the seed spread)."""
+    Recorded because float32 results depend on it (oneDNN's summation order differs between CPUs)."""
     try:
         for line in cpuinfo.read_text().splitlines():
             if line.startswith("model name"):

@@ -549,6 +549,13 @@ def glue(key: str, value, display: bool = False) -> None:
     _glue(key, value, display=display)
 
 
+def glue_all(values: dict) -> None:
+    """Glue every named value of a chapter's findings (:func:`glue` on each item of ``values``, a dict
+    of name to number or string), so a chapter glues in one call."""
+    for key, value in values.items():
+        glue(key, value)
+
+
 def provenance_note(name: str | None = None, namespace: dict | None = None) -> "IPython.display.HTML":
     """A one-line record at the end of a chapter: when it was executed, from which git commit
     (and whether ``src/`` had uncommitted changes), with which package versions; with ``name``, after

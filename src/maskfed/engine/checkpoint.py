@@ -1,43 +1,19 @@
 """Checkpoints of a running FedAvg run, so that a killed run resumes where it stopped.
 
-A run being computed owns a hidden folder beside the finished runs,
-``results/runs/.partial-<label>-<key>/`` (:func:`partial_dir`). Its name holds the
-run's cache key, so the same command started again finds it, while a changed
-config, code or data never does. It holds:
+A run being computed owns a hidden folder ``results/runs/.partial-<label>-<key>/``
+(:func:`partial_dir`), found only by the same config, code and data. It holds ``checkpoint.pt``
+(:class:`RunState` after the last saved round) and ``owner.json`` (pid, host, start time).
 
-``checkpoint.pt``
-    The state after the last saved round (:class:`RunState`), written to a
-    temporary file and moved over the old one with ``os.replace``: a kill at
-    any moment leaves either the previous checkpoint or the new one, never half
-    of one.
-``owner.json``
-    pid, host and start time of the process computing the run, for the waiting message.
+The run's lock (``filelock``: ``flock`` on POSIX) is ``results/runs/.locks/<label>-<key>.lock``
+(:func:`lock_path`), never deleted: a second process waits on it, then reuses the finished run.
+The partial folder is created and removed only under the lock; the OS drops the lock when its
+holder dies, even by SIGKILL. Writes are atomic (:func:`write_file`); an OSError raises
+:class:`WriteFailed` and leaves the previous file intact.
 
-The run's lock (the ``filelock`` library: ``flock`` on POSIX) is not in that folder but
-beside it, ``results/runs/.locks/<label>-<key>.lock`` (:func:`lock_path`), an empty file
-that is never deleted: the one process computing a run holds it; a second process asking
-for the same run waits on it, then finds the finished run folder and reuses it. Because
-the file outlives the partial folder, a waiter never finds its lock file gone (which once
-stopped the second of two processes started a second apart), and two processes can never
-hold locks on two different files of the same run. The partial folder is created and
-removed only while the lock is held. The operating system drops the lock when its holder
-dies, even by SIGKILL, so a killed run leaves no stale lock.
-
-Writes go to a temporary file renamed into place (:func:`write_file`); one that fails for
-lack of space, or any other OSError, raises :class:`WriteFailed` naming the folder and the
-cause, and leaves the previous file as it was.
-
-What a checkpoint holds, and why that is all: every random draw of a round
-comes from generators seeded by (seed, round, client) (cohort sampling, client
-shuffles; :mod:`maskfed.engine.fedavg`), the model's initialisation happens before
-round 1 from ``torch.manual_seed(seed)``, and evaluation is deterministic; the
-models have no buffers (GroupNorm, no BatchNorm) and local SGD has no state that
-outlives a round. So θ after the round, the round count and the records so far
-are the whole state. torch's global generator states (CPU and CUDA) are saved
-and restored as well, at no cost, so that a future model drawing from them
-(dropout, say) still resumes exactly; tests/test_checkpoint.py checks that a
-run consumes none of it today.
-"""
+θ, the round count and the records are the whole state: every random draw comes from generators
+seeded by (seed, round, client) (:mod:`maskfed.engine.fedavg`), the models have no buffers and
+local SGD keeps no state across rounds. torch's global generator states are saved too, for a
+future model that draws from them (tests/test_checkpoint.py checks a run consumes none today)."""
 
 from __future__ import annotations
 
@@ -74,9 +50,8 @@ class RunState:
 
 
 class WriteFailed(OSError):
-    """A file of a run (checkpoint, θ snapshot, run folder) could not be written: no space left,
-    no permission, ... ``str()`` names the folder, the cause and what to do; what was written
-    before (the previous checkpoint, finished runs) is intact."""
+    """A file of a run (checkpoint, θ snapshot, run folder) could not be written; ``str()`` names
+    the folder, the cause and what to do."""
 
 
 def write_failed(what: str, folder: Path, exc: OSError) -> WriteFailed:
@@ -88,18 +63,12 @@ def write_failed(what: str, folder: Path, exc: OSError) -> WriteFailed:
 
 
 def write_file(path: Path, data: bytes, what: str) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file beside it, then ``os.replace``.
-
-    A kill at any moment leaves the old file or the new one, never half of one.
-
-    Args:
-        path: the file to (re)place; its folder is created if needed.
-        data: the bytes to write.
-        what: what the file is, for the error message ("the checkpoint").
+    """Write ``data`` to ``path`` atomically: a temporary file beside it, then ``os.replace``
+    (the folder is created if needed; ``what`` names the file in errors, "the checkpoint").
 
     Raises:
-        WriteFailed: any OSError while writing (ENOSPC, EACCES, ...), naming the folder and the
-            cause; the temporary file is removed and an existing ``path`` is left as it was.
+        WriteFailed: any OSError while writing, naming the folder and the cause; an existing
+            ``path`` is left as it was.
     """
     tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
     try:
@@ -113,22 +82,18 @@ def write_file(path: Path, data: bytes, what: str) -> None:
 
 
 def write_folder(path: Path, files: dict[str, str | bytes], what: str, *, replace: bool = False) -> None:
-    """Write a result folder (a finished run, a measurement, a ladder) atomically: every file into a hidden
-    ``.tmp-*`` sibling, then one rename to ``path``. A folder at ``path`` is therefore always complete,
-    and an interruption leaves at most the hidden folder, which is removed. The one writer of every
-    cached result's folder.
+    """Write a result folder (a run, a measurement, a ladder) atomically: every file into a hidden
+    ``.tmp-*`` sibling, then one rename to ``path``. The one writer of every cached result's folder.
 
     Args:
         path: the folder; its parent is created if needed.
         files: file name -> content (str is written as UTF-8).
         what: what the folder is, for the error message ("the finished run's folder").
-        replace: a forced recomputation: an existing ``path`` is moved aside, then removed once the
-            new folder is in place. Without it, if another process finished the same folder first,
-            theirs is kept.
+        replace: replace an existing ``path`` (forced recomputation); else a folder another
+            process finished first is kept.
 
     Raises:
-        WriteFailed: a file cannot be written (no space left, ...), naming the folder and the cause;
-            every other folder is intact.
+        WriteFailed: a file cannot be written, naming the folder and the cause.
     """
     tmp = path.parent / f".tmp-{path.name}-{os.getpid()}"
     try:
@@ -154,8 +119,8 @@ def write_folder(path: Path, files: dict[str, str | bytes], what: str, *, replac
 
 
 def tensor_bytes(obj) -> bytes:
-    """``torch.save`` of ``obj`` into memory: the bytes :func:`write_file` then writes with Python's own
-    I/O, so that a full disk is an OSError with its errno rather than torch's ``enforce fail`` error."""
+    """``torch.save`` of ``obj`` into memory, for :func:`write_file` (a full disk is then an OSError
+    with its errno)."""
     buf = io.BytesIO()
     torch.save(obj, buf)
     return buf.getvalue()
@@ -187,8 +152,8 @@ def _lock(folder: Path) -> FileLock:
 def save(folder: Path, state: RunState, run_key: str) -> None:
     """Write ``state`` to ``folder/checkpoint.pt`` atomically (:func:`write_file`).
 
-    The records travel as JSON text: Python writes every float (NaN too) so that it
-    reads back bit-identical, and the file stays loadable with ``weights_only=True``.
+    The records travel as JSON text (floats, NaN too, read back bit-identical; ``weights_only=True``
+    loads it).
 
     Raises:
         WriteFailed: the disk is full (or another OSError); the previous checkpoint is intact.
@@ -202,9 +167,8 @@ def save(folder: Path, state: RunState, run_key: str) -> None:
 def load(folder: Path, run_key: str) -> RunState | None:
     """The checkpoint in ``folder``, or None when there is none usable.
 
-    A checkpoint of another layout :data:`FORMAT` or another run key (which the
-    folder name rules out unless a file was copied by hand), or one that cannot
-    be read, is reported on stderr and ignored: the run then starts from round 1.
+    A checkpoint of another :data:`FORMAT` or run key, or an unreadable one, is reported on stderr
+    and ignored (the run starts from round 1).
     """
     path = folder / CHECKPOINT
     if not path.exists():
@@ -237,8 +201,7 @@ def discard(folder: Path) -> None:
 def remove_stale(folder: Path) -> None:
     """Delete the partial folder of a run that is already finished, unless a process holds its lock.
 
-    A run killed after its folder was renamed into place but before it removed its
-    partial folder leaves one behind; the next call that finds the finished run tidies it.
+    (Left by a run killed between renaming its folder into place and removing the partial one.)
     """
     if not folder.exists():
         return
@@ -257,11 +220,9 @@ def remove_stale(folder: Path) -> None:
 def claim(folder: Path):
     """Hold the lock of a run (:func:`lock_path`) while computing it; yields its partial folder.
 
-    If another process holds it, says so on stderr (with that process's pid and
-    host) and waits. The caller must check again, once inside, whether the run was
-    finished meanwhile. The partial folder is created after the lock is taken and, on
-    leaving, removed before it is released when it holds no checkpoint (the run
-    finished, or failed or stopped before its first checkpoint).
+    If another process holds it, says so on stderr (its pid and host) and waits; the caller must
+    check again inside whether the run finished meanwhile. On leaving, a partial folder without a
+    checkpoint is removed before the lock is released.
 
     Raises:
         WriteFailed: the partial folder or the lock file cannot be created.

@@ -1,29 +1,23 @@
 """Local training, the one home for it: a client's τ epochs of SGD, and a round's whole cohort.
 
-:func:`client_update` runs one client's local SGD from θ and returns its update Δ_k = θ − θ_k;
-:func:`train_cohort` returns the stacked client updates of a round. :mod:`maskfed.engine.fedavg` (the
-rounds and their measurements) imports this module, never the other way round. Two engines
-compute the same thing:
+:func:`client_update` runs one client's local SGD from θ and returns Δ_k = θ − θ_k (eq. (1));
+:func:`train_cohort` returns a round's stacked client updates (:mod:`maskfed.engine.fedavg` imports
+this module, never the reverse). Two engines compute the same thing:
 
 - ``"sequential"``: the reference path, :func:`client_update` once per client.
-- ``"batched"``: the K_c client models are stacked along a leading axis and trained together
-  with ``torch.func`` (``functional_call`` + ``vmap`` + ``grad_and_value``), so each local step
-  is one set of kernels over up to K_c × bs images.
+- ``"batched"``: the K_c client models stacked along a leading axis and trained together with
+  ``torch.func`` (``functional_call`` + ``vmap`` + ``grad_and_value``).
 
-The batched engine is exact for unequal shards: every client draws the same per-epoch
-permutations from its own generator as the reference path (same calls, same order), keeps its
-own step count T_k = ⌈n_k/bs⌉·τ and its own last partial batch. Clients are sorted by T_k so
-that the clients still training at step s are a prefix of the stack (steps past T_k are never
-computed), padded samples get weight 0 and each client's loss is divided by its real batch
-size; GroupNorm normalises per sample, so padding cannot leak into real samples. A step whose
-images do not fit the device's memory is split into micro-batches whose gradients are summed
-(:class:`StepMemory`): the same gradient, in another summation order.
+The batched engine is exact for unequal shards: each client draws the same permutations from its
+own generator as the reference path and keeps its own T_k = ⌈n_k/bs⌉·τ and last partial batch.
+Clients are sorted by T_k so the active ones are a prefix of the stack; padded samples get weight
+0 and each loss is divided by the real batch size (GroupNorm is per sample, so padding cannot
+leak). A step too large for device memory is split into micro-batches whose gradients are summed
+(:class:`StepMemory`).
 
-Precision (:func:`precision_context`, :func:`forward_autocast`): ``fp32`` by default (on CUDA
-with TensorFloat-32 off for matmuls and cuDNN convolutions); on CUDA also ``tf32`` (TF32 on) or
-``bf16`` (TF32 off, and the forward pass and loss of local training autocast to bfloat16).
-Parameters, gradients, their SGD updates and every Δ_k stay in the parameters' dtype (float32 or
-float64) in every mode.
+Precision (:func:`precision_context`, :func:`forward_autocast`): ``fp32`` (on CUDA with TF32 off),
+on CUDA also ``tf32`` (TF32 on) or ``bf16`` (TF32 off, forward pass and loss autocast to
+bfloat16). Parameters, gradients, SGD updates and every Δ_k stay in the parameters' dtype.
 """
 
 from __future__ import annotations
@@ -43,17 +37,14 @@ from maskfed.engine import determinism
 ENGINES = ("auto", "sequential", "batched")
 PRECISIONS = ("fp32", "tf32", "bf16")
 
-#: What ``engine="auto"`` resolves to on each device type. CPU: measured with ``make bench``
-#: on the reference machine (one thread, cpu-profile CNN): see docs/operations.md "Performance" and docs/measurements.md.
-#: CUDA: batched by design (one set of kernels per step instead of K_c), pending a GPU
-#: measurement (``make device-check`` measures both paths).
+#: What ``engine="auto"`` resolves to on each device type. CPU: chosen by ``make bench``
+#: (docs/measurements.md). CUDA: batched by design, pending a GPU measurement (``make device-check``).
 AUTO_ENGINE = {"cpu": "sequential", "cuda": "batched"}
 
 #: The autocast dtype of each precision's forward pass (None: no autocast).
 AUTOCAST_DTYPE = {"fp32": None, "tf32": None, "bf16": torch.bfloat16}
 
-#: Share of the device's free memory a batched step leaves unused (allocator fragmentation, cuDNN
-#: workspaces, the optimizer's temporaries). Ours.
+#: Share of the device's free memory a batched step leaves unused (fragmentation, workspaces). Ours.
 MEMORY_MARGIN = 0.2
 
 
@@ -74,8 +65,7 @@ def check_precision(precision: str, device: torch.device | str) -> None:
     """Refuse a precision the device cannot run (before any compute).
 
     Raises:
-        ValueError: ``precision`` not in :data:`PRECISIONS`, or tf32/bf16 on a non-CUDA device
-            (TF32 exists only on CUDA; bf16 runs are checked on CUDA by ``make device-check``).
+        ValueError: ``precision`` not in :data:`PRECISIONS`, or tf32/bf16 on a non-CUDA device.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {list(PRECISIONS)}; got {precision!r}")
@@ -95,9 +85,8 @@ def _new_tf32_api() -> bool:
 def tf32_settings() -> dict:
     """The CUDA fp32 settings now in force: ``{"api", "matmul", "cudnn_conv"}``.
 
-    With the ``fp32_precision`` API (torch >= 2.9) its values ("ieee", "tf32", or "none": the
-    default, IEEE for matmuls); otherwise the legacy ``allow_tf32`` flags as "tf32" / "ieee". The
-    legacy flags are never read under the new API: torch refuses to read them once the two were mixed.
+    With the ``fp32_precision`` API (torch >= 2.9) its values ("ieee", "tf32", "none"); otherwise
+    the legacy ``allow_tf32`` flags as "tf32" / "ieee" (never read under the new API: torch refuses).
     """
     if _new_tf32_api():
         return {"api": "fp32_precision", "matmul": torch.backends.cuda.matmul.fp32_precision,
@@ -137,15 +126,11 @@ def precision_state(precision: str, device: torch.device | str) -> dict:
 def precision_context(precision: str, device: torch.device | str):
     """Context in which every computation of a run uses ``precision``'s arithmetic.
 
-    On CUDA: fp32 and bf16 switch TensorFloat-32 off for matmuls and cuDNN convolutions (PyTorch
-    allows it for convolutions by default), tf32 switches it on; with torch's ``fp32_precision``
-    API where it exists (torch >= 2.9), else the legacy ``allow_tf32`` flags. The settings are
-    restored on exit. On the CPU nothing changes (only fp32 exists there). The bf16 autocast of
-    the forward pass is not set here but where it applies (:func:`forward_autocast`), so
-    gradients, updates and measurements stay float32.
+    On CUDA fp32 and bf16 switch TensorFloat-32 off for matmuls and cuDNN convolutions, tf32 on;
+    restored on exit. Nothing changes on the CPU. The bf16 autocast is :func:`forward_autocast`.
 
     Yields:
-        :func:`precision_state` inside the block (record it in the run's provenance).
+        :func:`precision_state` inside the block (for the run's provenance).
 
     Raises:
         ValueError: as :func:`check_precision`.
@@ -165,17 +150,15 @@ def precision_context(precision: str, device: torch.device | str):
 
 def forward_autocast(autocast_dtype: torch.dtype | None, device_type: str):
     """Autocast of a forward pass and its loss to ``autocast_dtype`` on ``device_type`` ("cpu" or
-    "cuda"); a no-op for None. Backward passes and parameter updates run outside it, in the
-    parameters' dtype (PyTorch's automatic mixed precision recipe)."""
+    "cuda"); a no-op for None. Backward and updates run outside it (PyTorch's AMP recipe)."""
     if autocast_dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device_type, dtype=autocast_dtype)
 
 
 def deterministic_context(enabled: bool, device: torch.device | str):
-    """Deterministic algorithms on CUDA while ``enabled`` (the identical-shards control: identical
-    clients must give bitwise identical updates); a no-op on the CPU, whose kernels here are
-    deterministic already. One home for the settings: :func:`maskfed.engine.determinism.deterministic`."""
+    """Deterministic algorithms on CUDA while ``enabled`` (the identical-shards control); a no-op on
+    the CPU. Settings: :func:`maskfed.engine.determinism.deterministic`."""
     return determinism.deterministic(determinism.needed(enabled, device))
 
 
@@ -183,9 +166,7 @@ def deterministic_context(enabled: bool, device: torch.device | str):
 
 
 def local_steps(n_k: int, batch_size: int | str, local_epochs: int) -> int:
-    """Local SGD steps per round, T = ceil(n_k / bs) · τ ("full": one step per epoch, T = τ).
-
-    The last partial batch of an epoch is kept, hence the ceiling.
+    """Local SGD steps per round, T = ceil(n_k / bs) · τ (last partial batch kept; "full": T = τ).
 
     Raises:
         ValueError: n_k < 1, τ < 1, or a batch size that is neither a positive int nor "full".
@@ -204,23 +185,16 @@ def local_steps(n_k: int, batch_size: int | str, local_epochs: int) -> int:
 def client_update(model: nn.Module, theta_P: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *,
                   lr: float, batch_size: int | str, local_epochs: int,
                   generator: torch.Generator, precision: str = "fp32") -> tuple[torch.Tensor, float, int]:
-    """Run τ local epochs of plain SGD from θ and return Δ_k = θ − θ_k.
-
-    Each epoch draws a fresh permutation from ``generator`` and walks it in
-    batches of ``batch_size`` (last partial batch kept); "full" is one step
-    over the whole shard per epoch.
+    """Run τ local epochs of plain SGD from θ and return Δ_k = θ − θ_k (eq. (1)).
 
     Args:
-        model: network whose parameters are overwritten with θ (used as scratch).
+        model: network used as scratch (its parameters are overwritten with θ).
         theta_P: global parameters θ, flat [P].
-        x: client images, [n_k, 3, 32, 32] float32, normalised, on the model's device.
-        y: labels, [n_k] int64.
-        lr: SGD learning rate.
-        batch_size: int or "full".
-        local_epochs: τ.
-        generator: CPU generator for the shuffles.
-        precision: "fp32", or on CUDA "tf32" / "bf16" (bf16: the forward pass and loss autocast;
-            the TF32 settings come from the caller's :func:`precision_context`).
+        x, y: the client's normalised images [n_k, 3, 32, 32] float32 on the model's device, and
+            labels [n_k] int64.
+        lr, batch_size, local_epochs: SGD step size, images per step or "full", τ.
+        generator: CPU generator for the per-epoch shuffles.
+        precision: "fp32", or on CUDA "tf32" / "bf16" (TF32 set by the caller's :func:`precision_context`).
 
     Returns:
         (Δ_k [P], mean training loss over the local steps (nats), T).
@@ -261,9 +235,8 @@ def client_batches(n_k: int, batch_size: int | str, local_epochs: int,
                    generator: torch.Generator) -> list[torch.Tensor]:
     """The index batches (into the client's shard) of its T_k local steps, in order.
 
-    Draws one ``torch.randperm(n_k, generator=generator)`` per epoch, exactly as
-    :func:`client_update` does, and cuts it into batches of ``batch_size``
-    (last partial batch kept; "full": the whole permutation).
+    One ``torch.randperm(n_k, generator=generator)`` per epoch, as :func:`client_update` draws it,
+    cut into batches of ``batch_size`` (last partial batch kept; "full": the whole permutation).
 
     Returns:
         T_k = ⌈n_k/bs⌉·τ int64 CPU tensors, each of length bs or less.
@@ -284,10 +257,9 @@ class StepMemory:
     """How many images one batched step may push through the K_c stacked models at once.
 
     Attributes:
-        budget_bytes: device memory a step's activations may take (bytes): free memory after the
-            data and parameters, less :data:`MEMORY_MARGIN`.
-        bytes_per_image: activation memory of one image in one client's copy, forward and
-            backward (bytes; measured on the device by :func:`measure_step_memory`).
+        budget_bytes: device memory a step's activations may take (bytes), less :data:`MEMORY_MARGIN`.
+        bytes_per_image: activation memory of one image in one client's copy, forward and backward
+            (bytes; :func:`measure_step_memory`).
     """
 
     budget_bytes: float
@@ -301,12 +273,11 @@ class StepMemory:
 def chunk_plan(clients: int, width: int, max_images: int | None) -> list[tuple[slice, slice]]:
     """Micro-batches of one batched step: (client range, slot range) pairs covering clients × width.
 
-    Slots (the images of each client's batch) are split first, so each micro-batch still trains
-    every client; only when even one image per client exceeds ``max_images`` are clients split too.
+    Slots (each client's batch images) are split first; clients only when one image each exceeds
+    ``max_images``.
 
     Args:
-        clients: m, clients training at this step.
-        width: b, the widest batch among them (slots).
+        clients, width: m clients training at this step, b slots (their widest batch).
         max_images: images a micro-batch may hold (None: no limit).
 
     Returns:
@@ -346,11 +317,9 @@ def measure_step_memory(model: nn.Module, theta_P: torch.Tensor, x: torch.Tensor
                         autocast_dtype: torch.dtype | None = None, margin: float = MEMORY_MARGIN) -> StepMemory:
     """The memory budget of a batched step on ``x``'s CUDA device, from two probe steps.
 
-    Two throwaway steps of ``clients`` stacked copies, with 2 and 6 images each, give the peak
-    memory per image (their difference) and the fixed cost (gradients and temporaries of the K
-    copies); the budget is the device's free memory (``torch.cuda.mem_get_info``) times
-    (1 − ``margin``), less that fixed cost. The per-image figure is measured once per process
-    and shape. Nothing of the probes is kept.
+    Two throwaway steps of ``clients`` stacked copies (2 and 6 images each) give the peak memory
+    per image and the fixed cost; the budget is free memory × (1 − ``margin``) less that fixed
+    cost. The per-image figure is measured once per process and shape.
 
     Raises:
         ValueError: ``x`` not on a CUDA device.
@@ -464,10 +433,8 @@ def local_training(model: nn.Module, theta_P: torch.Tensor, x_train: torch.Tenso
                    ) -> tuple[torch.Tensor, list[int], list[float]]:
     """A cohort's local training with a concrete ``engine`` and autocast dtype, unchecked.
 
-    :func:`train_cohort` without its validation and precision settings, for the checks that
-    compare engines and precisions on any device (the bf16 check runs it on the CPU, where runs
-    refuse bf16). ``step_memory`` (batched engine): None measures the budget on CUDA
-    (:func:`measure_step_memory`) and never chunks on the CPU.
+    :func:`train_cohort` without validation and precision settings, for the checks that compare
+    engines and precisions on any device (bf16 on the CPU). ``step_memory`` as there.
 
     Returns:
         (deltas_KxP, T_K, losses_K), as :func:`train_cohort` without n_K.
@@ -485,25 +452,21 @@ def train_cohort(model: nn.Module, theta_P: torch.Tensor, x_train: torch.Tensor,
     """Train a round's cohort from θ with τ local epochs of plain SGD each; return the updates.
 
     Args:
-        model: network used as scratch (its parameters are overwritten); defines the architecture.
+        model: network used as scratch (its parameters are overwritten).
         theta_P: global parameters θ, flat [P], on the data's device.
-        x_train: all training images, [N, 3, 32, 32] (normalised), same device and float dtype as θ.
-        y_train: labels, [N] int64.
+        x_train, y_train: all normalised training images [N, 3, 32, 32] (θ's device and dtype), labels [N] int64.
         parts: the K_c cohort clients' index arrays into ``x_train``, in cohort order.
-        lr: SGD step size (no momentum).
-        batch_size: images per step, or "full" (one step per epoch).
-        local_epochs: τ.
-        generators: one CPU generator per client for its shuffles (consumed as in
-            :func:`client_update`).
+        lr, batch_size, local_epochs: SGD step size (no momentum), images per step or "full", τ.
+        generators: one CPU shuffling generator per client (consumed as in :func:`client_update`).
         engine: "sequential" (reference), "batched" or "auto" (:func:`resolve_engine`).
-        precision: "fp32", "tf32" or "bf16" (:func:`precision_context`; tf32/bf16 on CUDA only).
+        precision: "fp32", "tf32" or "bf16" (:func:`precision_context`).
         deterministic: deterministic algorithms on CUDA (:func:`deterministic_context`).
-        step_memory: the batched engine's memory budget (:class:`StepMemory`); None: measured on
-            CUDA, unlimited on the CPU.
+        step_memory: the batched engine's budget (:class:`StepMemory`); None: measured on CUDA,
+            unlimited on the CPU.
 
     Returns:
         (deltas_KxP [K_c, P] in θ's dtype, n_K shard sizes, T_K local steps, losses_K mean training
-        loss over each client's local steps in nats), all in cohort order. Δ_k = θ − θ_k (eq. 1).
+        losses in nats), in cohort order. Δ_k = θ − θ_k (eq. (1)).
 
     Raises:
         ValueError: unknown engine or precision, tf32/bf16 off CUDA, or len(generators) != len(parts).

@@ -1,10 +1,9 @@
 """Run configurations and profiles, validated before any compute starts.
 
-A :class:`RunConfig` is one FedAvg run (one seed). A profile (``profiles/*.yaml``)
-bundles a base config with the experiments of the book: the local-protocol
-grid of Table I, the Dirichlet-α sweep of Table II and the identical-shards
-control. Validation uses pydantic; every error names the parameter, the value
-and what is allowed.
+A :class:`RunConfig` is one FedAvg run (one seed). A profile (``profiles/*.yaml``) bundles a base
+config with the book's experiments: Table I's local-protocol grid, Table II's Dirichlet-α sweep and
+the identical-shards control. Validation uses pydantic; errors name the parameter, value and what
+is allowed.
 """
 
 from __future__ import annotations
@@ -30,9 +29,7 @@ PROFILES = ("smoke", "cpu", "cpu-long", "cpu-paper", "cpu-masked", "paper")
 EXPERIMENT_NAMES = ("table1", "table2", "control", "masked")
 #: RunConfig fields that change no result and so stay out of :meth:`RunConfig.key`.
 NOT_IN_KEY = ("checkpoint_every",)
-#: Largest seed (2**63 - 1). torch's generators take up to 2**64 - 1 and numpy's any integer >= 0, and
-#: every derived seed is drawn from a SeedSequence of (seed, round, ...) (no arithmetic on the seed), but
-#: the seed is also a column of the summary tables and CSV files: kept within int64 there.
+#: Largest seed (2**63 - 1): the seed is a column of the summary tables and CSV files, kept within int64.
 MAX_SEED = 2**63 - 1
 
 
@@ -41,15 +38,13 @@ class ConfigError(ValueError):
 
 
 class RunConfig(BaseModel):
-    """One FedAvg run. Units in the comments; values the paper states in brackets (§IV-A); settings
-    it does not state are marked "ours" with the reference they follow (see maskfed.book.settings)."""
+    """One FedAvg run. Units in the comments; the paper's values in brackets (§IV-A); settings it
+    does not state are marked "ours" with their reference (:mod:`maskfed.book.settings`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     # data
-    # "cifar10": refuses a source whose class folders are not CIFAR-10's ten; "image_folder": any
-    # train/<class>/ test/<class>/ source (needs data_path), labelled as such, with its own class
-    # count; "synthetic": class-conditional noise images (smoke)
+    # image_folder: any train/<class>/ test/<class>/ source (needs data_path); synthetic: class-conditional noise
     dataset: Literal["cifar10", "image_folder", "synthetic"] = "cifar10"  # cifar10 (its ten classes checked), image_folder (any classes) or synthetic noise
     data_path: str | None = None          # archive/folder; None: ../shared archive, then torchvision (cifar10 only)
     train_subset: int | None = Field(None, ge=100)  # images kept from the train split (None: all 50,000)
@@ -60,9 +55,8 @@ class RunConfig(BaseModel):
     num_clients: int = Field(100, ge=1)             # K, clients in the population [100]
     partition: Literal["dirichlet", "iid", "identical"] = "dirichlet"  # how images go to clients; identical: the control
     alpha: float = 100.0                            # Dirichlet concentration α [100, 1, 0.1]
-    # how the per-class Dirichlet split is drawn (ours; the paper does not say): "hsu" = Hsu et al.
-    # 2019, empty clients redrawn; "niid_bench" = Li et al. 2021 (NIID-Bench): N/K cap per client,
-    # redrawn until every client holds >= 10 samples. Default "hsu" keeps earlier runs' partitions.
+    # ours (the paper does not say): "hsu" = Hsu et al. 2019, empty clients redrawn; "niid_bench" =
+    # Li et al. 2021: N/K cap per client, redrawn until every client holds >= 10 samples
     dirichlet_convention: Literal["hsu", "niid_bench"] = "hsu"  # per-class Dirichlet split: Hsu et al. 2019 or NIID-Bench (ours)
     identical_client_seeds: bool = False            # control: every client shuffles with the same seed
     # FedAvg
@@ -74,8 +68,7 @@ class RunConfig(BaseModel):
     aggregation: Literal["weighted", "uniform"] = "weighted"  # n_k-weighted mean [weighted]
     # model
     model: Literal["resnet18_gn", "small_cnn_gn"] = "resnet18_gn"  # network [resnet18_gn; its CIFAR stem is ours]
-    # GroupNorm groups per layer (count). Ours: the paper says only "GroupNorm" (no count). GroupNorm:
-    # Wu & He 2018; replacing BatchNorm by it under non-IID data: Hsieh et al. 2020 (the non-IID quagmire)
+    # GroupNorm: Wu & He 2018; for BatchNorm under non-IID data: Hsieh et al. 2020
     gn_groups: int = Field(2, ge=1)                 # GroupNorm groups per layer (ours: the paper gives no count)
     width: int = Field(16, ge=1)                    # small CNN first-layer channels
     # evaluation and run
@@ -87,9 +80,8 @@ class RunConfig(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"  # where to train; auto: CUDA if available
     engine: Literal["auto", "sequential", "batched"] = "auto"  # local training: client by client, or the K_c clients as one batched model; auto: per device (cohort.AUTO_ENGINE)
     precision: Literal["fp32", "tf32", "bf16"] = "fp32"      # arithmetic of local training and every measurement: fp32 (on CUDA with TF32 off), or on CUDA tf32 (TF32 on) / bf16 (forward pass and loss autocast); θ, gradients and Δ_k stay fp32
-    # masked FedAvg (past the paper's limits, limitation 3; ours: the paper trains without masks).
-    # Every client masks its round update block by block (one block per parameter tensor), keeps a
-    # block with probability p and rescales it by 1/p (eq. 2) before the server averages.
+    # masked FedAvg (limitation 3; ours: the paper trains without masks): each client keeps each block
+    # (parameter tensor) of its update with probability p and rescales it by 1/p (eq. (2))
     mask_keep_prob: float = Field(1.0, gt=0, le=1)  # p, keep probability of a block, in (0, 1]; 1: no masking
     mask_mode: Literal["independent", "shared"] = "independent"  # a mask per client, or one per round broadcast to all
     # measurements past the paper's limits (limitation 2; ours): the recovery factor in the
@@ -100,8 +92,7 @@ class RunConfig(BaseModel):
 
     # bookkeeping only: changes no result, so RunConfig.key() leaves it out (config.json keeps it)
     checkpoint_every: int = Field(10, ge=0)         # rounds between checkpoints of a running run; 0: none.
-    # Our default, not the paper's: 10 rounds keep at most about 2 minutes of work at risk wherever a
-    # round takes under 12 s; the profiles set their own (smoke 1, cpu 5, paper 10).
+    # Our default, not the paper's; the profiles set their own (smoke 1, cpu 5, paper 10).
 
     @model_validator(mode="after")
     def _precision_on_device(self) -> "RunConfig":
@@ -165,9 +156,7 @@ class RunConfig(BaseModel):
     def key(self) -> str:
         """Stable hash of every field that can change a result (16 hex digits).
 
-        Leaves out :data:`NOT_IN_KEY` (``checkpoint_every``): a run resumed from a
-        checkpoint gives the same numbers as one that never stopped, so how often it
-        saved one must not split the cache.
+        Leaves out :data:`NOT_IN_KEY` (``checkpoint_every``: a resumed run gives the same numbers).
         """
         blob = json.dumps(self.model_dump(mode="json", exclude=set(NOT_IN_KEY)), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -218,12 +207,8 @@ def accepts_none(name: str) -> bool:
 
 
 def allowed_values(name: str) -> str:
-    """The values a :class:`RunConfig` field accepts, in words, e.g. ``"an integer >= 100, or none"``
-    or ``"one of 'fp32', 'tf32', 'bf16'"``: the CLI's help for ``--<name>`` (the message of a refused
-    value comes from the validators themselves, :func:`describe_errors`).
-
-    Args:
-        name: a field of :class:`RunConfig`.
+    """The values the :class:`RunConfig` field ``name`` accepts, in words (``"an integer >= 100,
+    or none"``), for the CLI's help of ``--<name>``.
 
     Raises:
         KeyError: ``name`` is not a field.
@@ -260,14 +245,9 @@ def describe_errors(exc: ValidationError) -> str:
 
 
 def make_settings(cls: type[BaseModel], defaults: dict, fields: dict, what: str) -> BaseModel:
-    """A settings model ``cls`` from ``defaults`` with ``fields`` (None: not given) replacing them, for the
-    studies' own settings (the stage study's, the factor axes', centralised SGD's).
-
-    Args:
-        cls: the pydantic model of the settings.
-        defaults: its values by default (e.g. a profile's).
-        fields: values given, None for "not given".
-        what: how the settings are named in messages ("stage settings").
+    """A settings model ``cls`` from ``defaults`` with ``fields`` (None: not given) replacing them, for
+    the studies' own settings (stage study, factor axes, centralised SGD); ``what`` names them in
+    messages ("stage settings").
 
     Raises:
         ConfigError: unknown fields (listing the allowed ones) or invalid values, naming the parameter
@@ -304,11 +284,8 @@ UNUSED_WHEN = {
 
 
 def check_fields_used(cfg: RunConfig, given) -> None:
-    """Refuse explicitly given fields that ``cfg``'s other settings never read (see :data:`UNUSED_WHEN`).
-
-    Args:
-        cfg: the resolved run configuration.
-        given: names of the fields the user set explicitly (profile defaults are not checked).
+    """Refuse fields in ``given`` (names the user set explicitly) that ``cfg``'s other settings
+    never read (:data:`UNUSED_WHEN`).
 
     Raises:
         ConfigError: naming each such field, its value and why it would be ignored.
@@ -338,9 +315,8 @@ class Table2Spec(BaseModel):
 
 
 class MaskedSpec(BaseModel):
-    """The masked-training comparison of a profile (past the paper's limits, limitation 3; ours): every
-    protocol × keep probability × mask mode × seed, each a run with ``mask_keep_prob``/``mask_mode``
-    (:func:`maskfed.studies.masked_training.profile_configs`)."""
+    """A profile's masked-training comparison (limitation 3; ours): every protocol × keep probability
+    p × mask mode × seed (:func:`maskfed.studies.masked_training.profile_configs`)."""
 
     model_config = ConfigDict(extra="forbid")
     protocols: dict[str, tuple[BatchSize, int]]  # name -> (batch size or "full", local epochs τ)
@@ -378,8 +354,8 @@ class Profile(BaseModel):
 
     @property
     def builds_book(self) -> bool:
-        """Whether the book's chapters can be built with this profile (its experiments include Tables I and II
-        and the control); ``cpu-masked`` only computes runs to archive."""
+        """Whether the book can be built with this profile (its experiments include Tables I, II and
+        the control)."""
         return {"table1", "table2", "control"} <= set(self.experiments)
 
     @field_validator("seeds")
@@ -404,8 +380,7 @@ class Profile(BaseModel):
         """The RunConfig fields an experiment sets for its runs: field -> (values, profile key or None).
 
         Table I varies batch size and τ at one α; Table II varies α at one protocol; the control
-        fixes the Table II protocol and its own fields (``control``). The runs are the product of
-        the values, in this order, times the seeds. A key of None means the experiment fixes it.
+        fixes Table II's protocol and its own fields. A key of None: the experiment fixes the field.
 
         Raises:
             ValueError: unknown experiment.
@@ -429,8 +404,8 @@ class Profile(BaseModel):
         """Every run of one experiment: the product of its :meth:`grid` values, times the seeds.
 
         Raises:
-            ConfigError: the user set a field the experiment's grid sets (it would be ignored):
-                the message names the field, the experiment, its values and how to do it instead.
+            ConfigError: the user set a field the experiment's grid sets (it would be ignored),
+                naming the field, the experiment, its values and what to do instead.
         """
         grid = self.grid(experiment)
         self._refuse_grid_overrides(experiment, grid)
@@ -484,11 +459,9 @@ def load_profile(name: str, *, seeds: list[int] | None = None, table1: dict | No
                  table2: dict | None = None, **base_overrides) -> Profile:
     """Load ``profiles/<name>.yaml``; ``base_overrides`` replace fields of its base config.
 
-    The explicitly given base fields are kept in ``Profile.overrides``: an experiment whose grid
-    sets one of them refuses it (:meth:`Profile.experiment_configs`) instead of dropping it.
-    A value given is applied or refused, None included (``train_subset=None``: all images;
-    ``rounds=None`` is refused), except ``data_path=None``, which every chapter passes to mean
-    "no path given" (the data are then found as :func:`maskfed.engine.data.load_cifar10` says).
+    Explicitly given base fields are kept in ``Profile.overrides``, so an experiment whose grid sets
+    one refuses it (:meth:`Profile.experiment_configs`). A given value is applied or refused, None
+    included, except ``data_path=None``: "no path given" (:func:`maskfed.engine.data.load_cifar10`).
 
     Args:
         name: one of :data:`PROFILES`.

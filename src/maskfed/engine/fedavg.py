@@ -1,10 +1,8 @@
 """FedAvg (McMahan et al., 2017) with the paper's per-round measurements.
 
-Reads top to bottom: the server's aggregate, evaluation, one round (cohort
-sampling, local training, the recovery factor and the signal-noise split of its
-updates, eq. 3, 8, 13-14), and the loop over rounds. Local training itself (local
-steps T, one client's SGD, a whole cohort) lives in :mod:`maskfed.engine.cohort`, which
-this module imports. Client data stays in tensors: no DataLoader in the inner loop.
+Top to bottom: the server's aggregate, evaluation, one round's measurements (the recovery factor
+and the signal-noise split of its updates, eq. 3, 8, 13-14), and the loop over rounds. Local
+training lives in :mod:`maskfed.engine.cohort`. Client data stays in tensors (no DataLoader).
 """
 
 from __future__ import annotations
@@ -78,15 +76,9 @@ def sample_cohort(num_clients: int, cohort_size: int, seed: int, round_idx: int)
 def update_spread(deltas_KxP: torch.Tensor) -> float:
     """Largest relative distance of a client update from the first: max_k ‖Δ_k − Δ_1‖ / ‖Δ_1‖.
 
-    Zero exactly when every update in the cohort equals Δ_1 bit for bit, as in the
-    identical-shards control. Computed from the differences in float64, not from the
-    Gram matrix, whose G_kk − 2G_k1 + G_11 would lose half the digits to cancellation.
-
-    Args:
-        deltas_KxP: client updates, [K_c, P].
-
-    Returns:
-        Dimensionless ratio >= 0 (inf when Δ_1 = 0 and another update is not).
+    ``deltas_KxP``: client updates [K_c, P]. Returns a ratio >= 0, zero exactly when every update
+    equals Δ_1 bit for bit (the identical-shards control); inf when Δ_1 = 0 and another is not.
+    Computed from the differences in float64, not the Gram matrix (cancellation).
     """
     d = deltas_KxP.to(torch.float64)
     num = float(torch.linalg.vector_norm(d - d[0], dim=1).max())
@@ -129,10 +121,9 @@ HESSIAN_STREAM = 130363
 def mask_generators(seed: int, round_idx: int, cohort, mode: str) -> list[torch.Generator]:
     """Generators of the round's block masks: one per client ("independent") or one broadcast seed ("shared").
 
-    Seeded from (seed, round[, client]) only, so a resumed run draws the same masks. In
-    "shared" mode every client of the round gets a generator with the same seed, as if the
-    server broadcast it (Prop. 3); in "independent" mode each client's seed includes its id
-    (Prop. 2).
+    Seeded from (seed, round[, client]) only (:func:`mask_seed`), so a resumed run draws the same
+    masks. "shared": one seed for the round, as if broadcast (Prop. 3); "independent": each client's
+    seed includes its id (Prop. 2).
 
     Raises:
         ValueError: ``mode`` not "independent" or "shared".
@@ -192,10 +183,9 @@ def hessian_recovery(model: nn.Module, theta_P: torch.Tensor, deltas_KxP: torch.
                      x: torch.Tensor, y: torch.Tensor) -> dict:
     """The recovery factor in the block-diagonal Hessian inner product ⟨Δ_k, Δ_l⟩_{H_bd} (Corollary 1, eq. 8).
 
-    H_bd is the block-diagonal Hessian (one block per parameter tensor) of the mean
-    cross-entropy on (x, y) at ``theta_P``, applied by block Hessian-vector products
-    (:func:`maskfed.core.penalty.block_hessian_gram`); same as
-    :func:`maskfed.derivation.limits.hessian_recovery_factor`.
+    H_bd: the block-diagonal Hessian (one block per parameter tensor) of the mean cross-entropy on
+    (x, y) at ``theta_P``, by block Hessian-vector products (:func:`maskfed.core.penalty.block_hessian_gram`;
+    same as :func:`maskfed.derivation.limits.hessian_recovery_factor`).
 
     Returns:
         ``recovery_hessian_unweighted`` and ``recovery_hessian_weighted`` (w_k ∝ n_k), the
@@ -220,11 +210,11 @@ def final_sharpness(model: nn.Module, theta_P: torch.Tensor, x: torch.Tensor, y:
 
 
 class TrainingDiverged(ArithmeticError):
-    """A client's local training gave a non-finite loss or update Δ_k (the learning rate is too
-    large for this setting, typically): the run stops at that round instead of recording NaN.
+    """A client's local training gave a non-finite loss or update Δ_k (typically lr too large);
+    the run stops at that round.
 
-    Attributes ``round`` (1-based), ``client`` (its id in the population), ``quantity`` (what was
-    not finite), ``value`` (as text) and ``lr``; ``str()`` says it all and suggests a smaller lr.
+    Attributes ``round`` (1-based), ``client`` (population id), ``quantity`` (what was not
+    finite), ``value`` (as text) and ``lr``.
     """
 
     def __init__(self, round: int, client: int, quantity: str, value: str, lr: float):
@@ -238,15 +228,13 @@ class TrainingDiverged(ArithmeticError):
 
 
 def check_finite(round_idx: int, cohort, deltas_KxP: torch.Tensor, losses, lr: float) -> None:
-    """Raise :class:`TrainingDiverged` if a client's mean training loss or update Δ_k is NaN or ±inf.
-
-    Reads the values only (no arithmetic on them), so a healthy run's numbers are unchanged.
+    """Raise :class:`TrainingDiverged` if a client's mean training loss or update Δ_k is NaN or ±inf
+    (reads the values only).
 
     Args:
         round_idx: 0-based round.
-        cohort: the K_c client ids of the round.
-        deltas_KxP: their updates, [K_c, P].
-        losses: their mean training losses (nats), K_c floats.
+        cohort, deltas_KxP, losses: the round's K_c client ids, their updates [K_c, P] and mean
+            training losses (nats).
         lr: the learning rate, for the message.
 
     Raises:
@@ -277,8 +265,8 @@ class FedData:
 def eval_rounds(rounds: int, eval_every: int, eval_every_tail: int) -> set[int]:
     """Rounds (0-based) after which the global model is tested.
 
-    Every ``eval_every`` rounds, every ``eval_every_tail`` rounds inside the
-    last quarter (the window the summaries use), and always the last round.
+    Every ``eval_every`` rounds, every ``eval_every_tail`` rounds in the last quarter (the
+    summaries' window), and the last round.
     """
     tail_start = rounds - max(1, rounds // 4)
     chosen = {r for r in range(rounds) if (r + 1) % eval_every == 0}
@@ -296,53 +284,35 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
                hessian_every: int = 0, hessian_batch_size: int = 256, sharpness_iters: int = 0) -> list[dict]:
     """Train with FedAvg and measure every round.
 
+    Every random draw comes from generators seeded by (seed, round, client) (:func:`sample_cohort`,
+    :func:`client_seed`), so resuming from (round, θ, records) is bit-identical on the same device.
+
     Args:
-        model: initialised network (its parameters are θ_0) on the data's device.
+        model: initialised network (parameters θ_0) on the data's device.
         data: :class:`FedData` with K client shards.
-        rounds, cohort_size, local_epochs, batch_size, lr, aggregation, seed:
-            as in :class:`maskfed.engine.config.RunConfig`.
-        identical_client_seeds: give every client the same shuffling seed
-            (with identical shards this makes every Δ_k equal: the control); on CUDA
-            it also switches deterministic algorithms on for local training.
+        rounds, cohort_size, local_epochs, batch_size, lr, aggregation, seed, identical_client_seeds,
+            mask_keep_prob, mask_mode, hessian_every, sharpness_iters: as in
+            :class:`maskfed.engine.config.RunConfig`. Masks: :func:`mask_updates` (eq. 2); metrics
+            are of the UNMASKED Δ_k. Hessian recovery factors (:func:`hessian_recovery`) at θ − Δ̄
+            (unmasked), NaN on other rounds; sharpness after the last round (:func:`final_sharpness`).
+        hessian_batch_size: images of the fixed Hessian batch (:func:`hessian_batch`).
         eval_at: 0-based rounds after which to test; ``None``: only the last.
-        progress: optional tqdm-like object with ``update(1)`` and ``set_postfix``.
-        on_round: optional callback receiving each round's record as it finishes.
-        engine: local-training engine of :func:`maskfed.engine.cohort.train_cohort`
-            ("sequential" reference, "batched", or "auto").
-        precision: "fp32", or on CUDA "tf32" / "bf16" (:func:`maskfed.engine.cohort.precision_context`).
-        start_round: 0-based round to start from; > 0 resumes a run from its checkpoint,
-            together with ``theta_P`` and ``records``.
-        theta_P: global parameters θ after round ``start_round`` (flat [P], on the
-            model's device); ``None``: the model's current parameters (θ_0).
-        records: the records of rounds 1..``start_round`` (copied, not modified).
-        on_state: optional callback ``on_state(rounds_done, theta_P, records)`` after every
-            round, with everything needed to resume (the runner writes checkpoints with it).
-        mask_keep_prob, mask_mode: masked FedAvg: every client masks its round update
-            (:func:`mask_updates`, eq. 2) before the server averages; p = 1 is plain FedAvg,
-            bit for bit. The round's metrics are those of the UNMASKED updates Δ_k.
-        hessian_every: every this many rounds (0: never), log the recovery factor in the
-            block-Hessian inner product (:func:`hessian_recovery`) at θ − Δ̄ (Δ̄ the unmasked
-            aggregate) on a fixed batch of ``hessian_batch_size`` training images; NaN on
-            other rounds.
-        sharpness_iters: > 0: after the last round, the final model's top Hessian eigenvalue
-            and Hutchinson trace on the same fixed batch (:func:`final_sharpness`).
-
-    Every random draw inside the loop comes from generators seeded by (seed, round,
-    client) (:func:`sample_cohort`, :func:`client_seed`); torch's and numpy's global
-    generators are not used, so (round, θ, records) is the whole state of a run and
-    resuming from it gives bit-identical numbers on the same device.
-
-    Raises:
-        ValueError: ``start_round`` outside [0, rounds], ``start_round > 0`` without
-            ``theta_P``, ``records`` whose length is not ``start_round``, a keep probability
-            outside (0, 1], a mask mode other than "independent"/"shared", or a bad Hessian batch.
-        TrainingDiverged: a client's loss or update Δ_k is not finite (:func:`check_finite`); the
-            rounds before it have been passed to ``on_state`` as usual.
+        progress: optional tqdm-like object (``update(1)``, ``set_postfix``).
+        on_round: optional callback receiving each round's record.
+        engine, precision: as :func:`maskfed.engine.cohort.train_cohort`.
+        start_round: 0-based round to start from (> 0: resume, with ``theta_P`` and ``records``).
+        theta_P: θ after round ``start_round``, flat [P] on the model's device; ``None``: θ_0.
+        records: the records of rounds 1..``start_round`` (copied).
+        on_state: optional callback ``on_state(rounds_done, theta_P, records)`` after every round.
 
     Returns:
-        One dict per round: ``round`` (1-based), the cohort, shard sizes, T,
-        train loss, the metrics of :func:`round_metrics`, ``test_acc`` and
-        ``test_loss`` (NaN when not evaluated) and ``wall_s``.
+        One dict per round: ``round`` (1-based), cohort, shard sizes, T, train loss, the metrics of
+        :func:`round_metrics`, ``test_acc`` and ``test_loss`` (NaN when not evaluated), ``wall_s``.
+
+    Raises:
+        ValueError: ``start_round`` outside [0, rounds] or without ``theta_P``, ``records`` not of
+            length ``start_round``, p outside (0, 1], an unknown mask mode, or a bad Hessian batch.
+        TrainingDiverged: a client's loss or update Δ_k is not finite (:func:`check_finite`).
     """
     records = [] if records is None else list(records)
     if not 0 <= start_round <= rounds:

@@ -1,11 +1,8 @@
 """Models: ResNet-18 with GroupNorm (the paper's) and a small GroupNorm CNN (CPU profiles).
 
-The paper says "ResNet-18 with GroupNorm" (Sec. IV-A) and nothing more. The group count, the
-CIFAR stem and the stem's initialisation are this project's choices; each is labelled below with
-the reference it follows (the whole list: :mod:`maskfed.book.settings`).
-
-FedAvg here averages parameters only, so a model must keep no running
-statistics: BatchNorm layers (and any other buffers) are refused.
+The paper says only "ResNet-18 with GroupNorm" (Sec. IV-A). The group count, the CIFAR stem and
+its initialisation are ours, each labelled below with its reference (list: :mod:`maskfed.book.settings`).
+FedAvg here averages parameters only, so models with buffers (BatchNorm) are refused.
 """
 
 from __future__ import annotations
@@ -20,25 +17,15 @@ def resnet18_gn(num_classes: int = 10, gn_groups: int = 2) -> nn.Module:
     """ResNet-18 with GroupNorm (the paper's model, §IV-A) and a CIFAR stem (ours).
 
     torchvision's ``resnet18`` (He et al., 2016) with every BatchNorm replaced by
-    ``GroupNorm(gn_groups, C)`` (Wu & He, 2018), a 3x3 stride-1 first convolution and no
-    max-pool, so a 32x32 input keeps its resolution in the first stage. About 11.2 M parameters.
+    ``GroupNorm(gn_groups, C)`` (Wu & He, 2018), a 3x3 stride-1 first convolution and no max-pool.
+    About 11.2 M parameters. Input [N, 3, 32, 32] float32 -> logits [N, num_classes].
 
-    Whose choices (the paper states only "ResNet-18 with GroupNorm"):
-
-    * ``gn_groups`` (default 2): ours. GroupNorm for BatchNorm under non-IID data follows
-      Hsieh et al. (2020); the paper gives no group count.
-    * the stem (3x3 stride-1 conv, no max-pool): ours, following He et al. (2016, Sec. 4.2), whose
-      CIFAR-10 networks start with a 3x3 convolution, and common CIFAR ResNet practice.
-    * the stem's initialisation: ours. The replaced ``conv1`` keeps PyTorch's default ``Conv2d``
-      init (Kaiming-uniform with a = sqrt(5), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in))), while every
-      other convolution keeps torchvision's Kaiming-normal (fan-out, He et al., 2015) and every
-      GroupNorm weight 1, bias 0 (tests/test_settings.py checks both).
-
-    Args:
-        num_classes: output logits.
-        gn_groups: GroupNorm groups (count, ours, see above); must divide every width (64..512).
-
-    Input [N, 3, 32, 32] float32 -> logits [N, num_classes].
+    * ``gn_groups`` (default 2; must divide every width, 64..512): ours; GroupNorm under non-IID
+      data follows Hsieh et al. (2020).
+    * the stem (3x3 stride-1 conv, no max-pool): ours, following He et al. (2016, Sec. 4.2).
+    * the stem's initialisation: ours. ``conv1`` keeps PyTorch's default ``Conv2d`` init
+      (Kaiming-uniform, a = sqrt(5)); the other convolutions keep torchvision's Kaiming-normal
+      (fan-out, He et al., 2015), GroupNorm weight 1, bias 0 (tests/test_settings.py checks both).
     """
     import torchvision  # imported here: the small CNN needs no torchvision
 
@@ -83,9 +70,8 @@ def check_parameters_only(model: nn.Module) -> None:
     """Refuse models with buffers (BatchNorm running statistics and the like).
 
     Raises:
-        ValueError: naming the offending modules; FedAvg here averages
-            parameters only, so buffers would silently stay at the server's
-            initial values.
+        ValueError: naming the offending modules (FedAvg here averages parameters only, so
+            buffers would stay at the server's initial values).
     """
     offenders = sorted({name.rsplit(".", 1)[0] or name for name, _ in model.named_buffers()})
     bn = [n for n, m in model.named_modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
@@ -96,13 +82,8 @@ def check_parameters_only(model: nn.Module) -> None:
 
 
 def build_model(name: str, *, num_classes: int = 10, gn_groups: int = 2, width: int = 16) -> nn.Module:
-    """Build a model by name and check it keeps no buffers.
-
-    Args:
-        name: one of ``MODELS`` ("resnet18_gn", "small_cnn_gn").
-        num_classes: logits.
-        gn_groups: GroupNorm groups.
-        width: first-layer width of the small CNN (ignored by ResNet-18).
+    """Build a model by name (one of ``MODELS``) and check it keeps no buffers; ``width`` is the
+    small CNN's first-layer width (ignored by ResNet-18).
 
     Raises:
         ValueError: unknown name, or a model with BatchNorm/buffers.

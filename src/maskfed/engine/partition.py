@@ -1,16 +1,13 @@
 """Splitting a training set across federated clients.
 
-Pure functions: every random choice comes from an explicit ``numpy.random.Generator`` argument
-(or, in :func:`make_partition`, from ``np.random.default_rng(seed)``), so a partition is a function
-of its inputs alone. A partition is a list of ``K`` sorted int64 index arrays into the training
-set, one per client.
+Pure functions: all randomness comes from an explicit ``numpy.random.Generator`` (in
+:func:`make_partition`, ``np.random.default_rng(seed)``). A partition is a list of ``K`` sorted
+int64 index arrays into the training set, one per client.
 
-* :func:`dirichlet_partition` -- per-class Dirichlet label skew (Hsu, Qi & Brown, 2019): small
-  ``alpha`` gives clients few dominant classes and unequal sizes, large ``alpha`` approaches IID.
-  Convention ``"hsu"``, the default.
-* :func:`dirichlet_partition_niid_bench` -- the same split as most FL code implements it
-  (NIID-Bench, Li et al., 2021): a client already holding N/K samples gets no more, and the whole
-  partition is redrawn until every client holds at least 10. Convention ``"niid_bench"``.
+* :func:`dirichlet_partition` -- per-class Dirichlet α label skew (Hsu, Qi & Brown, 2019);
+  convention ``"hsu"``, the default.
+* :func:`dirichlet_partition_niid_bench` -- the NIID-Bench variant (Li et al., 2021): N/K cap per
+  client, redrawn until every client holds at least 10. Convention ``"niid_bench"``.
 * :func:`iid_partition` -- a random permutation cut into near-equal shards.
 * :func:`identical_partition` -- the control: every client holds the same shard.
 """
@@ -22,9 +19,8 @@ import math
 import numpy as np
 
 PARTITION_KINDS: tuple[str, ...] = ("dirichlet", "iid", "identical")
-#: Early stop of the Dirichlet redraws (ours): when the failed draws leave on average this many
-#: clients below ``min_size``, a draw with none short has a probability of about exp(-30) ~ 1e-13
-#: (clients short roughly independently), so the remaining redraws are skipped.
+#: Early stop of the Dirichlet redraws (ours): once failed draws leave on average this many clients
+#: below ``min_size``, a draw with none short has probability about exp(-30) ~ 1e-13.
 HOPELESS_SHORT_CLIENTS: float = 30.0
 #: Ways of drawing the per-class Dirichlet split (``RunConfig.dirichlet_convention``). The paper
 #: says only "a per-class Dirichlet distribution with concentration alpha" (Sec. IV-A): both are ours.
@@ -55,11 +51,7 @@ def _check_count(name: str, value, lo: int, hi: int | None = None, hint: str = "
 
 
 def _check_dirichlet_args(labels, num_clients, alpha, rng, min_size, max_redraws) -> tuple:
-    """Validate the arguments of the Dirichlet partitions; returns (y, N, K, alpha, min_size, max_redraws).
-
-    Raises:
-        ValueError: naming the bad parameter, or ``min_size * K > N`` (no draw can succeed).
-    """
+    """Validate the Dirichlet partitions' arguments; (y, N, K, alpha, min_size, max_redraws)."""
     y = _check_labels(labels)
     n = y.shape[0]
     k = _check_count("num_clients", num_clients, 1, n, hint=f" (len(labels) = {n})")
@@ -92,41 +84,29 @@ def dirichlet_partition(
 ) -> list[np.ndarray]:
     """Per-class Dirichlet partition (Hsu et al., 2019).
 
-    For each class ``c`` present in ``labels`` (ascending order): draw client proportions
-    ``q_c ~ Dir(alpha * 1_K)``, shuffle that class's indices, and cut them at
-    ``(cumsum(q_c) * n_c).astype(int)[:-1]`` (``np.split``), giving client ``k`` the ``k``-th piece.
-    Each client's pieces are concatenated and sorted.
+    For each class ``c`` (ascending): draw ``q_c ~ Dir(alpha * 1_K)``, shuffle the class's indices
+    and cut them at ``(cumsum(q_c) * n_c).astype(int)[:-1]``; client ``k`` gets the ``k``-th piece.
 
-    Redraw rule (ours: the paper does not say how it treats empty clients; redrawing the whole
-    partition follows the common practice of NIID-Bench, Li et al., 2021, with their floor of 10
-    replaced by ``min_size = 1``, so that only empty clients are redrawn and the sizes keep the
-    plain Hsu et al. spread): if any client ends with fewer than ``min_size`` samples, the *whole* partition
-    is drawn again (continuing the same ``rng`` stream), at most ``max_redraws`` times after the
-    first draw (``1 + max_redraws`` draws in all); if every draw fails a ``ValueError`` is raised.
-    So the function always terminates. If ``min_size * num_clients > len(labels)`` no draw can
-    succeed and the ``ValueError`` is raised before drawing. A request that is hopeless in
-    practice stops early (our rule, not the paper's): once the failed draws have left on average
-    :data:`HOPELESS_SHORT_CLIENTS` (30) or more clients short, the ``ValueError`` is raised at once
-    and says so (e.g. 20,000 clients on 50,000 labels at alpha = 0.1 stops after one draw, in well
-    under a second, instead of 1,001 draws). The stop happens only after failed draws and the
-    draws themselves are unchanged, so every partition returned is the one the plain redraw loop
-    returns; only a request that would need about 1e13 draws ends earlier, as an error.
+    Redraw rule (ours; the paper does not say how it treats empty clients; NIID-Bench's whole-
+    partition redraw, Li et al., 2021, with ``min_size = 1`` for their 10): a partition with a
+    client under ``min_size`` is drawn again from the same ``rng``, at most ``max_redraws`` times.
+    Early stop (ours): once failed draws leave on average :data:`HOPELESS_SHORT_CLIENTS` clients
+    short, the error is raised at once; every partition returned is the plain loop's.
 
     Args:
         labels: 1-D non-negative integer class labels, length N.
         num_clients: K, 1 <= K <= N.
-        alpha: Dirichlet concentration, > 0 (finite).
+        alpha: Dirichlet concentration α, finite and > 0.
         rng: the only source of randomness.
-        min_size: smallest acceptable client size (>= 0; 0 disables the redraw rule).
+        min_size: smallest acceptable client size (samples, >= 0; 0 disables redraws).
         max_redraws: redraws allowed after the first draw (>= 0).
 
     Returns:
         K sorted int64 arrays; together they use every index in ``range(N)`` exactly once.
 
     Raises:
-        ValueError: on invalid inputs (message names the parameter), or when no draw within the
-            budget gives every client ``min_size`` samples (message names ``alpha`` and
-            ``num_clients`` and suggests a larger alpha or fewer clients).
+        ValueError: invalid inputs (naming the parameter), ``min_size * K > N`` (before drawing),
+            or no draw within the budget gives every client ``min_size`` samples.
     """
     y, n, k, a, min_size, max_redraws = _check_dirichlet_args(labels, num_clients, alpha, rng, min_size, max_redraws)
 
@@ -136,9 +116,8 @@ def dirichlet_partition(
     smallest = 0
     short_total = 0  # clients below min_size, summed over the failed draws
     for attempt in range(1, draws + 1):
-        # The rng calls (dirichlet, [integers], permutation per class) are those of the original
-        # loop, in the same order, so every accepted partition is unchanged; only the sizes are
-        # computed first, and the index arrays are built for the accepted draw alone.
+        # The rng calls (dirichlet, [integers], permutation per class) follow the plain loop's order;
+        # the index arrays are built for the accepted draw alone.
         shuffled_c: list[np.ndarray] = []
         sizes_c: list[np.ndarray] = []
         for idx_c in class_indices:
@@ -172,12 +151,7 @@ def dirichlet_partition(
 
 
 def _assemble(shuffled_c: list[np.ndarray], sizes_c: list[np.ndarray], n: int, k: int) -> list[np.ndarray]:
-    """Client index arrays from each class's shuffled indices and per-client piece sizes.
-
-    Class ``c``'s shuffled indices go, in order, ``sizes_c[c][0]`` to client 0, ``sizes_c[c][1]``
-    to client 1, ... (``np.split`` at the cumulative sizes); each client's indices are returned
-    sorted (int64), the same arrays as sorting the concatenated pieces.
-    """
+    """Sorted client index arrays from each class's shuffled indices cut at ``sizes_c`` (as ``np.split``)."""
     owner_N = np.empty(n, dtype=np.int64)
     for shuffled, sizes in zip(shuffled_c, sizes_c):
         owner_N[shuffled] = np.repeat(np.arange(k), sizes)
@@ -195,35 +169,15 @@ def dirichlet_partition_niid_bench(
     min_size: int = 10,
     max_redraws: int = 1000,
 ) -> list[np.ndarray]:
-    """Per-class Dirichlet partition in the NIID-Bench convention (Li et al., 2021, Sec. 4.1 and
-    their ``partition_data(..., "noniid-labeldir")``), the one most FL code uses.
+    """Per-class Dirichlet partition in the NIID-Bench convention (Li et al., 2021, Sec. 4.1,
+    their ``partition_data(..., "noniid-labeldir")``).
 
-    For each class ``c`` present in ``labels`` (ascending order): shuffle that class's indices, draw
-    ``q_c ~ Dir(alpha * 1_K)``, set ``q_c[k] = 0`` for every client ``k`` that already holds
-    ``>= N / K`` samples (the cap), renormalise, and cut at ``(cumsum(q_c) * n_c).astype(int)[:-1]``.
-    If any client ends with fewer than ``min_size`` samples (NIID-Bench: 10) the whole partition
-    is drawn again from the same ``rng`` stream, at most ``max_redraws`` times after the first.
+    For each class ``c`` (ascending): shuffle its indices, draw ``q_c ~ Dir(alpha * 1_K)``, set
+    ``q_c[k] = 0`` for every client already holding ``>= N / K`` samples (the cap), renormalise and
+    cut as :func:`dirichlet_partition`, whose redraw rule and early stop (ours) apply. The cap
+    narrows the size spread at large ``alpha``.
 
-    The cap is what narrows the size spread at large ``alpha`` (CIFAR-10 labels, K = 100, seed 0:
-    468-535 samples, CV 2.7%, against 462-554, CV 3.5%, for :func:`dirichlet_partition`).
-
-    Args:
-        labels: 1-D non-negative integer class labels, length N.
-        num_clients: K, 1 <= K <= N.
-        alpha: Dirichlet concentration, > 0 (finite).
-        rng: the only source of randomness.
-        min_size: smallest acceptable client size, >= 0 (NIID-Bench: 10).
-        max_redraws: redraws allowed after the first draw, >= 0.
-
-    Returns:
-        K sorted int64 arrays; together they use every index in ``range(N)`` exactly once.
-
-    A hopeless request stops early by the rule of :func:`dirichlet_partition` (ours): once the
-    failed draws leave on average :data:`HOPELESS_SHORT_CLIENTS` clients short.
-
-    Raises:
-        ValueError: invalid inputs (message names the parameter), ``min_size * K > N``, or no draw
-            within the budget gives every client ``min_size`` samples.
+    Args, Returns, Raises: as :func:`dirichlet_partition`; ``min_size`` defaults to NIID-Bench's 10.
     """
     y, n, k, a, min_size, max_redraws = _check_dirichlet_args(labels, num_clients, alpha, rng, min_size, max_redraws)
 
@@ -269,17 +223,15 @@ def dirichlet_partition_niid_bench(
 def shard_size_spread(labels: np.ndarray, num_clients: int, alphas, seed: int) -> list[dict]:
     """Client shard sizes of both Dirichlet conventions, one row per (alpha, convention).
 
-    Each partition is :func:`make_partition` at ``seed`` (the one a run with that seed uses).
-
     Args:
-        labels: 1-D training labels (length N), e.g. a run's training labels.
+        labels: 1-D training labels (length N).
         num_clients: K.
         alphas: Dirichlet concentrations, each > 0.
-        seed: partition seed.
+        seed: partition seed (each partition is :func:`make_partition` at it, as a run's).
 
     Returns:
-        rows ``{"alpha", "convention", "min", "max", "cv"}``: smallest and largest shard
-        (samples) and the coefficient of variation of the sizes (population std / mean, a fraction).
+        rows ``{"alpha", "convention", "min", "max", "cv"}``: smallest and largest shard (samples)
+        and the sizes' coefficient of variation (population std / mean).
 
     Raises:
         ValueError: as :func:`make_partition`.
@@ -295,12 +247,8 @@ def shard_size_spread(labels: np.ndarray, num_clients: int, alphas, seed: int) -
 
 
 def iid_partition(n_samples: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """IID partition: a random permutation of ``range(n_samples)`` cut into near-equal shards.
-
-    Shards come from ``np.array_split`` (sizes differ by at most one) and are returned sorted.
-
-    Returns:
-        ``num_clients`` sorted int64 arrays covering every index exactly once.
+    """IID partition: a random permutation of ``range(n_samples)`` cut by ``np.array_split`` into
+    ``num_clients`` sorted int64 arrays.
 
     Raises:
         ValueError: unless ``n_samples >= 1`` and ``1 <= num_clients <= n_samples``.
@@ -314,17 +262,11 @@ def iid_partition(n_samples: int, num_clients: int, rng: np.random.Generator) ->
 def identical_partition(
     n_samples: int, num_clients: int, shard_size: int, rng: np.random.Generator
 ) -> list[np.ndarray]:
-    """The control partition: every client holds the *same* ``shard_size`` indices.
-
-    One shard is drawn without replacement from ``range(n_samples)`` and copied ``num_clients``
-    times (independent arrays with equal contents).
-
-    Returns:
-        ``num_clients`` equal sorted int64 arrays of length ``shard_size``.
+    """The control partition: one shard of ``shard_size`` indices drawn without replacement from
+    ``range(n_samples)``, copied to each of ``num_clients`` clients (sorted int64 arrays).
 
     Raises:
-        ValueError: unless ``n_samples >= 1``, ``num_clients >= 1`` and
-            ``1 <= shard_size <= n_samples``.
+        ValueError: unless ``n_samples >= 1``, ``num_clients >= 1`` and ``1 <= shard_size <= n_samples``.
     """
     n = _check_count("n_samples", n_samples, 1)
     k = _check_count("num_clients", num_clients, 1)
@@ -352,17 +294,15 @@ def make_partition(
         alpha: Dirichlet concentration; required for ``"dirichlet"``, ignored otherwise.
         seed: partition seed.
         shard_size: per-client shard size for ``"identical"``; default ``N // num_clients``.
-            Ignored otherwise.
         convention: for ``"dirichlet"``, ``"hsu"`` (:func:`dirichlet_partition`) or
-            ``"niid_bench"`` (:func:`dirichlet_partition_niid_bench`). Ignored otherwise.
+            ``"niid_bench"`` (:func:`dirichlet_partition_niid_bench`).
 
     Returns:
         K sorted int64 index arrays (see the individual functions).
 
     Raises:
-        ValueError: unknown ``kind`` or ``convention`` (message names the parameter and the allowed
-            values), missing
-            ``alpha`` for dirichlet, or any error of the underlying function.
+        ValueError: unknown ``kind`` or ``convention``, missing ``alpha`` for dirichlet, or any
+            error of the underlying function.
     """
     if kind not in PARTITION_KINDS:
         raise ValueError(f"partition must be one of {', '.join(PARTITION_KINDS)}; got {kind!r}")

@@ -1,11 +1,9 @@
 """Check everything about a list of runs that can be checked before any training starts.
 
-Validation of single fields happens in :mod:`maskfed.engine.config`; what needs the data is checked
-here: that the data can be found and read, that each subset fits its split, that each run's
-partition can be drawn (cheap: a Dirichlet partition of 50,000 labels over 100 clients takes
-milliseconds, and a hopeless one stops within a second, see :mod:`maskfed.engine.partition`) and that
-its device exists. The same functions build these things when the run trains, so a run that
-passes here does not fail on them later.
+Single fields are validated in :mod:`maskfed.engine.config`; here: the data can be found and read,
+each subset fits its split, each run's partition can be drawn (:mod:`maskfed.engine.partition`) and
+its device exists. Training builds these with the same functions, so a run that passes here does not
+fail on them later.
 """
 
 from __future__ import annotations
@@ -18,20 +16,14 @@ from maskfed.engine.config import ConfigError, RunConfig
 
 
 def check_runs(cfgs: list[RunConfig]) -> None:
-    """Resolve each run's data, split, partition and device, without training.
-
-    Data is read once per source (and decoded once into the shared cache), each distinct
-    partition is drawn once.
-
-    Args:
-        cfgs: validated run configurations.
+    """Resolve each run's data, split, partition and device, without training (each data source
+    read once, each distinct partition drawn once).
 
     Raises:
         FileNotFoundError, DataUnavailableError, maskfed.engine.data.DataReadError: the data cannot be
-            found or read (the message names the file and what was expected).
-        ConfigError: the results folder cannot be written, or a run's subsets, number of
-            clients, partition or device cannot work with its data (the message starts with the
-            run's label and names the parameter).
+            found or read (naming the file and what was expected).
+        ConfigError: the results folder cannot be written, or a run's subsets, number of clients,
+            partition or device cannot work with its data (starting with the run's label).
     """
     check_writable(runner.results_dir() / "runs", "MASKFED_RESULTS_DIR")
     drawn: set[tuple] = set()

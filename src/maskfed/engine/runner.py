@@ -1,22 +1,16 @@
 """Run FedAvg configurations, store each run in its own folder, reuse finished ones.
 
-A run folder ``results/runs/<label>-<key>`` holds ``metrics.csv`` (one row per
-round), ``config.json`` (the resolved :class:`~maskfed.engine.config.RunConfig`),
-``partition.json`` (shard sizes) and ``provenance.json`` (seed, git commit and
-dirty flag, code hash, package versions, device, data source, wall time). It is
-written to a temporary folder and renamed into place when the run ends, so a
-folder that exists is complete, and an interrupted sweep keeps every run it
-had finished. The key hashes the config (less ``checkpoint_every``), the
-source code of ``maskfed``, a fingerprint of the data and the resolved device type
-and engine: a code change never reuses stale numbers, nor a CPU run a GPU one. A run asked to keep θ snapshots (``keep_every``) also holds
-``thetas.pt`` (:func:`load_thetas`), read by the stage chapter's checkpoint ladder.
+A run folder ``results/runs/<label>-<key>`` holds ``metrics.csv`` (one row per round),
+``config.json`` (the resolved :class:`~maskfed.engine.config.RunConfig`), ``partition.json``
+(shard sizes), ``provenance.json`` (seed, git state, code hash, packages, device, data source,
+wall time) and, with ``keep_every``, ``thetas.pt`` (:func:`load_thetas`). It is renamed into place
+when the run ends, so an existing folder is complete. The key (:func:`identify`) hashes the config,
+the run code, the data fingerprint and the resolved device type and engine.
 
-While a run trains, its checkpoints live in the hidden partial folder
-``results/runs/.partial-<label>-<key>`` (:mod:`maskfed.engine.checkpoint`): the same
-call after a kill resumes from it, and Ctrl-C during :func:`run_many` (or SIGTERM and
-SIGHUP inside :func:`stop_on_signals`) ends the worker processes at once and raises
-:class:`Interrupted`, whose message says how to resume. A finished folder found damaged
-is named by :class:`DamagedRun`; a full disk raises :class:`~maskfed.engine.checkpoint.WriteFailed`.
+Checkpoints live in the hidden partial folder (:mod:`maskfed.engine.checkpoint`); the same call
+after a kill resumes from it. Ctrl-C during :func:`run_many` (or SIGTERM / SIGHUP inside
+:func:`stop_on_signals`) ends the workers and raises :class:`Interrupted`. A damaged finished folder
+raises :class:`DamagedRun`; a full disk :class:`~maskfed.engine.checkpoint.WriteFailed`.
 """
 
 from __future__ import annotations
@@ -71,8 +65,8 @@ def images_for(cfg: RunConfig) -> data_mod.ImageData:
     """The (cached) image data a run configuration uses.
 
     Raises:
-        ValueError: as :func:`maskfed.engine.data.load_dataset`, or images whose size the model cannot
-            take (``small_cnn_gn`` needs 32x32), before any training.
+        ValueError: as :func:`maskfed.engine.data.load_dataset`, or an image size the model cannot
+            take (``small_cnn_gn`` needs 32x32).
     """
     images = load_images(cfg.dataset, cfg.data_path, cfg.synthetic_train, cfg.synthetic_test)
     size = tuple(images.x_train.shape[-2:])
@@ -84,25 +78,21 @@ def images_for(cfg: RunConfig) -> data_mod.ImageData:
 
 #: The data fingerprint's kind in new provenance (``data_fingerprint_kind``): every byte hashed.
 FINGERPRINT_KIND = data_mod.FINGERPRINT_KIND
-#: The kind of every provenance without ``data_fingerprint_kind`` (runs archived before): every 97th image.
+#: The kind of every provenance without ``data_fingerprint_kind`` (older archived runs): every 97th image.
 SAMPLED_KIND = data_mod.SAMPLED_KIND
 
 
 def data_fingerprint(images: data_mod.ImageData) -> str:
-    """Content hash of the data, 16 hex digits (kind :data:`FINGERPRINT_KIND`): sha256 over the
-    source kind, the shapes and all bytes of x_train, y_train, x_test and y_test, so any changed
-    pixel or label changes it. About 0.16 s for CIFAR-10's 185 MB (60,000 images), once per loaded data set.
-
-    Independent of where the data lies, so a moved checkout or archive keeps its runs,
-    while a different copy of CIFAR-10 (JPEG vs original) gets new ones.
+    """Content hash of the data, 16 hex digits (kind :data:`FINGERPRINT_KIND`,
+    :func:`maskfed.engine.data.content_sha256`). Independent of where the data lies; a different
+    copy of CIFAR-10 (JPEG vs original) gets a new one.
     """
     return data_mod.content_sha256(images)[:16]
 
 
 def data_fingerprint_sampled(images: data_mod.ImageData) -> str:
-    """The fingerprint runs recorded before (kind :data:`SAMPLED_KIND`), 16 hex digits: sha256 over
-    the source kind, shapes, all labels and only every 97th image, so an image changed at another
-    index is missed. Only to compare with the ``data_fingerprint`` of runs archived with it."""
+    """The older fingerprint (kind :data:`SAMPLED_KIND`, :func:`maskfed.engine.data.sampled_sha256`),
+    16 hex digits, to compare with runs archived with it."""
     return data_mod.sampled_sha256(images)[:16]
 
 
@@ -122,8 +112,8 @@ def fingerprint_of_kind(images: data_mod.ImageData, kind: str) -> str:
 
 
 def recorded_fingerprint(prov: dict) -> tuple[str, str]:
-    """(kind, value) of the data fingerprint a provenance records; one without a
-    ``data_fingerprint_kind`` field (written before it existed) is :data:`SAMPLED_KIND`.
+    """(kind, value) of the data fingerprint a provenance records; without a
+    ``data_fingerprint_kind`` field the kind is :data:`SAMPLED_KIND`.
 
     Raises:
         KeyError: the provenance records no ``data_fingerprint``.
@@ -155,11 +145,10 @@ class RunIdentity:
 def identify(cfg: RunConfig) -> RunIdentity:
     """A run's images, device, engine, data fingerprint, cache key and folder, each resolved once.
 
-    The key (16 hex digits) hashes the config's fields, the run code (:func:`maskfed.provenance.code_hash`),
-    the data fingerprint and where it runs: the resolved device type and engine, so a run with ``device:
-    auto`` and ``engine: auto`` made on a CPU is never reused as the same run on a GPU, nor the other way
-    round (their float arithmetic differs). Archived runs are matched by configuration, not by key
-    (:mod:`maskfed.studies.archive`), so they keep their folders.
+    The key (16 hex digits) hashes :meth:`RunConfig.key`, the run code
+    (:func:`maskfed.provenance.code_hash`), the data fingerprint and the resolved device type and
+    engine (a CPU run is never reused as a GPU one). Archived runs are matched by configuration,
+    not key (:mod:`maskfed.studies.archive`).
 
     Raises:
         ValueError: ``device = 'cuda'`` on a machine without CUDA (:func:`resolve_device`), or data the
@@ -180,9 +169,8 @@ RUN_FILES = ("metrics.csv", "config.json", "partition.json", "provenance.json")
 
 
 class DamagedRun(ValueError):
-    """A finished run folder that cannot be used as it is: a file missing, cut short or unparsable, or
-    metrics whose columns or rounds are not those its config implies. ``str()`` names the folder,
-    the reason and the remedy; ``path`` and ``reason`` hold the first two."""
+    """A finished run folder with a file missing or unparsable, or metrics whose columns or rounds
+    are not those its config implies. ``str()`` names ``path``, ``reason`` and the remedy."""
 
     def __init__(self, path: Path | str, reason: str):
         super().__init__(str(path), reason)
@@ -212,9 +200,8 @@ def load_run(path: Path) -> RunResult:
     """Read a finished run folder, checking that it is whole.
 
     Raises:
-        DamagedRun: a file of :data:`RUN_FILES` missing, JSON that does not parse (or a config the
-            current code cannot read), a metrics table that does not parse, lacks a column of
-            :func:`expected_columns` or does not hold rounds 1..``rounds`` of its config.
+        DamagedRun: a file of :data:`RUN_FILES` missing, JSON or a config that does not parse, or
+            metrics that do not parse, lack a column of :func:`expected_columns` or rounds 1..``rounds``.
     """
     missing = [f for f in RUN_FILES if not (path / f).is_file()]
     if missing:
@@ -252,10 +239,9 @@ THETAS = "thetas.pt"
 def kept_rounds(rounds: int, every: int | Sequence[int]) -> list[int]:
     """Rounds whose θ a run with ``keep_every = every`` keeps.
 
-    An integer n: 0 (θ_0), every multiple of n up to ``rounds``, and ``rounds`` itself (the same
-    rounds :func:`maskfed.studies.stage.fedavg_from` tests from round 0). A list of rounds: those up to
-    ``rounds``, with 0 and ``rounds`` added (for ladders denser early in training, where accuracy
-    climbs fastest).
+    An integer n: 0 (θ_0), every multiple of n, and ``rounds`` (as
+    :func:`maskfed.studies.stage.fedavg_from` tests from round 0). A list: those up to ``rounds``,
+    with 0 and ``rounds`` added.
 
     Raises:
         ValueError: an integer ``every`` < 1, or a negative round in the list.
@@ -284,8 +270,7 @@ def find_run(cfg: RunConfig, identity: RunIdentity | None = None) -> RunResult |
     ``identity``: the run's :func:`identify`, when the caller has it already.
 
     Raises:
-        DamagedRun: the run's folder exists but is not whole (:func:`load_run`); it is named with
-            the reason and how to recompute it.
+        DamagedRun: the run's folder exists but is not whole (:func:`load_run`).
     """
     path = (identity or identify(cfg)).path
     if not path.exists():
@@ -308,14 +293,11 @@ def resolve_device(name: str) -> torch.device:
 
 
 def split_images(cfg: RunConfig, images: data_mod.ImageData):
-    """The run's train and test images (uint8) after ``train_subset`` / ``test_subset``.
-
-    Returns:
-        ``(x_train [N, 3, H, W], y_train [N], x_test [M, 3, H, W], y_test [M])``.
+    """The run's uint8 train and test images after ``train_subset`` / ``test_subset``:
+    ``(x_train [N, 3, H, W], y_train [N], x_test [M, 3, H, W], y_test [M])``.
 
     Raises:
-        ValueError: a subset larger than its split, or ``num_clients`` above the training images
-            (each message names the parameter and the allowed range).
+        ValueError: a subset larger than its split, or ``num_clients`` above the training images.
     """
     x_tr, y_tr, x_te, y_te = images.x_train, images.y_train, images.x_test, images.y_test
     for name, want, have in (("train_subset", cfg.train_subset, len(y_tr)), ("test_subset", cfg.test_subset, len(y_te))):
@@ -338,8 +320,7 @@ def partition_for(cfg: RunConfig, y_train: torch.Tensor) -> list:
     """The run's client partition of ``y_train`` (labels after :func:`split_images`); K index arrays.
 
     Raises:
-        ValueError: from :func:`maskfed.engine.partition.make_partition` (e.g. no Dirichlet draw gives
-            every client a sample), naming alpha and num_clients.
+        ValueError: as :func:`maskfed.engine.partition.make_partition`.
     """
     return partition.make_partition(cfg.partition, y_train.numpy(), cfg.num_clients, alpha=cfg.alpha, seed=cfg.seed,
                                     convention=cfg.dirichlet_convention)
@@ -348,10 +329,8 @@ def partition_for(cfg: RunConfig, y_train: torch.Tensor) -> list:
 def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.device) -> fedavg.FedData:
     """Subset, normalise (train-split channel statistics) and partition the images.
 
-    On a CPU the images are stored channels-last (NHWC strides; indexing a batch keeps them), which
-    oneDNN's convolutions run faster (ours, after PyTorch's channels-last tutorial; speed-ups in
-    docs/measurements.md). The values are the same; the convolution sums in another order, so results
-    agree to float32 rounding.
+    On a CPU the images are stored channels-last, which oneDNN's convolutions run faster (ours,
+    after PyTorch's channels-last tutorial; docs/measurements.md); results agree to float32 rounding.
     """
     x_tr, y_tr, x_te, y_te = split_images(cfg, images)
     parts = partition_for(cfg, y_tr)
@@ -363,30 +342,19 @@ def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.devic
 
 def run(cfg: RunConfig, *, force: bool = False, progress: bool = True,
         keep_every: int | Sequence[int] = 0) -> RunResult:
-    """Run one FedAvg configuration, or return its finished run folder.
+    """Run one FedAvg configuration, or return its finished run folder (:class:`RunResult`).
 
-    While it trains, the run saves a checkpoint every ``cfg.checkpoint_every``
-    rounds into its hidden partial folder (:mod:`maskfed.engine.checkpoint`); the same
-    call after a kill or Ctrl-C resumes from the last one, and on the same device
-    gives numbers bit-identical to a run that never stopped. The finished folder
-    is renamed into place atomically and the partial folder removed. Only one
-    process computes a run at a time: a second one waits, then reuses it.
+    A checkpoint is saved every ``cfg.checkpoint_every`` rounds (:mod:`maskfed.engine.checkpoint`);
+    the same call after a kill resumes from it, bit-identical on the same device. One process
+    computes a run at a time: a second one waits, then reuses it.
 
     Args:
         cfg: the run's configuration (validated).
-        force: recompute even if a finished run exists; also ignores (and deletes)
-            a checkpoint, so the run starts from round 1.
+        force: recompute from round 1, even if a finished run or a checkpoint exists.
         progress: show a tqdm bar over rounds.
-        keep_every: n > 0 (or a list of rounds) also keeps θ at :func:`kept_rounds` (round 0, every
-            n-th or the listed rounds, the last) in
-            the run folder's ``thetas.pt`` (:func:`load_thetas`), so that the stage chapter's
-            checkpoint ladder reads this trajectory instead of training it again. Snapshots are
-            written as the run goes into its partial folder, so they survive a resume; a run
-            resumed from a checkpoint made without them gets none. It changes no number and is
-            not part of the key: a finished run found without snapshots is returned as it is.
-
-    Returns:
-        :class:`RunResult`.
+        keep_every: n > 0 (or a list of rounds) also keeps θ at :func:`kept_rounds` in
+            ``thetas.pt`` (:func:`load_thetas`), for the stage chapter's ladder. Not part of the
+            key: a finished run without snapshots is returned as it is.
 
     Raises:
         ValueError / FileNotFoundError / DataUnavailableError: bad device or data, or
@@ -491,20 +459,17 @@ def run_cost(cfg: RunConfig) -> float:
 
 
 def worker_init(parent: int | None = None) -> None:
-    """One torch thread; Ctrl-C and SIGHUP are left to the parent, which stops the workers itself
-    (with SIGTERM, whose default action ends a worker). A worker whose parent is gone (killed by
-    SIGKILL) ends itself within a second instead of training on as an orphan.
+    """Set up a sweep worker: one torch thread; Ctrl-C and SIGHUP left to the parent (which ends
+    workers with SIGTERM); a worker whose parent is gone ends itself within a second.
 
     Args:
-        parent: the pid of the process that made the pool (``os.getpid()`` there). Given, a worker
-            that starts after its parent died (a spawn takes seconds on a loaded machine) ends at
-            once instead of taking its new parent (init) for the one to watch.
+        parent: the pid of the process that made the pool; given, a worker that starts after its
+            parent died ends at once.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    # tqdm's default lock is a multiprocessing semaphore: a worker ended by SIGTERM never releases
-    # it, and at exit the resource tracker would warn of "leaked semaphore objects" after the one
-    # line that says the command was interrupted; a worker's bars need no lock across processes
+    # tqdm's default lock is a multiprocessing semaphore, which a worker ended by SIGTERM never
+    # releases ("leaked semaphore objects" at exit); a worker's bars need no lock across processes
     tqdm.set_lock(threading.RLock())
     torch.set_num_threads(1)
     if parent is None:
@@ -546,11 +511,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 @contextmanager
 def stop_on_signals():
     """Inside the block, SIGTERM and SIGHUP raise :class:`Stopped` (a KeyboardInterrupt) in the main
-    thread, so that ``kill <pid>`` or a closed terminal end a sweep as Ctrl-C does: workers ended,
-    finished runs kept, unfinished ones resumable. Only the first such signal raises (a second one
-    while stopping is ignored); the previous handlers are restored on leaving. A signal this process
-    ignores already is left ignored (SIGHUP under ``nohup``). Outside the main thread it does nothing
-    (Python sets signal handlers there only)."""
+    thread, so ``kill <pid>`` or a closed terminal end a sweep as Ctrl-C does. Only the first signal
+    raises; previous handlers are restored on leaving; an ignored signal stays ignored (``nohup``).
+    Does nothing outside the main thread."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -614,29 +577,23 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
              keep_every: dict[RunConfig, int | Sequence[int]] | None = None, force: bool = False) -> list[RunResult]:
     """Run several configurations (finished ones are reused), in parallel processes.
 
-    Runs are independent, so ``workers`` one-thread processes share them out,
-    longest first. Results come back in the order of ``configs``. A run that
-    fails does not discard the others: every other run still runs and is kept on
-    disk, and the first failure is raised at the end as its own exception (same
-    type and message, with a note naming the run and the number of failures).
-
-    Ctrl-C stops within seconds: queued runs are cancelled and worker processes
-    ended; finished runs stay, unfinished ones keep their last checkpoint in
-    their hidden ``.partial-*`` folder, and no run folder is left half-written.
-    The same call again resumes them (:func:`run`). Inside :func:`stop_on_signals`,
-    SIGTERM and SIGHUP do the same.
+    ``workers`` one-thread processes share the runs out, longest first (:func:`run_cost`); results
+    come back in the order of ``configs``. A failed run does not stop the others. Ctrl-C (or
+    SIGTERM / SIGHUP inside :func:`stop_on_signals`) cancels queued runs and ends the workers;
+    finished runs stay and the same call resumes the others from their checkpoints.
 
     Args:
         configs: run configurations (duplicates are run once).
         workers: worker processes; 1 runs in this process with torch's default threads.
         progress: tqdm bars.
-        keep_every: ``{config: n or rounds}`` for runs that also keep θ snapshots (:func:`run`); others keep none.
-        force: recompute every run from round 1, replacing finished (or damaged) folders (:func:`run`).
+        keep_every: ``{config: n or rounds}`` for runs that keep θ snapshots (:func:`run`).
+        force: recompute every run from round 1, replacing finished (or damaged) folders.
 
     Raises:
         DamagedRun: a finished run's folder is damaged (without ``force``; before any training).
-        Interrupted: on Ctrl-C (or SIGTERM / SIGHUP, see above), with what was kept and how to resume.
-        Exception: the first failed run's own error, after every other run ended.
+        Interrupted: on Ctrl-C (or SIGTERM / SIGHUP), saying what was kept and how to resume.
+        Exception: the first failed run's own error (with a note naming the run and the number
+            of failures), after every other run ended.
     """
     unique = list(dict.fromkeys(configs))
     keep = keep_every or {}

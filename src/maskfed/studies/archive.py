@@ -1,12 +1,10 @@
 """An archive of finished runs kept in git: ``results/archive/<profile>/<run-folder>/``.
 
-Some profiles take too long to recompute in every ``make book`` (``cpu-long``:
-about an hour on 2 cores; ``paper``: a GPU). Their finished run folders are
-copied here once, small files only (:data:`FILES`: metrics, config, partition,
-provenance), committed, and read back by the book beside the live profile's
-numbers. Each profile's archive carries a provenance label (device, dates,
-commits, run-code hashes) that says plainly when the run code has changed
-since the runs were made. Archived runs are never pooled across profiles.
+For profiles too long to recompute in every ``make book`` (``cpu-long``; ``paper``, which needs a
+GPU), the finished run folders are copied here once, small files only (:data:`FILES`), committed and
+read back by the book beside the live profile's numbers. Each profile's archive carries a provenance
+label (device, dates, commits, run-code hashes) that says when the run code has changed since.
+Archived runs are never pooled across profiles.
 
 ``results/runs/`` stays a git-ignored cache; only ``results/archive/`` is tracked.
 ``$MASKFED_ARCHIVE_DIR`` moves the archive (tests use this).
@@ -36,10 +34,10 @@ from maskfed.studies import experiments
 if TYPE_CHECKING:
     import IPython.display
 
-#: The files of a run folder that are archived (all small: a few kB to a few hundred kB).
+#: The files of a run folder that are archived (all small).
 FILES = ("metrics.csv", "config.json", "partition.json", "provenance.json")
-#: Files archived when the run has them: θ snapshots of a stage-ladder run (:data:`maskfed.engine.runner.THETAS`;
-#: about 2 MB for 28 rounds of the 17 k-parameter CNN), read back by the stage chapter.
+#: Files archived when the run has them: θ snapshots of a stage-ladder run (:data:`maskfed.engine.runner.THETAS`),
+#: read back by the stage chapter.
 OPTIONAL_FILES = ("thetas.pt",)
 #: Columns a metrics.csv must have to be read back.
 REQUIRED_COLUMNS = ("round", "recovery_unweighted", "recovery_weighted", "mu2_hat", "sigma2_hat", "test_acc")
@@ -64,21 +62,20 @@ def _check_profile(profile_name: str) -> None:
 def archive_runs(results: list[RunResult], profile_name: str) -> list[Path]:
     """Copy finished run folders into ``archive_dir()/<profile_name>/<run-folder>/``.
 
-    Only :data:`FILES` (and :data:`OPTIONAL_FILES` where present) are copied. Each folder is written to a temporary name and
-    renamed into place, so an archived folder is always complete; a folder of the
-    same name (same config, code and data: the same run) is replaced.
+    Only :data:`FILES` (and :data:`OPTIONAL_FILES` where present) are copied, each folder through a
+    temporary name (:func:`install`), so an archived folder is always complete; a folder of the same
+    name (the same run) is replaced.
 
     Args:
-        results: finished runs (:class:`~maskfed.engine.runner.RunResult`), e.g. from
-            :func:`maskfed.engine.runner.run_many`.
-        profile_name: the profile they belong to, one of :data:`maskfed.engine.config.PROFILES`.
+        results: finished runs (:class:`~maskfed.engine.runner.RunResult`).
+        profile_name: one of :data:`maskfed.engine.config.PROFILES`.
 
     Returns:
         The archived folders, in the order of ``results``.
 
     Raises:
-        ValueError: unknown profile name, or a run folder lacking one of :data:`FILES`
-            (checked for every run before anything is copied).
+        ValueError: unknown profile name, or a run folder lacking one of :data:`FILES` (checked for
+            every run before anything is copied).
     """
     _check_profile(profile_name)
     for r in results:
@@ -123,8 +120,8 @@ def _hashed_files(folder: Path) -> dict[str, str]:
 
 
 def write_manifest(folder: Path) -> str:
-    """Write ``folder/manifest.json``: ``{"kind": "sha256", "files": {name: sha256}}`` over every other file
-    of the folder (through a temporary file and ``os.replace``). Returns :func:`manifest_digest`.
+    """Write ``folder/manifest.json`` (``{"kind": "sha256", "files": {name: sha256}}`` over every other
+    file, atomically); returns :func:`manifest_digest`.
 
     Raises:
         OSError: the folder cannot be read or written.
@@ -143,9 +140,9 @@ def manifest_digest(folder: Path) -> str | None:
 
 
 def content_digest(folder: Path) -> str:
-    """sha256 (16 hex digits) of the names and sha256 of every file of ``folder`` but its manifest, as they are
-    now: for a folder whose files match its manifest, the digest of what was archived. A verification record
-    holds it for every run (:func:`verify_archive`), so the record speaks only for exactly those bytes."""
+    """sha256 (16 hex digits) of the names and sha256 of every file of ``folder`` but its manifest, as they
+    are now; a verification record (:func:`verify_archive`) holds it per run, so it speaks only for
+    those bytes."""
     return _digest(_hashed_files(folder))
 
 
@@ -154,8 +151,8 @@ def _digest(hashed: dict[str, str]) -> str:
 
 
 def manifest_changes(folder: Path) -> list[str]:
-    """How ``folder``'s files differ from its manifest, one phrase each ([] when every file matches), e.g.
-    ``["metrics.csv differs from its manifest"]``, ``["thetas.pt is missing"]``, ``["no manifest.json"]``."""
+    """How ``folder``'s files differ from its manifest, one phrase each ([] when all match), e.g.
+    ``"metrics.csv differs from its manifest"``, ``"thetas.pt is missing"``, ``"no manifest.json"``."""
     return _changes(folder, _hashed_files(folder))
 
 
@@ -174,7 +171,7 @@ def _changes(folder: Path, now: dict[str, str]) -> list[str]:
 
 
 def _scratch(dest: Path) -> Path:
-    """A fresh hidden folder beside ``dest`` to write its new contents into (``.tmp-<name>-<pid>``)."""
+    """A fresh hidden folder ``.tmp-<name>-<pid>`` beside ``dest``."""
     tmp = dest.parent / f"{TMP_PREFIX}{dest.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -182,9 +179,9 @@ def _scratch(dest: Path) -> Path:
 
 
 def install(tmp: Path, dest: Path) -> None:
-    """Write ``tmp``'s manifest (last), then put ``tmp`` in the place of ``dest``: an existing ``dest`` is first
-    renamed to ``.old-<name>-<pid>`` and removed only once the new folder is in place, so a kill at any point
-    leaves either folder whole (:func:`clean_leftovers` puts an orphaned old folder back)."""
+    """Write ``tmp``'s manifest, then put ``tmp`` in the place of ``dest``. An existing ``dest`` is renamed
+    to ``.old-<name>-<pid>`` and removed only once the new folder is in place, so a kill leaves either
+    folder whole (:func:`clean_leftovers` restores an orphaned old one)."""
     write_manifest(tmp)
     old = dest.parent / f"{OLD_PREFIX}{dest.name}-{os.getpid()}"
     if dest.exists():
@@ -205,9 +202,9 @@ def _pid_alive(pid: int) -> bool:
 
 
 def clean_leftovers(root: Path) -> list[str]:
-    """Tidy what killed archive commands left in ``root`` (a profile's archive folder): a ``.old-<name>-<pid>``
-    folder whose ``<name>`` is gone is renamed back (the replacement never arrived), any other is removed, and
-    ``.tmp-*`` folders of processes no longer running are removed. Returns one phrase per action."""
+    """Tidy what killed archive commands left in ``root`` (a profile's archive folder); returns one phrase
+    per action. A ``.old-<name>-<pid>`` whose ``<name>`` is gone is renamed back, any other removed;
+    ``.tmp-*`` folders of processes no longer running are removed."""
     done = []
     if not root.is_dir():
         return done
@@ -229,8 +226,8 @@ def clean_leftovers(root: Path) -> list[str]:
 
 def add_manifests(profile_name: str) -> list[Path]:
     """Write a manifest into every folder of a profile's archive (runs and studies) that has none, from its
-    files as they are (an archive made before manifests existed: check it in git first, then run
-    ``maskfed archive --verify``). Folders that have one are left alone. Returns the folders written.
+    files as they are (check them in git first, then ``maskfed archive --verify``); returns the folders
+    written.
 
     Raises:
         ValueError: unknown profile name.
@@ -246,7 +243,7 @@ def add_manifests(profile_name: str) -> list[Path]:
 
 
 def _read(folder: Path) -> RunResult:
-    """Read one archived folder, raising ValueError with the reason if it is malformed."""
+    """Read one archived folder; ValueError with the reason if it is malformed."""
     missing = [f for f in FILES if not (folder / f).is_file()]
     if missing:
         raise ValueError(f"missing {missing}")
@@ -285,8 +282,7 @@ class DamagedFolder:
 
 
 def _folders(profile_name: str) -> list[Path]:
-    """The run folders of a profile's archive (hidden folders and the studies' folders, ``stage/`` and
-    ``factor-<part>/``, left out)."""
+    """The run folders of a profile's archive (hidden and study folders left out)."""
     _check_profile(profile_name)
     root = archive_dir() / profile_name
     return sorted(p for p in root.iterdir()
@@ -312,16 +308,9 @@ def damaged_folders(profile_name: str) -> list[DamagedFolder]:
 def load_archive(profile_name: str) -> list[RunResult]:
     """The archived runs of one profile, sorted by folder name; [] when there are none.
 
-    Malformed folders (a missing file, unreadable JSON/CSV, a config the current
-    code cannot read, a metrics table of the wrong length or missing columns) are
-    skipped with a :class:`UserWarning` naming the folder and the reason
-    (:func:`damaged_folders` lists them for the pages and the build's output). Where
-    several folders hold the same configuration up to :data:`WHERE_FIELDS` (archived
-    again after a code change, or from another machine), only the most recently
-    finished one is kept, with a warning.
-
-    Args:
-        profile_name: one of :data:`maskfed.engine.config.PROFILES`.
+    Malformed folders (:func:`damaged_folders`) are skipped with a :class:`UserWarning` naming the folder
+    and the reason. Of several folders holding the same configuration up to :data:`WHERE_FIELDS`, only
+    the most recently finished is kept, with a warning.
 
     Raises:
         ValueError: unknown profile name.
@@ -350,11 +339,8 @@ def _what(cfg: RunConfig) -> RunConfig:
 
 
 def select(results: list[RunResult], configs: list[RunConfig]) -> list[RunResult]:
-    """The runs among ``results`` whose configuration is one of ``configs``, in the order of ``configs``.
-
-    Configurations are compared on every field except :data:`WHERE_FIELDS` (where the
-    data lay, which device ran it). Configurations without a run are left out.
-    """
+    """The runs among ``results`` whose configuration is one of ``configs`` (compared on every field but
+    :data:`WHERE_FIELDS`), in the order of ``configs``; configurations without a run are left out."""
     by_what = {_what(r.config): r for r in results}
     return [by_what[_what(c)] for c in configs if _what(c) in by_what]
 
@@ -397,14 +383,14 @@ class ArchiveLabel:
 
     @property
     def code_changed(self) -> bool:
-        """True when some run was made by other run code than this checkout's, and no passed verification
-        (:func:`verify_archive`) of exactly these files showed this checkout's code reproducing them."""
+        """True when some run was made by other run code than this checkout's and no passed verification
+        (:func:`verify_archive`) of exactly these files shows this code reproducing them."""
         return any(h != self.current_code_hash for h in self.code_hashes) and not self.verified
 
     def text(self) -> str:
-        """Plain sentences for the book, e.g. ``"12 runs on cpu (x86_64), finished 2026-12-01,
-        commit 1a2b3c4d5e, run code 0123456789abcdef (the same as this checkout's)."``; a file that
-        differs from its folder's manifest is named first, and then nothing is called reproduced."""
+        """Plain sentences for the book, e.g. ``"12 runs on cpu (x86_64), finished 2026-12-01, commit
+        1a2b3c4d5e, run code 0123456789abcdef (the same as this checkout's)."``. A file that differs from
+        its manifest is named first, and then nothing is called reproduced."""
         dates = sorted({self.first_utc[:10], self.last_utc[:10]})
         code = ", ".join(self.code_hashes)
         s = (f"{self.runs} run{'s' if self.runs != 1 else ''} on {', '.join(self.devices)}, "
@@ -459,8 +445,7 @@ def _device(p: dict) -> str:
 
 
 def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
-    """The provenance label of a profile's archived runs, with each run folder's files checked against its
-    manifest (:func:`manifest_changes`) now.
+    """The provenance label of a profile's archived runs, each folder checked against its manifest now.
 
     Raises:
         ValueError: ``results`` is empty.
@@ -500,12 +485,10 @@ def _verifications(profile_name: str) -> list[dict]:
 
 def latest_verification(profile_name: str, code_hash: str, results: list[RunResult],
                         digests: dict[str, str] | None = None) -> dict | None:
-    """The newest verification (passed or failed) of ``code_hash`` that was made on exactly these archived
-    files: its ``contents`` name every run of ``results`` with the :func:`content_digest` the folder has now.
-    None when there is none (the label then says the code changed); a record made on other bytes (an edit,
-    a re-archive) or an older record without digests never counts, and a newer failure on these bytes is
-    never shadowed by an older pass. ``digests`` (``{run folder: content_digest}``) saves hashing the files
-    again when the caller has them."""
+    """The newest verification (passed or failed) of ``code_hash`` made on exactly these files (its
+    ``contents`` match every run's :func:`content_digest` now), else None. A record on other bytes or
+    without digests never counts, and a newer failure is never shadowed by an older pass. ``digests``
+    (``{run folder: content_digest}``) saves hashing the files again."""
     now = digests if digests is not None else {r.path.name: content_digest(r.path) for r in results}
     for v in reversed(_verifications(profile_name)):
         digests = v.get("contents") or {}
@@ -515,9 +498,8 @@ def latest_verification(profile_name: str, code_hash: str, results: list[RunResu
 
 
 def default_sample(results: list[RunResult], profile_name: str) -> list[RunResult]:
-    """The runs :func:`verify_archive` re-runs by default: for each experiment of the profile, its
-    cheapest archived run (:func:`maskfed.engine.runner.run_cost`, then the lowest seed), so every
-    experiment's code path (Table I, Table II, the control) is exercised at the least cost."""
+    """The runs :func:`verify_archive` re-runs by default: each experiment's cheapest archived run
+    (:func:`maskfed.engine.runner.run_cost`, then the lowest seed)."""
     from maskfed.engine.runner import run_cost
 
     prof = load_profile(profile_name)
@@ -536,8 +518,8 @@ TIMING_COLUMNS = ("wall_s",)
 
 def same_metrics(a: pd.DataFrame, b: pd.DataFrame) -> tuple[bool, float]:
     """Whether two metrics tables hold the same numbers bit for bit (every column but
-    :data:`TIMING_COLUMNS`; NaN equals NaN), and the largest absolute difference between them
-    (inf when their shapes or columns differ)."""
+    :data:`TIMING_COLUMNS`; NaN equals NaN), and the largest absolute difference (inf when their shapes
+    or columns differ)."""
     cols = [c for c in a.columns if c not in TIMING_COLUMNS]
     if list(a.columns) != list(b.columns) or a.shape != b.shape:
         return False, float("inf")
@@ -548,9 +530,9 @@ def same_metrics(a: pd.DataFrame, b: pd.DataFrame) -> tuple[bool, float]:
 
 
 def first_difference(archived: pd.DataFrame, rerun: pd.DataFrame) -> dict | None:
-    """The first cell, in round order and then column order, where two metrics tables differ (every column
-    but :data:`TIMING_COLUMNS`; NaN equals NaN): ``{"column", "round", "archived", "rerun"}``, or None when
-    they agree. Tables of other shapes or columns give ``{"column": "<what differs>", "round": None}``."""
+    """The first differing cell of two metrics tables, in round then column order (as :func:`same_metrics`):
+    ``{"column", "round", "archived", "rerun"}``, or None when they agree (``round`` None when the shapes
+    or columns differ)."""
     if list(archived.columns) != list(rerun.columns) or archived.shape != rerun.shape:
         return {"column": f"the tables differ in shape or columns ({archived.shape} vs {rerun.shape})",
                 "round": None, "archived": None, "rerun": None}
@@ -568,29 +550,25 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
                    scratch: Path | None = None, progress: bool = False) -> dict:
     """Re-run a sample of an archive's runs with this checkout's code and compare every metric.
 
-    The sample (``labels``, or :func:`default_sample`: one run per experiment) is recomputed from
-    round 1 in a scratch results folder (the archive and ``results/runs`` are not touched), and its
-    ``metrics.csv`` is compared with the archived one column by column, bit for bit
-    (:func:`same_metrics`; the first differing cell by :func:`first_difference`). The outcome is
-    appended to ``archive_dir()/<profile>/verified.json`` whatever it is, with the
-    :func:`content_digest` of every archived run: :func:`label` uses the newest record made on the
-    files as they are now, and only a record with every run identical (and no file differing from
-    its manifest) lets it say that this code reproduces the archive. Float32 sums differ between CPU models, so a check on another
-    machine than the archive's may fail without any code change (the record names the machine).
+    The sample is recomputed from round 1 in a scratch results folder (the archive and ``results/runs``
+    are untouched) and compared with the archived ``metrics.csv`` bit for bit (:func:`same_metrics`,
+    :func:`first_difference`). The record is appended to ``archive_dir()/<profile>/verified.json``
+    whatever the outcome, with every archived run's :func:`content_digest`; :func:`label` trusts only a
+    record on the files as they are now. Float32 sums differ between CPU models, so a check on another
+    machine may fail without any code change (the record names the machine).
 
     Args:
         profile_name: a profile with an archive.
         labels: run labels (``RunConfig.label()``) to re-run; None: :func:`default_sample`.
-        workers: worker processes for the re-runs (used when the archived runs recorded one torch
-            thread each, as a sweep's workers do; otherwise the runs go one after another in this
-            process with the thread count they recorded, since float32 sums depend on it).
+        workers: worker processes, used when the archived runs recorded one torch thread each;
+            otherwise the runs go one by one with the thread count they recorded.
         scratch: folder for the re-runs (None: a temporary folder, removed afterwards).
         progress: tqdm bars.
 
     Returns:
         The record appended: ``code_hash``, ``commit``, ``utc``, ``machine``, ``archived_code_hashes``,
         ``identical`` (all runs), ``runs`` (label, folder, identical, max_abs_diff, first_difference,
-        changed_files), ``contents`` (``{run folder: content_digest}`` of every archived run).
+        changed_files), ``contents`` (``{run folder: content_digest}``).
 
     Raises:
         ValueError: unknown profile, no archive, or a label not in the archive (naming those it has).
@@ -663,19 +641,16 @@ def how_to_make(profile_name: str) -> str:
 
 
 def column_name(profile_name: str, *, archived: bool = True) -> str:
-    """Header of a profile's column in the book's tables: ``"cpu-long (archived)"``, or the bare
-    name for the live profile. The ``paper`` profile's is ``"paper profile ..."``, so as not to
-    read as (or collide with) the column of the paper's own values, ``"paper"``."""
+    """Header of a profile's column in the book's tables: ``"cpu-long (archived)"``, or the bare name for the
+    live profile; ``paper`` becomes ``"paper profile ..."`` so as not to collide with the paper's column."""
     name = f"{profile_name}{' profile' if profile_name == 'paper' else ''}"
     return f"{name} (archived)" if archived else name
 
 
 def table_sources(live_name: str, live: pd.DataFrame, found: list["ArchivedSummary"],
                   paper: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """The columns of a book table, in order: the live profile, each archived profile, the paper.
-
-    Input for :func:`maskfed.analysis.summary.compare`; every source stays its own column.
-    """
+    """The columns of a book table, in order: the live profile, each archived profile, the paper (input for
+    :func:`maskfed.analysis.summary.compare`)."""
     return {column_name(live_name, archived=False): live,
             **{column_name(a.profile): a.table for a in found}, "paper": paper}
 
@@ -692,8 +667,8 @@ class ArchivedSummary:
     damaged: list[DamagedFolder] = field(default_factory=list)  # its runs' folders that are malformed (not used)
 
     def trends(self) -> dict:
-        """How many runs' recovery factor was still falling, flat or rising over the second half of
-        their rounds (:func:`maskfed.analysis.uncertainty.trend_counts`: a significant slope of its log)."""
+        """How many runs' recovery factor was still falling, flat or rising over the second half of their
+        rounds (:func:`maskfed.analysis.uncertainty.trend_counts`)."""
         return uncertainty.trend_counts(self.results)
 
 
@@ -701,21 +676,19 @@ def summaries(experiment: str, *, live: str | None = None,
               profiles: list[str] | tuple[str, ...] | None = None) -> tuple[list[ArchivedSummary], list[str]]:
     """Archived summaries of one experiment for every profile in ``profiles`` that has archived runs.
 
-    Each profile's runs are matched to that profile's own configurations
-    (:func:`select`) and summarised on their own; profiles are never pooled.
+    Each profile's runs are matched to its own configurations (:func:`select`) and summarised on their
+    own; profiles are never pooled.
 
     Args:
         experiment: "table1" or "table2".
-        live: the profile the book is built with. With ``profiles`` None it is left out
-            of :data:`BOOK_PROFILES` (``make book PROFILE=cpu-long`` recomputes cpu-long
-            live instead of reading its archive).
-        profiles: profiles to look for, in column order; None: :data:`BOOK_PROFILES`
-            less ``live``. A list given here is used as it is (a check can show a smoke
-            archive beside live smoke runs).
+        live: the profile the book is built with; left out of :data:`BOOK_PROFILES` when ``profiles``
+            is None.
+        profiles: profiles to look for, in column order, used as given; None: :data:`BOOK_PROFILES`
+            less ``live``.
 
     Returns:
-        ``(found, notes)``: an :class:`ArchivedSummary` per profile with runs, and one
-        sentence per profile without any (saying how to make its archive).
+        ``(found, notes)``: an :class:`ArchivedSummary` per profile with runs, and one sentence per
+        profile without any (saying how to make its archive).
 
     Raises:
         ValueError: experiment other than "table1"/"table2", or an unknown profile.
@@ -802,8 +775,8 @@ class ArchivedStudy:
 
 
 def ladder_trajectories(profile_name: str) -> dict[int, Path]:
-    """``{seed: archived run folder}`` of the stage ladder's run (:func:`maskfed.studies.stage.ladder_config`)
-    at each of the profile's seeds that the archive holds with θ snapshots."""
+    """``{seed: archived run folder}`` of the stage-ladder run (:func:`maskfed.studies.stage.ladder_config`)
+    at each profile seed that the archive holds with θ snapshots."""
     from maskfed.engine import runner
     from maskfed.studies import stage
 
@@ -818,8 +791,8 @@ def ladder_trajectories(profile_name: str) -> dict[int, Path]:
 
 
 def archive_stage_study(profile_name: str, *, workers: int | None = None, progress: bool = True) -> Path:
-    """Measure every protocol at the stage ladders of a profile's archived trajectories (one per seed,
-    :func:`ladder_trajectories`) with the profile's stage settings, and keep the result in
+    """Run the stage study (:func:`maskfed.studies.stage.run_study`, the profile's settings) on a
+    profile's archived ladder trajectories (:func:`ladder_trajectories`) and keep it in
     ``archive_dir()/<profile>/stage/`` (:data:`STAGE_FILES`), replacing an older one.
 
     Raises:
@@ -941,19 +914,18 @@ class ArchivedFactor:
 def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, progress: bool = True,
                          all_protocols: bool = False, data_path: str | None = None,
                          own_trajectories=()) -> Path:
-    """Compute a profile's model-size study ``part`` (:func:`maskfed.studies.factor_axes.model_study` with
-    :func:`maskfed.studies.factor_axes.model_spec`; every θ path and measurement cached, so a killed
-    command resumes) and keep it in :func:`factor_dir` (:data:`FACTOR_FILES`), replacing an older one.
+    """Compute a profile's model-size study ``part`` (:func:`maskfed.studies.factor_axes.model_study`,
+    :func:`maskfed.studies.factor_axes.model_spec`; cached, so a killed command resumes) and keep it in
+    :func:`factor_dir` (:data:`FACTOR_FILES`), replacing an older one.
 
-    θ of a "fedavg" model come from the profile's archived stage-ladder trajectory of its first seed
-    (:func:`ladder_trajectories`) when the archive holds it, else from its run in ``results/runs``
-    (trained when missing). A model with a FedAvg trajectory of its own (``rounds`` in its spec) reads it
-    from ``own_trajectories`` (finished run folders) or ``results/runs`` (trained when missing); the
-    archive keeps that run's folder without its θ (:data:`TRAJECTORY_FILES`, named ``trajectory-<file>``), and
-    ``checkpoints.csv`` the sha256 prefix of each θ measured.
+    θ of a "fedavg" model come from the archived stage-ladder trajectory of the first seed
+    (:func:`ladder_trajectories`), else from ``results/runs``. A model with a trajectory of its own reads
+    it from ``own_trajectories`` or ``results/runs`` (trained when missing); its folder is kept without θ
+    (:data:`TRAJECTORY_FILES`), and ``checkpoints.csv`` holds a sha256 prefix of each θ measured.
 
     Raises:
         ConfigError: a profile or part without a study (naming those defined).
+        ValueError: the study has more than one trajectory of its own.
     """
     import time
     from datetime import datetime, timezone

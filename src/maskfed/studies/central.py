@@ -1,20 +1,17 @@
 """Centralised SGD on the union of the client shards: θ at chosen test accuracies, seeded and resumable.
 
-The factor study (:mod:`maskfed.studies.factor_axes`) measures the recovery factor 1/Δ_S at a fixed θ
-for models whose FedAvg trajectory costs too much to train here (the wider small CNNs, ResNet-18-GN).
-Their θ come from this path instead: plain SGD (no momentum) with the run configuration's step size
-and batch size, on the union of the K client shards of its partition, from the same θ_0 as the
-FedAvg run of that seed (:func:`maskfed.studies.stage.initial_theta`). The test set is evaluated every
-``eval_every`` steps, and θ is kept at the first evaluation whose accuracy reaches each target. The
-design is ours; the paper trains only with FedAvg.
+The factor study (:mod:`maskfed.studies.factor_axes`) takes θ from here for models whose FedAvg
+trajectory costs too much to train (the wider small CNNs, ResNet-18-GN): plain SGD (no momentum)
+with the run configuration's step size and batch size, on the union of the K client shards, from
+the same θ_0 as that seed's FedAvg run (:func:`maskfed.studies.stage.initial_theta`). θ is kept at
+the first evaluation (every ``eval_every`` steps) whose test accuracy reaches each target. The design
+is ours; the paper trains only with FedAvg.
 
-Like a run (:mod:`maskfed.engine.runner`): every random draw is seeded (epoch e walks the union in the
-order of ``torch.randperm`` from a generator seeded by (seed, :data:`CENTRAL_STREAM`, e)), a
-checkpoint is saved at each evaluation into a hidden partial folder under a lock
-(:mod:`maskfed.engine.checkpoint`), the same call after a kill continues from it with the same numbers
-(on the same machine and thread count), and the finished folder ``results/central/central-<label>-<key>``
-is renamed into place atomically. Its key hashes the configuration, the settings, the run code plus
-this module (:data:`CENTRAL_MODULES`) and the data fingerprint.
+Like a run (:mod:`maskfed.engine.runner`): every draw is seeded (:func:`epoch_order`), a checkpoint
+is saved at each evaluation into a hidden partial folder under a lock (:mod:`maskfed.engine.checkpoint`),
+a killed path resumes from it with the same numbers (same machine and thread count), and the
+finished folder ``results/central/central-<label>-<key>`` is renamed into place. Its key hashes the
+configuration, the settings, the run code plus :data:`CENTRAL_MODULES` and the data fingerprint.
 """
 
 from __future__ import annotations
@@ -130,13 +127,12 @@ def train(cfg: RunConfig, spec: CentralSpec, *, progress: bool = False,
     finished folder).
 
     Args:
-        cfg: the run configuration whose data, partition (the union of its shards), model, θ_0
-            (its seed), step size ``lr`` and batch size (images per step; "full": the whole union)
-            are used; its FedAvg fields (rounds, K_c, τ) are not read.
+        cfg: its data, partition, model, θ_0 (seed), ``lr`` and batch size (images per step; "full":
+            the whole union) are used; rounds, K_c and τ are not.
         spec: targets, evaluation cadence, step budget.
         progress: a tqdm bar over steps.
-        on_checkpoint: called with the step count after each checkpoint is saved (tests use it to
-            stop a path half-way).
+        on_checkpoint: called with the step count after each checkpoint is saved (tests stop a path
+            half-way with it).
 
     Returns:
         :class:`CentralResult`.

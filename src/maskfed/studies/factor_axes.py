@@ -1,25 +1,19 @@
 """What sets the recovery factor? Cohort size, step size and model size, each at a fixed θ.
 
 The measurement is the stage study's (:mod:`maskfed.studies.stage`): at a fixed θ every client of a
-seeded pool trains once under a local protocol, nothing is aggregated, and many cohorts are drawn
-from the pool, the same cohorts and shuffles for every protocol (a paired comparison). Here each
-(θ, protocol) keeps the **Gram matrix** of its pool's updates, G_kl = ⟨Δ_k, Δ_l⟩ in float64: the
-recovery factor (eq. 3, 8) and the signal-noise split (eq. 13-14) of any cohort need only G's
-submatrix and the shard sizes, so cohorts of every size K_c come from one training of each client.
+seeded pool trains once under a local protocol, nothing is aggregated, and the same cohorts are drawn
+from the pool for every protocol (a paired comparison). Each (θ, protocol) keeps the Gram matrix
+G_kl = ⟨Δ_k, Δ_l⟩ of the pool's updates (float64): the recovery factor (eq. 3, 8) and the signal-noise
+split (eq. 13-14) of any cohort need only G's submatrix and the shard sizes.
 
-Three axes the paper fixes:
+Three axes the paper fixes: cohort size (:func:`cohort_size_table`, :func:`eq12_table`, against eq. 12),
+step size (:func:`lr_verdict`) and model size (:func:`model_study`: the small CNN at several widths and
+ResNet-18-GN, at θ of matched test accuracy from FedAvg or from centralised SGD,
+:mod:`maskfed.studies.central`).
 
-* **cohort size** (:func:`cohort_size_table`, :func:`eq12_table`): one θ, a pool of every client,
-  cohorts of K_c = 2 ... K against eq. 12 evaluated with r = ‖μ̂‖²/σ̂² measured at one K_c;
-* **step size** (:func:`lr_verdict`): one θ, several lr at full batch and at a minibatch, and the
-  same lr/bs reached two ways;
-* **model size** (:func:`model_study`): the small CNN at several widths and ResNet-18-GN, each at
-  θ of matched test accuracy, reached by FedAvg (a trajectory's kept θ) or by centralised SGD on
-  the union of the shards (:mod:`maskfed.studies.central`), labelled as such.
-
-The Gram matrices are measured, cached and resumed by :mod:`maskfed.studies.pool_gram`, whose key does
-not hash this module: editing a table or a rule here recomputes nothing. The design (pools, paired
-cohorts, θ matched by accuracy, every rule and threshold) is ours; the quantities are the paper's.
+Gram matrices are cached by :mod:`maskfed.studies.pool_gram`, whose key does not hash this module. The
+design (pools, paired cohorts, θ matched by accuracy, every rule and threshold) is ours; the quantities
+are the paper's.
 """
 
 from __future__ import annotations
@@ -117,10 +111,9 @@ def cohort_size_table(gram_PxP, n_P, sizes, num_cohorts: int, seed: int) -> pd.D
 def signal_to_noise(cohorts: pd.DataFrame) -> float:
     """r̂ = mean ‖μ̂‖² / mean σ̂² over the cohorts given (eq. 12's r from the estimators of eq. 13-14).
 
-    The ratio of means, not the mean of ratios: for cohorts drawn without replacement from a
-    finite pool of N clients, E[σ̂²] is the pool's variance S² = Σ‖Δ_k − Δ̄‖²/(N − 1) at every K_c and
-    E[‖μ̂‖²] = ‖Δ̄‖² − S²/N, and with this r eq. 12 gives K_c·E[B]/E[A] exactly at every K_c (and
-    1/Δ_S itself at K_c = N). Derivation ours (tests/test_factor_axes.py checks it by enumeration).
+    A ratio of means: for cohorts drawn without replacement from a pool of N clients, E[σ̂²] = S² (the
+    pool's variance) and E[‖μ̂‖²] = ‖Δ̄‖² − S²/N at every K_c, so eq. 12 with this r gives K_c·E[B]/E[A]
+    exactly (1/Δ_S itself at K_c = N). Derivation ours (tests/test_factor_axes.py checks it by enumeration).
     """
     return float(cohorts["mu2_hat"].mean() / cohorts["sigma2_hat"].mean())
 
@@ -133,11 +126,10 @@ def eq12_table(cohorts: pd.DataFrame, ref_kc: int) -> pd.DataFrame:
         ref_kc: the K_c whose cohorts give r̂ (the paper's K_c = 10).
 
     Returns:
-        One row per K_c: ``k_c``, ``cohorts``, median and quartiles of 1/Δ_S (unweighted) over
-        cohorts, ``share`` = median/K_c (the share of the penalty recovered) with its quartiles,
-        ``predicted`` = (K_c r̂ + 1)/(r̂ + 1) and ``predicted_share``, ``ratio_of_means`` = K_c·mean B /
-        mean A, ``rel_dev`` = median/predicted − 1, ``within_iqr`` (the prediction inside the
-        quartiles), and ``r`` (the r̂ used).
+        One row per K_c: ``k_c``, ``cohorts``, ``median``/``q1``/``q3`` of unweighted 1/Δ_S over cohorts,
+        ``share`` = median/K_c (with ``share_q1``, ``share_q3``), ``predicted`` = (K_c r̂ + 1)/(r̂ + 1),
+        ``predicted_share``, ``ratio_of_means`` = K_c·mean B / mean A, ``rel_dev`` = median/predicted − 1,
+        ``within_iqr`` (prediction inside the quartiles) and ``r`` (the r̂ used).
 
     Raises:
         ValueError: no cohorts of size ``ref_kc``.
@@ -158,8 +150,7 @@ def eq12_table(cohorts: pd.DataFrame, ref_kc: int) -> pd.DataFrame:
 
 
 def share_falls(eq12: pd.DataFrame) -> bool:
-    """Whether the measured share (1/Δ_S)/K_c falls at every step up in K_c (the issue's expectation
-    from eq. 12 for any r < ∞)."""
+    """Whether the measured share (1/Δ_S)/K_c falls at every step up in K_c (eq. 12's expectation for any r < ∞)."""
     s = eq12.sort_values("k_c")["share"].to_numpy()
     return bool(np.all(np.diff(s) < 0))
 
@@ -174,25 +165,22 @@ def lr_verdict(table: pd.DataFrame, *, small_bs: int, large_bs: int, lr: float, 
     """Is it the batch size or the step size that sets 1/Δ_S? A stated rule, ours.
 
     Three minibatch cells at τ = 1: A, ``small_bs`` at ``lr`` (the reference); B, ``large_bs`` at ``lr``
-    (the same step, a larger batch: less sampling noise per step, fewer steps); C, ``large_bs`` at
-    ``factor``·lr with factor = large_bs/small_bs (the same lr/bs as A, so the same noise per unit of
-    step, and the same lr·T). Of the three pairs, the one whose medians of 1/Δ_S lie closest names
-    what sets the factor: A ≈ B "step size" (the batch changes nothing at a fixed step), A ≈ C
-    "lr/bs" (the same ratio gives the same factor), B ≈ C "batch size" (the larger batch gives the
-    same factor at both steps). The answer is "clear" when that pair's difference is within the
-    reference's interquartile range over cohorts and the other two are not.
+    (the same step); C, ``large_bs`` at ``factor``·lr (the same lr/bs as A). The pair whose medians of
+    1/Δ_S lie closest names the cause: A ≈ B "step size", A ≈ C "lr/bs", B ≈ C "batch size". The answer
+    is "clear" when that pair's difference is within A's interquartile range over cohorts and the other
+    two are not.
 
     Args:
         table: one row per cell with ``batch_size`` (text), ``local_epochs``, ``lr`` and the
             :func:`summarise` columns.
-        small_bs, large_bs: the two batch sizes.
+        small_bs, large_bs: the two batch sizes (images).
         lr: the reference step size.
         factor: large_bs / small_bs (the lr multiplier that keeps lr/bs).
 
     Returns:
-        ``{"reference", "same_lr", "same_ratio"}`` (the medians of A, B, C), ``"differences"``
-        (``{"step size": |A − B|, "lr/bs": |A − C|, "batch size": |B − C|}``), ``"iqr"`` (A's),
-        ``"closer"`` (the key of the smallest difference) and ``"clear"`` (bool).
+        ``reference``, ``same_lr``, ``same_ratio`` (medians of A, B, C), ``differences``
+        (``{"step size": |A − B|, "lr/bs": |A − C|, "batch size": |B − C|}``), ``iqr`` (A's),
+        ``closer`` (key of the smallest difference) and ``clear`` (bool).
 
     Raises:
         KeyError: a cell missing from ``table``.
@@ -230,9 +218,9 @@ LR_VERDICTS = {
 
 
 def lr_shape(table: pd.DataFrame, batch_size: str, local_epochs: int) -> dict:
-    """How one cell's median 1/Δ_S moves as the step size rises (:func:`lr_axis` rows): ``values`` (lr ->
-    median, in lr order), ``shape`` ("rises", "falls", "flat" within 1 % of its first value, or "dips"/"peaks"
-    when it turns, with the turning lr in ``at``), and ``text``, one clause.
+    """How one cell's median 1/Δ_S moves as lr rises (:func:`lr_axis` rows): ``values`` (lr -> median),
+    ``shape`` ("rises", "falls", "flat" within 1 % of its first value, or "dips"/"peaks" with the turning
+    lr in ``at``) and ``text``, one clause.
 
     Raises:
         ValueError: the cell has fewer than two step sizes.
@@ -262,8 +250,8 @@ def lr_shape(table: pd.DataFrame, batch_size: str, local_epochs: int) -> dict:
 
 
 def lr_shape_text(table: pd.DataFrame, batch_size, lrs) -> str:
-    """The step-size section's sentence on how the factor at ``batch_size``, τ = 1 moves with lr (:func:`lr_shape`),
-    and, where it turns, what that means for the two-cell rule."""
+    """The step-size section's sentence on how the factor at ``batch_size``, τ = 1 moves with lr
+    (:func:`lr_shape`), with a caveat for the two-cell rule where it turns."""
     shape = lr_shape(table, str(batch_size), 1)
     return (f"As lr rises from {min(lrs):g} to {max(lrs):g}, the factor at batch size {batch_size}, τ = 1 "
             f"{shape['text']}" + (
@@ -287,10 +275,9 @@ def cliff(table: pd.DataFrame) -> float:
 def path_check(table: pd.DataFrame, *, model: str, width: int | None) -> pd.DataFrame:
     """Does the way θ was reached change the measurement? A stated rule, ours.
 
-    For one model measured at θ of FedAvg and of centralised SGD at the same target accuracies, per
-    (target, protocol): the two medians of 1/Δ_S over cohorts, their difference, and the FedAvg θ's
-    interquartile range over cohorts. The path "changes the measurement by less than its spread"
-    where |difference| <= that range.
+    For one model measured at FedAvg and at centralised-SGD θ of the same target accuracies, the path
+    "changes the measurement by less than its spread" where the difference of the medians of 1/Δ_S over
+    cohorts is at most the FedAvg θ's interquartile range.
 
     Args:
         table: :attr:`ModelStudy.table` rows.
@@ -325,9 +312,9 @@ def path_checks(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 
 def route_summary(check: pd.DataFrame) -> dict:
-    """How much the way θ was reached moves 1/Δ_S, from one :func:`path_check` table: the ratio
-    centralised / FedAvg per (target, protocol) cell, ``{"min", "median", "max"}`` of it, ``cells``
-    and ``beyond`` (cells whose difference exceeds the FedAvg θ's interquartile range over cohorts)."""
+    """How much the way θ was reached moves 1/Δ_S in one :func:`path_check` table: ``min``, ``median``,
+    ``max`` of the ratio centralised / FedAvg over its cells, ``cells``, and ``beyond`` (cells whose
+    difference exceeds the FedAvg θ's interquartile range)."""
     ratio = check["centralised"] / check["fedavg"]
     return {"min": float(ratio.min()), "median": float(ratio.median()), "max": float(ratio.max()),
             "cells": int(len(check)), "beyond": int((~check["within"]).sum())}
@@ -361,19 +348,16 @@ def fedavg_checkpoints(cfg: RunConfig, targets, candidates, *, trajectory: Path 
                        last_if_unreached: bool = False, progress: bool = False) -> tuple[list[Checkpoint], pd.DataFrame]:
     """θ of a FedAvg trajectory at the first kept round reaching each target accuracy.
 
-    The trajectory is ``cfg``'s run with θ kept at ``candidates`` (its rounds): the folder
-    ``trajectory`` (an archived run), else the run in ``results/runs``, trained when missing
-    (:func:`maskfed.engine.runner.run`, resumable, with ``keep_every=candidates``). Each kept θ is tested
-    by :func:`maskfed.studies.stage.build_ladder` (cached; a run found without kept θ is then trained
-    again by the ladder itself).
+    The trajectory is ``cfg``'s run keeping θ at ``candidates``: the folder ``trajectory``, else the run in
+    ``results/runs``, trained when missing (:func:`maskfed.engine.runner.run`). Kept θ are tested by
+    :func:`maskfed.studies.stage.build_ladder` (cached).
 
     Args:
         cfg: the trajectory's run configuration (the stage ladder's: bs 32, τ 2 at Table I's α).
         targets: test accuracies (fractions).
         candidates: rounds whose θ the run keeps (a list, or every n-th round as an int).
         trajectory: an archived run folder of ``cfg`` with ``thetas.pt``, or None.
-        last_if_unreached: give a target the trajectory never reaches the θ of its last round
-            (``reached`` stays False) instead of none.
+        last_if_unreached: give an unreached target the last round's θ (``reached`` stays False).
         progress: tqdm bars.
 
     Returns:
@@ -407,8 +391,8 @@ def fedavg_checkpoints(cfg: RunConfig, targets, candidates, *, trajectory: Path 
 
 
 def trajectory_config(base: RunConfig, m: "ModelSpec") -> RunConfig:
-    """The run configuration of model ``m``'s own FedAvg trajectory: ``base`` (the profile's stage-ladder
-    run) with the model, its rounds and its evaluation interval (every round of the last quarter too).
+    """Run configuration of model ``m``'s own FedAvg trajectory: ``base`` (the stage-ladder run) with
+    ``m``'s model, rounds and evaluation interval (also in the last quarter).
 
     Raises:
         ValueError: ``m`` has no trajectory of its own (``rounds`` is None).
@@ -423,11 +407,9 @@ def trajectory_config(base: RunConfig, m: "ModelSpec") -> RunConfig:
 def evaluated_checkpoints(cfg: RunConfig, targets, folder: Path) -> tuple[list[Checkpoint], pd.DataFrame]:
     """θ of a finished FedAvg run at the first evaluated round whose test accuracy reaches each target.
 
-    The run tested its global model on every test image at the rounds of
-    :func:`maskfed.engine.fedavg.eval_rounds` (``test_acc`` in its ``metrics.csv``); those accuracies are
-    read, not recomputed, so the resolution of "first reaches" is the run's evaluation interval. The θ
-    of a hit round comes from the run's ``thetas.pt``. A target never reached gives a checkpoint with
-    ``reached`` False.
+    The accuracies are the run's own (``test_acc`` in ``metrics.csv``, at
+    :func:`maskfed.engine.fedavg.eval_rounds`), so "first reaches" has the run's evaluation interval as
+    resolution; θ comes from its ``thetas.pt``. A target never reached gives ``reached`` False.
 
     Args:
         cfg: the run's configuration; ``folder``'s ``config.json`` must hold the same (up to where it ran).
@@ -438,8 +420,7 @@ def evaluated_checkpoints(cfg: RunConfig, targets, folder: Path) -> tuple[list[C
         (one :class:`Checkpoint` per target, the accuracy at every evaluated round: round, test_acc, test_loss).
 
     Raises:
-        ValueError: the folder holds another configuration, or keeps no θ at a round that reached a target
-            (naming the rounds it keeps).
+        ValueError: the folder holds another configuration, or keeps no θ at a round that reached a target.
     """
     folder = Path(folder)
     if not stage.holds(folder, cfg):
@@ -540,8 +521,11 @@ def make_axes_spec(profile: str, **fields) -> AxesSpec:
 
 
 def minibatches(profile: Profile) -> tuple[int, int]:
-    """(small, large) minibatch sizes of the axes: Table II's batch size (32 at the cpu and paper
-    profiles) and 4 times it (128), the two minibatch sizes of Table I there."""
+    """(small, large) minibatch sizes of the axes: Table II's batch size and 4 times it (images).
+
+    Raises:
+        ConfigError: Table II's batch size is "full".
+    """
     small = profile.table2.batch_size
     if small == "full":
         raise ConfigError("the step-size axis needs a minibatch size in table2.batch_size; got 'full'")
@@ -550,18 +534,12 @@ def minibatches(profile: Profile) -> tuple[int, int]:
 
 def axes_theta(profile: Profile, spec: AxesSpec, *, trajectory: Path | None = None,
                progress: bool = False) -> tuple[Checkpoint, pd.DataFrame]:
-    """The one θ of the cohort-size and step-size axes: the stage ladder's trajectory of
-    ``profile`` (:func:`maskfed.studies.stage.ladder_config`, first seed) at the first kept round
-    reaching ``spec.target``, or its last kept round when it never does (``reached`` is then False).
+    """The one θ of the cohort-size and step-size axes, and the accuracy of every kept round.
 
-    Args:
-        profile: whose trajectory (an archived one via ``trajectory``, else its run in ``results/runs``,
-            trained when missing).
-        spec: the axis settings.
-        trajectory: archived run folder of that trajectory, or None.
-
-    Returns:
-        (the :class:`Checkpoint`, the accuracy of every kept round).
+    θ is the first kept round of the profile's stage-ladder trajectory
+    (:func:`maskfed.studies.stage.ladder_config`, first seed) reaching ``spec.target``, else its last kept
+    round (``reached`` False). ``trajectory``: an archived folder of that run; None: its run in
+    ``results/runs``, trained when missing.
     """
     cfg = stage.ladder_config(profile)
     sspec = stage.make_spec(profile.name)
@@ -581,8 +559,8 @@ def cohort_protocols(profile: Profile) -> dict[str, Protocol]:
 
 def cohort_axis(profile: Profile, ck: Checkpoint, spec: AxesSpec, *, workers: int = 1,
                 progress: bool = False) -> pd.DataFrame:
-    """1/Δ_S at every cohort size of ``spec`` for :func:`cohort_protocols`, at θ of ``ck``, with a
-    pool of every client (the profile's K); cohort sizes above K are left out.
+    """1/Δ_S at every cohort size of ``spec`` (those up to K) for :func:`cohort_protocols`, at θ of
+    ``ck``, with a pool of every client.
 
     Returns:
         :func:`cohort_size_table` rows with a ``protocol`` column.
@@ -599,9 +577,9 @@ def cohort_axis(profile: Profile, ck: Checkpoint, spec: AxesSpec, *, workers: in
 
 
 def lr_cells(profile: Profile, spec: AxesSpec) -> list[tuple[BatchSize, int, float]]:
-    """The step-size axis's cells (batch size, τ, lr): full batch at τ = 1 and 2 and the small
-    minibatch at τ = 1 for every lr of ``spec``, and the large minibatch at τ = 1 at the base lr and
-    at (large/small) × base lr (the same lr/bs as the small minibatch at the base lr)."""
+    """The step-size axis's cells (batch size, τ, lr): for every lr of ``spec``, full batch at τ = 1 and 2
+    and the small minibatch at τ = 1; the large minibatch at τ = 1 at the base lr and at
+    (large/small) × base lr."""
     small, large = minibatches(profile)
     lr0 = stage.ladder_config(profile).lr
     cells = [(bs, tau, lr) for lr in spec.lrs for bs, tau in (("full", 1), ("full", 2), (small, 1))]
@@ -610,8 +588,8 @@ def lr_cells(profile: Profile, spec: AxesSpec) -> list[tuple[BatchSize, int, flo
 
 def lr_axis(profile: Profile, ck: Checkpoint, spec: AxesSpec, *, workers: int = 1,
             progress: bool = False) -> pd.DataFrame:
-    """1/Δ_S, σ̂² and ‖μ̂‖² (medians and quartiles over cohorts of the profile's K_c drawn from a
-    seeded pool of ``spec.lr_pool``) in every cell of :func:`lr_cells`, at θ of ``ck``.
+    """1/Δ_S, σ̂² and ‖μ̂‖² (medians and quartiles over cohorts of K_c from a seeded pool of
+    ``spec.lr_pool`` clients) in every cell of :func:`lr_cells`, at θ of ``ck``.
 
     Returns:
         One row per cell: ``batch_size`` (text), ``local_epochs``, ``lr`` and the :func:`summarise` columns.
@@ -661,11 +639,11 @@ class ModelSpec(BaseModel):
         return self
 
     def kept(self) -> list[int]:
-        """Rounds whose θ the model's own trajectory keeps: 0, then every ``keep_every`` from ``keep_from``
-        (and its last round, :func:`maskfed.engine.runner.kept_rounds`).
+        """Rounds whose θ the model's own trajectory keeps: 0, every ``keep_every`` from ``keep_from``, and
+        the last (:func:`maskfed.engine.runner.kept_rounds`).
 
         Raises:
-            ValueError: the spec has no trajectory of its own (``rounds`` is None).
+            ValueError: no trajectory of its own (``rounds`` is None).
         """
         if self.rounds is None:
             raise ValueError("this model's θ come from the profile's trajectory; it keeps no rounds of its own")
@@ -728,8 +706,8 @@ PART_NAMES = {"models": "The small-CNN study", "resnet": "ResNet-18-GN at centra
 
 
 def model_spec(profile: str, part: str, *, all_protocols: bool = False) -> ModelStudySpec:
-    """The default :class:`ModelStudySpec` of a profile's part ("models" or "resnet");
-    ``all_protocols``: every protocol of the profile's Table I grid.
+    """The default :class:`ModelStudySpec` of a profile's ``part`` (:data:`MODEL_PARTS`);
+    ``all_protocols`` adds every protocol of the profile's Table I grid.
 
     Raises:
         ConfigError: a profile or part without defaults (naming those that have them).
@@ -766,16 +744,13 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
     """Measure every protocol of ``spec`` at θ of every model of ``spec`` at every target accuracy reached.
 
     The base configuration is the profile's stage-ladder run (:func:`maskfed.studies.stage.ladder_config`,
-    first seed: its data, partition, K_c, lr and seed) with the model replaced. θ from "fedavg":
-    that run's kept θ (the archived ``trajectory`` for the base run's own model, else the run in
-    ``results/runs``, trained when missing: :func:`fedavg_checkpoints`), or, for a model with a trajectory of
-    its own (``rounds``, :func:`trajectory_config`), that run: the folder among ``own_trajectories`` that
-    holds its configuration, else its run in ``results/runs``, trained when missing (resumable), its θ
-    at the first evaluated round reaching each target (:func:`evaluated_checkpoints`); from
-    "centralised": :func:`central_checkpoints` with the
-    base's lr and batch size. Every (θ, protocol) trains the same seeded pool
-    (:func:`maskfed.studies.stage.pool_and_cohorts`), and the same cohorts are drawn for every model.
-    Every part is cached and resumable: a rerun continues where a killed one stopped.
+    first seed) with the model replaced. θ from "fedavg": that run's kept θ (:func:`fedavg_checkpoints`;
+    ``trajectory`` for the base model), or, for a model with ``rounds``, its own run
+    (:func:`trajectory_config`, :func:`find_own_trajectory` in ``own_trajectories``, else trained) at the
+    first evaluated round reaching each target (:func:`evaluated_checkpoints`). θ from "centralised":
+    :func:`central_checkpoints` with the base's lr and batch size. Every (θ, protocol) trains the same
+    seeded pool and is scored on the same cohorts (:func:`maskfed.studies.stage.pool_and_cohorts`). Every
+    part is cached and resumable.
 
     Raises:
         ConfigError: a pool larger than K, or an invalid protocol, before any training.
@@ -846,14 +821,12 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
 
 
 def unfinished_trajectory(partial: Path, cfg: RunConfig, dest: Path) -> Path:
-    """A run folder, at ``dest``, of what an unfinished run has done so far, read from its partial folder
-    (:func:`maskfed.engine.checkpoint.partial_dir`: the last checkpoint's records and the θ snapshots kept up to
-    its round), so a study can use the θ a long trajectory has already reached before it ends.
+    """A run folder at ``dest`` of what an unfinished run has done so far (the θ it has reached).
 
-    ``dest`` holds ``config.json`` (the run's, with its full round budget), ``metrics.csv`` (rounds 1 to the
-    checkpoint's), ``thetas.pt`` (the snapshots up to that round) and ``provenance.json`` (``unfinished``:
-    true, ``rounds_done``, ``rounds``, the run key, the wall time so far); nothing is recomputed. The partial
-    folder is only read, so the run can go on from it.
+    Reads, without changing it, the run's partial folder (:func:`maskfed.engine.checkpoint.partial_dir`).
+    ``dest`` gets ``config.json`` (the full round budget), ``metrics.csv`` (rounds up to the last
+    checkpoint's), ``thetas.pt`` (snapshots up to that round) and ``provenance.json`` (``unfinished``:
+    true, ``rounds_done``, ``rounds``, the run key, the wall time so far).
 
     Args:
         partial: the run's hidden ``.partial-<run folder>`` folder.
@@ -888,10 +861,9 @@ def unfinished_trajectory(partial: Path, cfg: RunConfig, dest: Path) -> Path:
 
 
 def find_own_trajectory(cfg: RunConfig, folders: Sequence[Path]) -> Path | None:
-    """The folder among ``folders`` whose ``config.json`` holds ``cfg`` (up to where it ran), else None. A
-    running run's partial folder (``checkpoint.pt``, no ``config.json``) whose name carries ``cfg``'s label is
-    read as far as its last checkpoint (:func:`unfinished_trajectory`, into ``results/unfinished/``): it holds
-    no configuration, so only its label and run key tie it to ``cfg``."""
+    """The folder among ``folders`` whose ``config.json`` holds ``cfg`` (up to where it ran), else None.
+    A running run's partial folder named with ``cfg``'s label is read up to its last checkpoint
+    (:func:`unfinished_trajectory`, into ``results/unfinished/``)."""
     for f in map(Path, folders):
         if (f / "config.json").is_file():
             if stage.holds(f, cfg):
@@ -920,13 +892,9 @@ THETA_KEYS = ["model", "params", "source", "target", "test_acc"]
 
 
 def model_overview(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per θ of a model-size study (model, parameters, θ source, target and reached test
-    accuracy): the median 1/Δ_S over cohorts of every protocol (columns in the order measured) and
-    the cliff (:func:`cliff`; NaN without both a full-batch and a minibatch protocol).
-
-    Args:
-        table: :attr:`ModelStudy.table` (or an archived one), possibly of several studies.
-    """
+    """One row per θ of a model-size study (index :data:`THETA_KEYS`): the median 1/Δ_S over cohorts of
+    every protocol (in the order measured) and the :func:`cliff` (NaN without both a full-batch and a
+    minibatch protocol). ``table``: :attr:`ModelStudy.table` (or archived ones, several studies allowed)."""
     t = table.assign(model=[model_label(m, w) for m, w in zip(table["model"], table["width"])],
                      protocol=[protocol_label(b, e) for b, e in zip(table["batch_size"], table["local_epochs"])])
     wide = t.pivot_table(index=THETA_KEYS, columns="protocol", values="recovery_unweighted", sort=False)
@@ -948,8 +916,8 @@ def model_signal_noise(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def paper_overview() -> pd.DataFrame:
-    """The paper's Table I as one row of :func:`model_overview` (ResNet-18-GN, each protocol on its own
-    200-round trajectory, so at its own accuracy: ``test_acc`` is NaN), its cliff included."""
+    """The paper's Table I as one row of :func:`model_overview`, its cliff included (ResNet-18-GN; each
+    protocol on its own 200-round trajectory, so ``test_acc`` is NaN)."""
     from maskfed.analysis.summary import paper_table
 
     p = paper_table("table1").reset_index()
@@ -962,13 +930,12 @@ def paper_overview() -> pd.DataFrame:
 
 
 def by_model(overview: pd.DataFrame, reference: str) -> pd.DataFrame:
-    """Per model, what :func:`cliff_verdict` says over that model's θ alone, and the range of the
-    ``reference`` protocol's median 1/Δ_S over them: one row per model (index: the model's name, in
-    order of parameter count), columns ``params``, ``holds``, ``measured``, ``cliff_min``,
-    ``cliff_max``, ``ref_min``, ``ref_max`` (NaN where ``reference`` was not measured).
+    """Per model (index: its name, in order of parameter count): :func:`cliff_verdict` over its θ
+    (``holds``, ``measured``, ``cliff_min``, ``cliff_max``), ``params``, and the range ``ref_min``,
+    ``ref_max`` of the ``reference`` protocol's median 1/Δ_S (NaN where not measured).
 
     Args:
-        overview: :func:`model_overview` rows (index :data:`THETA_KEYS`).
+        overview: :func:`model_overview` rows.
         reference: a protocol column of ``overview`` (:func:`protocol_label`), e.g. ``"bs 32, τ 2"``.
     """
     rows = {}
@@ -986,22 +953,20 @@ def paper_at_matched_accuracy(table: pd.DataFrame, paper: pd.DataFrame, *, model
                               source: str | None = None) -> pd.DataFrame:
     """The paper's Table I beside this study's θ of the same model nearest to each row's test accuracy.
 
-    The paper reports each protocol at the end of its own 200-round FedAvg trajectory (median over
-    the last 50 rounds, final test accuracy); here every protocol is measured at fixed θ. For each
-    protocol of ``paper`` that ``table`` measured for ``model``, the θ whose test accuracy is closest to
-    the paper's (ties: the lower accuracy) is set beside it. A comparison rule of ours.
+    The paper measures each protocol at the end of its own 200-round FedAvg trajectory; here every
+    protocol is measured at fixed θ. Per protocol, the θ whose test accuracy is closest to the paper's
+    (ties: the lower) is set beside it. A comparison rule of ours.
 
     Args:
         table: :attr:`ModelStudy.table` rows (or an archived one).
-        paper: :func:`maskfed.analysis.summary.paper_table` ``("table1")`` (index batch_size, local_epochs;
-            columns ``test_acc``, ``recovery_unweighted``).
+        paper: :func:`maskfed.analysis.summary.paper_table` ``("table1")``.
         model: the model of ``table`` to compare (default the paper's ResNet-18-GN).
         source: only θ reached this way ("fedavg" or "centralised"); None: any.
 
     Returns:
         One row per protocol in the paper's order (index :func:`protocol_label`): ``paper_acc``,
-        ``paper``, ``acc`` (of the nearest θ), ``measured`` (its median 1/Δ_S over cohorts) and
-        ``ratio`` (measured / paper). Empty when ``model`` (from ``source``) is not in ``table``.
+        ``paper``, ``acc`` (of the nearest θ), ``measured`` (its median 1/Δ_S) and ``ratio``
+        (measured / paper). Empty when ``model`` (from ``source``) is not in ``table``.
     """
     t = table[(table["model"] == model) & ((table["source"] == source) if source is not None else True)]
     rows = {}
@@ -1020,7 +985,7 @@ def paper_at_matched_accuracy(table: pd.DataFrame, paper: pd.DataFrame, *, model
 
 def cliff_verdict(overview: pd.DataFrame) -> dict:
     """Does the paper's cliff (full batch above every minibatch protocol) hold for every model? A
-    stated rule, ours: at each θ, "holds" when the cliff (:func:`model_overview`) exceeds 1.
+    stated rule, ours: "holds" at a θ whose :func:`cliff` (:func:`model_overview`) exceeds 1.
 
     Returns:
         ``{"holds": θ with cliff > 1, "measured": θ with a cliff, "min", "max"}`` over the rows given.

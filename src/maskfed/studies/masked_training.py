@@ -1,14 +1,11 @@
 """Masked FedAvg training (past the paper's limits, limitation 3): the runs and their summaries.
 
-The paper measures how much of the masking penalty survives averaging, not
-what it is worth. This module builds the runs of the chapter
-``notebooks/masked_training.md`` (every keep probability p × mask mode ×
-protocol × seed, each a cached :mod:`maskfed.engine.runner` run with
-``mask_keep_prob``/``mask_mode`` set, the final model's sharpness and, on the
-unmasked runs, the Hessian-weighted recovery factor logged) and summarises
-them: medians and ranges across seeds, and a stated rule for "does masking buy
-flatness or accuracy". It is a book helper: no run executes it, so it is not in
-:data:`maskfed.provenance.RUN_MODULES`.
+The paper measures how much of the masking penalty survives averaging, not what it is worth. This
+module builds the runs of ``notebooks/masked_training.md`` (keep probability p × mask mode ×
+protocol × seed, each a cached :mod:`maskfed.engine.runner` run logging the final model's sharpness
+and, when unmasked, the Hessian-weighted recovery factor) and summarises them: medians and ranges
+across seeds, and a stated rule (ours) for "does masking buy flatness or accuracy". A book helper,
+not in :data:`maskfed.provenance.RUN_MODULES`.
 """
 
 from __future__ import annotations
@@ -63,9 +60,9 @@ def configs(profile: Profile, protocols: dict, keep_probs, modes, *, sharpness_i
             hessian_batch: int, **fields) -> dict[tuple[Setting, int], RunConfig]:
     """The run configuration of every (setting, seed); ``fields`` replace the profile's base (e.g. rounds).
 
-    The unmasked runs (p = 1) also log the Hessian-weighted recovery factor every ``hessian_every``
-    rounds (0: never); every run measures its final model's sharpness with ``sharpness_iters``
-    power iterations and Hutchinson probes on a fixed batch of ``hessian_batch`` training images.
+    Unmasked runs (p = 1) also log the Hessian-weighted recovery factor every ``hessian_every`` rounds
+    (0: never); every run measures its final model's sharpness (``sharpness_iters`` power iterations
+    and Hutchinson probes on ``hessian_batch`` training images).
 
     Raises:
         ValueError / ConfigError: as :func:`settings` and :meth:`maskfed.engine.config.Profile.run`.
@@ -86,12 +83,11 @@ SETS = ("batch_size", "local_epochs", "mask_keep_prob", "mask_mode", "sharpness_
 
 
 def profile_configs(profile: Profile) -> dict[tuple[Setting, int], RunConfig]:
-    """The runs of a profile's ``masked:`` section (:class:`maskfed.engine.config.MaskedSpec`): :func:`configs`
-    of its protocols, keep probabilities and modes at every seed, on the profile's base (its rounds, K_c, model).
+    """:func:`configs` of a profile's ``masked:`` section (:class:`maskfed.engine.config.MaskedSpec`) at
+    every seed, on the profile's base (its rounds, K_c, model).
 
     Raises:
-        ConfigError: the profile has no ``masked:`` section (naming the profile that has one), or the
-            user set a field the experiment sets (:data:`SETS`).
+        ConfigError: no ``masked:`` section, or the user set a field the experiment sets (:data:`SETS`).
     """
     spec = profile.masked
     if spec is None:
@@ -123,10 +119,8 @@ def final_table(metrics: dict[tuple[Setting, int], pd.DataFrame]) -> pd.DataFram
 
 
 def summary(final: pd.DataFrame) -> pd.DataFrame:
-    """Median, min and max across seeds of each final metric, per (protocol, p, mode).
-
-    Columns ``<metric>_median``, ``<metric>_min``, ``<metric>_max`` and ``seeds``.
-    """
+    """Median, min and max across seeds of each final metric per (protocol, p, mode): columns
+    ``<metric>_median``, ``<metric>_min``, ``<metric>_max`` and ``seeds``."""
     g = final.groupby(["protocol", "p", "mode"], sort=False)
     out = g.size().rename("seeds").to_frame()
     for k in FINAL_METRICS:
@@ -152,14 +146,13 @@ def _compare(r: pd.Series, b: pd.Series) -> list[tuple[str, float, str]]:
 def verdicts(summ: pd.DataFrame) -> pd.DataFrame:
     """Does a mask buy accuracy or flatness over p = 1 on the same protocol? A stated rule, ours.
 
-    Rule: a masked setting is "better" on a metric when its whole range across seeds lies on
-    the good side of the unmasked setting's range (higher accuracy; lower top eigenvalue or
-    trace), "worse" when it lies wholly on the bad side, and "within seed spread" when the two
-    ranges overlap. With 3 seeds this is a strict test: disjoint ranges of three runs each.
+    A masked setting is "better" on a metric when its whole range across seeds lies on the good side
+    of the unmasked range (higher accuracy; lower top eigenvalue or trace), "worse" when wholly on the
+    bad side, else "within seed spread". With 3 seeds: disjoint ranges of three runs each.
 
     Returns:
-        One row per masked setting and metric: protocol, p, mode, metric, difference of
-        medians (masked minus unmasked), the verdict.
+        One row per masked setting and metric: protocol, p, mode, metric, median difference (masked
+        minus unmasked), verdict.
 
     Raises:
         ValueError: a protocol without its p = 1 row.
@@ -175,8 +168,8 @@ def verdicts(summ: pd.DataFrame) -> pd.DataFrame:
 
 
 def shared_vs_independent(summ: pd.DataFrame) -> pd.DataFrame:
-    """Does sharing the mask change accuracy or sharpness, against independent masks at the same p and
-    protocol? The rule of :func:`verdicts` ("better": the shared range lies wholly on the good side).
+    """Does a shared mask change accuracy or sharpness against independent masks at the same p and
+    protocol? The rule of :func:`verdicts`.
 
     Returns:
         One row per (protocol, p < 1) with both modes and metric: protocol, p, metric, median
@@ -207,11 +200,11 @@ def answer(verd: pd.DataFrame) -> str:
 
 
 def recovery_trajectory(metrics: dict[tuple[Setting, int], pd.DataFrame]) -> pd.DataFrame:
-    """The rounds where the Hessian-weighted recovery factor was logged, both norms, unmasked runs only.
+    """The rounds where the Hessian-weighted recovery factor was logged, unmasked runs only.
 
     Returns:
-        Long table: protocol, seed, round, ``euclidean`` (1/Δ_S, eq. 3) and ``hessian``
-        (1/Δ_S in ⟨·,·⟩_{H_bd}, eq. 8), unweighted convention, and ``gap`` = hessian − euclidean.
+        Long table: protocol, seed, round, ``euclidean`` (1/Δ_S, eq. 3), ``hessian`` (1/Δ_S in
+        ⟨·,·⟩_{H_bd}, eq. 8), unweighted, and ``gap`` = hessian − euclidean.
     """
     rows = []
     for (s, seed), m in metrics.items():

@@ -1,18 +1,14 @@
 """The Gram matrix of a pool's client updates at a fixed θ: measured once, cached, resumable.
 
-At a fixed θ every client of a pool trains once under a local protocol
-(:func:`maskfed.engine.cohort.client_update`, the shuffles seeded by (seed, :data:`SHUFFLE_ROUND`,
-client)), nothing is aggregated, and the Gram matrix G_kl = ⟨Δ_k, Δ_l⟩ of the updates is kept in
-float64. The recovery factor (eq. 3, 8) and the signal-noise split (eq. 13-14) of any cohort drawn
-from the pool need only G's submatrix and the shard sizes (:mod:`maskfed.studies.factor_axes`), so cohorts
-of every size come from one training of each client.
+At a fixed θ every client of a pool trains once under a local protocol, nothing is aggregated, and
+the Gram matrix G_kl = ⟨Δ_k, Δ_l⟩ of the updates is kept in float64: the recovery factor (eq. 3, 8)
+and the signal-noise split (eq. 13-14) of any cohort drawn from the pool need only its submatrix
+and the shard sizes (:mod:`maskfed.studies.factor_axes`).
 
-A measurement is cached like a run: ``results/factor/gram-<label>-<key>/`` (``gram.csv``,
-``clients.csv``, ``config.json``, ``provenance.json``), keyed by the configuration, a digest of θ,
-the pool, the run code plus :data:`GRAM_MODULES` and the data fingerprint, written atomically. While
-it is measured, its finished clients' updates wait one by one in a hidden partial folder, so a killed
-measurement resumes after its last finished client. The design is ours (the stage study's pool,
-:mod:`maskfed.studies.stage`, keeping the Gram matrix instead of a fixed set of cohorts).
+A measurement is cached like a run in ``results/factor/gram-<label>-<key>/``, keyed by the
+configuration, a digest of θ, the pool, the run code plus :data:`GRAM_MODULES` and the data
+fingerprint; a killed measurement resumes after its last finished client. The design is ours (the
+stage study's pool, :mod:`maskfed.studies.stage`, keeping the Gram matrix instead of fixed cohorts).
 """
 
 from __future__ import annotations
@@ -81,8 +77,8 @@ def gram_path(cfg: RunConfig, theta_P: torch.Tensor, pool) -> Path:
 
 
 def load_gram(path: Path) -> GramResult:
-    """Read a finished measurement folder (the Gram matrix bit for bit: pandas writes and reads its
-    float64 CSV exactly, which tests/test_factor_axes.py checks)."""
+    """Read a finished measurement folder (the float64 CSV round-trips exactly; tests/test_factor_axes.py
+    checks it)."""
     gram = pd.read_csv(path / "gram.csv").to_numpy(dtype=np.float64)
     return GramResult(path, torch.as_tensor(gram), pd.read_csv(path / "clients.csv"),
                       json.loads((path / "provenance.json").read_text()))
@@ -91,15 +87,14 @@ def load_gram(path: Path) -> GramResult:
 def measure_gram(cfg: RunConfig, theta_P: torch.Tensor, pool, *, label: str = "") -> GramResult:
     """Train every pool client once from θ under ``cfg``'s protocol and keep the Gram matrix of the updates.
 
-    Each client k trains with :func:`maskfed.engine.cohort.client_update` on its shard of ``cfg``'s
-    partition, shuffling with ``fedavg.client_seed(cfg.seed, SHUFFLE_ROUND, k)`` (with
-    ``identical_client_seeds`` every client uses client id 0's seed, as the control does).
-    Finished clients' updates wait in ``.partial-<folder>/`` (one file each, written atomically):
-    a measurement killed half-way resumes after its last finished client.
+    Client k trains with :func:`maskfed.engine.cohort.client_update` on its shard, shuffling with
+    ``fedavg.client_seed(cfg.seed, SHUFFLE_ROUND, k)`` (client 0's seed for all with
+    ``identical_client_seeds``). Finished clients' updates wait in ``.partial-<folder>/``, one file each,
+    so a killed measurement resumes after its last finished client.
 
     Args:
         cfg: data, partition, model and protocol (batch size, τ, lr).
-        theta_P: θ, [P] (any device; moved to the data's).
+        theta_P: θ, [P] (any device).
         pool: client ids, [pool].
         label: where θ came from, recorded in provenance.json.
 
@@ -212,8 +207,7 @@ def protocol_config(base: RunConfig, **fields) -> RunConfig:
 
 
 def task_cost(cfg: RunConfig, pool_size: int) -> float:
-    """Relative cost of a measurement: images trained (about τ epochs of each shard) times the
-    model's parameter count, for longest-first scheduling."""
+    """Relative cost of a measurement for longest-first scheduling: pool size × τ × parameter count."""
     return pool_size * cfg.local_epochs * parameter_count(cfg.model, cfg.gn_groups, cfg.width)
 
 

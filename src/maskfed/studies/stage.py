@@ -1,24 +1,18 @@
 """Stage or sampling? Every local protocol measured at the same checkpoints of one trajectory.
 
 In Tables I and II each protocol's recovery factor 1/Δ_S (eq. 3, 8) is measured on its own
-trajectory, so protocols that train faster are measured later in training: training stage and
-sampling noise are confounded. Here one reference FedAvg trajectory (the Table II protocol at the
-Table I α; default bs 32, τ 2, α 100) is the *checkpoint ladder*: θ_s saved at S stages from
-initialisation to its last round. At each θ_s every protocol trains a fixed *pool* of clients
-once from the same θ_s, without aggregating, and many cohorts of K_c are formed as seeded
-subsets of the pool (the cost scales with clients trained, not cohorts). Pool, shuffles and
-cohorts are the same for every protocol at a stage (a paired comparison). Table II's α changes
-the partition, so for each α the same pool *ids* hold that α's shards.
+trajectory, so training stage and sampling noise are confounded. Here one reference FedAvg
+trajectory (Table II's protocol at Table I's α; default bs 32, τ 2, α 100) is the *checkpoint
+ladder*: θ_s kept at S stages from initialisation to its last round. At each θ_s every protocol
+trains a fixed *pool* of clients once, without aggregating, and many cohorts of K_c are drawn from
+the pool; pool, shuffles and cohorts are the same for every protocol (a paired comparison). For
+each of Table II's α the same pool ids hold that α's shards. Optional *branches* run M rounds of
+real FedAvg from each θ_s.
 
-Optional *branches*: from each θ_s each protocol runs M rounds of real FedAvg, to show how fast
-the recovery factor moves once a protocol trains on its own.
-
-Results are cached like runs (:mod:`maskfed.engine.runner`): folders under ``results/stages/``, keyed by
-configuration, :func:`maskfed.provenance.code_hash_with` (the run code plus this module: :data:`STAGE_MODULES`) and the data
-fingerprint, written atomically with a ``provenance.json``.
-
-The design (pool, paired cohorts, variance split, the thresholds) is ours; the quantities
-measured are the paper's (eq. 3, 8, 13-14; Yan et al. 2026).
+Results are cached like runs (:mod:`maskfed.engine.runner`) under ``results/stages/``, keyed by
+configuration, :func:`maskfed.provenance.code_hash_with` (run code plus :data:`STAGE_MODULES`) and the
+data fingerprint. The design (pool, paired cohorts, variance split, the thresholds) is ours; the
+quantities are the paper's (eq. 3, 8, 13-14; Yan et al. 2026).
 """
 
 from __future__ import annotations
@@ -52,9 +46,9 @@ from maskfed.engine.config import ConfigError, make_settings, Profile, RunConfig
 from maskfed.engine.models import build_model
 from maskfed.paths import results_dir
 
-#: Per-cohort metrics summarised over cohorts (from :func:`maskfed.engine.fedavg.round_metrics`).
 #: Modules hashed into the stage cache keys beside the run code (provenance.code_hash_with).
 STAGE_MODULES = ("studies.stage",)
+#: Per-cohort metrics summarised over cohorts (from :func:`maskfed.engine.fedavg.round_metrics`).
 COHORT_METRICS = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
 
 
@@ -71,7 +65,7 @@ class StageSpec(BaseModel):
     branch_rounds: int = Field(0, ge=0)             # M, rounds of real FedAvg from each checkpoint (0: none)
     candidate_every: int = Field(1, ge=1)           # rounds between ladder rounds tested (and kept as candidates)
     # explicit candidate rounds (0 and the last round added), replacing candidate_every: denser early
-    # in training, where accuracy climbs fastest, so a 200-round ladder keeps a few MB of θ
+    # in training, where accuracy climbs fastest
     candidate_rounds: tuple[int, ...] | None = None  # rounds tested (and kept) as ladder candidates; None: every candidate_every
 
     @model_validator(mode="after")
@@ -87,9 +81,8 @@ class StageSpec(BaseModel):
         return self
 
 
-#: Our defaults per profile, sized to the budget (cpu: the chapter adds at most 2 min to
-#: `make book` on 2 cores; see docs/measurements.md). The paper profile keeps every 10th round as a candidate
-#: (ResNet-18's θ is 45 MB).
+#: Our defaults per profile, sized to the budget (docs/measurements.md). The paper profile keeps every
+#: 10th round as a candidate (ResNet-18's θ is 45 MB).
 PROFILE_DEFAULTS = {
     "smoke": {"stages": 3, "pool_size": 4, "num_cohorts": 4, "branch_rounds": 1},
     "cpu": {"stages": 5, "pool_size": 16, "num_cohorts": 50, "branch_rounds": 0, "candidate_every": 2},
@@ -121,20 +114,16 @@ def make_spec(profile: str, **fields) -> StageSpec:
 # --------------------------------------------------------------------------- pure pieces
 
 def pick_rounds(acc_by_round: pd.Series, spec: StageSpec) -> list[int]:
-    """Checkpoint rounds of the ladder.
+    """Checkpoint rounds of the ladder: sorted, distinct, each in ``acc_by_round.index``.
 
-    Default: ``spec.stages`` rounds at evenly spaced accuracy levels between the accuracy of θ_0
-    and that of the last round: for each level, the first tested round whose accuracy reaches it
-    (θ_0 and the last round always included). ``spec.target_accuracies``: the first round reaching
-    each target (a target never reached gives the last round). ``spec.rounds``: those rounds.
-    Duplicates are dropped, so fewer than S stages can come back when accuracy jumps.
+    Default: ``spec.stages`` evenly spaced accuracy levels between θ_0's and the last round's, each
+    giving the first tested round that reaches it (θ_0 and the last round always in).
+    ``spec.target_accuracies``: the first round reaching each target (else the last round).
+    ``spec.rounds``: those rounds. Duplicates are dropped, so fewer than S stages can come back.
 
     Args:
-        acc_by_round: test accuracy (fraction) indexed by round (0 = θ_0), the tested rounds only.
+        acc_by_round: test accuracy (fraction) by round (0 = θ_0), tested rounds only.
         spec: the stage settings.
-
-    Returns:
-        Sorted distinct rounds, each in ``acc_by_round.index``.
 
     Raises:
         ValueError: an explicit round that the ladder did not test (naming the allowed ones).
@@ -159,20 +148,15 @@ def pick_rounds(acc_by_round: pd.Series, spec: StageSpec) -> list[int]:
 
 def pool_and_cohorts(num_clients: int, pool_size: int, cohort_size: int, num_cohorts: int,
                      seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """A seeded pool of client ids and cohorts drawn from it (the same for every protocol).
-
-    Args:
-        num_clients: K, clients in the population.
-        pool_size: clients in the pool (<= K).
-        cohort_size: K_c (<= pool_size).
-        num_cohorts: cohorts to draw, each K_c distinct pool members without replacement.
-        seed: the run's seed.
+    """A seeded pool of ``pool_size`` of the K = ``num_clients`` client ids, and ``num_cohorts`` cohorts of
+    K_c = ``cohort_size`` distinct pool members drawn from it (the same for every protocol; ``seed``:
+    the run's).
 
     Returns:
         ``(pool [pool_size] client ids, sorted; cohorts [num_cohorts, K_c] positions in the pool)``.
 
     Raises:
-        ValueError: pool larger than K, or K_c larger than the pool (naming both).
+        ValueError: pool larger than K, or K_c larger than the pool.
     """
     if not 1 <= pool_size <= num_clients:
         raise ValueError(f"pool_size = {pool_size} must be between 1 and num_clients (K = {num_clients})")
@@ -215,15 +199,13 @@ def summarise_cohorts(cohorts: pd.DataFrame) -> dict:
 
 
 def variance_shares(table: pd.DataFrame, *, value: str = "recovery_unweighted") -> dict:
-    """Share of the variance of log(value) across the (stage, protocol) grid explained by each factor.
+    """Share of the variance of log(value) across the (stage, protocol) grid explained by each factor. Ours.
 
-    Main effects of a balanced two-way layout (every protocol at every stage): sum of squares of
-    the stage means, of the protocol means, and of the sampling means (full batch vs minibatch,
-    a grouping of the protocols), each over the total sum of squares. Ours.
+    Main effects of a balanced two-way layout: the sum of squares of the stage means, of the protocol
+    means and of the sampling means (full batch vs minibatch), each over the total sum of squares.
 
     Args:
-        table: one row per (stage, protocol) with columns ``stage``, ``batch_size``,
-            ``local_epochs`` and ``value``.
+        table: one row per (stage, protocol): ``stage``, ``batch_size``, ``local_epochs``, ``value``.
 
     Returns:
         ``{"stage": share, "protocol": share, "sampling": share}``, each in [0, 1].
@@ -253,8 +235,8 @@ def verdict(shares: dict, threshold: float = EXPLAINS) -> str:
 
 
 def cliff_by_stage(table: pd.DataFrame) -> pd.Series:
-    """Smallest full-batch over largest minibatch median 1/Δ_S at each stage (the paper's "cliff"
-    in Table I, computed the same way as in the Table I chapter)."""
+    """Smallest full-batch over largest minibatch median 1/Δ_S at each stage (the paper's Table I "cliff",
+    computed as in the Table I chapter)."""
     full = table["batch_size"].astype(str) == "full"
     rec = table.set_index("stage")["recovery_unweighted"]
     return rec[full.to_numpy()].groupby(level=0).min() / rec[~full.to_numpy()].groupby(level=0).max()
@@ -266,7 +248,7 @@ UpdateFn = Callable[[torch.Tensor, int, torch.Generator], torch.Tensor]
 
 
 def pool_updates(update_fn: UpdateFn, theta_P: torch.Tensor, pool, seeds) -> torch.Tensor:
-    """Train every pool client once from the same θ, without aggregating.
+    """Train every pool client once from the same θ, without aggregating; returns Δ_k stacked, [pool_size, P].
 
     Args:
         update_fn: ``(θ [P], client id, generator) -> Δ_k [P]`` (e.g. wrapping
@@ -274,9 +256,6 @@ def pool_updates(update_fn: UpdateFn, theta_P: torch.Tensor, pool, seeds) -> tor
         theta_P: the checkpoint θ_s, [P].
         pool: client ids, [pool_size].
         seeds: one shuffling seed per pool client, [pool_size].
-
-    Returns:
-        Δ_k stacked, [pool_size, P].
     """
     return torch.stack([update_fn(theta_P, int(k), torch.Generator().manual_seed(int(s))) for k, s in zip(pool, seeds)])
 
@@ -289,27 +268,26 @@ _LOOP_ONLY = ("cohort", "n_k", "T_mean", "T_min", "T_max", "train_loss", "wall_s
 def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConfig, *, start_round: int,
                 rounds: int, test_every: int | None = None, test_at=None,
                 progress=None) -> tuple[list[dict], dict[int, torch.Tensor]]:
-    """``rounds`` FedAvg rounds from θ, with the cohorts and shuffles of rounds
-    ``start_round, start_round + 1, ...`` of a run with ``cfg``: the loop of
-    :func:`maskfed.engine.fedavg.run_fedavg` (sequential engine), with θ kept at the tested rounds.
+    """``rounds`` FedAvg rounds from θ with the cohorts and shuffles of rounds ``start_round, ...`` of a run
+    with ``cfg``: the loop of :func:`maskfed.engine.fedavg.run_fedavg` (sequential engine), θ kept at the
+    tested rounds.
 
     Args:
         model: scratch network on the data's device.
         data: client shards and test set.
         theta_P: starting parameters, [P].
         cfg: the protocol (batch size, τ, lr, K_c, aggregation, seed).
-        start_round: 0-based index of the first round (θ is the model after ``start_round`` rounds).
+        start_round: rounds already done (0-based index of the first round).
         rounds: rounds to run.
-        test_every: test (and keep θ) after every this many rounds, counted from round 0, and
-            before the first and after the last; None: never.
-        test_at: instead of ``test_every``, the rounds (counted from round 0) after which to test
-            and keep θ (a collection of ints); the last round is always tested.
+        test_every: test and keep θ every this many rounds (counted from round 0), and before the first
+            and after the last; None: never.
+        test_at: instead, the rounds (counted from round 0) after which to test and keep θ; the last
+            round is always tested.
         progress: optional tqdm-like bar (``update(1)``, ``set_postfix``).
 
     Returns:
-        ``(records, kept)``: one dict per round (``round`` = rounds done since θ_0, the
-        :func:`maskfed.engine.fedavg.round_metrics`, and ``test_acc``/``test_loss`` at the tested
-        rounds), and ``{round: θ (CPU copy)}`` for the tested rounds.
+        ``(records, kept)``: one dict per round (``round`` since θ_0, the round metrics, and
+        ``test_acc``/``test_loss`` at tested rounds), and ``{round: θ (CPU copy)}`` of the tested rounds.
 
     Raises:
         ValueError: both ``test_every`` and ``test_at``.
@@ -367,10 +345,9 @@ _MODEL_CACHE: dict[tuple, torch.nn.Module] = {}
 def prepared_for(cfg: RunConfig) -> tuple[fedavg.FedData, torch.nn.Module]:
     """Prepared data and a scratch model for a config, once per process.
 
-    Normalising the 50,000 training images takes seconds and 600 MB, so one normalised copy is
-    shared by every protocol and every α of a study: another partition of the same images only
-    redraws the shards (the channel statistics are the training split's, whatever the partition),
-    so its tensors are the ones :func:`maskfed.engine.runner.prepare_data` would make, bit for bit.
+    One normalised copy of the images is shared by every protocol and every α: another partition
+    only redraws the shards (the channel statistics are the training split's), so its tensors equal
+    :func:`maskfed.engine.runner.prepare_data`'s bit for bit.
     """
     ikey = tuple(getattr(cfg, f) for f in IMAGE_FIELDS)
     dkey, mkey = ikey + tuple(getattr(cfg, f) for f in PARTITION_FIELDS), tuple(getattr(cfg, f) for f in MODEL_FIELDS)
@@ -428,8 +405,8 @@ class Ladder:
 
 
 def ladder_path(cfg: RunConfig, spec: StageSpec, trajectory: Path | None = None) -> Path:
-    """Folder of a ladder: ``results/stages/ladder-<label>-<key>`` (``trajectory``: the run folder
-    its θ are read from, when not the run of ``cfg`` in ``results/runs``; see :func:`build_ladder`)."""
+    """Folder of a ladder: ``results/stages/ladder-<label>-<key>`` (``trajectory``: the run folder its θ
+    are read from, see :func:`build_ladder`)."""
     blob = {"ladder": cfg.key(), "rounds": spec.rounds, "targets": spec.target_accuracies,
             "stages": spec.stages, "every": spec.candidate_every}
     if spec.candidate_rounds is not None:  # only then, so the keys of ladders without it are unchanged
@@ -440,8 +417,7 @@ def ladder_path(cfg: RunConfig, spec: StageSpec, trajectory: Path | None = None)
 
 
 def ladder_source(ladder: Ladder) -> str:
-    """Where a ladder's θ came from, as a clause for the chapter: read from its run's folder, or
-    trained by :func:`build_ladder` itself (from its ``provenance.json``)."""
+    """Where a ladder's θ came from, as a clause for the chapter (from its ``provenance.json``)."""
     how = json.loads((ladder.path / "provenance.json").read_text()).get("trajectory", "trained here")
     if how.startswith("θ kept by run"):
         return "read from that run's folder, where the run kept θ as it trained (nothing was trained twice)"
@@ -456,12 +432,11 @@ def load_ladder(path: Path) -> Ladder:
 
 def ladder_snapshots(profile: Profile, configs: list[RunConfig],
                      spec: StageSpec | None = None) -> dict[RunConfig, int | tuple[int, ...]]:
-    """``{ladder run: its candidate rounds}`` for each of the profile's seeds whose stage-ladder
-    trajectory (:func:`ladder_config`) is among ``configs``, else ``{}``: the ``keep_every`` a sweep
-    passes to :func:`maskfed.engine.runner.run_many`, so that the runs it trains anyway keep θ at the
-    ladder's candidate rounds and :func:`build_ladder` reads them instead of training those
-    trajectories a second time. The value is ``spec.candidate_every`` (an int) or
-    ``spec.candidate_rounds``. ``spec``: the stage settings (None: the profile's defaults)."""
+    """``{ladder run: its candidate rounds}`` for each seed whose stage-ladder run (:func:`ladder_config`)
+    is among ``configs``, else ``{}``: the ``keep_every`` a sweep passes to
+    :func:`maskfed.engine.runner.run_many`, so that :func:`build_ladder` reads those θ instead of training
+    the trajectory again. Values: ``spec.candidate_every`` or ``spec.candidate_rounds`` (``spec`` None:
+    the profile's defaults)."""
     t1, t2 = profile.table1, profile.table2
     spec = spec or make_spec(profile.name)
     keep = spec.candidate_rounds if spec.candidate_rounds is not None else spec.candidate_every
@@ -500,12 +475,7 @@ def holds(folder: Path, cfg: RunConfig) -> bool:
 
 
 def _from_folder(cfg: RunConfig, folder: Path, wanted: list[int]) -> tuple[str, dict[int, torch.Tensor]]:
-    """(folder name, θ snapshots) of a finished run folder given by path, checked against ``cfg``.
-
-    Raises:
-        ValueError: the folder holds another configuration (up to where it ran), or lacks θ at a
-            wanted round.
-    """
+    """(folder name, θ snapshots) of a run folder checked against ``cfg``; ValueError if it does not match."""
     if not holds(folder, cfg):
         held = RunConfig(**json.loads((folder / "config.json").read_text()))
         raise ValueError(f"trajectory {folder} holds run {held.label()}, not {cfg.label()}")
@@ -520,24 +490,22 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True,
                  trajectory: Path | None = None) -> Ladder:
     """The reference trajectory of ``cfg`` with θ kept at the stages (or its cached folder).
 
-    The trajectory is the one :func:`maskfed.engine.runner.run` trains for ``cfg`` (same θ_0, cohorts and
-    shuffles), tested every ``spec.candidate_every`` rounds; the stages are then chosen by
-    :func:`pick_rounds`. If the finished run of ``cfg`` kept θ at every candidate round
-    (:func:`ladder_snapshots`, ``make book``'s sweep asks for them), those θ are tested here and
-    nothing is trained; otherwise the trajectory is trained with :func:`fedavg_from`. Both give
-    the same θ bit for bit on one machine (a test checks it); ``provenance.json`` says which.
+    The trajectory is the one :func:`maskfed.engine.runner.run` trains for ``cfg``, tested at the candidate
+    rounds; :func:`pick_rounds` then chooses the stages. If the finished run kept θ at every candidate
+    round (:func:`ladder_snapshots`), those θ are tested and nothing is trained; otherwise
+    :func:`fedavg_from` trains it. Both give the same θ bit for bit on one machine (a test checks it);
+    ``provenance.json`` says which.
 
     Args:
         cfg: the trajectory's run configuration (:func:`ladder_config`).
         spec: stage settings.
         progress: tqdm bar while training.
-        trajectory: a finished run folder of ``cfg`` elsewhere (an archived one,
-            ``results/archive/<profile>/<run>/``) whose ``thetas.pt`` holds the candidate rounds;
-            read instead of looking for the run in ``results/runs``.
+        trajectory: a finished run folder of ``cfg`` elsewhere (e.g. ``results/archive/<profile>/<run>/``)
+            whose ``thetas.pt`` holds the candidate rounds, read instead of ``results/runs``.
 
     Raises:
-        ValueError: explicit rounds beyond the trajectory (naming the allowed ones), or a
-            ``trajectory`` folder of another configuration or without θ at every candidate round.
+        ValueError: explicit rounds beyond the trajectory, or a ``trajectory`` folder of another
+            configuration or without θ at every candidate round.
     """
     path = ladder_path(cfg, spec, trajectory)
     if (path / "provenance.json").exists():
@@ -591,14 +559,12 @@ def measure_path(cfg: RunConfig, ladder: Ladder | Path, stage: int, spec: StageS
 def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec, *, at_init: RunConfig | None = None) -> Path:
     """Measure protocol ``cfg`` at θ_stage of a ladder (or reuse the folder); returns the folder.
 
-    The pool's clients (:func:`pool_and_cohorts`) each train once from θ_s with
-    :func:`maskfed.engine.cohort.client_update` and the shuffling seed of round ``round_s`` of the
-    ladder's seed (the same for every protocol); ``cohorts.csv`` holds :func:`cohort_table`.
-    With ``spec.branch_rounds`` = M > 0, ``branch.csv`` holds M rounds of FedAvg of ``cfg``
-    from θ_s (the cohorts of rounds round_s + 1, ...).
-
-    ``at_init``: the ladder's config; stage 0 (θ_0, round 0) is then measured without reading the
-    ladder, which may still be training (the two share the machine's cores).
+    Each pool client (:func:`pool_and_cohorts`) trains once from θ_s
+    (:func:`maskfed.engine.cohort.client_update`) with the shuffling seed of the stage's round, the same
+    for every protocol; ``cohorts.csv`` holds :func:`cohort_table`. With ``spec.branch_rounds`` = M > 0,
+    ``branch.csv`` holds M rounds of FedAvg of ``cfg`` from θ_s (the cohorts of the rounds after it).
+    ``at_init``: the ladder's config, so stage 0 (θ_0) is measured without reading the ladder, which may
+    still be training.
 
     Raises:
         ValueError: ``at_init`` with a stage other than 0.
@@ -664,12 +630,11 @@ class StageStudy:
 
 
 def ladder_config(profile: Profile, seed: int | None = None) -> RunConfig:
-    """The reference trajectory: the Table I run with Table II's protocol (default bs 32, τ 2,
-    α 100), at ``seed`` (None: the profile's first seed).
+    """The reference trajectory: the Table I run with Table II's protocol (default bs 32, τ 2, α 100) at
+    ``seed`` (None: the profile's first seed).
 
     Raises:
-        ConfigError: Table I has no run with Table II's protocol, or ``seed`` is not one of the
-            profile's seeds.
+        ConfigError: Table I has no run with Table II's protocol, or ``seed`` is not a profile seed.
     """
     t2 = profile.table2
     seed = profile.seeds[0] if seed is None else seed
@@ -692,9 +657,8 @@ def study_configs(profile: Profile, seed: int | None = None) -> dict[str, list[R
 
 @contextlib.contextmanager
 def _stop_on_interrupt(pool: ProcessPoolExecutor):
-    """Inside ``with pool``: Ctrl-C (or SIGTERM / SIGHUP under :func:`maskfed.engine.runner.stop_on_signals`)
-    ends the workers at once, as :func:`maskfed.engine.runner.run_many` does, instead of the pool's exit
-    waiting for every queued measurement (finished ones are cached, the one underway is redone)."""
+    """Inside ``with pool``: end the workers at once on Ctrl-C (or SIGTERM / SIGHUP), as
+    :func:`maskfed.engine.runner.run_many` does."""
     try:
         yield
     except KeyboardInterrupt:
@@ -704,20 +668,17 @@ def _stop_on_interrupt(pool: ProcessPoolExecutor):
 
 def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, progress: bool = True,
               seeds: list[int] | None = None, trajectories: dict[int, Path] | None = None) -> StageStudy:
-    """Build the ladders, then measure every protocol at every stage (cached), in worker processes.
-
-    One ladder per seed: the trajectory of :func:`ladder_config` at that seed, and the protocols
-    measured on it are that seed's (its partition, pool, cohorts and shuffles).
+    """Build the ladders (one per seed), then measure every protocol at every stage (cached), in worker processes.
 
     Args:
         profile: the book's profile.
         spec: stage settings (:func:`make_spec`).
         workers: worker processes (spawn, one torch thread each); None: the profile's.
         progress: tqdm bars.
-        seeds: the seeds whose trajectories are measured; None: the profile's first seed only.
-        trajectories: ``{seed: run folder}`` whose ``thetas.pt`` gives that seed's ladder (an
-            archived run, :func:`build_ladder`); seeds not in it read their run in ``results/runs``
-            or train it.
+        seeds: seeds whose trajectories (:func:`ladder_config`) are measured with their own partition,
+            pool, cohorts and shuffles; None: the profile's first seed.
+        trajectories: ``{seed: run folder}`` whose ``thetas.pt`` gives that seed's ladder
+            (:func:`build_ladder`); other seeds read their run in ``results/runs`` or train it.
 
     Raises:
         ConfigError: a pool larger than K, K_c larger than the pool, Table I without Table II's
@@ -805,14 +766,12 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
 
 def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
                      threshold: float = EXPLAINS) -> dict[str, dict]:
-    """The stage-or-sampling verdict in the early and the late half of training, across seeds.
+    """The stage-or-sampling verdict in the early and the late half of training, across seeds. Ours.
 
-    The checkpoints of every seed's ladder are split at the middle stage (early: stages
-    0..⌈S/2⌉-1, late: the rest; a ladder's stages are spaced by accuracy, so "early" is the lower
-    half of its accuracy climb). Within each half, :func:`variance_shares` is computed over every
-    (seed, stage, protocol) row with each (seed, stage) pair as its own checkpoint: the "stage"
-    share then holds every difference between the θ measured, along one trajectory and across
-    seeds, so stage is judged across trajectories, not along one. Ours.
+    Each ladder is split at the middle stage (early: stages 0..⌈S/2⌉-1; stages are spaced by accuracy,
+    so "early" is the lower half of the accuracy climb). Within each half, :func:`variance_shares` runs
+    over every (seed, stage, protocol) row with each (seed, stage) as its own checkpoint, so "stage"
+    covers differences along one trajectory and across seeds.
 
     Args:
         table: :attr:`StageStudy.table` rows of one experiment (``seed`` column optional).

@@ -1,0 +1,291 @@
+"""Findings of the chapter "Stage or sampling? Every protocol at the same checkpoints"
+(``notebooks/stage_or_sampling.md``).
+
+The chapter measures every local protocol of Table I (and Table II's protocol under each Dirichlet α)
+at the same checkpoints θ_s of reference FedAvg trajectories (the "ladders") with the stage study
+(:mod:`maskfed.studies.stage`, read from the archive or measured through
+:func:`maskfed.book.evidence.stage_study`), and asks whether the spread of the recovery factor 1/Δ_S
+(eq. 3 and 8 of the paper) follows the checkpoint ("stage") or exact against sampled local gradients
+("sampling"). :func:`findings` gathers the glued values, the tables and the figures' inputs; the
+``table_...`` and ``figure_...`` functions give what the chapter shows. The design (ladder, pool,
+paired cohorts, the variance split and its threshold) is ours; the quantities are the paper's
+(Yan et al. 2026, eq. 3, 8, 12-14, Table I and Sec. IV-C).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from maskfed.analysis import summary
+from maskfed.book import evidence, plots
+from maskfed.book.plots import against_stage, branches
+from maskfed.engine.config import load_profile, Profile, RunConfig
+from maskfed.studies import stage
+
+#: The paper's argument for sampling (Sec. IV-C): full batch τ = 5 against batch 128 with τ = 1 and 2.
+F5_PAIRS = {"128_1": ("128", 1), "128_2": ("128", 2)}
+
+#: Number formats of :func:`table_verdicts`' share columns (percent, no decimals).
+VERDICT_FORMATS = {"stage share (%)": "{:.0f}", "sampling share (%)": "{:.0f}", "protocol share (%)": "{:.0f}"}
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What the chapter shows.
+
+    ``values`` maps each glue name (``st_...``) to a number or a short phrase; the rest are the frames
+    and settings the tables and figures are drawn from.
+    """
+
+    values: dict
+    study: evidence.BookStudy   # the stage study (table, checkpoints, branches, source)
+    spec: stage.StageSpec       # the stage settings it was measured with
+    shown_profile: Profile      # the profile whose trajectories were measured (for the banner)
+    ref: RunConfig              # the first seed's trajectory configuration
+    t1: pd.DataFrame            # study rows of Table I's protocols
+    t2: pd.DataFrame            # study rows of Table II's protocol under each α
+    checkpoints: pd.DataFrame   # seed, stage, round, test_acc (fraction), test_loss (nats)
+    seeds: list                 # the ladders' seeds, sorted
+    cliffs: pd.DataFrame        # seed, stage, cliff, round, test_acc (see cliff_table)
+    by_range: dict              # stage.verdict_by_range of t1: {"early": {...}, "late": {...}}
+    paper_cliff: float          # the paper's Table I cliff (stage.paper_cliff)
+
+    @property
+    def has_branches(self) -> bool:
+        """Whether the study ran branches (M > 0 rounds of real FedAvg from each checkpoint)."""
+        return not self.study.branches.empty
+
+
+def cliff_table(t1: pd.DataFrame, checkpoints: pd.DataFrame) -> pd.DataFrame:
+    """The cliff (smallest full-batch over largest minibatch median 1/Δ_S, :func:`stage.cliff_by_stage`)
+    at every checkpoint of every seed.
+
+    Args:
+        t1: stage-study rows of Table I's protocols (``seed``, ``stage``, ``batch_size``,
+            ``recovery_unweighted``, ...).
+        checkpoints: one row per (seed, stage) with ``round`` and ``test_acc`` (fraction).
+
+    Returns:
+        One row per (seed, stage): ``stage``, ``cliff`` (dimensionless), ``seed``, ``round``,
+        ``test_acc``; a (seed, stage) missing from ``checkpoints`` is dropped.
+    """
+    cliffs = pd.concat([stage.cliff_by_stage(g.drop(columns="seed")).rename("cliff").to_frame().assign(seed=s)
+                        for s, g in t1.groupby("seed")]).reset_index()
+    return cliffs.merge(checkpoints[["seed", "stage", "round", "test_acc"]], on=["seed", "stage"])
+
+
+def f5_spans(t1: pd.DataFrame) -> dict[str, pd.Series]:
+    """The paper's own comparison (Sec. IV-C) at the same θ: full batch τ = 5 over batch 128 with τ = 1
+    (key ``"128_1"``) and τ = 2 (``"128_2"``), median 1/Δ_S over median 1/Δ_S at each (seed, stage)
+    after initialisation (stage 0 dropped). A key is missing when the study lacks either protocol."""
+    pivot = t1.pivot_table(index=["seed", "stage"], columns=["batch_size", "local_epochs"],
+                           values="recovery_unweighted")
+    pairs = {k: pivot[("full", 5)] / pivot[(b, t)] for k, (b, t) in F5_PAIRS.items()
+             if ("full", 5) in pivot and (b, t) in pivot}
+    return {k: ratio.drop(index=0, level="stage") for k, ratio in pairs.items()}
+
+
+def f5_text(spans: dict[str, pd.Series]) -> str:
+    """The clause on the paper's comparison (:func:`f5_spans`): the ranges of both ratios (2 decimals), or,
+    when the study lacks those protocols, that the comparison is not made."""
+    if len(spans) != 2:
+        return ("this study's protocols do not include full batch τ = 5 and batch 128 τ = 1 and 2, so that "
+                "comparison is not made here")
+    one, two = spans["128_1"], spans["128_2"]
+    return (f"measured at the same θ here, full batch τ = 5 recovers {one.min():.2f} to {one.max():.2f} times as much "
+            f"as batch 128, τ = 1, and {two.min():.2f} to {two.max():.2f} times as much as batch 128, τ = 2, over "
+            "every checkpoint after initialisation of every seed")
+
+
+def branch_phrases(m: int, has_branches: bool, *, from_parameter: bool, settings_of: str, seed) -> dict[str, object]:
+    """The glued phrases of the branches section: ``st_M`` (M, rounds of real FedAvg from each checkpoint),
+    ``st_M_origin`` (whose setting M is) and ``st_branches_shown`` (what the figure above shows, or
+    that there is none and how to add it).
+
+    Args:
+        m: the study's ``branch_rounds``.
+        has_branches: whether the study holds branch rows.
+        from_parameter: M was the chapter's ``branch_rounds`` parameter (else the stage settings' default).
+        settings_of: the profile whose stage settings gave the default.
+        seed: the seed whose branches the figure shows.
+
+    Raises:
+        ValueError: branches present with M = 0, or absent with M > 0.
+    """
+    if has_branches != (m > 0):
+        raise ValueError(f"the study has {'' if has_branches else 'no '}branches with branch_rounds = {m}")
+    origin = "this page's branch_rounds parameter" if from_parameter else f"the default of the {settings_of} stage settings"
+    shown = (f"the figure above shows the branches from the checkpoints of seed {seed}" if has_branches else
+             "branches were not run, so there is no figure here; run the chapter with branch_rounds = 5 to add them")
+    return {"st_M": m, "st_M_origin": origin, "st_branches_shown": shown}
+
+
+def findings(profile: str, *, data_path=None, overrides: dict | None = None, workers: int | None = None,
+             ladder_from: str | None = "cpu-paper", stages: int | None = None, stage_rounds: list | None = None,
+             target_accuracies: list | None = None, pool_size: int | None = None, num_cohorts: int | None = None,
+             branch_rounds: int | None = None) -> Findings:
+    """The chapter's findings, from its parameters (see the chapter's parameters cell for each).
+
+    The ladders are ``ladder_from``'s archived trajectories when its archive holds them
+    (:func:`maskfed.book.evidence.stage_source`), else ``profile``'s own run; the stage settings are
+    :func:`maskfed.studies.stage.make_spec` of that profile with the given fields. The study is read
+    from the archive when it holds one with these settings, else measured (cached; minutes at the cpu
+    profiles, more with branches).
+
+    Returns:
+        :class:`Findings`; its ``values`` hold, among others, the variance shares per half of training
+        in percent (``st_early_stage``, ...), the cliff along training (``st_cliff_min``, ...,
+        dimensionless), the most cohorts with 1/Δ_S < 1 (``st_below_one``, percent) and the paper's
+        numbers beside them (``st_paper_cliff``, ``st_paper_acc``, a fraction).
+
+    Raises:
+        ValueError: the study's branches disagree with its ``branch_rounds`` (:func:`branch_phrases`).
+    """
+    prof = load_profile(profile, data_path=data_path, **(overrides or {}))
+    source_profile = evidence.stage_source(ladder_from)
+    spec = stage.make_spec(source_profile or profile, stages=stages, rounds=stage_rounds,
+                           target_accuracies=target_accuracies, pool_size=pool_size, num_cohorts=num_cohorts,
+                           branch_rounds=branch_rounds)
+    study = evidence.stage_study(prof, spec, ladder_from=source_profile, workers=workers)
+    ref = study.ref
+    t1 = study.table[study.table.experiment == "table1"]
+    t2 = study.table[study.table.experiment == "table2"]
+    ckpts = study.checkpoints
+    seeds = sorted(ckpts["seed"].unique())
+    by_range = stage.verdict_by_range(t1)
+    p_cliff = stage.paper_cliff()
+    cliffs = cliff_table(t1, ckpts)
+    later = cliffs[cliffs["stage"] > 0]  # θ_0 is the same untrained model's accuracy in every seed
+    last_acc = ckpts.groupby("seed")["test_acc"].last()
+    values = {
+        "st_profile": study.profile,
+        "st_ref": f"batch size {ref.batch_size}, τ = {ref.local_epochs}, α = {ref.alpha:g}",
+        "st_rounds": ref.rounds,
+        "st_n_seeds": len(seeds),
+        "st_seeds": ", ".join(map(str, seeds)),
+        "st_S": int(ckpts.groupby("seed").size().max()),
+        "st_pool": spec.pool_size,
+        "st_K": ref.num_clients,
+        "st_cohorts": spec.num_cohorts,
+        "st_kc": ref.cohort_size,
+        "st_acc_last_min": last_acc.min(),
+        "st_acc_last_max": last_acc.max(),
+        "st_source": study.source + ("" if source_profile == ladder_from else
+                                     f" (the {ladder_from} archive holds no trajectory with θ snapshots)"),
+        "st_threshold": 100 * stage.EXPLAINS,
+        "st_answer": stage.range_text(by_range),
+    }
+    for k, v in by_range.items():
+        values |= {f"st_{k}_verdict": stage.VERDICT_TEXT[v["verdict"]], f"st_{k}_stage": 100 * v["stage"],
+                   f"st_{k}_sampling": 100 * v["sampling"], f"st_{k}_protocol": 100 * v["protocol"],
+                   f"st_{k}_acc": f"{v['acc_min']:.2f}–{v['acc_max']:.2f}"}
+    paper_ref = load_profile("paper").table2  # the paper's reference protocol (bs 32, τ 2)
+    values |= {
+        "st_paper_cliff": p_cliff,
+        "st_cliff_min": later["cliff"].min(),
+        "st_cliff_max": later["cliff"].max(),
+        "st_cliff_init": cliffs[cliffs["stage"] == 0]["cliff"].median(),
+        "st_cliff_above_one": f"{int((later['cliff'] > 1).sum())} of {len(later)}",
+        "st_f5_text": f5_text(f5_spans(t1)),
+        "st_below_one": t1["pct_cohorts_below_one"].max(),
+        "st_param_ratio": stage.parameter_ratio(ref, "resnet18_gn"),
+        "st_paper_acc": summary.paper_table("table1").loc[(str(paper_ref.batch_size), paper_ref.local_epochs),
+                                                          "test_acc"],
+    }
+    values |= branch_phrases(spec.branch_rounds, not study.branches.empty, from_parameter=branch_rounds is not None,
+                             settings_of=source_profile or profile, seed=seeds[0])
+    return Findings(values, study, spec, load_profile(study.profile, data_path=data_path), ref, t1, t2, ckpts, seeds,
+                    cliffs, by_range, p_cliff)
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def table_checkpoints(f: Findings) -> pd.DataFrame:
+    """The ladders' checkpoints: index (seed, stage); round, test accuracy (fraction), test loss (nats)."""
+    return (f.checkpoints.set_index(["seed", "stage"])[["round", "test_acc", "test_loss"]]
+            .rename(columns={"test_acc": "test accuracy", "test_loss": "test loss (nats)"}))
+
+
+def table_cliffs(f: Findings) -> pd.DataFrame:
+    """The cliff at each checkpoint (:func:`cliff_table`): index (seed, stage); round, checkpoint accuracy
+    (fraction), cliff (dimensionless). The paper's one value is in the chapter's text, not on every row."""
+    return (f.cliffs.set_index(["seed", "stage"])[["round", "test_acc", "cliff"]]
+            .rename(columns={"test_acc": "checkpoint accuracy", "cliff": "cliff, these measurements"}))
+
+
+def table_verdicts(f: Findings) -> pd.DataFrame:
+    """The verdict per half of training: one row per half ("early", "late") with its checkpoints, their
+    accuracy range, the stage, sampling and protocol shares of the variance (percent; format with
+    :data:`VERDICT_FORMATS`) and the verdict (:func:`maskfed.studies.stage.verdict_by_range`)."""
+    return pd.DataFrame({k: {"checkpoints (stage)": ", ".join(map(str, v["stages"])),
+                             "accuracy": f"{v['acc_min']:.2f}–{v['acc_max']:.2f}",
+                             "stage share (%)": 100 * v["stage"], "sampling share (%)": 100 * v["sampling"],
+                             "protocol share (%)": 100 * v["protocol"], "verdict": v["verdict"]}
+                         for k, v in f.by_range.items()}).T
+
+
+def table_alpha(f: Findings) -> pd.DataFrame:
+    """Median 1/Δ_S (unweighted and n_k-weighted) of Table II's protocol under each α: index (seed, stage);
+    columns (quantity, "α = ..."), α from the largest to the smallest."""
+    tab = f.t2.pivot_table(index=["seed", "stage"], columns="alpha", values=["recovery_unweighted", "recovery_weighted"])
+    tab = tab.reindex(columns=sorted(tab.columns, key=lambda c: (c[0], -c[1])))
+    return (tab.rename(columns={"recovery_unweighted": "1/Δ_S", "recovery_weighted": "1/Δ_S (n_k-wtd.)"}, level=0)
+            .rename(columns=lambda a: f"α = {a:g}", level=1))
+
+
+# --------------------------------------------------------------------------- figures (finish them with plots.finish)
+
+
+def figure_recovery(f: Findings) -> plt.Figure:
+    """One panel per seed: 1/Δ_S of the nine local protocols against the checkpoint's test accuracy
+    (:func:`maskfed.book.plots.against_stage`, with the ceiling K_c)."""
+    fig, axes = plt.subplots(len(f.seeds), 1, figsize=(6.4, 2.9 * len(f.seeds) + 1.6), sharex=True, squeeze=False)
+    for i, (ax, s) in enumerate(zip(axes[:, 0], f.seeds)):
+        against_stage(f.t1[f.t1.seed == s], ax=ax, k_c=f.ref.cohort_size, legend=i == len(f.seeds) - 1,
+                      title=f"seed {s}: 1/Δ_S of the nine local protocols at the same checkpoints")
+    return fig
+
+
+def figure_noise_signal(f: Findings) -> plt.Figure:
+    """σ̂² (eq. 13) above and ‖μ̂‖² (eq. 14) below, at the checkpoints of the first seed."""
+    fig, axes = plt.subplots(2, 1, figsize=(6.4, 7.4), sharex=True)
+    s0 = f.seeds[0]
+    against_stage(f.t1[f.t1.seed == s0], "sigma2_hat", ax=axes[0], label="σ̂² (eq. 13)", legend=False,
+                  title=f"Noise σ̂² at the checkpoints of seed {s0}")
+    against_stage(f.t1[f.t1.seed == s0], "mu2_hat", ax=axes[1], label="‖μ̂‖² (eq. 14)",
+                  title=f"Signal ‖μ̂‖² at the checkpoints of seed {s0}")
+    return fig
+
+
+def figure_cliff(f: Findings) -> plt.Figure:
+    """The cliff against the checkpoint's test accuracy, one line per seed, with the paper's Table I
+    value (dashed) and 1 (dotted)."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for s, g in f.cliffs.groupby("seed"):
+        ax.plot(g["test_acc"], g["cliff"], marker="o", label=f"seed {s}")
+    ax.axhline(f.paper_cliff, color="0.45", ls="--", lw=1, label="paper's Table I")
+    ax.axhline(1, color="0.6", ls=":", lw=1)
+    ax.set_xlabel("test accuracy of the checkpoint (fraction)")
+    ax.set_ylabel("min full batch / max minibatch 1/Δ_S")
+    ax.set_title("The cliff along training")
+    plots.legend_outside(ax, "below", ncol=4)
+    return fig
+
+
+def figure_branches(f: Findings) -> plt.Figure:
+    """The first seed's branches of Table I's protocols (:func:`maskfed.book.plots.branches`).
+
+    Raises:
+        ValueError: the study has no branches (:attr:`Findings.has_branches`).
+    """
+    if not f.has_branches:
+        raise ValueError("the study has no branches (branch_rounds = 0)")
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    b1 = f.study.branches[f.study.branches.experiment == "table1"]
+    branches(b1[b1.seed == f.seeds[0]], ax=ax)
+    ax.set_title(f"Branches from the checkpoints of seed {f.seeds[0]}")
+    return fig
