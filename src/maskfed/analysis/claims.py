@@ -1,18 +1,14 @@
 """Does the paper hold? Each of its claims, a criterion fixed in advance, and a verdict per profile.
 
-A claim is one statement of the paper's Sec. IV that our measurements can test (the cliff between
-full-batch and minibatch recovery factors, the floor of the minibatch values, the orderings in T,
-heterogeneity against protocol, the weighted/unweighted split at α = 0.1, rounds below one, the
-signal/noise spans, the accuracy trade-off, stage against sampling, the control). Each has
+A claim is one statement of the paper's Sec. IV that our measurements can test (:data:`CLAIMS`). Each has
 
 * the paper's number, computed by the same code from the paper's own tables
-  (:func:`maskfed.analysis.summary.paper_table`), so the paper's table is checked against its own words;
-* a criterion written before any number is seen (:attr:`Claim.criterion`), giving one of
-  :data:`VERDICTS`;
-* a :class:`Finding` for every profile the build has (:class:`Evidence`): the measured value with
-  its bootstrap interval over seeds and window rounds (:mod:`maskfed.analysis.uncertainty`) and the verdict.
+  (:func:`maskfed.analysis.summary.paper_table`);
+* a criterion written before any number was seen (:attr:`Claim.criterion`), giving one of :data:`VERDICTS`;
+* a :class:`Finding` per profile (:class:`Evidence`): the measured value with its bootstrap interval over
+  seeds and window rounds (:mod:`maskfed.analysis.uncertainty`) and the verdict.
 
-The thresholds are ours (the paper states its claims in words); each is stated in the criterion.
+The thresholds are ours (the paper states its claims in words); each criterion states its own.
 """
 
 from __future__ import annotations
@@ -37,12 +33,10 @@ class Evidence:
 
     Attributes:
         name: column header (e.g. ``"cpu-paper (archived)"``, ``"paper's tables"``).
-        table1, table2: Table I / Table II summaries (median over seeds of the window medians;
-            :func:`maskfed.studies.experiments.table1`), or None when not measured.
+        table1, table2: Table I / Table II summaries (:func:`maskfed.studies.experiments.table1`), or None.
         reps1, reps2: their bootstrap replicates (:func:`maskfed.analysis.uncertainty.replicate_tables`),
-            or None (the paper's tables: no intervals).
-        control: ``{"deviation": worst |1/Δ_S / K_c - 1| over rounds and runs, "tolerance": allowed}``
-            or None.
+            or None (no intervals, as for the paper's tables).
+        control: ``{"deviation": worst |1/Δ_S / K_c - 1| over rounds and runs, "tolerance": allowed}`` or None.
         stage: ``{"by_range": {range: verdict of maskfed.studies.stage.verdict}, "cliffs": [cliff at each
             checkpoint], "text": one sentence}`` or None.
         note: what this source is (rounds, seeds, model), shown beside its column.
@@ -123,9 +117,8 @@ def log_span(values) -> float:
 
 
 def span_ratio(t1: pd.DataFrame, t2: pd.DataFrame) -> float:
-    """How far heterogeneity moves the recovery factor relative to the local protocol:
-    log-span over Table II's α over log-span over Table I's protocols (unweighted 1/Δ_S); infinite
-    when the protocols do not move it at all."""
+    """Log-span of unweighted 1/Δ_S over Table II's α divided by its log-span over Table I's protocols;
+    infinite when the protocols do not move it."""
     protocols = log_span(t1["recovery_unweighted"])
     return log_span(t2["recovery_unweighted"]) / protocols if protocols > 0 else math.inf
 
@@ -142,8 +135,7 @@ def falling_groups(t1: pd.DataFrame, column: str = "recovery_unweighted") -> tup
 
 
 def majority(passed: int, groups: int) -> bool:
-    """True when more than half of ``groups`` passed: what "partly" asks of a claim made about every
-    group (one group of three passing is not "partly")."""
+    """True when more than half of ``groups`` passed: what "partly" asks of a claim about every group."""
     return groups > 0 and 2 * passed > groups
 
 
@@ -381,9 +373,8 @@ CLAIMS: tuple[Claim, ...] = (
           "not hold", _stage),
 )
 
-#: Checks of the code, not claims of the paper: judged like a claim but never counted among the verdicts.
-#: The control's 1/Δ_S = K_c holds by construction when the code is right (identical shards and seeds give
-#: bit-identical updates), so it tests the measurement, not the paper.
+#: Checks of the code, not claims of the paper: judged like a claim, never counted among the verdicts.
+#: The control's 1/Δ_S = K_c holds by construction when the code is right, so it tests the measurement.
 CODE_CHECKS: tuple[Claim, ...] = (
     Claim("control", "Control", "Identical shards and seeds give 1/Δ_S = K_c to machine precision", "Sec. IV-A",
           "passes if every round of the control is within the project's tolerance of K_c", _control),
@@ -416,14 +407,14 @@ def verdict_table(evidence: list[Evidence], claims: tuple[Claim, ...] = CLAIMS) 
     """One row per claim: the paper's own number, then each evidence's value and verdict.
 
     Args:
-        evidence: the sources, closest to the paper's setting first; the first that measures a
-            claim gives its overall verdict.
+        evidence: the sources, closest to the paper's setting first; the first that measures a claim
+            gives its overall verdict.
         claims: the claims (default :data:`CLAIMS`).
 
     Returns:
-        Index ``claim`` (its key); columns ``title``, ``statement``, ``where``, ``paper`` (value on the paper's
-        own tables), ``paper_verdict``, then ``<name>`` and ``<name> verdict`` per evidence, and
-        ``verdict`` / ``from`` (the overall verdict and which evidence gave it).
+        Index ``claim`` (its key); columns ``title``, ``statement``, ``where``, ``paper`` (value on the
+        paper's tables), ``paper_verdict``, ``<name>`` and ``<name> verdict`` per evidence, and
+        ``verdict`` / ``from`` (the overall verdict and the evidence that gave it).
     """
     paper = paper_evidence()
     rows = []
@@ -448,18 +439,14 @@ def counts(table: pd.DataFrame) -> dict[str, int]:
 
 
 def in_short(table: pd.DataFrame) -> str:
-    """The answer of a verdict table in one plain sentence, built from its verdicts only.
+    """The answer of a verdict table in one sentence, built from its verdicts only.
 
-    Names the claims that do not hold (and which of them the paper's own table breaks as well),
-    the number that hold outright and the number that hold in part, so that a page can say the
-    answer in words without typing a verdict in.
+    Counts the claims that hold and hold in part and names those that do not hold (marking those the
+    paper's own table breaks as well), e.g. "Of N claims, a hold, b hold in part and c does not hold
+    (“…”, which the paper's own table breaks as well)."
 
     Args:
         table: :func:`verdict_table`'s output (columns ``title``, ``verdict``, ``paper_verdict``).
-
-    Returns:
-        One sentence, e.g. "Of 12 claims, 5 hold, 6 hold in part and 1 does not hold
-        (“Monotone in T”, which the paper's own table breaks as well)."
 
     Raises:
         ValueError: a table without those columns.

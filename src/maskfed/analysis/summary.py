@@ -24,21 +24,16 @@ METRICS = ("T_mean", "recovery_unweighted", "recovery_weighted", "mu2_hat", "sig
 def tail_window(rounds: int) -> int:
     """Rounds in the summary window: the last quarter, at least one (200 -> 50, 25 -> 6).
 
-    At 200 rounds this is the paper's window (Sec. IV-A: "medians over the last 50 rounds"). At any
-    other round count the paper says nothing; keeping the same quarter is ours.
+    At 200 rounds the paper's window (Sec. IV-A: "medians over the last 50 rounds"); elsewhere ours.
     """
     return max(1, rounds // 4)
 
 
 def summarize_run(metrics: pd.DataFrame) -> dict:
-    """Median of each of :data:`METRICS` over the last quarter of rounds.
+    """Median of each of :data:`METRICS` over the last quarter of a run's per-round table.
 
-    Args:
-        metrics: a run's per-round table (``RunResult.metrics``), one row per round.
-
-    Returns:
-        ``{metric: median}``; NaN entries (rounds without a test evaluation) are
-        skipped, so ``test_acc`` is the median of the evaluations in the window.
+    NaN entries (rounds without a test evaluation) are skipped, so ``test_acc`` is the median of the
+    evaluations in the window. Returns ``{metric: median}``.
     """
     tail = metrics.tail(tail_window(len(metrics)))
     return {m: float(np.nanmedian(tail[m])) if tail[m].notna().any() else float("nan") for m in METRICS}
@@ -77,10 +72,10 @@ PAPER_COLUMNS = {"local_steps": "T_mean", "recovery_unweighted": "recovery_unwei
 
 
 def paper_table(name: str) -> pd.DataFrame:
-    """The paper's Table I ("table1") or its heterogeneity table ("table2") as a DataFrame.
+    """The paper's Table I ("table1") or heterogeneity table ("table2") as a DataFrame.
 
-    Indexed like :func:`summarize` output (``batch_size``, ``local_epochs`` or
-    ``alpha``), with our column names. Source: Yan et al. (2026), arXiv:2608.23286.
+    Indexed like :func:`summarize` (``batch_size``, ``local_epochs`` or ``alpha``), with our column
+    names. Source: Yan et al. (2026), arXiv:2608.23286.
 
     Raises:
         ValueError: unknown name.
@@ -106,17 +101,15 @@ PAPER_TEXT = {
 
 
 def aggregation_gap_pct(table: pd.DataFrame, decimals: int | None = None) -> pd.DataFrame:
-    """Gap between the n_k-weighted and unweighted recovery factors of each row, in percent.
+    """Gap 100 |w - u| / u between the n_k-weighted (w) and unweighted (u) recovery factors per row, in percent.
 
-    ``gap_pct = 100 |w - u| / u`` with ``u = recovery_unweighted``, ``w = recovery_weighted``.
-    With ``decimals`` (the values were printed rounded to that many decimals, as the paper's
-    tables are), also the smallest and largest gap the unrounded values could have had:
-    ``100 max(0, |w - u| - 10^-decimals) / u`` and ``100 (|w - u| + 10^-decimals) / u``
-    (each value may sit up to half a unit of the last decimal from its print).
+    With ``decimals`` (the values were printed rounded, as the paper's tables are), also the smallest and
+    largest gap the unrounded values allow: 100 max(0, |w - u| - 10^-decimals) / u and
+    100 (|w - u| + 10^-decimals) / u.
 
     Args:
-        table: rows with columns ``recovery_unweighted`` and ``recovery_weighted`` (e.g.
-            :func:`paper_table` or :func:`summarize` output).
+        table: rows with ``recovery_unweighted`` and ``recovery_weighted`` (e.g. :func:`paper_table` or
+            :func:`summarize` output).
         decimals: decimals the values were rounded to, or None.
 
     Returns:
@@ -146,15 +139,12 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, columns: list[str]) ->
 
 
 def compare(sources: dict[str, pd.DataFrame], columns: list[str]) -> pd.DataFrame:
-    """Several summaries of the same settings, each quantity's sources in adjacent columns.
-
-    Each source stays its own column; nothing is pooled across sources.
+    """Several summaries of the same settings, each quantity's sources in adjacent columns (nothing pooled).
 
     Args:
-        sources: ``{name: summary}`` in column order, e.g. the live profile, archived
-            profiles and the paper's table; all indexed by the same setting fields. The
-            first source's index gives the rows; the others are aligned to it (missing
-            rows and quantities become NaN).
+        sources: ``{name: summary}`` in column order (e.g. the live profile, archived profiles, the
+            paper's table), all indexed by the same setting fields; the first gives the rows, the others
+            are aligned to it (missing rows and quantities become NaN).
         columns: quantities to show, e.g. :data:`maskfed.studies.experiments.TABLE_COLUMNS`.
 
     Returns:
@@ -194,11 +184,9 @@ def table1_contrast(ours: pd.DataFrame, paper: pd.DataFrame) -> dict:
         paper: the paper's Table I in the same layout (:func:`paper_table`).
 
     Returns:
-        ``full_min``, ``full_max``, ``mini_min``, ``mini_max`` (recovery factor 1/Δ_S of the
-        full-batch and of the minibatch protocols), ``cliff`` (smallest full-batch 1/Δ_S over the
-        largest minibatch one: above 1 when every full-batch protocol recovers more), and
-        ``spearman_rec``, ``spearman_sigma`` (rank correlations with the paper's 1/Δ_S and σ̂² over
-        the protocols both tables have).
+        ``full_min``, ``full_max``, ``mini_min``, ``mini_max`` (1/Δ_S of the full-batch and minibatch
+        protocols), ``cliff`` (smallest full-batch over largest minibatch 1/Δ_S) and ``spearman_rec``,
+        ``spearman_sigma`` (rank correlations with the paper's 1/Δ_S and σ̂² over shared protocols).
 
     Raises:
         ValueError: ``ours`` lacks a full-batch or a minibatch protocol.
@@ -215,12 +203,10 @@ def table1_contrast(ours: pd.DataFrame, paper: pd.DataFrame) -> dict:
             "spearman_sigma": rank_correlation(both["sigma2_hat"], both["sigma2_hat_paper"])}
 
 
-#: Relative tolerance of the identical-shards control, by device type. On the CPU the client
-#: updates are bit-identical, so the only error is float64 rounding in the Gram matrix (about
-#: 1e-16 · K_c); 1e-12 leaves room for that and nothing else. On CUDA the control runs with
-#: deterministic algorithms (maskfed.engine.determinism), which should also give identical updates;
-#: the looser 1e-9 is our allowance for float64 reductions on the GPU, still 1000 times below
-#: what a 0.1 % difference between two clients produces (about 1e-7 at K_c = 10).
+#: Relative tolerance of the identical-shards control, by device type (ours). On the CPU the updates are
+#: bit-identical, so 1e-12 covers float64 rounding in the Gram matrix (about 1e-16 · K_c) and nothing else.
+#: On CUDA (deterministic algorithms, maskfed.engine.determinism) 1e-9 allows for float64 GPU reductions,
+#: still 1000 times below what a 0.1 % difference between two clients gives (about 1e-7 at K_c = 10).
 CONTROL_TOLERANCE = {"cpu": 1e-12, "cuda": 1e-9}
 
 
@@ -239,8 +225,8 @@ def control_tolerance(device: str) -> float:
 def control_deviations_by_round(metrics: pd.DataFrame, k_c: int) -> pd.DataFrame:
     """How far an identical-shards control run is from its exact answer, round by round.
 
-    With identical updates Δ_1 = … = Δ_{K_c} (and equal shards), 1/Δ_S = K_c in both
-    conventions (eq. 3, 8), σ̂² = 0 (eq. 14) and every Δ_k equals Δ_1.
+    With identical updates (and equal shards), 1/Δ_S = K_c in both conventions (eq. 3, 8), σ̂² = 0
+    (eq. 14) and every Δ_k equals Δ_1.
 
     Args:
         metrics: per-round table(s) of control runs, with ``recovery_unweighted``,
@@ -273,9 +259,8 @@ def control_deviations(metrics: pd.DataFrame, k_c: int) -> dict:
     """The worst round of :func:`control_deviations_by_round` (same arguments and errors).
 
     Returns:
-        ``{"recovery_unweighted", "recovery_weighted"}``: max |1/Δ_S / K_c − 1|;
-        ``"sigma2_rel"``: max |σ̂²| / A; ``"update_spread"``: max_k ‖Δ_k − Δ_1‖ / ‖Δ_1‖
-        (all dimensionless, max over rounds).
+        Maxima over rounds (dimensionless): ``recovery_unweighted``, ``recovery_weighted``
+        (|1/Δ_S / K_c − 1|), ``sigma2_rel`` (|σ̂²| / A), ``update_spread`` (max_k ‖Δ_k − Δ_1‖ / ‖Δ_1‖).
     """
     worst = control_deviations_by_round(metrics, k_c).max(skipna=False)  # a NaN round is no pass
     return {"recovery_unweighted": float(worst["dev_unweighted"]), "recovery_weighted": float(worst["dev_weighted"]),
@@ -283,19 +268,17 @@ def control_deviations(metrics: pd.DataFrame, k_c: int) -> dict:
 
 
 def protocol_orderings(table: pd.DataFrame, column: str = "recovery_unweighted") -> dict:
-    """The two orderings the paper reads from Table I, checked on a Table I summary.
+    """The orderings the paper reads from Table I, checked on a Table I summary.
 
     Args:
         table: indexed by (``batch_size`` as str, ``local_epochs``), as :func:`summarize` returns.
         column: the quantity to order (default: unweighted 1/Δ_S).
 
     Returns:
-        ``{"cliff": bool}``: every full-batch value is above every minibatch value;
-        ``{"n_falling": int, "n_groups": int}``: batch sizes whose values fall strictly
-        as τ grows (groups with one τ are not counted); ``"t_inversions"``: pairs adjacent in
-        local steps T within the full-batch or the minibatch group where the value does not fall
-        (the paper's own claim, "monotone in T within each group", :func:`t_inversions`; needs a
-        ``T_mean`` column, else None); ``"falling_text"``: a sentence stating all three, for the book.
+        ``cliff`` (every full-batch value above every minibatch one); ``n_falling`` of ``n_groups``
+        (batch sizes with two or more τ whose values fall strictly as τ grows); ``t_inversions``
+        (:func:`t_inversions`; None without a ``T_mean`` column); ``falling_text``, a sentence
+        stating all three, for the book.
 
     Raises:
         ValueError: the index lacks ``batch_size`` or ``local_epochs``.
@@ -325,9 +308,8 @@ def protocol_orderings(table: pd.DataFrame, column: str = "recovery_unweighted")
 
 
 def t_inversions(t1: pd.DataFrame, column: str = "recovery_unweighted", steps: str = "T_mean") -> list[tuple]:
-    """Pairs of protocols, adjacent in local steps T within the full-batch or the minibatch group,
-    where the value does *not* fall as T grows (the paper's claim is "monotone in T within each
-    group", Sec. IV-B).
+    """Pairs of protocols adjacent in local steps T, within the full-batch or the minibatch group, where
+    the value does not fall as T grows (against the paper's "monotone in T within each group", Sec. IV-B).
 
     Returns:
         ``[(protocol at smaller T, protocol at larger T), ...]``, protocols as their index tuples.
@@ -342,11 +324,11 @@ def t_inversions(t1: pd.DataFrame, column: str = "recovery_unweighted", steps: s
 
 
 def eq12_identity_gap(metrics: pd.DataFrame, k_c: int) -> float:
-    """Largest relative gap, over rounds, between eq. (12) fed with that round's estimates and 1/Δ_S.
+    """Largest relative gap, over rounds, between eq. (12) fed with the round's estimates and its 1/Δ_S.
 
-    With r̂ = ‖μ̂‖²/σ̂² (eq. 13-14), (K_c r̂ + 1)/(r̂ + 1) = K_c B / A = 1/Δ_S holds for every
-    single round by algebra, so the gap is float rounding; a larger one means the estimators
-    or the recovery factor were computed inconsistently. Rounds with σ̂² = 0 are skipped.
+    With r̂ = ‖μ̂‖²/σ̂² (eq. 13-14), (K_c r̂ + 1)/(r̂ + 1) = K_c B / A = 1/Δ_S holds per round by
+    algebra, so the gap is float rounding unless the estimators and 1/Δ_S were computed
+    inconsistently. Rounds with σ̂² = 0 are skipped.
 
     Args:
         metrics: a run's per-round table with ``mu2_hat``, ``sigma2_hat``, ``recovery_unweighted``.

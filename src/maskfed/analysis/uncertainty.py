@@ -1,24 +1,15 @@
 """How sure is a comparison? Seed ranges, bootstrap intervals and trend tests for the book's tables.
 
-The paper reports, per setting, the median across 3 seeds of each run's median over its last 50
-rounds (:mod:`maskfed.analysis.summary`), and no uncertainty. Here every such cell also gets
+The paper reports, per setting, the median across 3 seeds of each run's median over its last 50 rounds
+(:mod:`maskfed.analysis.summary`), with no uncertainty. Here every cell also gets its seed range
+(:func:`seed_range`) and bootstrap replicates of the whole table (:func:`replicate_tables`: seeds redrawn
+jointly for every setting, window rounds by a moving-block bootstrap, Künsch 1989), from which any
+statistic of the tables gets a percentile interval (:func:`bootstrap`, :func:`interval`). A per-round
+series is "still falling" only when its log-slope over the run's second half is significantly negative
+with a Newey-West (HAC) standard error (Newey & West 1987, via statsmodels), :func:`trend_test`.
 
-* its **seed range** (min and max over seeds of the per-run window medians), :func:`seed_range`;
-* **bootstrap replicates** of the whole table (:func:`replicate_tables`), from which any statistic
-  of the table (the cliff, a rank correlation, a span ratio) gets a percentile interval
-  (:func:`interval`). A replicate redraws the seeds with replacement, jointly for every setting
-  (a seed's partition is shared by all of a profile's protocols) and, within each drawn seed, the
-  rounds of its summary window by a moving-block
-  bootstrap (blocks of :data:`BLOCK` consecutive rounds, because per-round values are correlated
-  from one round to the next; Künsch 1989), then summarises exactly as the paper does (median over
-  rounds, median over seeds). With one seed only the rounds are redrawn.
-
-A per-round series is called **still falling** only when the slope of log(value) against the round,
-over the second half of the run, is significantly below zero with a standard error that allows for
-autocorrelation (Newey & West 1987, via statsmodels' HAC covariance), :func:`trend_test`.
-
-The choices (percentile intervals, block length, the HAC lag rule, two-sided 5 % for the trend) are
-ours; none of them is the paper's, which gives no intervals.
+The choices (percentile intervals, block length, HAC lag rule, two-sided 5 % trend test) are ours; the
+paper gives no intervals.
 """
 
 from __future__ import annotations
@@ -56,7 +47,7 @@ class Interval:
     level: float = LEVEL
 
     def text(self, fmt: str = ".2f") -> str:
-        """``"2.24 [1.95, 2.61]"``: the estimate and the interval."""
+        """The estimate and the interval as ``"<estimate> [<low>, <high>]"``."""
         return f"{self.estimate:{fmt}} [{self.low:{fmt}}, {self.high:{fmt}}]"
 
 
@@ -114,8 +105,7 @@ def _block_indices(n: int, block: int, n_boot: int, rng: np.random.Generator) ->
 
 
 def _run_rng(seed: int, r: RunResult) -> np.random.Generator:
-    """The generator of one run's window-round resamples, keyed by the run itself (its label), so a run that
-    stands in two tables is resampled the same way in both."""
+    """Generator of one run's round resamples, keyed by its label: the same draw in every table."""
     digest = hashlib.sha256(r.config.label().encode()).digest()
     return np.random.default_rng([seed, 7920, *np.frombuffer(digest[:16], dtype=np.uint32).tolist()])
 
@@ -124,21 +114,19 @@ def replicate_tables(results: list[RunResult], by: list[str], columns=METRICS, *
                      block: int = BLOCK, seed: int = 0) -> list[pd.DataFrame]:
     """Bootstrap replicates of a summary table (:func:`maskfed.analysis.summary.summarize` layout).
 
-    Each replicate draws the experiment's seeds with replacement once, jointly for every setting: a
-    seed's partition, initialisation and cohorts are shared by all the protocols of a profile, so slot s
-    of replicate b takes the same seed in every setting (a setting with other seeds than the rest draws
-    its own). Each drawn seed's window rounds are redrawn by a moving-block bootstrap (the same rounds for
-    every column, a fresh draw for every slot) from a generator keyed by the run, so a run in two tables
-    (Table I's bs 32, τ 2 is Table II's α = 100) is the same draw in both; the per-seed medians over the
-    rounds give the cell's median over seeds. Tables built with the same ``seed`` from runs with the same
-    seed values therefore share replicate b's seed draw, and a ratio of their cells resamples jointly.
+    Each replicate draws the seeds with replacement once for every setting (a seed's partition,
+    initialisation and cohorts are shared by a profile's protocols; a setting with other seeds draws its
+    own). Each drawn seed's window rounds are redrawn by a moving-block bootstrap, the same rounds for
+    every column and a fresh draw per slot, from a generator keyed by the run, so a run in two tables
+    (Table I's bs 32, τ 2 is Table II's α = 100) gets the same draw in both. Tables built with the same
+    ``seed`` from runs with the same seeds share replicate b's seed draw: a ratio of their cells
+    resamples jointly.
 
     Args:
         results: finished runs of one experiment.
         by: RunConfig fields that name a setting.
         columns: metrics in the replicate tables.
-        n_boot: replicates (>= 1).
-        block: rounds per block (>= 1).
+        n_boot: replicates (>= 1); block: rounds per block (>= 1).
         seed: seeds the generators (replicates are reproducible).
 
     Returns:
@@ -188,8 +176,8 @@ def bootstrap(statistic: Callable[..., float], tables: list[pd.DataFrame],
     Args:
         statistic: ``f(table_1, ..., table_m) -> float``.
         tables: the m summary tables themselves.
-        replicates: for each of the m tables, its replicates (:func:`replicate_tables`), all of one
-            length; replicate b of every table enters the b-th value together.
+        replicates: per table its replicates (:func:`replicate_tables`), all of one length; replicate b
+            of every table enters the b-th value together.
         level: coverage.
 
     Raises:
@@ -218,8 +206,7 @@ def seed_range(results: list[RunResult], by: list[str], columns=METRICS) -> tupl
 
 def seed_range_coverage(n_seeds: int) -> float:
     """Probability that [min, max] of ``n_seeds`` independent draws of a continuous distribution covers its
-    median: 1 - 2 (1/2)^n (each draw falls on either side with probability 1/2; the range misses only when
-    all fall on one side). 0.75 for 3 seeds, 0.9375 for 5; distribution-free.
+    median: 1 - 2 (1/2)^n, distribution-free (0.75 for 3 seeds, 0.9375 for 5).
 
     Raises:
         ValueError: ``n_seeds`` < 1.
@@ -231,8 +218,8 @@ def seed_range_coverage(n_seeds: int) -> float:
 
 def coverage_note(n_seeds: int) -> str:
     """What the bootstrap intervals of a table with ``n_seeds`` seeds per setting are worth, as a clause for
-    the book: with one seed they resample rounds only; with more, their coverage of the median over seeds is
-    about that of the seed range (:func:`seed_range_coverage`), not the nominal :data:`LEVEL`.
+    the book: one seed resamples rounds only; with more, coverage of the median over seeds is about that
+    of the seed range (:func:`seed_range_coverage`), not the nominal :data:`LEVEL`.
 
     Raises:
         ValueError: ``n_seeds`` < 1.
@@ -245,11 +232,10 @@ def coverage_note(n_seeds: int) -> str:
 
 
 def median_at_lowest_seed(n_seeds: int) -> float:
-    """Probability that the median of a with-replacement draw of ``n_seeds`` distinct values (``n_seeds`` odd)
-    is the lowest of them: the draw needs more than half of its values at the lowest, so
-    Σ_{k > n/2} C(n, k) (1/n)^k (1 - 1/n)^(n-k); 7/27 for 3 seeds, 0.058 for 5. Where it exceeds (1 - LEVEL)/2,
-    the seed bootstrap's lower (and by symmetry upper) percentile is an extreme seed itself, so its interval is
-    about the seed range and covers the median about as often (:func:`seed_range_coverage`), not LEVEL.
+    """Probability that the median of a with-replacement draw of ``n_seeds`` distinct values (odd) is the
+    lowest of them: Σ_{k > n/2} C(n, k) (1/n)^k (1 - 1/n)^(n-k); 7/27 for 3 seeds, 0.058 for 5. Above
+    (1 - LEVEL)/2 the seed bootstrap's percentiles are extreme seeds, so its interval covers about as
+    often as the seed range (:func:`seed_range_coverage`), not LEVEL.
 
     Raises:
         ValueError: ``n_seeds`` not a positive odd integer.
@@ -268,8 +254,8 @@ def hac_maxlags(n: int) -> int:
 def trend_test(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac: float = 0.5) -> dict:
     """Is a per-round quantity still moving at the end of a run?
 
-    Least-squares slope of log(column) on the round over the last ``frac`` of rounds, with a
-    heteroskedasticity- and autocorrelation-consistent (Newey-West) standard error.
+    Least-squares slope of log(column) on the round over the last ``frac`` of rounds, with a Newey-West
+    (HAC) standard error.
 
     Args:
         metrics: a run's per-round table (``round`` and ``column``).
@@ -277,8 +263,8 @@ def trend_test(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac:
         frac: share of the rounds, from the end, in (0, 1].
 
     Returns:
-        ``slope`` (per round, natural-log units), ``se``, ``t``, ``n`` (rounds used) and
-        ``verdict``: "falling" (t < -1.96), "rising" (t > 1.96) or "flat".
+        ``slope`` (per round, natural-log units), ``se``, ``t``, ``n`` (rounds used) and ``verdict``:
+        "falling" (t < -:data:`T_CRITICAL`), "rising" (t > :data:`T_CRITICAL`) or "flat".
 
     Raises:
         ValueError: ``frac`` outside (0, 1], or fewer than 8 positive values in the window.

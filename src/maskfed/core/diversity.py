@@ -1,14 +1,12 @@
 """Gradient diversity, the recovery factor and the signal-noise split.
 
-Pure tensor math shared by the FedAvg metrics (``maskfed.engine.fedavg``) and the
-derivation chapters of the book. Every quantity is computed from the Gram
-matrix of the cohort's updates, ``G_kl = <Δ_k, Δ_l>``, so the Euclidean form
-used in the experiments and the Hessian-weighted form of Corollary 1
-(``<Δ_k, Δ_l>_H = Δ_kᵀ H Δ_l``) share one code path.
+Pure tensor math for the FedAvg metrics (:mod:`maskfed.engine.fedavg`) and the derivation chapters.
+Every quantity comes from the Gram matrix of the cohort's updates, G_kl = <Δ_k, Δ_l>, so the Euclidean
+form of the experiments and the Hessian-weighted form of Corollary 1 (<Δ_k, Δ_l>_H = Δ_kᵀ H Δ_l) share
+one code path.
 
-Paper references (Yan, Kuroda, Jin, Chen, 2026, arXiv 2608.23286):
-eq. (3) gradient diversity Δ_S, eq. (8) recovery factor 1/Δ_S,
-eq. (12) 1/Δ_S = (K_c r + 1)/(r + 1), eq. (13)-(14) estimators σ̂², ‖μ̂‖².
+Paper references (Yan, Kuroda, Jin, Chen, 2026, arXiv 2608.23286): eq. (3) gradient diversity Δ_S,
+eq. (8) recovery factor 1/Δ_S, eq. (12) 1/Δ_S = (K_c r + 1)/(r + 1), eq. (13)-(14) estimators σ̂², ‖μ̂‖².
 Gradient diversity itself is from Yin et al. (2018).
 """
 
@@ -27,21 +25,15 @@ def _as_float64(x) -> Tensor:
 
 
 def gram_matrix(deltas_KxP, inner: Callable[[Tensor], Tensor] | None = None) -> Tensor:
-    """Gram matrix of a cohort's updates, in float64.
+    """Gram matrix of a cohort's updates, [K_c, K_c] float64.
 
     Args:
-        deltas_KxP: client updates Δ_k stacked as rows, shape [K_c, P]
-            (tensor or array; any float dtype, promoted to float64).
-        inner: optional linear map ``M`` applied to the rows, shape
-            [K_c, P] -> [K_c, P]; the Gram matrix is then ``Δ M(Δ)ᵀ``, i.e.
-            ``<Δ_k, Δ_l>_H`` when ``M`` multiplies by a symmetric PSD H.
-            ``None`` gives the Euclidean inner product.
-
-    Returns:
-        Tensor of shape [K_c, K_c], float64.
+        deltas_KxP: client updates Δ_k as rows, shape [K_c, P] (any float dtype, promoted to float64).
+        inner: optional linear map M on the rows, [K_c, P] -> [K_c, P]; the Gram matrix is then
+            Δ M(Δ)ᵀ, i.e. <Δ_k, Δ_l>_H when M multiplies by a symmetric PSD H. ``None``: Euclidean.
 
     Raises:
-        ValueError: if ``deltas_KxP`` is not 2-D or has fewer than one row.
+        ValueError: if ``deltas_KxP`` is not 2-D with at least one row.
     """
     d = _as_float64(deltas_KxP)
     if d.ndim != 2 or d.shape[0] < 1:
@@ -68,29 +60,19 @@ def normalised_weights(weights_K, k: int) -> Tensor:
 
 
 def recovery_factor_from_gram(gram_KxK, weights_K=None) -> float:
-    """Recovery factor 1/Δ_S from a Gram matrix (eq. 3 and 8).
+    """Recovery factor 1/Δ_S from a Gram matrix (eq. 3 and 8); ``nan`` when every update is zero.
 
-    Unweighted (``weights_K=None``)::
+    Unweighted: 1/Δ_S = ‖Σ_k Δ_k‖² / Σ_k ‖Δ_k‖² = 1ᵀ G 1 / tr G.
+    n_k-weighted, w_k = n_k / Σ n_k: 1/Δ_S^w = ‖Σ_k w_k Δ_k‖² / Σ_k w_k² ‖Δ_k‖² = wᵀ G w / Σ_k w_k² G_kk.
 
-        1/Δ_S = ‖Σ_k Δ_k‖² / Σ_k ‖Δ_k‖² = 1ᵀ G 1 / tr G
-
-    n_k-weighted, with w_k = n_k / Σ n_k (the FedAvg aggregate is Σ w_k Δ_k)::
-
-        1/Δ_S^w = ‖Σ_k w_k Δ_k‖² / Σ_k w_k² ‖Δ_k‖² = wᵀ G w / Σ_k w_k² G_kk
-
-    The paper reports an n_k-weighted value (Sec. IV-A) without writing its formula; this form, the
-    ratio of eq. (7) to eq. (6) with the aggregation weights w_k in place of 1/K_c, is ours.
-    The weighted form equals the unweighted one for equal weights, equals
-    1/Σ w_k² when all updates coincide, and never exceeds K_c
-    (Cauchy-Schwarz). Both are scale-free: weights need not be normalised.
+    The paper reports an n_k-weighted value (Sec. IV-A) without its formula; this one, eq. (7) over
+    eq. (6) with w_k in place of 1/K_c, is ours. It equals the unweighted form for equal weights and
+    1/Σ w_k² when all updates coincide, never exceeds K_c (Cauchy-Schwarz), and is scale-free in the
+    weights.
 
     Args:
         gram_KxK: Gram matrix of the updates, shape [K_c, K_c].
         weights_K: optional aggregation weights (e.g. shard sizes n_k), shape [K_c].
-
-    Returns:
-        The recovery factor as a Python float (dimensionless); ``nan`` when
-        every update is zero.
 
     Raises:
         ValueError: on a non-square Gram matrix or invalid weights.
@@ -107,17 +89,11 @@ def recovery_factor_from_gram(gram_KxK, weights_K=None) -> float:
 
 
 def recovery_factor(deltas_KxP, weights_K=None, inner=None) -> float:
-    """Recovery factor 1/Δ_S of a cohort's updates (eq. 3 and 8).
+    """Recovery factor 1/Δ_S in [0, K_c] of a cohort's updates, shape [K_c, P] (eq. 3 and 8).
 
     Args:
-        deltas_KxP: client updates, shape [K_c, P].
-        weights_K: optional aggregation weights n_k, shape [K_c]; ``None``
-            gives the unweighted form of the paper's eq. (3).
-        inner: optional linear map for a Hessian-weighted norm (see
-            :func:`gram_matrix`).
-
-    Returns:
-        1/Δ_S as a float, in [0, K_c].
+        weights_K: optional aggregation weights n_k, shape [K_c]; ``None``: the unweighted eq. (3).
+        inner: optional linear map for a Hessian-weighted norm (:func:`gram_matrix`).
     """
     return recovery_factor_from_gram(gram_matrix(deltas_KxP, inner), weights_K)
 
@@ -173,11 +149,10 @@ def signal_noise(deltas_KxP, inner=None) -> SignalNoise:
 
 
 def predicted_recovery_factor(r, k_c: float):
-    """Recovery factor implied by a signal-to-noise ratio r = ‖μ‖²/σ² (eq. 12).
+    """Recovery factor (K_c r + 1)/(r + 1) implied by a signal-to-noise ratio r = ‖μ‖²/σ² (eq. 12).
 
-    ``(K_c r + 1) / (r + 1)``: K_c as r → ∞, 1 as r → 0. Works elementwise on
-    floats, arrays and tensors. ``k_c`` may be a float: the n_k-weighted form
-    uses the effective cohort size K_eff = 1/Σ w_k² (chapter 6 of the book).
+    K_c as r → ∞, 1 as r → 0; elementwise on floats, arrays and tensors. ``k_c`` may be a float:
+    the n_k-weighted form uses the effective cohort size K_eff = 1/Σ w_k² (chapter 6 of the book).
 
     Raises:
         ValueError: if k_c < 1.

@@ -1,27 +1,17 @@
 """Block-wise update masking (eq. 2) for one client and for a FedAvg cohort.
 
-An update Δ is cut into B disjoint blocks Δ^(b). Masking draws one
-m^(b) ~ Bernoulli(p) per block, independently across blocks, and replaces the
-update by ``Δ̃^(b) = m^(b) Δ^(b) / p``. The factor 1/p keeps the masked update
-unbiased, E[Δ̃] = Δ; its variance is what produces the curvature penalty of
-:mod:`maskfed.core.penalty`.
+An update Δ is cut into B disjoint blocks Δ^(b); masking draws m^(b) ~ Bernoulli(p) per block,
+independently, and returns Δ̃^(b) = m^(b) Δ^(b) / p. The 1/p keeps it unbiased, E[Δ̃] = Δ; its
+variance gives the curvature penalty of :mod:`maskfed.core.penalty`.
 
-Two layouts are supported:
+A partition is either a list of block sizes over a flat vector [P] (consecutive blocks), or a
+list/dict of parameter tensors with one block per tensor (``granularity="tensor"``, the paper's
+choice) or per slice along dim 0, i.e. per output channel (``"channel"``). :func:`flatten_params`
+lays the blocks of :func:`block_sizes_of` out contiguously, so both describe the same partition.
 
-* a flat update vector of P coordinates together with a block partition given
-  as a list of block sizes (consecutive, covering all P coordinates), and
-* a list or dict of parameter tensors (one per model parameter), where a block
-  is one tensor (``granularity="tensor"``, the paper's choice) or one slice
-  along dim 0, i.e. one output channel (``granularity="channel"``).
-
-Flattening a list/dict of tensors with :func:`flatten_params` lays the blocks
-of :func:`block_sizes_of` out contiguously, so both layouts describe the same
-partition.
-
-For a cohort of K_c clients, ``mode="independent"`` draws one mask per client
-(Proposition 2) and ``mode="shared"`` draws one mask per round, applied by all
-clients (Proposition 3). All randomness goes through an explicit
-``torch.Generator`` or integer seed.
+For a cohort of K_c clients, ``mode="independent"`` draws a mask per client (Proposition 2) and
+``mode="shared"`` one mask per round for all clients (Proposition 3). All randomness goes through an
+explicit ``torch.Generator`` or integer seed.
 
 Paper reference: Yan, Kuroda, Jin, Chen (2026), arXiv 2608.23286, eq. (2).
 """
@@ -43,16 +33,10 @@ GRANULARITIES = ("tensor", "channel")
 
 
 def check_keep_probability(p) -> float:
-    """Validate a keep probability and return it as a float.
-
-    Args:
-        p: keep probability of a block, must satisfy 0 < p <= 1.
-
-    Returns:
-        ``float(p)``.
+    """Validate a keep probability 0 < p <= 1 and return it as a float.
 
     Raises:
-        ValueError: if ``p`` is not a number in the interval (0, 1].
+        ValueError: if ``p`` is not a number in (0, 1].
     """
     try:
         pf = float(p)
@@ -70,11 +54,7 @@ def _check_mode(mode) -> str:
 
 
 def as_generator(generator: GeneratorLike) -> torch.Generator:
-    """Return a ``torch.Generator``: the argument itself, or a new CPU one seeded with it.
-
-    Args:
-        generator: a ``torch.Generator`` (used as is, its state advances) or an
-            integer seed.
+    """A ``torch.Generator``: the argument itself (its state advances) or a new CPU one seeded with an integer.
 
     Raises:
         TypeError: on anything else, including ``None`` (randomness must be explicit).
@@ -95,18 +75,13 @@ def _param_items(params) -> list[tuple[str, Tensor]]:
 
 
 def block_sizes_of(params, granularity: str = "tensor") -> list[int]:
-    """Block partition of a model's parameters, as block sizes in flattening order.
+    """Block partition of a model's parameters: block sizes summing to P, in :func:`flatten_params` order.
 
     Args:
-        params: list/tuple or dict of parameter tensors (e.g.
-            ``list(model.parameters())`` or ``model.state_dict()``).
-        granularity: ``"tensor"`` (one block per tensor, the paper's choice)
-            or ``"channel"`` (one block per slice along dim 0, i.e. per output
-            channel / row; a 0-d tensor is one block).
-
-    Returns:
-        List of block sizes (numbers of coordinates), summing to P, ordered as
-        :func:`flatten_params` lays the coordinates out.
+        params: list/tuple or dict of parameter tensors (e.g. ``list(model.parameters())`` or
+            ``model.state_dict()``).
+        granularity: ``"tensor"`` (one block per tensor, the paper's choice) or ``"channel"`` (one
+            block per slice along dim 0, i.e. per output channel; a 0-d tensor is one block).
 
     Raises:
         ValueError: on an unknown ``granularity``.
@@ -125,9 +100,10 @@ def block_sizes_of(params, granularity: str = "tensor") -> list[int]:
 
 
 def flatten_params(params) -> Tensor:
-    """Concatenate a list/dict of tensors into one flat vector, shape [P].
+    """Concatenate a list/dict of tensors (dicts in insertion order) into one detached vector [P].
 
-    Dicts are read in insertion order. The result is detached from autograd.
+    Raises:
+        ValueError: if ``params`` is empty.
     """
     items = _param_items(params)
     if not items:
@@ -173,15 +149,12 @@ def block_slices(block_sizes: Sequence[int]) -> list[slice]:
 
 
 def block_sizes_from_ranges(ranges: Sequence[tuple[int, int]], num_coords: int | None = None) -> list[int]:
-    """Convert consecutive index ranges ``[(start, stop), ...]`` into block sizes.
+    """Block sizes from consecutive half-open index ranges ``[(start, stop), ...]`` starting at 0.
 
-    Args:
-        ranges: half-open ranges that must start at 0, be consecutive and
-            non-empty.
-        num_coords: optional P to check that the ranges cover all coordinates.
+    ``num_coords``: optional P the ranges must cover.
 
     Raises:
-        ValueError: if the ranges leave gaps, overlap or do not cover ``num_coords``.
+        ValueError: if the ranges leave gaps, overlap, are empty or do not cover ``num_coords``.
     """
     sizes, pos = [], 0
     for start, stop in ranges:
@@ -195,20 +168,16 @@ def block_sizes_from_ranges(ranges: Sequence[tuple[int, int]], num_coords: int |
 
 
 def draw_block_mask(num_blocks: int, p, generator: GeneratorLike, batch_shape: Sequence[int] = ()) -> Tensor:
-    """Draw block keep-indicators m^(b) ~ Bernoulli(p), independent across blocks (eq. 2).
+    """Block keep-indicators m^(b) ~ Bernoulli(p), independent across blocks (eq. 2), float64 [*batch_shape, B].
 
     Args:
-        num_blocks: B, the number of blocks.
+        num_blocks: B.
         p: keep probability in (0, 1].
         generator: ``torch.Generator`` or integer seed.
-        batch_shape: leading shape for many independent masks at once
-            (e.g. ``(K_c,)`` or ``(n_draws, K_c)``).
-
-    Returns:
-        float64 tensor of 0/1 entries, shape ``[*batch_shape, B]``.
+        batch_shape: leading shape for many independent masks (e.g. ``(K_c,)`` or ``(n_draws, K_c)``).
 
     Raises:
-        ValueError: if ``p`` is outside (0, 1] (checked before drawing).
+        ValueError: if ``p`` is outside (0, 1] (before drawing).
     """
     pf = check_keep_probability(p)
     g = as_generator(generator)
@@ -225,19 +194,13 @@ def expand_block_mask(mask_B: Tensor, block_sizes: Sequence[int]) -> Tensor:
 
 
 def apply_block_mask(delta_P: Tensor, block_sizes: Sequence[int], mask_B: Tensor, p) -> Tensor:
-    """Masked update Δ̃^(b) = m^(b) Δ^(b) / p (eq. 2).
-
-    Broadcasts over leading dimensions: ``delta`` of shape [..., P] with a mask
-    of shape [..., B] (or [B]).
+    """Masked update Δ̃^(b) = m^(b) Δ^(b) / p (eq. 2), shape [..., P], dtype of ``delta_P``.
 
     Args:
         delta_P: update Δ, shape [..., P] (parameter units).
         block_sizes: sizes of the B consecutive blocks, summing to P.
-        mask_B: 0/1 block indicators, shape [..., B].
+        mask_B: 0/1 block indicators, shape [..., B] or [B] (broadcast).
         p: keep probability in (0, 1].
-
-    Returns:
-        Masked update, shape [..., P], same dtype as ``delta_P``.
 
     Raises:
         ValueError: on a bad ``p`` or when the partition does not match P.
@@ -255,21 +218,19 @@ def mask_cohort(deltas_KxP, block_sizes: Sequence[int], p, mode: str, generator:
     """Mask every client update of a FedAvg cohort, independently or with one shared mask.
 
     Args:
-        deltas_KxP: client updates Δ_k, shape [K_c, P] (or [N, K_c, P] for N
-            independent rounds at once).
+        deltas_KxP: client updates Δ_k, shape [K_c, P] (or [N, K_c, P] for N rounds at once).
         block_sizes: sizes of the B blocks, summing to P.
         p: keep probability in (0, 1].
-        mode: ``"independent"`` (a mask per client, Prop. 2) or ``"shared"``
-            (one mask per round for all clients, as if every client seeded its
-            generator with the same per-round seed, Prop. 3).
+        mode: ``"independent"`` (a mask per client, Prop. 2) or ``"shared"`` (one mask per round
+            for all clients, as if each seeded its generator with the same round seed, Prop. 3).
         generator: ``torch.Generator`` or integer seed.
         return_mask: also return the block masks, shape [..., K_c, B].
 
     Returns:
-        Masked updates Δ̃_k, shape like ``deltas_KxP`` (and the mask if asked).
+        Masked updates Δ̃_k, shaped like ``deltas_KxP`` (and the mask if asked).
 
     Raises:
-        ValueError: on a bad ``p`` or ``mode`` (checked before any draw).
+        ValueError: on a bad ``p`` or ``mode`` (before any draw).
     """
     check_keep_probability(p)
     _check_mode(mode)
@@ -287,19 +248,15 @@ def mask_cohort(deltas_KxP, block_sizes: Sequence[int], p, mode: str, generator:
 
 
 def mask_params(update, p, generator: GeneratorLike, granularity: str = "tensor", mask_B: Tensor | None = None):
-    """Mask an update given as a list/dict of parameter tensors (eq. 2).
+    """Mask one client's update, a list/dict of parameter tensors (eq. 2); returns the same container and shapes.
 
     Args:
-        update: list/tuple or dict of tensors (one client's Δ, per parameter).
+        update: list/tuple or dict of tensors, one per parameter.
         p: keep probability in (0, 1].
-        generator: ``torch.Generator`` or integer seed; two clients that pass
-            the same seed get the same mask (the shared mode of Prop. 3).
-        granularity: ``"tensor"`` or ``"channel"`` (see :func:`block_sizes_of`).
-        mask_B: optional precomputed 0/1 mask of shape [B]; then no draw is made.
-
-    Returns:
-        The masked update in the same container type (dict with the same keys,
-        or list), tensors of the same shapes.
+        generator: ``torch.Generator`` or integer seed; two clients passing the same seed get the
+            same mask (the shared mode of Prop. 3).
+        granularity: ``"tensor"`` or ``"channel"`` (:func:`block_sizes_of`).
+        mask_B: optional precomputed 0/1 mask [B]; then no draw is made.
 
     Raises:
         ValueError: on a bad ``p`` or ``granularity``, or a mask of the wrong length.

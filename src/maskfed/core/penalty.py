@@ -1,28 +1,17 @@
 """The curvature penalty of update masking, for one update and for a FedAvg cohort.
 
-Masking an update Δ block-wise (eq. 2, :mod:`maskfed.core.masking`) adds, to second
-order, the curvature penalty (eq. 4)::
+Block masking (eq. 2, :mod:`maskfed.core.masking`) adds, to second order, the penalty (eq. 4)
+R(Δ) = (1 − p)/(2p) · Σ_b Δ_bᵀ H_bb Δ_b, with H_bb the diagonal blocks of the Hessian at the
+evaluated point. Only the block-diagonal part H_bd enters, so the functions take an operator that
+applies H_bd to a stack of vectors: :class:`DenseBlockHessian` (a given dense Hessian) or
+:class:`HVPBlockHessian` (any torch model, loss and batch, by Hessian-vector products).
 
-    R(Δ) = (1 − p)/(2p) · Σ_b Δ_bᵀ H_bb Δ_b
+At the FedAvg aggregate Δ_agg = Σ_k w_k Δ_k (w_k = 1/K_c or n_k / Σ n_k):
 
-where H_bb are the diagonal blocks of the Hessian of the loss at the point
-being evaluated. Only the block-diagonal part ``H_bd`` of H enters, so every
-function here works with an operator that applies ``H_bd`` to a stack of
-vectors:
-
-* :class:`DenseBlockHessian` for a given dense Hessian (e.g. a quadratic loss);
-* :class:`HVPBlockHessian` for any torch model, loss and batch, using one
-  Hessian-vector product per block and vector (no dense Hessian is formed).
-
-At the FedAvg aggregate ``Δ_agg = Σ_k w_k Δ_k`` (w_k = 1/K_c, or n_k / Σ n_k):
-
-* independent masks per client (Prop. 2, eq. 6): ``R_ind = Σ_k w_k² R(Δ_k)``,
-  i.e. ``(1/K_c²) Σ_k R(Δ_k)`` for the plain mean;
-* one shared mask per round (Prop. 3, eq. 7): ``R_shr = R(Δ_agg)``;
-* their ratio is the recovery factor 1/Δ_S in the block-Hessian norm
-  ``‖v‖²_H = Σ_b v_bᵀ H_bb v_b`` (Corollary 1, eq. 8), computed with
-  :func:`maskfed.core.diversity.recovery_factor` and ``inner=H_bd``. It equals the
-  Euclidean 1/Δ_S when every H_bb = c·I.
+* independent masks per client (Prop. 2, eq. 6): R_ind = Σ_k w_k² R(Δ_k);
+* one shared mask per round (Prop. 3, eq. 7): R_shr = R(Δ_agg);
+* R_shr / R_ind is 1/Δ_S in the norm ‖v‖²_H = Σ_b v_bᵀ H_bb v_b (Corollary 1, eq. 8), equal to
+  the Euclidean 1/Δ_S when every H_bb = c·I.
 
 Paper reference: Yan, Kuroda, Jin, Chen (2026), arXiv 2608.23286, eq. (4)-(8).
 """
@@ -76,12 +65,11 @@ class DenseBlockHessian:
     """Applies the block-diagonal part of a given dense Hessian: V [N, P] -> V H_bd [N, P].
 
     Args:
-        H_PxP: Hessian (symmetric), shape [P, P]; off-diagonal blocks are discarded.
+        H_PxP: symmetric Hessian, shape [P, P]; off-diagonal blocks are discarded.
         block_sizes: sizes of the B consecutive blocks, summing to P.
 
     Attributes:
-        matrix: the block-diagonal matrix H_bd, shape [P, P], float64.
-        block_sizes: the block partition.
+        matrix: H_bd, shape [P, P], float64; block_sizes: the block partition.
     """
 
     def __init__(self, H_PxP, block_sizes: Sequence[int]):
@@ -96,23 +84,17 @@ class DenseBlockHessian:
 class HVPBlockHessian:
     """Applies the block-diagonal part of the Hessian of a torch loss by Hessian-vector products.
 
-    For a vector v and block b, the Hessian-vector product of ``v_b`` (v zero
-    outside block b) is taken by double backward, and only its block-b part is
-    kept: ``(H_bd v)_b = (H v_b)_b``. Cost: one HVP per block per vector; no
-    [P, P] matrix is formed.
+    (H_bd v)_b = (H v_b)_b, with v_b equal to v on block b and zero elsewhere, by double backward:
+    one HVP per block and vector, no [P, P] matrix. The gradient graph is built once, at the
+    parameter values on creation.
 
     Args:
-        loss_fn: zero-argument callable returning the scalar loss computed
-            from ``params`` (e.g. ``lambda: F.mse_loss(model(x), y)``).
-        params: the parameter tensors the loss depends on (``requires_grad``),
-            e.g. ``list(model.parameters())``; vectors are laid out as
-            :func:`maskfed.core.masking.flatten_params` lays these out.
-        block_sizes: block partition of the flat vector; default one block
-            per tensor (or per output channel with ``granularity="channel"``).
-        granularity: used only when ``block_sizes`` is None.
-
-    The gradient graph is built once, at the current parameter values, when
-    the object is created.
+        loss_fn: zero-argument callable returning the scalar loss from ``params``
+            (e.g. ``lambda: F.mse_loss(model(x), y)``).
+        params: the parameter tensors (``requires_grad``), list or dict; vectors are laid out as
+            :func:`maskfed.core.masking.flatten_params` does.
+        block_sizes: block partition of the flat vector; default one block per tensor (or per
+            output channel with ``granularity="channel"``, used only when ``block_sizes`` is None).
 
     Raises:
         ValueError: if ``params`` is empty or the blocks do not sum to P.
@@ -141,7 +123,7 @@ class HVPBlockHessian:
         return self._flat_grad.detach().to(device="cpu", dtype=torch.float64)
 
     def hvp(self, v_P: Tensor) -> Tensor:
-        """Full Hessian-vector product H v, shape [P] -> [P] (float64, on the CPU whatever the parameters' device)."""
+        """Full Hessian-vector product H v, [P] -> [P] (float64, on the CPU whatever the parameters' device)."""
         if not self._flat_grad.requires_grad:  # loss linear in the parameters
             return torch.zeros(self.num_coords, dtype=torch.float64)
         # v arrives on the CPU in float64; the graph may live on a GPU: compute there, answer on the CPU
@@ -179,20 +161,16 @@ def _delta_vector(delta, num_coords: int | None = None) -> Tensor:
 
 
 def curvature_penalty(delta_P, p, hessian_bd: BlockHessianOp) -> float:
-    """Curvature penalty R(Δ) = (1 − p)/(2p) Σ_b Δ_bᵀ H_bb Δ_b (eq. 4).
+    """Curvature penalty R(Δ) = (1 − p)/(2p) Σ_b Δ_bᵀ H_bb Δ_b (eq. 4), in loss units.
 
     Args:
-        delta_P: the update Δ, shape [P] (parameter units), or a list/dict of
-            per-parameter tensors.
+        delta_P: the update Δ, shape [P] (parameter units), or a list/dict of per-parameter tensors.
         p: keep probability in (0, 1].
-        hessian_bd: operator applying the block-diagonal Hessian, e.g.
-            :class:`DenseBlockHessian` or :class:`HVPBlockHessian`.
-
-    Returns:
-        R(Δ) as a float (loss units).
+        hessian_bd: operator applying the block-diagonal Hessian, e.g. :class:`DenseBlockHessian`
+            or :class:`HVPBlockHessian`.
 
     Raises:
-        ValueError: if ``p`` is outside (0, 1] (checked before any compute).
+        ValueError: if ``p`` is outside (0, 1] (before any compute).
     """
     c = penalty_coefficient(p)
     d = _delta_vector(delta_P)
@@ -200,10 +178,7 @@ def curvature_penalty(delta_P, p, hessian_bd: BlockHessianOp) -> float:
 
 
 def curvature_penalty_dense(delta_P, H_PxP, block_sizes: Sequence[int], p) -> float:
-    """Closed form of eq. (4) for a given dense Hessian: (1 − p)/(2p) Σ_b Δ_bᵀ H[b, b] Δ_b.
-
-    Loops over the diagonal blocks of ``H_PxP`` [P, P] (off-diagonal blocks are
-    never read). For a quadratic loss this is exact.
+    """Eq. (4) for a given dense Hessian [P, P], reading only its diagonal blocks; exact for a quadratic loss.
 
     Raises:
         ValueError: on a bad ``p`` or a partition that does not match P.
@@ -218,18 +193,14 @@ def curvature_penalty_dense(delta_P, H_PxP, block_sizes: Sequence[int], p) -> fl
 
 def curvature_penalty_hvp(loss_fn: Callable[[], Tensor], params, delta, p,
                           block_sizes: Sequence[int] | None = None, granularity: str = "tensor") -> float:
-    """Exact R(Δ) (eq. 4) for any torch model, loss and batch, by one Hessian-vector product per block.
+    """R(Δ) (eq. 4, loss units) for any torch model, loss and batch, by one Hessian-vector product per block.
 
     Args:
         loss_fn: zero-argument callable returning the scalar loss from ``params``.
-        params: parameter tensors (``requires_grad``), list or dict; H is taken
-            at their current values.
+        params: parameter tensors (``requires_grad``), list or dict; H is taken at their values.
         delta: update Δ as a flat vector [P] or a list/dict shaped like ``params``.
         p: keep probability in (0, 1].
         block_sizes / granularity: the block partition (default one block per tensor).
-
-    Returns:
-        R(Δ) as a float (loss units).
 
     Raises:
         ValueError: if ``p`` is outside (0, 1] (before any autograd work).
@@ -257,18 +228,14 @@ def aggregate(deltas_KxP, weights_K=None) -> Tensor:
 
 
 def penalty_independent(deltas_KxP, p, hessian_bd: BlockHessianOp, weights_K=None) -> float:
-    """Penalty at the aggregate under independent per-client masks (Prop. 2, eq. 6).
-
-    ``R_ind = Σ_k w_k² R(Δ_k)``; with w_k = 1/K_c this is (1/K_c²) Σ_k R(Δ_k).
+    """Penalty at the aggregate under independent per-client masks (Prop. 2, eq. 6): R_ind = Σ_k w_k² R(Δ_k),
+    in loss units.
 
     Args:
         deltas_KxP: client updates, shape [K_c, P].
         p: keep probability in (0, 1].
         hessian_bd: block-diagonal Hessian operator (H at the aggregated point).
-        weights_K: optional aggregation weights n_k, shape [K_c] (normalised here).
-
-    Returns:
-        R_ind as a float (loss units).
+        weights_K: optional aggregation weights n_k, shape [K_c] (normalised here); None: 1/K_c.
 
     Raises:
         ValueError: on a bad ``p`` (before any compute) or bad shapes/weights.
@@ -298,11 +265,8 @@ def block_hessian_gram(deltas_KxP, hessian_bd: BlockHessianOp) -> Tensor:
 
 
 def penalty_ratio(deltas_KxP, hessian_bd: BlockHessianOp, weights_K=None) -> float:
-    """Exact ratio R_shr / R_ind (Corollary 1, eq. 8), independent of p.
-
-    Equals the recovery factor 1/Δ_S of :func:`maskfed.core.diversity.recovery_factor`
-    measured in the block-Hessian norm; with weights, ``wᵀGw / Σ_k w_k² G_kk``.
-    """
+    """Exact R_shr / R_ind (Corollary 1, eq. 8), independent of p: 1/Δ_S in the block-Hessian norm,
+    wᵀGw / Σ_k w_k² G_kk (:func:`maskfed.core.diversity.recovery_factor_from_gram`)."""
     return diversity.recovery_factor_from_gram(block_hessian_gram(deltas_KxP, hessian_bd), weights_K)
 
 

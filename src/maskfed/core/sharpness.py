@@ -1,14 +1,10 @@
 """Sharpness of a trained model: the top Hessian eigenvalue and the Hessian trace, by Hessian-vector products.
 
-Both estimates use only Hessian-vector products H v (no [P, P] matrix):
-
-* :func:`top_eigenvalue`: power iteration on v ↦ H v (Golub & Van Loan, *Matrix Computations*, §7.3;
-  used for sharpness by e.g. Yao et al. 2020, PyHessian);
-* :func:`hutchinson_trace`: tr H ≈ mean_i z_iᵀ H z_i over Rademacher probes z_i (Hutchinson 1990),
-  with its standard error.
-
-:func:`model_hessian` builds the operator for the mean cross-entropy of a network on a fixed batch.
-Randomness enters only through an explicit ``torch.Generator``.
+Both use only products H v, no [P, P] matrix: :func:`top_eigenvalue` by power iteration (Golub &
+Van Loan, *Matrix Computations*, §7.3; used for sharpness by e.g. Yao et al. 2020, PyHessian) and
+:func:`hutchinson_trace`, tr H ≈ mean_i z_iᵀ H z_i over Rademacher probes (Hutchinson 1990), with its
+standard error. :func:`model_hessian` builds the operator for a network's mean cross-entropy on a
+fixed batch. Randomness enters only through an explicit ``torch.Generator``.
 """
 
 from __future__ import annotations
@@ -28,14 +24,13 @@ HVP = Callable[[Tensor], Tensor]  # v [P] float64 -> H v [P] float64
 
 
 def model_hessian(model: nn.Module, theta_P: Tensor, x: Tensor, y: Tensor) -> penalty.HVPBlockHessian:
-    """Hessian operator of the mean cross-entropy (nats) of ``model`` at θ on the batch (x, y).
+    """Hessian operator of ``model``'s mean cross-entropy (nats) at θ on the batch (x, y).
 
-    The returned object applies the full Hessian by ``.hvp(v)`` and its block-diagonal part
-    (one block per parameter tensor, the paper's blocks) by calling it. Overwrites the model's
-    parameters with θ (used as scratch); the model is put in eval mode.
+    ``.hvp(v)`` applies the full Hessian; calling the object applies its block-diagonal part (one
+    block per parameter tensor, the paper's blocks). Overwrites the parameters with ``theta_P`` [P]
+    (scratch) and puts the model in eval mode.
 
     Args:
-        model: network; its parameters are set to ``theta_P`` (flat [P]).
         x: inputs [n, 3, 32, 32]; y: integer labels [n].
     """
     vector_to_parameters(theta_P.detach().to(next(model.parameters()).dtype).clone(), model.parameters())
@@ -52,14 +47,14 @@ def _check_count(name: str, value) -> int:
 def top_eigenvalue(hvp: HVP, num_coords: int, *, iters: int, generator: torch.Generator) -> float:
     """Largest-magnitude Hessian eigenvalue by power iteration on Hessian-vector products.
 
-    Starts from a Gaussian vector drawn by ``generator`` and returns the Rayleigh quotient
-    vᵀ H v of the last normalised iterate. At a trained network the positive top eigenvalue
-    dominates, so this is the usual sharpness λ_max (units: nats per parameter unit squared).
+    Returns the Rayleigh quotient vᵀ H v of the last normalised iterate, started from a Gaussian
+    vector. At a trained network the positive top eigenvalue dominates, so this is the usual
+    sharpness λ_max (nats per parameter unit²).
 
     Args:
         hvp: v [P] float64 -> H v [P] float64.
         num_coords: P.
-        iters: power iterations (>= 1); error shrinks like (|λ_2| / |λ_1|)^iters.
+        iters: power iterations (>= 1); the error shrinks like (|λ_2| / |λ_1|)^iters.
         generator: CPU generator for the start vector.
 
     Raises:

@@ -1,22 +1,14 @@
 """Past the paper's limits: the measured masking penalty and the Hessian-weighted recovery factor.
 
-The paper predicts the excess loss of block masking at the FedAvg aggregate
-by a second-order expansion (eq. 4-7) and measures the recovery factor 1/Δ_S
-in the Euclidean norm, while Corollary 1 (eq. 8) is exact only in the
-block-diagonal Hessian norm ‖v‖²_H = Σ_b v_bᵀ H_bb v_b. This module measures,
-for the cohort updates of real FedAvg rounds:
-
-* the excess loss E[l(θ − Δ̃_agg)] − l(θ − Δ_agg) under independent and under
-  shared block masks, by Monte Carlo over masks on a fixed evaluation batch
-  (:func:`maskfed.derivation.perturbations.aggregate_excess_mc`);
-* the second-order predictions R_ind (eq. 6) and R_shr (eq. 7), by block
-  Hessian-vector products at θ − Δ_agg (:mod:`maskfed.core.penalty`);
-* the recovery factor in both norms (:func:`hessian_recovery_factor`).
-
-Snapshots of a short FedAvg trajectory (:func:`trajectory_snapshots`) supply
-the cohorts; :func:`measure_limits` runs everything and caches its table
-under ``results_dir()/limits`` with a key over the settings, the source of the
-modules it runs and the data fingerprint, like the runs of :mod:`maskfed.engine.runner`.
+The paper predicts the masking excess loss at the FedAvg aggregate by a second-order expansion
+(eq. 4-7) and measures 1/Δ_S in the Euclidean norm, while Corollary 1 (eq. 8) is exact only in the
+block-diagonal Hessian norm ‖v‖²_H = Σ_b v_bᵀ H_bb v_b. For the cohorts of real FedAvg rounds
+(:func:`trajectory_snapshots`) this module measures the excess loss under independent and shared
+block masks (:func:`maskfed.derivation.perturbations.aggregate_excess_mc`), the predictions R_ind
+(eq. 6) and R_shr (eq. 7) (:mod:`maskfed.core.penalty`) and 1/Δ_S in both norms
+(:func:`hessian_recovery_factor`). :func:`measure_limits` caches its table under
+``results_dir()/limits``, keyed by settings, module source and data fingerprint like the runs of
+:mod:`maskfed.engine.runner`.
 
 Paper reference: Yan, Kuroda, Jin, Chen (2026), arXiv 2608.23286, eq. (4)-(8).
 """
@@ -71,17 +63,16 @@ class RecoveryFactors:
 
 def model_block_hessian(model: nn.Module, theta_P: Tensor, x: Tensor, y: Tensor,
                         granularity: str = "tensor") -> penalty.HVPBlockHessian:
-    """The block-diagonal Hessian operator of the mean cross-entropy of ``model`` at θ on (x, y).
+    """Block-diagonal Hessian operator of ``model``'s mean cross-entropy at θ on (x, y).
 
-    Overwrites the model's parameters with θ (used as scratch).
+    Overwrites the model's parameters with ``theta_P`` [P] (scratch).
 
     Args:
-        model: network; its parameters are set to ``theta_P`` [P].
         x: inputs [n, ...]; y: integer labels [n].
         granularity: blocks, ``"tensor"`` (the paper's choice) or ``"channel"``.
 
     Returns:
-        :class:`maskfed.core.penalty.HVPBlockHessian` applying H_bd by one HVP per block and vector.
+        :class:`maskfed.core.penalty.HVPBlockHessian` (one HVP per block and vector).
     """
     vector_to_parameters(theta_P.detach().to(next(model.parameters()).dtype).clone(), model.parameters())
     model.eval()
@@ -91,19 +82,15 @@ def model_block_hessian(model: nn.Module, theta_P: Tensor, x: Tensor, y: Tensor,
 
 
 def hessian_recovery_factor(deltas_KxP, hessian_bd: penalty.BlockHessianOp, weights_K=None) -> RecoveryFactors:
-    """The recovery factor 1/Δ_S in the Euclidean and in the block-Hessian inner product (eq. 3, 8).
+    """1/Δ_S in the Euclidean and in the block-Hessian inner product (eq. 3, 8), as :class:`RecoveryFactors`.
 
-    G^H_kl = ⟨Δ_k, Δ_l⟩_{H_bd} = Σ_b Δ_k,bᵀ H_bb Δ_l,b by block Hessian-vector
-    products (:func:`maskfed.core.penalty.block_hessian_gram`); both factors come
-    from :func:`maskfed.core.diversity.recovery_factor_from_gram`.
+    G^H_kl = Σ_b Δ_k,bᵀ H_bb Δ_l,b (:func:`maskfed.core.penalty.block_hessian_gram`); both factors
+    come from :func:`maskfed.core.diversity.recovery_factor_from_gram`.
 
     Args:
         deltas_KxP: client updates, shape [K_c, P] (parameter units).
         hessian_bd: operator applying H_bd, e.g. :func:`model_block_hessian` on a fixed batch.
         weights_K: optional aggregation weights n_k, shape [K_c].
-
-    Returns:
-        :class:`RecoveryFactors`.
 
     Raises:
         ValueError: bad shapes or weights.
@@ -141,9 +128,8 @@ _PIECEWISE_LINEAR = {nn.ReLU: "ReLU", nn.LeakyReLU: "leaky ReLU", nn.ReLU6: "ReL
 
 
 def piecewise_linear_parts(model: nn.Module) -> list[str]:
-    """The kinds of piecewise-linear layers (ReLU, max-pooling, ...) that ``model`` contains, in
-    the order first met, each once: where they are, the loss is only piecewise smooth in θ.
-    ``nn.Identity`` stand-ins (a ResNet whose max-pool was removed) do not count."""
+    """Kinds of piecewise-linear layers (ReLU, max-pooling, ...) in ``model``, each once, in the order
+    met; where present the loss is only piecewise smooth in θ. ``nn.Identity`` stand-ins do not count."""
     found = []
     for module in model.modules():
         name = next((label for kind, label in _PIECEWISE_LINEAR.items() if type(module) is kind), None)
@@ -194,26 +180,21 @@ class PenaltyCheck:
 def penalty_check(model: nn.Module, theta_P: Tensor, deltas_KxP: Tensor, x: Tensor, y: Tensor, *, p: float,
                   n_draws: int, generator: torch.Generator, weights_K=None,
                   granularity: str = "tensor", dtype: torch.dtype = torch.float64) -> PenaltyCheck:
-    """Measure the masking excess loss of one cohort and compare it with eq. (6)-(7).
+    """Measure one cohort's masking excess loss and compare it with eq. (6)-(7), as a :class:`PenaltyCheck`.
 
-    The loss l is the mean cross-entropy on the fixed batch (x, y); the Hessian
-    and the control-variate gradient are taken at θ − Δ_agg, the point the
-    expansion of Prop. 1 is centred on.
+    l is the mean cross-entropy on the fixed batch (x, y); the Hessian and the control-variate
+    gradient are taken at θ − Δ_agg, where the expansion of Prop. 1 is centred.
 
     Args:
         model: network (scratch; its parameters are overwritten).
-        theta_P: global parameters θ before the round, shape [P].
-        deltas_KxP: the round's client updates, shape [K_c, P].
+        theta_P: θ before the round, shape [P]; deltas_KxP: the round's client updates, [K_c, P].
         x, y: the evaluation batch.
-        p: keep probability in (0, 1].
-        n_draws: mask draws per mode (>= 2).
-        generator: source of the mask draws.
+        p: keep probability in (0, 1]; n_draws: mask draws per mode (>= 2); generator: their source.
         weights_K: aggregation weights n_k; None: 1/K_c.
         granularity: block partition (``"tensor"``: one block per parameter tensor).
-        dtype: precision of the Monte Carlo loss evaluations, on a copy of the model.
-            float64 by default: a full-batch round's penalty (~1e-6 nats) is below
-            float32's resolution of a loss near 2.3 nats. The Hessian-vector
-            products run in the model's own dtype (they need no cancellation).
+        dtype: precision of the Monte Carlo loss evaluations, on a copy of the model; float64 by
+            default, since a full-batch round's penalty lies below float32's resolution of the loss.
+            The Hessian-vector products run in the model's own dtype.
 
     Raises:
         ValueError: bad ``p`` or ``n_draws`` (before any compute).
@@ -263,22 +244,17 @@ class Snapshot:
 
 
 def trajectory_snapshots(cfg: RunConfig, at_rounds: Sequence[int], protocols: dict, train_protocol: str):
-    """Train FedAvg on ``cfg`` and, at the given rounds, record every protocol's cohort updates.
+    """Train FedAvg on ``cfg`` and record every protocol's cohort updates at the given rounds.
 
-    The trajectory itself follows ``protocols[train_protocol]``; at a recorded
-    round the same cohort (same clients, same shuffling seeds) also computes
-    the updates of the other protocols from the same θ, so protocols are
-    compared at identical points.
+    The trajectory follows ``protocols[train_protocol]``; at a recorded round the same cohort (same
+    clients, same shuffling seeds) computes every protocol's updates from the same θ. Training runs
+    on the CPU whatever ``cfg.device`` says.
 
     Args:
-        cfg: run configuration (model, data, clients, lr, seed); ``rounds``,
-            ``batch_size`` and ``local_epochs`` are ignored.
+        cfg: run configuration; its ``rounds``, ``batch_size`` and ``local_epochs`` are ignored.
         at_rounds: 0-based rounds to record (0 is θ_0); training stops after the last.
         protocols: name -> (batch_size, local_epochs τ), e.g. ``{"full, τ=1": ("full", 1)}``.
         train_protocol: the key of ``protocols`` that the trajectory trains with.
-
-    Training runs on the CPU whatever ``cfg.device`` says (the chapter's
-    settings are sized for it).
 
     Returns:
         ``(model, data, snapshots)``: the model (scratch), the prepared
@@ -340,9 +316,8 @@ def eval_batch(data: fedavg.FedData, size: int, seed: int) -> tuple[Tensor, Tens
 
 
 def default_protocols(profile: str) -> dict[str, tuple]:
-    """The protocols the limits chapter compares when none are given (ours): name -> (batch size, τ),
-    full batch and bs 16 (smoke) or 32 (other profiles), one local epoch each; the last one trains
-    the trajectory unless the chapter is told otherwise.
+    """The limits chapter's default protocols (ours), name -> (batch size, τ): full batch and bs 16
+    (smoke) or 32, one local epoch each; the last trains the trajectory unless told otherwise.
 
     Raises:
         ValueError: unknown profile.
@@ -358,12 +333,10 @@ def _source_hash() -> str:
 def measure_limits(cfg: RunConfig, *, at_rounds: Sequence[int], protocols: dict, train_protocol: str, p: float = 0.5,
                    n_draws: int = 200, eval_size: int = 512, granularity: str = "tensor", force: bool = False,
                    progress=None) -> pd.DataFrame:
-    """One :class:`PenaltyCheck` per (recorded round, protocol), as a table; cached on disk.
+    """One :class:`PenaltyCheck` per (recorded round, protocol), as a table cached on disk.
 
     Args:
-        cfg: run configuration of the trajectory (see :func:`trajectory_snapshots`).
-        at_rounds: 0-based rounds to measure at.
-        protocols: name -> (batch_size, τ); train_protocol: the one the trajectory trains with.
+        cfg, at_rounds, protocols, train_protocol: as :func:`trajectory_snapshots`.
         p: keep probability in (0, 1]. The paper trains no masks and gives no p; 0.5 (ours) drops
             half of each update, as in the masking work the paper cites (Joo et al., 2026).
         n_draws: mask draws per mode and cohort.
@@ -373,8 +346,8 @@ def measure_limits(cfg: RunConfig, *, at_rounds: Sequence[int], protocols: dict,
         progress: optional callable receiving a short message per measured cohort.
 
     Returns:
-        DataFrame with ``round``, ``protocol``, ``T`` (mean local steps) and the
-        columns of :meth:`PenaltyCheck.row`.
+        DataFrame with ``round``, ``protocol``, ``T`` (mean local steps) and the columns of
+        :meth:`PenaltyCheck.row`.
 
     Raises:
         ValueError: bad ``p``, ``n_draws``, ``eval_size``, ``train_protocol`` or rounds (before training).

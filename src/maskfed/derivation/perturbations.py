@@ -1,29 +1,15 @@
 """Zero-mean perturbations of client updates and their excess loss at the FedAvg aggregate.
 
-Three perturbations of a client update Δ_k, each unbiased (E[Δ̃_k] = Δ_k):
+Three perturbations of a client update Δ_k, each unbiased (E[Δ̃_k] = Δ_k): ``"block_mask"``, the
+paper's block mask (eq. 2); ``"dropout"``, the same with one block per coordinate; ``"gaussian"``,
+Δ̃_k = Δ_k + ε_k with ε_k ~ N(0, σ² I). Each is drawn per client (``mode="independent"``) or once
+per round for all clients (``mode="shared"``).
 
-* ``"block_mask"``: the paper's block mask (eq. 2), Δ̃_k,b = m_b Δ_k,b / p;
-* ``"dropout"``: update dropout, the same with one block per coordinate
-  (a Bernoulli(p) keep indicator per coordinate, rescaled by 1/p);
-* ``"gaussian"``: additive noise, Δ̃_k = Δ_k + ε_k with ε_k ~ N(0, σ² I).
-
-Each is drawn either independently per client (``mode="independent"``) or
-once per round and applied by every client (``mode="shared"``). At the
-aggregate ``Σ_k w_k Δ̃_k`` the perturbation ``Σ_k w_k (Δ̃_k − Δ_k)`` has zero
-mean, and to second order the loss rises by ½ E[eᵀ H e]. Closed forms
-(exact for a quadratic loss):
-
-* dropout, independent: (1 − p)/(2p) Σ_k w_k² Σ_i H_ii Δ_k,i²;
-  shared: (1 − p)/(2p) Σ_i H_ii (Σ_k w_k Δ_k,i)² — eq. (6)-(7) of the paper
-  with one-coordinate blocks;
-* Gaussian, independent: ½ σ² tr(H) Σ_k w_k²; shared: ½ σ² tr(H).
-
-So independent perturbations are attenuated at the aggregate by Σ_k w_k²
-(1/K_c for the plain mean) relative to the average single-client penalty,
-and shared ones are not. The paper remarks at the end of Sec. IV-F, without
-a check, that the attenuation of its Prop. 2 applies equally to update
-dropout and additive gradient noise; the closed forms and the shared-draw
-case are ours, following its eq. (4)-(7).
+To second order the loss at the aggregate rises by ½ E[eᵀ H e], e = Σ_k w_k (Δ̃_k − Δ_k). The closed
+forms (:func:`dropout_penalty`, :func:`noise_penalty`; exact for a quadratic loss) attenuate
+independent perturbations by Σ_k w_k² (1/K_c for the plain mean) and shared ones not at all. The
+paper states this attenuation for update dropout and additive gradient noise without a check (end of
+Sec. IV-F); the closed forms and the shared case are ours, following its eq. (4)-(7).
 
 Paper reference: Yan, Kuroda, Jin, Chen (2026), arXiv 2608.23286, eq. (2), (4)-(7), Sec. IV-F.
 """
@@ -45,11 +31,10 @@ MODES = ("independent", "shared")
 
 
 def check_perturbation(kind: str, mode: str, level, block_sizes: Sequence[int] | None = None) -> float:
-    """Validate a perturbation before any draw; returns ``level`` as a float.
+    """Validate a perturbation before any draw and return ``level`` as a float.
 
-    ``level`` is the keep probability p in (0, 1] for ``"block_mask"`` and
-    ``"dropout"``, the noise standard deviation σ >= 0 (parameter units) for
-    ``"gaussian"``.
+    ``level`` is the keep probability p in (0, 1] for ``"block_mask"`` and ``"dropout"``, the noise
+    standard deviation σ >= 0 (parameter units) for ``"gaussian"``.
 
     Raises:
         ValueError: naming the bad parameter and its allowed values.
@@ -70,15 +55,14 @@ def check_perturbation(kind: str, mode: str, level, block_sizes: Sequence[int] |
 
 def perturb_cohort(deltas_KxP, kind: str, level, mode: str, generator: GeneratorLike, n_draws: int = 1,
                    block_sizes: Sequence[int] | None = None) -> Tensor:
-    """Draw ``n_draws`` perturbed copies of a cohort's updates, shape [K_c, P] -> [n_draws, K_c, P] (float64).
+    """Draw ``n_draws`` perturbed copies of a cohort's updates, [K_c, P] -> [n_draws, K_c, P] (float64).
 
     Args:
         deltas_KxP: client updates Δ_k, shape [K_c, P].
         kind: ``"block_mask"``, ``"dropout"`` or ``"gaussian"`` (module docstring).
         level: keep probability p (masks, dropout) or σ (Gaussian, parameter units).
         mode: ``"independent"`` (a draw per client) or ``"shared"`` (one per round).
-        generator: ``torch.Generator`` or integer seed.
-        n_draws: number of independent rounds to draw.
+        generator: ``torch.Generator`` or integer seed; n_draws: independent rounds to draw.
         block_sizes: the block partition (``"block_mask"`` only).
 
     Raises:
@@ -104,25 +88,20 @@ def perturb_cohort(deltas_KxP, kind: str, level, mode: str, generator: Generator
 def aggregate_excess_mc(loss_fn: Callable[[Tensor], Tensor], theta_P, deltas_KxP, kind: str, level, mode: str,
                         n_draws: int, generator: GeneratorLike, weights_K=None,
                         block_sizes: Sequence[int] | None = None, grad_P=None, chunk: int = 256) -> MCEstimate:
-    """Monte Carlo E[l(θ − Σ_k w_k Δ̃_k)] − l(θ − Σ_k w_k Δ_k) with its standard error.
+    """Monte Carlo E[l(θ − Σ_k w_k Δ̃_k)] − l(θ − Σ_k w_k Δ_k), as a
+    :class:`~maskfed.derivation.theory.MCEstimate` (loss units).
 
-    With ``grad_P`` = ∇l(θ − Δ_agg), each sample adds the control variate
-    gᵀ(Δ̃_agg − Δ_agg), whose expectation is exactly zero (the perturbations
-    are unbiased); it removes the first-order term, which has zero mean but
-    dominates the variance. The estimate stays unbiased either way.
+    With ``grad_P`` = ∇l(θ − Δ_agg), each sample adds the control variate gᵀ(Δ̃_agg − Δ_agg), of
+    mean exactly zero, which removes the first-order term's variance. Unbiased either way.
 
     Args:
         loss_fn: batched loss, [N, P] -> [N] (loss units).
         theta_P: θ, shape [P]; deltas_KxP: client updates, shape [K_c, P].
         kind, level, mode, block_sizes: as :func:`perturb_cohort`.
-        n_draws: number of draws, >= 2.
-        generator: ``torch.Generator`` or integer seed.
+        n_draws: number of draws, >= 2; generator: ``torch.Generator`` or integer seed.
         weights_K: optional aggregation weights n_k (normalised here); None: 1/K_c.
         grad_P: optional gradient of the loss at θ − Δ_agg, shape [P].
         chunk: draws per batch (memory only).
-
-    Returns:
-        :class:`maskfed.derivation.theory.MCEstimate` (loss units).
 
     Raises:
         ValueError: bad kind, mode, level or n_draws < 2 (before any draw).
@@ -151,7 +130,8 @@ def aggregate_excess_mc(loss_fn: Callable[[Tensor], Tensor], theta_P, deltas_KxP
 
 
 def dropout_penalty(deltas_KxP, p, hessian_diag_P, mode: str, weights_K=None) -> float:
-    """Second-order excess of update dropout at the aggregate (ours, eq. 6-7 with one-coordinate blocks).
+    """Second-order excess loss of update dropout at the aggregate, in loss units (ours; eq. 6-7
+    with one-coordinate blocks).
 
     independent: (1 − p)/(2p) Σ_k w_k² Σ_i H_ii Δ_k,i²; shared: (1 − p)/(2p) Σ_i H_ii (Σ_k w_k Δ_k,i)².
 
@@ -161,9 +141,6 @@ def dropout_penalty(deltas_KxP, p, hessian_diag_P, mode: str, weights_K=None) ->
         hessian_diag_P: the Hessian's diagonal H_ii at θ − Δ_agg, shape [P].
         mode: ``"independent"`` or ``"shared"``.
         weights_K: optional aggregation weights n_k; None: 1/K_c.
-
-    Returns:
-        The penalty as a float (loss units).
 
     Raises:
         ValueError: bad p or mode (before any compute), or mismatched shapes.
@@ -181,16 +158,15 @@ def dropout_penalty(deltas_KxP, p, hessian_diag_P, mode: str, weights_K=None) ->
 
 
 def noise_penalty(sigma: float, hessian_trace: float, mode: str, weights_K=None, k_c: int | None = None) -> float:
-    """Second-order excess of additive Gaussian noise N(0, σ² I) on client updates (ours).
+    """Second-order excess loss of additive Gaussian noise N(0, σ² I) on client updates (ours).
 
-    independent: ½ σ² tr(H) Σ_k w_k²; shared: ½ σ² tr(H). It does not depend on the updates.
+    independent: ½ σ² tr(H) Σ_k w_k²; shared: ½ σ² tr(H). Independent of the updates.
 
     Args:
         sigma: noise standard deviation σ >= 0 (parameter units).
         hessian_trace: tr(H) at θ − Δ_agg (loss units per parameter unit²).
         mode: ``"independent"`` or ``"shared"``.
-        weights_K: aggregation weights n_k, shape [K_c]; or give ``k_c`` for 1/K_c each.
-        k_c: cohort size, when ``weights_K`` is None.
+        weights_K: aggregation weights n_k, shape [K_c]; or give ``k_c`` (cohort size) for 1/K_c each.
 
     Raises:
         ValueError: bad σ or mode, or neither/both of ``weights_K`` and ``k_c``.
@@ -215,11 +191,11 @@ def _check_local_steps(lr: float, steps: int, sigma: float, mode: str) -> None:
 
 
 def local_noise_covariance(hessian_PxP, lr: float, steps: int, sigma: float) -> Tensor:
-    """Covariance of what Gaussian gradient noise leaves in one client's update (ours).
+    """Covariance [P, P] of what Gaussian gradient noise leaves in one client's update (ours).
 
-    A client runs T steps of θ ← θ − η(∇l_k(θ) + ξ_t), ξ_t ~ N(0, σ² I), on a quadratic loss with
-    Hessian H. The noise enters its update linearly: Δ̃_k − Δ_k = η Σ_t A^(T−1−t) ξ_t with
-    A = I − ηH, so its covariance is η² σ² Σ_{j<T} A^j (A^j)ᵀ, [P, P]; exact for a quadratic.
+    T steps θ ← θ − η(∇l_k(θ) + ξ_t), ξ_t ~ N(0, σ² I), on a quadratic loss with Hessian H give
+    Δ̃_k − Δ_k = η Σ_t A^(T−1−t) ξ_t with A = I − ηH, hence the covariance η² σ² Σ_{j<T} A^j (A^j)ᵀ
+    (exact for a quadratic).
 
     Args:
         hessian_PxP: H, symmetric, shape [P, P] (loss units per parameter unit²).
@@ -243,11 +219,9 @@ def step_noise_penalty(hessian_PxP, lr: float, steps: int, sigma: float, mode: s
                        k_c: int | None = None) -> float:
     """Second-order excess at the aggregate of gradient noise added at each of T local steps (ours).
 
-    independent (each client its own ξ_t): ½ tr(H C) Σ_k w_k²; shared (one ξ_t per step, drawn
-    from a seed the server broadcasts, used by every client): ½ tr(H C), with C =
-    :func:`local_noise_covariance`. Like the noise added once to the update
-    (:func:`noise_penalty`), it does not depend on the updates. Exact for a quadratic loss whose
-    clients share the Hessian H.
+    independent (a ξ_t per client): ½ tr(H C) Σ_k w_k²; shared (one ξ_t per step, from a seed the
+    server broadcasts): ½ tr(H C), with C = :func:`local_noise_covariance`. Independent of the
+    updates, like :func:`noise_penalty`; exact for a quadratic loss whose clients share H.
 
     Args:
         hessian_PxP, lr, steps, sigma: as :func:`local_noise_covariance`.
@@ -269,13 +243,12 @@ def step_noise_penalty(hessian_PxP, lr: float, steps: int, sigma: float, mode: s
 def local_steps_excess_mc(loss, theta_P, offsets_KxP, lr: float, steps: int, sigma: float, mode: str,
                           n_draws: int, generator: GeneratorLike, weights_K=None, chunk: int = 256) -> MCEstimate:
     """Monte Carlo excess loss of FedAvg's aggregate when every client adds Gaussian noise to its
-    gradient at each of its T local steps, over the same round without noise (ours).
+    gradient at each of its T local steps, against the same round without noise (ours); an
+    :class:`~maskfed.derivation.theory.MCEstimate` (loss units).
 
-    Client k minimises l_k(θ) = l(θ) + c_kᵀθ (the quadratic ``loss`` with its own linear term c_k,
-    so the noiseless updates differ across clients) by T steps θ ← θ − η(∇l_k(θ) + ξ_t) from θ;
-    the server aggregates Δ̃_k = θ − θ_T with weights w_k and the loss l is taken at θ − Σ_k w_k Δ̃_k.
-    Each sample adds the control variate ∇l(θ − Δ_agg)ᵀ(Δ̃_agg − Δ_agg) (zero mean: the noise
-    enters linearly), so for a quadratic a sample is exactly ½ eᵀHe.
+    Client k takes T steps θ ← θ − η(∇l_k(θ) + ξ_t) on l_k(θ) = l(θ) + c_kᵀθ (distinct noiseless
+    updates); l is taken at θ − Σ_k w_k Δ̃_k. Each sample adds the zero-mean control variate
+    ∇l(θ − Δ_agg)ᵀ(Δ̃_agg − Δ_agg), so for a quadratic a sample is exactly ½ eᵀHe.
 
     Args:
         loss: a :class:`maskfed.derivation.theory.QuadraticLoss` (its ``hessian`` [P, P], ``g`` [P]).
@@ -285,9 +258,6 @@ def local_steps_excess_mc(loss, theta_P, offsets_KxP, lr: float, steps: int, sig
         n_draws: rounds to draw (>= 2); generator: ``torch.Generator`` or seed.
         weights_K: aggregation weights n_k; None: 1/K_c.
         chunk: draws per batch (memory only).
-
-    Returns:
-        :class:`maskfed.derivation.theory.MCEstimate` (loss units).
 
     Raises:
         ValueError: bad η, T, σ, mode, shapes, or n_draws < 2 (before any draw).

@@ -1,19 +1,11 @@
 """Simulation helpers for the derivation chapters (Propositions 1-3, Corollary 1, eq. 9-14).
 
-Small, CPU-only test problems and Monte Carlo estimators that the theory
-notebooks call, so each notebook stays a thin layer of parameters, checks,
-figures and prose:
-
-* test problems: a quadratic loss with a dense Hessian (:class:`QuadraticLoss`),
-  random SPD matrices with a chosen condition number, block Hessians with
-  anisotropic diagonal blocks, and a tiny tanh MLP (:func:`tiny_mlp_problem`);
-* expectations over block masks: Monte Carlo (:func:`masked_excess_mc`) and
-  exact enumeration of all 2^B masks (:func:`masked_excess_exact`);
-* cohorts for the signal-noise split, Δ_k = μ + ε_k (eq. 9), with optional
-  noise correlated across clients or unequal noise scales;
-* small statistics: standard errors, ratio of means, log-log slopes;
-* FedExP's server step size (Jhunjhunwala et al., 2023), which equals
-  (K_c/2)·Δ_S.
+CPU-only test problems and Monte Carlo estimators for the theory notebooks: a quadratic loss
+(:class:`QuadraticLoss`), random SPD and block Hessians, a tiny tanh MLP (:func:`tiny_mlp_problem`);
+expectations over block masks by Monte Carlo (:func:`masked_excess_mc`) or exact enumeration of all
+2^B masks (:func:`masked_excess_exact`); cohorts Δ_k = μ + ε_k (eq. 9), optionally with correlated or
+unequal noise; small statistics; and FedExP's server step size (Jhunjhunwala et al., 2023), which
+equals (K_c/2)·Δ_S.
 
 Paper reference: Yan, Kuroda, Jin, Chen (2026), arXiv 2608.23286.
 """
@@ -45,10 +37,9 @@ from maskfed.engine.config import PROFILES  # noqa: E402  (one list of profile n
 
 
 def profile_value(profile: str, smoke, cpu, paper=None):
-    """Pick a setting by run profile: ``smoke`` (seconds), ``cpu`` (under a minute) or ``paper``.
+    """Pick a setting by run profile: ``smoke``, ``cpu`` or ``paper``.
 
-    ``paper`` defaults to the ``cpu`` value; ``cpu-long`` and ``cpu-paper`` (longer FedAvg runs
-    with the cpu profile's model, same derivation chapters) take the ``cpu`` value.
+    ``paper`` defaults to the ``cpu`` value; ``cpu-long`` and ``cpu-paper`` take the ``cpu`` value.
 
     Raises:
         ValueError: on an unknown profile.
@@ -63,13 +54,7 @@ def profile_value(profile: str, smoke, cpu, paper=None):
 
 @dataclass(frozen=True)
 class MCEstimate:
-    """A Monte Carlo mean with its standard error.
-
-    Attributes:
-        mean: sample mean.
-        se: standard error of the mean (sample std / sqrt(n)).
-        n: number of draws.
-    """
+    """A Monte Carlo ``mean``, its standard error ``se`` (sample std / sqrt(n)) and the draw count ``n``."""
 
     mean: float
     se: float
@@ -88,7 +73,7 @@ class MCEstimate:
 
 
 def mc_estimate(samples_N) -> MCEstimate:
-    """Mean and standard error of i.i.d. samples, shape [N] (N >= 2)."""
+    """Mean and standard error of i.i.d. samples, shape [N]; ValueError if N < 2."""
     x = torch.as_tensor(samples_N, dtype=torch.float64).flatten()
     if x.numel() < 2:
         raise ValueError("need at least two samples for a standard error")
@@ -96,10 +81,9 @@ def mc_estimate(samples_N) -> MCEstimate:
 
 
 def ratio_of_means(num_N, den_N) -> MCEstimate:
-    """Ratio mean(num)/mean(den) of paired samples with its delta-method standard error.
+    """Ratio mean(num)/mean(den) of paired samples [N], with its delta-method standard error.
 
-    Used for eq. (12), which is a ratio of expectations:
-    E‖Σ_k Δ_k‖² / E Σ_k ‖Δ_k‖².
+    For ratios of expectations such as eq. (12), E‖Σ_k Δ_k‖² / E Σ_k ‖Δ_k‖².
     """
     a = torch.as_tensor(num_N, dtype=torch.float64).flatten()
     b = torch.as_tensor(den_N, dtype=torch.float64).flatten()
@@ -119,10 +103,9 @@ def loglog_slope(x, y) -> float:
 
 
 def loglog_slope_se(x, y, y_se) -> float:
-    """First-order standard error of :func:`loglog_slope` when each y_i has standard error ``y_se[i]``.
+    """First-order standard error of :func:`loglog_slope`, given the standard errors ``y_se`` of y.
 
-    The slope is Σ_i c_i log|y_i| with c_i = (log x_i − mean)/Σ_j (log x_j − mean)²,
-    and log|y_i| has standard error ≈ se_i/|y_i|, so se = sqrt(Σ_i c_i² (se_i/y_i)²).
+    se = sqrt(Σ_i c_i² (se_i/y_i)²), with c_i = (log x_i − mean)/Σ_j (log x_j − mean)².
     """
     lx = torch.log(torch.as_tensor(x, dtype=torch.float64))
     lx = lx - lx.mean()
@@ -135,11 +118,8 @@ def loglog_slope_se(x, y, y_se) -> float:
 
 
 def random_spd(num_coords: int, generator: GeneratorLike, cond: float = 10.0, scale: float = 1.0) -> Tensor:
-    """Random dense symmetric positive-definite matrix, shape [P, P], float64.
-
-    Eigenvalues are log-spaced from ``scale`` to ``scale·cond``; eigenvectors
-    are a Haar-random rotation, so every off-diagonal block is generically
-    non-zero.
+    """Random dense SPD matrix [P, P], float64: eigenvalues log-spaced from ``scale`` to
+    ``scale·cond``, Haar-random eigenvectors (every off-diagonal block generically non-zero).
 
     Raises:
         ValueError: if ``cond < 1`` or ``scale <= 0``.
@@ -155,11 +135,8 @@ def random_spd(num_coords: int, generator: GeneratorLike, cond: float = 10.0, sc
 
 
 def block_anisotropic_hessian(block_sizes: Sequence[int], cond: float, generator: GeneratorLike) -> Tensor:
-    """Block-diagonal SPD Hessian whose blocks H_bb each have condition number ``cond``, shape [P, P].
-
-    Each H_bb has eigenvalues log-spaced in [1, cond] and its own random
-    rotation; ``cond = 1`` gives H = I (isotropic blocks, c = 1).
-    """
+    """Block-diagonal SPD Hessian [P, P]; each block H_bb has eigenvalues log-spaced in
+    [1, cond] and its own random rotation. ``cond = 1`` gives H = I (isotropic blocks, c = 1)."""
     g = as_generator(generator)
     p_total = sum(int(s) for s in block_sizes)
     h = torch.zeros(p_total, p_total, dtype=torch.float64)
@@ -170,11 +147,10 @@ def block_anisotropic_hessian(block_sizes: Sequence[int], cond: float, generator
 
 
 class QuadraticLoss:
-    """Quadratic loss l(θ) = c + gᵀθ + ½ θᵀHθ, with a dense Hessian H [P, P].
+    """Quadratic loss l(θ) = c + gᵀθ + ½ θᵀHθ with a dense Hessian H [P, P].
 
-    For a quadratic the second-order expansion is exact, so Propositions 1-3
-    hold with no remainder. Call on θ of shape [P] (returns a 0-d tensor) or
-    [N, P] (returns [N]).
+    The second-order expansion is exact, so Propositions 1-3 hold with no remainder.
+    θ of shape [P] gives a 0-d tensor, [N, P] gives [N].
     """
 
     def __init__(self, H_PxP, g_P, c: float = 0.0):
@@ -238,9 +214,8 @@ class MLPProblem:
 def tiny_mlp_problem(generator: GeneratorLike, widths: Sequence[int] = (4, 6, 3), n_samples: int = 32) -> MLPProblem:
     """Tiny tanh MLP ``Linear(w0, w1) → tanh → Linear(w1, w2)`` with random data, float64.
 
-    The default widths give 4·6 + 6 + 6·3 + 3 = 51 parameters in B = 4 blocks.
-    tanh is smooth, so the third derivatives that set the O(‖Δ‖³) remainder
-    of Prop. 1 exist everywhere.
+    Default widths: 4·6 + 6 + 6·3 + 3 = 51 parameters in B = 4 blocks. tanh is smooth, so the
+    third derivatives behind the O(‖Δ‖³) remainder of Prop. 1 exist everywhere.
     """
     g = as_generator(generator)
     d_in, hidden, d_out = (int(w) for w in widths)
@@ -261,27 +236,20 @@ def tiny_mlp_problem(generator: GeneratorLike, widths: Sequence[int] = (4, 6, 3)
 def masked_excess_mc(loss_fn: Callable[[Tensor], Tensor], theta_P, deltas_KxP, block_sizes: Sequence[int], p,
                      mode: str, n_draws: int, generator: GeneratorLike, weights_K=None,
                      chunk: int = 2048) -> MCEstimate:
-    """Monte Carlo estimate of E[l(θ − Δ̃_agg)] − l(θ − Δ_agg) over block masks (Prop. 1-3).
+    """Monte Carlo E[l(θ − Δ̃_agg)] − l(θ − Δ_agg) over block masks (Prop. 1-3), as an :class:`MCEstimate`.
 
-    ``Δ_agg = Σ_k w_k Δ_k`` is the FedAvg aggregate and ``Δ̃_agg = Σ_k w_k Δ̃_k``
-    the aggregate of masked updates (eq. 2), with a mask per client
-    (``mode="independent"``) or one per round (``mode="shared"``). A single
-    update [P] is a cohort of one (Prop. 1).
+    Δ_agg = Σ_k w_k Δ_k is the FedAvg aggregate, Δ̃_agg that of the masked updates (eq. 2); loss units.
+    A single update [P] is a cohort of one (Prop. 1).
 
     Args:
         loss_fn: batched loss, [N, P] -> [N] (e.g. :class:`QuadraticLoss`).
-        theta_P: current parameters θ, shape [P].
-        deltas_KxP: client updates, shape [K_c, P] or [P].
+        theta_P: θ, shape [P]; deltas_KxP: client updates, shape [K_c, P] or [P].
         block_sizes: sizes of the B blocks, summing to P.
         p: keep probability in (0, 1].
-        mode: ``"independent"`` or ``"shared"``.
-        n_draws: number of mask draws (rounds), >= 2.
-        generator: ``torch.Generator`` or integer seed.
+        mode: ``"independent"`` (a mask per client) or ``"shared"`` (one per round).
+        n_draws: mask draws (rounds), >= 2; generator: ``torch.Generator`` or integer seed.
         weights_K: optional aggregation weights n_k (normalised here).
-        chunk: draws evaluated per batch (memory only).
-
-    Returns:
-        :class:`MCEstimate` of the excess loss (loss units).
+        chunk: draws per batch (memory only).
 
     Raises:
         ValueError: on a bad ``p`` or ``mode`` (before any draw).
@@ -306,20 +274,15 @@ def masked_excess_mc(loss_fn: Callable[[Tensor], Tensor], theta_P, deltas_KxP, b
 
 
 def masked_excess_exact(loss_fn: Callable[[Tensor], Tensor], theta_P, delta_P, block_sizes: Sequence[int], p) -> float:
-    """Exact E[l(θ − Δ̃)] − l(θ − Δ) for one update by enumerating all 2^B block masks (Prop. 1).
+    """Exact E[l(θ − Δ̃)] − l(θ − Δ) (loss units) for one update, enumerating all 2^B block masks (Prop. 1).
 
-    Each mask m ∈ {0,1}^B has probability p^|m| (1 − p)^(B − |m|). No Monte
-    Carlo error, so the O(‖Δ‖³) remainder of eq. (5) can be measured down to
-    round-off.
+    Mask m ∈ {0,1}^B has probability p^|m| (1 − p)^(B − |m|). With no Monte Carlo error, the
+    O(‖Δ‖³) remainder of eq. (5) is measurable down to round-off.
 
     Args:
         loss_fn: batched loss, [N, P] -> [N].
         theta_P: θ, shape [P]; delta_P: Δ, shape [P].
-        block_sizes: B block sizes, B <= 16.
-        p: keep probability in (0, 1].
-
-    Returns:
-        The excess loss as a float (loss units).
+        block_sizes: B block sizes, B <= 16; p: keep probability in (0, 1].
 
     Raises:
         ValueError: on a bad ``p`` or more than 16 blocks.
@@ -347,20 +310,16 @@ def signal_noise_cohorts(mu_P, sigma2: float, k_c: int, n_rounds: int, generator
                          rho: float = 0.0, scales_K=None) -> Tensor:
     """Simulated cohorts Δ_k = μ + ε_k (eq. 9), shape [n_rounds, K_c, P], float64.
 
-    The noise is Gaussian with E‖ε_k‖² = σ²·s_k (s_k = ``scales_K[k]``, default
-    1) spread evenly over the P coordinates. With ``rho > 0`` a fraction ρ of
-    each client's noise variance is one draw ξ shared by the whole cohort in
-    that round, ε_k = √s_k (√ρ ξ + √(1 − ρ) η_k), so noise is correlated
-    across clients (correlation ρ between any two clients' noise).
+    Gaussian noise with E‖ε_k‖² = σ²·s_k, spread evenly over the P coordinates. With ``rho > 0``,
+    ε_k = √s_k (√ρ ξ + √(1 − ρ) η_k) with ξ shared by the round's cohort: correlation ρ between clients.
 
     Args:
         mu_P: the shared component μ, shape [P].
         sigma2: σ², the expected squared noise norm (parameter units²).
-        k_c: cohort size K_c.
-        n_rounds: number of independent cohorts (rounds).
+        k_c: cohort size K_c; n_rounds: number of independent cohorts (rounds).
         generator: ``torch.Generator`` or integer seed.
         rho: cross-client noise correlation in [0, 1].
-        scales_K: optional per-client variance multipliers s_k, shape [K_c].
+        scales_K: optional per-client variance multipliers s_k, shape [K_c] (default 1).
 
     Raises:
         ValueError: on ``rho`` outside [0, 1], negative σ² or scales of the wrong length.
@@ -398,14 +357,13 @@ def two_client_updates(angle_rad: float, norm_ratio: float = 1.0) -> Tensor:
 
 
 def fedexp_step_size(deltas_KxP, eps: float = 0.0, clip: bool = True) -> float:
-    """FedExP's server step size (Jhunjhunwala et al., 2023).
+    """FedExP's server step size η_g = max(1, Σ_k ‖Δ_k‖² / (2 K_c (‖Δ̄‖² + ε))) (Jhunjhunwala et al., 2023).
 
-    ``η_g = max(1, Σ_k ‖Δ_k‖² / (2 K_c (‖Δ̄‖² + ε)))``; with ε = 0 the raw
-    value equals (K_c/2)·Δ_S for any number of local steps.
+    With ε = 0 the raw value equals (K_c/2)·Δ_S, for any number of local steps.
 
     Args:
         deltas_KxP: client updates, shape [K_c, P].
-        eps: FedExP's small stabiliser ε (parameter units²).
+        eps: FedExP's stabiliser ε (parameter units²).
         clip: apply the max(1, ·); ``False`` returns the raw ratio.
     """
     d = torch.as_tensor(deltas_KxP, dtype=torch.float64)
@@ -418,18 +376,15 @@ def anisotropic_cohort(block_sizes: Sequence[int], cond: float, k_c: int, r: flo
                        signal: str = "isotropic") -> tuple[Tensor, Tensor]:
     """One random cohort of the drift study and its block Hessian.
 
-    H is block-diagonal with blocks of condition number ``cond``
-    (:func:`block_anisotropic_hessian`); the cohort is Δ_k = μ + ε_k with
-    ‖μ‖² = r, σ² = 1 and isotropic Gaussian noise (eq. 9).
+    H is block-diagonal with blocks of condition number ``cond`` (:func:`block_anisotropic_hessian`);
+    Δ_k = μ + ε_k with ‖μ‖² = r, σ² = 1 and isotropic Gaussian noise (eq. 9).
 
     Args:
-        block_sizes: B block sizes, summing to P.
-        cond: condition number κ >= 1 of every H_bb.
-        k_c: cohort size K_c.
-        r: signal-to-noise ratio ‖μ‖²/σ².
+        block_sizes: B block sizes, summing to P; cond: condition number κ >= 1 of every H_bb.
+        k_c: cohort size K_c; r: signal-to-noise ratio ‖μ‖²/σ².
         generator: ``torch.Generator`` or integer seed.
-        signal: ``"isotropic"`` (μ uniformly random) or ``"aligned"`` (μ drawn
-            with covariance ∝ H, leaning towards sharp directions as gradients do).
+        signal: ``"isotropic"`` (μ uniformly random) or ``"aligned"`` (μ with covariance ∝ H,
+            leaning towards sharp directions as gradients do).
 
     Returns:
         (H [P, P], deltas [K_c, P]), float64.
@@ -451,17 +406,13 @@ def anisotropic_cohort(block_sizes: Sequence[int], cond: float, k_c: int, r: flo
 
 def anisotropy_drift(block_sizes: Sequence[int], cond: float, k_c: int, r: float, n_cohorts: int,
                      generator: GeneratorLike, signal: str = "isotropic") -> Tensor:
-    """Relative drift of the Euclidean recovery factor from the exact one, per random cohort.
+    """Relative drift (1/Δ_S)_Euclid / (R_shr/R_ind) − 1 of the Euclidean recovery factor, per cohort.
 
-    For each of ``n_cohorts`` cohorts from :func:`anisotropic_cohort` (a fresh
-    block Hessian each time) returns ``(1/Δ_S)_Euclid / (R_shr/R_ind) − 1``
-    (Corollary 1 holds exactly when this is 0).
-
-    Args:
-        signal: ``"isotropic"`` or ``"aligned"`` (see :func:`anisotropic_cohort`).
+    Each of ``n_cohorts`` cohorts comes from :func:`anisotropic_cohort` with a fresh block Hessian
+    (``signal`` as there). Corollary 1 holds exactly where the drift is 0.
 
     Returns:
-        Tensor of shape [n_cohorts] (dimensionless).
+        Tensor [n_cohorts] (dimensionless).
 
     Raises:
         ValueError: on an unknown ``signal``.
@@ -479,13 +430,9 @@ def anisotropy_drift(block_sizes: Sequence[int], cond: float, k_c: int, r: float
 
 @dataclass(frozen=True)
 class SampleSummary:
-    """Location, spread and shape of i.i.d. samples (e.g. drifts over random cohorts).
+    """Mean ± standard error ``se``, median, skewness and count ``n`` of i.i.d. samples.
 
-    Attributes:
-        mean: sample mean, with ``se`` its standard error.
-        median: sample median.
-        skew: adjusted Fisher-Pearson sample skewness (pandas ``Series.skew``); > 0: a long right tail.
-        n: number of samples.
+    ``skew``: adjusted Fisher-Pearson sample skewness (pandas ``Series.skew``); > 0: a long right tail.
     """
 
     mean: float
@@ -495,13 +442,9 @@ class SampleSummary:
     n: int
 
     def bias_phrase(self, n_se: float = 3.0, scale: float = 100.0, unit: str = "%") -> str:
-        """How the mean relates to zero, phrased from the numbers.
-
-        "unbiased on average (mean +0.4% ± 0.5%, within 3 standard errors of zero)" when
-        |mean| <= n_se·se, otherwise "too high on average (mean +7.0% ± 1.1%, 6.4 standard
-        errors above zero)" or "too low …". ``scale`` and ``unit`` format the values
-        (default: a fraction shown in percent).
-        """
+        """How the mean relates to zero, in words: "unbiased on average (mean …, within n_se
+        standard errors of zero)" when |mean| <= n_se·se, else "too high (or low) on average (mean …,
+        z standard errors above (below) zero)". ``scale`` and ``unit`` format the values (default: percent)."""
         z = self.mean / self.se if self.se > 0 else (0.0 if self.mean == 0 else math.inf)
         body = f"mean {scale * self.mean:+.1f}{unit} ± {scale * self.se:.1f}{unit}"
         if abs(z) <= n_se:
@@ -511,11 +454,8 @@ class SampleSummary:
 
 
 def tail_phrase(skew: float, threshold: float = 1.0) -> str:
-    """The shape of a distribution in words, from its skewness.
-
-    "a long right tail (skewness +2.90)" when skew > threshold, "a long left tail (…)"
-    when skew < −threshold, otherwise "no long tail (skewness +0.12)".
-    """
+    """The shape of a distribution in words: "a long right tail (skewness …)" when skew > threshold,
+    "a long left tail (…)" when skew < −threshold, else "no long tail (…)"."""
     if skew > threshold:
         return f"a long right tail (skewness {skew:+.2f})"
     if skew < -threshold:
@@ -539,9 +479,9 @@ def sample_summary(samples_N) -> SampleSummary:
 
 
 def ratio_estimate(num: MCEstimate, den: MCEstimate) -> MCEstimate:
-    """Ratio of two independent Monte Carlo means, with the first-order propagated standard error.
+    """Ratio of two independent Monte Carlo means with its first-order standard error.
 
-    ``se = |num/den| · sqrt((se_num/num)² + (se_den/den)²)``; ``n`` is the smaller draw count.
+    se = |num/den| · sqrt((se_num/num)² + (se_den/den)²); ``n`` is the smaller draw count.
     """
     ratio = num.mean / den.mean
     rel = math.hypot(num.se / num.mean, den.se / den.mean)
@@ -550,22 +490,20 @@ def ratio_estimate(num: MCEstimate, den: MCEstimate) -> MCEstimate:
 
 def remainder_curve(loss_fn: Callable[[Tensor], Tensor], theta_P, direction_P, block_sizes: Sequence[int], p,
                     scales, penalty_unit: float) -> tuple[Tensor, Tensor]:
-    """Exact masked excess and its gap to the curvature penalty along Δ = s·d (Prop. 1, eq. 5).
+    """Exact masked excess E(s) and its gap E(s) − s²·R(d) to the penalty along Δ = s·d (Prop. 1, eq. 5).
 
-    For each scale s, the exact expectation over all 2^B masks
-    ``E(s) = E[l(θ − s·d̃)] − l(θ − s·d)`` (:func:`masked_excess_exact`) and the
-    remainder ``E(s) − s²·R(d)``, which Prop. 1 says is O(s³).
+    E(s) = E[l(θ − s·d̃)] − l(θ − s·d) over all 2^B masks (:func:`masked_excess_exact`);
+    Prop. 1 says the gap is O(s³).
 
     Args:
         loss_fn: batched loss, [N, P] -> [N].
         theta_P: θ, shape [P]; direction_P: d, shape [P].
         block_sizes: B block sizes (B <= 16); p: keep probability.
         scales: the step lengths s, shape [S].
-        penalty_unit: R(d) for the unit direction, with H at θ (loss units);
-            R is quadratic, so R(s·d) = s²·R(d).
+        penalty_unit: R(d) for the unit direction, with H at θ (loss units); R(s·d) = s²·R(d).
 
     Returns:
-        ``(excess_S, gap_S)``, two float64 tensors of shape [S] (loss units).
+        ``(excess_S, gap_S)``, float64 [S] each (loss units).
     """
     s_all = torch.as_tensor(scales, dtype=torch.float64)
     d = torch.as_tensor(direction_P, dtype=torch.float64)
@@ -593,23 +531,17 @@ class CohortStats:
 
 
 def cohort_stats(cohorts_NxKxP, weights_K=None, estimators: bool = True) -> CohortStats:
-    """Recovery factor and signal-noise estimators of each simulated round, via :mod:`maskfed.core.diversity`.
+    """Recovery factor and signal-noise estimators of each simulated round, as :class:`CohortStats` [N].
 
-    ``agg_sq / sum_sq`` is the recovery factor of each round, so the ratio of
-    their means (:func:`ratio_of_means`) estimates the ratio of expectations
-    that eq. (12) predicts.
+    Via :mod:`maskfed.core.diversity`. ``agg_sq / sum_sq`` is each round's recovery factor; the ratio
+    of their means (:func:`ratio_of_means`) estimates the ratio of expectations of eq. (12).
 
     Args:
         cohorts_NxKxP: N rounds of K_c client updates, shape [N, K_c, P] (K_c >= 2).
-        weights_K: optional aggregation weights n_k, shape [K_c] (normalised
-            here); they change ``sum_sq``, ``agg_sq`` and ``recovery`` but not
-            the estimators of eq. (13)-(14), which the paper defines unweighted.
-        estimators: compute ``recovery``, ``sigma2_hat`` and ``mu2_hat`` (one
-            call into :mod:`maskfed.core.diversity` per round); ``False`` leaves
-            them as ``None`` and is much faster for large N.
-
-    Returns:
-        :class:`CohortStats` with per-round tensors of shape [N].
+        weights_K: optional aggregation weights n_k, shape [K_c] (normalised here); they change
+            ``sum_sq``, ``agg_sq`` and ``recovery``, not eq. (13)-(14), which the paper defines unweighted.
+        estimators: compute ``recovery``, ``sigma2_hat`` and ``mu2_hat`` (one call per round);
+            ``False`` leaves them ``None``, much faster for large N.
     """
     c = torch.as_tensor(cohorts_NxKxP, dtype=torch.float64)
     k = c.shape[1]

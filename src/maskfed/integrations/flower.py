@@ -1,27 +1,17 @@
 """A Flower strategy that measures the recovery factor of every round.
 
-:class:`RecoveryFedAvg` is Flower's message-API FedAvg (``flwr.serverapp.strategy.FedAvg``)
-plus the paper's per-round measurements. The server already holds the global
-parameters θ it sent and the parameters θ_k each client returns, so without masking it forms the
-client updates Δ_k = θ − θ_k at no communication cost and reports, as round metrics next to
-Flower's own, the recovery factor 1/Δ_S in both conventions (unweighted, eq. 3 and 8;
-n_k-weighted), σ̂² and ‖μ̂‖² (eq. 13-14), all computed by :func:`maskfed.engine.fedavg.round_metrics`.
+:class:`RecoveryFedAvg` is Flower's message-API FedAvg (``flwr.serverapp.strategy.FedAvg``) plus the
+paper's per-round measurements: from the θ it sent and the θ_k returned it forms Δ_k = θ − θ_k at no
+communication cost and reports 1/Δ_S (unweighted, eq. 3 and 8; n_k-weighted), σ̂² and ‖μ̂‖² (eq. 13-14)
+via :func:`maskfed.engine.fedavg.round_metrics`. With ``mask_keep_prob`` set, it broadcasts one mask
+seed per round so the cohort shares one block mask (Prop. 3, eq. 2), and reports the masked updates'
+values apart (:data:`MASKED_METRICS`); :func:`client_app` also sends the unmasked Δ_k
+(:data:`UNMASKED_KEY`). :func:`simulate` runs both in Flower's simulation engine (Ray) with maskfed's
+cohorts, shuffles and masks; :func:`maskfed_reference` computes the same rounds with
+:func:`maskfed.engine.fedavg.run_fedavg`.
 
-With ``mask_keep_prob`` set, the strategy also sends one mask seed per round in the
-fit config (keys ``mask-seed`` and ``mask-keep-prob``), so every client of the round
-draws the same block mask (the shared mode of Prop. 3, eq. 2). The parameters it then
-receives carry the masked updates Δ̃_k = m ⊙ Δ_k / p, whose recovery factor is not the
-paper's (:func:`maskfed.engine.fedavg.run_fedavg` logs the unmasked Δ_k's), so the strategy
-reports it under its own names (:data:`MASKED_METRICS`, ``masked_recovery_unweighted``, ...).
-The unmasked factor (:data:`METRICS`) is reported only where the clients send their
-unmasked updates as a metric (:data:`UNMASKED_KEY`, the update's P numbers), as
-:func:`client_app` does. :func:`simulate` runs both in Flower's simulation engine (which uses
-Ray), with maskfed's own cohorts, shuffles and masks, so :func:`maskfed_reference` (the same
-rounds through :func:`maskfed.engine.fedavg.run_fedavg`) is an independent computation of the
-same numbers.
-
-Flower is an optional extra: ``pip install -e '.[flower]'``. Reference: Beutel et al.
-(2020), "Flower: A Friendly Federated Learning Research Framework"; flwr 1.42 API.
+Flower is an optional extra: ``pip install -e '.[flower]'``. Reference: Beutel et al. (2020), "Flower:
+A Friendly Federated Learning Research Framework"; flwr 1.42 API.
 """
 
 from __future__ import annotations
@@ -63,8 +53,8 @@ def flatten(arrays: ArrayRecord, keys: list[str]) -> torch.Tensor:
 
 
 def round_mask_seed(seed: int, server_round: int) -> int:
-    """The shared mask seed of a round (1-based), the one :func:`maskfed.engine.fedavg.run_fedavg` uses for
-    its shared masks in the same round (:func:`maskfed.engine.fedavg.mask_seed`; an integer below 2³²)."""
+    """The shared mask seed of a round (1-based), the one :func:`maskfed.engine.fedavg.run_fedavg` uses in
+    the same round (:func:`maskfed.engine.fedavg.mask_seed`; an integer below 2³²)."""
     return fedavg.mask_seed(seed, server_round - 1)
 
 
@@ -74,17 +64,15 @@ class RoundRecord:
 
     Attributes:
         server_round: 1-based round number.
-        metrics: the measured values of the unmasked updates (:data:`METRICS`, ``mean_update_sqnorm``
-            and ``update_spread``); empty when masked updates were received without their unmasked ones.
+        metrics: measurements of the unmasked updates (:data:`METRICS`, ``mean_update_sqnorm``,
+            ``update_spread``); empty when masked updates came without their unmasked ones.
         n_K: client shard sizes n_k (images), [K_c].
-        theta_P: global parameters θ sent this round, float64 [P] (kept when ``keep_updates``).
-        client_thetas_KxP: parameters θ_k returned by the clients, float64 [K_c, P] (idem).
+        theta_P, client_thetas_KxP: θ sent and θ_k returned, float64 [P] and [K_c, P] (with ``keep_updates``).
         mask_seed: the round's broadcast mask seed, or None.
         masked_metrics: the same measurements of the masked updates received (None without masking).
-        unmasked_from: where the unmasked updates came from: "received" (no mask was sent),
-            "client metrics" (the clients sent them, :data:`UNMASKED_KEY`), or None (not measured).
+        unmasked_from: "received" (no mask sent), "client metrics" (sent as :data:`UNMASKED_KEY`) or None.
         client_ids: the shard each reply trained, where the clients said (else empty).
-        unmasked_KxP: the unmasked updates, float64 [K_c, P] (kept when ``keep_updates``).
+        unmasked_KxP: the unmasked updates, float64 [K_c, P] (with ``keep_updates``).
     """
 
     server_round: int
@@ -102,18 +90,17 @@ class RoundRecord:
 class RecoveryFedAvg(FedAvg):
     """Flower FedAvg that reports 1/Δ_S (both conventions), σ̂² and ‖μ̂‖² every round.
 
-    What it measures is labelled: :data:`METRICS` are always those of the unmasked updates Δ_k
-    (received directly without masking, or sent by the clients as :data:`UNMASKED_KEY`);
-    :data:`MASKED_METRICS` are those of the masked updates received when a mask was sent.
+    :data:`METRICS` are always those of the unmasked updates Δ_k (received directly, or sent by the
+    clients as :data:`UNMASKED_KEY`); :data:`MASKED_METRICS` those of the masked updates received.
 
     Args:
-        mask_keep_prob: keep probability p in (0, 1] of a shared block mask the
-            clients apply (eq. 2); None: no mask seed is sent.
+        mask_keep_prob: keep probability p in (0, 1] of a shared block mask the clients apply (eq. 2);
+            None: no mask seed is sent.
         mask_seed: seed of the per-round mask seeds (:func:`round_mask_seed`).
-        keep_updates: keep θ and the θ_k of every round in :attr:`history` (memory: (K_c+1)·P floats a round).
-        client_ids: optional ``client_ids(server_round)`` giving the shards of the round's cohort; the
-            sampled nodes are then told which shard to train (:data:`CLIENT_ID_KEY`), so a simulation
-            can use maskfed's own cohorts (:func:`maskfed.engine.fedavg.sample_cohort`).
+        keep_updates: keep θ and the θ_k of every round in :attr:`history` ((K_c+1)·P floats a round).
+        client_ids: optional ``client_ids(server_round)`` giving the round's cohort of shards; sampled
+            nodes are told which shard to train (:data:`CLIENT_ID_KEY`), so a simulation can use
+            maskfed's cohorts (:func:`maskfed.engine.fedavg.sample_cohort`).
         **fedavg_kwargs: passed to Flower's FedAvg (``fraction_train``, ``min_train_nodes``, ...).
 
     Attributes:
@@ -162,8 +149,8 @@ class RecoveryFedAvg(FedAvg):
     def aggregate_train(self, server_round: int, replies):
         """Flower's FedAvg aggregate, with the round's measurements added to its metrics.
 
-        The unmasked updates a client sent (:data:`UNMASKED_KEY`) are taken out of its metrics
-        before Flower aggregates them, so Flower's own round metrics stay scalars.
+        Unmasked updates sent as :data:`UNMASKED_KEY` are removed from the client metrics first, so
+        Flower's own round metrics stay scalars.
         """
         replies = list(replies)
         contents = [m.content for m in replies if not m.has_error()]
@@ -238,16 +225,13 @@ def _model(cfg: RunConfig, num_classes: int = 10) -> torch.nn.Module:
 def client_app(cfg: RunConfig, *, send_unmasked: bool = True) -> ClientApp:
     """An example Flower client for a maskfed run configuration.
 
-    The node trains shard i of ``cfg``'s partition, i its ``partition-id`` or, when the strategy
-    assigns the cohort, the config's :data:`CLIENT_ID_KEY`, with :func:`maskfed.engine.cohort.client_update`
-    (τ = ``cfg.local_epochs`` epochs of SGD, batch ``cfg.batch_size``, step ``cfg.lr``; shuffles
-    seeded by (seed, round, i), as :func:`maskfed.engine.fedavg.run_fedavg` seeds client i).
-    When the fit config carries a mask seed, it masks its update Δ_k with the
-    round's shared block mask (one block per tensor, eq. 2) and returns θ − Δ̃_k.
-    The reply carries θ_k, ``num-examples`` = n_k (as Flower's FedAvg expects), ``train_loss``,
-    the shard ``client-id`` and, when it masked and ``send_unmasked``, its unmasked update Δ_k as
-    the metric :data:`UNMASKED_KEY` (P numbers: as much again as the update itself, so a real
-    deployment would send it only on the rounds it measures).
+    The node trains shard i (its ``partition-id``, or :data:`CLIENT_ID_KEY` when the strategy assigns
+    the cohort) with :func:`maskfed.engine.cohort.client_update`: τ = ``cfg.local_epochs``, batch
+    ``cfg.batch_size``, step ``cfg.lr``, shuffles seeded as :func:`maskfed.engine.fedavg.run_fedavg`
+    seeds client i. Given a mask seed, it applies the round's shared block mask (one block per tensor,
+    eq. 2) and returns θ − Δ̃_k. The reply carries θ_k, ``num-examples`` = n_k, ``train_loss``,
+    ``client-id`` and, when masked and ``send_unmasked``, the unmasked Δ_k as :data:`UNMASKED_KEY`
+    (P numbers more; a real deployment would send it only on the rounds it measures).
     """
     app = ClientApp()
     cfg_json = cfg.model_dump_json()
@@ -291,22 +275,19 @@ class SimulationResult:
 
 def simulate(cfg: RunConfig, *, mask_keep_prob: float | None = None, keep_updates: bool = False,
              ray_init_args: dict | None = None) -> SimulationResult:
-    """Run ``cfg`` (K = ``num_clients`` virtual clients, K_c = ``cohort_size`` a round, ``rounds`` rounds)
-    in Flower's simulation engine with :class:`RecoveryFedAvg` and :func:`client_app`.
+    """Run ``cfg`` (``num_clients`` virtual clients, ``cohort_size`` a round, ``rounds`` rounds) in Flower's
+    simulation engine with :class:`RecoveryFedAvg` and :func:`client_app`, one CPU per client; a
+    :class:`SimulationResult`.
 
-    Each virtual client takes one CPU. Flower samples the nodes; the strategy tells them which
-    shards to train, the cohort :func:`maskfed.engine.fedavg.sample_cohort` draws for the round, so with
-    the same θ_0, shuffles and masks the rounds are those of :func:`maskfed_reference` up to float
-    rounding (Flower averages θ_k where maskfed subtracts the averaged Δ_k).
+    The strategy assigns the cohorts of :func:`maskfed.engine.fedavg.sample_cohort`, so with the same
+    θ_0, shuffles and masks the rounds match :func:`maskfed_reference` up to float rounding (Flower
+    averages θ_k where maskfed subtracts the averaged Δ_k).
 
     Args:
         cfg: run configuration; clients train on the CPU (``device`` "cpu" or "auto").
         mask_keep_prob: keep probability p of a shared block mask, or None.
         keep_updates: keep θ and θ_k of every round in the strategy's history.
         ray_init_args: passed to ``ray.init`` by Flower (default: 2 CPUs, no dashboard).
-
-    Returns:
-        :class:`SimulationResult`.
 
     Raises:
         ValueError: ``cfg.device`` is "cuda", or a bad ``mask_keep_prob`` (before anything starts).
@@ -339,12 +320,8 @@ def simulate(cfg: RunConfig, *, mask_keep_prob: float | None = None, keep_update
 def maskfed_reference(cfg: RunConfig, *, mask_keep_prob: float | None = None) -> list[dict]:
     """The rounds :func:`simulate` runs, computed by :func:`maskfed.engine.fedavg.run_fedavg` instead of Flower.
 
-    Same data, θ_0 (``torch.manual_seed(cfg.seed)``), cohorts, shuffles and shared masks (mode
-    "shared", the seeds of :func:`round_mask_seed`), sequential engine, fp32, no evaluation: an
-    independent computation of the unmasked updates' measurements the strategy reports.
-
-    Returns:
-        :func:`maskfed.engine.fedavg.run_fedavg`'s records, one per round (``round`` 1-based).
+    Same data, θ_0, cohorts, shuffles and shared masks (seeds of :func:`round_mask_seed`), sequential
+    engine, fp32, no evaluation. Returns ``run_fedavg``'s records, one per round (``round`` 1-based).
     """
     data = _client_data(cfg.model_dump_json())
     torch.manual_seed(cfg.seed)

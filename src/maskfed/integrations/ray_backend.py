@@ -1,19 +1,14 @@
 """Run a sweep's FedAvg runs as Ray tasks, on this machine or on a Ray cluster.
 
-The Ray counterpart of :func:`maskfed.engine.runner.run_many`: each pending run is one
-Ray task that calls :func:`maskfed.engine.runner.run`, so it writes the same run folder
-(same key, renamed into place when finished), reuses finished runs the same way
-and follows the runner's checkpoint rules. A task declares its resources: one CPU
-(torch limited to one thread), or one GPU when the run's device is CUDA. A task
-whose worker process dies mid-run is retried by Ray (``max_retries``); runs that
-had finished stay on disk, and a failed run does not stop the others.
+The Ray counterpart of :func:`maskfed.engine.runner.run_many`: each pending run is one task calling
+:func:`maskfed.engine.runner.run`, so it writes, reuses and checkpoints run folders as the runner does.
+A task takes one CPU (torch on one thread), or one GPU when the run's device is CUDA. Ray retries a
+task whose worker dies (``max_retries``); finished runs stay on disk and a failed run does not stop
+the others.
 
-Ray is an optional extra: ``pip install -e '.[ray]'``. On a cluster every node
-needs the same checkout of ``maskfed`` (the run key hashes its source) and the
-results folder on a file system all nodes and the driver share.
-
-Reference: Moritz et al. (2018), "Ray: A Distributed Framework for Emerging AI
-Applications" (tasks, resources, retries); the API is ray.io's ``ray.remote``.
+Ray is an optional extra: ``pip install -e '.[ray]'``. On a cluster every node needs the same checkout
+(the run key hashes the source) and a results folder shared with the driver. Reference: Moritz et al.
+(2018), "Ray: A Distributed Framework for Emerging AI Applications"; API: ``ray.remote``.
 """
 
 from __future__ import annotations
@@ -67,14 +62,11 @@ def task_resources(cfg: RunConfig, cluster_gpus: float) -> dict:
 
 
 def run_task(cfg_json: str, results: str) -> str:
-    """Body of one Ray task: run (or reuse) one configuration in the worker process.
+    """Body of one Ray task: run (or reuse) one configuration in the worker and return its folder's path.
 
     Args:
         cfg_json: the run's :class:`~maskfed.engine.config.RunConfig` as JSON.
         results: the driver's results folder (must be visible at this path on the worker).
-
-    Returns:
-        The run folder's path, as a string.
     """
     import torch
 
@@ -85,21 +77,19 @@ def run_task(cfg_json: str, results: str) -> str:
 
 def run_many(configs: list[RunConfig], *, address: str | None = None, progress: bool = True,
              max_retries: int = MAX_RETRIES, task: Callable[[str, str], str] = run_task) -> list[runner.RunResult]:
-    """Run several configurations as Ray tasks (finished ones are reused, not resubmitted).
+    """Run several configurations as Ray tasks; finished runs are reused, not resubmitted.
 
-    Connects to the Ray cluster at ``address`` (or uses the session this process
-    already has, or starts a local one when ``address`` is None), submits one task
-    per pending run, longest first, and collects the run folders as tasks finish.
-    A session this function started is shut down at the end.
+    Connects to ``address`` (or the session this process has, or a new local one), submits one task
+    per pending run, longest first, and collects the run folders as tasks finish. A session it started
+    is shut down at the end.
 
     Args:
         configs: run configurations (duplicates are run once).
-        address: a Ray cluster address such as ``"ray://head:10001"``, ``"10.0.0.5:6379"``
-            or ``"auto"``; None: the current session or a new local one.
+        address: a Ray address such as ``"ray://head:10001"``, ``"10.0.0.5:6379"`` or ``"auto"``;
+            None: the current session or a new local one.
         progress: a tqdm bar over runs.
         max_retries: re-runs of a task whose worker died (count, >= 0).
-        task: the function each task runs, ``(cfg_json, results_dir) -> run folder``;
-            tests swap in one that dies on its first attempt.
+        task: the function each task runs, ``(cfg_json, results_dir) -> run folder`` (tests swap it).
 
     Returns:
         :class:`~maskfed.engine.runner.RunResult` list in the order of ``configs``.
@@ -107,8 +97,8 @@ def run_many(configs: list[RunConfig], *, address: str | None = None, progress: 
     Raises:
         ValueError: ``max_retries`` < 0, or a CUDA run on a cluster without GPUs (before any task starts).
         ImportError: Ray is not installed.
-        FileNotFoundError: a finished task's folder is not visible to this process (results not shared).
-        RuntimeError: one or more runs failed after their retries (the others are kept; the first error is chained).
+        FileNotFoundError: a finished task's folder is not visible here (results folder not shared).
+        RuntimeError: runs failed after their retries (the others are kept; the first error is chained).
     """
     if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
         raise ValueError(f"max_retries must be an integer >= 0; got {max_retries!r}")
