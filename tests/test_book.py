@@ -412,8 +412,10 @@ _REVIEWED = {
                              ["the two conventions differ"]),
     # the smoke build's own ladder has one branch round; the archived cpu-paper study (read by default
     # when the repository has it) has none, and the page then says so instead of drawing a figure
-    "stage_or_sampling": (["M = 1 round of real FedAvg"] if _archived_stage_study() is None else
-                          ["Branches were not run in this build (M = 0: the default of the cpu-paper stage settings)"],
+    "stage_or_sampling": (["the figure above shows the branches from the checkpoints of seed"]
+                          if _archived_stage_study() is None else
+                          ["the default of the cpu-paper stage settings",
+                           "branches were not run, so there is no figure here"],
                           ["runs 0 rounds"]),
     "flower": (["This page changes:</strong> rounds = 2."], []),
     "cite": (["cff-version", "Executed "], ["tests/test_citation.py checks"]),

@@ -1,0 +1,205 @@
+"""Findings of the chapter "Does the paper hold?" (``notebooks/verdict.md``).
+
+Each claim of the paper's Sec. IV (:data:`maskfed.analysis.claims.CLAIMS`) is judged by its stated
+criterion on every source this build has: the paper's own Tables I and II, each archived profile and
+the live profile. :func:`findings` gathers the sources (:mod:`maskfed.book.evidence`), the overall
+verdict table (closest source first), the matched-stage view from the archived stage study, the
+stability marks under the analysis's own variants, and the glued values of the page's prose. The
+pure helpers (:func:`coverage_values`, :func:`criteria_html`, :func:`changes_html`,
+:func:`paper_self_text`, :func:`model_note`) compute one paragraph each; :func:`figure_against`
+draws the summary figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+from typing import Optional
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from maskfed import book
+from maskfed.analysis import claims, uncertainty
+from maskfed.book import evidence, plots
+from maskfed.engine.config import Profile, load_profile
+from maskfed.engine.models import build_model, num_parameters
+from maskfed.studies import archive, experiments
+
+#: The live experiments every verdict reads (Table I, Table II and the control).
+EXPERIMENTS = ("table1", "table2", "control")
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What the chapter shows.
+
+    ``values`` maps each glue name (``v_...``) to a number or a short phrase; the rest are the frames
+    and HTML blocks the page displays.
+    """
+
+    values: dict
+    profile: Profile                 # this build's profile (the banner's)
+    verdicts: pd.DataFrame           # claims.verdict_table of every source, closest first
+    sources: list                    # claims.Evidence per source, closest first, the live one last
+    matched: Optional[pd.DataFrame]  # evidence.matched_stage_verdicts (None without a stage study)
+    matched_from: str                # the profile whose stage study gave the matched view ("none")
+    stable: pd.DataFrame             # evidence.stability of the closest source
+    takeaways: str                   # the "In short" box (HTML)
+    against: pd.DataFrame            # evidence.against_paper of the closest source's runs
+
+    def verdict_html(self) -> str:
+        """The verdict table with its matched-stage and stability columns (:func:`evidence.verdict_html`)."""
+        return evidence.verdict_html(self.verdicts, self.sources, self.matched, self.matched_from, self.stable)
+
+
+def coverage_values(n_seeds: int) -> dict:
+    """What a seed interval is worth with ``n_seeds`` seeds a setting (:mod:`maskfed.analysis.uncertainty`).
+
+    Returns:
+        ``v_n_seeds``; ``v_cov_range`` and ``v_cov_five``: the percent of the time the seed range
+        [min, max] covers the median with ``n_seeds`` and with 5 seeds (1 − 2 (1/2)^n, up to two decimals,
+        trailing zeros dropped); ``v_p_lowest``: the percent probability that the median of a redraw of
+        the seeds is the lowest seed ("–" for an even count, whose median is no single seed).
+    """
+    def pct(x: float) -> str:
+        return f"{100 * x:.2f}".rstrip("0").rstrip(".")
+
+    return {"v_n_seeds": n_seeds, "v_cov_range": pct(uncertainty.seed_range_coverage(n_seeds)),
+            "v_cov_five": pct(uncertainty.seed_range_coverage(5)),
+            "v_p_lowest": f"{100 * uncertainty.median_at_lowest_seed(n_seeds):.0f}" if n_seeds % 2 else "–"}
+
+
+def model_note(model: str | None, n_small: int, n_resnet: int) -> str:
+    """One clause on the closest source's model against the paper's ResNet-18-GN (``n_small``,
+    ``n_resnet``: parameter counts of the small CNN and of our ResNet-18-GN)."""
+    if model == "resnet18_gn":
+        return "its model is the paper's ResNet-18-GN"
+    return f"its model is a small GroupNorm CNN ({n_small:,} parameters), not the paper's ResNet-18-GN ({n_resnet:,})"
+
+
+def paper_self_text(verdicts: pd.DataFrame) -> str:
+    """The claims the paper's own tables break in part or whole: "title (verdict: value)" joined by
+    "; ", or "none" (``verdicts``: :func:`maskfed.analysis.claims.verdict_table`)."""
+    own = verdicts[verdicts["paper_verdict"].isin(["partly", "does not hold"])]
+    return "; ".join(f"{t} ({v}: {x})" for t, v, x in zip(own["title"], own["paper_verdict"], own["paper"])) or "none"
+
+
+def _sentence(text: str) -> str:
+    """``text`` HTML-escaped, its first character capitalised when it is ASCII (a Greek symbol such as
+    σ̂² keeps its case: σ and Σ are different quantities)."""
+    return escape((text[0].upper() if text[0].isascii() else text[0]) + text[1:])
+
+
+def criteria_html(items: tuple = claims.CLAIMS, checks: tuple = claims.CODE_CHECKS) -> str:
+    """Every claim's title, where the paper makes it, its statement and its criterion, as an HTML list,
+    then the checks of the code (not counted) as a paragraph."""
+    return ("<ol>" + "".join(f"<li><b>{escape(c.title)}</b> ({escape(c.where)}). <em>{escape(c.statement)}.</em> "
+                             f"{_sentence(c.criterion)}.</li>" for c in items) + "</ol>"
+            + "<p>Code check, not counted: " + "".join(f"<b>{escape(c.title)}</b>: <em>{escape(c.statement)}.</em> "
+                                                       f"{_sentence(c.criterion)}." for c in checks) + "</p>")
+
+
+def changes_html(changes: tuple = claims.CRITERIA_CHANGES, items: tuple = claims.CLAIMS + claims.CODE_CHECKS) -> str:
+    """The criteria changed since they were first written, one HTML list item each: date, the claim's
+    title, what changed.
+
+    Raises:
+        StopIteration: a change names a claim key that ``items`` lacks.
+    """
+    title = {c.key: c.title for c in items}
+    return "<ul>" + "".join(f"<li>{escape(d)}, <b>{escape(title[k])}</b>: {escape(what)}.</li>"
+                            for d, k, what in changes) + "</ul>"
+
+
+def findings(profile: str, *, data_path=None, overrides: dict | None = None, workers: int | None = None,
+             archived: list[str] | None = None, n_boot: int = uncertainty.N_BOOT) -> Findings:
+    """Judge every claim on every source this build has.
+
+    Args:
+        profile: the live profile's name; data_path, overrides: as :func:`maskfed.engine.config.load_profile`.
+        workers: worker processes for the live runs (None: the profile's).
+        archived: archived profiles to read (None: :data:`maskfed.studies.archive.BOOK_PROFILES` less the live one).
+        n_boot: bootstrap replicates per source (:func:`maskfed.analysis.uncertainty`).
+
+    Raises:
+        ValueError, ConfigError: a bad parameter. FileNotFoundError, DataUnavailableError: no data for the
+        live runs (:func:`maskfed.studies.experiments.run`).
+    """
+    prof = load_profile(profile, data_path=data_path, **(overrides or {}))
+    names = archived if archived is not None else [p for p in archive.BOOK_PROFILES if p != prof.name]
+    sources, profile_of = [], {}  # profile_of: evidence name -> the profile it measures
+    for name in names:
+        study = archive.load_stage_study(name)
+        ev = evidence.archived_evidence(name, stage_table=None if study is None else study.table, n_boot=n_boot)
+        if ev is not None:
+            sources.append(ev)
+            profile_of[ev.name] = name
+    live = {e: experiments.run(prof, e, workers=workers, progress=False) for e in EXPERIMENTS}
+    sources.append(evidence.profile_evidence(f"{prof.name} (this build)", live["table1"], live["table2"],
+                                             live["control"], n_boot=n_boot, note=evidence.describe(live["table1"])))
+    profile_of[sources[-1].name] = prof.name
+    verdicts = claims.verdict_table(sources)
+    if sum(claims.counts(verdicts).values()) != len(claims.CLAIMS):
+        raise RuntimeError(f"the verdict table counts {claims.counts(verdicts)}, not {len(claims.CLAIMS)} claims")
+    # the matched-stage view: every claim at the stage study's checkpoints (protocols and α at the same θ)
+    matched_from = next((n for n in names if archive.load_stage_study(n) is not None), None)
+    matched_study = archive.load_stage_study(matched_from) if matched_from else None
+    stage_table = None if matched_study is None else matched_study.table
+    matched_steps = next((ev.table1["T_mean"] for ev in sources if profile_of[ev.name] == matched_from), None)
+    matched = evidence.matched_stage_verdicts(stage_table, matched_steps)
+    matched_from = matched_from or "none"
+    closest = sources[0]
+    closest_runs = evidence.source_runs(profile_of[closest.name], live)
+    # the overall verdicts again under the analysis's own choices, from the closest source's runs
+    stable = evidence.stability(verdicts, closest_runs, n_boot=n_boot)
+    against = evidence.against_paper(closest_runs["table1"], closest_runs["table2"])
+    n_seeds = len(load_profile(profile_of[closest.name]).seeds)  # seeds per setting of the closest source
+    n_small = live["table1"][0].provenance["num_parameters"]
+    n_resnet = num_parameters(build_model("resnet18_gn", num_classes=10))
+    archived_runs = {name: archive.load_archive(name) for name in names}
+    by_source = verdicts["from"].value_counts()
+    values = {
+        "v_closest": closest.name, "v_closest_note": closest.note,
+        "v_closest_is": ("the paper's own setting run by this code" if profile_of[closest.name] == "paper"
+                         else "not the paper's setting: its model differs (see below)"),
+        "v_sources": "; ".join(f"{n} of them from {s}" for s, n in by_source.items() if s != "–"),
+        "v_in_short": claims.in_short(verdicts),
+        "v_partly": ", ".join(f"“{t}”" for t in verdicts[verdicts["verdict"] == "partly"]["title"]) or "none",
+        "v_stable": evidence.stability_text(stable, verdicts, closest.name),
+        "v_matched": evidence.matched_text(verdicts, matched, matched_from, stage_table),
+        "v_checks": evidence.code_checks_text(claims.verdict_table(sources, claims.CODE_CHECKS)),
+        "v_frozen": claims.CRITERIA_FROZEN, **coverage_values(n_seeds),
+        "v_block": uncertainty.BLOCK, "v_level": round(100 * uncertainty.LEVEL), "v_n_boot": n_boot,
+        "v_against_caption": evidence.against_caption(against, closest.name),
+        "v_n_params": f"{n_small:,}", "v_n_resnet": f"{n_resnet:,}",
+        "v_sources_list": "; ".join(f"{ev.name}: {ev.note}" for ev in sources),
+        "v_data": book.data_note(prof),
+        "v_provenance": " ".join(f"{archive.column_name(n)}: {archive.label(r, n).text()}"
+                                 for n, r in archived_runs.items() if r) or "every column was computed by this build.",
+        "v_archived_data": evidence.data_comparison_text([r for runs in archived_runs.values() for r in runs],
+                                                         book.images_for(prof.run(prof.seeds[0]))),
+        "v_none_paper": evidence.paper_setting_text(profile_of.values()),
+        "v_paper_ran": ("Its runs are the closest evidence above." if "paper" in profile_of.values()
+                        else "It has not run: no GPU has been available to this project."),
+        # the paper's model measured on CPU: at FedAvg θ, at centralised θ, and the small CNN both ways
+        "v_resnet_fixed": evidence.resnet_text([getattr(archive.load_factor_study("cpu-paper", p), "table", None)
+                                                for p in ("models", "resnet", "resnet-fedavg")]),
+        "v_self": paper_self_text(verdicts),
+    }
+    takeaways = evidence.takeaways_html(
+        verdicts, closest=closest, n_seeds=n_seeds, paper_ran="paper" in profile_of.values(),
+        model_note=model_note(load_profile(profile_of[closest.name]).base.get("model"), n_small, n_resnet))
+    return Findings(values=values, profile=prof, verdicts=verdicts, sources=sources, matched=matched,
+                    matched_from=matched_from, stable=stable, takeaways=takeaways, against=against)
+
+
+def figure_against(found: Findings) -> plt.Figure | None:
+    """The summary figure: the closest source's 1/Δ_S against the paper's per setting, with seed ranges
+    and y = x (:func:`maskfed.book.plots.ours_against_paper`); None when no setting is in both."""
+    if not len(found.against):
+        return None
+    plots.use_book_style()
+    fig, ax = plt.subplots(figsize=(7.6, 6.4))  # the minibatch settings cluster near 1: room for their labels
+    plots.ours_against_paper(found.against, ax=ax, title="Recovery factor 1/Δ_S: ours against the paper's")
+    return fig

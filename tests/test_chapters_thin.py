@@ -1,0 +1,61 @@
+"""The experiment chapters stay thin (issue 25): their code cells are no longer than their prose, glue
+in one call (maskfed.book.glue_all) and assemble no sentence (no f-string) in a code cell; what they
+compute lives in maskfed.chapters, one module each."""
+
+import re
+
+import pytest
+
+from maskfed.paths import REPO_ROOT
+
+#: The experiment chapters and the module of maskfed.chapters that computes each one's findings.
+CHAPTERS = {"table1_local_protocol": "table1", "table2_heterogeneity": "table2", "stage_or_sampling": "stage",
+            "limit_penalty": "penalty", "what_sets_the_factor": "factor", "control_identical_shards": "control",
+            "masked_training": "masked", "verdict": "verdict", "flower": "flower", "performance": "performance"}
+
+CELL = re.compile(r"```\{code-cell\}[^\n]*\n(.*?)```", re.S)
+
+
+def split(text: str) -> tuple[list[str], list[str]]:
+    """(code lines, prose lines) of a MyST notebook: non-blank lines outside the front matter; code lines
+    leave out cell options (``:tags:``) and comments."""
+    body = text.split("\n---\n", 1)[1] if text.startswith("---\n") else text
+    code = [ln for c in CELL.findall(body) for ln in c.splitlines()
+            if ln.strip() and not ln.startswith(":") and not ln.strip().startswith("#")]
+    prose = [ln for ln in CELL.sub("", body).splitlines() if ln.strip() and not ln.startswith("```")]
+    return code, prose
+
+
+def test_split_counts_code_and_prose_by_hand():
+    # prepare: two prose lines, one cell of two code lines, one option and one comment
+    text = "---\nkernelspec: x\n---\n# Title\n\n```{code-cell} python\n:tags: [remove-cell]\n# note\na = 1\nb = 2\n```\nText.\n"
+    # execute
+    code, prose = split(text)
+    # assert
+    assert code == ["a = 1", "b = 2"] and prose == ["# Title", "Text."]
+
+
+def sentence(line: str) -> bool:
+    """Whether a code line builds words into text: an f-string whose literal part (outside braces) holds
+    two words or more."""
+    for lit in re.findall(r"\bf\"([^\"]*)\"|\bf'([^']*)'", line):
+        words = re.sub(r"\{[^}]*\}", " ", "".join(lit)).split()
+        if len([w for w in words if re.search(r"[A-Za-z]{2}", w)]) >= 2:
+            return True
+    return False
+
+
+def test_sentence_tells_words_from_markup():
+    assert sentence('glue("x", f"the run took {s} s, more than {t}")')
+    assert not sentence('display(Markdown(f"**{title}**"))')
+    assert not sentence('x = "plain text, not built"')
+
+
+@pytest.mark.parametrize("name", sorted(CHAPTERS))
+def test_experiment_chapter_is_thin(name):
+    text = (REPO_ROOT / "notebooks" / f"{name}.md").read_text()
+    code, prose = split(text)
+    assert len(code) <= len(prose), f"{name}: {len(code)} code lines against {len(prose)} of prose"
+    assert [ln for ln in code if sentence(ln)] == [], f"{name} builds text in a code cell"
+    assert not re.search(r"(?<![\w.])glue\(|book\.glue\(", "\n".join(code)), f"{name} glues value by value"
+    assert f"maskfed.chapters import {CHAPTERS[name]}" in text, name
