@@ -16,8 +16,6 @@ Paper reference: Yan, Kuroda, Jin, Chen (2026), arXiv 2608.23286, eq. (4)-(8).
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -27,12 +25,11 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from maskfed import provenance
 from maskfed.core import diversity, penalty
 from maskfed.core.masking import block_sizes_of, check_keep_probability
 from maskfed.derivation import perturbations
 from maskfed.derivation.theory import MCEstimate, profile_value, ratio_estimate
-from maskfed.engine import checkpoint, cohort as cohort_mod, fedavg, runner
+from maskfed.engine import checkpoint, cohort as cohort_mod, fedavg, runner, store
 from maskfed.engine.config import RunConfig
 from maskfed.engine.models import build_model
 from maskfed.paths import results_dir
@@ -326,10 +323,6 @@ def default_protocols(profile: str) -> dict[str, tuple]:
     return {"full batch, τ=1": ("full", 1), f"bs {small_bs}, τ=1": (small_bs, 1)}
 
 
-def _source_hash() -> str:
-    return provenance.code_hash_with(*LIMITS_MODULES)
-
-
 def measure_limits(cfg: RunConfig, *, at_rounds: Sequence[int], protocols: dict, train_protocol: str, p: float = 0.5,
                    n_draws: int = 200, eval_size: int = 512, granularity: str = "tensor", force: bool = False,
                    progress=None) -> pd.DataFrame:
@@ -362,9 +355,7 @@ def measure_limits(cfg: RunConfig, *, at_rounds: Sequence[int], protocols: dict,
     settings = {"config": cfg.key(), "at_rounds": sorted(int(r) for r in at_rounds),
                 "protocols": {k: list(v) for k, v in protocols.items()}, "train_protocol": train_protocol, "p": p,
                 "n_draws": n_draws, "eval_size": eval_size, "granularity": granularity}
-    key = hashlib.sha256(json.dumps({"settings": settings, "code": _source_hash(),
-                                     "data": runner.data_fingerprint(runner.images_for(cfg))},
-                                    sort_keys=True, default=str).encode()).hexdigest()[:16]
+    key = store.result_key({"settings": settings}, LIMITS_MODULES, runner.images_for(cfg))
     path = results_dir() / "limits" / f"penalty-{key}.csv"
     if path.exists() and not force:
         return pd.read_csv(path)

@@ -16,14 +16,12 @@ configuration, the settings, the run code plus :data:`CENTRAL_MODULES` and the d
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import math
 import os
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -34,8 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from maskfed import provenance
-from maskfed.engine import checkpoint, fedavg, runner
+from maskfed.engine import checkpoint, fedavg, runner, store
 from maskfed.engine.config import make_settings, RunConfig
 from maskfed.paths import results_dir
 from maskfed.studies import stage
@@ -85,10 +82,8 @@ class CentralResult:
 
 def central_path(cfg: RunConfig, spec: CentralSpec) -> Path:
     """Folder of the path: ``results_dir()/central/central-<label>-w<width>-<key>``."""
-    blob = {"config": cfg.key(), "spec": spec.model_dump(mode="json"),
-            "code": provenance.code_hash_with(*CENTRAL_MODULES),
-            "data": runner.data_fingerprint(runner.images_for(cfg))}
-    key = hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    key = store.result_key({"config": cfg.key(), "spec": spec.model_dump(mode="json")}, CENTRAL_MODULES,
+                           runner.images_for(cfg))
     width = "" if cfg.model == "resnet18_gn" else f"-w{cfg.width}"
     return results_dir() / "central" / f"central-{cfg.label()}{width}-{key}"
 
@@ -141,11 +136,11 @@ def train(cfg: RunConfig, spec: CentralSpec, *, progress: bool = False,
         ValueError: ``eval_images`` above the test images, or data that cannot be read, before training.
     """
     path = central_path(cfg, spec)
-    if (path / "provenance.json").exists():
+    if store.is_finished(path):
         return load(path)
     key = path.name.rsplit("-", 1)[-1]
     with checkpoint.claim(path.parent / f".partial-{path.name}") as partial:
-        if (path / "provenance.json").exists():  # finished by another process while we waited
+        if store.is_finished(path):  # finished by another process while we waited
             return load(path)
         return _train(cfg, spec, path, key, partial, progress=progress, on_checkpoint=on_checkpoint)
 
@@ -237,14 +232,10 @@ def _train(cfg, spec, path, key, partial, *, progress, on_checkpoint) -> Central
     buf = io.BytesIO()
     torch.save({"targets": list(kept), "thetas_RxP": torch.stack(list(kept.values())) if kept
                 else torch.zeros(0, len(theta))}, buf)
-    images = runner.images_for(cfg)
-    prov = {"key": key, "seed": cfg.seed, "code_hash": provenance.code_hash(),
-            "central_code_hash": provenance.code_hash_with(*CENTRAL_MODULES), **provenance.git_state(),
-            "packages": provenance.package_versions(), "machine": provenance.machine(str(device)),
-            "data_source": images.source, **runner.fingerprint_fields(images),
-            "union_images": n, "steps": step, "resumed_after_step": 0 if state is None else state.rounds_done,
-            "wall_s": wall_before + time.perf_counter() - t0,
-            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    prov = store.result_provenance(modules=CENTRAL_MODULES, code_field="central_code_hash", device=str(device),
+                                   images=runner.images_for(cfg), t0=t0, wall_before=wall_before, key=key,
+                                   seed=cfg.seed, union_images=n, steps=step,
+                                   resumed_after_step=0 if state is None else state.rounds_done)
     files = {"accuracy.csv": pd.DataFrame([{k: v for k, v in r.items() if k != "kept"} for r in records]).to_csv(index=False),
              "checkpoints.csv": pd.DataFrame(rows).to_csv(index=False), "thetas.pt": buf.getvalue(),
              "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2), "spec.json": spec.model_dump_json(indent=2),

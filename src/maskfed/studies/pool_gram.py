@@ -5,7 +5,8 @@ the Gram matrix G_kl = ⟨Δ_k, Δ_l⟩ of the updates is kept in float64: the r
 and the signal-noise split (eq. 13-14) of any cohort drawn from the pool need only its submatrix
 and the shard sizes (:mod:`maskfed.studies.factor_axes`).
 
-A measurement is cached like a run in ``results/factor/gram-<label>-<key>/``, keyed by the
+A measurement is cached in the result store (:mod:`maskfed.engine.store`) in
+``results/factor/gram-<label>-<key>/``, keyed by the
 configuration, a digest of θ, the pool, the run code plus :data:`GRAM_MODULES` and the data
 fingerprint; a killed measurement resumes after its last finished client. The design is ours (the
 stage study's pool, :mod:`maskfed.studies.stage`, keeping the Gram matrix instead of fixed cohorts).
@@ -21,7 +22,6 @@ import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
@@ -31,9 +31,8 @@ import torch
 from filelock import FileLock
 from tqdm import tqdm
 
-from maskfed import provenance
 from maskfed.core import diversity
-from maskfed.engine import checkpoint, cohort as cohort_mod, fedavg, runner
+from maskfed.engine import checkpoint, cohort as cohort_mod, fedavg, runner, store
 from maskfed.engine.config import make_run_config, RunConfig
 from maskfed.engine.models import build_model, num_parameters
 from maskfed.paths import results_dir
@@ -69,9 +68,8 @@ class GramResult:
 
 def gram_path(cfg: RunConfig, theta_P: torch.Tensor, pool) -> Path:
     """Folder of one measurement: ``results_dir()/factor/gram-<label>-<key>``."""
-    blob = {"cfg": cfg.key(), "theta": theta_digest(theta_P), "pool": [int(k) for k in pool], "shuffle": SHUFFLE_ROUND,
-            "code": provenance.code_hash_with(*GRAM_MODULES), "data": runner.data_fingerprint(runner.images_for(cfg))}
-    key = hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+    blob = {"cfg": cfg.key(), "theta": theta_digest(theta_P), "pool": [int(k) for k in pool], "shuffle": SHUFFLE_ROUND}
+    key = store.result_key(blob, GRAM_MODULES, runner.images_for(cfg))
     width = "" if cfg.model == "resnet18_gn" else f"-w{cfg.width}"
     return results_dir() / "factor" / f"gram-{cfg.label()}{width}-lr{cfg.lr:g}-{key}"
 
@@ -102,13 +100,13 @@ def measure_gram(cfg: RunConfig, theta_P: torch.Tensor, pool, *, label: str = ""
         :class:`GramResult` (the cached folder when it exists).
     """
     path = gram_path(cfg, theta_P, pool)
-    if (path / "provenance.json").exists():
+    if store.is_finished(path):
         return load_gram(path)
     t0 = time.perf_counter()
     partial = path.parent / f".partial-{path.name}"
     partial.mkdir(parents=True, exist_ok=True)
     with FileLock(partial / "lock"):  # one process per measurement; a second waits, then reads it
-        if (path / "provenance.json").exists():
+        if store.is_finished(path):
             return load_gram(path)
         data, model = stage.prepared_for(cfg)
         theta = theta_P.detach().to(device=data.x_train.device, dtype=torch.float32)
@@ -136,15 +134,11 @@ def measure_gram(cfg: RunConfig, theta_P: torch.Tensor, pool, *, label: str = ""
             rows.append({"client": k, "n_k": int(blob["n_k"]), "T": int(blob["T"]), "train_loss": float(blob["loss"])})
         gram = diversity.gram_matrix(torch.stack(deltas))
         del deltas
-        images = runner.images_for(cfg)
         ids = [str(int(k)) for k in pool]
-        prov = {"theta": theta_digest(theta_P), "theta_label": label, "seed": cfg.seed, "pool": [int(k) for k in pool],
-                "code_hash": provenance.code_hash(), "gram_code_hash": provenance.code_hash_with(*GRAM_MODULES),
-                **provenance.git_state(), "packages": provenance.package_versions(),
-                "machine": provenance.machine(str(data.x_train.device)), "data_source": images.source,
-                **runner.fingerprint_fields(images), "num_parameters": int(theta.numel()),
-                "wall_s": time.perf_counter() - t0, "train_s": trained_s,
-                "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        prov = store.result_provenance(modules=GRAM_MODULES, code_field="gram_code_hash", device=str(data.x_train.device),
+                                       images=runner.images_for(cfg), t0=t0, theta=theta_digest(theta_P),
+                                       theta_label=label, seed=cfg.seed, pool=[int(k) for k in pool],
+                                       num_parameters=int(theta.numel()), train_s=trained_s)
         checkpoint.write_folder(path, {"gram.csv": pd.DataFrame(gram.numpy(), columns=ids).to_csv(index=False),
                                        "clients.csv": pd.DataFrame(rows).to_csv(index=False),
                                        "config.json": json.dumps(cfg.model_dump(mode="json"), indent=2),
@@ -177,7 +171,7 @@ def measure_many(tasks: list[Task], *, workers: int = 1, progress: bool = False)
         Exception: the first failed measurement's own error, after the others ended.
     """
     paths = [gram_path(t.cfg, t.theta_P, t.pool) for t in tasks]
-    todo = [i for i, p in enumerate(paths) if not (p / "provenance.json").exists()]
+    todo = [i for i, p in enumerate(paths) if not store.is_finished(p)]
     if todo and workers > 1 and len(todo) > 1:
         order = sorted(todo, key=lambda i: -tasks[i].cost)
         pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=multiprocessing.get_context("spawn"),

@@ -9,9 +9,8 @@ the pool; pool, shuffles and cohorts are the same for every protocol (a paired c
 each of Table II's α the same pool ids hold that α's shards. Optional *branches* run M rounds of
 real FedAvg from each θ_s.
 
-Results are cached like runs (:mod:`maskfed.engine.runner`) under ``results/stages/``, keyed by
-configuration, :func:`maskfed.provenance.code_hash_with` (run code plus :data:`STAGE_MODULES`) and the
-data fingerprint. The design (pool, paired cohorts, variance split, the thresholds) is ours; the
+Results are cached in the result store (:mod:`maskfed.engine.store`) under ``results/stages/``, keyed
+by configuration, the run code plus :data:`STAGE_MODULES` and the data fingerprint. The design (pool, paired cohorts, variance split, the thresholds) is ours; the
 quantities are the paper's (eq. 3, 8, 13-14; Yan et al. 2026).
 """
 
@@ -19,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import io
 import json
 import math
@@ -28,7 +26,6 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -39,9 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch.nn.utils import parameters_to_vector
 from tqdm import tqdm
 
-from maskfed import provenance
 
-from maskfed.engine import checkpoint, cohort as cohort_mod, fedavg, runner
+from maskfed.engine import checkpoint, cohort as cohort_mod, fedavg, runner, store
 from maskfed.engine.config import ConfigError, make_settings, Profile, RunConfig
 from maskfed.engine.models import build_model
 from maskfed.paths import results_dir
@@ -375,19 +371,12 @@ def initial_theta(cfg: RunConfig) -> torch.Tensor:
 
 
 def _key(blob: dict, cfg: RunConfig) -> str:
-    full = {**blob, "code": provenance.code_hash_with(*STAGE_MODULES),
-            "data": runner.data_fingerprint(runner.images_for(cfg))}
-    return hashlib.sha256(json.dumps(full, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return store.result_key(blob, STAGE_MODULES, runner.images_for(cfg))
 
 
 def _provenance(cfg: RunConfig, key: str, t0: float) -> dict:
-    images = runner.images_for(cfg)
-    return {"key": key, "seed": cfg.seed, "code_hash": provenance.code_hash(),
-            "stage_code_hash": provenance.code_hash_with(*STAGE_MODULES), **provenance.git_state(),
-            "packages": provenance.package_versions(), "machine": provenance.machine(cfg.device),
-            "data_source": images.source, **runner.fingerprint_fields(images),
-            "wall_s": time.perf_counter() - t0,
-            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return store.result_provenance(modules=STAGE_MODULES, code_field="stage_code_hash", device=cfg.device,
+                                   images=runner.images_for(cfg), t0=t0, key=key, seed=cfg.seed)
 
 
 @dataclass
@@ -508,7 +497,7 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True,
             configuration or without θ at every candidate round.
     """
     path = ladder_path(cfg, spec, trajectory)
-    if (path / "provenance.json").exists():
+    if store.is_finished(path):
         return load_ladder(path)
     if spec.rounds is not None and max(spec.rounds) > cfg.rounds:
         raise ValueError(f"rounds {list(spec.rounds)} go beyond the ladder's {cfg.rounds} rounds; "
@@ -570,7 +559,7 @@ def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec, *, at_
         ValueError: ``at_init`` with a stage other than 0.
     """
     path = measure_path(cfg, Path(ladder_dir), stage, spec)
-    if (path / "provenance.json").exists():
+    if store.is_finished(path):
         return path
     t0 = time.perf_counter()
     data, model = prepared_for(cfg)
@@ -713,11 +702,11 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
     def todo(s: int, stages) -> list[tuple[RunConfig, int]]:
         ref = refs[s]
         tasks = [(c, st) for st in stages for c in every[s]
-                 if not (measure_path(c, lpaths[s], st, spec) / "provenance.json").exists()]
+                 if not store.is_finished(measure_path(c, lpaths[s], st, spec))]
         return sorted(tasks, key=lambda t: (t[0].alpha != ref.alpha, t[0].alpha, -t[0].local_epochs))
 
     def finished(s: int) -> bool:
-        return (lpaths[s] / "provenance.json").exists() and not todo(s, range(len(load_ladder(lpaths[s]).checkpoints)))
+        return store.is_finished(lpaths[s]) and not todo(s, range(len(load_ladder(lpaths[s]).checkpoints)))
 
     workers = workers or profile.workers
     ladders: dict[int, Ladder] = {}
