@@ -264,6 +264,57 @@ def test_variant_runs_halve_the_window_and_leave_out_runs_still_falling():
         evidence.variant_runs([flat], "no such")
 
 
+def test_variants_with_a_wider_hac_lag_or_benjamini_hochberg_keep_a_run_the_plain_test_calls_falling():
+    import numpy as np
+
+    # prepare: one run falling by 0.2 % a round under AR(1) noise (t = -2.18 at the Newey-West lag, p = 0.029,
+    # -1.87 at 3 times it), three flat runs (t = 0, p = 1), one run falling steadily (p ≈ 0)
+    rng = np.random.default_rng(13)
+    e = np.zeros(80)
+    for i in range(1, 80):
+        e[i] = 0.8 * e[i - 1] + rng.normal(0, 0.05)
+    mild = _run(32, 2, list(2.0 * np.exp(-0.002 * np.arange(80) + e)))
+    flats = [_run(128, t, [2.0] * 80) for t in (1, 2, 5)]
+    steep = _run("full", 1, list(8.0 * np.exp(-0.05 * np.arange(80)) * (1 + 0.01 * np.sin(np.arange(80)))))
+    runs = [mild, *flats, steep]
+    # execute
+    plain, wide, bh = (evidence.variant_runs(runs, v) for v in evidence.VARIANTS[1:])
+    # assert: the plain test leaves out both falling runs; 3 × the lag keeps the mild one; so does
+    # Benjamini-Hochberg over the 5 runs (0.029 > 2 × 0.05 / 5 = 0.02 at its rank)
+    assert [r.config.batch_size for r in plain] == [128, 128, 128]
+    assert [r.config.batch_size for r in wide] == [32, 128, 128, 128]
+    assert [r.config.batch_size for r in bh] == [32, 128, 128, 128]
+
+
+def _stage_rows(values: dict) -> pd.DataFrame:
+    """Two checkpoints (early: stage 0, late: stage 1) of one seed, the same 1/Δ_S at both."""
+    return pd.DataFrame([{"seed": 0, "experiment": "table1", "stage": st, "stage_acc": 0.2 + 0.2 * st,
+                          "batch_size": bs, "local_epochs": tau, "recovery_unweighted": v}
+                         for st in (0, 1) for (bs, tau), v in values.items()])
+
+
+def test_stage_claim_judged_on_the_protocol_subsets():
+    from maskfed.analysis import claims
+
+    # prepare: full τ 1 at 8, full τ 5, bs 128 τ 5 and bs 32 τ 5 at 4, bs 128 τ 1 at 1. All five: full against
+    # minibatch explains 34 % of the log variance (≥ 1/3: "sampling" in both halves, the claim holds). The paper's
+    # pair (4 against 1): all of it. τ = 5 only: every value 4, nothing to explain ("neither": does not hold)
+    table = _stage_rows({("full", 1): 8.0, ("full", 5): 4.0, ("128", 1): 1.0, ("128", 5): 4.0, ("32", 5): 4.0})
+    stage_claim = next(c for c in claims.CLAIMS if c.key == "stage")
+    verdicts = claims.verdict_table([claims.Evidence("src", stage=evidence.stage_evidence(table))])
+    # execute
+    subsets = evidence.stage_subset_verdicts(table, stage_claim)
+    st = evidence.stability(verdicts, {"table1": [], "table2": [], "control": []}, n_boot=10, stage_table=table)
+    # assert
+    assert verdicts.loc["stage", "verdict"] == "holds"
+    pair, tau5 = evidence.STAGE_SUBSETS
+    assert subsets == {pair: "holds", tau5: "does not hold"}
+    assert st.loc["stage", "mark"] == "fragile" and st.loc["stage", "flips"] == f"{tau5}: does not hold"
+    # without the stage table the stage verdict gets no mark; a subset with no rows is not measured
+    assert evidence.stability(verdicts, {"table1": [], "table2": [], "control": []}, n_boot=10).loc["stage", "mark"] == "–"
+    assert evidence.stage_subset_verdicts(table[table["local_epochs"] == 1], stage_claim)[tau5] == "not measured here"
+
+
 @pytest.mark.slow
 def test_stability_marks_a_verdict_that_a_variant_flips():
     import numpy as np

@@ -1,5 +1,7 @@
 """Seed ranges, bootstrap intervals over seeds and window rounds, and the trend test."""
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -312,3 +314,51 @@ def test_coverage_note_says_what_the_intervals_are_worth():
     assert uncertainty.coverage_note(3).startswith("nominal: with 3 seeds") and "75 %" in uncertainty.coverage_note(3)
     assert "93.75 %" in uncertainty.coverage_note(5)
     assert "one seed only" in uncertainty.coverage_note(1)
+
+
+def _ar1_drift(seed: int = 13, n: int = 80) -> pd.DataFrame:
+    """1/Δ_S falling by 0.2 % a round under AR(1) noise (φ = 0.8): falling at the Newey-West lag, flat at 3 times it."""
+    rng = np.random.default_rng(seed)
+    e = np.zeros(n)
+    for i in range(1, n):
+        e[i] = 0.8 * e[i - 1] + rng.normal(0, 0.05)
+    return pd.DataFrame({"round": np.arange(1, n + 1), "recovery_unweighted": 2.0 * np.exp(-0.002 * np.arange(n) + e)})
+
+
+def test_trend_test_lag_factor_widens_the_hac_window_and_gives_a_p_value():
+    # prepare: 80 rounds, the test uses the last 40: floor(4 (40/100)^(2/9)) = 3 lags, 3 × 3 = 9
+    m = _ar1_drift()
+    # execute
+    base, wide = uncertainty.trend_test(m), uncertainty.trend_test(m, lag_factor=3)
+    # assert: the same slope; the wider window's larger standard error turns "falling" into "flat"
+    assert (base["lags"], wide["lags"]) == (3, 9)
+    assert base["slope"] == pytest.approx(wide["slope"])
+    assert base["verdict"] == "falling" and wide["verdict"] == "flat" and wide["se"] > base["se"]
+    assert base["p"] == pytest.approx(math.erfc(abs(base["t"]) / math.sqrt(2)))
+    assert 0.01 < base["p"] < 0.05
+    with pytest.raises(ValueError, match="lag_factor"):
+        uncertainty.trend_test(m, lag_factor=0)
+
+
+def test_benjamini_hochberg_by_hand():
+    # prepare: m = 5; thresholds k q / m at q = 0.05: 0.01, 0.02, 0.03, 0.04, 0.05
+    p = [0.04, 0.001, 0.5, 0.025, float("nan")]
+    # execute
+    got = uncertainty.benjamini_hochberg(p, 0.05)
+    # assert: sorted, 0.001 ≤ 0.01 passes rank 1, 0.025 > 0.02 and 0.04 > 0.03 fail theirs: only rank 1 is rejected;
+    # a plain 5 % cut would also reject 0.04 and 0.025
+    assert got.tolist() == [False, True, False, False, False]
+    # the step-up: 0.011 fails its own rank (0.01) but 0.019 passes rank 2 (0.02), so both are rejected
+    assert uncertainty.benjamini_hochberg([0.019, 0.011, 0.9, 0.9, 0.9], 0.05).tolist() == [True, True, False, False, False]
+    with pytest.raises(ValueError, match="q must be in"):
+        uncertainty.benjamini_hochberg(p, 1.0)
+
+
+def test_trend_test_calls_a_constant_series_flat():
+    # prepare: 1/Δ_S exactly 2 in every round (least squares gives a slope of 6.5e-18 with a smaller standard
+    # error there, which read as t = 2.06, "rising", before the constant case was handled)
+    m = pd.DataFrame({"round": np.arange(1, 81), "recovery_unweighted": [2.0] * 80})
+    # execute
+    got = uncertainty.trend_test(m)
+    # assert
+    assert got == {"slope": 0.0, "se": 0.0, "t": 0.0, "p": 1.0, "n": 40, "lags": 3, "verdict": "flat"}

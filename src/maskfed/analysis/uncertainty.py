@@ -251,7 +251,8 @@ def hac_maxlags(n: int) -> int:
     return int(math.floor(4 * (n / 100) ** (2 / 9)))
 
 
-def trend_test(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac: float = 0.5) -> dict:
+def trend_test(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac: float = 0.5,
+               lag_factor: float = 1.0) -> dict:
     """Is a per-round quantity still moving at the end of a run?
 
     Least-squares slope of log(column) on the round over the last ``frac`` of rounds, with a Newey-West
@@ -261,29 +262,65 @@ def trend_test(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac:
         metrics: a run's per-round table (``round`` and ``column``).
         column: a positive per-round quantity.
         frac: share of the rounds, from the end, in (0, 1].
+        lag_factor: multiplies the Newey-West lag truncation (:func:`hac_maxlags`; the product is rounded),
+            for a variant that allows longer autocorrelation (ours); > 0.
 
     Returns:
-        ``slope`` (per round, natural-log units), ``se``, ``t``, ``n`` (rounds used) and ``verdict``:
-        "falling" (t < -:data:`T_CRITICAL`), "rising" (t > :data:`T_CRITICAL`) or "flat".
+        ``slope`` (per round, natural-log units), ``se``, ``t``, ``p`` (two-sided, normal), ``n`` (rounds
+        used), ``lags`` and ``verdict``: "falling" (t < -:data:`T_CRITICAL`), "rising" (t > :data:`T_CRITICAL`)
+        or "flat".
 
     Raises:
-        ValueError: ``frac`` outside (0, 1], or fewer than 8 positive values in the window.
+        ValueError: ``frac`` outside (0, 1], ``lag_factor`` not positive, or fewer than 8 positive values in
+            the window.
     """
     import statsmodels.api as sm
 
     if not 0 < frac <= 1:
         raise ValueError(f"frac must be in (0, 1]; got {frac}")
+    if not lag_factor > 0:
+        raise ValueError(f"lag_factor must be > 0; got {lag_factor}")
     tail = metrics.tail(max(8, int(round(len(metrics) * frac))))
     tail = tail[tail[column] > 0]
     if len(tail) < 8:
         raise ValueError(f"need at least 8 rounds with positive {column} in the window; got {len(tail)}")
+    lags = int(round(lag_factor * hac_maxlags(len(tail))))
+    y = np.log(tail[column].to_numpy(float))
+    if np.ptp(y) == 0:  # a constant series has no trend (least squares would return a slope of rounding noise)
+        return {"slope": 0.0, "se": 0.0, "t": 0.0, "p": 1.0, "n": len(tail), "lags": lags, "verdict": "flat"}
     x = sm.add_constant(tail["round"].to_numpy(float))
-    fit = sm.OLS(np.log(tail[column].to_numpy(float)), x).fit(
-        cov_type="HAC", cov_kwds={"maxlags": hac_maxlags(len(tail))})
+    fit = sm.OLS(y, x).fit(cov_type="HAC", cov_kwds={"maxlags": lags})
     slope, se = float(fit.params[1]), float(fit.bse[1])
     t = slope / se if se > 0 else (0.0 if slope == 0 else math.copysign(math.inf, slope))
     verdict = "falling" if t < -T_CRITICAL else "rising" if t > T_CRITICAL else "flat"
-    return {"slope": slope, "se": se, "t": t, "n": len(tail), "verdict": verdict}
+    return {"slope": slope, "se": se, "t": t, "p": math.erfc(abs(t) / math.sqrt(2)), "n": len(tail), "lags": lags,
+            "verdict": verdict}
+
+
+def benjamini_hochberg(pvalues, q: float = 0.05) -> np.ndarray:
+    """Which of m tests the Benjamini-Hochberg step-up procedure rejects at false discovery rate ``q``
+    (Benjamini & Hochberg 1995): the k smallest p-values, k the largest rank with p_(k) <= k q / m.
+
+    Args:
+        pvalues: m p-values in [0, 1] (NaN: never rejected, still counted in m).
+        q: the false discovery rate, in (0, 1).
+
+    Returns:
+        Boolean array [m], in the order given.
+
+    Raises:
+        ValueError: ``q`` outside (0, 1).
+    """
+    if not 0 < q < 1:
+        raise ValueError(f"q must be in (0, 1); got {q}")
+    p = np.asarray(pvalues, dtype=float)
+    m = len(p)
+    order = np.argsort(np.where(np.isnan(p), np.inf, p), kind="stable")
+    below = np.nonzero(p[order] <= q * np.arange(1, m + 1) / m)[0]
+    reject = np.zeros(m, dtype=bool)
+    if len(below):
+        reject[order[: below[-1] + 1]] = True
+    return reject
 
 
 def trend_counts(results: list[RunResult], column: str = "recovery_unweighted") -> dict:

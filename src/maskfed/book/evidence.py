@@ -655,7 +655,17 @@ def matched_stage_summary(profile_name: str, keys) -> str:
 #: The analysis choices each verdict is recomputed under (ours; issue: "verdicts under the analysis's own
 #: choices"): the summary window halved, and the runs whose recovery factor is still falling over their second
 #: half (:func:`maskfed.analysis.uncertainty.trend_test`) left out.
-VARIANTS = ("window: the last eighth of rounds", "runs still falling left out")
+VARIANTS = ("window: the last eighth of rounds", "runs still falling left out",
+            "runs still falling with 3× the HAC lag left out",
+            "runs still falling by Benjamini-Hochberg at 5 % left out")
+
+#: Lag factor of the trend test in the third variant, and the false discovery rate of the fourth (ours).
+LAG_FACTOR, FDR = 3.0, 0.05
+
+#: The stage claim judged again on subsets of the stage study's Table I protocols (batch size as text, τ):
+#: the pair the paper compares (full batch τ 5 against bs 128 τ 1) and the protocols with τ = 5 (ours).
+STAGE_SUBSETS = {"stage study: only the paper's pair (full batch τ 5, bs 128 τ 1)": {("full", 5), ("128", 1)},
+                 "stage study: only τ = 5": {("full", 5), ("128", 5), ("32", 5)}}
 
 
 def variant_runs(runs: list[RunResult], variant: str) -> list[RunResult]:
@@ -668,28 +678,49 @@ def variant_runs(runs: list[RunResult], variant: str) -> list[RunResult]:
 
     if variant == VARIANTS[0]:  # the summary window is the last quarter of what a run holds: keep its last half
         return [replace(r, metrics=r.metrics.tail(max(1, len(r.metrics) // 2)).reset_index(drop=True)) for r in runs]
-    if variant == VARIANTS[1]:
-        kept = []
-        for r in runs:
-            try:
-                falling = uncertainty.trend_test(r.metrics)["verdict"] == "falling"
-            except ValueError:  # too short to test: kept
-                falling = False
-            if not falling:
-                kept.append(r)
-        return kept
-    raise ValueError(f"variant must be one of {list(VARIANTS)}; got {variant!r}")
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {list(VARIANTS)}; got {variant!r}")
+    lag = LAG_FACTOR if variant == VARIANTS[2] else 1.0
+    tests = []
+    for r in runs:
+        try:
+            tests.append(uncertainty.trend_test(r.metrics, lag_factor=lag))
+        except ValueError:  # too short to test: kept
+            tests.append({"t": 0.0, "p": float("nan"), "verdict": "flat"})
+    if variant == VARIANTS[3]:  # falling where Benjamini-Hochberg rejects "no trend" across these runs
+        reject = uncertainty.benjamini_hochberg([t["p"] for t in tests], FDR)
+        falling = [bool(rej and t["t"] < 0) for rej, t in zip(reject, tests)]
+    else:
+        falling = [t["verdict"] == "falling" for t in tests]
+    return [r for r, f in zip(runs, falling) if not f]
+
+
+def stage_subset_verdicts(stage_table: pd.DataFrame, claim: claims.Claim) -> dict[str, str]:
+    """The stage claim judged on each subset of :data:`STAGE_SUBSETS` of a stage study's rows (the other
+    experiments' rows kept out as in :func:`stage_evidence`): subset name -> verdict ("not measured here"
+    where the subset has no rows)."""
+    out = {}
+    for name, protocols in STAGE_SUBSETS.items():
+        key = list(zip(stage_table["batch_size"].astype(str), stage_table["local_epochs"].astype(int)))
+        sub = stage_table[[k in protocols for k in key]]
+        st = stage_evidence(sub) if len(sub) else None
+        out[name] = ("not measured here" if st is None else
+                     claims.verdict_table([claims.Evidence(name, stage=st)], (claim,)).loc[claim.key, "verdict"])
+    return out
 
 
 def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boot: int = uncertainty.N_BOOT,
-              claim_list: tuple = claims.CLAIMS) -> pd.DataFrame:
+              claim_list: tuple = claims.CLAIMS, stage_table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Is each claim's verdict stable under the analysis variants (:data:`VARIANTS`)? The source's runs are
-    re-summarised under each variant and every claim judged again with its criterion.
+    re-summarised under each variant and every claim judged again with its criterion; the stage claim is
+    judged again on the protocol subsets of :data:`STAGE_SUBSETS` of ``stage_table``.
 
     Args:
         verdicts: :func:`maskfed.analysis.claims.verdict_table` (column ``verdict``: the overall verdicts).
         runs: the closest source's runs, ``{"table1": [...], "table2": [...], "control": [...]}``.
         n_boot: bootstrap replicates per variant.
+        stage_table: the stage study behind the stage verdict (:attr:`maskfed.studies.stage.StageStudy.table`),
+            or None (the stage claim then gets no mark).
 
     Returns:
         Index ``claim``; columns ``mark`` ("stable", "fragile", or "–" where the base is not measured here) and
@@ -714,7 +745,13 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
     rows = []
     for c in claim_list:
         base = verdicts.loc[c.key, "verdict"]
-        if base == "not measured here" or c.key == "stage":  # the stage study is not re-summarised
+        if c.key == "stage":  # judged again on the stage study's protocol subsets, not on the runs
+            subsets = {} if stage_table is None or base == "not measured here" else stage_subset_verdicts(stage_table, c)
+            flips = [f"{name}: {v}" for name, v in subsets.items() if v != base]
+            rows.append({"claim": c.key, "mark": ("fragile" if flips else "stable") if subsets else "–",
+                         "flips": "; ".join(flips)})
+            continue
+        if base == "not measured here":
             rows.append({"claim": c.key, "mark": "–", "flips": ""})
             continue
         flips = [f"{v}{kept[v]}: {judged[v][c.key]}" for v in VARIANTS if judged[v][c.key] != base]
@@ -733,10 +770,17 @@ def against_caption(against: pd.DataFrame, source: str) -> str:
 
 
 def stability_text(stable: pd.DataFrame, verdicts: pd.DataFrame, source: str) -> str:
-    """The verdict page's sentence on :func:`stability`: the variants, and which verdicts they change."""
+    """The verdict page's sentence on :func:`stability`: the variants (the stage study's protocol subsets where
+    the stage claim was judged on them), and which verdicts they change.
+
+    Raises:
+        KeyError: ``stable`` has no row for the stage claim.
+    """
     fragile = stable[stable["mark"] == "fragile"]
-    return (f"Each verdict is recomputed from {source}'s runs under two choices of the analysis: "
-            + " and ".join(f"“{v}”" for v in VARIANTS) + " (ours). "
+    return (f"Each verdict is recomputed from {source}'s runs under {len(VARIANTS)} other choices of the analysis: "
+            + ", ".join(f"“{v}”" for v in VARIANTS) + " (ours)"
+            + (("; the stage verdict on " + " and ".join(f"“{v}”" for v in STAGE_SUBSETS))
+               if stable.loc["stage", "mark"] != "–" else "") + ". "
             + (f"{len(fragile)} of {int((stable['mark'] != '–').sum())} verdicts change under one of them and are "
                "marked fragile in the table, with the variant and what it gives: "
                + ", ".join(f"“{verdicts.loc[k, 'title']}”" for k in fragile.index) + "."

@@ -151,8 +151,10 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     matched_from = matched_from or "none"
     closest = sources[0]
     closest_runs = evidence.source_runs(profile_of[closest.name], live)
-    # the overall verdicts again under the analysis's own choices, from the closest source's runs
-    stable = evidence.stability(verdicts, closest_runs, n_boot=n_boot)
+    # the overall verdicts again under the analysis's own choices, from the closest source's runs; the stage
+    # verdict on protocol subsets of the stage study it came from
+    stage_from = stage_table if verdicts.loc["stage", "from"] == archive.column_name(matched_from) else None
+    stable = evidence.stability(verdicts, closest_runs, n_boot=n_boot, stage_table=stage_from)
     against = evidence.against_paper(closest_runs["table1"], closest_runs["table2"])
     n_seeds = len(load_profile(profile_of[closest.name]).seeds)  # seeds per setting of the closest source
     n_small = live["table1"][0].provenance["num_parameters"]
