@@ -410,6 +410,32 @@ def test_run_study_over_two_seeds_measures_each_on_its_own_trajectory(results):
         stage.run_study(prof, spec, workers=1, progress=False, seeds=[5])
 
 
+def test_effect_sizes_by_hand_and_a_large_share_of_a_small_effect_explains_nothing():
+    # prepare: two checkpoints; full batch 1.2 and 1.3, minibatch 1.0 at both (ratios 1.2 and 1.3)
+    table = pd.DataFrame({"stage": [0, 0, 1, 1], "batch_size": ["full", "32", "full", "32"],
+                          "local_epochs": 1, "recovery_unweighted": [1.2, 1.0, 1.3, 1.0]})
+    # execute
+    eff = stage.effect_sizes(table)
+    shares = stage.variance_shares(table)
+    # assert: median ratio 1.25; checkpoint medians 1.1 and 1.15; sampling explains most of the (small) variance,
+    # but below the 1.5 effect threshold it is no explanation
+    assert eff["sampling_effect"] == pytest.approx(1.25) and eff["stage_effect"] == pytest.approx(1.15 / 1.1)
+    assert shares["sampling"] > 0.9
+    assert stage.verdict(shares) == "sampling" and stage.verdict(shares | eff) == "neither"
+    assert stage.verdict({"stage": 0.0, "sampling": 0.5, "sampling_effect": 1.5, "stage_effect": 9.0}) == "sampling"
+    assert stage.verdict({"stage": 0.5, "sampling": 0.5, "sampling_effect": float("nan"), "stage_effect": 2.0}) == "stage"
+
+
+def test_variance_shares_split_the_checkpoint_share_between_seeds():
+    # prepare: 2 seeds × 2 checkpoints, one protocol; seed 1 is 4× seed 0 and each second checkpoint 2× the first
+    rows = [{"seed": sd, "stage": f"{sd}/{st}", "batch_size": "32", "local_epochs": 1,
+             "recovery_unweighted": 4.0 ** sd * 2.0 ** st} for sd in (0, 1) for st in (0, 1)]
+    # execute
+    shares = stage.variance_shares(pd.DataFrame(rows))
+    # assert: log values a·sd + b·st with a = 2b: seed SS 4b², position SS b², total 5b²
+    assert shares["stage"] == pytest.approx(1.0) and shares["seed"] == pytest.approx(0.8)
+
+
 def test_verdict_by_range_splits_training_in_halves_across_seeds():
     # prepare: 2 seeds x 4 stages x 4 protocols; early (stages 0-1): the checkpoint sets the value
     # (stage and seed differ, protocols do not); late (stages 2-3): full batch 4x minibatch

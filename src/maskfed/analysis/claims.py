@@ -368,7 +368,8 @@ CLAIMS: tuple[Claim, ...] = (
           "protocols; holds if r_s ≤ -0.5 with its interval below 0, partly if r_s < 0, else does not hold",
           _tradeoff),
     Claim("stage", "Sampling, not stage", "Sampling, not training stage, separates full batch from minibatch", "Sec. IV-C",
-          "the stage chapter's variance split at the same checkpoints, per stage range; holds if "
+          "the stage chapter's variance split at the same checkpoints, per stage range (a factor counts with a "
+          "third of the variance and an effect of at least 1.5 times); holds if "
           "'sampling' in every range, partly if 'sampling' or 'both' in a majority of the ranges, else does "
           "not hold", _stage),
 )
@@ -394,6 +395,9 @@ CRITERIA_CHANGES: tuple[tuple[str, str, str], ...] = (
      "minibatch protocols; it could fail before only if no round anywhere was below 1"),
     ("2026-12-03", "alpha_weighting", f"the weighted ratio must lie within [1/{FLAT:g}, {FLAT:g}] (interval included) "
      "to be flat; it only had to move less than half as much as the unweighted one"),
+    ("2026-12-05", "stage", "a factor explains a half of training only with an effect of at least 1.5 times as well "
+     "(full batch over minibatch for sampling, the highest over the lowest checkpoint for stage), besides a third "
+     "of the variance; on the archived stage study this changes no label"),
 )
 
 

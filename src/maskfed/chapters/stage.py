@@ -29,7 +29,9 @@ from maskfed.studies import stage
 F5_PAIRS = {"128_1": ("128", 1), "128_2": ("128", 2)}
 
 #: Number formats of :func:`table_verdicts`' share columns (percent, no decimals).
-VERDICT_FORMATS = {"stage share (%)": "{:.0f}", "sampling share (%)": "{:.0f}", "protocol share (%)": "{:.0f}"}
+VERDICT_FORMATS = {"stage share (%)": "{:.0f}", "of which between seeds (%)": "{:.0f}", "sampling share (%)": "{:.0f}",
+                   "protocol share (%)": "{:.0f}", "full / minibatch (×)": "{:.2f}",
+                   "highest / lowest checkpoint (×)": "{:.2f}"}
 
 
 @dataclass(frozen=True)
@@ -175,12 +177,14 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         "st_acc_last_max": last_acc.max(),
         "st_source": study.source + ("" if source_profile == ladder_from else
                                      f" (the {ladder_from} archive holds no trajectory with θ snapshots)"),
-        "st_threshold": 100 * stage.EXPLAINS,
+        "st_threshold": 100 * stage.EXPLAINS, "st_effect_min": stage.EFFECT_MIN,
         "st_answer": stage.range_text(by_range),
     }
     for k, v in by_range.items():
         values |= {f"st_{k}_verdict": stage.VERDICT_TEXT[v["verdict"]], f"st_{k}_stage": 100 * v["stage"],
                    f"st_{k}_sampling": 100 * v["sampling"], f"st_{k}_protocol": 100 * v["protocol"],
+                   f"st_{k}_seed": 100 * v["seed"], f"st_{k}_sampling_effect": v["sampling_effect"],
+                   f"st_{k}_stage_effect": v["stage_effect"],
                    f"st_{k}_acc": f"{v['acc_min']:.2f}–{v['acc_max']:.2f}"}
     paper_ref = load_profile("paper").table2  # the paper's reference protocol (bs 32, τ 2)
     values |= {
@@ -219,12 +223,15 @@ def table_cliffs(f: Findings) -> pd.DataFrame:
 
 def table_verdicts(f: Findings) -> pd.DataFrame:
     """The verdict per half of training: one row per half ("early", "late") with its checkpoints, their
-    accuracy range, the stage, sampling and protocol shares of the variance (percent; format with
-    :data:`VERDICT_FORMATS`) and the verdict (:func:`maskfed.studies.stage.verdict_by_range`)."""
+    accuracy range, the stage share of the variance and the part of it between seeds, the sampling and
+    protocol shares (percent), the two effect sizes (×; format with :data:`VERDICT_FORMATS`) and the verdict
+    (:func:`maskfed.studies.stage.verdict_by_range`)."""
     return pd.DataFrame({k: {"checkpoints (stage)": ", ".join(map(str, v["stages"])),
                              "accuracy": f"{v['acc_min']:.2f}–{v['acc_max']:.2f}",
-                             "stage share (%)": 100 * v["stage"], "sampling share (%)": 100 * v["sampling"],
-                             "protocol share (%)": 100 * v["protocol"], "verdict": v["verdict"]}
+                             "stage share (%)": 100 * v["stage"], "of which between seeds (%)": 100 * v["seed"],
+                             "sampling share (%)": 100 * v["sampling"], "protocol share (%)": 100 * v["protocol"],
+                             "full / minibatch (×)": v["sampling_effect"],
+                             "highest / lowest checkpoint (×)": v["stage_effect"], "verdict": v["verdict"]}
                          for k, v in f.by_range.items()}).T
 
 

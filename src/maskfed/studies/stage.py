@@ -201,10 +201,13 @@ def variance_shares(table: pd.DataFrame, *, value: str = "recovery_unweighted") 
     means and of the sampling means (full batch vs minibatch), each over the total sum of squares.
 
     Args:
-        table: one row per (stage, protocol): ``stage``, ``batch_size``, ``local_epochs``, ``value``.
+        table: one row per (stage, protocol): ``stage``, ``batch_size``, ``local_epochs``, ``value``; with a
+            ``seed`` column, stages nested in seeds.
 
     Returns:
-        ``{"stage": share, "protocol": share, "sampling": share}``, each in [0, 1].
+        ``{"stage": share, "protocol": share, "sampling": share}``, each in [0, 1]; with ``seed``, also
+        ``"seed"``: the part of the stage share that lies between the seeds' means (the rest is position
+        along each trajectory).
     """
     y = np.log(table[value].astype(float))
     proto = table["batch_size"].astype(str) + "/" + table["local_epochs"].astype(str)
@@ -214,8 +217,11 @@ def variance_shares(table: pd.DataFrame, *, value: str = "recovery_unweighted") 
         means = y.groupby(groups).transform("mean")
         return float(((means - y.mean()) ** 2).sum() / total) if total > 0 else 0.0
 
-    return {"stage": share(table["stage"]), "protocol": share(proto),
-            "sampling": share(table["batch_size"].astype(str) == "full")}
+    out = {"stage": share(table["stage"]), "protocol": share(proto),
+           "sampling": share(table["batch_size"].astype(str) == "full")}
+    if "seed" in table:
+        out["seed"] = share(table["seed"])
+    return out
 
 
 #: A factor counts as an explanation when it explains at least this share of the variance of
@@ -223,10 +229,42 @@ def variance_shares(table: pd.DataFrame, *, value: str = "recovery_unweighted") 
 EXPLAINS = 1 / 3
 
 
-def verdict(shares: dict, threshold: float = EXPLAINS) -> str:
+#: A factor counts as an explanation only where its effect is at least this large as well (ours, from
+#: 2026-12-05): full batch recovers at least 1.5 times what minibatch recovers (sampling), or the
+#: highest checkpoint's median 1/Δ_S is at least 1.5 times the lowest's (stage). A large share of a
+#: small spread is no explanation of a large one.
+EFFECT_MIN = 1.5
+
+
+def effect_sizes(table: pd.DataFrame, *, value: str = "recovery_unweighted") -> dict:
+    """The size of each factor's effect on ``value`` across a (checkpoint, protocol) grid. Ours.
+
+    Args:
+        table: one row per (checkpoint, protocol): ``stage`` (the checkpoint), ``batch_size``, ``value``.
+
+    Returns:
+        ``sampling_effect``: the median over checkpoints of (median ``value`` of the full-batch protocols /
+        median of the minibatch ones) at that checkpoint (NaN where a checkpoint lacks one kind);
+        ``stage_effect``: the largest checkpoint median of ``value`` (over its protocols) over the smallest.
+        Both dimensionless, ≥ 0.
+    """
+    full = table["batch_size"].astype(str) == "full"
+    by_ck = table.groupby("stage")
+    ratio = (table[full].groupby("stage")[value].median() / table[~full].groupby("stage")[value].median()).dropna()
+    medians = by_ck[value].median()
+    return {"sampling_effect": float(ratio.median()) if len(ratio) else float("nan"),
+            "stage_effect": float(medians.max() / medians.min())}
+
+
+def verdict(shares: dict, threshold: float = EXPLAINS, effect_min: float = EFFECT_MIN) -> str:
     """"sampling", "stage", "both" or "neither", by which of the sampling and stage shares of
-    :func:`variance_shares` reach ``threshold``."""
-    s, t = shares["sampling"] >= threshold, shares["stage"] >= threshold
+    :func:`variance_shares` reach ``threshold`` with, where ``shares`` holds them (:func:`effect_sizes`), an
+    effect of at least ``effect_min`` too (a NaN effect is none)."""
+    def explains(factor: str) -> bool:
+        effect = shares.get(f"{factor}_effect")
+        return shares[factor] >= threshold and (effect is None or effect >= effect_min)
+
+    s, t = explains("sampling"), explains("stage")
     return {(True, True): "both", (True, False): "sampling", (False, True): "stage", (False, False): "neither"}[(s, t)]
 
 
@@ -765,11 +803,11 @@ def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
     Args:
         table: :attr:`StageStudy.table` rows of one experiment (``seed`` column optional).
         value: the measured quantity.
-        threshold: share a factor must explain (:data:`EXPLAINS`).
+        threshold: share a factor must explain (:data:`EXPLAINS`); its effect must reach :data:`EFFECT_MIN`.
 
     Returns:
-        ``{"early": {"verdict", "stage", "sampling", "protocol", "stages", "acc_min", "acc_max"},
-        "late": {...}}``.
+        ``{"early": {"verdict", "stage", "sampling", "protocol", "seed" (of the stage share, between seeds),
+        "sampling_effect", "stage_effect", "stages", "acc_min", "acc_max"}, "late": {...}}``.
     """
     t = table.copy()
     if "seed" not in t:
@@ -781,7 +819,7 @@ def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
         if part.empty:
             continue
         grid = part.assign(stage=part["seed"].astype(str) + "/" + part["stage"].astype(str))
-        shares = variance_shares(grid, value=value)
+        shares = variance_shares(grid, value=value) | effect_sizes(grid, value=value)
         out[name] = {"verdict": verdict(shares, threshold), **shares,
                      "stages": sorted(part["stage"].unique().tolist()),
                      "acc_min": float(part["stage_acc"].min()), "acc_max": float(part["stage_acc"].max())}
@@ -800,13 +838,13 @@ def range_text(by_range: dict[str, dict]) -> str:
 #: What each verdict of :func:`verdict` means, in the chapter's words.
 VERDICT_TEXT = {
     "sampling": "sampling: whether the local gradients are exact or sampled accounts for at least the threshold "
-                "share of the variation, and the checkpoint does not",
-    "stage": "stage: the checkpoint accounts for at least the threshold share of the variation, and exact versus "
-             "sampled local gradients do not",
+                "share of the variation with an effect of at least the threshold size, and the checkpoint does not",
+    "stage": "stage: the checkpoint accounts for at least the threshold share of the variation with an effect of "
+             "at least the threshold size, and exact versus sampled local gradients do not",
     "both": "both: the checkpoint and exact versus sampled local gradients each account for at least the threshold "
-            "share of the variation",
+            "share of the variation with an effect of at least the threshold size",
     "neither": "neither: neither the checkpoint nor exact versus sampled local gradients accounts for the threshold "
-               "share of the variation",
+               "share of the variation with an effect of at least the threshold size",
 }
 
 
