@@ -59,3 +59,9 @@ def test_experiment_chapter_is_thin(name):
     assert [ln for ln in code if sentence(ln)] == [], f"{name} builds text in a code cell"
     assert not re.search(r"(?<![\w.])glue\(|book\.glue\(", "\n".join(code)), f"{name} glues value by value"
     assert f"maskfed.chapters import {CHAPTERS[name]}" in text, name
+
+
+@pytest.mark.parametrize("name", ["intro", "cite", "provenance"])
+def test_support_page_builds_no_sentence_in_a_code_cell(name):
+    code, _ = split((REPO_ROOT / "notebooks" / f"{name}.md").read_text())
+    assert [ln for ln in code if sentence(ln)] == [], f"{name} builds text in a code cell"
