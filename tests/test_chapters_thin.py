@@ -36,10 +36,10 @@ def test_split_counts_code_and_prose_by_hand():
 
 
 def sentence(line: str) -> bool:
-    """Whether a code line builds words into text: an f-string whose literal part (outside braces) holds
-    two words or more."""
+    """Whether a code line builds words into text: an f-string whose literal part (outside braces and HTML
+    tags) holds two words or more."""
     for lit in re.findall(r"\bf\"([^\"]*)\"|\bf'([^']*)'", line):
-        words = re.sub(r"\{[^}]*\}", " ", "".join(lit)).split()
+        words = re.sub(r"<[^>]*>|\{[^}]*\}", " ", "".join(lit)).split()  # markup and fields are no words
         if len([w for w in words if re.search(r"[A-Za-z]{2}", w)]) >= 2:
             return True
     return False
@@ -48,6 +48,7 @@ def sentence(line: str) -> bool:
 def test_sentence_tells_words_from_markup():
     assert sentence('glue("x", f"the run took {s} s, more than {t}")')
     assert not sentence('display(Markdown(f"**{title}**"))')
+    assert not sentence('HTML(f"<li><b>{name}</b>: {text}</li>")')
     assert not sentence('x = "plain text, not built"')
 
 
