@@ -61,18 +61,18 @@ def test_branch_phrases_follow_the_study():
         chapter.branch_phrases(0, True, from_parameter=False, settings_of="smoke", seed=0)
 
 
-def test_table_verdicts_one_row_per_half():
+def test_table_verdicts_one_column_per_half():
     # prepare: verdict_by_range's shape for two halves
     half = {"verdict": "stage", "stage": 0.5, "sampling": 0.1, "protocol": 0.3, "seed": 0.2, "sampling_effect": 1.1,
             "stage_effect": 2.5, "stages": [0, 1], "acc_min": 0.071, "acc_max": 0.3249}
     found = SimpleNamespace(by_range={"early": half, "late": half | {"verdict": "sampling", "stages": [2, 3]}})
     # execute
     table = chapter.table_verdicts(found)
-    # assert: shares in percent, stages listed, accuracy to two decimals
-    assert list(table.index) == ["early", "late"]
-    assert table.loc["early", "stage share (%)"] == pytest.approx(50.0)
-    assert table.loc["late", "checkpoints (stage)"] == "2, 3" and table.loc["late", "verdict"] == "sampling"
-    assert table.loc["early", "accuracy"] == "0.07–0.32"
-    assert table.loc["early", "of which between seeds (%)"] == pytest.approx(20.0)
-    assert table.loc["early", "full / minibatch (×)"] == 1.1 and table.loc["early", "highest / lowest checkpoint (×)"] == 2.5
-    assert set(chapter.VERDICT_FORMATS) <= set(table.columns)
+    # assert: a column a half; shares in percent without decimals, effects to two decimals, stages listed
+    assert list(table.columns) == ["early", "late"]
+    assert table.loc["stage share (%)", "early"] == "50" and table.loc["of which between seeds (%)", "early"] == "20"
+    assert table.loc["full / minibatch (×)", "early"] == "1.10"
+    assert table.loc["highest / lowest checkpoint (×)", "early"] == "2.50"
+    assert table.loc["checkpoints (stage)", "late"] == "2, 3" and table.loc["verdict", "late"] == "sampling"
+    assert table.loc["accuracy", "early"] == "0.07–0.32"
+    assert set(chapter.VERDICT_FORMATS) <= set(table.index)

@@ -28,7 +28,8 @@ from maskfed.studies import stage
 #: The paper's argument for sampling (Sec. IV-C): full batch τ = 5 against batch 128 with τ = 1 and 2.
 F5_PAIRS = {"128_1": ("128", 1), "128_2": ("128", 2)}
 
-#: Number formats of :func:`table_verdicts`' share columns (percent, no decimals).
+#: The rows of :func:`table_verdicts` that are numbers, with their formats (percent without decimals, ratios
+#: to two decimals).
 VERDICT_FORMATS = {"stage share (%)": "{:.0f}", "of which between seeds (%)": "{:.0f}", "sampling share (%)": "{:.0f}",
                    "protocol share (%)": "{:.0f}", "full / minibatch (×)": "{:.2f}",
                    "highest / lowest checkpoint (×)": "{:.2f}"}
@@ -222,17 +223,20 @@ def table_cliffs(f: Findings) -> pd.DataFrame:
 
 
 def table_verdicts(f: Findings) -> pd.DataFrame:
-    """The verdict per half of training: one row per half ("early", "late") with its checkpoints, their
-    accuracy range, the stage share of the variance and the part of it between seeds, the sampling and
-    protocol shares (percent), the two effect sizes (×; format with :data:`VERDICT_FORMATS`) and the verdict
-    (:func:`maskfed.studies.stage.verdict_by_range`)."""
-    return pd.DataFrame({k: {"checkpoints (stage)": ", ".join(map(str, v["stages"])),
-                             "accuracy": f"{v['acc_min']:.2f}–{v['acc_max']:.2f}",
-                             "stage share (%)": 100 * v["stage"], "of which between seeds (%)": 100 * v["seed"],
-                             "sampling share (%)": 100 * v["sampling"], "protocol share (%)": 100 * v["protocol"],
-                             "full / minibatch (×)": v["sampling_effect"],
-                             "highest / lowest checkpoint (×)": v["stage_effect"], "verdict": v["verdict"]}
-                         for k, v in f.by_range.items()}).T
+    """The verdict per half of training, one column per half ("early", "late"), one row per quantity: its
+    checkpoints, their accuracy range, the stage share of the variance and the part of it between seeds, the
+    sampling and protocol shares (percent), the two effect sizes (×) and the verdict
+    (:func:`maskfed.studies.stage.verdict_by_range`); numbers formatted with :data:`VERDICT_FORMATS` (a
+    column a half, so that the table fits the page)."""
+    def column(v: dict) -> dict:
+        numbers = {"stage share (%)": 100 * v["stage"], "of which between seeds (%)": 100 * v["seed"],
+                   "sampling share (%)": 100 * v["sampling"], "protocol share (%)": 100 * v["protocol"],
+                   "full / minibatch (×)": v["sampling_effect"], "highest / lowest checkpoint (×)": v["stage_effect"]}
+        return {"checkpoints (stage)": ", ".join(map(str, v["stages"])),
+                "accuracy": f"{v['acc_min']:.2f}–{v['acc_max']:.2f}",
+                **{k: VERDICT_FORMATS[k].format(x) for k, x in numbers.items()}, "verdict": v["verdict"]}
+
+    return pd.DataFrame({k: column(v) for k, v in f.by_range.items()})
 
 
 def table_alpha(f: Findings) -> pd.DataFrame:
