@@ -1,5 +1,7 @@
 """The verdict criteria on hand-made tables: one that holds, one that fails, one with a missing profile."""
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -182,3 +184,68 @@ def test_in_short_names_the_failures_and_whether_the_paper_breaks_them_too():
     assert claims.in_short(one) == f"Of {n} claims, {n - 1} hold, 0 hold in part, 0 do not hold and 1 is not measured here."
     with pytest.raises(ValueError, match="lacks the columns"):
         claims.in_short(table.drop(columns="paper_verdict"))
+
+
+# --------------------------------------------------------------------------- the trend test reaches the claims
+
+def _trends(slopes: dict, *, se=0.001, falling=None):
+    """Per-cell trends: slope 0 except those given (cell -> slope per round), every se the same, 3 runs a cell."""
+    idx = pd.MultiIndex.from_tuples([(b, t) for b, t, _ in PROTOCOLS], names=["batch_size", "local_epochs"])
+    slope = [slopes.get(p, 0.0) for p in idx]
+    fall = [falling.get(p, 0) for p in idx] if falling else [3 * (s < 0) for s in slope]
+    return pd.DataFrame({"falling": fall, "runs": 3, "slope": slope, "se": se}, index=idx)
+
+
+def test_trend_pairs_are_the_cells_each_claim_compares():
+    t1 = HOLDS.table1  # full: 9, 4.5, 4.0; minibatch at T = 4, 8, 16, 20, 32, 80: 1.4, 1.3, 1.25, 1.2, 1.15, 1.1
+    # the cliff: the smallest full-batch cell over the largest minibatch cell
+    assert claims.trend_pairs(t1, "cliff") == [(("full", 5), ("128", 1))]
+    # falls with τ: adjacent τ within each batch size (2 pairs each for full, 128 and 32)
+    assert claims.trend_pairs(t1, "tau") == [(("full", 1), ("full", 2)), (("full", 2), ("full", 5)),
+                                             (("128", 1), ("128", 2)), (("128", 2), ("128", 5)),
+                                             (("32", 1), ("32", 2)), (("32", 2), ("32", 5))]
+    # monotone in T: adjacent T within full batch (T = 1, 2, 5) and within the minibatch group (T = 4 ... 80),
+    # which interleaves the batch sizes (bs 32 τ 1 at T = 16 sits between bs 128 τ 2 and bs 128 τ 5)
+    assert claims.trend_pairs(t1, "monotone_t") == [(("full", 1), ("full", 2)), (("full", 2), ("full", 5)),
+                                                    (("128", 1), ("128", 2)), (("128", 2), ("32", 1)),
+                                                    (("32", 1), ("128", 5)), (("128", 5), ("32", 2)),
+                                                    (("32", 2), ("32", 5))]
+    with pytest.raises(ValueError, match="key must be one of"):
+        claims.trend_pairs(t1, "floor")
+
+
+def test_trend_bearing_a_falling_full_batch_cell_closes_the_cliff_and_opens_the_tau_gap():
+    # prepare: only full batch τ 5 (4.0) still falls, by 1 % a round, se 0.001 in every cell
+    t1 = HOLDS.table1
+    out = claims.trend_bearing(t1, _trends({("full", 5): -0.01}))
+    # cliff: d = -0.01 - 0 = -0.01, se = √2 · 0.001, |t| = 7.1 > 2: against; the ×4.0/1.4 gap meets in
+    # log(4.0 / 1.4) / 0.01 = 104.98 rounds
+    assert out.loc["cliff", "way"] == "against" and out.loc["cliff", "still"] == "1 of 2 cells"
+    assert out.loc["cliff", "meet"] == pytest.approx(math.log(4.0 / 1.4) / 0.01)
+    assert out.loc["cliff", "pairs"] == ("full batch, τ 5 over bs 128, τ 1: ×2.86, against at -1.00 % a round, "
+                                         "meeting in about 105 rounds")
+    # falls with τ and monotone in T: full τ 2 over full τ 5 widens (d = 0 - (-0.01) = +0.01): toward, no meeting
+    for key in ("tau", "monotone_t"):
+        assert out.loc[key, "way"] == "toward" and math.isnan(out.loc[key, "meet"])
+    assert out.loc["tau", "still"] == "1 of 9 cells"
+
+
+def test_trend_bearing_ignores_drifts_within_their_error_and_sees_both_ways():
+    t1 = HOLDS.table1
+    # a fall of 0.2 % a round against se 0.001 a cell: |t| = 0.002 / 0.00141 = 1.41 < 2: steady
+    steady = claims.trend_bearing(t1, _trends({("full", 5): -0.002}))
+    assert set(steady["way"]) == {"steady"} and steady["pairs"].eq("").all() and steady["meet"].isna().all()
+    # the middle full-batch cell falls: (τ 1, τ 2) has d = slope(τ 1) - slope(τ 2) = +0.01, toward; (τ 2, τ 5)
+    # has d = -0.01, against, meeting in log(4.5 / 4.0) / 0.01 = 11.8 rounds
+    mid = claims.trend_bearing(t1, _trends({("full", 2): -0.01}))
+    assert mid.loc["tau", "way"] == "both ways"
+    assert mid.loc["tau", "meet"] == pytest.approx(math.log(4.5 / 4.0) / 0.01)
+    # an inversion that widens is against the claim but has no meeting round
+    inverted = claims.trend_bearing(table1([9.0, 4.0, 4.5, 1.4, 1.3, 1.25, 1.2, 1.15, 1.1]),
+                                    _trends({("full", 2): -0.01}))
+    assert inverted.loc["tau", "way"] == "both ways" and math.isnan(inverted.loc["tau", "meet"])
+    # a cell still falling counts when most of its runs do (2 of 3), not when one does
+    counted = claims.trend_bearing(t1, _trends({}, falling={("full", 5): 2, ("128", 1): 1}))
+    assert counted.loc["cliff", "still"] == "1 of 2 cells" and counted.loc["cliff", "way"] == "steady"
+    with pytest.raises(ValueError, match="trends lacks the cells"):
+        claims.trend_bearing(t1, _trends({}).iloc[:-1])

@@ -345,3 +345,38 @@ def test_checkpoints_caption_names_the_short_theta_and_an_unfinished_trajectory(
     assert "below the target on all of them: small CNN, width 8 at 0.45." in text
     assert "ResNet-18-GN's own FedAvg trajectory was read after round 12 of its budget of 80 rounds" in text
     assert evidence.checkpoints_caption(ck.iloc[1:]).endswith("on all of them: none.")
+
+
+def test_cell_trends_average_each_cells_slopes_and_count_the_falling_runs():
+    import numpy as np
+
+    from maskfed.analysis import uncertainty
+
+    # prepare: bs 32 τ 2 holds a flat run (slope 0, se 0) and one falling 5 % a round; full τ 1 one flat run
+    falling = _run(32, 2, list(8.0 * np.exp(-0.05 * np.arange(40)) * (1 + 0.01 * np.sin(np.arange(40)))), seed=1)
+    runs = [_run(32, 2, [2.0] * 40), falling, _run("full", 1, [3.0] * 40)]
+    t = uncertainty.trend_test(falling.metrics)
+    # execute
+    out = evidence.cell_trends(runs)
+    # assert: the mean of the two slopes, and √(0² + se²) / 2 runs; the flat cell has slope and se 0
+    assert out.loc[("32", 2), ["falling", "runs"]].tolist() == [1, 2]
+    assert out.loc[("32", 2), "slope"] == pytest.approx(t["slope"] / 2) and t["slope"] == pytest.approx(-0.05, abs=2e-3)
+    assert out.loc[("32", 2), "se"] == pytest.approx(t["se"] / 2)
+    assert out.loc[("full", 1)].tolist() == [0, 1, 1, 0.0, 0.0]
+    # a run too short to test (fewer than 8 rounds in its second half) is counted, not tested
+    short = evidence.cell_trends([_run(128, 1, [2.0, 1.5, 1.2])])
+    assert short.loc[("128", 1), ["falling", "runs", "tested"]].tolist() == [0, 1, 0]
+
+
+def test_trend_text_says_which_way_each_claims_gaps_move():
+    bearing = pd.DataFrame({"still": ["1 of 2 cells", "0 of 9 cells"], "way": ["against", "steady"],
+                            "meet": [101.0, float("nan")], "pairs": ["a over b: ×1.67, against at -0.51 % a round", ""]},
+                           index=pd.Index(["cliff", "tau"], name="claim"))
+    trends = pd.DataFrame({"falling": [3, 1], "runs": [3, 3], "tested": [3, 3]})
+    text = evidence.trend_text(bearing, trends, {"cliff": "The cliff", "tau": "Falls with τ"}, "src")
+    assert text.endswith("“The cliff”: 1 of 2 cells still falling; its gaps move against it (a over b: ×1.67, "
+                         "against at -0.51 % a round); “Falls with τ”: 0 of 9 cells still falling; the gaps it compares "
+                         "are steady.")
+    assert text.startswith("4 of src's 6 Table I runs are still falling at their end")
+    untested = evidence.trend_text(bearing, trends.assign(tested=0), {"cliff": "c", "tau": "t"}, "src")
+    assert untested.startswith("None of src's 6 Table I runs is long enough for the trend test")

@@ -158,7 +158,7 @@ def _bound(iv: Interval, side: str) -> float:
 
 
 def _proto(p) -> str:
-    return f"bs {p[0]}, τ {p[1]}"
+    return f"full batch, τ {p[1]}" if str(p[0]) == "full" else f"bs {p[0]}, τ {p[1]}"
 
 
 # --------------------------------------------------------------------------- the claims
@@ -399,6 +399,90 @@ CRITERIA_CHANGES: tuple[tuple[str, str, str], ...] = (
      "(full batch over minibatch for sampling, the highest over the lowest checkpoint for stage), besides a third "
      "of the variance; on the archived stage study this changes no label"),
 )
+
+
+#: The claims a run still falling at its end bears on (issue 27): each compares Table I cells whose order a
+#: further fall could change.
+TREND_CLAIMS = ("cliff", "tau", "monotone_t")
+
+#: |t| of a drift (difference of two cells' slopes over its standard error) beyond which the gap between the
+#: two cells is said to be moving (ours: the trend test's own threshold, 2).
+DRIFT_T = 2.0
+
+
+def trend_pairs(t1: pd.DataFrame, key: str) -> list[tuple]:
+    """The pairs of Table I cells a claim of :data:`TREND_CLAIMS` compares, each as (the cell the claim wants
+    larger, the cell it wants smaller): the cliff's smallest full-batch and largest minibatch cell; for "falls
+    with τ" the cells adjacent in τ within each batch size; for "monotone in T" the cells adjacent in local
+    steps T within the full-batch and the minibatch group.
+
+    Raises:
+        ValueError: ``key`` not in :data:`TREND_CLAIMS`.
+    """
+    full, rec = _is_full(t1), t1["recovery_unweighted"]
+    bs = t1.index.get_level_values("batch_size").astype(str)
+    if key == "cliff":
+        return [(rec[full].idxmin(), rec[~full].idxmax())] if full.any() and (~full).any() else []
+    if key == "tau":
+        groups = [list(t1[bs == b].sort_index(level="local_epochs").index) for b in bs.unique()]
+    elif key == "monotone_t":
+        groups = [list(t1[m].sort_values("T_mean").index) for m in (full, ~full)]
+    else:
+        raise ValueError(f"key must be one of {TREND_CLAIMS}; got {key!r}")
+    return [(g[i], g[i + 1]) for g in groups for i in range(len(g) - 1)]
+
+
+def trend_bearing(t1: pd.DataFrame, trends: pd.DataFrame) -> pd.DataFrame:
+    """Would a longer run change the claims of :data:`TREND_CLAIMS`? Per pair of cells a claim compares
+    (:func:`trend_pairs`), the gap g = log(larger-wanted / smaller-wanted) of their 1/Δ_S and its drift
+    d = slope(larger-wanted) − slope(smaller-wanted), the slopes of log 1/Δ_S per round at the runs' end.
+
+    A drift is "against" the claim when d < 0 with |d| / se(d) > :data:`DRIFT_T` (the gap closes, or an
+    inversion widens), "toward" it when d > 0 likewise, else steady. Where a drift against the claim
+    closes a gap that holds, the rounds until the two cells meet at that rate are g / |d| (a straight-line
+    extrapolation in log, ours; a slowing fall meets later or never).
+
+    Args:
+        t1: a Table I summary (:func:`maskfed.studies.experiments.table1`), index (batch_size as text,
+            local_epochs), columns ``recovery_unweighted`` and ``T_mean``.
+        trends: same index, columns ``falling`` and ``runs`` (runs still falling, runs tested), ``slope``
+            (mean over runs, natural-log units per round) and ``se`` (its standard error).
+
+    Returns:
+        Index ``claim``; columns ``still`` (cells still falling: most of their runs; e.g. "7 of 9 cells"),
+        ``way`` ("against", "toward", "both ways" or "steady"), ``meet`` (fewest rounds until a pair that holds
+        meets, NaN if none closes) and ``pairs`` (the moving pairs as text).
+
+    Raises:
+        ValueError: ``trends`` lacks a cell of ``t1``.
+    """
+    missing = [p for p in t1.index if p not in trends.index]
+    if missing:
+        raise ValueError(f"trends lacks the cells {missing}")
+    rec = t1["recovery_unweighted"]
+    rows = []
+    for key in TREND_CLAIMS:
+        pairs = trend_pairs(t1, key)
+        cells = {p for pair in pairs for p in pair}
+        still = sum(2 * int(trends.loc[p, "falling"]) > int(trends.loc[p, "runs"]) for p in cells)
+        ways, meets, texts = set(), [], []
+        for a, b in pairs:
+            g = math.log(rec[a] / rec[b])
+            d = float(trends.loc[a, "slope"] - trends.loc[b, "slope"])
+            se = math.hypot(float(trends.loc[a, "se"]), float(trends.loc[b, "se"]))
+            if not (se > 0 and abs(d) / se > DRIFT_T):
+                continue
+            way = "toward" if d > 0 else "against"
+            ways.add(way)
+            meet = g / -d if way == "against" and g > 0 else math.nan
+            meets.append(meet)
+            texts.append(f"{_proto(a)} over {_proto(b)}: ×{math.exp(g):.2f}, {way} at {100 * d:+.2f} % a round"
+                         + (f", meeting in about {meet:.0f} rounds" if not math.isnan(meet) else ""))
+        rows.append({"claim": key, "still": f"{still} of {len(cells)} cells",
+                     "way": "steady" if not ways else ways.pop() if len(ways) == 1 else "both ways",
+                     "meet": min([m for m in meets if not math.isnan(m)], default=math.nan),
+                     "pairs": "; ".join(texts)})
+    return pd.DataFrame(rows).set_index("claim")
 
 
 def paper_evidence() -> Evidence:

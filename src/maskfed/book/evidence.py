@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from maskfed.analysis import claims, summary, uncertainty
@@ -148,7 +149,8 @@ def verdict_mark(verdict: str) -> str:
 
 
 def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence], matched: pd.DataFrame | None = None,
-                 matched_name: str = "", stable: pd.DataFrame | None = None) -> str:
+                 matched_name: str = "", stable: pd.DataFrame | None = None,
+                 trend: pd.DataFrame | None = None) -> str:
     """The verdict table as HTML: one row per claim (its title and the paper's section), the paper's
     own number, each source's value with its verdict, the matched-stage view where given, and the overall
     verdict with its source (and, where the matched-stage view disagrees, both: :func:`views_text`).
@@ -159,6 +161,8 @@ def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence], matched: 
         matched: :func:`matched_stage_verdicts` (same claims), or None for no such column.
         matched_name: the matched-stage column's source, shown in its header.
         stable: :func:`stability` of the overall verdicts, shown under each (None: not shown).
+        trend: :func:`maskfed.analysis.claims.trend_bearing` of the closest source, shown under the verdicts
+            of its claims (None: not shown).
     """
     import html
 
@@ -181,6 +185,8 @@ def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence], matched: 
         if stable is not None and stable.loc[key, "mark"] != "–":
             st = stable.loc[key]
             mark = (f"<br><small><b>{st['mark']}</b>" + (f": {esc(st['flips'])}" if st["flips"] else "") + "</small>")
+        if trend is not None and key in trend.index and trend.loc[key, "way"] != "steady":
+            mark += f"<br><small>still moving: {esc(trend.loc[key, 'way'])}</small>"
         cells.append(verdict_mark(r["verdict"]) + source + mark
                      + (f"<br><small>at matched stage:</small> {verdict_mark(matched.loc[key, 'verdict'])}" if both else ""))
         rows.append("<tr>" + "".join(f'<td style="{FIRST if i == 0 else CELL}">{c}</td>' for i, c in enumerate(cells))
@@ -693,6 +699,60 @@ def variant_runs(runs: list[RunResult], variant: str) -> list[RunResult]:
     else:
         falling = [t["verdict"] == "falling" for t in tests]
     return [r for r, f in zip(runs, falling) if not f]
+
+
+def cell_trends(runs: list[RunResult]) -> pd.DataFrame:
+    """Per Table I cell, its runs' trend at their end (:func:`maskfed.analysis.uncertainty.trend_test`, last half
+    of the rounds; a run too short to test counts as flat, slope 0).
+
+    Returns:
+        Index (``batch_size`` as text, ``local_epochs``) as :func:`maskfed.studies.experiments.table1`; columns
+        ``falling`` (runs still falling), ``runs``, ``tested`` (runs long enough to test), ``slope`` (mean of the runs' slopes of log 1/Δ_S, per round)
+        and ``se`` (its standard error, sqrt(Σ se²) / runs, the runs taken as independent).
+    """
+    rows = []
+    for r in runs:
+        try:
+            t = uncertainty.trend_test(r.metrics)
+        except ValueError:
+            t = {"verdict": "too short", "slope": 0.0, "se": 0.0}
+        rows.append({"batch_size": str(r.config.batch_size), "local_epochs": r.config.local_epochs,
+                     "falling": int(t["verdict"] == "falling"), "tested": int(t["verdict"] != "too short"),
+                     "slope": t["slope"], "var": t["se"] ** 2})
+    df = pd.DataFrame(rows, columns=["batch_size", "local_epochs", "falling", "tested", "slope", "var"])
+    out = df.groupby(["batch_size", "local_epochs"], sort=False).agg(
+        falling=("falling", "sum"), runs=("falling", "size"), tested=("tested", "sum"), slope=("slope", "mean"),
+        var=("var", "sum"))
+    out["se"] = np.sqrt(out.pop("var")) / out["runs"]
+    return out
+
+
+def trend_text(bearing: pd.DataFrame, trends: pd.DataFrame, titles: dict[str, str], source: str) -> str:
+    """The verdict page's sentence on :func:`maskfed.analysis.claims.trend_bearing`: how many runs are still
+    falling (``trends``: :func:`cell_trends`), then per claim its cells still falling and which way their fall
+    moves it (``titles``: claim key -> title; ``source``: whose runs)."""
+    parts = [f"“{titles[k]}”: {r['still']} still falling; "
+             + ("the gaps it compares are steady" if r["way"] == "steady" else
+                f"its gaps move {'both ways' if r['way'] == 'both ways' else r['way'] + ' it'} ({r['pairs']})")
+             for k, r in bearing.iterrows()]
+    n, tested = int(trends["runs"].sum()), int(trends["tested"].sum())
+    if not tested:
+        return (f"None of {source}'s {n} Table I runs is long enough for the trend test (8 rounds in its second "
+                "half), so whether a longer run would change the claims that compare cells is not measured here.")
+    return (f"{int(trends['falling'].sum())} of {source}'s {n} Table I runs"
+            + (f" ({tested} long enough to test)" if tested < n else "") + " are still falling "
+            "at their end (trend test over the last half of the rounds), so a longer run could change the claims "
+            "that compare cells: " + "; ".join(parts) + ".")
+
+
+def trend_view(runs: list[RunResult], source: str) -> tuple[pd.DataFrame | None, str]:
+    """The trend test brought to the claims it bears on, for one source's Table I ``runs``:
+    (:func:`maskfed.analysis.claims.trend_bearing`, :func:`trend_text`), or (None, "") without runs."""
+    if not runs:
+        return None, ""
+    trends = cell_trends(runs)
+    bearing = claims.trend_bearing(experiments.table1(runs), trends)
+    return bearing, trend_text(bearing, trends, {c.key: c.title for c in claims.CLAIMS}, source)
 
 
 def stage_subset_verdicts(stage_table: pd.DataFrame, claim: claims.Claim) -> dict[str, str]:

@@ -31,6 +31,9 @@ from maskfed.studies import masked_training as mt
 UNITS = {"test_acc": "test accuracy (fraction)", "sharpness_top_eig": "top eigenvalue (nats / param. unit²)",
          "sharpness_trace": "Hessian trace (nats / param. unit²)"}
 
+#: Caption of the archived runs' second table (shown only when the archive holds those runs).
+MODE_CAPTION = ("Shared against independent masks at the same p and protocol (shared minus independent; the verdict "
+                "by the rule above)")
 #: Glue names of the archived section, each "–" when the section is not shown.
 LONG_KEYS = ("mt_long_intro", "mt_long_answer", "mt_long_acc", "mt_long_mode", "mt_long_mode_answer")
 

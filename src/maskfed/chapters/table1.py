@@ -241,6 +241,7 @@ def findings(profile: Profile, *, workers: int | None = None, archived: list[str
                "t1_acc_min": t["test_acc"].min(), "t1_acc_max": t["test_acc"].max(),
                "t1_n_falling": trends["falling"], "t1_n_flat": trends["flat"], "t1_n_rising": trends["rising"],
                "t1_n_runs": len(first_results), "t1_trend_text": trend_phrase(trends["runs"]),
+               "t1_trend_claims": evidence.trend_view(first_results, first.name)[1],
                "t1_round_gap": round_gap,
                "t1_orderings": summary.protocol_orderings(t)["falling_text"],
                "t1_paper_orderings": summary.protocol_orderings(paper)["falling_text"],

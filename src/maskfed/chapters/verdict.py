@@ -47,10 +47,12 @@ class Findings:
     stable: pd.DataFrame             # evidence.stability of the closest source
     takeaways: str                   # the "In short" box (HTML)
     against: pd.DataFrame            # evidence.against_paper of the closest source's runs
+    trend: Optional[pd.DataFrame] = None  # claims.trend_bearing of the closest source's Table I runs
 
     def verdict_html(self) -> str:
         """The verdict table with its matched-stage and stability columns (:func:`evidence.verdict_html`)."""
-        return evidence.verdict_html(self.verdicts, self.sources, self.matched, self.matched_from, self.stable)
+        return evidence.verdict_html(self.verdicts, self.sources, self.matched, self.matched_from, self.stable,
+                                     self.trend)
 
 
 def coverage_values(n_seeds: int) -> dict:
@@ -156,6 +158,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     stage_from = stage_table if verdicts.loc["stage", "from"] == archive.column_name(matched_from) else None
     stable = evidence.stability(verdicts, closest_runs, n_boot=n_boot, stage_table=stage_from)
     against = evidence.against_paper(closest_runs["table1"], closest_runs["table2"])
+    # the trend test reaches the claims it bears on: their cells still falling, and which way that moves them
+    trend, trend_sentence = evidence.trend_view(closest_runs["table1"], closest.name)
     n_seeds = len(load_profile(profile_of[closest.name]).seeds)  # seeds per setting of the closest source
     n_small = live["table1"][0].provenance["num_parameters"]
     n_resnet = num_parameters(build_model("resnet18_gn", num_classes=10))
@@ -169,6 +173,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         "v_in_short": claims.in_short(verdicts),
         "v_partly": ", ".join(f"“{t}”" for t in verdicts[verdicts["verdict"] == "partly"]["title"]) or "none",
         "v_stable": evidence.stability_text(stable, verdicts, closest.name),
+        "v_trend": trend_sentence,
         "v_matched": evidence.matched_text(verdicts, matched, matched_from, stage_table),
         "v_checks": evidence.code_checks_text(claims.verdict_table(sources, claims.CODE_CHECKS)),
         "v_frozen": claims.CRITERIA_FROZEN, **coverage_values(n_seeds),
@@ -193,7 +198,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         verdicts, closest=closest, n_seeds=n_seeds, paper_ran="paper" in profile_of.values(),
         model_note=model_note(load_profile(profile_of[closest.name]).base.get("model"), n_small, n_resnet))
     return Findings(values=values, profile=prof, verdicts=verdicts, sources=sources, matched=matched,
-                    matched_from=matched_from, stable=stable, takeaways=takeaways, against=against)
+                    matched_from=matched_from, stable=stable, takeaways=takeaways, against=against,
+                    trend=trend)
 
 
 def figure_against(found: Findings) -> plt.Figure | None:
