@@ -37,6 +37,10 @@ def test_pick_rounds_at_even_accuracy_levels():
     assert stage.pick_rounds(acc, stage.StageSpec(rounds=(4, 2))) == [2, 4]
     with pytest.raises(ValueError, match="not ladder rounds"):
         stage.pick_rounds(acc, stage.StageSpec(rounds=(9,)))
+    # extra rounds join the accuracy-placed ones (4 is new; 5 is placed already, so it adds nothing)
+    assert stage.pick_rounds(acc, stage.StageSpec(stages=5, extra_rounds=(4, 5))) == [0, 1, 2, 4, 5, 6]
+    with pytest.raises(ValueError, match=r"extra_rounds \[9\] are not ladder rounds"):
+        stage.pick_rounds(acc, stage.StageSpec(stages=5, extra_rounds=(9,)))
 
 
 def test_spec_errors_name_the_parameter():
@@ -44,6 +48,8 @@ def test_spec_errors_name_the_parameter():
         stage.make_spec("cpu", pool_size=1)
     with pytest.raises(ConfigError, match="rounds or target_accuracies"):
         stage.make_spec("cpu", rounds=[0, 5], target_accuracies=[0.3])
+    with pytest.raises(ConfigError, match="extra_rounds adds to the checkpoints"):
+        stage.make_spec("cpu", rounds=[0, 5], extra_rounds=[3])
     with pytest.raises(ConfigError, match=r"unknown stage settings \['pools'\]; allowed: stages"):
         stage.make_spec("cpu", pools=3)
     assert stage.make_spec("cpu", pool_size=None).pool_size == stage.PROFILE_DEFAULTS["cpu"]["pool_size"]
@@ -454,6 +460,31 @@ def test_verdict_by_range_splits_training_in_halves_across_seeds():
     assert out["late"]["verdict"] == "sampling" and out["late"]["sampling"] == pytest.approx(1.0)
     assert stage.range_text(out) == "stage early, sampling late"
     assert stage.range_text({"early": {"verdict": "both"}, "late": {"verdict": "both"}}) == "both"
+
+
+def test_verdict_by_range_splits_on_the_placed_checkpoints_and_sends_added_late_ones_late():
+    # prepare: per seed 4 placed checkpoints at rounds 0, 2, 10, 60 (split: 0, 2 early; 10, 60 late) and two added
+    # ones, at round 5 (before 10: early) and 100 (late); early values follow the checkpoint, late ones the sampling
+    rows = []
+    for seed in (0, 1):
+        for st, (rnd, extra) in enumerate([(0, False), (2, False), (5, True), (10, False), (60, False), (100, True)]):
+            for bs in ("32", "full"):
+                for tau in (1, 2):
+                    early = rnd < 10
+                    v = (1.0 + st + 3 * seed) if early else (4.0 if bs == "full" else 1.0)
+                    rows.append({"seed": seed, "stage": st, "round": rnd, "extra": extra, "stage_acc": 0.1 * (st + 1),
+                                 "batch_size": bs, "local_epochs": tau, "recovery_unweighted": v})
+    table = pd.DataFrame(rows)
+    # execute
+    out = stage.verdict_by_range(table)
+    # assert: the index rule would cut at stage 3 (round 10) as well, but an added checkpoint past the middle
+    # would move it; here round 5 stays early and round 100 is late
+    assert out["early"]["stages"] == [0, 1, 2] and out["late"]["stages"] == [3, 4, 5]
+    assert (out["early"]["verdict"], out["late"]["verdict"]) == ("stage", "sampling")
+    # a third added early checkpoint (round 1) would make the index rule cut at stage 4; the placed split does not move
+    more = pd.concat([table, table[table["round"] == 2].assign(round=1, extra=True, stage=-1)])
+    more["stage"] = more.groupby("seed")["round"].rank(method="dense").astype(int) - 1
+    assert stage.verdict_by_range(more)["late"]["stages"] == [4, 5, 6]
 
 
 def test_fedavg_from_is_the_client_by_client_fedavg_loop_from_any_round(results):

@@ -63,11 +63,19 @@ class StageSpec(BaseModel):
     # explicit candidate rounds (0 and the last round added), replacing candidate_every: denser early
     # in training, where accuracy climbs fastest
     candidate_rounds: tuple[int, ...] | None = None  # rounds tested (and kept) as ladder candidates; None: every candidate_every
+    # rounds added to the checkpoints `stages` or `target_accuracies` place (each a tested ladder round), for
+    # a closer look where the accuracy-spaced checkpoints leave a long gap late in training
+    extra_rounds: tuple[int, ...] | None = None
 
     @model_validator(mode="after")
     def _one_way_to_place_stages(self) -> "StageSpec":
         if self.rounds is not None and self.target_accuracies is not None:
             raise ValueError("give rounds or target_accuracies, not both")
+        if self.extra_rounds is not None and self.rounds is not None:
+            raise ValueError("extra_rounds adds to the checkpoints that stages or target_accuracies place; "
+                             "with explicit rounds, list them all in rounds")
+        if self.extra_rounds is not None and (len(self.extra_rounds) < 1 or min(self.extra_rounds) < 0):
+            raise ValueError(f"extra_rounds must be a non-empty list of rounds >= 0; got {self.extra_rounds}")
         if self.rounds is not None and (len(self.rounds) < 1 or min(self.rounds) < 0):
             raise ValueError(f"rounds must be a non-empty list of rounds >= 0 (0 = initialisation); got {self.rounds}")
         if self.candidate_rounds is not None and (len(self.candidate_rounds) < 1 or min(self.candidate_rounds) < 0):
@@ -115,7 +123,8 @@ def pick_rounds(acc_by_round: pd.Series, spec: StageSpec) -> list[int]:
     Default: ``spec.stages`` evenly spaced accuracy levels between θ_0's and the last round's, each
     giving the first tested round that reaches it (θ_0 and the last round always in).
     ``spec.target_accuracies``: the first round reaching each target (else the last round).
-    ``spec.rounds``: those rounds. Duplicates are dropped, so fewer than S stages can come back.
+    ``spec.rounds``: those rounds. ``spec.extra_rounds`` are added to the first two. Duplicates are dropped,
+    so fewer stages than asked for can come back.
 
     Args:
         acc_by_round: test accuracy (fraction) by round (0 = θ_0), tested rounds only.
@@ -139,7 +148,11 @@ def pick_rounds(acc_by_round: pd.Series, spec: StageSpec) -> list[int]:
     for t in targets:
         reached = acc.index[acc.to_numpy() >= t]
         chosen.add(int(reached[0]) if len(reached) else last)
-    return sorted(chosen)
+    extra = list(spec.extra_rounds or ())
+    bad = [r for r in extra if r not in acc.index]
+    if bad:
+        raise ValueError(f"extra_rounds {bad} are not ladder rounds; allowed: {list(map(int, acc.index))}")
+    return sorted(chosen | set(map(int, extra)))
 
 
 def pool_and_cohorts(num_clients: int, pool_size: int, cohort_size: int, num_cohorts: int,
@@ -438,6 +451,8 @@ def ladder_path(cfg: RunConfig, spec: StageSpec, trajectory: Path | None = None)
             "stages": spec.stages, "every": spec.candidate_every}
     if spec.candidate_rounds is not None:  # only then, so the keys of ladders without it are unchanged
         blob["candidates"] = candidates(spec, cfg.rounds)
+    if spec.extra_rounds is not None:  # likewise
+        blob["extra"] = list(spec.extra_rounds)
     if trajectory is not None:
         blob["trajectory"] = Path(trajectory).name
     return results_dir() / "stages" / f"ladder-{cfg.label()}-{_key(blob, cfg)}"
@@ -776,13 +791,16 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
     rows, branches = [], []
     for s in seeds:
         ladder = ladders[s]
+        # the checkpoints spec.extra_rounds added (not also placed by accuracy): verdict_by_range splits without them
+        placed = set(pick_rounds(ladder.accuracy.set_index("round")["test_acc"], spec.model_copy(update={"extra_rounds": None})))
         for e, cs in cfgs[s].items():
             for c in cs:
                 for st, ck in ladder.checkpoints.iterrows():
                     path = measure_path(c, ladder, st, spec)
                     key = {"seed": s, "experiment": e, "stage": st, "round": int(ck["round"]),
                            "stage_acc": float(ck["test_acc"]), "batch_size": str(c.batch_size),
-                           "local_epochs": c.local_epochs, "alpha": c.alpha}
+                           "local_epochs": c.local_epochs, "alpha": c.alpha,
+                           **({} if spec.extra_rounds is None else {"extra": int(ck["round"]) not in placed})}
                     rows.append({**key, **summarise_cohorts(pd.read_csv(path / "cohorts.csv"))})
                     if (path / "branch.csv").exists():
                         b = pd.read_csv(path / "branch.csv")
@@ -796,7 +814,9 @@ def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
     """The stage-or-sampling verdict in the early and the late half of training, across seeds. Ours.
 
     Each ladder is split at the middle stage (early: stages 0..⌈S/2⌉-1; stages are spaced by accuracy,
-    so "early" is the lower half of the accuracy climb). Within each half, :func:`variance_shares` runs
+    so "early" is the lower half of the accuracy climb). Where the table has an ``extra`` column (checkpoints
+    added by :attr:`StageSpec.extra_rounds`), the split is made on the other checkpoints of each seed, and an
+    added one is late from the round of that seed's first late checkpoint on. Within each half, :func:`variance_shares` runs
     over every (seed, stage, protocol) row with each (seed, stage) as its own checkpoint, so "stage"
     covers differences along one trajectory and across seeds.
 
@@ -809,13 +829,18 @@ def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
         ``{"early": {"verdict", "stage", "sampling", "protocol", "seed" (of the stage share, between seeds),
         "sampling_effect", "stage_effect", "stages", "acc_min", "acc_max"}, "late": {...}}``.
     """
-    t = table.copy()
+    t = table.reset_index(drop=True)
     if "seed" not in t:
         t["seed"] = 0
-    n_stages = int(t["stage"].max()) + 1
-    cut = math.ceil(n_stages / 2)
+    if "extra" in t:
+        late = pd.Series(False, index=t.index)
+        for _, g in t.groupby("seed"):
+            placed = sorted(g.loc[~g["extra"].astype(bool), "round"].unique())
+            late[g.index] = g["round"] >= placed[math.ceil(len(placed) / 2)] if len(placed) > 1 else False
+    else:
+        late = t["stage"] >= math.ceil((int(t["stage"].max()) + 1) / 2)
     out = {}
-    for name, part in (("early", t[t["stage"] < cut]), ("late", t[t["stage"] >= cut])):
+    for name, part in (("early", t[~late]), ("late", t[late])):
         if part.empty:
             continue
         grid = part.assign(stage=part["seed"].astype(str) + "/" + part["stage"].astype(str))
