@@ -2,6 +2,7 @@
 the provenance label, matching archived runs to a profile, and per-profile summaries."""
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -541,3 +542,35 @@ def test_the_manifests_command_writes_only_missing_ones(dirs_in_tmp, capsys):
     assert cli.main(["archive", "--profile", "smoke", "--manifests"]) == 0
     assert "into 0 folder(s)" in capsys.readouterr().err
     assert cli.main(["archive", "--profile", "smoke", "--manifests", "--verify"]) == 2
+
+
+@pytest.mark.slow
+def test_alpha_cross_reruns_the_table_two_runs_with_snapshots_and_measures_every_alpha_at_every_theta(dirs_in_tmp):
+    from maskfed.studies import stage
+
+    # prepare: the smoke ladder run with θ snapshots and Table II's other α runs without, all archived
+    smoke = load_profile("smoke")
+    ref = stage.ladder_config(smoke)
+    others = [stage.ladder_config(smoke, alpha=a) for a in smoke.table2.alphas if a != smoke.table1.alpha]
+    archive.archive_runs(runner.run_many([ref], progress=False, keep_every=stage.ladder_snapshots(smoke, [ref])), "smoke")
+    archive.archive_runs(runner.run_many(others, progress=False), "smoke")
+    shutil.rmtree(dirs_in_tmp / "results" / "runs")  # the reruns must train again
+    # execute
+    dest = archive.archive_alpha_cross("smoke", workers=1, progress=False)
+    back = archive.load_alpha_cross("smoke")
+    # assert: each rerun reproduced its archived run on this machine, so its θ joined the archived folder
+    assert len(back.provenance["reproduction"]) == len(others)
+    assert all(v.endswith("bit for bit") for v in back.provenance["reproduction"].values())
+    for c in others:
+        folder = dirs_in_tmp / "archive" / "smoke" / runner.identify(c).path.name
+        assert (folder / runner.THETAS).is_file() and archive.manifest_changes(folder) == []
+    # every α measured at θ of every α's trajectory, at each of its checkpoints, Table II's protocol only
+    assert sorted(p.name for p in dest.iterdir()) == sorted(archive.CROSS_FILES + (archive.MANIFEST,))
+    assert set(back.table["experiment"]) == {"table2"}
+    for a in smoke.table2.alphas:
+        rows = back.table[back.table["trajectory_alpha"] == a]
+        n_ck = int((back.checkpoints["trajectory_alpha"] == a).sum())
+        assert len(rows) == n_ck * len(smoke.table2.alphas) and set(rows["alpha"]) == set(smoke.table2.alphas)
+    ratios = stage.cross_ratios(back.table)
+    assert set(ratios.index.get_level_values("trajectory_alpha")) == set(smoke.table2.alphas)
+    assert archive.load_alpha_cross("cpu-long") is None

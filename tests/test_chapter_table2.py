@@ -88,3 +88,31 @@ def test_live_text_names_the_live_range_across_alpha():
         "This build's live smoke profile (4 rounds, 2 seeds) gives 1.22–2.56 across α at test accuracies "
         "0.300–0.510, far earlier in training than cpu-paper (archived) (0.460–0.600).")
     assert chapter.live_text(live, live, "smoke") == "This build's own profile is the closest evidence."
+
+
+def _cross(ratio_by_traj):
+    """An α-cross by hand: one seed, θ_0 and two checkpoints per trajectory α; at each θ the unweighted factor at
+    α = 0.1 is ``ratio`` times that at α = 100 (θ_0: 1), the weighted one equal."""
+    rows = []
+    for traj, ratios in ratio_by_traj.items():
+        for st, r in enumerate((1.0, *ratios)):
+            for a in (100.0, 0.1):
+                rows.append({"trajectory_alpha": traj, "seed": 0, "stage": st, "stage_acc": 0.1 + 0.1 * st, "alpha": a,
+                             "recovery_unweighted": 2.0 * (r if a == 0.1 else 1.0), "recovery_weighted": 2.0})
+    return pd.DataFrame(rows)
+
+
+def test_cross_text_says_along_which_trajectories_low_alpha_recovers_more():
+    # along α = 100 the ratio is 0.5 and 0.7 (median 0.6); along α = 0.1, 1.2 and 1.6 (median 1.4)
+    text = chapter.cross_text(_cross({100.0: (0.5, 0.7), 0.1: (1.2, 1.6)}), "p")
+    assert "0.60 along the α = 100 trajectory; 1.40 along the α = 0.1 trajectory" in text
+    assert text.endswith("It lies above 1 along the α = 0.1 trajectories only: whether low α raises the factor "
+                         "depends on which α trained θ.")
+    assert chapter.cross_text(_cross({100.0: (0.5, 0.7), 0.1: (0.8, 0.9)}), "p").endswith(
+        "so the rise in the table comes from where the α runs are in training.")
+    assert "survives once the route to θ is varied" in chapter.cross_text(_cross({100.0: (1.1, 1.3), 0.1: (1.2, 1.6)}), "p")
+    assert "--stage-cross" in chapter.cross_text(None, "p")
+    t = chapter.cross_table(_cross({100.0: (0.5, 0.7), 0.1: (1.2, 1.6)}))
+    assert t["θ from the trajectory at α"].tolist() == ["100", "0.1"]
+    assert t["unweighted ratio"].tolist() == ["0.60 (0.50–0.70)", "1.40 (1.20–1.60)"]
+    assert t["test accuracy of θ"].tolist() == ["0.20–0.30", "0.20–0.30"] and t["checkpoints"].tolist() == [2, 2]

@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from maskfed.analysis import claims
 from maskfed.book import evidence
 from maskfed.engine.config import make_run_config
 from maskfed.engine.runner import RunResult
@@ -230,6 +231,31 @@ def test_matched_stage_verdicts_judge_each_checkpoint_and_combine_by_the_rule():
     assert evidence.views_text("partly", "does not hold") == "holds in part at the paper's protocol, does not hold " \
                                                               "at matched stage"
     assert evidence.views_text("holds", "holds") == "" and evidence.views_text("holds", "not measured here") == ""
+
+
+def test_matched_stage_verdicts_judge_the_alpha_claims_along_the_cross_trajectories_too():
+    # prepare: the stage study above (α = 0.1 is ×1.5 unweighted, flat weighted, at each of 3 checkpoints: holds);
+    # the α-cross adds θ from the α = 0.1 trajectory (2 checkpoints after θ_0): there α = 0.1 is ×0.8 of α = 100
+    table = _stage_table({0: (9, 9, 9, 9), 1: (8, 4, 1.5, 1.2), 2: (6, 3, 1.5, 1.1), 3: (1.3, 1.2, 1.5, 1.4)})
+    steps = pd.Series([1, 2, 16, 32], index=pd.MultiIndex.from_tuples(
+        [("full", 1), ("full", 2), (32, 1), (32, 2)], names=["batch_size", "local_epochs"]))
+    cross = pd.DataFrame([{"trajectory_alpha": traj, "seed": 0, "experiment": "table2", "stage": st, "round": 10 * st,
+                           "stage_acc": 0.1 * st, "batch_size": "32", "local_epochs": 2, "alpha": a,
+                           "recovery_unweighted": 2.0 * (0.8 if a == 0.1 else 1.0), "recovery_weighted": 2.0,
+                           "sigma2_hat": 1.0, "mu2_hat": 0.01}
+                          for traj in (100.0, 0.1) for st in (0, 1, 2) for a in (100.0, 0.1)])
+    # execute
+    at = evidence.cross_evidence_at(cross, 100.0)
+    m = evidence.matched_stage_verdicts(table, steps, cross=cross, main_alpha=100.0)
+    # assert: only the other trajectory's checkpoints after θ_0 are added (α = 100's are the stage study's own)
+    assert sorted(at) == [(0.1, 1), (0.1, 2)] and at[(0.1, 1)].table1 is None
+    # the α split now holds at 3 of 5 checkpoints and fails at 2 (not more than half): in part
+    assert (m.loc["alpha_weighting", "verdict"], m.loc["alpha_weighting", "n"]) == ("partly", 5)
+    # claims that need Table I are judged on the stage study's checkpoints only
+    assert m.loc["cliff", "n"] == 3
+    assert evidence.cross_alphas(cross) == [0.1] and evidence.cross_alphas(None) == []
+    text = evidence.matched_text(claims.verdict_table([]), m, "src", table, cross)
+    assert "also from the α = 0.1 trajectories (the α-cross)" in text
 
 
 def test_matched_stage_summary_names_each_claim_or_says_there_is_no_stage_study(tmp_path, monkeypatch):

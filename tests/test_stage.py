@@ -12,7 +12,7 @@ from maskfed import provenance
 
 from maskfed.core import diversity
 from maskfed.engine import runner
-from maskfed.engine.config import ConfigError, make_run_config
+from maskfed.engine.config import ConfigError, load_profile, make_run_config
 from maskfed.studies import stage
 
 SMOKE = dict(dataset="synthetic", synthetic_train=400, synthetic_test=100, num_clients=8, cohort_size=3,
@@ -519,3 +519,38 @@ def test_fedavg_from_is_the_client_by_client_fedavg_loop_from_any_round(results)
         assert 0.0 <= got["test_acc"] <= 1.0
     with pytest.raises(ValueError, match="test_every or test_at"):
         stage.fedavg_from(model, data, thetas[1], cfg, start_round=1, rounds=1, test_every=1, test_at=[2])
+
+
+def test_cross_ratios_divide_the_smallest_alpha_by_the_largest_at_the_same_theta():
+    # prepare: θ from two trajectories (α 100 and 0.1), 2 seeds, one checkpoint; at each θ the value at α = 0.1
+    # is r times the value at α = 100, r = 0.5 (seed 0) and 0.7 (seed 1) on the α = 100 trajectory, 1.5 and 2.5 on
+    # the α = 0.1 one; the weighted factor moves by half as much; α = 1 sits between and does not enter
+    rows = []
+    for traj, rs in ((100.0, (0.5, 0.7)), (0.1, (1.5, 2.5))):
+        for seed, r in enumerate(rs):
+            for a, f in ((100.0, 1.0), (1.0, (1.0 + r) / 2), (0.1, r)):
+                rows.append({"trajectory_alpha": traj, "seed": seed, "stage": 1, "stage_acc": 0.3 + 0.1 * seed,
+                             "alpha": a, "recovery_unweighted": 2.0 * f, "recovery_weighted": 2.0 * (1 + (f - 1) / 2)})
+    # execute
+    out = stage.cross_ratios(pd.DataFrame(rows))
+    # assert: the median of the per-seed ratios (two seeds: their mean), and the median accuracy
+    assert out.loc[(100.0, 1), "unweighted"] == pytest.approx(0.6) and out.loc[(0.1, 1), "unweighted"] == pytest.approx(2.0)
+    assert out.loc[(100.0, 1), "weighted"] == pytest.approx(((1 - 0.25) + (1 - 0.15)) / 2)
+    assert out.loc[(0.1, 1), "acc"] == pytest.approx(0.35) and out.loc[(0.1, 1), "seeds"] == 2
+    with pytest.raises(ValueError, match="two or more"):
+        stage.cross_ratios(pd.DataFrame(rows).query("alpha == 1.0"))
+    with pytest.raises(ValueError, match="lacks the columns"):
+        stage.cross_ratios(pd.DataFrame(rows).drop(columns="stage_acc"))
+
+
+def test_ladder_config_at_another_alpha_is_table_twos_run():
+    prof = load_profile("smoke")
+    a = prof.table2.alphas[-1]
+    cfg = stage.ladder_config(prof, alpha=a)
+    assert cfg.alpha == a and cfg.batch_size == prof.table2.batch_size and cfg.local_epochs == prof.table2.local_epochs
+    assert stage.ladder_config(prof, alpha=prof.table1.alpha) == stage.ladder_config(prof)
+    with pytest.raises(ConfigError, match="alpha = 7 is not one of Table II's alphas"):
+        stage.ladder_config(prof, alpha=7.0)
+    with pytest.raises(ConfigError, match="experiments must be a non-empty subset"):
+        stage.study_configs(prof, experiments=("table3",))
+    assert list(stage.study_configs(prof, experiments=("table2",))) == ["table2"]

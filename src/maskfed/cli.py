@@ -145,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     arch.add_argument("--stage", action="store_true",
                       help="instead of archiving runs: measure every protocol along the archived stage-ladder "
                            "trajectories (one per seed) and archive that stage study")
+    arch.add_argument("--stage-cross", action="store_true",
+                      help="instead of archiving runs: measure Table II's alphas at theta from every alpha's trajectory "
+                           "(the archived Table II runs, run again with theta snapshots where they lack them; a rerun "
+                           "must reproduce the archived metrics bit for bit) and archive that alpha-cross")
     arch.add_argument("--factor", choices=list(MODEL_PARTS), default=None,
                       help="instead of archiving runs: compute the model-size study of the chapter 'What sets the "
                            "recovery factor?' (models: the small CNN at several widths; resnet: ResNet-18-GN at "
@@ -162,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="instead of archiving: write a manifest.json (sha256 of each file) into every archived folder "
                            "that has none, from its files as they are (then check them with --verify)")
     arch.add_argument("--workers", type=int, default=2,
-                      help="with --verify, --stage or --factor: worker processes, an integer >= 1 (default 2)")
+                      help="with --verify, --stage, --stage-cross or --factor: worker processes, an integer >= 1 (default 2)")
     cache = sub.add_parser("cache", help="list or prune the decoded-data cache (cache_dir()/data/*.pt)")
     cache.add_argument("--list", action="store_true", help="each file: size, source, whether it is live, when modified")
     cache.add_argument("--prune", action="store_true",
@@ -256,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             return _error("--runs is used with --verify only")
         if args.workers < 1:
             return _error(f"--workers must be >= 1; got {args.workers}")
-        if sum([args.verify, args.stage, args.factor is not None, args.manifests]) > 1:
-            return _error("give one of --verify, --stage, --factor and --manifests")
+        if sum([args.verify, args.stage, args.stage_cross, args.factor is not None, args.manifests]) > 1:
+            return _error("give one of --verify, --stage, --stage-cross, --factor and --manifests")
         if args.manifests:
             try:
                 written = archive.add_manifests(args.profile)
@@ -288,17 +292,19 @@ def main(argv: list[str] | None = None) -> int:
                 return _error(exc)
             print(f"archived the {args.factor} study of profile {args.profile} in {dest}", file=sys.stderr)
             return 0
-        if args.stage:
+        if args.stage or args.stage_cross:
+            what = "α-cross" if args.stage_cross else "stage study"
             try:
                 with runner.stop_on_signals():
-                    dest = archive.archive_stage_study(args.profile, workers=args.workers)
+                    dest = (archive.archive_alpha_cross(args.profile, workers=args.workers) if args.stage_cross else
+                            archive.archive_stage_study(args.profile, workers=args.workers))
             except KeyboardInterrupt as exc:
                 return _interrupted(exc, f"rerun the same command to resume: every finished ladder and stage "
                                          f"measurement is kept in {runner.results_dir() / 'stages'} and only the "
                                          "missing ones are computed")
             except (*INPUT_ERRORS, RuntimeError) as exc:
                 return _error(exc)
-            print(f"archived the stage study of profile {args.profile} in {dest}", file=sys.stderr)
+            print(f"archived the {what} of profile {args.profile} in {dest}", file=sys.stderr)
             return 0
         if args.verify:
             try:

@@ -570,21 +570,43 @@ def stage_evidence_at(table: pd.DataFrame, steps: pd.Series) -> dict[int, claims
     return out
 
 
+def cross_evidence_at(cross: pd.DataFrame | None, main_alpha: float) -> dict[tuple, claims.Evidence]:
+    """One Table II-only :class:`maskfed.analysis.claims.Evidence` per checkpoint of each α-cross trajectory
+    other than ``main_alpha``'s (the stage study has those): every α measured at θ from that trajectory (median
+    over seeds). ``cross``: :attr:`maskfed.studies.archive.ArchivedCross.table`, or None (no cross: ``{}``)."""
+    if cross is None or not len(cross):
+        return {}
+    out = {}
+    for (a, s), g in cross[(cross["trajectory_alpha"] != main_alpha) & (cross["stage"] > 0)].groupby(
+            ["trajectory_alpha", "stage"]):
+        t2 = g.groupby("alpha", sort=False)[list(_STAGE_VALUES)].median()
+        acc = float(g.drop_duplicates("seed")["stage_acc"].median())
+        out[(float(a), int(s))] = claims.Evidence(f"α = {a:g} trajectory, checkpoint {int(s)} (accuracy {acc:.2f})",
+                                                  None, t2)
+    return out
+
+
 def matched_stage_verdicts(table: pd.DataFrame | None, steps: pd.Series | None,
-                           claim_list: tuple = claims.CLAIMS) -> pd.DataFrame:
+                           claim_list: tuple = claims.CLAIMS, cross: pd.DataFrame | None = None,
+                           main_alpha: float = 100.0) -> pd.DataFrame:
     """Each claim judged at matched stage: at every checkpoint of the stage study (:func:`stage_evidence_at`)
-    with the claim's own criterion, then over checkpoints by a rule of ours: "holds" if it holds at every
-    checkpoint, "does not hold" if it fails at more than half, else "partly".
+    and, for the claims on Table II alone, at every checkpoint of the α-cross's other trajectories
+    (:func:`cross_evidence_at`), with the claim's own criterion; then over checkpoints by a rule of ours:
+    "holds" if it holds at every checkpoint, "does not hold" if it fails at more than half, else "partly".
 
     Args:
         table: a stage study's table, or None (no stage study: every claim "not measured here").
         steps: local steps T per protocol (see :func:`stage_evidence_at`).
+        cross: the α-cross's table (:attr:`maskfed.studies.archive.ArchivedCross.table`), or None.
+        main_alpha: the stage study's trajectories' α (Table I's).
 
     Returns:
         Index ``claim``; columns ``verdict``, ``value`` ("holds at k of n checkpoints" and the rounds where
         it does not, or the reason it cannot be judged), ``n_holds``, ``n``.
     """
     at = stage_evidence_at(table, steps) if table is not None and steps is not None and len(table) else {}
+    if at:
+        at = {**at, **cross_evidence_at(cross, main_alpha)}
     rows = []
     for c in claim_list:
         if c.key in NOT_AT_MATCHED_STAGE or not at:
@@ -613,13 +635,22 @@ def views_text(protocol: str, matched: str) -> str:
     return f"{words[protocol]} at the paper's protocol, {words[matched]} at matched stage"
 
 
-def matched_text(verdicts: pd.DataFrame, matched: pd.DataFrame, source: str, table: pd.DataFrame | None) -> str:
+def cross_alphas(cross: pd.DataFrame | None, main_alpha: float = 100.0) -> list[float]:
+    """The α-cross's trajectory α other than ``main_alpha``, largest first ([] without a cross)."""
+    if cross is None or not len(cross):
+        return []
+    return sorted({float(a) for a in cross["trajectory_alpha"]} - {float(main_alpha)}, reverse=True)
+
+
+def matched_text(verdicts: pd.DataFrame, matched: pd.DataFrame, source: str, table: pd.DataFrame | None,
+                 cross: pd.DataFrame | None = None) -> str:
     """The verdict page's sentence on the matched-stage view: where it comes from and which claims read
     differently there (:func:`views_text`), or that there is no stage study.
 
     Args:
         verdicts: :func:`maskfed.analysis.claims.verdict_table`; matched: :func:`matched_stage_verdicts`.
         source: the profile whose stage study it is; table: that study's table (None: none).
+        cross: that profile's α-cross table (None: none).
     """
     if table is None:
         return "No stage study is in this build, so no claim is judged at matched stage."
@@ -628,8 +659,11 @@ def matched_text(verdicts: pd.DataFrame, matched: pd.DataFrame, source: str, tab
               for k in verdicts.index if views_text(verdicts.loc[k, "verdict"], matched.loc[k, "verdict"])]
     return (f"The column “at matched stage” judges each claim again with the same criterion at the {len(acc)} "
             f"checkpoints of the {source} stage study (test accuracy {acc.min():.2f} to {acc.max():.2f}), where "
-            "every protocol and every α is measured at the same θ, taken from the α = 100, bs 32, τ 2 trajectory "
-            "(so the α comparison there carries that trajectory's own confound); our rule over checkpoints: holds if "
+            "every protocol and every α is measured at the same θ, taken from the α = 100, bs 32, τ 2 trajectory"
+            + (" and, for the claims on α alone, also from the α = " + " and ".join(f"{a:g}" for a in cross_alphas(cross))
+               + " trajectories (the α-cross), so that θ trained at α = 100 do not decide the α comparison alone"
+               if cross_alphas(cross) else " (so the α comparison there carries that trajectory's own confound)")
+            + "; our rule over checkpoints: holds if "
             "at every one, does not hold if it fails at more than half, else in part. "
             + (f"{len(differ)} claim{'s read' if len(differ) != 1 else ' reads'} differently there: "
                + "; ".join(differ) + "." if differ else "Every claim measurable there reads the same."))
@@ -647,12 +681,20 @@ def matched_stage_summary(profile_name: str, keys) -> str:
     runs = source_runs(profile_name)["table1"]
     if study is None or not runs:
         return f"The {profile_name} archive holds no stage study, so these claims are not judged at matched stage here."
-    m = matched_stage_verdicts(study.table, experiments.table1(runs)["T_mean"])
+    from maskfed.engine.config import load_profile
+
+    loaded = archive.load_alpha_cross(profile_name)
+    cross = None if loaded is None else loaded.table
+    m = matched_stage_verdicts(study.table, experiments.table1(runs)["T_mean"], cross=cross,
+                               main_alpha=load_profile(profile_name).table1.alpha)
     titles = {c.key: c.title for c in claims.CLAIMS}
     words = {"holds": "holds", "partly": "holds in part", "does not hold": "does not hold",
              "not measured here": "is not measured"}
     return (f"Judged again at matched stage, every protocol at the same θ (the {profile_name} stage study; the verdict "
-            "page's rule over its checkpoints): " + "; ".join(f"“{titles[k]}” {words[m.loc[k, 'verdict']]} "
+            "page's rule over its checkpoints" + ("; the claims on α alone also along the α = "
+                                                  + " and ".join(f"{a:g}" for a in cross_alphas(cross))
+                                                  + " trajectories of the α-cross" if cross_alphas(cross) else "")
+            + "): " + "; ".join(f"“{titles[k]}” {words[m.loc[k, 'verdict']]} "
                                                             f"({m.loc[k, 'value']})" for k in keys) + ".")
 
 

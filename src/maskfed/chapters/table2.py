@@ -22,7 +22,7 @@ from maskfed.analysis import claims, summary, uncertainty
 from maskfed.book import evidence, tables
 from maskfed.engine import partition, runner
 from maskfed.engine.config import Profile
-from maskfed.studies import archive, experiments
+from maskfed.studies import archive, experiments, stage
 
 #: Reader names of the two Dirichlet partition conventions (engine.partition.DIRICHLET_CONVENTIONS).
 NAMES = {"hsu": "Hsu et al.", "niid_bench": "NIID-Bench"}
@@ -35,6 +35,9 @@ CONVENTIONS_CAPTION = ("Client shard sizes (samples) under each partition conven
                        "coefficient of variation (%)")
 
 #: The verdict page's claims judged again at matched stage on this page (evidence.matched_stage_summary).
+#: Caption of the α-cross table (:func:`cross_table`).
+CROSS_CAPTION = ("The α-cross: 1/Δ_S at the smallest over the largest α at the same θ, median over the checkpoints "
+                 "after initialisation (range), by the α whose trajectory gave θ")
 MATCHED_CLAIMS = ("alpha_span", "alpha_weighting")
 
 
@@ -56,6 +59,7 @@ class Findings:
     paper: pd.DataFrame          # the paper's Table II (summary.paper_table)
     main: pd.DataFrame           # tables.main_table of the closest source
     full: pd.DataFrame           # tables.full_table of every source
+    cross: pd.DataFrame | None = None  # cross_table of the archived α-cross (None: not archived)
 
     @property
     def first(self) -> tables.Source:
@@ -200,6 +204,49 @@ def stage_text(study) -> str:
                "where the α runs are in training."))
 
 
+def cross_table(cross: pd.DataFrame) -> pd.DataFrame:
+    """The α-cross as the page shows it: one row per trajectory α (whose θ), the median over its checkpoints
+    after initialisation of :func:`maskfed.studies.stage.cross_ratios` (smallest α over largest α at the same θ,
+    unweighted and n_k-weighted) with their range, and the θ's test accuracies.
+
+    Args:
+        cross: :attr:`maskfed.studies.archive.ArchivedCross.table`.
+    """
+    r = stage.cross_ratios(cross)
+    r = r[r.index.get_level_values("stage") > 0]
+    rows = []
+    for a, g in r.groupby(level="trajectory_alpha", sort=False):
+        rows.append({"θ from the trajectory at α": f"{a:g}", "checkpoints": len(g),
+                     "test accuracy of θ": f"{g['acc'].min():.2f}–{g['acc'].max():.2f}",
+                     "unweighted ratio": f"{g['unweighted'].median():.2f} ({g['unweighted'].min():.2f}–{g['unweighted'].max():.2f})",
+                     "weighted ratio": f"{g['weighted'].median():.2f} ({g['weighted'].min():.2f}–{g['weighted'].max():.2f})"})
+    return pd.DataFrame(rows).sort_values("θ from the trajectory at α", key=lambda x: -x.astype(float))
+
+
+def cross_text(cross: pd.DataFrame | None, profile_name: str) -> str:
+    """The section's sentences on the α-cross: along which α's trajectories the unweighted factor at the
+    smallest α lies above that at the largest (median over checkpoints after θ_0 of the per-checkpoint median
+    over seeds), or, without an archived cross, the command that makes it."""
+    if cross is None:
+        return (f"The {profile_name} archive holds no α-cross yet: θ from the α = 1 and α = 0.1 trajectories as well, "
+                f"with every α measured at each (made by: maskfed archive --profile {profile_name} --stage-cross), so the "
+                "comparison above still rests on θ trained at α = 100 alone.")
+    r = stage.cross_ratios(cross)
+    r = r[r.index.get_level_values("stage") > 0]
+    med = r.groupby(level="trajectory_alpha")["unweighted"].median().sort_index(ascending=False)
+    above = [a for a, v in med.items() if v > 1]
+    lo, hi = cross["alpha"].min(), cross["alpha"].max()
+    return (f"The α-cross of {profile_name} measures every α at θ from every α's own trajectory. The unweighted "
+            f"factor at α = {lo:g} over that at α = {hi:g}, at the same θ (median over checkpoints): "
+            + "; ".join(f"{v:.2f} along the α = {a:g} trajectory" for a, v in med.items()) + ". "
+            + ("It lies above 1 along every trajectory: the rise at low α survives once the route to θ is varied."
+               if len(above) == len(med) else
+               "It lies below 1 along every trajectory: at the same θ the smallest α recovers less, whichever α "
+               "trained θ, so the rise in the table comes from where the α runs are in training." if not above else
+               "It lies above 1 along the α = " + " and ".join(f"{a:g}" for a in above)
+               + " trajectories only: whether low α raises the factor depends on which α trained θ."))
+
+
 def findings(profile: Profile, *, workers: int | None = None, archived: list[str] | None = None) -> Findings:
     """The chapter's findings: this build's Table II runs (and its Table I runs, for the span
     comparison), the archived profiles' beside them, both partition conventions on the runs' own
@@ -254,6 +301,7 @@ def findings(profile: Profile, *, workers: int | None = None, archived: list[str
     if cv_by_alpha.idxmax() != cv_by_alpha.index.min():
         raise ValueError(f"the lowest α's shards are not the most unequal (largest CV per α, percent: "
                          f"{cv_by_alpha.to_dict()}); the chapter says they are")
+    cross = archive.load_alpha_cross("cpu-paper")  # the archived profile the matched-stage view reads
     values = {"t2_seed": int(profile.seeds[0]),
               **convention_values(spread, len(labels), cfg0.num_clients),
               "t2_first": first.name, "t2_caption": tables.caption(first),
@@ -273,6 +321,8 @@ def findings(profile: Profile, *, workers: int | None = None, archived: list[str
               "t2_span_text": "smaller than" if ratio_iv.high < 1 else "not clearly smaller than",
               "t2_live_text": live_text(srcs[-1], first, profile.name),
               "t2_st_text": stage_text(archive.load_stage_study(found[0].profile) if found else None),
+              "t2_cross_text": cross_text(None if cross is None else cross.table, "cpu-paper"),
               "t2_matched": evidence.matched_stage_summary("cpu-paper", MATCHED_CLAIMS)}
     return Findings(values, profile, sizes, spread, srcs, found, notes, paper,
-                    tables.main_table("table2", first, paper), tables.full_table(srcs, paper))
+                    tables.main_table("table2", first, paper), tables.full_table(srcs, paper),
+                    None if cross is None else cross_table(cross.table))

@@ -149,7 +149,10 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     matched_study = archive.load_stage_study(matched_from) if matched_from else None
     stage_table = None if matched_study is None else matched_study.table
     matched_steps = next((ev.table1["T_mean"] for ev in sources if profile_of[ev.name] == matched_from), None)
-    matched = evidence.matched_stage_verdicts(stage_table, matched_steps)
+    cross = archive.load_alpha_cross(matched_from) if matched_from else None
+    cross_table = None if cross is None else cross.table
+    matched = evidence.matched_stage_verdicts(stage_table, matched_steps, cross=cross_table,
+                                              main_alpha=load_profile(matched_from).table1.alpha if matched_from else 100.0)
     matched_from = matched_from or "none"
     closest = sources[0]
     closest_runs = evidence.source_runs(profile_of[closest.name], live)
@@ -174,7 +177,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         "v_partly": ", ".join(f"“{t}”" for t in verdicts[verdicts["verdict"] == "partly"]["title"]) or "none",
         "v_stable": evidence.stability_text(stable, verdicts, closest.name),
         "v_trend": trend_sentence,
-        "v_matched": evidence.matched_text(verdicts, matched, matched_from, stage_table),
+        "v_matched": evidence.matched_text(verdicts, matched, matched_from, stage_table, cross_table),
         "v_checks": evidence.code_checks_text(claims.verdict_table(sources, claims.CODE_CHECKS)),
         "v_frozen": claims.CRITERIA_FROZEN, **coverage_values(n_seeds),
         "v_block": uncertainty.BLOCK, "v_level": round(100 * uncertainty.LEVEL), "v_n_boot": n_boot,

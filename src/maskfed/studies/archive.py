@@ -790,6 +790,23 @@ def ladder_trajectories(profile_name: str) -> dict[int, Path]:
     return out
 
 
+def _study_provenance(profile_name: str, t0: float, **extra) -> dict:
+    """The provenance record of an archived stage study (``t0``: its ``time.perf_counter()`` start): profile,
+    run and stage code hashes, commit, packages, machine, ``extra``, wall time and the finishing time."""
+    import time
+    from datetime import datetime, timezone
+
+    from maskfed.studies import stage
+
+    git = provenance.git_state()
+    return {"profile": profile_name, "code_hash": provenance.code_hash(),
+            "stage_code_hash": provenance.code_hash_with(*stage.STAGE_MODULES),
+            "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
+            "packages": provenance.package_versions(), "machine": provenance.machine("cpu"), **extra,
+            "wall_s": time.perf_counter() - t0,
+            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
 def archive_stage_study(profile_name: str, *, workers: int | None = None, progress: bool = True) -> Path:
     """Run the stage study (:func:`maskfed.studies.stage.run_study`, the profile's settings) on a
     profile's archived ladder trajectories (:func:`ladder_trajectories`) and keep it in
@@ -799,7 +816,6 @@ def archive_stage_study(profile_name: str, *, workers: int | None = None, progre
         ValueError: the archive holds no ladder run with θ snapshots.
     """
     import time
-    from datetime import datetime, timezone
 
     from maskfed.studies import stage
 
@@ -814,14 +830,7 @@ def archive_stage_study(profile_name: str, *, workers: int | None = None, progre
                             trajectories=trajectories)
     checkpoints = pd.concat([ld.checkpoints.assign(seed=s) for s, ld in study.ladders.items()])
     accuracy = pd.concat([ld.accuracy.assign(seed=s) for s, ld in study.ladders.items()])
-    git = provenance.git_state()
-    prov = {"profile": profile_name, "code_hash": provenance.code_hash(),
-            "stage_code_hash": provenance.code_hash_with(*stage.STAGE_MODULES),
-            "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
-            "packages": provenance.package_versions(), "machine": provenance.machine("cpu"),
-            "trajectories": {str(s): p.name for s, p in trajectories.items()},
-            "wall_s": time.perf_counter() - t0,
-            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    prov = _study_provenance(profile_name, t0, trajectories={str(s): p.name for s, p in trajectories.items()})
     dest = archive_dir() / profile_name / STAGE_DIR
     clean_leftovers(dest.parent)
     tmp = _scratch(dest)
@@ -854,6 +863,136 @@ def load_stage_study(profile_name: str) -> ArchivedStudy | None:
                              [f"{STAGE_DIR}/: {c}" for c in manifest_changes(root)])
     except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
         warnings.warn(f"archive {profile_name}: skipping malformed stage study {root}: {exc}", stacklevel=2)
+        return None
+
+
+# --------------------------------------------------------------------------- the α-cross of the stage study
+
+#: Folder of a profile's archived α-cross (:func:`archive_alpha_cross`) and its files (small CSV and JSON).
+CROSS_DIR = "stage-cross"
+CROSS_FILES = ("table.csv", "checkpoints.csv", "spec.json", "provenance.json")
+
+
+def alpha_trajectories(profile_name: str, *, workers: int = 2,
+                       progress: bool = True) -> tuple[dict[float, dict[int, Path]], dict[str, str]]:
+    """``{α: {seed: run folder with θ snapshots}}`` for the trajectory of every Table II α
+    (:func:`maskfed.studies.stage.ladder_config`), and what was done to get them.
+
+    An archived run without ``thetas.pt`` is run again here with θ kept at the stage ladder's candidate rounds
+    (:func:`maskfed.engine.runner.run_many`, in ``results/runs``). If the rerun's metrics equal the archived
+    ones bit for bit (:func:`same_metrics`), its ``thetas.pt`` joins the archived folder (manifest rewritten);
+    otherwise the rerun's own folder is the trajectory and the report says where they first differ (another
+    CPU model gives other rounding).
+
+    Returns:
+        ``(trajectories, report)``; ``report``: archived run folder -> one sentence.
+
+    Raises:
+        ValueError: the archive lacks one of these runs.
+    """
+    from maskfed.engine import runner
+    from maskfed.studies import stage
+
+    prof = load_profile(profile_name)
+    spec = stage.make_spec(profile_name)
+    keep = spec.candidate_rounds if spec.candidate_rounds is not None else spec.candidate_every
+    runs = load_archive(profile_name)
+    out: dict[float, dict[int, Path]] = {}
+    todo: dict[RunConfig, tuple[float, int, RunResult]] = {}
+    for a in prof.table2.alphas:
+        out[a] = {}
+        for s in prof.seeds:
+            cfg = stage.ladder_config(prof, s, a)
+            found = select(runs, [cfg])
+            if not found:
+                raise ValueError(f"the {profile_name} archive lacks the run {cfg.label()} ({how_to_make(profile_name)})")
+            if (found[0].path / runner.THETAS).is_file():
+                out[a][s] = found[0].path
+            else:
+                todo[cfg] = (a, s, found[0])
+    report = {}
+    if todo:
+        reruns = runner.run_many(list(todo), workers=workers, progress=progress, keep_every={c: keep for c in todo})
+        for cfg, rerun in zip(todo, reruns):
+            a, s, arch = todo[cfg]
+            same, diff = same_metrics(arch.metrics, rerun.metrics)
+            if same:
+                shutil.copy2(rerun.path / runner.THETAS, arch.path / runner.THETAS)
+                write_manifest(arch.path)
+                out[a][s] = arch.path
+                report[arch.path.name] = "run again with θ snapshots: its metrics equal the archived ones bit for bit"
+            else:
+                d = first_difference(arch.metrics, rerun.metrics) or {}
+                out[a][s] = rerun.path
+                report[arch.path.name] = (f"run again with θ snapshots: its metrics differ from the archived ones "
+                                          f"(largest difference {diff:.3g}, first at round {d.get('round')} in "
+                                          f"{d.get('column')}); its θ are the rerun's")
+    return out, report
+
+
+def archive_alpha_cross(profile_name: str, *, workers: int = 2, progress: bool = True) -> Path:
+    """Measure Table II's α at θ from every α's trajectory (the α-cross: the stage study's settings, its
+    checkpoints placed by accuracy along each trajectory) and keep it in ``archive_dir()/<profile>/stage-cross/``
+    (:data:`CROSS_FILES`), replacing an older one. The trajectories come from :func:`alpha_trajectories`.
+
+    Raises:
+        ValueError: the archive lacks a Table II run (:func:`alpha_trajectories`).
+    """
+    import time
+
+    from maskfed.studies import stage
+
+    t0 = time.perf_counter()
+    prof = load_profile(profile_name)
+    spec = stage.make_spec(profile_name)
+    trajectories, report = alpha_trajectories(profile_name, workers=workers, progress=progress)
+    tables, ckpts = [], []
+    for a, traj in trajectories.items():
+        st = stage.run_study(prof, spec, workers=workers, progress=progress, seeds=sorted(traj), trajectories=traj,
+                             ladder_alpha=a, experiments=("table2",))
+        tables.append(st.table.assign(trajectory_alpha=a))
+        ckpts.append(pd.concat([ld.checkpoints.assign(seed=s) for s, ld in st.ladders.items()]).assign(trajectory_alpha=a))
+    prov = _study_provenance(profile_name, t0, reproduction=report,
+                             trajectories={f"{a:g}": {str(s): p.name for s, p in t.items()} for a, t in trajectories.items()})
+    dest = archive_dir() / profile_name / CROSS_DIR
+    clean_leftovers(dest.parent)
+    tmp = _scratch(dest)
+    pd.concat(tables).to_csv(tmp / "table.csv", index=False)
+    pd.concat(ckpts)[["trajectory_alpha", "seed", "stage", "round", "test_acc", "test_loss"]].to_csv(
+        tmp / "checkpoints.csv", index=False)
+    (tmp / "spec.json").write_text(spec.model_dump_json(indent=2))
+    (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
+    install(tmp, dest)
+    return dest
+
+
+@dataclass
+class ArchivedCross:
+    """An archived α-cross (:func:`archive_alpha_cross`)."""
+
+    profile: str
+    table: pd.DataFrame         # the stage table's columns and trajectory_alpha
+    checkpoints: pd.DataFrame   # trajectory_alpha, seed, stage, round, test_acc, test_loss
+    provenance: dict
+    changes: list[str]          # files that differ from the manifest
+
+
+def load_alpha_cross(profile_name: str) -> ArchivedCross | None:
+    """A profile's archived α-cross, or None when there is none (a malformed one is skipped with a
+    :class:`UserWarning` naming the reason)."""
+    _check_profile(profile_name)
+    root = archive_dir() / profile_name / CROSS_DIR
+    if not root.is_dir():
+        return None
+    try:
+        missing = [f for f in CROSS_FILES if not (root / f).is_file()]
+        if missing:
+            raise ValueError(f"missing {missing}")
+        return ArchivedCross(profile_name, pd.read_csv(root / "table.csv", dtype={"batch_size": str}),
+                             pd.read_csv(root / "checkpoints.csv"), json.loads((root / "provenance.json").read_text()),
+                             [f"{CROSS_DIR}/: {c}" for c in manifest_changes(root)])
+    except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
+        warnings.warn(f"archive {profile_name}: skipping malformed α-cross {root}: {exc}", stacklevel=2)
         return None
 
 

@@ -671,17 +671,24 @@ class StageStudy:
         return self.ladders[min(self.ladders)]
 
 
-def ladder_config(profile: Profile, seed: int | None = None) -> RunConfig:
+def ladder_config(profile: Profile, seed: int | None = None, alpha: float | None = None) -> RunConfig:
     """The reference trajectory: the Table I run with Table II's protocol (default bs 32, τ 2, α 100) at
-    ``seed`` (None: the profile's first seed).
+    ``seed`` (None: the profile's first seed); with ``alpha``, Table II's run at that Dirichlet α instead
+    (the trajectories of the α-cross, :func:`cross_ratios`).
 
     Raises:
-        ConfigError: Table I has no run with Table II's protocol, or ``seed`` is not a profile seed.
+        ConfigError: Table I has no run with Table II's protocol, ``seed`` is not a profile seed, or
+            ``alpha`` is not one of Table II's.
     """
     t2 = profile.table2
     seed = profile.seeds[0] if seed is None else seed
     if seed not in profile.seeds:
         raise ConfigError(f"seed = {seed} is not one of the profile's seeds {profile.seeds}")
+    if alpha is not None and alpha != profile.table1.alpha:
+        for c in profile.experiment_configs("table2"):
+            if c.seed == seed and c.alpha == alpha:
+                return c
+        raise ConfigError(f"alpha = {alpha:g} is not one of Table II's alphas {t2.alphas}")
     for c in profile.experiment_configs("table1"):
         if c.seed == seed and c.batch_size == t2.batch_size and c.local_epochs == t2.local_epochs:
             return c
@@ -690,11 +697,23 @@ def ladder_config(profile: Profile, seed: int | None = None) -> RunConfig:
                       f"{profile.table1.batch_sizes} and local_epochs {profile.table1.local_epochs}")
 
 
-def study_configs(profile: Profile, seed: int | None = None) -> dict[str, list[RunConfig]]:
-    """The protocols measured at every stage: Table I's nine and Table II's α, at ``seed`` (None:
-    the profile's first seed)."""
+#: The experiments whose protocols a stage study measures at every stage.
+EXPERIMENTS = ("table1", "table2")
+
+
+def study_configs(profile: Profile, seed: int | None = None,
+                  experiments: tuple[str, ...] = EXPERIMENTS) -> dict[str, list[RunConfig]]:
+    """The protocols measured at every stage: Table I's nine and Table II's α (or those of ``experiments``),
+    at ``seed`` (None: the profile's first seed).
+
+    Raises:
+        ConfigError: an experiment outside :data:`EXPERIMENTS`.
+    """
+    bad = [e for e in experiments if e not in EXPERIMENTS]
+    if bad or not experiments:
+        raise ConfigError(f"experiments must be a non-empty subset of {list(EXPERIMENTS)}; got {list(experiments)}")
     seed = profile.seeds[0] if seed is None else seed
-    return {e: [c for c in profile.experiment_configs(e) if c.seed == seed] for e in ("table1", "table2")}
+    return {e: [c for c in profile.experiment_configs(e) if c.seed == seed] for e in experiments}
 
 
 @contextlib.contextmanager
@@ -709,7 +728,8 @@ def _stop_on_interrupt(pool: ProcessPoolExecutor):
 
 
 def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, progress: bool = True,
-              seeds: list[int] | None = None, trajectories: dict[int, Path] | None = None) -> StageStudy:
+              seeds: list[int] | None = None, trajectories: dict[int, Path] | None = None,
+              ladder_alpha: float | None = None, experiments: tuple[str, ...] = EXPERIMENTS) -> StageStudy:
     """Build the ladders (one per seed), then measure every protocol at every stage (cached), in worker processes.
 
     Args:
@@ -721,6 +741,8 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
             pool, cohorts and shuffles; None: the profile's first seed.
         trajectories: ``{seed: run folder}`` whose ``thetas.pt`` gives that seed's ladder
             (:func:`build_ladder`); other seeds read their run in ``results/runs`` or train it.
+        ladder_alpha: the trajectories' Dirichlet α (:func:`ladder_config`; None: Table I's).
+        experiments: whose protocols are measured (:func:`study_configs`).
 
     Raises:
         ConfigError: a pool larger than K, K_c larger than the pool, Table I without Table II's
@@ -733,8 +755,8 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds must be distinct seeds of the profile; got {seeds}")
     trajectories = trajectories or {}
-    refs = {s: ladder_config(profile, s) for s in seeds}
-    cfgs = {s: study_configs(profile, s) for s in seeds}
+    refs = {s: ladder_config(profile, s, ladder_alpha) for s in seeds}
+    cfgs = {s: study_configs(profile, s, experiments) for s in seeds}
     ref0 = refs[seeds[0]]
     try:
         pool_and_cohorts(ref0.num_clients, spec.pool_size, ref0.cohort_size, 1, ref0.seed)
@@ -848,6 +870,38 @@ def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
         out[name] = {"verdict": verdict(shares, threshold), **shares,
                      "stages": sorted(part["stage"].unique().tolist()),
                      "acc_min": float(part["stage_acc"].min()), "acc_max": float(part["stage_acc"].max())}
+    return out
+
+
+def cross_ratios(cross: pd.DataFrame) -> pd.DataFrame:
+    """The α-cross read as Table II's ratio: at θ from each α's trajectory and each checkpoint, 1/Δ_S at the
+    smallest α over 1/Δ_S at the largest α, both measured at that same θ (per seed, then the median over seeds).
+
+    Args:
+        cross: rows of Table II's protocols measured along each α's trajectory, columns ``trajectory_alpha``,
+            ``seed``, ``stage``, ``stage_acc``, ``alpha``, ``recovery_unweighted``, ``recovery_weighted``.
+
+    Returns:
+        Index (``trajectory_alpha``, ``stage``); columns ``acc`` (median test accuracy of the θ over seeds),
+        ``unweighted`` and ``weighted`` (median ratios), ``seeds`` (how many seeds gave a ratio).
+
+    Raises:
+        ValueError: ``cross`` lacks a column, or holds fewer than two α.
+    """
+    need = {"trajectory_alpha", "seed", "stage", "stage_acc", "alpha", "recovery_unweighted", "recovery_weighted"}
+    if need - set(cross.columns):
+        raise ValueError(f"cross lacks the columns {sorted(need - set(cross.columns))}")
+    lo, hi = cross["alpha"].min(), cross["alpha"].max()
+    if lo == hi:
+        raise ValueError(f"cross must hold two or more α; got only {lo:g}")
+    keys = ["trajectory_alpha", "stage", "seed"]
+    at = cross.set_index(keys + ["alpha"])[["recovery_unweighted", "recovery_weighted"]]
+    ratio = (at.xs(lo, level="alpha") / at.xs(hi, level="alpha")).dropna()
+    acc = cross.drop_duplicates(keys).set_index(keys)["stage_acc"]
+    out = ratio.groupby(level=["trajectory_alpha", "stage"]).median()
+    out.columns = ["unweighted", "weighted"]
+    out.insert(0, "acc", acc.groupby(level=["trajectory_alpha", "stage"]).median().reindex(out.index))
+    out["seeds"] = ratio.groupby(level=["trajectory_alpha", "stage"]).size()
     return out
 
 
