@@ -128,8 +128,8 @@ def branch_phrases(m: int, has_branches: bool, *, from_parameter: bool, settings
 
 def findings(profile: str, *, data_path=None, overrides: dict | None = None, workers: int | None = None,
              ladder_from: str | None = "cpu-paper", stages: int | None = None, stage_rounds: list | None = None,
-             target_accuracies: list | None = None, pool_size: int | None = None, num_cohorts: int | None = None,
-             branch_rounds: int | None = None) -> Findings:
+             target_accuracies: list | None = None, extra_rounds: list | None = None, pool_size: int | None = None,
+             num_cohorts: int | None = None, branch_rounds: int | None = None) -> Findings:
     """The chapter's findings, from its parameters (see the chapter's parameters cell for each).
 
     The ladders are ``ladder_from``'s archived trajectories when its archive holds them
@@ -150,8 +150,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
     source_profile = evidence.stage_source(ladder_from)
     spec = stage.make_spec(source_profile or profile, stages=stages, rounds=stage_rounds,
-                           target_accuracies=target_accuracies, pool_size=pool_size, num_cohorts=num_cohorts,
-                           branch_rounds=branch_rounds)
+                           target_accuracies=target_accuracies, extra_rounds=extra_rounds, pool_size=pool_size,
+                           num_cohorts=num_cohorts, branch_rounds=branch_rounds)
     study = evidence.stage_study(prof, spec, ladder_from=source_profile, workers=workers)
     ref = study.ref
     t1 = study.table[study.table.experiment == "table1"]
