@@ -93,7 +93,10 @@ PROFILE_DEFAULTS = {
     "cpu-long": {"stages": 5, "pool_size": 16, "num_cohorts": 50, "branch_rounds": 0, "candidate_every": 5},
     "cpu-paper": {"stages": 6, "pool_size": 20, "num_cohorts": 100, "branch_rounds": 0,
                   "candidate_rounds": (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 18, 20, 25, 30, 35, 40, 50, 60, 70, 80,
-                                       100, 120, 140, 160, 180)},
+                                       100, 120, 140, 160, 180),
+                  # the accuracy-placed checkpoints leave rounds 60 to 200 empty: 100 and the two kept rounds
+                  # either side of 150 (no θ is kept at 150) fill it (issue 27)
+                  "extra_rounds": (100, 140, 160)},
     "paper": {"stages": 6, "pool_size": 40, "num_cohorts": 50, "branch_rounds": 5, "candidate_every": 10},
 }
 
