@@ -261,7 +261,10 @@ def test_matched_stage_verdicts_judge_the_alpha_claims_along_the_cross_trajector
 def test_matched_stage_summary_names_each_claim_or_says_there_is_no_stage_study(tmp_path, monkeypatch):
     text = evidence.matched_stage_summary("cpu-paper", ("cliff", "alpha_weighting"))
     assert text.startswith("Judged again at matched stage") and "“The cliff”" in text and "“α = 0.1 split”" in text
-    assert text.count("of 5 checkpoints") == 2  # the archived stage study's five checkpoints after θ_0
+    # the archived stage study's eight checkpoints after θ_0 for the cliff; the α split also at the eight of each of
+    # the α-cross's two other trajectories
+    assert "“The cliff” holds in part (of 8 checkpoints" in text and "“α = 0.1 split” does not hold (of 24 checkpoints" in text
+    assert "also along the α = 1 and 0.1 trajectories of the α-cross" in text
     monkeypatch.setenv("MASKFED_ARCHIVE_DIR", str(tmp_path))
     assert evidence.matched_stage_summary("cpu-paper", ("cliff",)) == (
         "The cpu-paper archive holds no stage study, so these claims are not judged at matched stage here.")

@@ -286,7 +286,7 @@ def _folders(profile_name: str) -> list[Path]:
     _check_profile(profile_name)
     root = archive_dir() / profile_name
     return sorted(p for p in root.iterdir()
-                  if p.is_dir() and not p.name.startswith(".") and p.name != STAGE_DIR
+                  if p.is_dir() and not p.name.startswith(".") and p.name not in (STAGE_DIR, CROSS_DIR)
                   and not p.name.startswith(FACTOR_PREFIX)) if root.is_dir() else []
 
 
