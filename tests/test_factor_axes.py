@@ -375,7 +375,9 @@ def test_the_smoke_axes_and_study_run_and_are_archived_and_read_back(dirs):
 
 def test_archive_command_refuses_mixed_modes(capsys):
     assert cli.main(["archive", "--profile", "smoke", "--factor", "models", "--stage"]) == 2
-    assert "give one of --verify, --stage, --factor and --manifests" in capsys.readouterr().err
+    assert "give one of --verify, --stage, --stage-cross, --factor and --manifests" in capsys.readouterr().err
+    assert cli.main(["archive", "--profile", "smoke", "--stage-cross", "--stage"]) == 2
+    assert "give one of --verify, --stage, --stage-cross" in capsys.readouterr().err
     assert cli.main(["archive", "--profile", "smoke", "--all-protocols"]) == 2
     assert "--all-protocols and --trajectory are used with --factor only" in capsys.readouterr().err
     assert cli.main(["archive", "--profile", "cpu", "--factor", "models"]) == 2
