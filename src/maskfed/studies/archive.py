@@ -848,21 +848,27 @@ def load_stage_study(profile_name: str) -> ArchivedStudy | None:
     with a :class:`UserWarning` naming the reason)."""
     from maskfed.studies import stage
 
+    return _load_study(profile_name, STAGE_DIR, STAGE_FILES, "stage study", lambda root: ArchivedStudy(
+        profile_name, pd.read_csv(root / "table.csv", dtype={"batch_size": str}),
+        pd.read_csv(root / "checkpoints.csv"), pd.read_csv(root / "accuracy.csv"),
+        stage.StageSpec(**json.loads((root / "spec.json").read_text())),
+        json.loads((root / "provenance.json").read_text()), [f"{STAGE_DIR}/: {c}" for c in manifest_changes(root)]))
+
+
+def _load_study(profile_name: str, folder: str, files: tuple, what: str, read):
+    """``read(root)`` of a profile's archived study folder ``folder``, or None when there is none; a folder
+    missing one of ``files`` or failing to read is skipped with a :class:`UserWarning` naming ``what``."""
     _check_profile(profile_name)
-    root = archive_dir() / profile_name / STAGE_DIR
+    root = archive_dir() / profile_name / folder
     if not root.is_dir():
         return None
     try:
-        missing = [f for f in STAGE_FILES if not (root / f).is_file()]
+        missing = [f for f in files if not (root / f).is_file()]
         if missing:
             raise ValueError(f"missing {missing}")
-        return ArchivedStudy(profile_name, pd.read_csv(root / "table.csv", dtype={"batch_size": str}),
-                             pd.read_csv(root / "checkpoints.csv"), pd.read_csv(root / "accuracy.csv"),
-                             stage.StageSpec(**json.loads((root / "spec.json").read_text())),
-                             json.loads((root / "provenance.json").read_text()),
-                             [f"{STAGE_DIR}/: {c}" for c in manifest_changes(root)])
+        return read(root)
     except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
-        warnings.warn(f"archive {profile_name}: skipping malformed stage study {root}: {exc}", stacklevel=2)
+        warnings.warn(f"archive {profile_name}: skipping malformed {what} {root}: {exc}", stacklevel=3)
         return None
 
 
@@ -980,20 +986,9 @@ class ArchivedCross:
 def load_alpha_cross(profile_name: str) -> ArchivedCross | None:
     """A profile's archived α-cross, or None when there is none (a malformed one is skipped with a
     :class:`UserWarning` naming the reason)."""
-    _check_profile(profile_name)
-    root = archive_dir() / profile_name / CROSS_DIR
-    if not root.is_dir():
-        return None
-    try:
-        missing = [f for f in CROSS_FILES if not (root / f).is_file()]
-        if missing:
-            raise ValueError(f"missing {missing}")
-        return ArchivedCross(profile_name, pd.read_csv(root / "table.csv", dtype={"batch_size": str}),
-                             pd.read_csv(root / "checkpoints.csv"), json.loads((root / "provenance.json").read_text()),
-                             [f"{CROSS_DIR}/: {c}" for c in manifest_changes(root)])
-    except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
-        warnings.warn(f"archive {profile_name}: skipping malformed α-cross {root}: {exc}", stacklevel=2)
-        return None
+    return _load_study(profile_name, CROSS_DIR, CROSS_FILES, "α-cross", lambda root: ArchivedCross(
+        profile_name, pd.read_csv(root / "table.csv", dtype={"batch_size": str}), pd.read_csv(root / "checkpoints.csv"),
+        json.loads((root / "provenance.json").read_text()), [f"{CROSS_DIR}/: {c}" for c in manifest_changes(root)]))
 
 
 # --------------------------------------------------------------------------- archived factor studies
