@@ -43,6 +43,24 @@ def test_pick_rounds_at_even_accuracy_levels():
         stage.pick_rounds(acc, stage.StageSpec(stages=5, extra_rounds=(9,)))
 
 
+def test_check_rounds_refuses_untested_rounds_before_training(results):
+    # prepare: candidates every 2 rounds of a 10-round trajectory: 0, 2, 4, 6, 8, 10
+    spec = stage.StageSpec(stages=3, candidate_every=2, extra_rounds=(4, 5, 7))
+    # execute / assert: 5 and 7 are not tested, so not allowed; the message names the field and the allowed rounds
+    with pytest.raises(ConfigError, match=r"extra_rounds \[5, 7\] are not ladder rounds of this 10-round "
+                                          r"trajectory; allowed: \[0, 2, 4, 6, 8, 10\]"):
+        stage.check_rounds(spec, 10)
+    with pytest.raises(ConfigError, match=r"^rounds \[3\] are not ladder rounds"):
+        stage.check_rounds(stage.StageSpec(rounds=(0, 3), candidate_rounds=(1, 2)), 4)
+    stage.check_rounds(stage.StageSpec(stages=3, candidate_every=2, extra_rounds=(4, 10)), 10)  # all tested
+    # run_study refuses before it trains anything: nothing is written under results/stages
+    prof = load_profile("smoke", rounds=2)
+    with pytest.raises(ConfigError, match=r"extra_rounds \[7\]"):
+        stage.run_study(prof, stage.StageSpec(stages=2, pool_size=4, num_cohorts=3, extra_rounds=(7,)),
+                        workers=1, progress=False)
+    assert [p for p in results.rglob("*") if p.is_file()] == []
+
+
 def test_spec_errors_name_the_parameter():
     with pytest.raises(ConfigError, match="pool_size"):
         stage.make_spec("cpu", pool_size=1)

@@ -109,6 +109,22 @@ def candidates(spec: StageSpec, rounds: int) -> list[int]:
                               else spec.candidate_every)
 
 
+def check_rounds(spec: StageSpec, rounds: int) -> None:
+    """Refuse checkpoint rounds the ladder will not test, before any training: ``spec.rounds`` and
+    ``spec.extra_rounds`` must be among :func:`candidates` for a trajectory of ``rounds`` rounds
+    (the rounds :func:`pick_rounds` can choose from).
+
+    Raises:
+        ConfigError: naming the field, the rounds not tested and the allowed rounds.
+    """
+    allowed = candidates(spec, rounds)
+    for name in ("rounds", "extra_rounds"):
+        bad = sorted({int(r) for r in getattr(spec, name) or () if int(r) not in allowed})
+        if bad:
+            raise ConfigError(f"{name} {bad} are not ladder rounds of this {rounds}-round trajectory; "
+                              f"allowed: {allowed}")
+
+
 def make_spec(profile: str, **fields) -> StageSpec:
     """The profile's :data:`PROFILE_DEFAULTS` with ``fields`` (None: not given) replacing them.
 
@@ -768,6 +784,7 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
     from maskfed.engine.preflight import check_runs, check_writable  # data, subsets, partitions, device: before training
 
     check_runs([*refs.values(), *(c for s in seeds for cs in cfgs[s].values() for c in cs)])
+    check_rounds(spec, ref0.rounds)
     check_writable(results_dir() / "stages", "MASKFED_RESULTS_DIR")
     threads = torch.get_num_threads()
     if runner.resolve_device(ref0.device).type == "cpu":
