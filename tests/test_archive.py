@@ -260,6 +260,30 @@ def test_cli_archive_refuses_until_every_run_has_finished(dirs_in_tmp, monkeypat
     assert "profile must be one of" in capsys.readouterr().err
 
 
+def test_cli_archive_seeds_adds_only_those_seeds_runs(dirs_in_tmp, monkeypatch, capsys):
+    # prepare: a one-run "profile" per seed; seed 0 archived earlier, seed 3 (added later) finished now
+    monkeypatch.setattr(cli.experiments, "all_configs",
+                        lambda profile: [make_run_config(**{**TINY, "seed": s}) for s in profile.seeds])
+    first = make_run_config(**{**TINY, "seed": 0})
+    fake_run(dirs_in_tmp / "archive" / "smoke" / first.label(), first, recovery=2.0)
+    # execute / assert: seed 3 is not finished: refused, naming the sweep of that seed only
+    assert cli.main(["archive", "--profile", "smoke", "--seeds", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "1 of the 1 runs" in err and "maskfed sweep --profile smoke --seeds 3`" in err
+    later = make_run_config(**{**TINY, "seed": 3})
+    fake_run(dirs_in_tmp / "runs" / later.label(), later, recovery=3.0)
+    monkeypatch.setattr(cli.runner, "find_run", lambda c: runner.RunResult(c, dirs_in_tmp / "runs" / c.label(),
+                                                                           pd.DataFrame(), {}) if c == later else None)
+    assert cli.main(["archive", "--profile", "smoke", "--seeds", "3"]) == 0
+    # seed 0's archived folder stays; seed 3's joins it
+    assert sorted(r.config.seed for r in archive.load_archive("smoke")) == [0, 3]
+    # bad input is refused before anything runs, naming the flag
+    assert cli.main(["archive", "--profile", "smoke", "--seeds", "-1"]) == 2
+    assert "--seeds -1" in capsys.readouterr().err
+    assert cli.main(["archive", "--profile", "smoke", "--verify", "--seeds", "3"]) == 2
+    assert "--seeds is used when archiving runs only" in capsys.readouterr().err
+
+
 def test_table_sources_keep_the_paper_profile_apart_from_the_papers_values():
     live, arch, paper = (pd.DataFrame({"x": [v]}) for v in (1.0, 2.0, 3.0))
     found = [archive.ArchivedSummary("paper", [], arch, None, [])]

@@ -140,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     arch.add_argument("--verify", action="store_true",
                       help="instead of archiving: re-run a sample of the archived runs with this checkout's code and "
                            "record whether every metric is bit-identical (the archive's label then says so)")
+    arch.add_argument("--seeds", nargs="+", type=int, default=None,
+                      help="archive only these seeds' runs (the profile's other seeds stay as archived; say, seeds "
+                           "added to a profile later), integers from 0 to 2**63 - 1 (default: every seed of the profile)")
     arch.add_argument("--runs", nargs="+", default=None, metavar="LABEL",
                       help="with --verify: the run labels to re-run (default: the cheapest run of each experiment)")
     arch.add_argument("--stage", action="store_true",
@@ -213,24 +216,32 @@ def _interrupted(exc: KeyboardInterrupt, then: str) -> int:
     return runner.exit_status(exc)
 
 
-def archive_profile(name: str, data_path: str | None = None) -> list:
-    """Archive every finished run of a profile's experiments (``maskfed archive``).
+def archive_profile(name: str, data_path: str | None = None, seeds: list[int] | None = None) -> list:
+    """Archive every finished run of a profile's experiments (``maskfed archive``), or of some of its seeds.
+
+    Args:
+        name: the profile.
+        data_path: the CIFAR-10 archive or folder its sweep used (None: the profile's).
+        seeds: only these seeds' runs (they need not be the profile's: seeds added to it later); None: the
+            profile's seeds. Archived runs of other seeds are left as they are.
 
     Returns:
         The archived folders.
 
     Raises:
-        ConfigError: unknown profile.
-        RuntimeError: some of the profile's runs have not finished (names them and the
-            command that computes them); nothing is archived then.
+        ConfigError: unknown profile, or a seed outside 0..2**63 - 1 (naming ``--seeds``).
+        RuntimeError: some of those runs have not finished (names them and the command that
+            computes them); nothing is archived then.
     """
-    profile = load_profile(name, data_path=data_path)
+    _check_seeds(seeds)
+    profile = load_profile(name, data_path=data_path, **({} if seeds is None else {"seeds": seeds}))
     cfgs = experiments.all_configs(profile)
     found = [runner.find_run(c) for c in cfgs]
     missing = [c.label() for c, r in zip(cfgs, found) if r is None]
     if missing:
+        sweep = f"maskfed sweep --profile {name}" + ("" if seeds is None else " --seeds " + " ".join(map(str, seeds)))
         raise RuntimeError(f"{len(missing)} of the {len(cfgs)} runs of profile {name!r} have not finished with the "
-                           f"current code and data: {', '.join(missing)}. Run `maskfed sweep --profile {name}` first; "
+                           f"current code and data: {', '.join(missing)}. Run `{sweep}` first; "
                            "nothing was archived.")
     return archive.archive_runs(found, name)
 
@@ -258,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "archive":
         if not args.verify and args.runs is not None:
             return _error("--runs is used with --verify only")
+        if args.seeds is not None and (args.verify or args.stage or args.stage_cross or args.factor or args.manifests):
+            return _error("--seeds is used when archiving runs only (not with --verify, --stage, --stage-cross, "
+                          "--factor or --manifests)")
         if args.workers < 1:
             return _error(f"--workers must be >= 1; got {args.workers}")
         if sum([args.verify, args.stage, args.stage_cross, args.factor is not None, args.manifests]) > 1:
@@ -329,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if record["identical"] else 1
         try:
             with runner.stop_on_signals():
-                folders = archive_profile(args.profile, absolute_path(args.data_path) if args.data_path else None)
+                folders = archive_profile(args.profile, absolute_path(args.data_path) if args.data_path else None,
+                                          seeds=args.seeds)
         except KeyboardInterrupt as exc:
             return _interrupted(exc, "every run folder archived so far is complete; rerun the same command to "
                                      "archive them all")
