@@ -104,6 +104,33 @@ def test_resnet_text_reports_fedavg_theta_first_then_centralised_and_the_route_t
     assert evidence.resnet_text([]) == ""
 
 
+def test_route_to_paper_text_counts_where_fedavg_theta_is_nearer_the_paper():
+    # prepare: ResNet-18-GN at θ reached both ways (FedAvg: full τ 1 3.0, bs 32 τ 2 1.2; centralised: 4.5, 2.4),
+    # all at test accuracy 0.46; the paper's Table I by hand
+    def row(source, bs, tau, value):
+        return {"model": "resnet18_gn", "source": source, "batch_size": bs, "local_epochs": tau, "test_acc": 0.46,
+                "recovery_unweighted": value}
+    table = pd.DataFrame([row("fedavg", "full", 1, 3.0), row("fedavg", "32", 2, 1.2),
+                          row("centralised", "full", 1, 4.5), row("centralised", "32", 2, 2.4)])
+
+    def paper(full_value):
+        return pd.DataFrame({"test_acc": [0.46, 0.8], "recovery_unweighted": [full_value, 1.0]},
+                            index=pd.MultiIndex.from_tuples([("full", 1), ("32", 2)],
+                                                            names=["batch_size", "local_epochs"]))
+    # execute / assert: paper full τ 1 = 5.0: ratios 0.6 (FedAvg) against 0.9 (centralised), so centralised is
+    # nearer there; bs 32 τ 2: 1.2 against 2.4, FedAvg nearer. 1 of 2: not nearer; medians 0.90 and 1.65
+    text = evidence.route_to_paper_text(table, paper(5.0))
+    assert "than centralised θ in 1 of 2 protocols (median ratio to the paper's 0.90 at FedAvg θ, 1.65 at " \
+           "centralised θ), so the route to θ does not bring this model nearer" in text
+    assert "the minibatch protocols recover 1.20 times the paper's, at test accuracy 0.46 against the paper's 0.80 " \
+           "(one trajectory, one seed)." in text
+    # paper full τ 1 = 3.0: ratios 1.0 against 1.5, FedAvg nearer in 2 of 2
+    assert "in 2 of 2 protocols" in evidence.route_to_paper_text(table, paper(3.0))
+    assert "accounts for part of the distance" in evidence.route_to_paper_text(table, paper(3.0))
+    # one route only: nothing to compare
+    assert evidence.route_to_paper_text(table[table["source"] == "fedavg"], paper(3.0)) == ""
+
+
 def test_own_trajectory_text_reads_the_last_quarter_and_the_last_evaluated_accuracy():
     # prepare: 8 rounds, last quarter = rounds 7-8 with factors 2.0 and 4.0; accuracy read at rounds 4 and 8
     nan = float("nan")

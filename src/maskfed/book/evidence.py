@@ -319,7 +319,42 @@ def resnet_text(tables, *, where: str = " (the chapter “What sets the recovery
     if not fedavg:
         text += (" The paper trains its model with FedAvg, so these centralised-θ values need not be the paper's "
                  "model as the paper trains it.")
-    return text
+    route = route_to_paper_text(table[table["model"] == "resnet18_gn"], paper)
+    return text + (" " + route if route else "")
+
+
+def route_to_paper_text(table: pd.DataFrame, paper: pd.DataFrame) -> str:
+    """What the route to θ does to ResNet-18-GN's distance from the paper's Table I: per protocol measured at
+    both FedAvg and centralised θ, the θ nearest in accuracy to the paper's row
+    (:func:`maskfed.studies.factor_axes.paper_at_matched_accuracy`) gives a ratio to the paper's 1/Δ_S;
+    the route is nearer where |log ratio| is smaller. A comparison of ours. "" unless both routes are measured.
+
+    Args:
+        table: model-size study rows of ResNet-18-GN (``source``, ``batch_size``, ``local_epochs``,
+            ``test_acc``, ``recovery_unweighted``).
+        paper: the paper's Table I (:func:`maskfed.analysis.summary.paper_table` ``("table1")``).
+    """
+    from maskfed import book
+    from maskfed.studies import factor_axes as fa
+
+    m = {src: fa.paper_at_matched_accuracy(table, paper, source=src) for src in ("fedavg", "centralised")}
+    both = [i for i in m["fedavg"].index if i in m["centralised"].index]
+    if not both:
+        return ""
+    fed, cen = m["fedavg"].loc[both], m["centralised"].loc[both]
+    nearer = int((np.abs(np.log(fed["ratio"])) < np.abs(np.log(cen["ratio"]))).sum())
+    text = (f"Set beside the paper's Table I at the nearest test accuracy, θ of the FedAvg trajectory bring the "
+            f"paper's model nearer the paper's value than centralised θ in {nearer} of {len(both)} protocols (median "
+            f"ratio to the paper's {fed['ratio'].median():.2f} at FedAvg θ, {cen['ratio'].median():.2f} at centralised "
+            "θ), so " + ("the route to θ accounts for part of the distance from the paper's numbers at this model"
+                         if 2 * nearer > len(both) else
+                         "the route to θ does not bring this model nearer the paper's numbers"))
+    mini = fed[[not str(i).startswith("full") for i in fed.index]]
+    if len(mini):
+        text += (f"; at FedAvg θ the minibatch protocols recover {book.span(mini['ratio'].min(), mini['ratio'].max())}"
+                 f" times the paper's, at test accuracy {book.span(mini['acc'].min(), mini['acc'].max())} against the "
+                 f"paper's {book.span(mini['paper_acc'].min(), mini['paper_acc'].max())} (one trajectory, one seed)")
+    return text + "."
 
 
 #: Test-accuracy gap (fraction) beyond which two runs are said not to be at the same stage of training (ours).
