@@ -60,6 +60,19 @@ def test_without_a_model_size_study_the_findings_say_what_is_missing():
     assert chapter.figure_own_trajectory(found) is None
 
 
+def test_theta_table_shows_a_dash_where_a_target_was_not_reached():
+    # prepare: one θ reached at round 32, one target never reached (the archive stores -1 for both numbers)
+    ck = pd.DataFrame({"model": ["resnet18_gn"] * 2, "width": [None, None], "source": ["fedavg"] * 2,
+                       "target": [0.45, 0.55], "reached": [True, False], "test_acc": [0.4529, float("nan")],
+                       "when": [32, -1], "images": [320000, -1], "where": ["run", "run"], "theta": ["ab", ""]})
+    found = chapter.Findings(glued={}, started=0.0, theta_profile=None, eq12={}, lr_table=pd.DataFrame(),
+                             ref_label="bs 32, τ 2", mckpts=ck)
+    # execute
+    shown = chapter.table_model_thetas(found)
+    # assert
+    assert list(shown["round / step"]) == [32, "–"] and list(shown["training images"]) == [320000, "–"]
+
+
 def test_cohort_size_table_shows_median_and_quartiles_per_protocol_and_k_c():
     # prepare
     eq12 = {"a": eq12_rows([1.8, 3.0, 4.5], [0.9, 0.6, 0.45], [0.02, 0.0, -0.05], [2.0, 3.0, 4.0],

@@ -154,6 +154,14 @@ def test_own_trajectory_text_reads_the_last_quarter_and_the_last_evaluated_accur
         "ResNet-18-GN's own FedAvg trajectory (the paper's protocol, bs 32, τ 2, α 100, seed 0), round by round. Over")
     assert "make it with: cmd;" in evidence.own_trajectory_paragraph(None, base, row, "cmd")
     assert "has no row for bs 32, τ 2" in evidence.own_trajectory_paragraph(own, base, None, "cmd")
+    # with the study's table: the fixed-θ median at the last measured θ of the trajectory's protocol (round 8: 1.6;
+    # another protocol's row and an earlier θ are not it)
+    table = pd.DataFrame({"source": ["fedavg"] * 3, "batch_size": ["32", "32", "full"], "local_epochs": [2, 2, 2],
+                          "when": [4, 8, 8], "recovery_unweighted": [2.5, 1.6, 9.0]})
+    measured = NS(trajectory=m, table=table, spec=NS(models=[NS(rounds=80)], num_cohorts=100, pool_size=12))
+    assert evidence.own_trajectory_paragraph(measured, base, row, "cmd").endswith(
+        "at the round-8 θ itself the median over the study's 100 cohorts drawn from one pool of 12 clients is 1.60 "
+        "(the tables above).")
 
 
 def test_paper_beside_caption_names_the_sources_shown():

@@ -290,7 +290,7 @@ def resnet_text(tables, *, where: str = " (the chapter “What sets the recovery
         return ""
     paper, paper_cliff = summary.paper_table("table1"), fa.paper_overview()["cliff"].iloc[0]
 
-    def at(source: str, name: str) -> str:
+    def at(source: str, name: str, first: bool) -> str:
         t = table[(table["model"] == "resnet18_gn") & (table["source"] == source)]
         if not len(t):
             return ""
@@ -300,14 +300,15 @@ def resnet_text(tables, *, where: str = " (the chapter “What sets the recovery
         when = [str(int(r)) for r in theta["when"]]
         rounds = (f"; {'round' if len(when) == 1 else 'rounds'} {', '.join(when)} of one trajectory, one seed"
                   if source == "fedavg" else "")
-        return (f"at θ of {name} (test accuracy {book.span(theta['test_acc'].min(), theta['test_acc'].max())}"
+        return (f"at θ of {name}test accuracy {book.span(theta['test_acc'].min(), theta['test_acc'].max())}"
                 f"{rounds}) a full-batch protocol recovers more than every minibatch one at {v['holds']} of "
-                f"{v['measured']} θ, by a factor of {book.span(v['min'], v['max'])} (the paper's Table I: "
-                f"{paper_cliff:.2f}), and at the θ nearest in accuracy to each Table I row its 1/Δ_S is "
+                f"{v['measured']} θ, by a factor of {book.span(v['min'], v['max'])}"
+                + (f" (the paper's Table I: {paper_cliff:.2f})" if first else "")
+                + ", and at the θ nearest in accuracy to each Table I row its 1/Δ_S is "
                 f"{book.span(m['ratio'].min(), m['ratio'].max())} times the paper's")
 
-    fedavg = at("fedavg", "its own FedAvg trajectory (bs 32, τ 2)")
-    found = [x for x in (fedavg, at("centralised", "centralised SGD")) if x]
+    fedavg = at("fedavg", "its own FedAvg trajectory (bs 32, τ 2; ", True)
+    found = [x for x in (fedavg, at("centralised", "centralised SGD (", not fedavg)) if x]
     text = f"The paper's model has been measured on this CPU{where}: " + "; ".join(found) + "."
     checks = fa.path_checks(table)
     if checks:
@@ -403,10 +404,21 @@ def own_trajectory_paragraph(own, base, paper_row, how_to_make: str) -> str:
     if paper_row is None:
         return (f"The paper's Table I has no row for bs {base.batch_size}, τ {base.local_epochs}, the protocol of "
                 "ResNet-18-GN's FedAvg trajectory in this build, so it is not set beside the paper.")
-    return (f"ResNet-18-GN's own FedAvg trajectory (the paper's protocol, bs {base.batch_size}, τ {base.local_epochs}, "
+    text = (f"ResNet-18-GN's own FedAvg trajectory (the paper's protocol, bs {base.batch_size}, τ {base.local_epochs}, "
             f"α {base.alpha:g}, seed {base.seed}), round by round. "
             + own_trajectory_text(own.trajectory, paper=float(paper_row["recovery_unweighted"]),
                                   paper_acc=float(paper_row["test_acc"]), budget=own.spec.models[0].rounds))
+    t = getattr(own, "table", None)
+    if t is None:
+        return text
+    at = t[(t["source"] == "fedavg") & (t["batch_size"].astype(str) == str(base.batch_size))
+           & (t["local_epochs"] == base.local_epochs)].sort_values("when")
+    if not len(at):
+        return text
+    last = at.iloc[-1]
+    return (text + f" The two kinds of value differ: each round's 1/Δ_S comes from the one cohort that round draws, at "
+            f"its own θ, while at the round-{int(last['when'])} θ itself the median over the study's "
+            f"{int(own.spec.num_cohorts)} cohorts drawn from one pool of {int(own.spec.pool_size)} clients is {last['recovery_unweighted']:.2f} (the tables above).")
 
 
 def checkpoints_caption(checkpoints: pd.DataFrame, unfinished=()) -> str:

@@ -419,11 +419,13 @@ def tables_path_checks(found: Findings) -> dict[str, pd.DataFrame]:
 
 def table_model_thetas(found: Findings) -> pd.DataFrame | None:
     """Where each θ of the model-size study came from, one row per (model, source, target); None
-    without a study."""
+    without a study. A target not reached shows "–" for its round or step and training images (the
+    archive stores -1 there)."""
     c = found.mckpts
     if c is None:
         return None
-    return (c.assign(model=[fa.model_label(m, w) for m, w in zip(c["model"], c["width"])])
+    unreached = {col: [int(v) if r else "–" for v, r in zip(c[col], c["reached"])] for col in ("when", "images")}
+    return (c.assign(model=[fa.model_label(m, w) for m, w in zip(c["model"], c["width"])], **unreached)
             .drop(columns=["width"]).rename(columns={"when": "round / step", "images": "training images",
                                                      "where": "from"}).set_index(["model", "source", "target"])
             .rename(index=THETA_NAMES))
