@@ -89,11 +89,13 @@ def test_resnet_text_reports_fedavg_theta_first_then_centralised_and_the_route_t
     table = pd.DataFrame([row("fedavg", "full", 1, 3.0), row("fedavg", "32", 2, 1.2),
                           row("centralised", "full", 1, 4.5, when=1750), row("centralised", "32", 2, 2.4, when=1750)])
     # execute
-    text = evidence.resnet_text([table, None])
+    text = evidence.resnet_text([table, None], protocol="bs 32, τ 2")
     # assert: FedAvg θ named first with its round, the cliff 3.0 / 1.2 = 2.50, then centralised (4.5 / 2.4 = 1.88);
     # the route: 1.50 to 2.00 times (median 1.75), both cells beyond the IQR of 0.1
     fed, central = text.index("its own FedAvg trajectory"), text.index("centralised SGD (")
     assert fed < central and "round 40 of one trajectory, one seed)" in text
+    assert "its own FedAvg trajectory (bs 32, τ 2; test accuracy 0.46; round 40" in text
+    assert "its own FedAvg trajectory (test accuracy 0.46; round 40" in evidence.resnet_text([table])
     assert "at 1 of 1 θ, by a factor of 2.50" in text and "by a factor of 1.88" in text
     assert "1.50 to 2.00 times (median 1.75) the value at FedAvg θ for the ResNet-18-GN, beyond the spread over " \
            "cohorts in 2 of 2 cells" in text

@@ -323,7 +323,7 @@ def test_a_model_with_its_own_trajectory_is_trained_archived_and_read_from_a_giv
              for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", [])
              if "scrapbook" in o.get("metadata", {})}
     assert "The paper's Table I has no row for bs 16, τ 2" in glued["wf_own_text"]  # smoke's protocol
-    assert "at θ of its own FedAvg trajectory (bs 32, τ 2) (test accuracy" in glued["wf_paper_text"]
+    assert "at θ of its own FedAvg trajectory (bs 16, τ 2; test accuracy" in glued["wf_paper_text"]
 
 
 # ---------------------------------------------------------------- the axes and the model-size study at smoke size

@@ -270,13 +270,16 @@ def stage_study(profile, spec, *, ladder_from: str | None, workers: int | None =
                      + stage.ladder_source(st.ladder), stage.ladder_config(profile), st.branches)
 
 
-def resnet_text(tables, *, where: str = " (the chapter “What sets the recovery factor?”)") -> str:
+def resnet_text(tables, *, protocol: str | None = None,
+                where: str = " (the chapter “What sets the recovery factor?”)") -> str:
     """The sentences on the paper's model measured on this CPU: at θ of its own FedAvg trajectory first, at θ
     of centralised SGD beside it, and what the way θ was reached does to 1/Δ_S on every model measured both
     ways (:func:`maskfed.studies.factor_axes.route_summary`); "" when no table holds ResNet-18-GN.
 
     Args:
         tables: model-size study tables (:attr:`maskfed.studies.factor_axes.ModelStudy.table`, archived or live).
+        protocol: the FedAvg trajectory's protocol as :func:`maskfed.studies.factor_axes.protocol_label` writes
+            it ("bs 32, τ 2"), named beside its θ; None: not named.
         where: where the measurement is shown, set after "measured on this CPU".
     """
     from maskfed import book
@@ -307,7 +310,7 @@ def resnet_text(tables, *, where: str = " (the chapter “What sets the recovery
                 + ", and at the θ nearest in accuracy to each Table I row its 1/Δ_S is "
                 f"{book.span(m['ratio'].min(), m['ratio'].max())} times the paper's")
 
-    fedavg = at("fedavg", "its own FedAvg trajectory (bs 32, τ 2; ", True)
+    fedavg = at("fedavg", f"its own FedAvg trajectory ({protocol + '; ' if protocol else ''}", True)
     found = [x for x in (fedavg, at("centralised", "centralised SGD (", not fedavg)) if x]
     text = f"The paper's model has been measured on this CPU{where}: " + "; ".join(found) + "."
     checks = fa.path_checks(table)

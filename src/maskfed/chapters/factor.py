@@ -133,7 +133,7 @@ def findings(profile: str, *, data_path=None, workers: int | None = None, theta_
                    for src in ("fedavg", "centralised")}
         found.matched = {src: m for src, m in matched.items() if len(m)}
     values |= model_values(found, missing, unfinished)
-    values["wf_paper_text"] = (evidence.resnet_text([v[0] for v in parts.values()], where="")
+    values["wf_paper_text"] = (evidence.resnet_text([v[0] for v in parts.values()], protocol=ref_label, where="")
                                or "ResNet-18-GN is not in this build, so the paper's Table I has no counterpart here.")
     values["wf_paper_caption"] = evidence.paper_beside_caption(list(found.matched))
 

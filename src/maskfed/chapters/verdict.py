@@ -72,6 +72,16 @@ def coverage_values(n_seeds: int) -> dict:
             "v_p_lowest": f"{100 * uncertainty.median_at_lowest_seed(n_seeds):.0f}" if n_seeds % 2 else "–"}
 
 
+def trajectory_protocol(profile: str) -> str:
+    """The protocol of ``profile``'s FedAvg trajectories that give the model-size study its θ (its stage-ladder
+    run, :func:`maskfed.studies.stage.ladder_config`), as :func:`maskfed.studies.factor_axes.protocol_label`
+    writes it ("bs 32, τ 2")."""
+    from maskfed.studies import factor_axes as fa, stage
+
+    base = stage.ladder_config(load_profile(profile))
+    return fa.protocol_label(base.batch_size, base.local_epochs)
+
+
 def model_note(model: str | None, n_small: int, n_resnet: int) -> str:
     """One clause on the closest source's model against the paper's ResNet-18-GN (``n_small``,
     ``n_resnet``: parameter counts of the small CNN and of our ResNet-18-GN)."""
@@ -194,7 +204,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
                         else "It has not run: no GPU has been available to this project."),
         # the paper's model measured on CPU: at FedAvg θ, at centralised θ, and the small CNN both ways
         "v_resnet_fixed": evidence.resnet_text([getattr(archive.load_factor_study("cpu-paper", p), "table", None)
-                                                for p in ("models", "resnet", "resnet-fedavg")]),
+                                                for p in ("models", "resnet", "resnet-fedavg")],
+                                               protocol=trajectory_protocol("cpu-paper")),
         "v_self": paper_self_text(verdicts),
     }
     takeaways = evidence.takeaways_html(
