@@ -53,8 +53,3 @@ def test_model_note_names_the_small_cnn_with_both_counts():
     assert chapter.model_note("small_cnn", 62006, 11173962) == (
         "its model is a small GroupNorm CNN (62,006 parameters), not the paper's ResNet-18-GN (11,173,962)")
 
-
-def test_trajectory_protocol_is_the_profiles_ladder_protocol():
-    # cpu-paper's stage-ladder run is Table II's protocol, bs 32, τ 2; smoke's is its own (bs 16, τ 2)
-    assert chapter.trajectory_protocol("cpu-paper") == "bs 32, τ 2"
-    assert chapter.trajectory_protocol("smoke") == "bs 16, τ 2"

@@ -426,3 +426,9 @@ def test_an_unfinished_trajectory_is_read_as_far_as_its_last_checkpoint(tmp_path
     assert fa.find_own_trajectory(fa.protocol_config(cfg, seed=1), [partial]) is None
     with pytest.raises(ValueError, match="holds no checkpoint.pt"):
         fa.unfinished_trajectory(tmp_path, cfg, tmp_path / "x")
+
+
+def test_trajectory_protocol_is_the_profiles_ladder_protocol():
+    # cpu-paper's stage-ladder run is Table II's protocol, bs 32, τ 2; smoke's is its own (bs 16, τ 2)
+    assert fa.trajectory_protocol(load_profile("cpu-paper")) == "bs 32, τ 2"
+    assert fa.trajectory_protocol(load_profile("smoke")) == "bs 16, τ 2"

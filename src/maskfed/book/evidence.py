@@ -421,7 +421,8 @@ def own_trajectory_paragraph(own, base, paper_row, how_to_make: str) -> str:
     last = at.iloc[-1]
     return (text + f" The two kinds of value differ: each round's 1/Δ_S comes from the one cohort that round draws, at "
             f"its own θ, while at the round-{int(last['when'])} θ itself the median over the study's "
-            f"{int(own.spec.num_cohorts)} cohorts drawn from one pool of {int(own.spec.pool_size)} clients is {last['recovery_unweighted']:.2f} (the tables above).")
+            f"{int(own.spec.num_cohorts)} cohorts drawn from one pool of {int(own.spec.pool_size)} clients is "
+            f"{last['recovery_unweighted']:.2f} (the tables above).")
 
 
 def checkpoints_caption(checkpoints: pd.DataFrame, unfinished=()) -> str:

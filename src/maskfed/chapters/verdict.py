@@ -24,7 +24,7 @@ from maskfed.analysis import claims, uncertainty
 from maskfed.book import evidence, plots
 from maskfed.engine.config import Profile, load_profile
 from maskfed.engine.models import build_model, num_parameters
-from maskfed.studies import archive, experiments
+from maskfed.studies import archive, experiments, factor_axes as fa
 
 #: The live experiments every verdict reads (Table I, Table II and the control).
 EXPERIMENTS = ("table1", "table2", "control")
@@ -70,16 +70,6 @@ def coverage_values(n_seeds: int) -> dict:
     return {"v_n_seeds": n_seeds, "v_cov_range": pct(uncertainty.seed_range_coverage(n_seeds)),
             "v_cov_five": pct(uncertainty.seed_range_coverage(5)),
             "v_p_lowest": f"{100 * uncertainty.median_at_lowest_seed(n_seeds):.0f}" if n_seeds % 2 else "–"}
-
-
-def trajectory_protocol(profile: str) -> str:
-    """The protocol of ``profile``'s FedAvg trajectories that give the model-size study its θ (its stage-ladder
-    run, :func:`maskfed.studies.stage.ladder_config`), as :func:`maskfed.studies.factor_axes.protocol_label`
-    writes it ("bs 32, τ 2")."""
-    from maskfed.studies import factor_axes as fa, stage
-
-    base = stage.ladder_config(load_profile(profile))
-    return fa.protocol_label(base.batch_size, base.local_epochs)
 
 
 def model_note(model: str | None, n_small: int, n_resnet: int) -> str:
@@ -205,7 +195,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         # the paper's model measured on CPU: at FedAvg θ, at centralised θ, and the small CNN both ways
         "v_resnet_fixed": evidence.resnet_text([getattr(archive.load_factor_study("cpu-paper", p), "table", None)
                                                 for p in ("models", "resnet", "resnet-fedavg")],
-                                               protocol=trajectory_protocol("cpu-paper")),
+                                               protocol=fa.trajectory_protocol(load_profile("cpu-paper"))),
         "v_self": paper_self_text(verdicts),
     }
     takeaways = evidence.takeaways_html(

@@ -404,6 +404,13 @@ def trajectory_config(base: RunConfig, m: "ModelSpec") -> RunConfig:
                            checkpoint_every=m.keep_every)  # a checkpoint with every kept θ (not part of the key)
 
 
+def trajectory_protocol(profile: Profile) -> str:
+    """The protocol of ``profile``'s FedAvg trajectory that gives the model-size study its θ (its stage-ladder
+    run, :func:`maskfed.studies.stage.ladder_config`), as :func:`protocol_label` writes it ("bs 32, τ 2")."""
+    base = stage.ladder_config(profile)
+    return protocol_label(base.batch_size, base.local_epochs)
+
+
 def evaluated_checkpoints(cfg: RunConfig, targets, folder: Path) -> tuple[list[Checkpoint], pd.DataFrame]:
     """θ of a finished FedAvg run at the first evaluated round whose test accuracy reaches each target.
 
