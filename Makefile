@@ -6,12 +6,14 @@
 #   make bench / make device-prepare / make device-check   benchmark / carry wheels+data / the GPU check (docs/operations.md)
 #   make device-compat   the GPU machine's torch (2.11) in a throwaway venv, running the tiny GPU check here
 # Variables: PROFILE (smoke | cpu | cpu-long | cpu-paper | paper; default cpu), DATA (path to a CIFAR-10 archive or folder),
-#   DEVICE_CHECK_SIZE (full | tiny; default full), BENCH_ARGS, COMPAT_PYTHON.
+#   NB_JOBS (notebooks executed at once, default 2), DEVICE_CHECK_SIZE (full | tiny; default full), BENCH_ARGS, COMPAT_PYTHON.
 
 SHELL   := /bin/bash
 PROFILE ?= cpu
 DATA    ?=
 PYTHON  ?= python3
+# notebooks executed at once by make book, each in its own one-thread process (2: this project's 2-core machine)
+NB_JOBS ?= 2
 
 # The active virtualenv or conda environment if there is one, else .venv (created from pyproject.toml).
 ifneq ($(VIRTUAL_ENV),)
@@ -40,7 +42,7 @@ env: $(STAMP)
 book: $(STAMP)
 	@SECONDS=0; \
 	"$(PY)" -m maskfed sweep --profile $(PROFILE) $(DATA_FLAG) && echo "[make book] runs: $${SECONDS} s" && \
-	"$(PY)" -m maskfed.book.notebooks --profile $(PROFILE) $(DATA_FLAG) && echo "[make book] runs + notebooks: $${SECONDS} s" && \
+	"$(PY)" -m maskfed.book.notebooks --profile $(PROFILE) --jobs $(NB_JOBS) $(DATA_FLAG) && echo "[make book] runs + notebooks: $${SECONDS} s" && \
 	"$(ENV_DIR)/bin/jupyter-book" build book/ --quiet && \
 	echo "[make book] done in $${SECONDS} s: open book/_build/html/index.html"
 

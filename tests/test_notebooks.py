@@ -255,3 +255,70 @@ def test_every_chapter_starts_with_the_hidden_figure_defaults():
     namespace = {}
     exec(notebooks.SETUP_SOURCE, namespace)
     assert params.user_names(namespace) == []
+
+
+# --- several notebooks at once (make book's --jobs 2) ---
+
+def _fake_children(monkeypatch, codes: dict):
+    """subprocess.run replaced: each child "executes" its notebook (the last argument) and exits with codes[name]."""
+    import subprocess
+    import threading
+
+    started, lock = [], threading.Lock()
+
+    def run(cmd, *, env, **_):
+        name = cmd[-1]
+        with lock:
+            started.append((name, cmd, env))
+        return subprocess.CompletedProcess(cmd, codes.get(name, 0), stdout=f"executed {name}\n")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    return started
+
+
+def test_jobs_gives_each_notebook_a_one_thread_child_with_the_same_arguments(monkeypatch, capsys, tmp_path):
+    # prepare
+    started = _fake_children(monkeypatch, {})
+    # execute
+    code = notebooks.main(["--profile", "smoke", "--jobs", "2", "--out-dir", str(tmp_path), "-p", "seeds", "[0]",
+                           "intro", "cite", "provenance"])
+    # assert: three children, one notebook each, all given the profile, folder and parameter, one thread each
+    err = capsys.readouterr().err
+    assert code == 0
+    assert sorted(n for n, _, _ in started) == ["cite", "intro", "provenance"]
+    for name, cmd, env in started:
+        assert cmd[1:4] == ["-m", "maskfed.book.notebooks", "--child"] and cmd[-1] == name
+        assert cmd[cmd.index("--profile") + 1] == "smoke" and cmd[cmd.index("--out-dir") + 1] == str(tmp_path)
+        assert cmd[cmd.index("-p"):cmd.index("-p") + 3] == ["-p", "seeds", "[0]"]
+        assert env["OMP_NUM_THREADS"] == "1" and env["MKL_NUM_THREADS"] == "1"
+        assert f"executed {name}" in err
+
+
+def test_jobs_starts_nothing_after_a_failure_and_returns_its_status(monkeypatch, capsys):
+    # prepare: with one job at a time the order is the book's, and the second notebook stops on bad input
+    started = _fake_children(monkeypatch, {"cite": 2, "provenance": 1})
+    # execute: jobs 1 child at a time through run_parallel itself
+    code = notebooks.run_parallel(["intro", "cite", "provenance"], ["--profile", "smoke"], jobs=1)
+    # assert: provenance never started, and the status is cite's (2), not 0 or provenance's
+    assert code == 2
+    assert [n for n, _, _ in started] == ["intro", "cite"]
+
+
+def test_jobs_below_one_is_refused_before_any_notebook_runs(monkeypatch, capsys):
+    started = _fake_children(monkeypatch, {})
+    with pytest.raises(SystemExit) as exc:
+        notebooks.main(["--profile", "smoke", "--jobs", "0", "intro", "cite"])
+    assert exc.value.code == 2 and "--jobs must be an integer >= 1; got 0" in capsys.readouterr().err
+    assert not started
+    with pytest.raises(ValueError, match="jobs must be >= 1; got 0"):
+        notebooks.run_parallel(["intro"], [], jobs=0)
+
+
+@pytest.mark.slow
+def test_jobs_two_executes_real_notebooks_as_one_at_a_time_does(tmp_path):
+    # execute: two light pages at once, in their own processes
+    code = notebooks.main(["--profile", "smoke", "--jobs", "2", "--out-dir", str(tmp_path), "intro", "cite"])
+    # assert: both pages written, each ran to its end (no failed copy)
+    assert code == 0
+    assert sorted(p.name for p in tmp_path.glob("*.ipynb")) == ["cite.ipynb", "intro.ipynb"]
+    assert nbformat.read(tmp_path / "intro.ipynb", as_version=4).cells

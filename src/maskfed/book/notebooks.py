@@ -283,7 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="a further notebook parameter, as papermill's -p (the value as text: the "
                              "notebook's own check parses and refuses it)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="notebooks executed at once, each in a process of its own with one torch thread "
+                             "(default 1; make book gives 2, one per core of the 2-core machine it was timed on)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one notebook of a --jobs run
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be an integer >= 1; got {args.jobs}")
     try:
         absolute_env()  # also refuses MASKFED_RESULTS_DIR= and the like, before any notebook runs
     except ValueError as exc:
@@ -312,8 +318,15 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as exc:
             parser.error(f"--data-path: {exc}")
     out_dir = Path(args.out_dir).expanduser().absolute()
-    report_damaged_archive()
-    for name in args.names or book_order():
+    if not args.child:  # a --jobs child's parent has named them already
+        report_damaged_archive()
+    names = args.names or book_order()
+    if args.jobs > 1 and len(names) > 1:
+        child_args = ["--profile", args.profile, "--out-dir", str(out_dir),
+                      *(["--data-path", args.data_path] if args.data_path else []),
+                      *(x for k, v in args.parameter for x in ("-p", k, v))]
+        return run_parallel(names, child_args, jobs=args.jobs)
+    for name in names:
         t0 = time.perf_counter()
         try:
             with interrupt_silences_logging():
@@ -334,6 +347,45 @@ def main(argv: list[str] | None = None) -> int:
             return 2 if ename in _INPUT_ERROR_NAMES else 1
         print(f"executed {name} ({args.profile}) in {time.perf_counter() - t0:.1f} s -> {out.name}", file=sys.stderr)
     return 0
+
+
+def run_parallel(names: list[str], child_args: list[str], *, jobs: int) -> int:
+    """Execute ``names`` with up to ``jobs`` at once, each by ``python -m maskfed.book.notebooks <child_args> <name>``
+    in a process of its own (one torch and BLAS thread: two contended threads run these models several times
+    slower than one, docs/measurements.md). A notebook's lines reach stderr when it ends, whole.
+
+    Started in book order; after a notebook fails, no further one starts, the running ones finish, and the
+    first failure's exit status is returned (:func:`main`'s: 2 bad input, 1 another failure, 130 Ctrl-C).
+
+    Raises:
+        ValueError: ``jobs`` below 1.
+    """
+    import concurrent.futures
+    import subprocess
+
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1; got {jobs}")
+    env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    failed: list[int] = []
+
+    def one(name: str) -> int:
+        if failed:  # after a failure nothing new starts
+            return 0
+        done = subprocess.run([sys.executable, "-m", "maskfed.book.notebooks", "--child", *child_args, name],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        sys.stderr.write(done.stdout)
+        sys.stderr.flush()
+        if done.returncode != 0:
+            failed.append(done.returncode)
+        return done.returncode
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        try:
+            list(pool.map(one, names))
+        except KeyboardInterrupt:  # Ctrl-C reached the children too: each says which notebook it stopped
+            failed.insert(0, 130)
+            pool.shutdown(wait=True, cancel_futures=True)
+    return failed[0] if failed else 0
 
 
 @contextlib.contextmanager
