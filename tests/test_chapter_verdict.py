@@ -1,6 +1,7 @@
 """The verdict chapter's helpers (maskfed.chapters.verdict) on hand-made claims and verdict tables."""
 
 import pandas as pd
+import pytest
 
 from maskfed.analysis import claims
 from maskfed.chapters import verdict as chapter
@@ -13,11 +14,23 @@ def _claim(key, title, criterion):
 
 def test_coverage_values_by_the_order_statistic_argument():
     # execute
-    three, four = chapter.coverage_values(3), chapter.coverage_values(4)
+    three, four, five, seven = (chapter.coverage_values(n) for n in (3, 4, 5, 7))
     # assert: the range of n seeds misses the median with probability 2 (1/2)^n: 75 % (3), 87.5 % (4),
-    # 93.75 % (5); the median of 3 redrawn seeds is the lowest one with probability 7/27 = 25.9 %
-    assert three == {"v_n_seeds": 3, "v_cov_range": "75", "v_cov_five": "93.75", "v_p_lowest": "26"}
+    # 93.75 % (5), 98.44 % (7); the median of 3 redrawn seeds is the lowest one with probability 7/27 = 25.9 %,
+    # of 5 with 0.0512 + 0.0064 + 0.00032 = 5.8 %, of 7 with about 1.0 %
+    assert {k: three[k] for k in ("v_n_seeds", "v_cov_range", "v_p_lowest")} == {
+        "v_n_seeds": 3, "v_cov_range": "75", "v_p_lowest": "25.9"}
+    assert "93.75 % with 5 seeds" in three["v_cov_text"] and "covers the median 75 % of the time" in three["v_cov_text"]
     assert four["v_cov_range"] == "87.5" and four["v_p_lowest"] == "–"
+    assert (five["v_cov_range"], five["v_p_lowest"]) == ("93.75", "5.8")
+    assert "75 % with 3 seeds, the paper's count" in five["v_cov_text"]
+    # 5.8 % is above the 5 % at each end of a 90 % interval, so its ends are the extreme seeds; 1.0 % is not
+    assert "more than the 5 % at each end" in five["v_cov_text"]
+    assert (seven["v_p_lowest"], seven["v_cov_range"]) == ("1.0", "98.44")
+    assert "no more than the 5 % at each end, so the interval can end inside the seed range" in seven["v_cov_text"]
+    assert "$" not in five["v_cov_text"]  # glued as text: no raw LaTeX on the page
+    with pytest.raises(ValueError, match="n_seeds must be >= 1"):
+        chapter.coverage_values(0)
 
 
 def test_criteria_html_escapes_and_capitalises_only_ascii_starts():

@@ -59,17 +59,45 @@ def coverage_values(n_seeds: int) -> dict:
     """What a seed interval is worth with ``n_seeds`` seeds a setting (:mod:`maskfed.analysis.uncertainty`).
 
     Returns:
-        ``v_n_seeds``; ``v_cov_range`` and ``v_cov_five``: the percent of the time the seed range
-        [min, max] covers the median with ``n_seeds`` and with 5 seeds (1 − 2 (1/2)^n, up to two decimals,
-        trailing zeros dropped); ``v_p_lowest``: the percent probability that the median of a redraw of
-        the seeds is the lowest seed ("–" for an even count, whose median is no single seed).
+        ``v_n_seeds``; ``v_cov_range``: the percent of the time the seed range [min, max] covers the median
+        (1 − 2 (1/2)^n, up to two decimals, trailing zeros dropped); ``v_p_lowest``: the percent probability
+        that the median of a redraw of the seeds is the lowest seed, one decimal ("–" for an even count,
+        whose median is no single seed); ``v_cov_text``: the page's paragraph saying so, which compares
+        that probability with the (1 − LEVEL)/2 at each end of the interval and names the range's coverage
+        at the paper's 3 seeds (or, with 3, at 5).
+
+    Raises:
+        ValueError: ``n_seeds`` < 1.
     """
     def pct(x: float) -> str:
         return f"{100 * x:.2f}".rstrip("0").rstrip(".")
 
-    return {"v_n_seeds": n_seeds, "v_cov_range": pct(uncertainty.seed_range_coverage(n_seeds)),
-            "v_cov_five": pct(uncertainty.seed_range_coverage(5)),
-            "v_p_lowest": f"{100 * uncertainty.median_at_lowest_seed(n_seeds):.0f}" if n_seeds % 2 else "–"}
+    cov = pct(uncertainty.seed_range_coverage(n_seeds))
+    other = 5 if n_seeds == 3 else 3
+    other_text = f"{pct(uncertainty.seed_range_coverage(other))} % with {other} seeds" + (
+        ", the paper's count" if other == 3 else "")
+    tail = (f"[min, max] covers the median {cov} % of the time (it misses only when every seed falls on one side "
+            f"of the median, probability 2·(1/2)ⁿ; {other_text}).")
+    end = 100 * (1 - uncertainty.LEVEL) / 2
+    if n_seeds == 1:
+        text = "With one seed a setting, the intervals redraw its rounds only and say nothing of the spread between seeds."
+        lowest = "–"
+    elif n_seeds % 2 == 0:
+        text = (f"With {n_seeds} seeds a setting the median of a redraw is the mean of the two seeds drawn, and the seed range "
+                + tail)
+        lowest = "–"
+    else:
+        p = 100 * uncertainty.median_at_lowest_seed(n_seeds)
+        lowest = f"{p:.1f}"
+        head = (f"What that nominal level is worth with {n_seeds} seeds a setting: the median of a redraw of the "
+                f"seeds is the lowest seed with probability {lowest} % (and the highest as often), ")
+        if p > end:
+            text = (head + f"more than the {end:g} % at each end, so the interval's ends sit near the extreme seeds and it "
+                    f"covers the true median about as often as the seed range does: " + tail)
+        else:
+            text = (head + f"no more than the {end:g} % at each end, so the interval can end inside the seed range; "
+                    f"the seed range itself " + tail)
+    return {"v_n_seeds": n_seeds, "v_cov_range": cov, "v_p_lowest": lowest, "v_cov_text": text}
 
 
 def model_note(model: str | None, n_small: int, n_resnet: int) -> str:
