@@ -888,10 +888,11 @@ def alpha_trajectories(profile_name: str, *, workers: int = 2,
     (:func:`maskfed.engine.runner.run_many`, in ``results/runs``). If the rerun's metrics equal the archived
     ones bit for bit (:func:`same_metrics`), its ``thetas.pt`` joins the archived folder (manifest rewritten);
     otherwise the rerun's own folder is the trajectory and the report says where they first differ (another
-    CPU model gives other rounding).
+    CPU model gives other rounding). A run that has ``thetas.pt`` already keeps the sentence an earlier
+    α-cross recorded for it (its reproduction check), or else is reported as having kept θ as it trained.
 
     Returns:
-        ``(trajectories, report)``; ``report``: archived run folder -> one sentence.
+        ``(trajectories, report)``; ``report``: archived run folder -> one sentence, for every trajectory.
 
     Raises:
         ValueError: the archive lacks one of these runs.
@@ -903,8 +904,11 @@ def alpha_trajectories(profile_name: str, *, workers: int = 2,
     spec = stage.make_spec(profile_name)
     keep = spec.candidate_rounds if spec.candidate_rounds is not None else spec.candidate_every
     runs = load_archive(profile_name)
+    earlier = load_alpha_cross(profile_name)
+    earlier = {} if earlier is None else earlier.provenance.get("reproduction", {})
     out: dict[float, dict[int, Path]] = {}
     todo: dict[RunConfig, tuple[float, int, RunResult]] = {}
+    report = {}
     for a in prof.table2.alphas:
         out[a] = {}
         for s in prof.seeds:
@@ -914,9 +918,10 @@ def alpha_trajectories(profile_name: str, *, workers: int = 2,
                 raise ValueError(f"the {profile_name} archive lacks the run {cfg.label()} ({how_to_make(profile_name)})")
             if (found[0].path / runner.THETAS).is_file():
                 out[a][s] = found[0].path
+                name = found[0].path.name
+                report[name] = earlier.get(name, "kept θ as it trained: its one run gave both its metrics and its θ")
             else:
                 todo[cfg] = (a, s, found[0])
-    report = {}
     if todo:
         reruns = runner.run_many(list(todo), workers=workers, progress=progress, keep_every={c: keep for c in todo})
         for cfg, rerun in zip(todo, reruns):
