@@ -429,6 +429,32 @@ def _two_archived_runs(monkeypatch):
 
 
 @pytest.mark.slow
+def test_runs_added_with_this_code_keep_the_older_runs_verification(dirs_in_tmp, monkeypatch):
+    # prepare: two runs of old code verified with this checkout's code, then a seed added with this code
+    cfgs, runs = _two_archived_runs(monkeypatch)
+    assert archive.verify_archive("smoke", labels=[c.label() for c in cfgs])["identical"] is True
+    added = make_run_config(**{**TINY, "seed": 1})
+    archive.archive_runs(runner.run_many([added], workers=1, progress=False), "smoke")
+    runs = archive.load_archive("smoke")
+    assert sorted(r.provenance["code_hash"] for r in runs).count("feedfacefeedface") == 1
+    # execute
+    lab = archive.label(runs, "smoke")
+    # assert: the check of the two older runs still stands (the verification record holds no digest of the
+    # added run, which needs none), and the text says which runs are which
+    assert lab.verified is True and lab.code_changed is False and lab.same_code_runs == 1
+    assert "reproduced every metric bit for bit" in lab.text()
+    assert ("2 of these runs were made with other run code than this checkout's (feedfacefeedface), the other 1 "
+            "with it, but re-running 2 of the 2 with it (") in lab.text()
+    # an older run edited after the check: the verification no longer covers these bytes
+    path = runs[0].path if runs[0].provenance["code_hash"] != "feedfacefeedface" else runs[1].path
+    m = pd.read_csv(path / "metrics.csv")
+    m.loc[0, "test_loss"] = 1.0
+    m.to_csv(path / "metrics.csv", index=False)
+    archive.write_manifest(path)  # even re-manifested, its content digest differs from the checked one
+    assert archive.label(archive.load_archive("smoke"), "smoke").verification is None
+
+
+@pytest.mark.slow
 def test_an_edited_archived_file_is_named_by_the_label_and_never_called_reproduced(dirs_in_tmp, monkeypatch):
     # prepare: a passed verification, then one value of one archived metrics.csv changed by 1e-3
     cfgs, runs = _two_archived_runs(monkeypatch)

@@ -472,3 +472,16 @@ def test_glued_values_are_not_bold_by_default():
     css = (Path(__file__).resolve().parents[1] / "book" / "_static" / "maskfed.css").read_text()
     rule = re.search(r"span\.pasted-text\s*\{([^}]*)\}", css)
     assert rule is not None and re.search(r"font-weight:\s*inherit", rule.group(1))
+
+
+def test_intro_states_the_archived_profiles_seeds_as_its_yaml_has_them():
+    # prepare: the intro's prose (before any code cell) says how many seeds the archived cpu-paper runs have
+    from maskfed.engine.config import load_profile
+
+    seeds = load_profile("cpu-paper").seeds
+    text = " ".join((paths.REPO_ROOT / "notebooks" / "intro.md").read_text().split())
+    words = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+    # assert: seeds 0-2 are the paper's count, the rest ours, and both counts in the intro are the profile's
+    assert seeds[:3] == [0, 1, 2] and len(seeds) > 3
+    assert f"the paper's three seeds and {words[len(seeds) - 3]} more of ours" in text
+    assert f"{words[len(seeds)]} seeds, 200 rounds" in text

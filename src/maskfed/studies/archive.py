@@ -375,6 +375,7 @@ class ArchiveLabel:
     verification: dict | None = None  # the newest check of this code on exactly these files (verify_archive)
     changed: list[str] = field(default_factory=list)  # "<run folder>: <file> differs from its manifest", ...
     own_code_check: dict | None = None  # the newest verification made with the runs' own run code, if any
+    same_code_runs: int = 0     # runs made with this checkout's run code (seeds added later, say)
 
     @property
     def verified(self) -> bool:
@@ -420,9 +421,13 @@ class ArchiveLabel:
                     f"not this checkout's {self.current_code_hash}.")
         if v is not None and any(h != self.current_code_hash for h in self.code_hashes):
             runs = v["runs"]
-            return (s + f". This checkout's run code ({self.current_code_hash}) differs, but re-running "
-                    f"{len(runs)} of these runs with it ({', '.join(r['label'] for r in runs)}) on "
-                    f"{v['machine']} on {v['utc'][:10]} reproduced every metric bit for bit "
+            older = self.runs - self.same_code_runs
+            which = (f"This checkout's run code ({self.current_code_hash}) differs" if not self.same_code_runs else
+                     f"{older} of these runs were made with other run code than this checkout's "
+                     f"({self.current_code_hash}), the other {self.same_code_runs} with it")
+            return (s + f". {which}, but re-running {len(runs)} of {'these' if not self.same_code_runs else 'the'} "
+                    f"{'runs' if not self.same_code_runs else f'{older}'} with it ({', '.join(r['label'] for r in runs)}) "
+                    f"on {v['machine']} on {v['utc'][:10]} reproduced every metric bit for bit "
                     "(maskfed archive --verify).")
         return s + " (the same as this checkout's)."
 
@@ -465,7 +470,8 @@ def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
         code_hashes=hashes, current_code_hash=current, changed=changed,
         verification=None if changed else latest_verification(
             profile_name, current, results, {name: _digest(h) for name, h in hashed.items()}),
-        own_code_check=next((v for v in reversed(_verifications(profile_name)) if v.get("code_hash") in hashes), None))
+        own_code_check=next((v for v in reversed(_verifications(profile_name)) if v.get("code_hash") in hashes), None),
+        same_code_runs=sum(p["code_hash"] == current for p in provs))
 
 
 #: File in ``archive_dir()/<profile>/`` recording each verification (:func:`verify_archive`).
@@ -486,10 +492,15 @@ def _verifications(profile_name: str) -> list[dict]:
 def latest_verification(profile_name: str, code_hash: str, results: list[RunResult],
                         digests: dict[str, str] | None = None) -> dict | None:
     """The newest verification (passed or failed) of ``code_hash`` made on exactly these files (its
-    ``contents`` match every run's :func:`content_digest` now), else None. A record on other bytes or
-    without digests never counts, and a newer failure is never shadowed by an older pass. ``digests``
-    (``{run folder: content_digest}``) saves hashing the files again."""
-    now = digests if digests is not None else {r.path.name: content_digest(r.path) for r in results}
+    ``contents`` match the :func:`content_digest` now of every run made with other run code than
+    ``code_hash``; a run made with ``code_hash`` itself, such as a seed archived later, needs no check),
+    else None. A record on other bytes or without digests never counts, and a newer failure is never
+    shadowed by an older pass. ``digests`` (``{run folder: content_digest}``) saves hashing the files again."""
+    others = [r for r in results if r.provenance.get("code_hash") != code_hash]
+    if not others:  # nothing to check: every run was made with this code
+        return None
+    now = ({r.path.name: digests[r.path.name] for r in others} if digests is not None
+           else {r.path.name: content_digest(r.path) for r in others})
     for v in reversed(_verifications(profile_name)):
         digests = v.get("contents") or {}
         if v.get("code_hash") == code_hash and all(digests.get(name) == d for name, d in now.items()):
