@@ -8,6 +8,7 @@ with the given profile (and any other parameters).
     python -m maskfed.book.notebooks --profile smoke table1_local_protocol
     python -m maskfed.book.notebooks --profile smoke stage_or_sampling -p branch_rounds 0
     python -m maskfed.book.notebooks --profile smoke --out-dir /tmp/nb theory_02_prop1 -p n_scales 5
+    python -m maskfed.book.notebooks --profile cpu --jobs 2          # two at a time, as make book runs them
 
 A refused parameter, a diverged run or a damaged run folder ends as one error line (exit status
 2), Ctrl-C as one line (exit status 130); the kernel's own log lines are kept out of the output.
