@@ -444,7 +444,11 @@ def test_runs_added_with_this_code_keep_the_older_runs_verification(dirs_in_tmp,
     assert lab.verified is True and lab.code_changed is False and lab.same_code_runs == 1
     assert "reproduced every metric bit for bit" in lab.text()
     assert ("2 of these runs were made with other run code than this checkout's (feedfacefeedface), the other 1 "
-            "with it, but re-running 2 of the 2 with it (") in lab.text()
+            "with it, but re-running 2 of the 2 (") in lab.text()
+    assert "and the 2 older runs' files are the ones that check covered" in lab.text()
+    # a label of a subset names the re-run runs among its own runs apart from those of the rest of the archive
+    sub = archive.label([r for r in runs if r.config.label() != cfgs[1].label()], "smoke").text()
+    assert f"re-running 1 of the 1 ({cfgs[0].label()}) and 1 other run of the same archive ({cfgs[1].label()})" in sub
     # an older run edited after the check: the verification no longer covers these bytes
     path = runs[0].path if runs[0].provenance["code_hash"] != "feedfacefeedface" else runs[1].path
     m = pd.read_csv(path / "metrics.csv")

@@ -401,6 +401,9 @@ def test_stability_marks_a_verdict_that_a_variant_flips():
     assert verdicts.loc["cliff", "verdict"] == "partly"
     assert st.loc["cliff", "mark"] == "fragile"
     assert "runs still falling left out (3 of 4 runs, 3 of 4 settings kept): holds" in st.loc["cliff", "flips"]
+    # a run that stands in both tables is one run of the count, not two
+    both = evidence.stability(verdicts, {**runs, "table2": [runs["table1"][3]]}, n_boot=100)
+    assert "(3 of 4 runs, 3 of 4 settings kept)" in both.loc["cliff", "flips"]
     assert st.loc["alpha_span", "mark"] == "–"  # not measured here: no mark
 
 

@@ -709,7 +709,7 @@ def matched_text(verdicts: pd.DataFrame, matched: pd.DataFrame, source: str, tab
     differ = [f"{verdicts.loc[k, 'title']} ({views_text(verdicts.loc[k, 'verdict'], matched.loc[k, 'verdict'])})"
               for k in verdicts.index if views_text(verdicts.loc[k, "verdict"], matched.loc[k, "verdict"])]
     return (f"The column “at matched stage” judges each claim again with the same criterion at the {len(acc)} "
-            f"checkpoints of the {source} stage study (test accuracy {acc.min():.2f} to {acc.max():.2f}), where "
+            f"checkpoints after initialisation (θ_0) of the {source} stage study (test accuracy {acc.min():.2f} to {acc.max():.2f}), where "
             "every protocol and every α is measured at the same θ, taken from the α = 100, bs 32, τ 2 trajectory"
             + (" and, for the claims on α alone, also from the α = " + " and ".join(f"{a:g}" for a in cross_alphas(cross))
                + " trajectories (the α-cross), so that θ trained at α = 100 do not decide the α comparison alone"
@@ -889,12 +889,14 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
                 judged[v][c.key] = claims.verdict_table([ev], (c,)).loc[c.key, "verdict"]
             except ValueError:
                 judged[v][c.key] = "not measured here"
-        n_all = len(runs.get("table1", [])) + len(runs.get("table2", []))
+        # a run in both tables (bs 32, τ 2, α = 100) is one run
+        n_all = len({r.config.key() for r in runs.get("table1", []) + runs.get("table2", [])})
+        n_kept = len({r.config.key() for r in t1 + t2})
         settings = {(r.config.batch_size, r.config.local_epochs, r.config.alpha) for r in t1 + t2}
         settings_all = {(r.config.batch_size, r.config.local_epochs, r.config.alpha)
                         for r in runs.get("table1", []) + runs.get("table2", [])}
-        kept[v] = ("" if len(t1) + len(t2) == n_all else
-                   f" ({len(t1) + len(t2)} of {n_all} runs, {len(settings)} of {len(settings_all)} settings kept)")
+        kept[v] = ("" if n_kept == n_all else
+                   f" ({n_kept} of {n_all} runs, {len(settings)} of {len(settings_all)} settings kept)")
     rows = []
     for c in claim_list:
         base = verdicts.loc[c.key, "verdict"]

@@ -193,7 +193,8 @@ def stage_text(study) -> str:
     ru = later[("recovery_unweighted", lo_a)] / later[("recovery_unweighted", hi_a)]
     rw = later[("recovery_weighted", lo_a)] / later[("recovery_weighted", hi_a)]
     return (f"In the stage study of {study.profile} (every Table II α measured at the same checkpoints θ of each "
-            f"seed's bs 32, τ 2 trajectory at α = {hi_a:g}; {len(later)} checkpoints after initialisation), the "
+            f"seed's bs 32, τ 2 trajectory at α = {hi_a:g}; {len(later)} checkpoints after initialisation, each seed's "
+            f"counted apart, so these are not the α-cross table's medians over seeds), the "
             f"unweighted recovery factor at α = {lo_a:g} is {ru.min():.2f} to {ru.max():.2f} times that at "
             f"α = {hi_a:g} "
             f"(median {ru.median():.2f}), the n_k-weighted one {rw.min():.2f} to {rw.max():.2f} times (median "

@@ -376,6 +376,7 @@ class ArchiveLabel:
     changed: list[str] = field(default_factory=list)  # "<run folder>: <file> differs from its manifest", ...
     own_code_check: dict | None = None  # the newest verification made with the runs' own run code, if any
     same_code_runs: int = 0     # runs made with this checkout's run code (seeds added later, say)
+    labels: list[str] = field(default_factory=list)  # the runs' labels (RunConfig.label), to name re-runs among them
 
     @property
     def verified(self) -> bool:
@@ -420,15 +421,20 @@ class ArchiveLabel:
             return (s + f". The run code has changed since these runs: their numbers are from code {code}, "
                     f"not this checkout's {self.current_code_hash}.")
         if v is not None and any(h != self.current_code_hash for h in self.code_hashes):
-            runs = v["runs"]
+            here = [r["label"] for r in v["runs"] if r["label"] in self.labels]
+            elsewhere = [r["label"] for r in v["runs"] if r["label"] not in self.labels]
             older = self.runs - self.same_code_runs
             which = (f"This checkout's run code ({self.current_code_hash}) differs" if not self.same_code_runs else
                      f"{older} of these runs were made with other run code than this checkout's "
                      f"({self.current_code_hash}), the other {self.same_code_runs} with it")
-            return (s + f". {which}, but re-running {len(runs)} of {'these' if not self.same_code_runs else 'the'} "
-                    f"{'runs' if not self.same_code_runs else f'{older}'} with it ({', '.join(r['label'] for r in runs)}) "
-                    f"on {v['machine']} on {v['utc'][:10]} reproduced every metric bit for bit "
-                    "(maskfed archive --verify).")
+            reran = ([f"{len(here)} of {'these' if not self.same_code_runs else f'the {older}'} "
+                      f"({', '.join(here)})"] if here else []) + (
+                [f"{len(elsewhere)} other run{'s' if len(elsewhere) > 1 else ''} of the same archive "
+                 f"({', '.join(elsewhere)})"] if elsewhere else [])
+            return (s + f". {which}, but re-running {' and '.join(reran)} with it on {v['machine']} on "
+                    f"{v['utc'][:10]} reproduced every metric bit for bit, and "
+                    f"{'these runs' if not self.same_code_runs else f'the {older} older runs'}' files are the ones "
+                    "that check covered (maskfed archive --verify).")
         return s + " (the same as this checkout's)."
 
 
@@ -471,7 +477,7 @@ def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
         verification=None if changed else latest_verification(
             profile_name, current, results, {name: _digest(h) for name, h in hashed.items()}),
         own_code_check=next((v for v in reversed(_verifications(profile_name)) if v.get("code_hash") in hashes), None),
-        same_code_runs=sum(p["code_hash"] == current for p in provs))
+        same_code_runs=sum(p["code_hash"] == current for p in provs), labels=[r.config.label() for r in results])
 
 
 #: File in ``archive_dir()/<profile>/`` recording each verification (:func:`verify_archive`).
