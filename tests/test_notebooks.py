@@ -315,7 +315,7 @@ def test_jobs_below_one_is_refused_before_any_notebook_runs(monkeypatch, capsys)
 
 
 @pytest.mark.slow
-def test_jobs_two_executes_real_notebooks_as_one_at_a_time_does(tmp_path):
+def test_jobs_two_executes_real_notebooks_to_their_end(tmp_path):
     # execute: two light pages at once, in their own processes
     code = notebooks.main(["--profile", "smoke", "--jobs", "2", "--out-dir", str(tmp_path), "intro", "cite"])
     # assert: both pages written, each ran to its end (no failed copy)

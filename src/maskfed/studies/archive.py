@@ -421,19 +421,24 @@ class ArchiveLabel:
             return (s + f". The run code has changed since these runs: their numbers are from code {code}, "
                     f"not this checkout's {self.current_code_hash}.")
         if v is not None and any(h != self.current_code_hash for h in self.code_hashes):
+            older = self.runs - self.same_code_runs
+            if self.same_code_runs:
+                which = (f"{older} of these runs were made with other run code than this checkout's "
+                         f"({self.current_code_hash}), the other {self.same_code_runs} with it")
+                ours, covered = f"the {older}", f"the {older} older runs"
+            else:
+                which = f"This checkout's run code ({self.current_code_hash}) differs"
+                ours, covered = "these", "these runs"
             here = [r["label"] for r in v["runs"] if r["label"] in self.labels]
             elsewhere = [r["label"] for r in v["runs"] if r["label"] not in self.labels]
-            older = self.runs - self.same_code_runs
-            which = (f"This checkout's run code ({self.current_code_hash}) differs" if not self.same_code_runs else
-                     f"{older} of these runs were made with other run code than this checkout's "
-                     f"({self.current_code_hash}), the other {self.same_code_runs} with it")
-            reran = ([f"{len(here)} of {'these' if not self.same_code_runs else f'the {older}'} "
-                      f"({', '.join(here)})"] if here else []) + (
-                [f"{len(elsewhere)} other run{'s' if len(elsewhere) > 1 else ''} of the same archive "
-                 f"({', '.join(elsewhere)})"] if elsewhere else [])
+            reran = []
+            if here:
+                reran.append(f"{len(here)} of {ours} ({', '.join(here)})")
+            if elsewhere:
+                reran.append(f"{len(elsewhere)} other run{'s' if len(elsewhere) > 1 else ''} of the same archive "
+                             f"({', '.join(elsewhere)})")
             return (s + f". {which}, but re-running {' and '.join(reran)} with it on {v['machine']} on "
-                    f"{v['utc'][:10]} reproduced every metric bit for bit, and "
-                    f"{'these runs' if not self.same_code_runs else f'the {older} older runs'}' files are the ones "
+                    f"{v['utc'][:10]} reproduced every metric bit for bit, and {covered}' files are the ones "
                     "that check covered (maskfed archive --verify).")
         return s + " (the same as this checkout's)."
 
