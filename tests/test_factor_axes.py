@@ -247,13 +247,13 @@ def test_model_specs_are_the_issues_and_refuse_unknown_parts():
         fa.model_spec("cpu-paper", "vit")
     with pytest.raises(ValueError, match="width is given for model 'small_cnn_gn' only"):
         fa.ModelSpec(model="resnet18_gn", width=8)
-    # ResNet-18-GN's own FedAvg trajectory: the issue's protocol, 80 rounds, θ every 2nd round from 10
+    # ResNet-18-GN's own FedAvg trajectory: the paper's protocol and 200 rounds, θ at every evaluated round
     own = fa.model_spec("cpu-paper", "resnet-fedavg")
     (m,) = own.models
-    assert (m.source, m.rounds, m.eval_every) == ("fedavg", 80, 4) and own.protocols == resnet.protocols
-    assert m.kept() == [0, *range(10, 81, 2)]
+    assert (m.source, m.rounds, m.eval_every) == ("fedavg", 200, 4) and own.protocols == resnet.protocols
+    assert m.kept() == list(range(0, 201, 4))
     cfg = fa.trajectory_config(stage.ladder_config(load_profile("cpu-paper")), m)
-    assert (cfg.model, cfg.rounds, cfg.eval_every, cfg.eval_every_tail, cfg.checkpoint_every) == ("resnet18_gn", 80, 4, 4, 2)
+    assert (cfg.model, cfg.rounds, cfg.eval_every, cfg.eval_every_tail, cfg.checkpoint_every) == ("resnet18_gn", 200, 4, 4, 2)
     assert (cfg.batch_size, cfg.local_epochs, cfg.alpha, cfg.lr, cfg.seed) == (32, 2, 100, 0.01, 0)
     with pytest.raises(ValueError, match="rounds .* needs source 'fedavg' and eval_every"):
         fa.ModelSpec(model="resnet18_gn", rounds=10)
