@@ -3,6 +3,7 @@
 #   make test   create the environment and run the test suite (make test-fast: the tests not marked slow)
 #   make env / make clean   only create the environment / remove the built book (book/_build, book/nb)
 #   make book-check   read every page of the built book in headless Chromium (apt-get install -y chromium)
+#   make lab   the chapters as notebooks in JupyterLab (a chapter's .md opens as a notebook; run it top to bottom)
 #   make bench / make device-prepare / make device-check   benchmark / carry wheels+data / the GPU check (docs/operations.md)
 #   make device-compat   the GPU machine's torch (2.11) in a throwaway venv, running the tiny GPU check here
 # Variables: PROFILE (smoke | cpu | cpu-long | cpu-paper | paper; default cpu), DATA (path to a CIFAR-10 archive or folder),
@@ -27,14 +28,14 @@ PY    := $(ENV_DIR)/bin/python
 STAMP := $(ENV_DIR)/.maskfed-installed
 DATA_FLAG := $(if $(DATA),--data-path "$(DATA)")
 
-.PHONY: env book book-check test test-fast clean help bench device-prepare device-check device-compat
+.PHONY: env book book-check test test-fast clean help bench device-prepare device-check device-compat lab
 
 help:
-	@sed -n '2,9p' Makefile
+	@sed -n '2,10p' Makefile
 
 $(STAMP): pyproject.toml
 	@test -x "$(PY)" || $(PYTHON) -m venv "$(ENV_DIR)"
-	"$(PY)" -m pip install --quiet --disable-pip-version-check -e '.[book,test,ray,flower]'
+	"$(PY)" -m pip install --quiet --disable-pip-version-check -e '.[book,test,ray,flower,lab]'
 	@touch "$(STAMP)"
 
 env: $(STAMP)
@@ -54,6 +55,15 @@ book-check: $(STAMP)
 
 test: $(STAMP)
 	"$(PY)" -m pytest
+
+# JupyterLab on notebooks/: book/_lab/overrides.json makes a MyST chapter (.md) open as a notebook (jupytext), whose
+# Markdown jupyterlab-myst renders; outside the book build each chapter also shows the values its text glues.
+# LAB_ARGS: further flags of jupyter lab, e.g. LAB_ARGS="--no-browser --port 8899".
+LAB_ARGS ?=
+lab: $(STAMP)
+	@mkdir -p "$(ENV_DIR)/share/jupyter/lab/settings"
+	@cp book/_lab/overrides.json "$(ENV_DIR)/share/jupyter/lab/settings/overrides.json"
+	"$(ENV_DIR)/bin/jupyter" lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 # The fast tier: every test not marked slow (notebooks, subprocesses, signals, real data, long runs).
 test-fast: $(STAMP)

@@ -485,3 +485,25 @@ def test_intro_states_the_archived_profiles_seeds_as_its_yaml_has_them():
     assert seeds[:3] == [0, 1, 2] and len(seeds) > 3
     assert f"the paper's three seeds and {words[len(seeds) - 3]} more of ours" in text
     assert f"{words[len(seeds)]} seeds, 200 rounds" in text
+
+
+def test_glue_numbers_writes_floats_once_skips_truth_values_and_shows_a_table_outside_the_build(monkeypatch):
+    # prepare: collect what is glued and what is displayed
+    import IPython.display
+
+    from maskfed import book
+
+    glued, shown = {}, []
+    monkeypatch.setattr(book, "glue", lambda k, v, display=False: glued.__setitem__(k, v))
+    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
+    # execute: in JupyterLab (not the book build)
+    monkeypatch.setattr(book, "IN_BOOK_BUILD", False)
+    book.glue_numbers({"a": 1.23456, "n": 5, "w": "inside", "ok": True, "pct": 93.75})
+    # assert: 3 significant digits, integers and words as they are, no truth value
+    assert glued == {"a": "1.23", "n": 5, "w": "inside", "pct": "93.8"}
+    assert len(shown) == 1 and list(shown[0].index) == ["a", "n", "w", "pct"]
+    assert list(shown[0].iloc[:, 0]) == ["1.23", "5", "inside", "93.8"]
+    # execute: in the book build nothing is shown
+    monkeypatch.setattr(book, "IN_BOOK_BUILD", True)
+    book.glue_numbers({"a": 2.0})
+    assert len(shown) == 1 and glued["a"] == "2"

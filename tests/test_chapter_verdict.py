@@ -66,3 +66,49 @@ def test_model_note_names_the_small_cnn_with_both_counts():
     assert chapter.model_note("small_cnn", 62006, 11173962) == (
         "its model is a small GroupNorm CNN (62,006 parameters), not the paper's ResNet-18-GN (11,173,962)")
 
+
+
+def test_where_in_places_a_value_against_a_range():
+    assert [chapter.where_in(v, 1.0, 2.0) for v in (0.5, 1.0, 1.5, 2.0, 2.5)] == [
+        "below", "inside", "inside", "inside", "above"]
+
+
+def test_resnet_cliffs_take_every_resnet_theta_and_skip_other_models():
+    # prepare: ResNet-18-GN at two θ (cliffs 6/3 = 2 and 3/2 = 1.5) and a small CNN whose cliff (10) must not count
+    def rows(model, width, target, acc, full, mini):
+        return [{"model": model, "width": width, "params": 1, "source": "fedavg", "target": target, "test_acc": acc,
+                 "when": target * 100,
+                 "images": 1, "batch_size": b, "local_epochs": 1, "recovery_unweighted": r}
+                for b, r in (("full", full), ("32", mini))]
+    t = pd.DataFrame(rows("resnet18_gn", None, 0.35, 0.37, 6.0, 3.0) + rows("resnet18_gn", None, 0.45, 0.46, 3.0, 2.0)
+                     + rows("small_cnn_gn", 8, 0.35, 0.36, 10.0, 1.0))
+    # execute
+    r = chapter.resnet_cliffs([t, None])
+    # assert
+    assert r == {"n_theta": 2, "cliff_low": 1.5, "cliff_high": 2.0, "acc_low": 0.37, "acc_high": 0.46}
+    assert chapter.resnet_cliffs([None])["n_theta"] == 0
+
+
+def test_bottom_line_reports_the_headline_cell_the_cliff_and_the_counts():
+    # prepare: a Table I whose cliff is 4 / 2 = 2, the paper's headline cell inside our seed range, one cell outside
+    idx = pd.MultiIndex.from_tuples([("32", 2), ("128", 1), ("full", 1)], names=["batch_size", "local_epochs"])
+    t1 = pd.DataFrame({"recovery_unweighted": [1.2, 2.0, 4.0]}, index=idx)
+    ev = claims.Evidence("src", table1=t1)  # no replicates: the interval is the point
+    against = pd.DataFrame({"paper": [1.19, 8.96], "ours": [1.2, 4.0], "low": [1.1, 3.0], "high": [1.3, 5.0],
+                            "table": ["I", "I"]}, index=["bs 32, τ 2", "full, τ 1"])
+    verdicts = pd.DataFrame({"verdict": ["holds", "partly", "does not hold", "holds", "partly"],
+                             "title": list("abcde")}, index=["floor", "cliff", "spans", "alpha_span", "tau"])
+    # execute
+    b = chapter.bottom_line(verdicts, ev, against, n_seeds=5, rounds=200, model="small_cnn_gn",
+                            resnet={"n_theta": 0})
+    # assert: headline claims floor holds, cliff partly, spans fails, alpha_span holds -> "partly" (1 of 4 fails)
+    assert b["b_headline"] == "holds in part"
+    assert (b["b_head_paper"], b["b_head_ours"], b["b_head_where"]) == (1.19, 1.2, "inside")
+    # the paper's cliff: its smallest full-batch cell (full, τ 5: 3.96) over its largest minibatch one (bs 128, τ 1: 1.36)
+    assert (b["b_cliff"], b["b_cliff_low"], b["b_cliff_high"]) == (2.0, 2.0, 2.0)
+    assert b["b_cliff_paper"] == pytest.approx(3.96 / 1.36) and b["b_cliff_where"] == "above"
+    assert (b["b_inside"], b["b_settings"]) == (1, 2)
+    assert (b["b_n_claims"], b["b_n_holds"], b["b_n_partly"], b["b_n_fail"]) == (5, 2, 2, 1)
+    assert b["b_cov"] == 93.75 and b["b_is_resnet"] is False and b["b_rn_n_theta"] == 0
+    with pytest.raises(KeyError):
+        chapter.bottom_line(verdicts, ev, against.iloc[1:], n_seeds=5, rounds=200, model="m", resnet={})

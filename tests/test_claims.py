@@ -168,24 +168,6 @@ def test_finding_refuses_an_unknown_verdict():
         claims.Finding("1", "maybe")
 
 
-def test_in_short_names_the_failures_and_whether_the_paper_breaks_them_too():
-    # prepare: our table fails every claim; the paper's own table fails only 'monotone_t'
-    table = claims.verdict_table([FAILS])
-    # execute
-    text = claims.in_short(table)
-    # assert: counts from the table, the paper's own failure named apart
-    n = len(claims.CLAIMS)
-    assert text.startswith(f"Of {n} claims, 0 hold, 0 hold in part and {n} do not hold (")
-    assert "(“Monotone in T”, which the paper's own table breaks as well; “The cliff”, " in text
-    one = table.copy()
-    one["verdict"] = ["holds"] * (n - 2) + ["partly", "does not hold"]   # the last claim is the stage one
-    assert claims.in_short(one) == f"Of {n} claims, {n - 2} hold, 1 holds in part and 1 does not hold (“Sampling, not stage”)."
-    one["verdict"] = ["holds"] * (n - 1) + ["not measured here"]
-    assert claims.in_short(one) == f"Of {n} claims, {n - 1} hold, 0 hold in part, 0 do not hold and 1 is not measured here."
-    with pytest.raises(ValueError, match="lacks the columns"):
-        claims.in_short(table.drop(columns="paper_verdict"))
-
-
 # --------------------------------------------------------------------------- the trend test reaches the claims
 
 def _trends(slopes: dict, *, se=0.001, falling=None):

@@ -196,22 +196,6 @@ def test_headline_verdict_follows_its_rule():
         "not measured here"
 
 
-def test_takeaways_name_the_failing_claims_the_seeds_and_what_would_change_it():
-    from maskfed.analysis import claims
-
-    v = _verdicts(monotone_t="does not hold", stage="not measured here")
-    v.loc["monotone_t", "paper_verdict"] = "does not hold"
-    html = evidence.takeaways_html(v, closest=claims.Evidence("src"), n_seeds=3, model_note="a small CNN",
-                                   paper_ran=False)
-    assert "The headline holds</b>" in html                      # the 4 measured headline claims hold
-    assert "Monotone in T (ours: v; the paper's table: p)" in html and "breaks Monotone in T too" in html
-    assert "the true median about 75 % of the time" in html and "cover the median 94 % of the time" in html
-    assert "the paper profile run on a GPU" in html and "a measurement of Sampling, not stage" in html
-    done = evidence.takeaways_html(_verdicts(), closest=claims.Evidence("src"), n_seeds=5, model_note="m",
-                                   paper_ran=True)
-    assert "every measured claim holds at least in part" in done and "nothing this project can run" in done
-
-
 def test_against_paper_sets_each_setting_beside_the_paper_once():
     # prepare: Table I bs 32 τ 2 at two seeds (factors 1.0 and 2.0) and Table II α = 100 (the same runs), α = 1
     def run(bs, tau, alpha, seed, value):

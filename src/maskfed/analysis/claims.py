@@ -25,6 +25,9 @@ from maskfed.analysis.uncertainty import Interval
 
 #: The verdicts a criterion can give, strongest first.
 VERDICTS = ("holds", "partly", "does not hold", "not measured here")
+#: Each verdict as a sentence writes it after a subject ("the headline holds in part").
+VERDICT_WORDS = {"holds": "holds", "partly": "holds in part", "does not hold": "does not hold",
+                 "not measured here": "is not measured here"}
 
 
 @dataclass
@@ -139,7 +142,7 @@ def majority(passed: int, groups: int) -> bool:
     return groups > 0 and 2 * passed > groups
 
 
-def _iv(stat, tables, reps) -> Interval:
+def interval_of(stat, tables, reps) -> Interval:
     """``stat`` with its interval, or a degenerate interval when there are no replicates."""
     if any(r is None for r in reps):
         v = stat(*tables)
@@ -165,7 +168,7 @@ def _proto(p) -> str:
 
 def _cliff(ev: Evidence) -> Finding:
     t1 = _need(ev.table1)
-    iv = _iv(cliff, [t1], [ev.reps1])
+    iv = interval_of(cliff, [t1], [ev.reps1])
     lo = _bound(iv, "low")
     verdict = "holds" if lo >= 2 else "partly" if lo > 1 else "does not hold"
     return Finding(_text(iv), verdict)
@@ -174,7 +177,7 @@ def _cliff(ev: Evidence) -> Finding:
 def _floor(ev: Evidence) -> Finding:
     t1 = _need(ev.table1)
     mini = lambda t: t[~_is_full(t)]["recovery_unweighted"]  # noqa: E731
-    hi = _iv(lambda t: float(mini(t).max()), [t1], [ev.reps1])
+    hi = interval_of(lambda t: float(mini(t).max()), [t1], [ev.reps1])
     lo = float(mini(t1).min())
     verdict = ("holds" if _bound(hi, "high") <= 1.5 and lo >= 1 else
                "partly" if hi.estimate <= 2 and lo >= 0.9 else "does not hold")
@@ -233,7 +236,7 @@ def _signal_steps(ev: Evidence) -> Finding:
 
 def _alpha_span(ev: Evidence) -> Finding:
     t1, t2 = _need(ev.table1), _need(ev.table2)
-    iv = _iv(span_ratio, [t1, t2], [ev.reps1, ev.reps2])
+    iv = interval_of(span_ratio, [t1, t2], [ev.reps1, ev.reps2])
     verdict = "holds" if _bound(iv, "high") < 0.5 else "partly" if iv.estimate < 1 else "does not hold"
     detail = (f"α: {t2['recovery_unweighted'].min():.2f}–{t2['recovery_unweighted'].max():.2f}; "
               f"protocols: {t1['recovery_unweighted'].min():.2f}–{t1['recovery_unweighted'].max():.2f}")
@@ -247,8 +250,8 @@ def _alpha_weighting(ev: Evidence) -> Finding:
     def rise(t, col="recovery_unweighted"):
         return float(t.loc[lo_a, col] / t.loc[hi_a, col])
 
-    iv_u = _iv(rise, [t2], [ev.reps2])
-    iv_w = _iv(lambda t: rise(t, "recovery_weighted"), [t2], [ev.reps2])
+    iv_u = interval_of(rise, [t2], [ev.reps2])
+    iv_w = interval_of(lambda t: rise(t, "recovery_weighted"), [t2], [ev.reps2])
     lu, lw = math.log(iv_u.estimate), abs(math.log(iv_w.estimate))
     flat = 1 / FLAT <= _bound(iv_w, "low") and _bound(iv_w, "high") <= FLAT
     verdict = ("holds" if _bound(iv_u, "low") > 1 and flat else
@@ -289,7 +292,7 @@ def _spans(ev: Evidence) -> Finding:
 def _tradeoff(ev: Evidence) -> Finding:
     t1 = _need(ev.table1)
     stat = lambda t: spearman(t["recovery_unweighted"], t["test_acc"])  # noqa: E731
-    iv = _iv(stat, [t1], [ev.reps1])
+    iv = interval_of(stat, [t1], [ev.reps1])
     verdict = ("holds" if iv.estimate <= -0.5 and _bound(iv, "high") < 0 else
                "partly" if iv.estimate < 0 else "does not hold")
     return Finding(_text(iv, "+.2f"), verdict)
@@ -524,40 +527,3 @@ def counts(table: pd.DataFrame) -> dict[str, int]:
     """How many claims got each overall verdict (:data:`VERDICTS` order)."""
     vc = table["verdict"].value_counts()
     return {v: int(vc.get(v, 0)) for v in VERDICTS}
-
-
-def in_short(table: pd.DataFrame) -> str:
-    """The answer of a verdict table in one sentence, built from its verdicts only.
-
-    Counts the claims that hold and hold in part and names those that do not hold (marking those the
-    paper's own table breaks as well), e.g. "Of N claims, a hold, b hold in part and c does not hold
-    (“…”, which the paper's own table breaks as well)."
-
-    Args:
-        table: :func:`verdict_table`'s output (columns ``title``, ``verdict``, ``paper_verdict``).
-
-    Raises:
-        ValueError: a table without those columns.
-    """
-    missing = {"title", "verdict", "paper_verdict"} - set(table.columns)
-    if missing:
-        raise ValueError(f"table must be verdict_table()'s output; it lacks the columns {sorted(missing)}")
-    n = counts(table)
-    failed = table[table["verdict"] == "does not hold"]
-    both = [f"“{t}”" for t in failed[failed["paper_verdict"] == "does not hold"]["title"]]
-    ours = [f"“{t}”" for t in failed[failed["paper_verdict"] != "does not hold"]["title"]]
-
-    def verb(k: int, one: str, many: str) -> str:
-        return f"{k} {one if k == 1 else many}"
-
-    parts = [verb(n["holds"], "holds", "hold"), verb(n["partly"], "holds in part", "hold in part")]
-    notes = []
-    if both:
-        notes.append(f"{', '.join(both)}, which the paper's own table breaks as well")
-    if ours:
-        notes.append(", ".join(ours))
-    fail = verb(n["does not hold"], "does not hold", "do not hold")
-    parts.append(fail + (f" ({'; '.join(notes)})" if notes else ""))
-    if n["not measured here"]:
-        parts.append(verb(n["not measured here"], "is not measured here", "are not measured here"))
-    return f"Of {len(table)} claims, " + ", ".join(parts[:-1]) + " and " + parts[-1] + "."

@@ -549,11 +549,40 @@ def glue(key: str, value, display: bool = False) -> None:
     _glue(key, value, display=display)
 
 
+#: True while the notebook runner builds a chapter into the book (its hidden setup cell sets it). Outside the
+#: build (a chapter run top to bottom in JupyterLab, where ``{glue:text}`` placeholders stay placeholders),
+#: :func:`glue_all` and :func:`glue_numbers` also show the values they glue as a table.
+IN_BOOK_BUILD = False
+
+
+def _show_values(glued: dict) -> None:
+    """Outside the book build, display ``glued`` (name -> value as glued) as a one-column table."""
+    if IN_BOOK_BUILD or not glued:
+        return
+    from IPython.display import display
+
+    display(pd.DataFrame({"value in the text": [str(v) for v in glued.values()]},
+                         index=pd.Index(list(glued), name="glue name")))
+
+
 def glue_all(values: dict) -> None:
     """Glue every named value of a chapter's findings (:func:`glue` on each item of ``values``, a dict
-    of name to number or string), so a chapter glues in one call."""
+    of name to number or string), so a chapter glues in one call; outside the book build, show them
+    (:data:`IN_BOOK_BUILD`)."""
     for key, value in values.items():
         glue(key, value)
+    _show_values(values)
+
+
+def glue_numbers(values: dict, digits: int = 3) -> None:
+    """Glue a chapter's numbers and words for its Markdown: a float is written by :func:`number` with
+    ``digits`` significant digits (the book's one number format), an integer or a string as it is; a truth
+    value is not glued (it is for the chapter's checks, not its text). Outside the book build, show them."""
+    glued = {key: number(value, digits) if isinstance(value, (float, np.floating)) else value
+             for key, value in values.items() if not isinstance(value, (bool, np.bool_))}
+    for key, value in glued.items():
+        glue(key, value)
+    _show_values(glued)
 
 
 def provenance_note(name: str | None = None, namespace: dict | None = None) -> "IPython.display.HTML":

@@ -486,56 +486,6 @@ def headline_verdict(verdicts: pd.DataFrame) -> str:
     return "does not hold" if (got == "does not hold").sum() > len(got) / 2 else "partly"
 
 
-def takeaways_html(verdicts: pd.DataFrame, *, closest: claims.Evidence, n_seeds: int, model_note: str,
-                   paper_ran: bool) -> str:
-    """The verdict page's bottom line, an HTML box of four items computed from the verdicts: does the headline
-    hold (:func:`headline_verdict`, each headline claim's verdict), where not, how sure, what would change it.
-
-    Args:
-        verdicts: :func:`maskfed.analysis.claims.verdict_table` of the claims.
-        closest: the source closest to the paper's setting (its name and note are shown).
-        n_seeds: seeds per setting of that source.
-        model_note: what the closest source's model is, against the paper's (one clause).
-        paper_ran: whether the paper profile (the paper's setting, on a GPU) is among the sources.
-    """
-    from html import escape
-
-    words = {"holds": "holds", "partly": "holds in part", "does not hold": "does not hold",
-             "not measured here": "is not measured here"}
-    head = headline_verdict(verdicts)
-    parts = ", ".join(f"{escape(verdicts.loc[k, 'title'])} {verdict_mark(verdicts.loc[k, 'verdict'])}"
-                      for k in HEADLINE if k in verdicts.index)
-    failing = verdicts[verdicts["verdict"] == "does not hold"]
-    also_paper = [t for t, p in zip(failing["title"], failing["paper_verdict"]) if p == "does not hold"]
-    where_not = ("; ".join(f"{escape(t)} (ours: {escape(str(v))}; the paper's table: {escape(str(p))})"
-                           for t, v, p in zip(failing["title"], failing[closest.name], failing["paper"]))
-                 if len(failing) else "every measured claim holds at least in part")
-    if also_paper:
-        where_not += f". The paper's own table breaks {', '.join(map(escape, also_paper))} too"
-    unmeasured = verdicts[verdicts["verdict"] == "not measured here"]["title"].tolist()
-    cov = 100 * uncertainty.seed_range_coverage(n_seeds)
-    change = [] if paper_ran else ["the paper profile run on a GPU (the paper's model and setting), which would "
-                                   "become the closest evidence"]
-    if n_seeds < 5:
-        change.append(f"five seeds instead of {n_seeds} (the seed range would then cover the median "
-                      f"{100 * uncertainty.seed_range_coverage(5):.0f} % of the time, not {cov:.0f} %)")
-    if unmeasured:
-        change.append("a measurement of " + ", ".join(map(escape, unmeasured)) + ", which this build lacks")
-    items = [
-        f"<b>The headline {words[head]}</b> {verdict_mark(head)}: the recovery factor sits near 1 for minibatch "
-        f"protocols, far above it with exact gradients, and is set by sampling noise rather than by heterogeneity or "
-        f"stage. Its parts: {parts} (our rule: it holds if every measured part holds, does not hold if more than "
-        "half fail, else holds in part).",
-        f"<b>Where not:</b> {where_not}.",
-        f"<b>How sure:</b> the closest evidence is {escape(closest.name)}; {escape(model_note)}. With {n_seeds} "
-        f"seed{'s' if n_seeds != 1 else ''} a setting, an interval covers the true median about {cov:.0f} % of the "
-        "time, not 90 %.",
-        "<b>What would change it:</b> " + ("; ".join(change) if change else "nothing this project can run") + ".",
-    ]
-    return ('<div class="admonition tip maskfed-takeaways"><p class="admonition-title">In short</p><ul>'
-            + "".join(f"<li>{i}</li>" for i in items) + "</ul></div>")
-
-
 def against_paper(table1_runs: list[RunResult], table2_runs: list[RunResult]) -> pd.DataFrame:
     """Each setting of the paper's Tables I and II that ``runs`` measure, ours beside the paper's: one row per
     setting (index: "bs 32, τ 2", ..., "α = 1"), columns ``paper`` (the paper's 1/Δ_S, unweighted), ``ours`` (median

@@ -71,7 +71,10 @@ def hide_injected_parameters(nb) -> None:
 
 #: The first cell of every executed chapter, hidden: the book's figure defaults (SVG, text sizes).
 #: It binds no public name, so a chapter's parameter check does not see it.
-SETUP_SOURCE = "from maskfed.book.plots import use_book_style as _use_book_style\n_use_book_style()"
+#: The hidden first cell of every chapter the runner executes: the figure defaults, and the flag that tells
+#: :func:`maskfed.book.glue_all` the chapter is being built into the book (so it shows no table of its values).
+SETUP_SOURCE = ("from maskfed.book.plots import use_book_style as _use_book_style\n_use_book_style()\n"
+                "import maskfed.book as _book\n_book.IN_BOOK_BUILD = True")
 
 
 def add_book_setup(nb) -> None:

@@ -12,6 +12,7 @@ draws the summary figure.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from html import escape
 from typing import Optional
@@ -20,7 +21,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from maskfed import book
-from maskfed.analysis import claims, uncertainty
+from maskfed.analysis import claims, summary, uncertainty
 from maskfed.book import evidence, plots
 from maskfed.engine.config import Profile, load_profile
 from maskfed.engine.models import build_model, num_parameters
@@ -45,7 +46,7 @@ class Findings:
     matched: Optional[pd.DataFrame]  # evidence.matched_stage_verdicts (None without a stage study)
     matched_from: str                # the profile whose stage study gave the matched view ("none")
     stable: pd.DataFrame             # evidence.stability of the closest source
-    takeaways: str                   # the "In short" box (HTML)
+    bottom: dict                     # bottom_line(): the numbers and verdict words of the page's "In short" box
     against: pd.DataFrame            # evidence.against_paper of the closest source's runs
     trend: Optional[pd.DataFrame] = None  # claims.trend_bearing of the closest source's Table I runs
 
@@ -142,6 +143,90 @@ def changes_html(changes: tuple = claims.CRITERIA_CHANGES, items: tuple = claims
                             for d, k, what in changes) + "</ul>"
 
 
+#: The headline cell of the paper (Sec. IV-B, Table I): bs 32, τ 2 at α = 100, "out of a possible" K_c = 10.
+HEADLINE_SETTING = "bs 32, τ 2"
+
+
+def where_in(value: float, low: float, high: float) -> str:
+    """Where ``value`` falls against the range [``low``, ``high``]: "inside", "below" or "above"."""
+    return "below" if value < low else "above" if value > high else "inside"
+
+
+def resnet_cliffs(tables) -> dict:
+    """The cliff (:func:`maskfed.studies.factor_axes.cliff`) of the paper's ResNet-18-GN measured on this CPU, over
+    every θ of the archived model-size studies that hold it (FedAvg and centralised θ together).
+
+    Args:
+        tables: model-size study tables (:attr:`maskfed.studies.factor_axes.ModelStudy.table`); None entries skipped.
+
+    Returns:
+        ``{"n_theta", "cliff_low", "cliff_high", "acc_low", "acc_high"}`` (test accuracy of those θ as fractions);
+        ``n_theta`` 0 and NaN bounds when no table holds ResNet-18-GN with both a full-batch and a minibatch protocol.
+    """
+    nan = float("nan")
+    tables = [t[t["model"] == "resnet18_gn"] for t in tables if t is not None and len(t)]
+    tables = [t for t in tables if len(t)]
+    if not tables:
+        return {"n_theta": 0, "cliff_low": nan, "cliff_high": nan, "acc_low": nan, "acc_high": nan}
+    table = pd.concat(tables, ignore_index=True)
+    ov = fa.model_overview(table)
+    c = ov["cliff"].dropna()
+    acc = table.drop_duplicates(["source", "target", "when"])["test_acc"]
+    return {"n_theta": int(len(c)), "cliff_low": float(c.min()) if len(c) else nan,
+            "cliff_high": float(c.max()) if len(c) else nan,
+            "acc_low": float(acc.min()), "acc_high": float(acc.max())}
+
+
+def bottom_line(verdicts: pd.DataFrame, closest: claims.Evidence, against: pd.DataFrame, *, n_seeds: int,
+                rounds: int, model: str, resnet: dict) -> dict:
+    """The numbers and verdict words of the verdict page's bottom line (the page writes the sentences).
+
+    Args:
+        verdicts: :func:`maskfed.analysis.claims.verdict_table` of the claims, closest source first.
+        closest: the source closest to the paper's setting (its Table I and bootstrap replicates give the cliff).
+        against: :func:`maskfed.book.evidence.against_paper` of the closest source's runs (1/Δ_S per setting, ours
+            with its seed range beside the paper's).
+        n_seeds, rounds, model: the closest source's seeds per setting, rounds and model name.
+        resnet: :func:`resnet_cliffs` of the archived ResNet-18-GN measurements.
+
+    Returns:
+        ``b_headline`` (:func:`maskfed.book.evidence.headline_verdict`'s word, "partly" written "holds in part");
+        the headline cell (:data:`HEADLINE_SETTING`): ``b_head_paper``, ``b_head_ours``, ``b_head_low``,
+        ``b_head_high`` (seed range), ``b_head_where`` (the paper's value against that range: :func:`where_in`);
+        the cliff (smallest full-batch over largest minibatch 1/Δ_S): ``b_cliff`` with its bootstrap interval
+        ``b_cliff_low`` / ``b_cliff_high``, the paper's ``b_cliff_paper`` and ``b_cliff_where``; ``b_inside`` of
+        ``b_settings`` settings whose paper value lies in our seed range; the claim counts ``b_n_claims``,
+        ``b_n_holds``, ``b_n_partly``, ``b_n_fail``, ``b_n_unmeasured``; ``b_source``, ``b_seeds``, ``b_rounds``,
+        ``b_is_resnet`` (the closest source trains the paper's model); ``b_cov`` (percent of the time the seed
+        range covers the median, :func:`maskfed.analysis.uncertainty.seed_range_coverage`); ``b_rn_*`` (``resnet``).
+
+    Raises:
+        KeyError: ``against`` lacks the headline cell.
+    """
+    head = against.loc[HEADLINE_SETTING]
+    t1 = closest.table1
+    cl = claims.interval_of(claims.cliff, [t1], [closest.reps1])
+    cl_low, cl_high = (cl.estimate, cl.estimate) if math.isnan(cl.low) else (cl.low, cl.high)  # no replicates: the point
+    paper_cliff = claims.cliff(summary.paper_table("table1"))
+    inside = sum(where_in(p, lo, hi) == "inside" for p, lo, hi in zip(against["paper"], against["low"], against["high"]))
+    n = claims.counts(verdicts)
+    head_word = evidence.headline_verdict(verdicts)
+    return {
+        "b_headline": claims.VERDICT_WORDS[head_word],
+        "b_head_paper": float(head["paper"]), "b_head_ours": float(head["ours"]),
+        "b_head_low": float(head["low"]), "b_head_high": float(head["high"]),
+        "b_head_where": where_in(float(head["paper"]), float(head["low"]), float(head["high"])),
+        "b_cliff": cl.estimate, "b_cliff_low": cl_low, "b_cliff_high": cl_high, "b_cliff_paper": paper_cliff,
+        "b_cliff_where": where_in(paper_cliff, cl_low, cl_high),
+        "b_inside": int(inside), "b_settings": int(len(against)),
+        "b_n_claims": int(sum(n.values())), "b_n_holds": n["holds"], "b_n_partly": n["partly"],
+        "b_n_fail": n["does not hold"], "b_n_unmeasured": n["not measured here"],
+        "b_source": closest.name, "b_seeds": int(n_seeds), "b_rounds": int(rounds), "b_is_resnet": model == "resnet18_gn",
+        "b_cov": 100 * uncertainty.seed_range_coverage(n_seeds),
+        **{f"b_rn_{k}": v for k, v in resnet.items()},
+    }
+
+
 def findings(profile: str, *, data_path=None, overrides: dict | None = None, workers: int | None = None,
              archived: list[str] | None = None, n_boot: int = uncertainty.N_BOOT) -> Findings:
     """Judge every claim on every source this build has.
@@ -198,11 +283,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     by_source = verdicts["from"].value_counts()
     values = {
         "v_closest": closest.name, "v_closest_note": closest.note,
-        "v_closest_is": ("the paper's own setting run by this code" if profile_of[closest.name] == "paper"
-                         else "not the paper's setting: its model differs (see below)"),
         "v_sources": "; ".join(f"{n} of them from {s}" for s, n in by_source.items() if s != "–"),
-        "v_in_short": claims.in_short(verdicts),
-        "v_partly": ", ".join(f"“{t}”" for t in verdicts[verdicts["verdict"] == "partly"]["title"]) or "none",
         "v_stable": evidence.stability_text(stable, verdicts, closest.name),
         "v_trend": trend_sentence,
         "v_matched": evidence.matched_text(verdicts, matched, matched_from, stage_table, cross_table),
@@ -226,11 +307,20 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
                                                protocol=fa.trajectory_protocol(load_profile("cpu-paper"))),
         "v_self": paper_self_text(verdicts),
     }
-    takeaways = evidence.takeaways_html(
-        verdicts, closest=closest, n_seeds=n_seeds, paper_ran="paper" in profile_of.values(),
-        model_note=model_note(load_profile(profile_of[closest.name]).base.get("model"), n_small, n_resnet))
+    closest_prof = load_profile(profile_of[closest.name])
+    closest_run = closest_prof.run(closest_prof.seeds[0])
+    resnet = resnet_cliffs([getattr(archive.load_factor_study("cpu-paper", p), "table", None)
+                            for p in ("resnet", "resnet-fedavg")])
+    own = getattr(archive.load_factor_study("cpu-paper", "resnet-fedavg"), "trajectory", None)
+    resnet["rounds"] = int(own["round"].max()) if own is not None and len(own) else 0  # its trajectory's rounds so far
+    if HEADLINE_SETTING not in against.index:
+        raise RuntimeError(f"the closest source, {closest.name}, lacks the paper's headline cell ({HEADLINE_SETTING} "
+                           "at α = 100), which the page's bottom line reports")
+    bottom = {**bottom_line(verdicts, closest, against, n_seeds=n_seeds, rounds=closest_run.rounds,
+                            model=closest_run.model, resnet=resnet),
+              "b_paper_ran": "paper" in profile_of.values()}
     return Findings(values=values, profile=prof, verdicts=verdicts, sources=sources, matched=matched,
-                    matched_from=matched_from, stable=stable, takeaways=takeaways, against=against,
+                    matched_from=matched_from, stable=stable, bottom=bottom, against=against,
                     trend=trend)
 
 
