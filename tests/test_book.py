@@ -494,7 +494,7 @@ def test_glue_numbers_writes_floats_once_skips_truth_values_and_shows_a_table_ou
     from maskfed import book
 
     glued, shown = {}, []
-    monkeypatch.setattr(book, "glue", lambda k, v, display=False: glued.__setitem__(k, v))
+    monkeypatch.setattr(book, "_glue", lambda k, v, display=False: glued.__setitem__(k, v))
     monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
     # execute: in JupyterLab (not the book build)
     monkeypatch.setattr(book, "IN_BOOK_BUILD", False)
@@ -507,3 +507,17 @@ def test_glue_numbers_writes_floats_once_skips_truth_values_and_shows_a_table_ou
     monkeypatch.setattr(book, "IN_BOOK_BUILD", True)
     book.glue_numbers({"a": 2.0})
     assert len(shown) == 1 and glued["a"] == "2"
+
+
+def test_glue_prints_the_value_outside_the_build_only(monkeypatch, capsys):
+    import numpy as np
+
+    from maskfed import book
+
+    monkeypatch.setattr(book, "_glue", lambda k, v, display=False: None)
+    monkeypatch.setattr(book, "IN_BOOK_BUILD", False)
+    book.glue("t1_var", np.float64(0.25))
+    assert capsys.readouterr().out == "t1_var = 0.25\n"
+    monkeypatch.setattr(book, "IN_BOOK_BUILD", True)
+    book.glue("t1_var", 0.25)
+    assert capsys.readouterr().out == ""

@@ -538,15 +538,22 @@ def profile_table() -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("profile")
 
 
-def glue(key: str, value, display: bool = False) -> None:
+def _glue(key: str, value, display: bool = False) -> None:
     """``myst_nb.glue`` for numbers and strings, converting numpy scalars to Python ones
     (numpy 2 prints ``np.float64(...)``, which MyST-NB's ``{glue:text}`` cannot format)."""
-    import numpy as np
-    from myst_nb import glue as _glue
+    from myst_nb import glue as myst_glue
 
     if isinstance(value, np.generic):
         value = value.item()
+    myst_glue(key, value, display=display)
+
+
+def glue(key: str, value, display: bool = False) -> None:
+    """Glue one value for the chapter's Markdown (:func:`_glue`); outside the book build
+    (:data:`IN_BOOK_BUILD`), where ``{glue:text}`` stays a placeholder, also print ``key = value``."""
     _glue(key, value, display=display)
+    if not IN_BOOK_BUILD and not display:
+        print(key, "=", value.item() if isinstance(value, np.generic) else value)
 
 
 #: True while the notebook runner builds a chapter into the book (its hidden setup cell sets it). Outside the
@@ -570,7 +577,7 @@ def glue_all(values: dict) -> None:
     of name to number or string), so a chapter glues in one call; outside the book build, show them
     (:data:`IN_BOOK_BUILD`)."""
     for key, value in values.items():
-        glue(key, value)
+        _glue(key, value)
     _show_values(values)
 
 
@@ -581,7 +588,7 @@ def glue_numbers(values: dict, digits: int = 3) -> None:
     glued = {key: number(value, digits) if isinstance(value, (float, np.floating)) else value
              for key, value in values.items() if not isinstance(value, (bool, np.bool_))}
     for key, value in glued.items():
-        glue(key, value)
+        _glue(key, value)
     _show_values(glued)
 
 
