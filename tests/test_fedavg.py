@@ -147,6 +147,25 @@ def test_eval_rounds_more_hand_cases():
     assert len(paper) == 65
 
 
+def test_eval_rounds_equals_the_rule_and_costs_the_evaluations_not_the_rounds():
+    # prepare: the rule of the docstring, round by round
+    def by_rule(rounds, every, tail):
+        start = rounds - max(1, rounds // 4)
+        return {r for r in range(rounds) if (r + 1) % every == 0 or (r >= start and (rounds - 1 - r) % tail == 0)
+                or r == rounds - 1}
+
+    # execute / assert: the same set for every small case
+    for rounds in range(1, 41):
+        for every in range(1, 12):
+            for tail in range(1, 6):
+                assert F.eval_rounds(rounds, every, tail) == by_rule(rounds, every, tail), (rounds, every, tail)
+    # a size far beyond any run: only the evaluated rounds are built (no set over range(rounds))
+    huge = 10**18
+    assert F.eval_rounds(huge, huge, huge) == {huge - 1}
+    with pytest.raises(ValueError, match="eval_every"):
+        F.eval_rounds(10, 0, 1)
+
+
 def test_eval_rounds_always_includes_the_last_round():
     assert F.eval_rounds(1, 10, 1) == {0}
     assert F.eval_rounds(7, 10, 5) == {6}      # tail = max(1, 7 // 4) = 1 round

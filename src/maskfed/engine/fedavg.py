@@ -266,11 +266,19 @@ def eval_rounds(rounds: int, eval_every: int, eval_every_tail: int) -> set[int]:
     """Rounds (0-based) after which the global model is tested.
 
     Every ``eval_every`` rounds, every ``eval_every_tail`` rounds in the last quarter (the
-    summaries' window), and the last round.
+    summaries' window), and the last round. Built by stepping through those rounds only, so its cost
+    is that of the evaluations, not of ``rounds`` (bounded by
+    :data:`maskfed.engine.config.MAX_ROUNDS` in a :class:`~maskfed.engine.config.RunConfig`).
+
+    Raises:
+        ValueError: ``rounds``, ``eval_every`` or ``eval_every_tail`` below 1.
     """
+    for name, v in (("rounds", rounds), ("eval_every", eval_every), ("eval_every_tail", eval_every_tail)):
+        if v < 1:
+            raise ValueError(f"{name} must be >= 1; got {v}")
     tail_start = rounds - max(1, rounds // 4)
-    chosen = {r for r in range(rounds) if (r + 1) % eval_every == 0}
-    chosen |= {r for r in range(tail_start, rounds) if (rounds - 1 - r) % eval_every_tail == 0}
+    chosen = set(range(eval_every - 1, rounds, eval_every))  # (r + 1) % eval_every == 0
+    chosen |= set(range(rounds - 1, tail_start - 1, -eval_every_tail))  # (rounds - 1 - r) % eval_every_tail == 0
     chosen.add(rounds - 1)
     return chosen
 
