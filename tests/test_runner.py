@@ -134,6 +134,29 @@ def test_check_identity_compares_config_run_key_and_folder_name(results_in_tmp):
     assert runner.load_run(moved).config == cfg
 
 
+def test_a_finite_divergence_is_not_stored_as_finished_and_keeps_its_checkpoint(results_in_tmp, monkeypatch):
+    # prepare: local training whose losses are finite but explode at round 2 (the lr 50 run: 2.3, 9.6e7)
+    from maskfed.engine import checkpoint, fedavg
+    import torch
+
+    cfg = make_run_config(**{**TINY, "rounds": 3, "checkpoint_every": 1})
+    losses = iter([2.3, 9.6e7, 12.0])
+
+    def fake_train_cohort(model, theta, x, y, parts, **kw):
+        loss = next(losses)
+        return torch.zeros(len(parts), theta.numel()), [len(p) for p in parts], [1] * len(parts), [loss] * len(parts)
+
+    monkeypatch.setattr(fedavg.cohort_mod, "train_cohort", fake_train_cohort)
+    # execute
+    with pytest.raises(fedavg.TrainingDiverged, match="round 2") as info:
+        runner.run(cfg, progress=False)
+    # assert: named, no finished folder, the round-1 checkpoint kept in the partial folder
+    assert info.value.quantity == "train_loss"
+    path = runner.identify(cfg).path
+    assert not path.exists() and runner.find_run(cfg) is None
+    assert checkpoint.load(checkpoint.partial_dir(path), runner.identify(cfg).key).rounds_done == 1
+
+
 def test_key_changes_with_config_and_code(monkeypatch):
     a, b = make_run_config(**TINY), make_run_config(**{**TINY, "lr": 0.02})
     assert runner.identify(a).key != runner.identify(b).key

@@ -492,7 +492,7 @@ def _train(cfg: RunConfig, identity: RunIdentity, partial: Path, *, force: bool,
             start_round=done_before, theta_P=None if state is None else state.theta_P.to(device),
             records=None if state is None else state.records, on_state=save_state,
             mask_keep_prob=cfg.mask_keep_prob, mask_mode=cfg.mask_mode, hessian_every=cfg.hessian_every,
-            hessian_batch_size=cfg.hessian_batch, sharpness_iters=cfg.sharpness_iters)
+            hessian_batch_size=cfg.hessian_batch, sharpness_iters=cfg.sharpness_iters, num_classes=num_classes)
     sizes = [len(p) for p in data.parts]
     prov = {
         "run_key": key, "config_key": cfg.key(), **identity.fingerprint_fields(), "label": cfg.label(), "seed": cfg.seed,
