@@ -539,15 +539,13 @@ def test_a_signal_stops_a_sweep_with_workers_keeps_finished_runs_and_resumes(tmp
     workers = _descendants(proc.pid)
     assert len(workers) >= 2  # the two workers (and multiprocessing's resource tracker)
     proc.send_signal(sig)
-    t0 = time.monotonic()
-    out, err = proc.communicate(timeout=60)
-    assert time.monotonic() - t0 < 10, "the signal took more than 10 s to stop the sweep"
+    out, err = proc.communicate(timeout=120)  # a guard against a hang, not a timing: no wall time is asserted
     assert proc.returncode == status, err[-2000:]
     assert says in err and "rerun the same command to resume" in err and "Traceback" not in err
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 120  # the workers end themselves (watch_parent); wait for that, do not time it
     while any(map(_alive, workers)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [w for w in workers if _alive(w)], "a worker outlived its sweep by 5 s"
+    assert not [w for w in workers if _alive(w)], "a worker outlived its sweep"
     finished = _visible(runs)
     assert finished and all((p / "provenance.json").exists() for p in finished)  # no half-written run folder
     assert not list(runs.glob(".tmp-*"))
