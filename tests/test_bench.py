@@ -112,3 +112,36 @@ def test_figure_follows_the_books_figure_rules_when_speeds_span_decades():
         assert ax.get_yscale() == "log"
         finish(fig)
     plt.close(fig)
+
+
+def test_projection_check_compares_the_projection_with_the_runs_recorded_time(tmp_path, monkeypatch):
+    # prepare: fabricated measurements, projection (2.6 s) and run (rounds of 0.5 + 1.5 s), no clock read
+    import os
+    import types
+
+    import pandas as pd
+
+    from maskfed.engine.config import load_profile
+    from maskfed.perf import devicecheck
+
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "mine"))
+    cfg = load_profile("smoke").run(0, alpha=0.1)
+    asked = {}
+    monkeypatch.setattr(bench, "bench", lambda profile, **kw: asked.setdefault("bench", kw) and pd.DataFrame())
+    monkeypatch.setattr(devicecheck, "eval_images_per_s", lambda profile, device: 1000.0)
+    monkeypatch.setattr(devicecheck, "project", lambda *a, **kw: pd.DataFrame(
+        {"label": ["other", cfg.label()], "alpha": [100.0, 0.1], "partition": ["dirichlet"] * 2,
+         "projected_s": [9.0, 2.6], "config": [None, cfg]}))
+
+    def fake_run(c, progress):
+        asked["results"] = os.environ["MASKFED_RESULTS_DIR"]
+        return types.SimpleNamespace(metrics=pd.DataFrame({"wall_s": [0.5, 1.5]}))
+
+    monkeypatch.setattr(bench.runner, "run", fake_run)
+    # execute
+    got = bench.projection_check("smoke")
+    # assert: the α = 0.1 run's projection against its rounds' summed wall time, run in a scratch folder
+    assert got["label"] == cfg.label()
+    assert (got["projected_s"], got["measured_s"]) == (2.6, 2.0) and got["relative_error"] == pytest.approx(0.3)
+    assert asked["bench"]["paths"] == ("ours_sequential",)
+    assert asked["results"] != str(tmp_path / "mine") and os.environ["MASKFED_RESULTS_DIR"] == str(tmp_path / "mine")

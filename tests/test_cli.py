@@ -43,7 +43,7 @@ def test_help_names_each_flags_allowed_values(capsys):
     # what each flag means (its unit comment in RunConfig) and what it accepts
     assert "--rounds VALUE communication rounds [200]. Allowed: an integer >= 1" in out
     assert "--precision VALUE arithmetic of local training" in out and "Allowed: one of 'fp32', 'tf32', 'bf16'" in out
-    assert "Allowed: an integer >= 100, or none" in out        # train_subset
+    assert "Allowed: an integer >= 100 and <= 10000000, or none" in out  # train_subset
     assert "Allowed: a number > 0 and <= 1" in out             # mask_keep_prob
     assert "Allowed: a positive integer or 'full'" in out      # batch_size (the validator's own words)
     assert "Allowed: a finite number > 0" in out               # lr, alpha
@@ -694,3 +694,33 @@ def test_the_seed_bound_in_the_config_and_the_largest_seed_runs(capsys, results)
     assert f"-s{MAX_SEED}-" in folder.name
     assert runner.load_run(folder).config.seed == MAX_SEED
     assert "recovery_unweighted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, names", [
+    (["--rounds", "12345678901234567890123"], ["rounds", "100000"]),          # the 23-digit rounds
+    (["--num-clients", "12345678901234567890123"], ["num_clients", "1000000"]),
+    (["--hessian-batch", "99999999999", "--hessian-every", "1"], ["hessian_batch", "10000000"]),
+    (["--eval-every", "1000000"], ["eval_every", "100000"]),
+    (["--workers", "100000"], ["--workers", "1 to 256"]),
+])
+def test_runaway_sizes_are_refused_naming_the_parameter_and_its_range(args, names, capsys, tmp_path, monkeypatch):
+    # prepare: results in a scratch folder
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
+    # execute
+    code = cli.main(["run", "--profile", "smoke", *args])
+    # assert: refused with the parameter and its range, before any run (no run folder, no checkpoint)
+    err = capsys.readouterr().err
+    assert code == 2
+    for name in names:
+        assert name in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_archive_workers_and_seed_count_are_bounded(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
+    # execute / assert: maskfed archive's --workers, and more seeds than a command may run
+    assert cli.main(["archive", "--profile", "smoke", "--verify", "--workers", "1000"]) == 2
+    assert "--workers must be an integer from 1 to 256" in capsys.readouterr().err
+    assert cli.main(["run", "--profile", "smoke", "--seeds", *map(str, range(1001))]) == 2
+    assert "--seeds" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

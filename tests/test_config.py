@@ -72,6 +72,54 @@ def test_bad_inputs_raise_config_error_naming_parameter_and_value(fields, name, 
     assert isinstance(exc.value, ValueError)  # callers may catch ValueError
 
 
+HUGE = 12345678901234567890123  # the 23-digit --rounds
+
+
+@pytest.mark.parametrize("field, limit", [
+    ("rounds", "100000"), ("num_clients", "1000000"), ("cohort_size", "1000000"), ("eval_every", "100000"),
+    ("eval_every_tail", "100000"), ("hessian_every", "100000"), ("hessian_batch", "10000000"),
+    ("sharpness_iters", "10000"), ("checkpoint_every", "100000"), ("train_subset", "10000000"),
+    ("test_subset", "10000000"), ("synthetic_train", "200000"), ("synthetic_test", "200000"), ("width", "1024"),
+    ("gn_groups", "1024"), ("local_epochs", "1000"), ("batch_size", "10000000"),
+])
+def test_every_size_has_a_finite_upper_bound_named_in_the_refusal(field, limit):
+    # prepare: a 23-digit size, as an integer and as the command line's text
+    for value in (HUGE, str(HUGE)):
+        # execute
+        with pytest.raises(ConfigError) as exc:
+            make_run_config(**{field: value})
+        # assert: the parameter and its allowed upper bound are named
+        assert field in str(exc.value) and limit in str(exc.value)
+
+
+def test_the_bounds_accept_their_own_limit_and_live_in_one_place():
+    from maskfed.engine import config as C
+
+    # prepare / execute: each bound itself is accepted
+    cfg = make_run_config(rounds=C.MAX_ROUNDS, num_clients=C.MAX_CLIENTS, cohort_size=C.MAX_CLIENTS,
+                          local_epochs=C.MAX_LOCAL_EPOCHS, batch_size=C.MAX_IMAGES)
+    # assert
+    assert (cfg.rounds, cfg.num_clients, cfg.local_epochs) == (100_000, 1_000_000, 1_000)
+    assert C.allowed_values("rounds") == f"an integer >= 1 and <= {C.MAX_ROUNDS}"  # the CLI's help reads it
+
+
+def test_profile_workers_and_seed_count_are_bounded():
+    from pydantic import ValidationError
+
+    from maskfed.engine import config as C
+
+    # execute / assert: a profile's workers and its number of seeds
+    with pytest.raises(ValidationError, match="workers"):
+        Profile(name="x", description="", scaled_down=True, base={}, workers=C.MAX_WORKERS + 1)
+    with pytest.raises(ConfigError, match="seeds"):
+        load_profile("smoke", seeds=list(range(C.MAX_SEEDS + 1)))
+    with pytest.raises(ConfigError, match=r"--workers must be an integer from 1 to 256; got 257"):
+        C.check_workers(257, "--workers")
+    with pytest.raises(ConfigError, match="workers"):
+        C.check_workers(0)
+    C.check_workers(C.MAX_WORKERS)
+
+
 def test_unknown_field_lists_allowed_fields():
     with pytest.raises(ConfigError, match="unknown parameter") as exc:
         make_run_config(batchsize=32)
@@ -210,7 +258,7 @@ def test_allowed_values_and_accepts_none_read_the_annotations():
     from maskfed.engine.config import RunConfig, accepts_none, allowed_values
 
     assert [f for f in RunConfig.model_fields if accepts_none(f)] == ["data_path", "train_subset", "test_subset"]
-    assert allowed_values("train_subset") == "an integer >= 100, or none"
+    assert allowed_values("train_subset") == "an integer >= 100 and <= 10000000, or none"
     assert allowed_values("mask_keep_prob") == "a number > 0 and <= 1"
     assert allowed_values("lr") == "a finite number > 0"
     assert allowed_values("aggregation") == "one of 'weighted', 'uniform'"

@@ -87,7 +87,6 @@ def test_a_failed_gate_sets_the_exit_status_and_summary_names_it(tmp_path, monke
 
 
 def test_run_what_fits_never_starts_a_run_projected_past_the_time_left(monkeypatch):
-    import time
     from types import SimpleNamespace
 
     from maskfed.perf import devicecheck
@@ -103,11 +102,12 @@ def test_run_what_fits_never_starts_a_run_projected_past_the_time_left(monkeypat
     monkeypatch.setattr(devicecheck.runner, "run", fake_run)
     proj = pd.DataFrame({"label": ["big", "small"], "seed": [0, 0], "projected_s": [50.0, 5.0],
                          "config": [cfg.model_copy(update={"seed": 1}), cfg]})
+    monkeypatch.setattr(devicecheck.time, "perf_counter", lambda: 100.0)  # a stopped clock: the budget's arithmetic only
     # 4 s left: not even the cheapest run (5 s, 6 s with the margin) starts
-    done, skipped = devicecheck.run_what_fits(proj, budget_s=4.0, t_start=time.perf_counter())
+    done, skipped = devicecheck.run_what_fits(proj, budget_s=4.0, t_start=100.0)
     assert started == [] and done == [] and skipped == ["small", "big"]
     # 30 s left: the 5 s run starts, the 50 s one does not
-    done, skipped = devicecheck.run_what_fits(proj, budget_s=30.0, t_start=time.perf_counter())
+    done, skipped = devicecheck.run_what_fits(proj, budget_s=30.0, t_start=100.0)
     assert started == [cfg.label()] and [d["projected_s"] for d in done] == [5.0] and skipped == ["big"]
 
 

@@ -147,6 +147,25 @@ def test_eval_rounds_more_hand_cases():
     assert len(paper) == 65
 
 
+def test_eval_rounds_equals_the_rule_and_costs_the_evaluations_not_the_rounds():
+    # prepare: the rule of the docstring, round by round
+    def by_rule(rounds, every, tail):
+        start = rounds - max(1, rounds // 4)
+        return {r for r in range(rounds) if (r + 1) % every == 0 or (r >= start and (rounds - 1 - r) % tail == 0)
+                or r == rounds - 1}
+
+    # execute / assert: the same set for every small case
+    for rounds in range(1, 41):
+        for every in range(1, 12):
+            for tail in range(1, 6):
+                assert F.eval_rounds(rounds, every, tail) == by_rule(rounds, every, tail), (rounds, every, tail)
+    # a size far beyond any run: only the evaluated rounds are built (no set over range(rounds))
+    huge = 10**18
+    assert F.eval_rounds(huge, huge, huge) == {huge - 1}
+    with pytest.raises(ValueError, match="eval_every"):
+        F.eval_rounds(10, 0, 1)
+
+
 def test_eval_rounds_always_includes_the_last_round():
     assert F.eval_rounds(1, 10, 1) == {0}
     assert F.eval_rounds(7, 10, 5) == {6}      # tail = max(1, 7 // 4) = 1 round
@@ -464,3 +483,53 @@ def test_a_diverging_run_stops_at_its_round_and_the_check_changes_no_healthy_num
     unchecked = F.run_fedavg(_model(), data, **_run_kw())
     drop = lambda recs: [{k: v for k, v in r.items() if k != "wall_s"} for r in recs]  # noqa: E731
     assert repr(drop(checked)) == repr(drop(unchecked))  # repr: NaN (not evaluated) compares equal as text
+
+
+def test_check_loss_names_round_metric_value_and_limit():
+    # prepare: the limit for CIFAR-10's ten classes, 10 × ln 10 nats
+    limit = F.loss_limit(10)
+    assert limit == pytest.approx(F.DIVERGENCE_FACTOR * math.log(10)) and limit == pytest.approx(23.026, abs=1e-3)
+    # execute / assert: at or below the limit nothing happens; above it the round, metric and value are named
+    F.check_loss(0, limit, 10, lr=50.0)
+    with pytest.raises(F.TrainingDiverged) as info:
+        F.check_loss(1, 9.6e7, 10, lr=50.0)
+    err = info.value
+    assert (err.round, err.client, err.quantity, err.value, err.lr) == (2, None, "train_loss", "9.6e+07", 50.0)
+    assert err.limit == pytest.approx(limit) and "round 2" in str(err) and "smaller lr" in str(err)
+    import pickle  # it travels back from a worker process whole
+    assert str(pickle.loads(pickle.dumps(err))) == str(err)
+    with pytest.raises(ValueError, match="num_classes"):
+        F.loss_limit(1)
+
+
+def test_a_finite_divergence_stops_the_run_before_its_round_is_recorded(images, monkeypatch):
+    # prepare: local training that returns the issue's losses (2.3, then 9.6e7 nats) with finite updates
+    data = _fed_data(images, "iid")
+    losses = iter([2.3, 9.6e7, 12.0])
+
+    def fake_train_cohort(model, theta, x, y, parts, **kw):
+        loss = next(losses)
+        return torch.zeros(len(parts), theta.numel()), [len(p) for p in parts], [1] * len(parts), [loss] * len(parts)
+
+    monkeypatch.setattr(F.cohort_mod, "train_cohort", fake_train_cohort)
+    states = []
+    # execute
+    with pytest.raises(F.TrainingDiverged) as info:
+        F.run_fedavg(_model(), data, **_run_kw(), on_state=lambda done, theta, recs: states.append(len(recs)))
+    # assert: stopped at round 2 on train_loss; only round 1 reached on_state (the checkpoint)
+    assert (info.value.round, info.value.quantity, info.value.client) == (2, "train_loss", None)
+    assert states == [1]
+
+
+def test_no_archived_run_passes_the_divergence_limit():
+    # prepare: every archived run's metrics (results/archive/<profile>/<run>/metrics.csv), CIFAR-10's 10 classes
+    import pandas as pd
+    from maskfed.paths import REPO_ROOT
+
+    files = sorted((REPO_ROOT / "results" / "archive").glob("*/*/metrics.csv"))
+    if not files:
+        pytest.skip("no archived runs in this checkout")
+    # execute: the largest mean training loss of any round of any archived run
+    peak = max(float(pd.read_csv(f, usecols=["train_loss"])["train_loss"].max()) for f in files)
+    # assert: far inside the limit (2.35 nats on 2026-12-05, against 23.03)
+    assert peak < F.loss_limit(10) / 5

@@ -324,3 +324,32 @@ def test_run_box_gives_the_command_with_this_builds_parameters_and_their_table()
         params.declared_in((REPO_ROOT / "notebooks" / "theory_06_signal_noise.md").read_text()))
     assert "<code>n_rounds</code></td><td>int &gt;= 1</td><td><code>None</code></td><td><code>7</code>" in box
     assert "This chapter takes no parameters." in params.run_box("cite", {})
+
+
+@pytest.mark.parametrize("name, value, limit", [
+    ("rounds", 12345678901234567890123, "100000"), ("rounds", "12345678901234567890123", "100000"),
+    ("cohort_size", 10**7, "1000000"), ("hessian_batch", 10**9, "10000000"), ("workers", 1000, "256")])
+def test_a_chapter_size_named_like_a_run_setting_takes_its_bound(name, value, limit):
+    # prepare: a chapter declaring the size as a plain PositiveInt (any int >= 1), given a runaway value
+    ns = {"__annotations__": {name: Optional[params.PositiveInt]}, name: value}
+    # execute
+    with pytest.raises(ParameterError) as exc:
+        check_parameters(ns)
+    # assert: refused at the check, naming the parameter and RunConfig's (or the profile's) upper bound
+    assert repr(name) in str(exc.value) and limit in str(exc.value)
+
+
+def test_size_twins_read_their_bounds_from_the_run_configuration():
+    from maskfed.engine import config
+
+    # execute / assert: one home for each bound; in-range values and None pass
+    assert params.type_name(params.SIZE_TWINS["rounds"]) == f"int >= 1 and <= {config.MAX_ROUNDS}"
+    assert params.type_name(params.SIZE_TWINS["workers"]) == f"int >= 1 and <= {config.MAX_WORKERS}"
+    assert "seed" not in params.SIZE_TWINS  # a seed is not a size (its own bound is 2**63 - 1)
+    ns = {"__annotations__": {"rounds": Optional[params.PositiveInt], "workers": Optional[params.PositiveInt],
+                              "seeds": Optional[list[params.NonNegativeInt]]},
+          "rounds": config.MAX_ROUNDS, "workers": None, "seeds": [0, 1]}
+    assert check_parameters(ns)["rounds"] == config.MAX_ROUNDS
+    ns.update(seeds=list(range(config.MAX_SEEDS + 1)), rounds=1)
+    with pytest.raises(ParameterError, match="'seeds'"):
+        check_parameters(ns)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import time
 
 import numpy as np
 import pytest
@@ -193,12 +192,10 @@ def test_dirichlet_draw_stream_is_frozen():
 def test_hopeless_dirichlet_request_fails_within_seconds():
     y = np.repeat(np.arange(10), 5000)  # CIFAR-10's 50,000 training labels
 
-    t0 = time.perf_counter()
     with pytest.raises(ValueError) as err:
         P.make_partition("dirichlet", y, 20_000, alpha=0.1, seed=0)
-    elapsed = time.perf_counter() - t0
 
-    assert elapsed < 5.0  # the plain loop took minutes (1,001 draws of about 0.5 s)
+    # it stops after its first draw (the plain loop made 1,001 draws of about 0.5 s: minutes); counted, not timed
     msg = str(err.value)
     assert "num_clients=20000" in msg and "alpha=0.1" in msg and "larger alpha" in msg
     assert "stopped after 1 of 1001 draws" in msg and "clients short" in msg
@@ -284,11 +281,10 @@ def test_niid_bench_bad_inputs_name_the_parameter(call, name):
 def test_hopeless_niid_bench_request_fails_within_seconds():
     y = np.repeat(np.arange(10), 5000)  # CIFAR-10's 50,000 training labels; 4,000 clients x 10 fits N
 
-    t0 = time.perf_counter()
     with pytest.raises(ValueError) as err:
         P.make_partition("dirichlet", y, 4_000, alpha=0.1, seed=0, convention="niid_bench")
 
-    assert time.perf_counter() - t0 < 10.0  # the plain loop: 1,001 draws
+    # one draw, not the plain loop's 1,001 (counted, not timed)
     assert "stopped after 1 of 1001 draws" in str(err.value) and "num_clients=4000" in str(err.value)
 
 

@@ -3,7 +3,6 @@ cached computation that is not a run."""
 
 import hashlib
 import json
-import time
 
 import pytest
 
@@ -44,14 +43,16 @@ def test_finished_means_provenance_written(tmp_path):
     assert store.is_finished(tmp_path)
 
 
-def test_provenance_record_names_code_data_machine_and_adds_earlier_attempts(images):
-    # execute: an attempt that started now, after 5 s of earlier attempts
+def test_provenance_record_names_code_data_machine_and_adds_earlier_attempts(images, monkeypatch):
+    # prepare: a clock that reads 103.5 s, for an attempt that started at 100 s, after 5 s of earlier attempts
+    monkeypatch.setattr(store.time, "perf_counter", lambda: 103.5)
+    # execute
     rec = store.result_provenance(modules=("studies.stage",), code_field="stage_code_hash", device="cpu",
-                                  images=images, t0=time.perf_counter(), wall_before=5.0, seed=2, key="k")
+                                  images=images, t0=100.0, wall_before=5.0, seed=2, key="k")
     # assert
     assert rec["seed"] == 2 and rec["key"] == "k"
     assert rec["code_hash"] == provenance.code_hash()
     assert rec["stage_code_hash"] == provenance.code_hash_with("studies.stage")
     assert rec["data_fingerprint"] == runner.data_fingerprint(images) and rec["data_source"] == images.source
-    assert 5.0 <= rec["wall_s"] < 6.0
+    assert rec["wall_s"] == 8.5  # 5 s before + 3.5 s of this attempt
     assert {"packages", "machine", "finished_utc"} <= set(rec)

@@ -41,7 +41,8 @@ from maskfed.engine import checkpoint, fedavg, runner
 from maskfed.studies import experiments, stage
 from maskfed.studies.factor_axes import MODEL_PARTS
 
-from maskfed.engine.config import accepts_none, allowed_values, ConfigError, load_profile, MAX_SEED, PROFILES, RunConfig
+from maskfed.engine.config import (accepts_none, allowed_values, check_workers, ConfigError, load_profile, MAX_SEED,
+                                   MAX_SEEDS, MAX_WORKERS, PROFILES, RunConfig)
 from maskfed.engine.data import DataUnavailableError
 from maskfed.integrations import ray_backend
 
@@ -95,12 +96,18 @@ RUN_ERRORS = (fedavg.TrainingDiverged, checkpoint.WriteFailed)
 
 
 #: Help of ``--seeds`` (``maskfed run`` and ``maskfed sweep``).
-SEEDS_HELP = f"seeds, integers from 0 to {MAX_SEED} (2**63 - 1), no repeats (default: the profile's)"
+SEEDS_HELP = (f"seeds, integers from 0 to {MAX_SEED} (2**63 - 1), no repeats, at most {MAX_SEEDS} of them "
+              "(default: the profile's)")
+#: Help of ``--workers`` (``maskfed run``, ``maskfed sweep`` and ``maskfed archive``).
+WORKERS_HELP = f"worker processes, an integer from 1 to {MAX_WORKERS}"
 
 
 def _check_seeds(seeds: list[int] | None) -> None:
-    """Refuse seeds outside 0..:data:`~maskfed.engine.config.MAX_SEED` as one line naming ``--seeds``,
-    before any run starts (the generators would fail only once a run starts, naming no flag)."""
+    """Refuse seeds outside 0..:data:`~maskfed.engine.config.MAX_SEED`, or more than
+    :data:`~maskfed.engine.config.MAX_SEEDS` of them, as one line naming ``--seeds``, before any run starts
+    (the generators would fail only once a run starts, naming no flag)."""
+    if seeds is not None and len(seeds) > MAX_SEEDS:
+        raise ConfigError(f"--seeds: {len(seeds)} seeds given; allowed: 1 to {MAX_SEEDS} seeds")
     bad = [s for s in seeds or () if not 0 <= s <= MAX_SEED]
     if bad:
         raise ConfigError(f"--seeds {' '.join(map(str, bad))}: a seed must be an integer from 0 to {MAX_SEED} "
@@ -121,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"any of {', '.join(experiments.EXPERIMENTS)} (default: the profile's own list; "
                             "table1, table2 and control for every profile but cpu-masked, whose list is masked)")
     sweep.add_argument("--seeds", type=int, nargs="+", default=None, help=SEEDS_HELP)
-    sweep.add_argument("--workers", type=int, default=None, help="worker processes, an integer >= 1 (default: the profile's)")
+    sweep.add_argument("--workers", type=int, default=None, help=f"{WORKERS_HELP} (default: the profile's)")
     sweep.add_argument("--backend", choices=["local", "ray"], default="local",
                        help="local worker processes (default) or one Ray task per run (needs '.[ray]')")
     sweep.add_argument("--address", default=None,
@@ -131,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     one = sub.add_parser("run", help="run one setting over seeds and print its summary")
     one.add_argument("--profile", default="cpu", help=f"base profile, one of {', '.join(PROFILES)} (default cpu)")
     one.add_argument("--seeds", type=int, nargs="+", default=None, help=SEEDS_HELP)
-    one.add_argument("--workers", type=int, default=None, help="worker processes, an integer >= 1 (default: the profile's)")
+    one.add_argument("--workers", type=int, default=None, help=f"{WORKERS_HELP} (default: the profile's)")
     one.add_argument("--force", action="store_true", help=FORCE_HELP)
     _add_config_flags(one)
     arch = sub.add_parser("archive", help="copy a profile's finished runs (every experiment) into results/archive/<profile>/")
@@ -169,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="instead of archiving: write a manifest.json (sha256 of each file) into every archived folder "
                            "that has none, from its files as they are (then check them with --verify)")
     arch.add_argument("--workers", type=int, default=2,
-                      help="with --verify, --stage, --stage-cross or --factor: worker processes, an integer >= 1 (default 2)")
+                      help=f"with --verify, --stage, --stage-cross or --factor: {WORKERS_HELP} (default 2)")
     cache = sub.add_parser("cache", help="list or prune the decoded-data cache (cache_dir()/data/*.pt)")
     cache.add_argument("--list", action="store_true", help="each file: size, source, whether it is live, when modified")
     cache.add_argument("--prune", action="store_true",
@@ -181,8 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _plan(args) -> tuple:
     """The profile and the runs a command asks for; every input is checked (ConfigError)."""
     _check_seeds(args.seeds)
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError(f"--workers must be >= 1; got {args.workers}")
+    if args.workers is not None:
+        check_workers(args.workers, "--workers")
     backend = getattr(args, "backend", "local")
     if args.force and backend == "ray":
         raise ConfigError("--force is not available with --backend ray; delete the run folders to recompute "
@@ -272,8 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.seeds is not None and (args.verify or args.stage or args.stage_cross or args.factor or args.manifests):
             return _error("--seeds is used when archiving runs only (not with --verify, --stage, --stage-cross, "
                           "--factor or --manifests)")
-        if args.workers < 1:
-            return _error(f"--workers must be >= 1; got {args.workers}")
+        try:
+            check_workers(args.workers, "--workers")
+        except ConfigError as exc:
+            return _error(exc)
         if sum([args.verify, args.stage, args.stage_cross, args.factor is not None, args.manifests]) > 1:
             return _error("give one of --verify, --stage, --stage-cross, --factor and --manifests")
         if args.manifests:

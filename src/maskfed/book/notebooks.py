@@ -428,7 +428,7 @@ def _shown(path: Path) -> str:
 #: Exception names raised inside a notebook that mean bad input rather than a bug (a diverged run:
 #: too large an lr; a damaged run folder; a write that failed for lack of space).
 _INPUT_ERROR_NAMES = ("ParameterError", "ConfigError", "ValueError", "FileNotFoundError", "DataUnavailableError",
-                      "DataReadError", "TrainingDiverged", "DamagedRun", "WriteFailed")
+                      "DataReadError", "TrainingDiverged", "DamagedRun", "RunMismatch", "WriteFailed")
 
 
 def report_damaged_archive() -> None:

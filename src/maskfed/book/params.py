@@ -42,7 +42,7 @@ import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError
 
 from maskfed.core.masking import GRANULARITIES
-from maskfed.engine.config import load_profile, PROFILES, RunConfig
+from maskfed.engine.config import load_profile, Profile as ProfileSettings, PROFILES, RunConfig
 
 #: Names an IPython kernel puts in a notebook's namespace that are not parameters
 #: (IPython's own ``user_ns_hidden`` is used as well when running in a kernel).
@@ -112,6 +112,23 @@ ExistingPath = Annotated[str, AfterValidator(_existing_path), Refuses("/no/such/
 #: RunConfig fields (and ``seeds``, ``table1``, ``table2``) replacing a profile's: checked with the
 #: profile by :func:`run_settings_rule`.
 RunOverrides = Annotated[dict[str, Any], Refuses({"rounds": 0}, {"no_such_field": 1})]
+
+
+def _field_type(model: type, name: str) -> Any:
+    """The annotation of ``model``'s field ``name`` with its ``Field(...)`` bounds, as a type."""
+    field = model.model_fields[name]
+    return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+
+
+#: A chapter parameter named like a run's size (a :class:`~maskfed.engine.config.RunConfig` integer field
+#: with an upper bound, such as ``rounds``, ``cohort_size`` or ``hessian_batch``, or the profile's
+#: ``workers`` and ``seeds``) is checked against that field's range as well as its declared type, so the
+#: bounds have one home (:mod:`maskfed.engine.config`: ``MAX_ROUNDS``, ``MAX_WORKERS`` ...) for the
+#: command line and the chapters alike: ``-p rounds 10**22`` is refused naming ``rounds`` before any compute.
+SIZE_TWINS: dict[str, Any] = {
+    **{name: _field_type(RunConfig, name) for name, f in RunConfig.model_fields.items()
+       if f.annotation in (int, int | None) and any(hasattr(m, "le") for m in f.metadata) and name != "seed"},
+    "workers": _field_type(ProfileSettings, "workers"), "seeds": _field_type(ProfileSettings, "seeds")}
 
 
 def _bounds(meta: Any) -> list[str]:
@@ -314,6 +331,8 @@ def check_parameters(namespace: dict, rules: list[Rule] = ()) -> dict[str, Any]:
             continue
         try:
             checked[name] = coerce(name, namespace[name], annotation)
+            if name in SIZE_TWINS and checked[name] is not None:  # a run's size: its RunConfig range too
+                coerce(name, checked[name], SIZE_TWINS[name])
         except ParameterError as exc:
             problems.append(str(exc))
     problems += [msg for rule in rules if (msg := rule.problem(checked)) is not None]

@@ -32,9 +32,43 @@ NOT_IN_KEY = ("checkpoint_every",)
 #: Largest seed (2**63 - 1): the seed is a column of the summary tables and CSV files, kept within int64.
 MAX_SEED = 2**63 - 1
 
+# Upper bounds of every size a user can set (issue 42): generous, but finite, so that a mistyped
+# 23-digit ``--rounds`` is refused at validation instead of allocating or looping in proportion to it.
+# Every bound is ours; each is far above any setting of the paper (200 rounds, K = 100, K_c = 10).
+# RunConfig's Field(le=...) read them, and so do the CLI (--workers, --seeds) and the chapters'
+# parameters of the same names (maskfed.book.params.SIZE_TWINS).
+#: Most communication rounds, and the most rounds between evaluations, Hessian factors or checkpoints.
+MAX_ROUNDS = 100_000
+#: Most clients K in the population (and so in a cohort); the partition then checks K against the data.
+MAX_CLIENTS = 1_000_000
+#: Most images of a subset, a batch or the Hessian batch (CIFAR-10 has 60,000); checked against the data later.
+MAX_IMAGES = 10_000_000
+#: Most synthetic images of a split (each is 3 KiB of uint8, 12 KiB as float32: 200,000 are 2.4 GB).
+MAX_SYNTHETIC_IMAGES = 200_000
+#: Most local epochs τ (the paper's largest is 5).
+MAX_LOCAL_EPOCHS = 1_000
+#: Most first-layer channels of the small CNN (and GroupNorm groups); its default is 16.
+MAX_WIDTH = 1_024
+#: Most power iterations and Hutchinson probes of the sharpness measures.
+MAX_ITERS = 10_000
+#: Most worker processes of a sweep (``workers``, ``--workers``).
+MAX_WORKERS = 256
+#: Most seeds of one profile or command (``seeds``, ``--seeds``): a run per seed and setting.
+MAX_SEEDS = 1_000
+
 
 class ConfigError(ValueError):
     """A parameter outside its allowed values (raised before any compute)."""
+
+
+def check_workers(workers: int, name: str = "workers") -> None:
+    """Refuse a worker count outside 1..:data:`MAX_WORKERS` (``name``: how the caller calls it, ``--workers``).
+
+    Raises:
+        ConfigError: naming ``name``, the value and the allowed range.
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        raise ConfigError(f"{name} must be an integer from 1 to {MAX_WORKERS}; got {workers!r}")
 
 
 class RunConfig(BaseModel):
@@ -47,12 +81,12 @@ class RunConfig(BaseModel):
     # image_folder: any train/<class>/ test/<class>/ source (needs data_path); synthetic: class-conditional noise
     dataset: Literal["cifar10", "image_folder", "synthetic"] = "cifar10"  # cifar10 (its ten classes checked), image_folder (any classes) or synthetic noise
     data_path: str | None = None          # archive/folder; None: ../shared archive, then torchvision (cifar10 only)
-    train_subset: int | None = Field(None, ge=100)  # images kept from the train split (None: all 50,000)
-    test_subset: int | None = Field(None, ge=10)    # test images used for evaluation (None: all 10,000)
-    synthetic_train: int = Field(2000, ge=100)      # images, synthetic dataset only
-    synthetic_test: int = Field(500, ge=10)         # images, synthetic dataset only
+    train_subset: int | None = Field(None, ge=100, le=MAX_IMAGES)  # images kept from the train split (None: all 50,000)
+    test_subset: int | None = Field(None, ge=10, le=MAX_IMAGES)  # test images used for evaluation (None: all 10,000)
+    synthetic_train: int = Field(2000, ge=100, le=MAX_SYNTHETIC_IMAGES)   # images, synthetic dataset only
+    synthetic_test: int = Field(500, ge=10, le=MAX_SYNTHETIC_IMAGES)   # images, synthetic dataset only
     # partition
-    num_clients: int = Field(100, ge=1)             # K, clients in the population [100]
+    num_clients: int = Field(100, ge=1, le=MAX_CLIENTS)   # K, clients in the population [100]
     partition: Literal["dirichlet", "iid", "identical"] = "dirichlet"  # how images go to clients; identical: the control
     alpha: float = 100.0                            # Dirichlet concentration α [100, 1, 0.1]
     # ours (the paper does not say): "hsu" = Hsu et al. 2019, empty clients redrawn; "niid_bench" =
@@ -60,8 +94,8 @@ class RunConfig(BaseModel):
     dirichlet_convention: Literal["hsu", "niid_bench"] = "hsu"  # per-class Dirichlet split: Hsu et al. 2019 or NIID-Bench (ours)
     identical_client_seeds: bool = False            # control: every client shuffles with the same seed
     # FedAvg
-    cohort_size: int = Field(10, ge=1)              # K_c, clients per round [10]
-    rounds: int = Field(200, ge=1)                  # communication rounds [200]
+    cohort_size: int = Field(10, ge=1, le=MAX_CLIENTS)   # K_c, clients per round [10]
+    rounds: int = Field(200, ge=1, le=MAX_ROUNDS)   # communication rounds [200]
     local_epochs: int = 2                           # τ, passes over the client's shard per round [1, 2, 5]
     batch_size: BatchSize = 32                      # images per SGD step, or "full" (one step per epoch) [32, 128, full]
     lr: float = Field(0.01, gt=0, allow_inf_nan=False)  # SGD learning rate, no momentum [0.01]
@@ -69,13 +103,13 @@ class RunConfig(BaseModel):
     # model
     model: Literal["resnet18_gn", "small_cnn_gn"] = "resnet18_gn"  # network [resnet18_gn; its CIFAR stem is ours]
     # GroupNorm: Wu & He 2018; for BatchNorm under non-IID data: Hsieh et al. 2020
-    gn_groups: int = Field(2, ge=1)                 # GroupNorm groups per layer (ours: the paper gives no count)
-    width: int = Field(16, ge=1)                    # small CNN first-layer channels
+    gn_groups: int = Field(2, ge=1, le=MAX_WIDTH)   # GroupNorm groups per layer (ours: the paper gives no count)
+    width: int = Field(16, ge=1, le=MAX_WIDTH)   # small CNN first-layer channels
     # evaluation and run
-    eval_every: int = Field(10, ge=1)               # rounds between test evaluations
+    eval_every: int = Field(10, ge=1, le=MAX_ROUNDS)   # rounds between test evaluations
     # rounds between evaluations in the summary window: the last quarter of rounds (paper: the last
     # 50 of 200; a quarter at other round counts is ours)
-    eval_every_tail: int = Field(1, ge=1)           # rounds between evaluations in the last quarter
+    eval_every_tail: int = Field(1, ge=1, le=MAX_ROUNDS)   # rounds between evaluations in the last quarter
     seed: int = Field(0, ge=0, le=MAX_SEED)         # model init, partition, cohorts, shuffling
     device: Literal["auto", "cpu", "cuda"] = "auto"  # where to train; auto: CUDA if available
     engine: Literal["auto", "sequential", "batched"] = "auto"  # local training: client by client, or the K_c clients as one batched model; auto: per device (cohort.AUTO_ENGINE)
@@ -86,12 +120,12 @@ class RunConfig(BaseModel):
     mask_mode: Literal["independent", "shared"] = "independent"  # a mask per client, or one per round broadcast to all
     # measurements past the paper's limits (limitation 2; ours): the recovery factor in the
     # block-Hessian inner product, and the final model's sharpness, on a fixed batch of training images
-    hessian_every: int = Field(0, ge=0)             # rounds between Hessian-weighted recovery factors; 0: never
-    hessian_batch: int = Field(256, ge=1)           # images in the fixed Hessian evaluation batch (seeded by seed)
-    sharpness_iters: int = Field(0, ge=0)           # power iterations and Hutchinson probes on the final model; 0: none
+    hessian_every: int = Field(0, ge=0, le=MAX_ROUNDS)   # rounds between Hessian-weighted recovery factors; 0: never
+    hessian_batch: int = Field(256, ge=1, le=MAX_IMAGES)   # images in the fixed Hessian evaluation batch (seeded by seed)
+    sharpness_iters: int = Field(0, ge=0, le=MAX_ITERS)   # power iterations and Hutchinson probes on the final model; 0: none
 
     # bookkeeping only: changes no result, so RunConfig.key() leaves it out (config.json keeps it)
-    checkpoint_every: int = Field(10, ge=0)         # rounds between checkpoints of a running run; 0: none.
+    checkpoint_every: int = Field(10, ge=0, le=MAX_ROUNDS)   # rounds between checkpoints of a running run; 0: none.
     # Our default, not the paper's; the profiles set their own (smoke 1, cpu 5, paper 10).
 
     @model_validator(mode="after")
@@ -113,7 +147,7 @@ class RunConfig(BaseModel):
     def _tau_positive(cls, v) -> int:
         if isinstance(v, str) and v.strip().isdigit():
             v = int(v)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_LOCAL_EPOCHS:
             raise ValueError(f"local_epochs (τ) must be {_VALIDATED['local_epochs']}; got {v}")
         return v
 
@@ -122,7 +156,7 @@ class RunConfig(BaseModel):
     def _batch_size(cls, v):
         if isinstance(v, str) and v.strip().isdigit():
             v = int(v)
-        if v == "full" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+        if v == "full" or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_IMAGES):
             return v
         raise ValueError(f"batch_size must be {_VALIDATED['batch_size']}; got {v!r}")
 
@@ -183,8 +217,8 @@ def make_run_config(**fields) -> RunConfig:
 
 #: Allowed values that a field validator (not the annotation) enforces: the validators' messages
 #: and :func:`allowed_values` both read them here.
-_VALIDATED = {"alpha": "a finite number > 0", "local_epochs": "an integer >= 1",
-              "batch_size": "a positive integer or 'full'"}
+_VALIDATED = {"alpha": "a finite number > 0", "local_epochs": f"an integer >= 1 and <= {MAX_LOCAL_EPOCHS}",
+              "batch_size": f"a positive integer or 'full' (an integer at most {MAX_IMAGES})"}
 #: How a constraint of ``Field(...)`` reads in :func:`allowed_values`.
 _BOUNDS = (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
 
@@ -322,9 +356,9 @@ class MaskedSpec(BaseModel):
     protocols: dict[str, tuple[BatchSize, int]]  # name -> (batch size or "full", local epochs τ)
     keep_probs: list[float] = [1.0, 0.5]         # keep probabilities p of a block; 1: no mask
     modes: list[Literal["independent", "shared"]] = ["independent", "shared"]  # mask modes compared at each p < 1
-    sharpness_iters: int = Field(20, ge=1)       # power iterations and Hutchinson probes on the final model
-    hessian_batch: int = Field(512, ge=1)        # training images in the fixed Hessian batch (seeded by the seed)
-    hessian_every: int = Field(10, ge=0)         # rounds between Hessian-weighted recovery factors (unmasked runs); 0: never
+    sharpness_iters: int = Field(20, ge=1, le=MAX_ITERS)  # power iterations and Hutchinson probes on the final model
+    hessian_batch: int = Field(512, ge=1, le=MAX_IMAGES)  # training images in the fixed Hessian batch (seeded by the seed)
+    hessian_every: int = Field(10, ge=0, le=MAX_ROUNDS)  # rounds between Hessian-weighted recovery factors (unmasked runs); 0: never
 
 
 class Profile(BaseModel):
@@ -335,8 +369,8 @@ class Profile(BaseModel):
     description: str                 # one line for README and the book
     scaled_down: bool                # True unless this is the paper's exact setting
     base: dict                       # RunConfig fields shared by every run
-    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field([0], min_length=1)  # one run per seed
-    workers: int = Field(1, ge=1)    # worker processes for independent runs
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field([0], min_length=1, max_length=MAX_SEEDS)  # one run per seed
+    workers: int = Field(1, ge=1, le=MAX_WORKERS)  # worker processes for independent runs
     table1: Table1Spec = Table1Spec()
     table2: Table2Spec = Table2Spec()
     control: dict = {"partition": "identical", "identical_client_seeds": True}

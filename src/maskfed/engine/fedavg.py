@@ -210,21 +210,70 @@ def final_sharpness(model: nn.Module, theta_P: torch.Tensor, x: torch.Tensor, y:
 
 
 class TrainingDiverged(ArithmeticError):
-    """A client's local training gave a non-finite loss or update Δ_k (typically lr too large);
-    the run stops at that round.
+    """Training diverged (typically lr too large); the run stops at that round. Either a client's local
+    training gave a non-finite loss or update Δ_k (:func:`check_finite`), or the round's mean training
+    loss, finite, passed the divergence limit (:func:`check_loss`; ``client`` None).
 
-    Attributes ``round`` (1-based), ``client`` (population id), ``quantity`` (what was not
-    finite), ``value`` (as text) and ``lr``.
+    Attributes ``round`` (1-based), ``client`` (population id, or None for the round's mean),
+    ``quantity`` (the metric: what was not finite, or ``train_loss``), ``value`` (as text), ``lr`` and
+    ``limit`` (the divergence limit in nats, or None for a non-finite value).
     """
 
-    def __init__(self, round: int, client: int, quantity: str, value: str, lr: float):
-        super().__init__(round, client, quantity, value, lr)
+    def __init__(self, round: int, client: int | None, quantity: str, value: str, lr: float,
+                 limit: float | None = None):
+        super().__init__(round, client, quantity, value, lr, limit)
         self.round, self.client, self.quantity, self.value, self.lr = round, client, quantity, value, lr
+        self.limit = limit
 
     def __str__(self) -> str:
-        return (f"training diverged at round {self.round}: client {self.client}'s {self.quantity} is {self.value} "
-                f"(lr = {self.lr:g}); the run was not stored. Try a smaller lr (--lr, or overrides "
-                f"{{'lr': ...}} in a chapter)")
+        what = (f"client {self.client}'s {self.quantity} is {self.value}" if self.client is not None else
+                f"the cohort's mean training loss ({self.quantity}) is {self.value} nats, above the divergence "
+                f"limit {self.limit:.4g} ({DIVERGENCE_FACTOR:g} × ln of the number of classes)")
+        return (f"training diverged at round {self.round}: {what} (lr = {self.lr:g}); the run was not stored. "
+                f"Try a smaller lr (--lr, or overrides {{'lr': ...}} in a chapter)")
+
+
+#: Divergence rule of a finite run: a round whose mean client training loss (``train_loss``, nats,
+#: n_k-weighted) exceeds DIVERGENCE_FACTOR × ln C, C the number of classes, stops the run
+#: (:func:`check_loss`). Ours. ln C is the cross-entropy of a uniform guess, what a model that has
+#: learned nothing scores; a loss ten times that is a model confidently wrong on most images, which
+#: no run that learns goes through (the issue's lr 50 full-batch run: 2.3, then 9.6e7 nats at round 2,
+#: accuracy 0.10 throughout). An absolute limit rather than a multiple of round 1's loss: a Dirichlet
+#: α = 0.1 split starts far below ln C (round 1: 1.1 nats, each client sees few classes), as does a run
+#: resumed or branched from a trained θ (the stage study), so a ratio to the start would be a tighter
+#: and less meaningful rule. The 90 archived runs (results/archive/*/, 2026-12) peak at 1.02 ln C
+#: (2.35 nats) and at 1.10 times their round-1 loss, a tenth of this limit (23.0 nats for CIFAR-10).
+DIVERGENCE_FACTOR = 10.0
+
+
+def loss_limit(num_classes: int) -> float:
+    """The divergence limit of a round's mean training loss, in nats: :data:`DIVERGENCE_FACTOR` × ln C
+    (23.03 for C = 10 classes).
+
+    Raises:
+        ValueError: fewer than 2 classes.
+    """
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be >= 2; got {num_classes}")
+    return DIVERGENCE_FACTOR * math.log(num_classes)
+
+
+def check_loss(round_idx: int, train_loss: float, num_classes: int, lr: float) -> None:
+    """Raise :class:`TrainingDiverged` if the round's mean training loss (nats) is above
+    :func:`loss_limit` (reads the value only).
+
+    Args:
+        round_idx: 0-based round.
+        train_loss: the round's n_k-weighted mean client training loss, nats (finite: :func:`check_finite` ran).
+        num_classes: C, the classes of the data.
+        lr: the learning rate, for the message.
+
+    Raises:
+        TrainingDiverged: with ``client`` None, ``quantity`` "train_loss", the value and the limit.
+    """
+    limit = loss_limit(num_classes)
+    if train_loss > limit:
+        raise TrainingDiverged(round_idx + 1, None, "train_loss", f"{train_loss:.4g}", lr, limit)
 
 
 def check_finite(round_idx: int, cohort, deltas_KxP: torch.Tensor, losses, lr: float) -> None:
@@ -266,11 +315,19 @@ def eval_rounds(rounds: int, eval_every: int, eval_every_tail: int) -> set[int]:
     """Rounds (0-based) after which the global model is tested.
 
     Every ``eval_every`` rounds, every ``eval_every_tail`` rounds in the last quarter (the
-    summaries' window), and the last round.
+    summaries' window), and the last round. Built by stepping through those rounds only, so its cost
+    is that of the evaluations, not of ``rounds`` (bounded by
+    :data:`maskfed.engine.config.MAX_ROUNDS` in a :class:`~maskfed.engine.config.RunConfig`).
+
+    Raises:
+        ValueError: ``rounds``, ``eval_every`` or ``eval_every_tail`` below 1.
     """
+    for name, v in (("rounds", rounds), ("eval_every", eval_every), ("eval_every_tail", eval_every_tail)):
+        if v < 1:
+            raise ValueError(f"{name} must be >= 1; got {v}")
     tail_start = rounds - max(1, rounds // 4)
-    chosen = {r for r in range(rounds) if (r + 1) % eval_every == 0}
-    chosen |= {r for r in range(tail_start, rounds) if (rounds - 1 - r) % eval_every_tail == 0}
+    chosen = set(range(eval_every - 1, rounds, eval_every))  # (r + 1) % eval_every == 0
+    chosen |= set(range(rounds - 1, tail_start - 1, -eval_every_tail))  # (rounds - 1 - r) % eval_every_tail == 0
     chosen.add(rounds - 1)
     return chosen
 
@@ -281,8 +338,14 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
                progress=None, on_round=None, engine: str = "sequential", precision: str = "fp32",
                start_round: int = 0, theta_P: torch.Tensor | None = None, records: list[dict] | None = None,
                on_state=None, mask_keep_prob: float = 1.0, mask_mode: str = "independent",
-               hessian_every: int = 0, hessian_batch_size: int = 256, sharpness_iters: int = 0) -> list[dict]:
+               hessian_every: int = 0, hessian_batch_size: int = 256, sharpness_iters: int = 0,
+               num_classes: int | None = None) -> list[dict]:
     """Train with FedAvg and measure every round.
+
+    A round whose client loss or update is not finite, or whose mean training loss passes
+    :func:`loss_limit` (:data:`DIVERGENCE_FACTOR` × ln C nats), stops the run with
+    :class:`TrainingDiverged` before that round is recorded or handed to ``on_state`` (so no checkpoint
+    holds it); the checks only read the values.
 
     Every random draw comes from generators seeded by (seed, round, client) (:func:`sample_cohort`,
     :func:`client_seed`), so resuming from (round, θ, records) is bit-identical on the same device.
@@ -304,6 +367,7 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
         theta_P: θ after round ``start_round``, flat [P] on the model's device; ``None``: θ_0.
         records: the records of rounds 1..``start_round`` (copied).
         on_state: optional callback ``on_state(rounds_done, theta_P, records)`` after every round.
+        num_classes: C, for the divergence limit; None: the largest training label + 1.
 
     Returns:
         One dict per round: ``round`` (1-based), cohort, shard sizes, T, train loss, the metrics of
@@ -312,7 +376,8 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
     Raises:
         ValueError: ``start_round`` outside [0, rounds] or without ``theta_P``, ``records`` not of
             length ``start_round``, p outside (0, 1], an unknown mask mode, or a bad Hessian batch.
-        TrainingDiverged: a client's loss or update Δ_k is not finite (:func:`check_finite`).
+        TrainingDiverged: a client's loss or update Δ_k is not finite (:func:`check_finite`), or the
+            round's mean training loss is above :func:`loss_limit` (:func:`check_loss`).
     """
     records = [] if records is None else list(records)
     if not 0 <= start_round <= rounds:
@@ -327,6 +392,8 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
         raise ValueError(f"hessian_every and sharpness_iters must be >= 0; got {hessian_every}, {sharpness_iters}")
     x_h, y_h = (hessian_batch(data, hessian_batch_size, seed) if hessian_every or sharpness_iters else (None, None))
     block_sizes = masking.block_sizes_of(list(model.parameters()))
+    num_classes = int(data.y_train.max()) + 1 if num_classes is None else num_classes
+    loss_limit(num_classes)  # checks it before any compute
     eval_at = {rounds - 1} if eval_at is None else eval_at
     theta = (parameters_to_vector(model.parameters()) if theta_P is None else theta_P).detach().clone()
     for r in range(start_round, rounds):
@@ -339,6 +406,8 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
             batch_size=batch_size, local_epochs=local_epochs, generators=gens, engine=engine, precision=precision,
             deterministic=identical_client_seeds)
         check_finite(r, cohort, deltas_KxP, losses, lr)
+        train_loss = float(np.average(losses, weights=n_k))
+        check_loss(r, train_loss, num_classes, lr)
         weights = aggregation_weights(n_k, aggregation)
         masked_KxP, _ = mask_updates(deltas_KxP, block_sizes, mask_keep_prob,
                                      mask_generators(seed, r, cohort, mask_mode))
@@ -346,7 +415,7 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
         theta = theta - aggregate(masked_KxP, weights)
         rec = {"round": r + 1, "cohort": " ".join(map(str, cohort)), "n_k": " ".join(map(str, n_k)),
                "T_mean": float(np.mean(steps)), "T_min": int(min(steps)), "T_max": int(max(steps)),
-               "train_loss": float(np.average(losses, weights=n_k)), **round_metrics(deltas_KxP, n_k)}
+               "train_loss": train_loss, **round_metrics(deltas_KxP, n_k)}
         if hessian_every:
             rec.update(hessian_recovery(model, theta_start - aggregate(deltas_KxP, weights), deltas_KxP, n_k, x_h, y_h)
                        if (r + 1) % hessian_every == 0 else

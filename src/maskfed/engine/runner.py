@@ -10,7 +10,9 @@ the run code, the data fingerprint and the resolved device type and engine.
 Checkpoints live in the hidden partial folder (:mod:`maskfed.engine.checkpoint`); the same call
 after a kill resumes from it. Ctrl-C during :func:`run_many` (or SIGTERM / SIGHUP inside
 :func:`stop_on_signals`) ends the workers and raises :class:`Interrupted`. A damaged finished folder
-raises :class:`DamagedRun`; a full disk :class:`~maskfed.engine.checkpoint.WriteFailed`.
+raises :class:`DamagedRun`; one whose ``config.json``, provenance run key and name disagree (another
+run's file copied in) :class:`RunMismatch`, and is never reused; a full disk
+:class:`~maskfed.engine.checkpoint.WriteFailed`.
 """
 
 from __future__ import annotations
@@ -182,6 +184,54 @@ class DamagedRun(ValueError):
                 f"(maskfed run or maskfed sweep; recomputes every run of the command)")
 
 
+class RunMismatch(DamagedRun):
+    """A run folder whose ``config.json``, provenance (its ``run_key`` and ``config_key``) and folder name
+    do not agree, say another run's ``config.json`` copied in: it is never reused (:func:`check_identity`).
+    ``disagreements``: one entry per part that disagrees; ``str()`` names the folder, each of them and the
+    remedy."""
+
+    def __init__(self, path: Path | str, disagreements: list[str]):
+        super().__init__(path, "; ".join(disagreements))
+        self.disagreements = list(disagreements)
+
+    def __str__(self) -> str:
+        return (f"run folder {self.path} is not the run its name says, so it is not reused: {self.reason}. To "
+                f"recompute it, delete the folder (rm -r '{self.path}') and run the same command again, or rerun "
+                "with --force (maskfed run or maskfed sweep; recomputes every run of the command)")
+
+
+def check_identity(result: RunResult, cfg: RunConfig | None = None, key: str | None = None) -> None:
+    """Check that a run folder is the run it is used as: its ``config.json`` is ``cfg`` (same
+    :meth:`RunConfig.key`, and the ``config_key`` its provenance recorded, where recorded), its
+    provenance's ``run_key`` is ``key`` (the :func:`identify` key), and its folder name is
+    ``<config.json's label>-<run_key>``. Reads the files already loaded; computes nothing.
+
+    Args:
+        result: the folder as read (:func:`load_run`).
+        cfg: the configuration it is used for; None: only the folder's own files and name are compared.
+        key: the run key it is used under; None: not compared.
+
+    Raises:
+        RunMismatch: naming each part that disagrees.
+    """
+    stored, prov, path = result.config, result.provenance, result.path
+    run_key = prov.get("run_key")
+    wrong = []
+    if cfg is not None and stored.key() != cfg.key():
+        wrong.append(f"config.json is the run {stored.label()} with config key {stored.key()}, not the "
+                     f"{cfg.label()} asked for (config key {cfg.key()})")
+    if "config_key" in prov and prov["config_key"] != stored.key():
+        wrong.append(f"config.json's config key is {stored.key()}, but provenance.json records {prov['config_key']}")
+    if key is not None and run_key != key:
+        wrong.append(f"provenance.json's run key is {run_key}, not {key}")
+    if cfg is not None or key is not None:  # the folder is used by its name: the name must be its files'
+        if path.name != f"{stored.label()}-{run_key}":
+            wrong.append(f"the folder name {path.name} is not config.json's label and provenance.json's run key "
+                         f"({stored.label()}-{run_key})")
+    if wrong:
+        raise RunMismatch(path, wrong)
+
+
 def expected_columns(cfg: RunConfig) -> list[str]:
     """The columns of a run's ``metrics.csv`` that ``cfg`` implies, in the order
     :func:`maskfed.engine.fedavg.run_fedavg` writes them (a test keeps the two in step)."""
@@ -197,12 +247,22 @@ def expected_columns(cfg: RunConfig) -> list[str]:
 
 
 def load_run(path: Path) -> RunResult:
-    """Read a finished run folder, checking that it is whole.
+    """Read a finished run folder, checking that it is whole and that its ``config.json`` is the
+    configuration its provenance recorded (``config_key``, in runs made since issue 42;
+    :func:`check_identity` without a configuration).
 
     Raises:
         DamagedRun: a file of :data:`RUN_FILES` missing, JSON or a config that does not parse, or
             metrics that do not parse, lack a column of :func:`expected_columns` or rounds 1..``rounds``.
+        RunMismatch: ``config.json`` is not the configuration the provenance recorded.
     """
+    result = _read_run(path)
+    check_identity(result)
+    return result
+
+
+def _read_run(path: Path) -> RunResult:
+    """:func:`load_run` without the identity check (the caller makes its own)."""
     missing = [f for f in RUN_FILES if not (path / f).is_file()]
     if missing:
         raise DamagedRun(path, f"{', '.join(missing)} missing")
@@ -267,16 +327,21 @@ def load_thetas(path: Path) -> dict[int, torch.Tensor] | None:
 
 def find_run(cfg: RunConfig, identity: RunIdentity | None = None) -> RunResult | None:
     """The finished run of ``cfg`` with the current code and data, or None (tidies a stale partial folder).
-    ``identity``: the run's :func:`identify`, when the caller has it already.
+    ``identity``: the run's :func:`identify`, when the caller has it already. The folder is found by its
+    name and used only if its files agree with it (:func:`check_identity`).
 
     Raises:
         DamagedRun: the run's folder exists but is not whole (:func:`load_run`).
+        RunMismatch: the folder's ``config.json``, provenance run key and name do not all agree with
+            ``cfg`` and its key (a DamagedRun too).
     """
-    path = (identity or identify(cfg)).path
-    if not path.exists():
+    identity = identity or identify(cfg)
+    if not identity.path.exists():
         return None
-    checkpoint.remove_stale(checkpoint.partial_dir(path))
-    return load_run(path)
+    checkpoint.remove_stale(checkpoint.partial_dir(identity.path))
+    result = _read_run(identity.path)
+    check_identity(result, cfg, identity.key)
+    return result
 
 
 def resolve_device(name: str) -> torch.device:
@@ -359,6 +424,8 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True,
     Raises:
         ValueError / FileNotFoundError / DataUnavailableError: bad device or data, or
             ``keep_every`` < 0, before training starts.
+        DamagedRun / RunMismatch: without ``force``, the run's folder exists but is not whole, or its
+            files are another run's (:func:`find_run`); nothing is reused or trained then.
     """
     if isinstance(keep_every, int) and keep_every < 0:
         raise ValueError(f"keep_every must be >= 0 rounds (0: keep no θ snapshots); got {keep_every}")
@@ -370,7 +437,9 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True,
     cohort.check_precision(cfg.precision, identity.device)
     with checkpoint.claim(checkpoint.partial_dir(identity.path)) as partial:
         if identity.path.exists() and not force:  # finished by another process while we waited
-            return load_run(identity.path)
+            result = _read_run(identity.path)
+            check_identity(result, cfg, identity.key)
+            return result
         return _train(cfg, identity, partial, force=force, progress=progress, keep_every=keep_every)
 
 
@@ -423,10 +492,10 @@ def _train(cfg: RunConfig, identity: RunIdentity, partial: Path, *, force: bool,
             start_round=done_before, theta_P=None if state is None else state.theta_P.to(device),
             records=None if state is None else state.records, on_state=save_state,
             mask_keep_prob=cfg.mask_keep_prob, mask_mode=cfg.mask_mode, hessian_every=cfg.hessian_every,
-            hessian_batch_size=cfg.hessian_batch, sharpness_iters=cfg.sharpness_iters)
+            hessian_batch_size=cfg.hessian_batch, sharpness_iters=cfg.sharpness_iters, num_classes=num_classes)
     sizes = [len(p) for p in data.parts]
     prov = {
-        "run_key": key, **identity.fingerprint_fields(), "label": cfg.label(), "seed": cfg.seed,
+        "run_key": key, "config_key": cfg.key(), **identity.fingerprint_fields(), "label": cfg.label(), "seed": cfg.seed,
         "code_hash": provenance.code_hash(), **provenance.git_state(),
         "packages": provenance.package_versions(), "machine": provenance.machine(str(device)),
         "determinism": determinism_state,

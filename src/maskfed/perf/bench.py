@@ -15,7 +15,9 @@ steps, it times one round of each local protocol (batch size × τ) along these 
   the same number of steps over the same images.
 
 Entry point: ``python -m maskfed.perf.bench`` (``make bench``) writes ``results/bench/bench-<utc>.csv``
-and prints the ratios. The machine is recorded in every row; a CSV never mixes machines. Each row
+and prints the ratios, then the projection check (:func:`projection_check`: the device check's
+projection of a smoke Dirichlet α = 0.1 run against its measured time, reported, not asserted;
+``--no-projection-check`` skips it). The machine is recorded in every row; a CSV never mixes machines. Each row
 also gives the steps and images the path's engine computed (:func:`maskfed.perf.projection.round_work`:
 the batched engine makes max_k T_k steps over padded batches), from which the device check fits
 its time projection, and on CUDA the peak GPU memory of the cell.
@@ -301,6 +303,42 @@ def latest_or_tiny(folder: Path | None = None) -> tuple[pd.DataFrame, str]:
     return df, source
 
 
+def projection_check(profile: str = "smoke", device: str = "cpu") -> dict:
+    """The device check's time projection of ``profile``'s Dirichlet α = 0.1 run against that run's
+    measured time, on this machine: measured sequential rounds at ``profile``'s batch sizes (τ 1, 3
+    repeats), the projection of :func:`maskfed.perf.devicecheck.project`, then the run itself in a
+    scratch results folder (its rounds' ``wall_s`` summed: training, measurements, evaluations).
+
+    For ``make bench`` to report (a wall time depends on the machine's load, so no test asserts it);
+    about 10 to 20 s of one core on the smoke profile.
+
+    Returns:
+        :func:`maskfed.perf.projection.compare` of the two times, with ``label`` (the run).
+    """
+    import os
+    import tempfile
+
+    from maskfed.perf import devicecheck  # imports this module: imported here
+
+    prof = load_profile(profile)
+    protocols = [(bs, 1) for bs in prof.table1.batch_sizes]
+    thr = bench(profile, protocols=protocols, paths=("ours_sequential",), repeats=3, device=device)
+    proj = devicecheck.project(profile, thr, devicecheck.eval_images_per_s(profile, device), device=device,
+                               engine="sequential")
+    row = proj[(proj["alpha"] == 0.1) & (proj["partition"] == "dirichlet")].iloc[0]
+    before = os.environ.get("MASKFED_RESULTS_DIR")
+    with tempfile.TemporaryDirectory(prefix="maskfed-projection-") as scratch:
+        os.environ["MASKFED_RESULTS_DIR"] = scratch  # a fresh run, never one reused from results/
+        try:
+            res = runner.run(row["config"], progress=False)
+        finally:
+            if before is None:
+                os.environ.pop("MASKFED_RESULTS_DIR", None)
+            else:
+                os.environ["MASKFED_RESULTS_DIR"] = before
+    return {"label": row["label"], **projection.compare(float(row["projected_s"]), float(res.metrics["wall_s"].sum()))}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m maskfed.perf.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--profile", default="cpu", help="smoke | cpu | paper (default cpu)")
@@ -314,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paths", nargs="+", default=list(PATHS), help=f"any of {' '.join(PATHS)} (default all)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--out", default=None, help="CSV path (default results/bench/bench-<utc>.csv)")
+    parser.add_argument("--no-projection-check", action="store_true",
+                        help="skip the projection check (the device check's projection of a smoke run against its "
+                             "measured time, about 10 to 20 s)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     protocols = None
@@ -338,6 +379,12 @@ def main(argv: list[str] | None = None) -> int:
         print(ratios(df).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print(f"machine: {df['machine'].iloc[0]} ({df['device'].iloc[0]}, {df['threads'].iloc[0]} thread(s))")
     print(out)
+    if not args.no_projection_check:
+        c = projection_check()
+        print(f"projection check (smoke {c['label']}, sequential engine): projected {c['projected_s']:.3f} s, "
+              f"measured {c['measured_s']:.3f} s, {c['relative_error']:+.1%} "
+              f"({'within' if c['within_aim'] else 'outside'} the {projection.PROJECTION_AIM:.0%} aim; "
+              "reported, not a gate)")
     return 0
 
 
