@@ -270,8 +270,9 @@ def failed_path(name: str, out_dir: Path = OUT_DIR) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Execute notebooks; bad input (profile, notebook name) or a failed cell ends as one message.
 
-    Exit status: 0 all executed; 2 a bad profile or notebook name or a path variable set but empty
-    (``MASKFED_RESULTS_DIR=``; all checked before any runs), or a
+    Exit status: 0 all executed; 2 a bad profile or notebook name, a path variable set but empty
+    (``MASKFED_RESULTS_DIR=``), an ``--out-dir`` that is a file or cannot be written, or an archive the chosen
+    chapters read that lacks some of its runs (:func:`incomplete_archives`; all checked before any runs), or a
     cell stopped on bad input (ConfigError, ValueError, ...) or on a run that diverged or could not
     be written; 1 a cell failed otherwise; 130 Ctrl-C (one line: which notebook was stopped).
     Damaged folders of the run archive are named on stderr before the first notebook runs.
