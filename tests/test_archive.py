@@ -308,6 +308,9 @@ def test_verify_relabels_only_when_every_rerun_metric_is_bit_identical(dirs_in_t
     # assert: recorded, and the label now says the current code reproduces the runs
     assert record["identical"] is True and [r["identical"] for r in record["runs"]] == [True, True]
     assert record["code_hash"] == "feedfacefeedface" and record["archived_code_hashes"] == [old]
+    assert record["within_tolerance"] is True and record["outcome"] == "bit-identical"
+    assert [r["outcome"] for r in record["runs"]] == ["bit-identical"] * 2
+    assert record["machine_id"] == provenance.machine_identity("cpu") and record["summary_rtol"] == archive.SUMMARY_RTOL
     lab = archive.label(runs, "smoke")
     assert lab.code_changed is False and "reproduced every metric bit for bit" in lab.text()
     assert labels[0] in lab.text()
@@ -320,9 +323,16 @@ def test_verify_relabels_only_when_every_rerun_metric_is_bit_identical(dirs_in_t
     m = pd.read_csv(path)
     m.loc[1, "recovery_unweighted"] = np.nextafter(m.loc[1, "recovery_unweighted"], np.inf)
     m.to_csv(path, index=False)
+    archive.write_manifest(runs[0].path)  # as if another CPU had made it: its files agree with its manifest
     bad = archive.verify_archive("smoke", labels=labels)
     assert bad["identical"] is False and bad["runs"][0]["identical"] is False and bad["runs"][1]["identical"]
     assert 0 < bad["runs"][0]["max_abs_diff"] < 1e-12
+    # that one-ulp difference leaves the summary cells within the tolerance: recorded per run and overall
+    assert bad["runs"][0]["within_tolerance"] is True and bad["runs"][0]["summary_max_rel_diff"] <= archive.SUMMARY_RTOL
+    assert bad["within_tolerance"] is True and bad["outcome"] == "within tolerance"
+    lab = archive.label(archive.load_archive("smoke"), "smoke")
+    assert lab.outcome == "within tolerance" and lab.machine_id["id"] == bad["machine_id"]["id"]
+    assert "reproduced" not in lab.text() and bad["machine_id"]["id"] in lab.text()
     assert archive.label(archive.load_archive("smoke"), "smoke").code_changed is True
     assert len(json.loads((dirs_in_tmp / "archive" / "smoke" / archive.VERIFIED).read_text())) == 2
     with pytest.raises(ValueError, match="not in the smoke archive"):
@@ -429,7 +439,7 @@ def _two_archived_runs(monkeypatch):
 
 
 @pytest.mark.slow
-def test_runs_added_with_this_code_keep_the_older_runs_verification(dirs_in_tmp, monkeypatch):
+def test_runs_added_with_this_code_need_a_verification_that_covers_them(dirs_in_tmp, monkeypatch):
     # prepare: two runs of old code verified with this checkout's code, then a seed added with this code
     cfgs, runs = _two_archived_runs(monkeypatch)
     assert archive.verify_archive("smoke", labels=[c.label() for c in cfgs])["identical"] is True
@@ -437,11 +447,17 @@ def test_runs_added_with_this_code_keep_the_older_runs_verification(dirs_in_tmp,
     archive.archive_runs(runner.run_many([added], workers=1, progress=False), "smoke")
     runs = archive.load_archive("smoke")
     assert sorted(r.provenance["code_hash"] for r in runs).count("feedfacefeedface") == 1
-    # execute
+    added_folder = next(r.path.name for r in runs if r.provenance["code_hash"] == "feedfacefeedface")
+    # execute / assert: the verification holds no digest of the added run, so it covers the archive no longer
     lab = archive.label(runs, "smoke")
-    # assert: the check of the two older runs still stands (the verification record holds no digest of the
-    # added run, which needs none), and the text says which runs are which
-    assert lab.verified is True and lab.code_changed is False and lab.same_code_runs == 1
+    assert lab.verified is False and lab.code_changed is True and lab.unverified == [added_folder]
+    assert "reproduced" not in lab.text() and added_folder in lab.text()
+    # execute: verified again, the record covering every run's files
+    record = archive.verify_archive("smoke", labels=[c.label() for c in cfgs])
+    assert sorted(record["contents"]) == sorted(r.path.name for r in runs)
+    lab = archive.label(runs, "smoke")
+    # assert: the text says which runs are which
+    assert lab.verified is True and lab.code_changed is False and lab.same_code_runs == 1 and lab.unverified == []
     assert "reproduced every metric bit for bit" in lab.text()
     assert ("2 of these runs were made with other run code than this checkout's (feedfacefeedface), the other 1 "
             "with it, but re-running 2 of the 2 (") in lab.text()
@@ -640,3 +656,123 @@ def test_alpha_cross_reruns_the_table_two_runs_with_snapshots_and_measures_every
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(archive.load_archive("smoke")) == 1 + len(others)
+
+
+# --------------------------------------------------------------------------- issue 42: missing runs, tamper, tolerance
+
+def _full_archive(root, profile_name):
+    """Every run of a profile archived by hand (this checkout's code hash); {label: folder}."""
+    prof = load_profile(profile_name)
+    return {c.label(): fake_run(root / f"{c.label()}-0123456789abcdef", c, recovery=2.0)
+            for c in experiments.all_configs(prof)}
+
+
+def test_a_run_moved_out_of_the_archive_stops_the_book_naming_it_and_the_sweep_command(dirs_in_tmp, capsys):
+    # prepare: the whole cpu-paper archive (5 seeds), then one seed-3 run moved out of it
+    root = dirs_in_tmp / "archive" / "cpu-paper"
+    folders = _full_archive(root, "cpu-paper")
+    assert len(archive.require_complete("cpu-paper")) == len(folders)
+    label = next(k for k in folders if k.endswith("-s3") and "bs128-t1" in k)
+    shutil.move(folders[label], dirs_in_tmp / "moved")
+    # execute
+    with pytest.raises(archive.IncompleteArchive) as caught:
+        archive.require_complete("cpu-paper")
+    from maskfed.book import evidence, notebooks
+    code = notebooks.main(["--profile", "cpu", "--out-dir", str(dirs_in_tmp / "nb"), "verdict"])
+    err = capsys.readouterr().err
+    # assert: the missing run and its seed are data; the message names them and the command that restores them
+    exc = caught.value
+    assert list(exc.missing["run"]) == [label] and exc.seeds == [3] and exc.profile == "cpu-paper"
+    assert exc.total == len(folders)
+    assert label in str(exc) and "maskfed sweep --profile cpu-paper --seeds 3" in str(exc)
+    assert list(archive.missing_frame("cpu-paper")["reason"]) == ["not archived"]
+    for read in (lambda: evidence.archived_evidence("cpu-paper"), lambda: evidence.source_runs("cpu-paper"),
+                 lambda: archive.summaries("table1", profiles=["cpu-paper"], whole=True)):
+        with pytest.raises(archive.IncompleteArchive, match=label):
+            read()
+    found, _ = archive.summaries("table1", profiles=["cpu-paper"])  # the data API still reads a partial archive
+    assert found[0].missing == [label]
+    # the build stops before any chapter runs: one error line, exit status 2, nothing written
+    assert code == 2 and err.count("error:") == 1 and label in err and "--seeds 3" in err
+    assert not (dirs_in_tmp / "nb" / "verdict.ipynb").exists()
+    # a damaged folder counts as missing, named with its reason
+    shutil.move(dirs_in_tmp / "moved", folders[label])
+    pd.read_csv(folders[label] / "metrics.csv").head(3).to_csv(folders[label] / "metrics.csv", index=False)
+    with pytest.warns(UserWarning), pytest.raises(archive.IncompleteArchive) as caught:
+        archive.require_complete("cpu-paper")
+    assert list(caught.value.missing["folder"]) == [folders[label].name] and "3 rows" in str(caught.value)
+
+
+def _verification_record(results, **extra):
+    """A passed verification of this checkout's code written by hand, covering the given runs' files as they are."""
+    return {"code_hash": provenance.code_hash(), "commit": "b" * 10, "torch_threads": 1, "utc": "2026-12-06T00:00:00+00:00",
+            "machine": "cpu (Intel(R) Xeon(R) Processor)", "archived_code_hashes": [], "identical": True,
+            "runs": [{"label": r.config.label(), "folder": r.path.name, "identical": True, "max_abs_diff": 0.0,
+                      "first_difference": None, "changed_files": []} for r in results[:1]],
+            "contents": {r.path.name: archive.content_digest(r.path) for r in results}, **extra}
+
+
+def test_a_run_of_this_code_edited_with_its_manifest_is_never_called_reproduced(dirs_in_tmp):
+    # prepare: one run of older code, one of this checkout's; a passed check of this code covering both
+    root = dirs_in_tmp / "archive" / "smoke"
+    cfg = make_run_config(**TINY)
+    fake_run(root / "older", cfg, recovery=2.0, code_hash="0123456789abcdef")
+    fake_run(root / "ours", cfg.model_copy(update={"seed": 1}), recovery=2.0)
+    runs = archive.load_archive("smoke")
+    (root / archive.VERIFIED).write_text(json.dumps([_verification_record(runs)]))
+    lab = archive.label(runs, "smoke")
+    assert lab.verified is True and lab.outcome == "bit-identical" and lab.unverified == []
+    assert "reproduced every metric bit for bit" in lab.text()
+    # execute: this code's run edited consistently, its manifest rewritten to match
+    m = pd.read_csv(root / "ours" / "metrics.csv")
+    m.loc[0, "recovery_unweighted"] = 2.5
+    m.to_csv(root / "ours" / "metrics.csv", index=False)
+    archive.write_manifest(root / "ours")
+    lab = archive.label(archive.load_archive("smoke"), "smoke")
+    # assert: the manifest agrees, but the verification no longer covers that run: not reproduced, and named
+    assert lab.changed == [] and lab.verification is None and lab.verified is False and lab.outcome is None
+    assert lab.unverified == ["ours"] and lab.code_changed is True
+    assert "reproduced" not in lab.text() and "ours" in lab.text()
+    # a record of the older format without a digest of this code's run does not cover it either
+    (root / archive.VERIFIED).write_text(json.dumps([{**_verification_record(runs), "contents": {
+        "older": archive.content_digest(root / "older")}}]))
+    lab = archive.label(archive.load_archive("smoke"), "smoke")
+    assert lab.verified is False and lab.unverified == ["ours"] and "reproduced" not in lab.text()
+
+
+def test_summary_cells_within_tolerance_when_metrics_differ_in_the_last_digits():
+    # prepare: 8 rounds, the last quarter (rounds 7-8) summarised; a copy 1e-9 off, another 1e-3 off
+    m = pd.DataFrame({"round": range(1, 9), "recovery_unweighted": [3.0, 0.5, 2, 2, 2, 2, 4.0, 6.0],
+                      "recovery_weighted": 2.0, "mu2_hat": 1.0, "sigma2_hat": 2.0, "test_acc": 0.5,
+                      "T_mean": 4.0, "train_loss": 1.0})
+    near, far = m.copy(), m.copy()
+    near["recovery_unweighted"] *= 1 + 1e-9
+    far.loc[7, "recovery_unweighted"] *= 1 + 1e-3
+    # execute
+    cells = archive.summary_cells(m)
+    a, b = archive.compare_summaries(m, near), archive.compare_summaries(m, far)
+    # assert: the cells' values, and which comparison holds
+    assert cells == {"recovery_unweighted": 5.0, "recovery_weighted": 2.0, "sigma2_hat": 2.0, "mu2_hat": 1.0,
+                     "test_acc": 0.5, "share_below_one": 1 / 8}
+    assert archive.same_metrics(m, near)[0] is False
+    assert a["within_tolerance"] is True and 0 < a["max_rel_diff"] < archive.SUMMARY_RTOL
+    assert a["worst"] == "recovery_unweighted"
+    assert b["within_tolerance"] is False and b["worst"] == "recovery_unweighted" and b["max_rel_diff"] > 1e-4
+    assert archive.verification_outcome({"identical": True}) == "bit-identical"
+    assert archive.verification_outcome({"identical": False, "within_tolerance": True}) == "within tolerance"
+    assert archive.verification_outcome({"identical": False}) == "neither"
+
+
+def test_label_says_within_tolerance_and_on_which_machine_identity(dirs_in_tmp):
+    root = dirs_in_tmp / "archive" / "smoke"
+    fake_run(root / "older", make_run_config(**TINY), recovery=2.0, code_hash="0123456789abcdef")
+    runs = archive.load_archive("smoke")
+    ident = {"cpu_model": "Intel(R) Xeon(R) Processor", "cpu_flags": "aaaaaaaaaaaa", "cpu_capability": "AVX2",
+             "torch": "2.14.1", "torch_config": "cccccccccccc", "id": "0123456789ab"}
+    rec = _verification_record(runs, identical=False, within_tolerance=True, machine_id=ident, summary_rtol=1e-6)
+    rec["runs"][0] |= {"identical": False, "max_abs_diff": 1e-8, "first_difference": {
+        "column": "recovery_unweighted", "round": 1, "archived": 2.319069658, "rerun": 2.319069646}}
+    (root / archive.VERIFIED).write_text(json.dumps([rec]))
+    lab = archive.label(runs, "smoke")
+    assert lab.outcome == "within tolerance" and lab.verified is False and lab.machine_id["id"] == "0123456789ab"
+    assert "reproduced" not in lab.text() and "0123456789ab" in lab.text() and "AVX2" in lab.text()

@@ -72,3 +72,23 @@ def test_paper_values_refuse_a_table_the_prose_does_not_fit():
     # execute / assert
     with pytest.raises(ValueError, match="bs 32, τ 2"):
         chapter.paper_values(paper)
+
+
+def test_an_archived_run_breaking_eq12_is_named_by_its_folder_and_file(tmp_path):
+    # prepare: two runs whose rounds satisfy eq. (12) (r = μ²/σ² = 1/2, K_c = 10: 1/Δ_S = 4), one edited by 1e-4
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from maskfed.studies import archive
+
+    def run(name, rec):
+        m = pd.DataFrame({"mu2_hat": [1.0, 1.0], "sigma2_hat": [2.0, 2.0], "recovery_unweighted": rec})
+        return SimpleNamespace(path=Path(tmp_path / name), metrics=m)
+
+    good, bad = run("good-0123456789abcdef", [4.0, 4.0]), run("edited-0123456789abcdef", [4.0, 4.0004])
+    # execute / assert
+    assert chapter.eq12_round_gap([good], 10) == 0.0
+    with pytest.raises(archive.InconsistentRun) as caught:
+        chapter.eq12_round_gap([good, bad], 10)
+    assert caught.value.folder.name == "edited-0123456789abcdef" and caught.value.file == "metrics.csv"
+    assert "edited-0123456789abcdef" in str(caught.value) and "metrics.csv" in str(caught.value)

@@ -322,3 +322,22 @@ def test_jobs_two_executes_real_notebooks_to_their_end(tmp_path):
     assert code == 0
     assert sorted(p.name for p in tmp_path.glob("*.ipynb")) == ["cite.ipynb", "intro.ipynb"]
     assert nbformat.read(tmp_path / "intro.ipynb", as_version=4).cells
+
+
+def test_an_out_dir_that_is_a_file_or_read_only_is_one_line_and_exit_status_2(tmp_path, capsys, monkeypatch):
+    import errno
+
+    # prepare: a file where the folder should be
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    # execute / assert: one line on stderr, exit status 2, no traceback
+    assert notebooks.main(["--profile", "smoke", "--out-dir", str(f), "intro"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out-dir" in err and str(f) in err and "Traceback" not in err
+    # a read-only mount (the test may run as root, who writes anywhere: the write is refused by hand)
+    def refuse(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(notebooks.tempfile, "NamedTemporaryFile", refuse)
+    assert notebooks.main(["--profile", "smoke", "--out-dir", str(tmp_path / "ro"), "intro"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Read-only file system" in err

@@ -53,3 +53,19 @@ def test_machine_records_the_cpu_model(tmp_path):
     assert provenance.cpu_model(info) == "AMD EPYC 9B14"
     assert provenance.cpu_model(tmp_path / "missing") == (platform.processor() or "unknown")
     assert provenance.machine("cpu")["cpu_model"] == provenance.cpu_model()
+
+
+def test_machine_identity_tells_apart_two_machines_with_one_cpu_model_name(tmp_path):
+    # prepare: two /proc/cpuinfo files, one model name, one flag apart (and the first in another order)
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    a.write_text("model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse avx2 avx512f\n")
+    b.write_text("model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse avx2\n")
+    c.write_text("model name\t: Intel(R) Xeon(R) Processor\nflags\t\t: avx512f avx2 sse fpu\n")
+    # execute
+    ia, ib, ic = (provenance.machine_identity("cpu", cpuinfo=p) for p in (a, b, c))
+    # assert: the model names agree, the flags and the identity do not; the flags' order does not matter
+    assert ia["cpu_model"] == ib["cpu_model"] == "Intel(R) Xeon(R) Processor"
+    assert ia["cpu_flags"] != ib["cpu_flags"] and ia["id"] != ib["id"]
+    assert ia == ic and len(ia["id"]) == 12 and len(ia["torch_config"]) == 12
+    assert ia["cpu_capability"] and ia["torch"]
+    assert provenance.cpu_flags_hash(tmp_path / "absent") == "unknown"

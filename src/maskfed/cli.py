@@ -342,13 +342,16 @@ def main(argv: list[str] | None = None) -> int:
                 if r["identical"]:
                     print(f"identical  {r['label']}", file=sys.stderr)
                 else:
-                    print(f"DIFFERENT  {archive.difference_text(r)}; max |diff| {r['max_abs_diff']:.3g}"
+                    print(f"DIFFERENT  {archive.difference_text(r)}; max |diff| {r['max_abs_diff']:.3g}; summary cells "
+                          f"{'within' if r['within_tolerance'] else 'outside'} relative {record['summary_rtol']:g} "
+                          f"(largest {r['summary_max_rel_diff']:.3g})"
                           + (f"; {', '.join(r['changed_files'])}" if r.get("changed_files") else ""), file=sys.stderr)
             verdict = ("every metric bit-identical: the archive's label now says this code reproduces it"
                        if record["identical"] else
-                       "not bit-identical: recorded, and the archive's label now says these runs differ")
-            print(f"verified {len(record['runs'])} run(s) of profile {args.profile} with code {record['code_hash']}: "
-                  f"{verdict}", file=sys.stderr)
+                       "not bit-identical: recorded, and the archive's label now says these runs differ"
+                       + (", their summary cells within tolerance" if record["within_tolerance"] else ""))
+            print(f"verified {len(record['runs'])} run(s) of profile {args.profile} with code {record['code_hash']} "
+                  f"on machine identity {record['machine_id']['id']}: {verdict}", file=sys.stderr)
             return 0 if record["identical"] else 1
         try:
             with runner.stop_on_signals():

@@ -100,6 +100,36 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or "unknown"
 
 
+def cpu_flags_hash(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """sha256 (12 hex digits) of the CPU's instruction-set flags (the first ``flags`` line of ``/proc/cpuinfo``,
+    sorted), or "unknown": two machines with one model name may still differ in the kernels they can run."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                flags = " ".join(sorted(line.split(":", 1)[1].split()))
+                return hashlib.sha256(flags.encode()).hexdigest()[:12]
+    except OSError:
+        pass
+    return "unknown"
+
+
+def machine_identity(device: str = "cpu", cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
+    """What decides a run's float32 rounding on this machine, beyond the code: the CPU model and a hash of its
+    flags (:func:`cpu_flags_hash`), torch's CPU math instruction set (``torch.backends.cpu.get_cpu_capability()``,
+    e.g. "AVX512"), torch's version and a hash (12 hex digits) of its build configuration
+    (``torch.__config__.show()``), the CUDA device on a GPU; ``id``: a hash (12 hex digits) of all of them,
+    equal on two machines only when every field is."""
+    import torch
+
+    ident = {"device": device, "cpu_model": cpu_model(cpuinfo), "cpu_flags": cpu_flags_hash(cpuinfo),
+             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+             "torch_config": hashlib.sha256(torch.__config__.show().encode()).hexdigest()[:12]}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        ident["cuda_device"] = torch.cuda.get_device_name(0)
+    ident["id"] = hashlib.sha256(repr(sorted(ident.items())).encode()).hexdigest()[:12]
+    return ident
+
+
 def machine(device: str) -> dict:
     """Device and host description (CPU model, threads, CUDA device name)."""
     import torch

@@ -84,7 +84,7 @@ def describe(results: list[RunResult]) -> str:
 def archived_evidence(profile_name: str, *, stage_table: pd.DataFrame | None = None,
                       n_boot: int = uncertainty.N_BOOT) -> claims.Evidence | None:
     """The :class:`maskfed.analysis.claims.Evidence` of one archived profile, or None when it has no archive."""
-    runs = archive.load_archive(profile_name)
+    runs = archive.require_complete(profile_name)
     if not runs:
         return None
     parts = source_runs(profile_name)
@@ -520,7 +520,7 @@ def source_runs(profile_name: str, live: dict[str, list[RunResult]] | None = Non
     lists when neither."""
     from maskfed.engine.config import load_profile
 
-    runs = archive.load_archive(profile_name)
+    runs = archive.require_complete(profile_name)
     if runs:
         prof = load_profile(profile_name)
         return {e: archive.select(runs, experiments.configs(prof, e)) for e in ("table1", "table2", "control")}

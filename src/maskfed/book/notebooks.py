@@ -10,8 +10,8 @@ with the given profile (and any other parameters).
     python -m maskfed.book.notebooks --profile smoke --out-dir /tmp/nb theory_02_prop1 -p n_scales 5
     python -m maskfed.book.notebooks --profile cpu --jobs 2          # two at a time, as make book runs them
 
-A refused parameter, a diverged run or a damaged run folder ends as one error line (exit status
-2), Ctrl-C as one line (exit status 130); the kernel's own log lines are kept out of the output.
+A refused parameter, a diverged run, a damaged run folder, an archive lacking some of its runs or an
+``--out-dir`` that cannot be written ends as one error line (exit status 2), Ctrl-C as one line (exit status 130); the kernel's own log lines are kept out of the output.
 """
 
 from __future__ import annotations
@@ -273,8 +273,9 @@ def failed_path(name: str, out_dir: Path = OUT_DIR) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Execute notebooks; bad input (profile, notebook name) or a failed cell ends as one message.
 
-    Exit status: 0 all executed; 2 a bad profile or notebook name or a path variable set but empty
-    (``MASKFED_RESULTS_DIR=``; all checked before any runs), or a
+    Exit status: 0 all executed; 2 a bad profile or notebook name, a path variable set but empty
+    (``MASKFED_RESULTS_DIR=``), an ``--out-dir`` that is a file or cannot be written, or an archive the chosen
+    chapters read that lacks some of its runs (:func:`incomplete_archives`; all checked before any runs), or a
     cell stopped on bad input (ConfigError, ValueError, ...) or on a run that diverged or could not
     be written; 1 a cell failed otherwise; 130 Ctrl-C (one line: which notebook was stopped).
     Damaged folders of the run archive are named on stderr before the first notebook runs.
@@ -322,9 +323,19 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as exc:
             parser.error(f"--data-path: {exc}")
     out_dir = Path(args.out_dir).expanduser().absolute()
+    unwritable = out_dir_problem(out_dir)
+    if unwritable:
+        print(f"{parser.prog}: error: --out-dir {out_dir}: {unwritable}", file=sys.stderr)
+        return 2
+    names = args.names or book_order()
     if not args.child:  # a --jobs child's parent has named them already
         report_damaged_archive()
-    names = args.names or book_order()
+        if any(n in ARCHIVE_CHAPTERS for n in names):
+            incomplete = incomplete_archives(args.profile)
+            for exc in incomplete:
+                print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+            if incomplete:
+                return 2
     if args.jobs > 1 and len(names) > 1:
         child_args = ["--profile", args.profile, "--out-dir", str(out_dir),
                       *(["--data-path", args.data_path] if args.data_path else []),
@@ -428,18 +439,51 @@ def _shown(path: Path) -> str:
 #: Exception names raised inside a notebook that mean bad input rather than a bug (a diverged run:
 #: too large an lr; a damaged run folder; a write that failed for lack of space).
 _INPUT_ERROR_NAMES = ("ParameterError", "ConfigError", "ValueError", "FileNotFoundError", "DataUnavailableError",
-                      "DataReadError", "TrainingDiverged", "DamagedRun", "RunMismatch", "WriteFailed")
+                      "DataReadError", "TrainingDiverged", "DamagedRun", "RunMismatch", "WriteFailed",
+                      "IncompleteArchive", "InconsistentRun")
+
+
+def out_dir_problem(out_dir: Path) -> str | None:
+    """Why executed notebooks cannot be written into ``out_dir`` (made if absent), e.g. "not a folder" or
+    "cannot write there (Read-only file system)"; None when they can."""
+    if out_dir.exists() and not out_dir.is_dir():
+        return "not a folder"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        return f"cannot write there ({exc.strerror or type(exc).__name__})"
+    return None
+
+
+#: The chapters that read the run archive (:func:`incomplete_archives` is checked before they run).
+ARCHIVE_CHAPTERS = ("verdict", "table1_local_protocol", "table2_heterogeneity", "provenance", "masked_training")
+
+
+def incomplete_archives(live: str) -> list:
+    """:class:`maskfed.studies.archive.IncompleteArchive` of every archive the book reads (the archived book
+    profiles other than ``live``, and ``cpu-masked``) that holds some of its profile's runs but not all."""
+    from maskfed.studies import archive
+
+    out = []
+    for profile in [p for p in archive.BOOK_PROFILES if p != live] + ["cpu-masked"]:
+        try:
+            archive.require_complete(profile)
+        except archive.IncompleteArchive as exc:
+            out.append(exc)
+    return out
 
 
 def report_damaged_archive() -> None:
     """Name on stderr every malformed folder of the run archive the book reads (:data:`maskfed.studies.archive.BOOK_PROFILES`),
-    with the reason: the chapters show them as damaged, and the build's output says so too."""
+    with the reason: the chapters that read an archive stop on it (:func:`incomplete_archives`), naming it too."""
     from maskfed.studies import archive
 
     for profile in archive.BOOK_PROFILES:
         for d in archive.damaged_folders(profile):
             print(f"maskfed.book.notebooks: warning: archived run folder {d.folder} is damaged ({d.reason}); "
-                  f"the pages show it as damaged, not as a run never archived. Re-archive with: "
+                  f"the chapters that read the archive stop until it is re-archived with: "
                   f"{archive.how_to_make(profile)}", file=sys.stderr)
 
 

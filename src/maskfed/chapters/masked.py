@@ -219,7 +219,7 @@ def archived(archived_from: str | None) -> tuple[dict, Optional[pd.DataFrame], O
     if archived_from is not None:
         lprof = load_profile(archived_from)
         lcfgs = mt.profile_configs(lprof)
-        lruns = archive.select_keyed(archive.load_archive(archived_from), lcfgs)
+        lruns = archive.select_keyed(archive.require_complete(archived_from), lcfgs)
         if lruns:
             lsumm = mt.summary(mt.final_table({k: r.metrics for k, r in lruns.items()}))
             lmode = mt.shared_vs_independent(lsumm)

@@ -77,7 +77,7 @@ def archived_sections(live_profile: str) -> list[tuple[str, str, pd.DataFrame | 
     one."""
     out = []
     for name in (p for p in archive.BOOK_PROFILES if p != live_profile):
-        runs = archive.load_archive(name)
+        runs = archive.require_complete(name)
         line = (f"**{archive.column_name(name)}**: "
                 + (archive.label(runs, name).text() if runs else
                    f"no archived run (make one with `{archive.how_to_make(name)}`)."))

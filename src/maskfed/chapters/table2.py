@@ -279,7 +279,7 @@ def findings(profile: Profile, *, workers: int | None = None, archived: list[str
     labels = runner.split_images(cfg0, runner.images_for(cfg0))[1].numpy()
     spread = pd.DataFrame(partition.shard_size_spread(labels, cfg0.num_clients, profile.table2.alphas, seed=cfg0.seed))
     spread["cv"] *= 100  # percent
-    found, notes = archive.summaries("table2", live=profile.name, profiles=archived)
+    found, notes = archive.summaries("table2", live=profile.name, profiles=archived, whole=True)
     found1, _ = archive.summaries("table1", live=profile.name, profiles=[a.profile for a in found])
     srcs = tables.sources("table2", profile.name, results, found)
     first = srcs[0]

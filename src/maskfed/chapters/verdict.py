@@ -279,7 +279,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     n_seeds = len(load_profile(profile_of[closest.name]).seeds)  # seeds per setting of the closest source
     n_small = live["table1"][0].provenance["num_parameters"]
     n_resnet = num_parameters(build_model("resnet18_gn", num_classes=10))
-    archived_runs = {name: archive.load_archive(name) for name in names}
+    archived_runs = {name: archive.require_complete(name) for name in names}
     by_source = verdicts["from"].value_counts()
     values = {
         "v_closest": closest.name, "v_closest_note": closest.note,

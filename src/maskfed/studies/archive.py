@@ -354,9 +354,76 @@ def select_keyed(results: list[RunResult], configs: dict) -> dict:
 
 def missing_runs(profile_name: str, results: list[RunResult] | None = None) -> list[str]:
     """Labels of the profile's runs (every experiment) that ``results`` (default: its archive) lacks."""
+    return list(missing_frame(profile_name, results)["run"])
+
+
+def missing_frame(profile_name: str, results: list[RunResult] | None = None) -> pd.DataFrame:
+    """The profile's runs (every experiment) that ``results`` (default: its archive) lacks, one row each:
+    ``experiment``, ``run`` (its label), ``seed``, ``folder`` (a damaged archived folder of that run, else "")
+    and ``reason`` ("not archived", or why the folder cannot be read); empty when none is missing."""
     results = load_archive(profile_name) if results is None else results
     have = {_what(r.config) for r in results}
-    return [c.label() for c in experiments.all_configs(load_profile(profile_name)) if _what(c) not in have]
+    damaged = {d.label: d for d in damaged_folders(profile_name)}
+    prof = load_profile(profile_name)
+    rows = []
+    for e in prof.experiments:
+        for c in experiments.configs(prof, e):
+            if _what(c) not in have:
+                d = damaged.get(c.label())
+                rows.append({"experiment": e, "run": c.label(), "seed": c.seed,
+                             "folder": d.folder.name if d else "", "reason": d.reason if d else "not archived"})
+    return pd.DataFrame(rows, columns=["experiment", "run", "seed", "folder", "reason"]).drop_duplicates("run")
+
+
+def restore_commands(profile_name: str, seeds) -> str:
+    """The commands that make and archive a profile's runs of ``seeds`` again."""
+    s = " ".join(str(int(x)) for x in sorted(set(seeds)))
+    return f"maskfed sweep --profile {profile_name} --seeds {s} && maskfed archive --profile {profile_name} --seeds {s}"
+
+
+class IncompleteArchive(ValueError):
+    """A profile's archive holds some of its runs but not all (:func:`require_complete`): the book would
+    count fewer seeds than it says, so it stops. ``missing`` is :func:`missing_frame`; ``seeds`` the seeds
+    of the runs it lacks; ``command`` what restores them (:func:`restore_commands`)."""
+
+    def __init__(self, profile_name: str, missing: pd.DataFrame, total: int):
+        self.profile, self.missing, self.total = profile_name, missing, total
+        self.seeds = sorted({int(s) for s in missing["seed"]})
+        self.command = restore_commands(profile_name, self.seeds)
+        runs = "; ".join(r.run + (f" (folder {r.folder}: {r.reason})" if r.folder else "")
+                         for r in missing.itertuples())
+        super().__init__(f"the {profile_name} archive lacks {len(missing)} of its {total} runs: {runs}; "
+                         f"restore them with: {self.command}")
+
+
+def require_complete(profile_name: str, results: list[RunResult] | None = None) -> list[RunResult]:
+    """A profile's archived runs (``results``, default :func:`load_archive`), refusing a partial archive: the
+    book reads an archive whole or not at all, so that its seed counts and intervals are the profile's.
+
+    Returns:
+        The runs; [] when the profile has no archived run.
+
+    Raises:
+        IncompleteArchive: some of the profile's runs (:func:`missing_frame`) are absent or damaged, naming
+            each and the commands that restore them.
+    """
+    results = load_archive(profile_name) if results is None else results
+    if not results:
+        return results
+    missing = missing_frame(profile_name, results)
+    if len(missing):
+        total = len({_what(c) for c in experiments.all_configs(load_profile(profile_name))})
+        raise IncompleteArchive(profile_name, missing, total)
+    return results
+
+
+class InconsistentRun(ValueError):
+    """A run's own files disagree with what the book derives from them (a chapter's consistency check): names
+    the run's ``folder`` (its path) and the ``file`` that holds the numbers, e.g. an edited ``metrics.csv``."""
+
+    def __init__(self, folder: Path, file: str, what: str):
+        self.folder, self.file, self.what = Path(folder), file, what
+        super().__init__(f"run folder {self.folder.name}, {file}: {what} (restore it from git, or re-archive)")
 
 
 @dataclass
@@ -377,11 +444,26 @@ class ArchiveLabel:
     own_code_check: dict | None = None  # the newest verification made with the runs' own run code, if any
     same_code_runs: int = 0     # runs made with this checkout's run code (seeds added later, say)
     labels: list[str] = field(default_factory=list)  # the runs' labels (RunConfig.label), to name re-runs among them
+    #: run folders whose files as they are now no verification of this code covers (every one when no check
+    #: of this code exists; [] when :attr:`verification` covers every run): never called reproduced
+    unverified: list[str] = field(default_factory=list)
+    checked_before: bool = False  # some verification of this checkout's code exists (on these files or others)
 
     @property
     def verified(self) -> bool:
         """True when the newest verification of this checkout's code on these very files passed."""
         return bool(self.verification and self.verification.get("identical") is True)
+
+    @property
+    def outcome(self) -> str | None:
+        """What the verification on these files found (:func:`verification_outcome`): "bit-identical",
+        "within tolerance", "neither", or None when none covers them."""
+        return None if self.verification is None else verification_outcome(self.verification)
+
+    @property
+    def machine_id(self) -> dict | None:
+        """The machine identity (:func:`maskfed.provenance.machine_identity`) of that verification, when recorded."""
+        return None if self.verification is None else self.verification.get("machine_id")
 
     @property
     def code_changed(self) -> bool:
@@ -407,6 +489,10 @@ class ArchiveLabel:
             return (s + f". Changed since archived, so these numbers are not the archived ones: "
                     f"{'; '.join(self.changed)} (restore the files from git, or re-archive).")
         v = self.verification
+        uncovered = ""
+        if self.checked_before and self.unverified:
+            uncovered = (f" No verification of this checkout's code covers the files of {', '.join(self.unverified)} "
+                         "as they are now: no re-run vouches for them (maskfed archive --verify checks them).")
         if v is not None and not self.verified:
             bad = [r for r in v["runs"] if not r["identical"]]
             own = self.own_code_check
@@ -414,12 +500,14 @@ class ArchiveLabel:
                     f" Their own run code ({own['code_hash']}), re-run on {own['machine']} on {own['utc'][:10]}, "
                     "differed as well: the difference comes from where it runs (the same code gives other float32 "
                     "sums there), not from a change of the code.")
+            near = ("" if self.outcome != "within tolerance" else
+                    f" The book's summary cells of those runs agree within a relative {v.get('summary_rtol', SUMMARY_RTOL):g}.")
             return (s + f". The run code has changed since these runs, and re-running {len(v['runs'])} of them with "
-                    f"this checkout's code ({self.current_code_hash}) on {v['machine']} on {v['utc'][:10]} gave "
-                    f"different metrics: {'; '.join(difference_text(r) for r in bad)} (maskfed archive --verify).{also}")
+                    f"this checkout's code ({self.current_code_hash}) on {machine_text(v)} on {v['utc'][:10]} gave "
+                    f"different metrics: {'; '.join(difference_text(r) for r in bad)} (maskfed archive --verify).{near}{also}")
         if self.code_changed:
             return (s + f". The run code has changed since these runs: their numbers are from code {code}, "
-                    f"not this checkout's {self.current_code_hash}.")
+                    f"not this checkout's {self.current_code_hash}.{uncovered}")
         if v is not None and any(h != self.current_code_hash for h in self.code_hashes):
             older = self.runs - self.same_code_runs
             if self.same_code_runs:
@@ -437,10 +525,31 @@ class ArchiveLabel:
             if elsewhere:
                 reran.append(f"{len(elsewhere)} other run{'s' if len(elsewhere) > 1 else ''} of the same archive "
                              f"({', '.join(elsewhere)})")
-            return (s + f". {which}, but re-running {' and '.join(reran)} with it on {v['machine']} on "
+            return (s + f". {which}, but re-running {' and '.join(reran)} with it on {machine_text(v)} on "
                     f"{v['utc'][:10]} reproduced every metric bit for bit, and {covered}' files are the ones "
                     "that check covered (maskfed archive --verify).")
-        return s + " (the same as this checkout's)."
+        return s + " (the same as this checkout's)." + uncovered
+
+
+def machine_text(record: dict) -> str:
+    """The machine of a verification record, with its identity when recorded: ``"cpu (Intel Xeon; AVX512,
+    torch 2.14.1, identity 0123456789ab)"``, else the recorded device text."""
+    m = record.get("machine_id")
+    if not m:
+        return record["machine"]
+    detail = f"{m.get('cpu_capability')}, torch {m.get('torch')}, identity {m.get('id')}"
+    if record["machine"].endswith(")"):
+        return f"{record['machine'][:-1]}; {detail})"
+    return f"{record['machine']} ({detail})"
+
+
+def verification_outcome(record: dict) -> str:
+    """"bit-identical" when every re-run metric equalled the archived one bit for bit; "within tolerance" when
+    not, but every re-run's summary cells (:func:`summary_cells`) agreed within the record's relative tolerance;
+    "neither" otherwise (a record made before summary cells were compared is "neither" unless bit-identical)."""
+    if record.get("identical") is True:
+        return "bit-identical"
+    return "within tolerance" if record.get("within_tolerance") is True else "neither"
 
 
 def difference_text(run: dict) -> str:
@@ -474,13 +583,17 @@ def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
     hashes = sorted({p["code_hash"] for p in provs})
     hashed = {r.path.name: _hashed_files(r.path) for r in results}  # every file hashed once
     changed = [f"{r.path.name}: {c}" for r in results for c in _changes(r.path, hashed[r.path.name])]
+    digests = {name: _digest(h) for name, h in hashed.items()}
+    verification = None if changed else latest_verification(profile_name, current, results, digests)
+    ours = [v for v in _verifications(profile_name) if v.get("code_hash") == current]
+    newest = (ours[-1].get("contents") or {}) if ours else {}
+    unverified = [] if verification is not None else [n for n in sorted(digests) if newest.get(n) != digests[n]]
     return ArchiveLabel(
         profile=profile_name, runs=len(results),
         devices=sorted({_device(p) for p in provs}), first_utc=times[0], last_utc=times[-1],
         commits=sorted({p["commit"][:10] + ("+dirty" if p.get("dirty") else "") for p in provs}),
-        code_hashes=hashes, current_code_hash=current, changed=changed,
-        verification=None if changed else latest_verification(
-            profile_name, current, results, {name: _digest(h) for name, h in hashed.items()}),
+        code_hashes=hashes, current_code_hash=current, changed=changed, verification=verification,
+        unverified=unverified, checked_before=bool(ours),
         own_code_check=next((v for v in reversed(_verifications(profile_name)) if v.get("code_hash") in hashes), None),
         same_code_runs=sum(p["code_hash"] == current for p in provs), labels=[r.config.label() for r in results])
 
@@ -503,15 +616,15 @@ def _verifications(profile_name: str) -> list[dict]:
 def latest_verification(profile_name: str, code_hash: str, results: list[RunResult],
                         digests: dict[str, str] | None = None) -> dict | None:
     """The newest verification (passed or failed) of ``code_hash`` made on exactly these files (its
-    ``contents`` match the :func:`content_digest` now of every run made with other run code than
-    ``code_hash``; a run made with ``code_hash`` itself, such as a seed archived later, needs no check),
-    else None. A record on other bytes or without digests never counts, and a newer failure is never
-    shadowed by an older pass. ``digests`` (``{run folder: content_digest}``) saves hashing the files again."""
-    others = [r for r in results if r.provenance.get("code_hash") != code_hash]
-    if not others:  # nothing to check: every run was made with this code
+    ``contents`` match the :func:`content_digest` now of every run, whatever run code made it: a run made
+    with ``code_hash`` itself and edited since, manifest and all, is not covered), else None. A record on
+    other bytes, or without a digest of some run (one archived after it, or a record made before digests
+    existed), never counts, and a newer failure is never shadowed by an older pass. ``digests``
+    (``{run folder: content_digest}``) saves hashing the files again."""
+    if not results:
         return None
-    now = ({r.path.name: digests[r.path.name] for r in others} if digests is not None
-           else {r.path.name: content_digest(r.path) for r in others})
+    now = ({r.path.name: digests[r.path.name] for r in results} if digests is not None
+           else {r.path.name: content_digest(r.path) for r in results})
     for v in reversed(_verifications(profile_name)):
         digests = v.get("contents") or {}
         if v.get("code_hash") == code_hash and all(digests.get(name) == d for name, d in now.items()):
@@ -536,6 +649,46 @@ def default_sample(results: list[RunResult], profile_name: str) -> list[RunResul
 
 #: Per-round columns that are measurements of time, not results: left out of the comparison.
 TIMING_COLUMNS = ("wall_s",)
+#: Relative tolerance (ours, issue 42) within which a re-run's summary cells (:func:`summary_cells`) count as the
+#: archived run's when its metrics are not bit-identical (another machine's float32 rounding): far below the seed
+#: spread (percents) and the book's printed digits (3 or 4 significant), above float32's relative precision (6e-8).
+#: A 200-round run that drifts apart from round 1 on another machine can miss it; the record then says "neither".
+SUMMARY_RTOL = 1e-6
+#: The per-run values the book's Table I and II cells are medians over seeds of (:func:`summary_cells`).
+SUMMARY_CELLS = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat", "test_acc", "share_below_one")
+
+
+def summary_cells(metrics: pd.DataFrame) -> dict[str, float]:
+    """A run's values that the book's table cells are medians of: the last-quarter medians of
+    :data:`SUMMARY_CELLS` (:func:`maskfed.analysis.summary.summarize_run`) and ``share_below_one``, the
+    fraction of its rounds with unweighted 1/Δ_S < 1 (the cells' ``pct_rounds_below_one`` pools these)."""
+    from maskfed.analysis import summary
+
+    s = summary.summarize_run(metrics)
+    out = {c: s[c] for c in SUMMARY_CELLS if c in s}
+    out["share_below_one"] = float((metrics["recovery_unweighted"] < 1).mean())
+    return out
+
+
+def compare_summaries(archived: pd.DataFrame, rerun: pd.DataFrame, rtol: float = SUMMARY_RTOL) -> dict:
+    """Compare two metrics tables' :func:`summary_cells`: ``{"within_tolerance": bool, "max_rel_diff": float,
+    "worst": cell name or None, "archived": {...}, "rerun": {...}}``; a cell agrees when
+    |a − b| <= rtol · max(|a|, |b|) (both NaN agree; one NaN does not: max_rel_diff inf)."""
+    a, b = summary_cells(archived), summary_cells(rerun)
+    rel = {}
+    for c in a:
+        x, y = a[c], b[c]
+        if pd.isna(x) and pd.isna(y):
+            rel[c] = 0.0
+        elif pd.isna(x) or pd.isna(y):
+            rel[c] = float("inf")
+        else:
+            scale = max(abs(x), abs(y))
+            rel[c] = 0.0 if scale == 0 else abs(x - y) / scale
+    worst = max(rel, key=rel.get) if rel else None
+    top = rel[worst] if worst else 0.0
+    return {"within_tolerance": bool(top <= rtol), "max_rel_diff": float(top), "worst": worst if top > 0 else None,
+            "archived": a, "rerun": b}
 
 
 def same_metrics(a: pd.DataFrame, b: pd.DataFrame) -> tuple[bool, float]:
@@ -574,7 +727,8 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
 
     The sample is recomputed from round 1 in a scratch results folder (the archive and ``results/runs``
     are untouched) and compared with the archived ``metrics.csv`` bit for bit (:func:`same_metrics`,
-    :func:`first_difference`). The record is appended to ``archive_dir()/<profile>/verified.json``
+    :func:`first_difference`), and its summary cells, the values the book's table cells are medians of, to
+    :data:`SUMMARY_RTOL` (:func:`compare_summaries`): both outcomes are recorded per run. The record is appended to ``archive_dir()/<profile>/verified.json``
     whatever the outcome, with every archived run's :func:`content_digest`; :func:`label` trusts only a
     record on the files as they are now. Float32 sums differ between CPU models, so a check on another
     machine may fail without any code change (the record names the machine).
@@ -588,9 +742,14 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
         progress: tqdm bars.
 
     Returns:
-        The record appended: ``code_hash``, ``commit``, ``utc``, ``machine``, ``archived_code_hashes``,
-        ``identical`` (all runs), ``runs`` (label, folder, identical, max_abs_diff, first_difference,
-        changed_files), ``contents`` (``{run folder: content_digest}``).
+        The record appended: ``code_hash``, ``commit``, ``utc``, ``machine`` (text), ``machine_id``
+        (:func:`maskfed.provenance.machine_identity`: CPU model and flags hash, torch's CPU capability, version
+        and build-config hash), ``archived_code_hashes``, ``identical`` (every run's metrics bit for bit),
+        ``within_tolerance`` (every run's :func:`summary_cells` within ``summary_rtol``, :data:`SUMMARY_RTOL`),
+        ``outcome`` (:func:`verification_outcome`), ``runs`` (label, folder, identical, max_abs_diff,
+        first_difference, within_tolerance, summary_max_rel_diff, summary_worst, summary_archived,
+        summary_rerun, changed_files, outcome), ``contents`` (``{run folder: content_digest}`` of every
+        archived run, whatever code made it).
 
     Raises:
         ValueError: unknown profile, no archive, or a label not in the archive (naming those it has).
@@ -641,17 +800,28 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
     checked = []
     for arch, new in zip(sample, fresh):
         same, diff = same_metrics(arch.metrics, new.metrics)
+        near = compare_summaries(arch.metrics, new.metrics)
+        changed = manifest_changes(arch.path)
         checked.append({"label": arch.config.label(), "folder": arch.path.name, "identical": same,
                         "max_abs_diff": diff, "first_difference": first_difference(arch.metrics, new.metrics),
-                        "changed_files": manifest_changes(arch.path)})
+                        "within_tolerance": near["within_tolerance"], "summary_max_rel_diff": near["max_rel_diff"],
+                        "summary_worst": near["worst"], "summary_archived": near["archived"],
+                        "summary_rerun": near["rerun"], "changed_files": changed,
+                        "outcome": verification_outcome({"identical": same and not changed,
+                                                         "within_tolerance": near["within_tolerance"] and not changed})})
     git = provenance.git_state()
+    device = fresh[0].provenance["machine"].get("device", "cpu")
     record = {"code_hash": provenance.code_hash(), "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
               "torch_threads": threads,
               "utc": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
               "machine": _device({"machine": fresh[0].provenance["machine"]}),
+              "machine_id": provenance.machine_identity(device),
               "archived_code_hashes": sorted({r.provenance["code_hash"] for r in results}),
-              "identical": all(c["identical"] and not c["changed_files"] for c in checked), "runs": checked,
+              "identical": all(c["identical"] and not c["changed_files"] for c in checked),
+              "within_tolerance": all(c["within_tolerance"] and not c["changed_files"] for c in checked),
+              "summary_rtol": SUMMARY_RTOL, "runs": checked,
               "contents": {r.path.name: content_digest(r.path) for r in results}}
+    record["outcome"] = verification_outcome(record)
     path = archive_dir() / profile_name / VERIFIED
     path.write_text(json.dumps(_verifications(profile_name) + [record], indent=2) + "\n")
     return record
@@ -694,8 +864,8 @@ class ArchivedSummary:
         return uncertainty.trend_counts(self.results)
 
 
-def summaries(experiment: str, *, live: str | None = None,
-              profiles: list[str] | tuple[str, ...] | None = None) -> tuple[list[ArchivedSummary], list[str]]:
+def summaries(experiment: str, *, live: str | None = None, profiles: list[str] | tuple[str, ...] | None = None,
+              whole: bool = False) -> tuple[list[ArchivedSummary], list[str]]:
     """Archived summaries of one experiment for every profile in ``profiles`` that has archived runs.
 
     Each profile's runs are matched to its own configurations (:func:`select`) and summarised on their
@@ -707,6 +877,8 @@ def summaries(experiment: str, *, live: str | None = None,
             is None.
         profiles: profiles to look for, in column order, used as given; None: :data:`BOOK_PROFILES`
             less ``live``.
+        whole: refuse a profile whose archive holds some of its runs but not all (:func:`require_complete`),
+            as the book's chapters do.
 
     Returns:
         ``(found, notes)``: an :class:`ArchivedSummary` per profile with runs, and one sentence per
@@ -714,6 +886,7 @@ def summaries(experiment: str, *, live: str | None = None,
 
     Raises:
         ValueError: experiment other than "table1"/"table2", or an unknown profile.
+        IncompleteArchive: with ``whole``, a profile's archive lacks some of its runs.
     """
     tables = {"table1": experiments.table1, "table2": experiments.table2}
     if experiment not in tables:
@@ -725,7 +898,7 @@ def summaries(experiment: str, *, live: str | None = None,
     found, notes = [], []
     for name in profiles:
         cfgs = experiments.configs(load_profile(name), experiment)
-        runs = select(load_archive(name), cfgs)
+        runs = select(require_complete(name) if whole else load_archive(name), cfgs)
         have = {_what(r.config) for r in runs}
         damaged = [d for d in damaged_folders(name) if d.label in {c.label() for c in cfgs if _what(c) not in have}]
         if not runs:
