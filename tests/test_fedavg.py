@@ -488,7 +488,7 @@ def test_a_diverging_run_stops_at_its_round_and_the_check_changes_no_healthy_num
 def test_check_loss_names_round_metric_value_and_limit():
     # prepare: the limit for CIFAR-10's ten classes, 10 × ln 10 nats
     limit = F.loss_limit(10)
-    assert limit == pytest.approx(F.DIVERGENCE_FACTOR * math.log(10)) and limit == pytest.approx(23.026, abs=1e-3)
+    assert limit == pytest.approx(F.DIVERGENCE_FACTOR * math.log(10)) and limit == pytest.approx(11.513, abs=1e-3)
     # execute / assert: at or below the limit nothing happens; above it the round, metric and value are named
     F.check_loss(0, limit, 10, lr=50.0)
     with pytest.raises(F.TrainingDiverged) as info:
@@ -527,9 +527,36 @@ def test_no_archived_run_passes_the_divergence_limit():
     from maskfed.paths import REPO_ROOT
 
     files = sorted((REPO_ROOT / "results" / "archive").glob("*/*/metrics.csv"))
-    if not files:
-        pytest.skip("no archived runs in this checkout")
+    assert files, "the archive ships with the repository"
     # execute: the largest mean training loss of any round of any archived run
     peak = max(float(pd.read_csv(f, usecols=["train_loss"])["train_loss"].max()) for f in files)
-    # assert: far inside the limit (2.35 nats on 2026-12-05, against 23.03)
-    assert peak < F.loss_limit(10) / 5
+    # assert: far inside the limit (2.35 nats on 2026-12-05, against 11.51)
+    assert peak < F.loss_limit(10) / 4
+
+
+def test_check_collapse_stops_a_run_at_chance_whose_test_loss_rises():
+    # the lr 5 full-batch smoke run: accuracy 0.10 (chance for 10 classes), test loss 2.31 -> 2.69 (+16 %)
+    with pytest.raises(F.TrainingDiverged) as info:
+        F.check_collapse(3, 0.10, 2.69, 2.31, 10, lr=5.0)
+    assert (info.value.round, info.value.quantity, info.value.client) == (4, "test_loss", None)
+    # a slow run at chance whose test loss falls, a rise above chance, a rise of 5 % or less, a first evaluation
+    F.check_collapse(9, 0.094, 2.29, 2.30, 10, lr=0.01)
+    F.check_collapse(9, 0.30, 2.69, 2.31, 10, lr=0.01)
+    F.check_collapse(9, 0.10, 1.05 * 2.3, 2.3, 10, lr=0.01)
+    F.check_collapse(0, 0.10, 9.0, None, 10, lr=0.01)
+
+
+def test_no_archived_run_collapses_to_chance():
+    # prepare: every archived run's evaluations
+    import pandas as pd
+    from maskfed.paths import REPO_ROOT
+
+    files = sorted((REPO_ROOT / "results" / "archive").glob("*/*/metrics.csv"))
+    assert files, "the archive ships with the repository"
+    # execute / assert: the rule passes every evaluation of every archived run
+    for f in files:
+        e = pd.read_csv(f, usecols=["round", "test_acc", "test_loss"]).dropna()
+        previous = None
+        for r, acc, loss in zip(e["round"], e["test_acc"], e["test_loss"]):
+            F.check_collapse(int(r) - 1, float(acc), float(loss), previous, 10, lr=0.01)
+            previous = float(loss)

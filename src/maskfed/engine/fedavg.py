@@ -226,24 +226,36 @@ class TrainingDiverged(ArithmeticError):
         self.limit = limit
 
     def __str__(self) -> str:
-        what = (f"client {self.client}'s {self.quantity} is {self.value}" if self.client is not None else
-                f"the cohort's mean training loss ({self.quantity}) is {self.value} nats, above the divergence "
-                f"limit {self.limit:.4g} ({DIVERGENCE_FACTOR:g} × ln of the number of classes)")
+        if self.client is not None:
+            what = f"client {self.client}'s {self.quantity} is {self.value}"
+        elif self.quantity == "test_loss":
+            what = (f"test accuracy is at chance while the test loss ({self.quantity}) rose to {self.value}, more "
+                    f"than {100 * COLLAPSE_RISE:g} % above the previous evaluation's")
+        else:
+            what = (f"the cohort's mean training loss ({self.quantity}) is {self.value} nats, above the divergence "
+                    f"limit {self.limit:.4g} ({DIVERGENCE_FACTOR:g} × ln of the number of classes)")
         return (f"training diverged at round {self.round}: {what} (lr = {self.lr:g}); the run was not stored. "
                 f"Try a smaller lr (--lr, or overrides {{'lr': ...}} in a chapter)")
 
 
-#: Divergence rule of a finite run: a round whose mean client training loss (``train_loss``, nats,
+#: Divergence rule of a finite run, part 1: a round whose mean client training loss (``train_loss``, nats,
 #: n_k-weighted) exceeds DIVERGENCE_FACTOR × ln C, C the number of classes, stops the run
 #: (:func:`check_loss`). Ours. ln C is the cross-entropy of a uniform guess, what a model that has
-#: learned nothing scores; a loss ten times that is a model confidently wrong on most images, which
+#: learned nothing scores; a loss five times that is a model confidently wrong on most images, which
 #: no run that learns goes through (the issue's lr 50 full-batch run: 2.3, then 9.6e7 nats at round 2,
-#: accuracy 0.10 throughout). An absolute limit rather than a multiple of round 1's loss: a Dirichlet
-#: α = 0.1 split starts far below ln C (round 1: 1.1 nats, each client sees few classes), as does a run
-#: resumed or branched from a trained θ (the stage study), so a ratio to the start would be a tighter
-#: and less meaningful rule. The 90 archived runs (results/archive/*/, 2026-12) peak at 1.02 ln C
-#: (2.35 nats) and at 1.10 times their round-1 loss, a tenth of this limit (23.0 nats for CIFAR-10).
-DIVERGENCE_FACTOR = 10.0
+#: accuracy 0.10 throughout; an lr 2, bs 16 smoke run: 14.8 nats at round 1, then at chance). An
+#: absolute limit rather than a multiple of round 1's loss: a Dirichlet α = 0.1 split starts far below
+#: ln C (round 1: 1.1 nats, each client sees few classes), as does a run resumed or branched from a
+#: trained θ (the stage study). The 90 archived runs (results/archive/*/, 2026-12) peak at 1.02 ln C
+#: (2.35 nats), a fifth of this limit (11.5 nats for CIFAR-10).
+DIVERGENCE_FACTOR = 5.0
+#: Part 2, a run that collapses to chance without a large loss (:func:`check_collapse`, ours): an evaluation
+#: whose test accuracy is at most 1/C + CHANCE_MARGIN and whose test loss is more than COLLAPSE_RISE above the
+#: previous evaluation's. A slow run sits at chance early (the archived full-batch τ 1 runs: accuracy 0.09-0.11
+#: at round 10) but its test loss does not rise there (at most 0.996 times the previous evaluation's in every
+#: archived run, 2026-12-05); an lr 5 full-batch smoke run's rose 16 % at chance (2.31 to 2.69 nats).
+CHANCE_MARGIN = 0.01
+COLLAPSE_RISE = 0.05
 
 
 def loss_limit(num_classes: int) -> float:
@@ -274,6 +286,28 @@ def check_loss(round_idx: int, train_loss: float, num_classes: int, lr: float) -
     limit = loss_limit(num_classes)
     if train_loss > limit:
         raise TrainingDiverged(round_idx + 1, None, "train_loss", f"{train_loss:.4g}", lr, limit)
+
+
+def check_collapse(round_idx: int, test_acc: float, test_loss: float, previous_loss: float | None,
+                   num_classes: int, lr: float) -> None:
+    """Raise :class:`TrainingDiverged` if an evaluation finds the model at chance (test accuracy at most
+    1/C + :data:`CHANCE_MARGIN`) with a test loss more than :data:`COLLAPSE_RISE` above the previous
+    evaluation's (reads the values only).
+
+    Args:
+        round_idx: 0-based round of the evaluation.
+        test_acc: its test accuracy (a fraction); test_loss: its mean test loss, nats.
+        previous_loss: the previous evaluation's test loss, nats; None at the first evaluation (no check).
+        num_classes: C; lr: the learning rate, for the message.
+
+    Raises:
+        TrainingDiverged: with ``client`` None and ``quantity`` "test_loss".
+    """
+    if previous_loss is None or not math.isfinite(previous_loss):
+        return
+    if test_acc <= 1 / num_classes + CHANCE_MARGIN and test_loss > (1 + COLLAPSE_RISE) * previous_loss:
+        raise TrainingDiverged(round_idx + 1, None, "test_loss", f"{test_loss:.4g} nats (from {previous_loss:.4g}; "
+                               f"test accuracy {test_acc:.3g}, chance {1 / num_classes:.3g})", lr)
 
 
 def check_finite(round_idx: int, cohort, deltas_KxP: torch.Tensor, losses, lr: float) -> None:
@@ -376,8 +410,9 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
     Raises:
         ValueError: ``start_round`` outside [0, rounds] or without ``theta_P``, ``records`` not of
             length ``start_round``, p outside (0, 1], an unknown mask mode, or a bad Hessian batch.
-        TrainingDiverged: a client's loss or update Δ_k is not finite (:func:`check_finite`), or the
-            round's mean training loss is above :func:`loss_limit` (:func:`check_loss`).
+        TrainingDiverged: a client's loss or update Δ_k is not finite (:func:`check_finite`), the
+            round's mean training loss is above :func:`loss_limit` (:func:`check_loss`), or an evaluation
+            finds the model at chance with a rising test loss (:func:`check_collapse`).
     """
     records = [] if records is None else list(records)
     if not 0 <= start_round <= rounds:
@@ -426,6 +461,9 @@ def run_fedavg(model: nn.Module, data: FedData, *, rounds: int, cohort_size: int
                              "sharpness_trace_se": float("nan")})
         rec["test_acc"], rec["test_loss"] = (evaluate(model, theta, data.x_test, data.y_test)
                                              if r in eval_at else (float("nan"), float("nan")))
+        if r in eval_at:
+            previous = next((x["test_loss"] for x in reversed(records) if math.isfinite(x["test_loss"])), None)
+            check_collapse(r, rec["test_acc"], rec["test_loss"], previous, num_classes, lr)
         rec["wall_s"] = time.perf_counter() - t0
         records.append(rec)
         if on_round is not None:
