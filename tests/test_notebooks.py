@@ -304,11 +304,14 @@ def test_jobs_starts_nothing_after_a_failure_and_returns_its_status(monkeypatch,
     assert [n for n, _, _ in started] == ["intro", "cite"]
 
 
-def test_jobs_below_one_is_refused_before_any_notebook_runs(monkeypatch, capsys):
+def test_jobs_outside_its_range_is_refused_before_any_notebook_runs(monkeypatch, capsys):
+    from maskfed.engine.config import MAX_WORKERS
+
     started = _fake_children(monkeypatch, {})
-    with pytest.raises(SystemExit) as exc:
-        notebooks.main(["--profile", "smoke", "--jobs", "0", "intro", "cite"])
-    assert exc.value.code == 2 and "--jobs must be an integer >= 1; got 0" in capsys.readouterr().err
+    for jobs in (0, MAX_WORKERS + 1):
+        with pytest.raises(SystemExit) as exc:
+            notebooks.main(["--profile", "smoke", "--jobs", str(jobs), "intro", "cite"])
+        assert exc.value.code == 2 and f"--jobs must be an integer from 1 to {MAX_WORKERS}; got {jobs}" in capsys.readouterr().err
     assert not started
     with pytest.raises(ValueError, match="jobs must be >= 1; got 0"):
         notebooks.run_parallel(["intro"], [], jobs=0)

@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from maskfed.engine.config import ConfigError, load_profile, PROFILES
+from maskfed.engine.config import MAX_WORKERS
 from maskfed.paths import absolute_env, REPO_ROOT
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -293,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
                              "(default 1; make book gives 2, one per core of the 2-core machine it was timed on)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one notebook of a --jobs run
     args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error(f"--jobs must be an integer >= 1; got {args.jobs}")
+    if not 1 <= args.jobs <= MAX_WORKERS:
+        parser.error(f"--jobs must be an integer from 1 to {MAX_WORKERS}; got {args.jobs}")
     try:
         absolute_env()  # also refuses MASKFED_RESULTS_DIR= and the like, before any notebook runs
     except ValueError as exc:
