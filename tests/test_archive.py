@@ -776,3 +776,22 @@ def test_label_says_within_tolerance_and_on_which_machine_identity(dirs_in_tmp):
     lab = archive.label(runs, "smoke")
     assert lab.outcome == "within tolerance" and lab.verified is False and lab.machine_id["id"] == "0123456789ab"
     assert "reproduced" not in lab.text() and "0123456789ab" in lab.text() and "AVX2" in lab.text()
+
+
+def test_label_of_a_verification_where_neither_held_gives_the_summary_differences(dirs_in_tmp):
+    # prepare: a re-run whose 1/Δ_S summary differs by 2 % (1.64 -> 1.6072) and whose share below 1 by 1/6
+    root = dirs_in_tmp / "archive" / "smoke"
+    fake_run(root / "older", make_run_config(**TINY), recovery=2.0, code_hash="0123456789abcdef")
+    runs = archive.load_archive("smoke")
+    rec = _verification_record(runs, identical=False, within_tolerance=False, summary_rtol=1e-6)
+    rec["runs"][0] |= {"identical": False, "max_abs_diff": 0.97, "summary_max_rel_diff": 1 / 6,
+                       "summary_archived": {"recovery_unweighted": 1.64}, "summary_rerun": {"recovery_unweighted": 1.6072},
+                       "first_difference": {"column": "train_loss", "round": 1, "archived": 2.3190696582902626,
+                                            "rerun": 2.319069657676738}}
+    (root / archive.VERIFIED).write_text(json.dumps([rec]))
+    # execute
+    lab = archive.label(runs, "smoke")
+    text = lab.text()
+    # assert: the outcome, both relative differences, and the two values told apart (13 significant digits)
+    assert lab.outcome == "neither" and lab.verified is False
+    assert "0.167" in text and "0.02" in text and "2.31906965829" in text and "2.319069657677" in text

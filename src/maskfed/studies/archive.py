@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import warnings
@@ -500,8 +501,16 @@ class ArchiveLabel:
                     f" Their own run code ({own['code_hash']}), re-run on {own['machine']} on {own['utc'][:10]}, "
                     "differed as well: the difference comes from where it runs (the same code gives other float32 "
                     "sums there), not from a change of the code.")
-            near = ("" if self.outcome != "within tolerance" else
-                    f" The book's summary cells of those runs agree within a relative {v.get('summary_rtol', SUMMARY_RTOL):g}.")
+            rtol = v.get("summary_rtol", SUMMARY_RTOL)
+            worst = max((r.get("summary_max_rel_diff", math.nan) for r in v["runs"]), default=math.nan)
+            factor = max((abs(r["summary_rerun"]["recovery_unweighted"] / r["summary_archived"]["recovery_unweighted"] - 1)
+                          for r in v["runs"] if r.get("summary_archived") and r.get("summary_rerun")), default=math.nan)
+            near = ("" if self.outcome not in ("within tolerance", "neither") else
+                    f" The book's summary cells of those runs agree within a relative {rtol:g}." if self.outcome ==
+                    "within tolerance" else
+                    f" Neither check held on that machine: not bit for bit, and the book's summary cells of those runs "
+                    f"differ from the archived ones by up to {worst:.3g} relative (1/Δ_S by up to {factor:.3g}), beyond the "
+                    f"stated {rtol:g}.")
             return (s + f". The run code has changed since these runs, and re-running {len(v['runs'])} of them with "
                     f"this checkout's code ({self.current_code_hash}) on {machine_text(v)} on {v['utc'][:10]} gave "
                     f"different metrics: {'; '.join(difference_text(r) for r in bad)} (maskfed archive --verify).{near}{also}")
@@ -560,7 +569,7 @@ def difference_text(run: dict) -> str:
         return f"{run['label']} (max |diff| {run['max_abs_diff']:.3g})"
     if d.get("round") is None:
         return f"{run['label']}: {d['column']}"
-    return f"{run['label']}: {d['column']} at round {d['round']} (archived {d['archived']:.10g}, re-run {d['rerun']:.10g})"
+    return f"{run['label']}: {d['column']} at round {d['round']} (archived {d['archived']:.13g}, re-run {d['rerun']:.13g})"
 
 
 def _device(p: dict) -> str:
