@@ -568,8 +568,9 @@ def _show_values(glued: dict) -> None:
         return
     from IPython.display import display
 
-    display(pd.DataFrame({"value in the text": [str(v) for v in glued.values()]},
-                         index=pd.Index(list(glued), name="glue name")))
+    with pd.option_context("display.max_rows", None, "display.max_colwidth", None):  # every value, whole
+        display(pd.DataFrame({"value in the text": [str(v) for v in glued.values()]},
+                             index=pd.Index(list(glued), name="glue name")))
 
 
 def glue_all(values: dict) -> None:
