@@ -384,7 +384,8 @@ def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConf
         batch_size=cfg.batch_size, lr=cfg.lr, aggregation=cfg.aggregation, seed=cfg.seed,
         identical_client_seeds=cfg.identical_client_seeds, engine="sequential", precision=cfg.precision,
         eval_at=set() if at is None else {r - 1 for r in at}, start_round=start_round, theta_P=theta_P,
-        records=[{}] * start_round, on_state=keep, progress=progress)[start_round:]
+        # placeholders for the rounds before the branch: no earlier evaluation for the collapse rule to compare with
+        records=[{"test_loss": float("nan")}] * start_round, on_state=keep, progress=progress)[start_round:]
     for rec in loop:
         out = {k: v for k, v in rec.items() if k not in _LOOP_ONLY}
         if at is not None and rec["round"] in at:
