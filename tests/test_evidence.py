@@ -366,7 +366,7 @@ def test_stage_claim_judged_on_the_protocol_subsets():
 
 
 @pytest.mark.slow
-def test_stability_marks_a_verdict_that_a_variant_flips():
+def test_stability_says_a_variant_that_drops_a_protocol_cannot_test_the_claim():
     import numpy as np
 
     from maskfed.analysis import claims
@@ -381,14 +381,34 @@ def test_stability_marks_a_verdict_that_a_variant_flips():
     verdicts = claims.verdict_table([ev])
     # execute
     st = evidence.stability(verdicts, runs, n_boot=100)
-    # assert: the cliff is fragile, naming the variant, how many runs it kept and what it gives
+    # assert: leaving the falling run out drops the whole full-batch τ 1 protocol, which the cliff compares:
+    # those variants cannot test it, and the cliff is not marked fragile by them
     assert verdicts.loc["cliff", "verdict"] == "partly"
-    assert st.loc["cliff", "mark"] == "fragile"
-    assert "runs still falling left out (3 of 4 runs, 3 of 4 settings kept): holds" in st.loc["cliff", "flips"]
-    # a run that stands in both tables is one run of the count, not two
-    both = evidence.stability(verdicts, {**runs, "table2": [runs["table1"][3]]}, n_boot=100)
-    assert "(3 of 4 runs, 3 of 4 settings kept)" in both.loc["cliff", "flips"]
+    assert "runs still falling left out" in st.loc["cliff", "cannot_test"]
+    assert "runs still falling left out" not in st.loc["cliff", "flips"] and st.loc["cliff", "mark"] == "stable"
     assert st.loc["alpha_span", "mark"] == "–"  # not measured here: no mark
+
+
+@pytest.mark.slow
+def test_stability_counts_a_flip_when_the_variant_keeps_every_setting():
+    from maskfed.analysis import claims
+
+    # prepare: two seeds of full τ 1, one still falling (about 1.5 in its window), one flat at 6.0; full τ 2 flat
+    # at 4.0; bs 32 τ 1 and 2 flat at 1.2 and 1.1. Leaving the falling run out keeps every protocol
+    import numpy as np
+
+    falling = list(6.0 * np.exp(-0.02 * np.arange(80)))
+    runs = {"table1": [_run("full", 1, falling, sigma2=0.01, acc=0.3),
+                       _run("full", 1, [6.0] * 80, sigma2=0.01, acc=0.3, seed=1),
+                       _run("full", 2, [4.0] * 80, sigma2=0.02, acc=0.4),
+                       _run(32, 1, [1.2] * 80, sigma2=1.0, mu2=2.0, acc=0.6),
+                       _run(32, 2, [1.1] * 80, sigma2=2.0, mu2=3.0, acc=0.7)], "table2": [], "control": []}
+    verdicts = claims.verdict_table([evidence.profile_evidence("src", runs["table1"], [], [], n_boot=100)])
+    # execute
+    st = evidence.stability(verdicts, runs, n_boot=100)
+    # assert: the variant kept every setting, so its different cliff verdict is a flip, with its counts
+    assert st.loc["cliff", "cannot_test"] == ""
+    assert "runs still falling left out (4 of 5 runs, 4 of 4 settings kept)" in st.loc["cliff", "flips"]
 
 
 def test_checkpoints_caption_names_the_short_theta_and_an_unfinished_trajectory():

@@ -184,7 +184,10 @@ def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence], matched: 
         mark = ""
         if stable is not None and stable.loc[key, "mark"] != "–":
             st = stable.loc[key]
-            mark = (f"<br><small><b>{st['mark']}</b>" + (f": {esc(st['flips'])}" if st["flips"] else "") + "</small>")
+            untestable = len(st["cannot_test"].split("; ")) if st.get("cannot_test") else 0
+            mark = (f"<br><small><b>{st['mark']}</b>" + (f": {esc(st['flips'])}" if st["flips"] else "")
+                    + (f" (cannot test under {untestable} variant{'s' if untestable > 1 else ''}: it drops a whole "
+                       "setting the claim compares)" if untestable else "") + "</small>")
         if trend is not None and key in trend.index and trend.loc[key, "way"] != "steady":
             mark += f"<br><small>still moving: {esc(trend.loc[key, 'way'])}</small>"
         cells.append(verdict_mark(r["verdict"]) + source + mark
@@ -812,6 +815,33 @@ def stage_subset_verdicts(stage_table: pd.DataFrame, claim: claims.Claim) -> dic
     return out
 
 
+def tables_needed(claim: claims.Claim, table1: pd.DataFrame | None, table2: pd.DataFrame | None) -> set[str]:
+    """Which of "table1" and "table2" a claim's measurement reads: those without which it is not measured
+    (empty when it is not measured on these tables at all, or reads neither, as the control and stage claims).
+
+    Args:
+        claim: a :class:`maskfed.analysis.claims.Claim`.
+        table1, table2: Table I / Table II summaries (:func:`maskfed.studies.experiments.table1`), or None.
+    """
+    def measured(t1, t2) -> bool:
+        try:
+            return claim.evaluate(claims.Evidence("tables", t1, t2)).verdict != "not measured here"
+        except ValueError:  # too little of a table to judge: as good as not measured
+            return False
+
+    if not measured(table1, table2):
+        return set()
+    return ({"table1"} if table1 is not None and not measured(None, table2) else set()) | (
+        {"table2"} if table2 is not None and not measured(table1, None) else set())
+
+
+def _settings(runs: list[RunResult], experiment: str) -> set:
+    """The settings of ``runs``: (batch size as text, τ) for Table I, α for Table II."""
+    if experiment == "table1":
+        return {(str(r.config.batch_size), r.config.local_epochs) for r in runs}
+    return {float(r.config.alpha) for r in runs}
+
+
 def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boot: int = uncertainty.N_BOOT,
               claim_list: tuple = claims.CLAIMS, stage_table: pd.DataFrame | None = None) -> pd.DataFrame:
     """Is each claim's verdict stable under the analysis variants (:data:`VARIANTS`)? The source's runs are
@@ -825,13 +855,23 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
         stage_table: the stage study behind the stage verdict (:attr:`maskfed.studies.stage.StageStudy.table`),
             or None (the stage claim then gets no mark).
 
+    A variant that leaves out every run of a setting that a claim's tables hold (:func:`tables_needed`: a whole
+    protocol of Table I, a whole α of Table II) cannot test that claim: it is listed in ``cannot_test`` and never
+    counts as a flip (removing a protocol can make a claim about every protocol easier to pass).
+
     Returns:
-        Index ``claim``; columns ``mark`` ("stable", "fragile", or "–" where the base is not measured here) and
-        ``flips`` (e.g. "runs still falling left out: does not hold"; "" when stable).
+        Index ``claim``; columns ``mark`` ("stable", "fragile", or "–" where the base is not measured here),
+        ``flips`` (e.g. "runs still falling left out: does not hold"; "" when stable) and ``cannot_test`` (the
+        variants that drop a setting the claim needs, joined by "; ").
     """
-    judged, kept = {}, {}
+    base_runs = {e: runs.get(e, []) for e in ("table1", "table2")}
+    summaries = {e: ({"table1": experiments.table1, "table2": experiments.table2}[e](rs) if rs else None)
+                 for e, rs in base_runs.items()}
+    needs = {c.key: tables_needed(c, summaries["table1"], summaries["table2"]) for c in claim_list if c.key != "stage"}
+    judged, kept, lost = {}, {}, {}
     for v in VARIANTS:
         t1, t2 = variant_runs(runs.get("table1", []), v), variant_runs(runs.get("table2", []), v)
+        lost[v] = {e for e, rs in (("table1", t1), ("table2", t2)) if _settings(rs, e) != _settings(base_runs[e], e)}
         ev = profile_evidence(v, t1, t2, runs.get("control", []), n_boot=n_boot)
         judged[v] = {}
         for c in claim_list:  # a variant can leave a claim without the settings it compares
@@ -854,13 +894,16 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
             subsets = {} if stage_table is None or base == "not measured here" else stage_subset_verdicts(stage_table, c)
             flips = [f"{name}: {v}" for name, v in subsets.items() if v != base]
             rows.append({"claim": c.key, "mark": ("fragile" if flips else "stable") if subsets else "–",
-                         "flips": "; ".join(flips)})
+                         "flips": "; ".join(flips), "cannot_test": ""})
             continue
         if base == "not measured here":
-            rows.append({"claim": c.key, "mark": "–", "flips": ""})
+            rows.append({"claim": c.key, "mark": "–", "flips": "", "cannot_test": ""})
             continue
-        flips = [f"{v}{kept[v]}: {judged[v][c.key]}" for v in VARIANTS if judged[v][c.key] != base]
-        rows.append({"claim": c.key, "mark": "fragile" if flips else "stable", "flips": "; ".join(flips)})
+        untestable = [v for v in VARIANTS if needs[c.key] & lost[v]]
+        flips = [f"{v}{kept[v]}: {judged[v][c.key]}" for v in VARIANTS
+                 if v not in untestable and judged[v][c.key] != base]
+        rows.append({"claim": c.key, "mark": "fragile" if flips else "stable", "flips": "; ".join(flips),
+                     "cannot_test": "; ".join(untestable)})
     return pd.DataFrame(rows).set_index("claim")
 
 
