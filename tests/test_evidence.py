@@ -453,3 +453,19 @@ def test_trend_text_says_which_way_each_claims_gaps_move():
     assert text.startswith("4 of src's 6 Table I runs are still falling at their end")
     untested = evidence.trend_text(bearing, trends.assign(tested=0), {"cliff": "c", "tau": "t"}, "src")
     assert untested.startswith("None of src's 6 Table I runs is long enough for the trend test")
+
+
+def test_loses_test_when_dropping_the_settings_alone_changes_the_claim():
+    # prepare: a Table I where full batch does not fall with τ (4.0, 2.7, 4.7) and both minibatch groups do
+    from test_claims import table1
+
+    from maskfed.analysis import claims
+
+    t1 = table1([4.0, 2.7, 4.7, 1.4, 1.3, 1.25, 1.2, 1.15, 1.1])
+    by = {c.key: c for c in claims.CLAIMS}
+    both_full = {("table1", ("full", 1)), ("table1", ("full", 2))}
+    # execute / assert: without full τ 1 and τ 2 the full-batch group is gone, so "falls with τ" reads 2 of 2
+    # instead of 2 of 3: a variant dropping them cannot test it; the minibatch floor does not read them
+    assert evidence.loses_test(by["tau"], t1, None, both_full)
+    assert not evidence.loses_test(by["floor"], t1, None, both_full)
+    assert not evidence.loses_test(by["tau"], t1, None, set())

@@ -815,31 +815,41 @@ def stage_subset_verdicts(stage_table: pd.DataFrame, claim: claims.Claim) -> dic
     return out
 
 
-def tables_needed(claim: claims.Claim, table1: pd.DataFrame | None, table2: pd.DataFrame | None) -> set[str]:
-    """Which of "table1" and "table2" a claim's measurement reads: those without which it is not measured
-    (empty when it is not measured on these tables at all, or reads neither, as the control and stage claims).
+def loses_test(claim: claims.Claim, table1: pd.DataFrame | None, table2: pd.DataFrame | None, lost: set) -> bool:
+    """Whether leaving the settings ``lost`` out of these tables, with every other value as it is, already changes
+    the claim's value or verdict: a variant that drops them cannot then test the claim (whatever it gives could
+    come from the dropped settings alone, as a claim about every protocol is easier to pass on fewer).
 
     Args:
         claim: a :class:`maskfed.analysis.claims.Claim`.
         table1, table2: Table I / Table II summaries (:func:`maskfed.studies.experiments.table1`), or None.
+        lost: settings as :func:`_settings` names them (``("table1", (batch size as text, τ))``, ``("table2", α)``).
     """
-    def measured(t1, t2) -> bool:
+    def value(t1, t2):
         try:
-            return claim.evaluate(claims.Evidence("tables", t1, t2)).verdict != "not measured here"
-        except ValueError:  # too little of a table to judge: as good as not measured
-            return False
+            f = claim.evaluate(claims.Evidence("tables", t1, t2))
+        except ValueError:  # too little of a table to judge
+            return None
+        return None if f.verdict == "not measured here" else (f.value, f.verdict)
 
-    if not measured(table1, table2):
-        return set()
-    return ({"table1"} if table1 is not None and not measured(None, table2) else set()) | (
-        {"table2"} if table2 is not None and not measured(table1, None) else set())
+    def without(table, name):
+        if table is None:
+            return None
+        keys = [k for k in table.index
+                if (name, (str(k[0]), int(k[1])) if name == "table1" else float(k)) in lost]
+        rest = table.drop(index=keys)
+        return rest if len(rest) else None
+
+    if not lost:
+        return False
+    return value(without(table1, "table1"), without(table2, "table2")) != value(table1, table2)
 
 
 def _settings(runs: list[RunResult], experiment: str) -> set:
-    """The settings of ``runs``: (batch size as text, τ) for Table I, α for Table II."""
+    """The settings of ``runs``: ``("table1", (batch size as text, τ))`` or ``("table2", α)``."""
     if experiment == "table1":
-        return {(str(r.config.batch_size), r.config.local_epochs) for r in runs}
-    return {float(r.config.alpha) for r in runs}
+        return {("table1", (str(r.config.batch_size), r.config.local_epochs)) for r in runs}
+    return {("table2", float(r.config.alpha)) for r in runs}
 
 
 def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boot: int = uncertainty.N_BOOT,
@@ -855,8 +865,8 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
         stage_table: the stage study behind the stage verdict (:attr:`maskfed.studies.stage.StageStudy.table`),
             or None (the stage claim then gets no mark).
 
-    A variant that leaves out every run of a setting that a claim's tables hold (:func:`tables_needed`: a whole
-    protocol of Table I, a whole α of Table II) cannot test that claim: it is listed in ``cannot_test`` and never
+    A variant that leaves out every run of a setting (a whole protocol of Table I, a whole α of Table II) whose
+    absence alone changes the claim on the full tables (:func:`loses_test`) cannot test that claim: it is listed in ``cannot_test`` and never
     counts as a flip (removing a protocol can make a claim about every protocol easier to pass).
 
     Returns:
@@ -867,11 +877,10 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
     base_runs = {e: runs.get(e, []) for e in ("table1", "table2")}
     summaries = {e: ({"table1": experiments.table1, "table2": experiments.table2}[e](rs) if rs else None)
                  for e, rs in base_runs.items()}
-    needs = {c.key: tables_needed(c, summaries["table1"], summaries["table2"]) for c in claim_list if c.key != "stage"}
     judged, kept, lost = {}, {}, {}
     for v in VARIANTS:
         t1, t2 = variant_runs(runs.get("table1", []), v), variant_runs(runs.get("table2", []), v)
-        lost[v] = {e for e, rs in (("table1", t1), ("table2", t2)) if _settings(rs, e) != _settings(base_runs[e], e)}
+        lost[v] = set().union(*(_settings(base_runs[e], e) - _settings(rs, e) for e, rs in (("table1", t1), ("table2", t2))))
         ev = profile_evidence(v, t1, t2, runs.get("control", []), n_boot=n_boot)
         judged[v] = {}
         for c in claim_list:  # a variant can leave a claim without the settings it compares
@@ -899,7 +908,7 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
         if base == "not measured here":
             rows.append({"claim": c.key, "mark": "–", "flips": "", "cannot_test": ""})
             continue
-        untestable = [v for v in VARIANTS if needs[c.key] & lost[v]]
+        untestable = [v for v in VARIANTS if loses_test(c, summaries["table1"], summaries["table2"], lost[v])]
         flips = [f"{v}{kept[v]}: {judged[v][c.key]}" for v in VARIANTS
                  if v not in untestable and judged[v][c.key] != base]
         rows.append({"claim": c.key, "mark": "fragile" if flips else "stable", "flips": "; ".join(flips),
