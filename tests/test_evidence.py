@@ -469,3 +469,10 @@ def test_loses_test_when_dropping_the_settings_alone_changes_the_claim():
     assert evidence.loses_test(by["tau"], t1, None, both_full)
     assert not evidence.loses_test(by["floor"], t1, None, both_full)
     assert not evidence.loses_test(by["tau"], t1, None, set())
+
+
+def test_stability_counts_count_marks_and_untestable_claims():
+    st = pd.DataFrame({"mark": ["stable", "fragile", "–", "stable"], "flips": ["", "x: holds", "", ""],
+                       "cannot_test": ["a; b", "", "", ""]}, index=["cliff", "tau", "alpha_span", "stage"])
+    assert evidence.stability_counts(st) == {"n_variants": len(evidence.VARIANTS), "n_judged": 3, "n_fragile": 1,
+                                             "n_untestable": 1, "stage_subsets": True}

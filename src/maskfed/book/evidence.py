@@ -916,6 +916,16 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
     return pd.DataFrame(rows).set_index("claim")
 
 
+def stability_counts(stable: pd.DataFrame) -> dict:
+    """The counts behind the verdict page's sentence on :func:`stability`: ``n_variants`` (:data:`VARIANTS`),
+    ``n_judged`` (verdicts with a mark), ``n_fragile``, ``n_untestable`` (claims that at least one variant
+    cannot test) and ``stage_subsets`` (whether the stage verdict was judged on :data:`STAGE_SUBSETS`)."""
+    judged = stable[stable["mark"] != "–"]
+    return {"n_variants": len(VARIANTS), "n_judged": int(len(judged)), "n_fragile": int((judged["mark"] == "fragile").sum()),
+            "n_untestable": int((judged["cannot_test"] != "").sum()),
+            "stage_subsets": bool("stage" in stable.index and stable.loc["stage", "mark"] != "–")}
+
+
 def against_caption(against: pd.DataFrame, source: str) -> str:
     """The caption of the verdict page's summary figure (:func:`against_paper` rows): what the points are and at
     how many settings the paper's value lies within our seed range."""
@@ -924,21 +934,3 @@ def against_caption(against: pd.DataFrame, source: str) -> str:
             f"setting of its Tables I and II; on the dashed line the two agree. The paper's value lies within our seed "
             f"range at {inside} of the {len(against)} settings; above the line we recover more than the paper "
             "reports. The models differ (see “What differs” below).")
-
-
-def stability_text(stable: pd.DataFrame, verdicts: pd.DataFrame, source: str) -> str:
-    """The verdict page's sentence on :func:`stability`: the variants (the stage study's protocol subsets where
-    the stage claim was judged on them), and which verdicts they change.
-
-    Raises:
-        KeyError: ``stable`` has no row for the stage claim.
-    """
-    fragile = stable[stable["mark"] == "fragile"]
-    return (f"Each verdict is recomputed from {source}'s runs under {len(VARIANTS)} other choices of the analysis: "
-            + ", ".join(f"“{v}”" for v in VARIANTS) + " (ours)"
-            + (("; the stage verdict on " + " and ".join(f"“{v}”" for v in STAGE_SUBSETS))
-               if stable.loc["stage", "mark"] != "–" else "") + ". "
-            + (f"{len(fragile)} of {int((stable['mark'] != '–').sum())} verdicts change under one of them and are "
-               "marked fragile in the table, with the variant and what it gives: "
-               + ", ".join(f"“{verdicts.loc[k, 'title']}”" for k in fragile.index) + "."
-               if len(fragile) else "None changes: every verdict is marked stable."))

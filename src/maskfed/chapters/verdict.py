@@ -284,7 +284,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     values = {
         "v_closest": closest.name, "v_closest_note": closest.note,
         "v_sources": "; ".join(f"{n} of them from {s}" for s, n in by_source.items() if s != "–"),
-        "v_stable": evidence.stability_text(stable, verdicts, closest.name),
+        **{f"v_{k}": v for k, v in evidence.stability_counts(stable).items()},
         "v_trend": trend_sentence,
         "v_matched": evidence.matched_text(verdicts, matched, matched_from, stage_table, cross_table),
         "v_checks": evidence.code_checks_text(claims.verdict_table(sources, claims.CODE_CHECKS)),
