@@ -61,12 +61,6 @@ def test_paper_self_text_lists_what_the_papers_own_table_breaks():
     assert chapter.paper_self_text(v.iloc[:1]) == "none"
 
 
-def test_model_note_names_the_small_cnn_with_both_counts():
-    assert chapter.model_note("resnet18_gn", 1, 2) == "its model is the paper's ResNet-18-GN"
-    assert chapter.model_note("small_cnn", 62006, 11173962) == (
-        "its model is a small GroupNorm CNN (62,006 parameters), not the paper's ResNet-18-GN (11,173,962)")
-
-
 
 def test_where_in_places_a_value_against_a_range():
     assert [chapter.where_in(v, 1.0, 2.0) for v in (0.5, 1.0, 1.5, 2.0, 2.5)] == [

@@ -6,7 +6,7 @@ the live profile. :func:`findings` gathers the sources (:mod:`maskfed.book.evide
 verdict table (closest source first), the matched-stage view from the archived stage study, the
 stability marks under the analysis's own variants, and the glued values of the page's prose. The
 pure helpers (:func:`coverage_values`, :func:`criteria_html`, :func:`changes_html`,
-:func:`paper_self_text`, :func:`model_note`) compute one paragraph each; :func:`figure_against`
+:func:`paper_self_text`) compute one paragraph each; :func:`figure_against`
 draws the summary figure.
 """
 
@@ -99,14 +99,6 @@ def coverage_values(n_seeds: int) -> dict:
             text = (head + f"no more than the {end:g} % at each end, so the interval can end inside the seed range; "
                     f"the seed range itself " + tail)
     return {"v_n_seeds": n_seeds, "v_cov_range": cov, "v_p_lowest": lowest, "v_cov_text": text}
-
-
-def model_note(model: str | None, n_small: int, n_resnet: int) -> str:
-    """One clause on the closest source's model against the paper's ResNet-18-GN (``n_small``,
-    ``n_resnet``: parameter counts of the small CNN and of our ResNet-18-GN)."""
-    if model == "resnet18_gn":
-        return "its model is the paper's ResNet-18-GN"
-    return f"its model is a small GroupNorm CNN ({n_small:,} parameters), not the paper's ResNet-18-GN ({n_resnet:,})"
 
 
 def paper_self_text(verdicts: pd.DataFrame) -> str:
@@ -277,7 +269,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     # the trend test reaches the claims it bears on: their cells still falling, and which way that moves them
     trend, trend_sentence = evidence.trend_view(closest_runs["table1"], closest.name)
     n_seeds = len(load_profile(profile_of[closest.name]).seeds)  # seeds per setting of the closest source
-    n_small = live["table1"][0].provenance["num_parameters"]
+    # the parameter count of the closest evidence's own model (its runs' provenance), not the live profile's
+    n_small = (closest_runs["table1"] or live["table1"])[0].provenance["num_parameters"]
     n_resnet = num_parameters(build_model("resnet18_gn", num_classes=10))
     archived_runs = {name: archive.require_complete(name) for name in names}
     by_source = verdicts["from"].value_counts()
