@@ -45,11 +45,16 @@ def test_criteria_html_escapes_and_capitalises_only_ascii_starts():
     assert html.endswith("<p>Code check, not counted: <b>Control</b>: <em>it &lt;is&gt; so.</em> Exact.</p>")
 
 
-def test_changes_html_names_each_changed_claim_by_title():
+def test_changes_table_names_each_changed_claim_by_title_and_whether_data_were_in_view():
     # execute
-    html = chapter.changes_html((("2026-12-03", "b", "needs a majority"),), (_claim("b", "Noise", "x"),))
+    t = chapter.changes_table((("2026-12-03", "b", "needs a majority", True),), (_claim("b", "Noise", "x"),))
     # assert
-    assert html == "<ul><li>2026-12-03, <b>Noise</b>: needs a majority.</li></ul>"
+    assert t.to_dict("records") == [{"date": "2026-12-03", "claim": "Noise", "change": "needs a majority",
+                                     "data in view": True}]
+    with pytest.raises(KeyError):
+        chapter.changes_table((("2026-12-03", "zz", "x", False),), (_claim("b", "Noise", "x"),))
+    # every recorded change was set after the first archived seeds had been seen
+    assert chapter.changes_table()["data in view"].all()
 
 
 def test_paper_self_text_lists_what_the_papers_own_table_breaks():

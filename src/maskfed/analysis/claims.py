@@ -397,23 +397,25 @@ CODE_CHECKS: tuple[Claim, ...] = (
           "passes if every round of the control is within the project's tolerance of K_c", _control),
 )
 
-#: The criteria were fixed on this date; any change after it is listed in :data:`CRITERIA_CHANGES`.
+#: The criteria were fixed on this date; any change after it is listed in :data:`CRITERIA_CHANGES` as
+#: (date, claim key, what changed, whether the archived runs were in view when it was set: every change so far
+#: was made after the first archived seeds had been seen).
 CRITERIA_FROZEN = "2026-12-03"
-#: (date, claim key, what changed and why) for every criterion changed after the first verdicts were seen
-#: (the cpu-paper archive, seeds 0-2, was computed on 2026-12-01): the page lists them.
-CRITERIA_CHANGES: tuple[tuple[str, str, str], ...] = (
+#: (date, claim key, what changed and why, data in view) for every criterion changed after the first verdicts
+#: were seen (the cpu-paper archive, seeds 0-2, was computed on 2026-12-01): the page lists them.
+CRITERIA_CHANGES: tuple[tuple[str, str, str, bool], ...] = (
     ("2026-12-03", "control", "moved out of the claims into the code checks: it holds by construction when the code "
-     "is right"),
-    ("2026-12-03", "tau", "'partly' needs a majority of the batch sizes, not one"),
-    ("2026-12-03", "signal_steps", "'partly' needs a majority of the batch sizes, not one"),
-    ("2026-12-03", "stage", "'partly' needs a majority of the stage ranges, not one"),
+     "is right", True),
+    ("2026-12-03", "tau", "'partly' needs a majority of the batch sizes, not one", True),
+    ("2026-12-03", "signal_steps", "'partly' needs a majority of the batch sizes, not one", True),
+    ("2026-12-03", "stage", "'partly' needs a majority of the stage ranges, not one", True),
     ("2026-12-03", "below_one", "follows the paper's statement: the share must also fall as σ̂² grows over the "
-     "minibatch protocols; it could fail before only if no round anywhere was below 1"),
+     "minibatch protocols; it could fail before only if no round anywhere was below 1", True),
     ("2026-12-03", "alpha_weighting", f"the weighted ratio must lie within [1/{FLAT:g}, {FLAT:g}] (interval included) "
-     "to be flat; it only had to move less than half as much as the unweighted one"),
+     "to be flat; it only had to move less than half as much as the unweighted one", True),
     ("2026-12-05", "stage", "a factor explains a half of training only with an effect of at least 1.5 times as well "
      "(full batch over minibatch for sampling, the highest over the lowest checkpoint for stage), besides a third "
-     "of the variance; on the archived stage study this changes no label"),
+     "of the variance; on the archived stage study this changes no label", True),
 )
 
 

@@ -5,7 +5,7 @@ criterion on every source this build has: the paper's own Tables I and II, each 
 the live profile. :func:`findings` gathers the sources (:mod:`maskfed.book.evidence`), the overall
 verdict table (closest source first), the matched-stage view from the archived stage study, the
 stability marks under the analysis's own variants, and the glued values of the page's prose. The
-pure helpers (:func:`coverage_values`, :func:`criteria_html`, :func:`changes_html`,
+pure helpers (:func:`coverage_values`, :func:`criteria_html`, :func:`changes_table`,
 :func:`paper_self_text`) compute one paragraph each; :func:`figure_against`
 draws the summary figure.
 """
@@ -123,16 +123,18 @@ def criteria_html(items: tuple = claims.CLAIMS, checks: tuple = claims.CODE_CHEC
                                                        f"{_sentence(c.criterion)}." for c in checks) + "</p>")
 
 
-def changes_html(changes: tuple = claims.CRITERIA_CHANGES, items: tuple = claims.CLAIMS + claims.CODE_CHECKS) -> str:
-    """The criteria changed since they were first written, one HTML list item each: date, the claim's
-    title, what changed.
+def changes_table(changes: tuple = claims.CRITERIA_CHANGES, items: tuple = claims.CLAIMS + claims.CODE_CHECKS
+                  ) -> pd.DataFrame:
+    """The criteria changed since they were first written (:data:`maskfed.analysis.claims.CRITERIA_CHANGES`): one
+    row each, columns ``date``, ``claim`` (its title), ``change`` and ``data in view`` (whether the archived runs
+    had been seen when it was set).
 
     Raises:
-        StopIteration: a change names a claim key that ``items`` lacks.
+        KeyError: a change names a claim key that ``items`` lacks.
     """
     title = {c.key: c.title for c in items}
-    return "<ul>" + "".join(f"<li>{escape(d)}, <b>{escape(title[k])}</b>: {escape(what)}.</li>"
-                            for d, k, what in changes) + "</ul>"
+    return pd.DataFrame([{"date": d, "claim": title[k], "change": what, "data in view": seen}
+                         for d, k, what, seen in changes])
 
 
 #: The headline cell of the paper (Sec. IV-B, Table I): bs 32, τ 2 at α = 100, "out of a possible" K_c = 10.
