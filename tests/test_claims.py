@@ -240,3 +240,18 @@ def test_trend_bearing_ignores_drifts_within_their_error_and_sees_both_ways():
     assert counted.loc["cliff", "still"] == "1 of 2 cells" and counted.loc["cliff", "way"] == "steady"
     with pytest.raises(ValueError, match="trends lacks the cells"):
         claims.trend_bearing(t1, _trends({}).iloc[:-1])
+
+
+def test_not_settled_marks_a_verdict_whose_gap_moves_toward_its_boundary():
+    # prepare: the cliff holds and its gap closes (full τ 5 falls 1 % a round); falls with τ holds and its gap
+    # only widens; monotone in T does not hold and the same widening gap moves it toward holding
+    t1 = HOLDS.table1
+    bearing = claims.trend_bearing(t1, _trends({("full", 5): -0.01}))
+    verdicts = pd.DataFrame({"verdict": ["holds", "holds", "does not hold"]}, index=["cliff", "tau", "monotone_t"])
+    # execute
+    out = claims.not_settled(bearing, verdicts)
+    # assert: the cliff is not settled, at 1 % a round, meeting in log(4.0 / 1.4) / 0.01 rounds
+    assert not out.loc["cliff", "settled"] and out.loc["cliff", "rate"] == pytest.approx(1.0)
+    assert out.loc["cliff", "meet"] == pytest.approx(math.log(4.0 / 1.4) / 0.01)
+    assert out.loc["tau", "settled"] and math.isnan(out.loc["tau", "rate"])
+    assert not out.loc["monotone_t", "settled"] and math.isnan(out.loc["monotone_t", "meet"])

@@ -426,6 +426,32 @@ TREND_CLAIMS = ("cliff", "tau", "monotone_t")
 #: |t| of a drift (difference of two cells' slopes over its standard error) beyond which the gap between the
 #: two cells is said to be moving (ours: the trend test's own threshold, 2).
 DRIFT_T = 2.0
+#: False discovery rate of the drifts over every pair the trend claims compare (Benjamini-Hochberg; ours).
+TREND_FDR = 0.05
+
+
+def not_settled(bearing: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
+    """Which verdicts a longer run could still change (issue 40: "not settled"): a claim that holds, in whole or in
+    part, with a gap moving against it, or one that does not hold with a gap moving toward it; the drift moves
+    it toward its criterion's boundary.
+
+    Args:
+        bearing: :func:`trend_bearing` of the source that gave the verdicts.
+        verdicts: :func:`verdict_table` (column ``verdict``).
+
+    Returns:
+        Index ``claim`` (those of ``bearing``); columns ``settled`` (bool), ``rate`` (the drift toward the
+        boundary, percent of the gap per round; NaN when settled) and ``meet`` (rounds until a closing gap meets,
+        for a claim that holds; NaN otherwise).
+    """
+    rows = []
+    for key, b in bearing.iterrows():
+        fails = verdicts.loc[key, "verdict"] == "does not hold"
+        rate = b["toward_rate"] if fails else b["against_rate"]
+        moving = not math.isnan(rate) and verdicts.loc[key, "verdict"] != "not measured here"
+        rows.append({"claim": key, "settled": not moving, "rate": rate if moving else math.nan,
+                     "meet": b["meet"] if moving and not fails else math.nan})
+    return pd.DataFrame(rows).set_index("claim")
 
 
 def trend_pairs(t1: pd.DataFrame, key: str) -> list[tuple]:
@@ -466,10 +492,13 @@ def trend_bearing(t1: pd.DataFrame, trends: pd.DataFrame) -> pd.DataFrame:
         trends: same index, columns ``falling`` and ``runs`` (runs still falling, runs tested), ``slope``
             (mean over runs, natural-log units per round) and ``se`` (its standard error).
 
+    A drift counts only where Benjamini-Hochberg at :data:`TREND_FDR` over every pair of every claim keeps it.
+
     Returns:
         Index ``claim``; columns ``still`` (cells still falling: most of their runs; e.g. "7 of 9 cells"),
         ``way`` ("against", "toward", "both ways" or "steady"), ``meet`` (fewest rounds until a pair that holds
-        meets, NaN if none closes) and ``pairs`` (the moving pairs as text).
+        meets, NaN if none closes), ``against_rate`` / ``toward_rate`` (the fastest drift each way, percent of the
+        gap per round; NaN where none) and ``pairs`` (the moving pairs as text).
 
     Raises:
         ValueError: ``trends`` lacks a cell of ``t1``.
@@ -478,20 +507,32 @@ def trend_bearing(t1: pd.DataFrame, trends: pd.DataFrame) -> pd.DataFrame:
     if missing:
         raise ValueError(f"trends lacks the cells {missing}")
     rec = t1["recovery_unweighted"]
+
+    def drift(a, b) -> tuple[float, float]:
+        return (float(trends.loc[a, "slope"] - trends.loc[b, "slope"]),
+                math.hypot(float(trends.loc[a, "se"]), float(trends.loc[b, "se"])))
+
+    # every pair any claim compares, tested together: |d| / se beyond DRIFT_T and kept by Benjamini-Hochberg at
+    # TREND_FDR over all of them (a two-sided normal p-value per pair), so that many pairs do not make moving gaps
+    every = list(dict.fromkeys(p for key in TREND_CLAIMS for p in trend_pairs(t1, key)))
+    stats = [drift(a, b) for a, b in every]
+    pvals = [math.erfc(abs(d) / se / math.sqrt(2)) if se > 0 else 1.0 for d, se in stats]
+    moving = {pair for pair, (d, se), keep in zip(every, stats, uncertainty.benjamini_hochberg(pvals, TREND_FDR))
+              if keep and se > 0 and abs(d) / se > DRIFT_T}
     rows = []
     for key in TREND_CLAIMS:
         pairs = trend_pairs(t1, key)
         cells = {p for pair in pairs for p in pair}
         still = sum(2 * int(trends.loc[p, "falling"]) > int(trends.loc[p, "runs"]) for p in cells)
-        ways, meets, texts = set(), [], []
+        ways, meets, texts, rates = set(), [], [], {"against": [], "toward": []}
         for a, b in pairs:
             g = math.log(rec[a] / rec[b])
-            d = float(trends.loc[a, "slope"] - trends.loc[b, "slope"])
-            se = math.hypot(float(trends.loc[a, "se"]), float(trends.loc[b, "se"]))
-            if not (se > 0 and abs(d) / se > DRIFT_T):
+            d, se = drift(a, b)
+            if (a, b) not in moving:
                 continue
             way = "toward" if d > 0 else "against"
             ways.add(way)
+            rates[way].append(100 * abs(d))
             meet = g / -d if way == "against" and g > 0 else math.nan
             meets.append(meet)
             texts.append(f"{_proto(a)} over {_proto(b)}: ×{math.exp(g):.2f}, {way} at {100 * d:+.2f} % a round"
@@ -499,6 +540,8 @@ def trend_bearing(t1: pd.DataFrame, trends: pd.DataFrame) -> pd.DataFrame:
         rows.append({"claim": key, "still": f"{still} of {len(cells)} cells",
                      "way": "steady" if not ways else ways.pop() if len(ways) == 1 else "both ways",
                      "meet": min([m for m in meets if not math.isnan(m)], default=math.nan),
+                     "against_rate": max(rates["against"], default=math.nan),
+                     "toward_rate": max(rates["toward"], default=math.nan),
                      "pairs": "; ".join(texts)})
     return pd.DataFrame(rows).set_index("claim")
 

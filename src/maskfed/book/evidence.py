@@ -161,12 +161,14 @@ def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence], matched: 
         matched: :func:`matched_stage_verdicts` (same claims), or None for no such column.
         matched_name: the matched-stage column's source, shown in its header.
         stable: :func:`stability` of the overall verdicts, shown under each (None: not shown).
-        trend: :func:`maskfed.analysis.claims.trend_bearing` of the closest source, shown under the verdicts
-            of its claims (None: not shown).
+        trend: :func:`maskfed.analysis.claims.trend_bearing` of the closest source: a verdict a longer run could
+            still change is marked "not settled" with its rate (:func:`maskfed.analysis.claims.not_settled`; None:
+            no marks).
     """
     import html
 
     esc = html.escape
+    unsettled = None if trend is None else claims.not_settled(trend, table)
     heads = ["Claim", "Paper's own table", *[esc(ev.name) for ev in evidence],
              *([f"At matched stage ({esc(matched_name)})"] if matched is not None else []), "Verdict"]
     rows = []
@@ -188,8 +190,11 @@ def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence], matched: 
             mark = (f"<br><small><b>{st['mark']}</b>" + (f": {esc(st['flips'])}" if st["flips"] else "")
                     + (f" (cannot test under {untestable} variant{'s' if untestable > 1 else ''}: it drops a whole "
                        "setting the claim compares)" if untestable else "") + "</small>")
-        if trend is not None and key in trend.index and trend.loc[key, "way"] != "steady":
-            mark += f"<br><small>still moving: {esc(trend.loc[key, 'way'])}</small>"
+        if unsettled is not None and key in unsettled.index and not unsettled.loc[key, "settled"]:
+            u = unsettled.loc[key]
+            mark += (f"<br><small><b>not settled</b>: a gap moves toward the criterion's boundary at {u['rate']:.2f} % "
+                     "a round" + (f", meeting in about {u['meet']:.0f} rounds" if u["meet"] == u["meet"] else "")
+                     + "</small>")
         cells.append(verdict_mark(r["verdict"]) + source + mark
                      + (f"<br><small>at matched stage:</small> {verdict_mark(matched.loc[key, 'verdict'])}" if both else ""))
         rows.append("<tr>" + "".join(f'<td style="{FIRST if i == 0 else CELL}">{c}</td>' for i, c in enumerate(cells))

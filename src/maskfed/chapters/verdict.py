@@ -313,7 +313,9 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
                            "at α = 100), which the page's bottom line reports")
     bottom = {**bottom_line(verdicts, closest, against, n_seeds=n_seeds, rounds=closest_run.rounds,
                             model=closest_run.model, resnet=resnet),
-              "b_paper_ran": "paper" in profile_of.values()}
+              "b_paper_ran": "paper" in profile_of.values(),
+              # verdicts a longer run could still change (claims.not_settled), from the closest source's trends
+              "b_n_unsettled": 0 if trend is None else int((~claims.not_settled(trend, verdicts)["settled"]).sum())}
     return Findings(values=values, profile=prof, verdicts=verdicts, sources=sources, matched=matched,
                     matched_from=matched_from, stable=stable, bottom=bottom, against=against,
                     trend=trend)
