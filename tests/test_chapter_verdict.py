@@ -107,7 +107,7 @@ def test_bottom_line_reports_the_headline_cell_the_cliff_and_the_counts():
     assert (b["b_cliff"], b["b_cliff_low"], b["b_cliff_high"]) == (2.0, 2.0, 2.0)
     assert b["b_cliff_paper"] == pytest.approx(3.96 / 1.36) and b["b_cliff_where"] == "above"
     assert (b["b_inside"], b["b_settings"]) == (1, 2)
-    assert (b["b_n_claims"], b["b_n_holds"], b["b_n_partly"], b["b_n_fail"]) == (5, 2, 2, 1)
+    assert (b["b_n_claims"], b["b_n_holds"], b["b_n_partly"], b["b_n_fail"], b["b_n_confounded"]) == (5, 2, 2, 1, 0)
     assert b["b_cov"] == 93.75 and b["b_is_resnet"] is False and b["b_rn_n_theta"] == 0
     with pytest.raises(KeyError):
         chapter.bottom_line(verdicts, ev, against.iloc[1:], n_seeds=5, rounds=200, model="m", resnet={})

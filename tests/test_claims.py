@@ -255,3 +255,19 @@ def test_not_settled_marks_a_verdict_whose_gap_moves_toward_its_boundary():
     assert out.loc["cliff", "meet"] == pytest.approx(math.log(4.0 / 1.4) / 0.01)
     assert out.loc["tau", "settled"] and math.isnan(out.loc["tau", "rate"])
     assert not out.loc["monotone_t", "settled"] and math.isnan(out.loc["monotone_t", "meet"])
+
+
+def test_a_claim_whose_two_views_disagree_in_direction_is_confounded_by_stage():
+    # prepare: the α = 0.1 split holds in part at the protocols and fails at matched θ (reversed); the cliff holds
+    # at both; the floor holds at the protocols and in part at matched stage (same direction)
+    verdicts = pd.DataFrame({"verdict": ["partly", "holds", "holds", "does not hold"]},
+                            index=["alpha_weighting", "cliff", "floor", "monotone_t"])
+    matched = pd.DataFrame({"verdict": ["does not hold", "holds", "partly", "holds"]},
+                           index=["alpha_weighting", "cliff", "floor", "monotone_t"])
+    # execute
+    out = claims.with_matched_view(verdicts, matched)
+    # assert: the reversals are confounded, the protocol verdict kept beside; agreement in direction is not
+    assert list(out["verdict"]) == ["confounded by stage", "holds", "holds", "confounded by stage"]
+    assert list(out["protocol_verdict"]) == ["partly", "holds", "holds", "does not hold"]
+    assert claims.counts(out)["confounded by stage"] == 2
+    assert list(claims.with_matched_view(verdicts, None)["verdict"]) == list(verdicts["verdict"])

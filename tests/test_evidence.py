@@ -476,3 +476,24 @@ def test_stability_counts_count_marks_and_untestable_claims():
                        "cannot_test": ["a; b", "", "", ""]}, index=["cliff", "tau", "alpha_span", "stage"])
     assert evidence.stability_counts(st) == {"n_variants": len(evidence.VARIANTS), "n_judged": 3, "n_fragile": 1,
                                              "n_untestable": 1, "stage_subsets": True}
+
+
+def test_verdict_html_keeps_a_row_short_and_shows_what_marks_rest_on_on_demand():
+    # prepare: one claim confounded by stage (partly at the protocols, does not hold at matched stage), stable but
+    # untestable by one variant, and not settled
+    from maskfed.analysis import claims
+
+    table = pd.DataFrame({"title": ["The cliff"], "where": ["Sec. IV-B"], "paper": ["2.91"], "paper_verdict": ["holds"],
+                          "src": ["1.67"], "src verdict": ["partly"], "verdict": ["confounded by stage"],
+                          "protocol_verdict": ["partly"], "from": ["src"]}, index=pd.Index(["cliff"], name="claim"))
+    matched = pd.DataFrame({"value": ["of 8: 2 hold"], "verdict": ["does not hold"]}, index=["cliff"])
+    stable = pd.DataFrame({"mark": ["stable"], "flips": [""], "cannot_test": ["runs still falling left out"]},
+                          index=["cliff"])
+    trend = pd.DataFrame({"still": ["1 of 2 cells"], "way": ["against"], "meet": [108.0], "against_rate": [0.47],
+                          "toward_rate": [float("nan")], "pairs": ["x"]}, index=["cliff"])
+    # execute
+    html = evidence.verdict_html(table, [claims.Evidence("src")], matched, "src", stable, trend)
+    # assert: one short summary line, the details behind it, both views named
+    assert "<summary><small><b>stable · not settled</b></small></summary>" in html
+    assert "cannot be tested by runs still falling left out" in html and "at 0.47 % a round" in html
+    assert "meeting in about 108 rounds" in html and "confounded by stage" in html

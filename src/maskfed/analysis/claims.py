@@ -23,11 +23,12 @@ import pandas as pd
 from maskfed.analysis import summary, uncertainty
 from maskfed.analysis.uncertainty import Interval
 
-#: The verdicts a criterion can give, strongest first.
-VERDICTS = ("holds", "partly", "does not hold", "not measured here")
+#: The verdicts a claim can get, strongest first. A criterion gives the first three or "not measured here";
+#: "confounded by stage" is an overall verdict only (:func:`with_matched_view`).
+VERDICTS = ("holds", "partly", "does not hold", "confounded by stage", "not measured here")
 #: Each verdict as a sentence writes it after a subject ("the headline holds in part").
 VERDICT_WORDS = {"holds": "holds", "partly": "holds in part", "does not hold": "does not hold",
-                 "not measured here": "is not measured here"}
+                 "confounded by stage": "is confounded by stage", "not measured here": "is not measured here"}
 
 
 @dataclass
@@ -590,3 +591,34 @@ def counts(table: pd.DataFrame) -> dict[str, int]:
     """How many claims got each overall verdict (:data:`VERDICTS` order)."""
     vc = table["verdict"].value_counts()
     return {v: int(vc.get(v, 0)) for v in VERDICTS}
+
+
+def confounded(protocol: str, matched: str) -> bool:
+    """Whether the verdict at the paper's protocols and the one at matched stage (the same θ for every protocol or
+    α: :func:`maskfed.book.evidence.matched_stage_verdicts`) disagree in direction: one holds, at least in part,
+    and the other does not hold."""
+    ok = {"holds", "partly"}
+    return (protocol in ok and matched == "does not hold") or (protocol == "does not hold" and matched in ok)
+
+
+def with_matched_view(verdicts: pd.DataFrame, matched: pd.DataFrame | None) -> pd.DataFrame:
+    """The overall verdicts once the matched-stage view is weighed (issue 40): where it disagrees in direction
+    with the verdict at the paper's protocols (:func:`confounded`), the matched view decides and the claim is
+    "confounded by stage": what separates the protocols there is where they are in training, not the protocol.
+
+    Args:
+        verdicts: :func:`verdict_table` (column ``verdict``).
+        matched: :func:`maskfed.book.evidence.matched_stage_verdicts` (column ``verdict``), or None.
+
+    Returns:
+        ``verdicts`` with ``protocol_verdict`` (the verdict before the matched view was weighed) and ``verdict``
+        set to "confounded by stage" where the two views disagree in direction.
+    """
+    out = verdicts.copy()
+    out["protocol_verdict"] = out["verdict"]
+    if matched is None:
+        return out
+    for key in out.index:
+        if key in matched.index and confounded(out.loc[key, "verdict"], matched.loc[key, "verdict"]):
+            out.loc[key, "verdict"] = "confounded by stage"
+    return out

@@ -94,7 +94,8 @@ def archived_evidence(profile_name: str, *, stage_table: pd.DataFrame | None = N
 
 #: Colours of the verdict marks (background, text), chosen to read in print too (ours).
 VERDICT_STYLE = {"holds": ("#d9f2d9", "#1b5e20"), "partly": ("#fff3cd", "#7a5b00"),
-                 "does not hold": ("#f8d7da", "#842029"), "not measured here": ("#eceff1", "#455a64")}
+                 "does not hold": ("#f8d7da", "#842029"), "confounded by stage": ("#e2d9f3", "#4a2a7a"),
+                 "not measured here": ("#eceff1", "#455a64")}
 
 
 def code_checks_text(checks: pd.DataFrame) -> str:
@@ -145,7 +146,7 @@ def verdict_mark(verdict: str) -> str:
     """A small coloured HTML label for a verdict of :data:`maskfed.analysis.claims.VERDICTS`."""
     bg, fg = VERDICT_STYLE[verdict]
     return (f'<span style="background:{bg};color:{fg};border-radius:0.3em;padding:0 0.3em;'
-            f'white-space:nowrap;font-size:0.85em">{verdict}</span>')
+            f'white-space:{"nowrap" if len(verdict) < 16 else "normal"};font-size:0.85em">{verdict}</span>')
 
 
 def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence], matched: pd.DataFrame | None = None,
@@ -181,20 +182,28 @@ def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence], matched: 
         if matched is not None:
             m = matched.loc[key]
             cells.append(f"{esc(m['value'])}<br>{verdict_mark(m['verdict'])}")
-            both = views_text(r["verdict"], m["verdict"])
+            both = views_text(r.get("protocol_verdict", r["verdict"]), m["verdict"])
         source = "" if r["from"] == "–" else f"<br><small>from {esc(r['from'])}</small>"
-        mark = ""
+        # the marks in one short line; what each rests on behind it, opened on demand, so that a row stays short
+        words, details = [], []
         if stable is not None and stable.loc[key, "mark"] != "–":
             st = stable.loc[key]
-            untestable = len(st["cannot_test"].split("; ")) if st.get("cannot_test") else 0
-            mark = (f"<br><small><b>{st['mark']}</b>" + (f": {esc(st['flips'])}" if st["flips"] else "")
-                    + (f" (cannot test under {untestable} variant{'s' if untestable > 1 else ''}: it drops a whole "
-                       "setting the claim compares)" if untestable else "") + "</small>")
+            words.append(st["mark"])
+            if st["flips"]:
+                details.append(f"fragile under {esc(st['flips'])}")
+            if st.get("cannot_test"):
+                details.append(f"cannot be tested by {esc(st['cannot_test'])} (each drops a whole setting the claim "
+                               "compares)")
         if unsettled is not None and key in unsettled.index and not unsettled.loc[key, "settled"]:
             u = unsettled.loc[key]
-            mark += (f"<br><small><b>not settled</b>: a gap moves toward the criterion's boundary at {u['rate']:.2f} % "
-                     "a round" + (f", meeting in about {u['meet']:.0f} rounds" if u["meet"] == u["meet"] else "")
-                     + "</small>")
+            words.append("not settled")
+            details.append(f"not settled: a gap moves toward the criterion's boundary at {u['rate']:.2f} % a round"
+                           + (f", meeting in about {u['meet']:.0f} rounds" if u["meet"] == u["meet"] else ""))
+        mark = ""
+        if words:
+            line = f"<small><b>{' · '.join(words)}</b></small>"
+            mark = ("<br>" + line if not details else
+                    f"<details><summary>{line}</summary><small>{'; '.join(details)}.</small></details>")
         cells.append(verdict_mark(r["verdict"]) + source + mark
                      + (f"<br><small>at matched stage:</small> {verdict_mark(matched.loc[key, 'verdict'])}" if both else ""))
         rows.append("<tr>" + "".join(f'<td style="{FIRST if i == 0 else CELL}">{c}</td>' for i, c in enumerate(cells))

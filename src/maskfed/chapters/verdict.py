@@ -190,7 +190,7 @@ def bottom_line(verdicts: pd.DataFrame, closest: claims.Evidence, against: pd.Da
         the cliff (smallest full-batch over largest minibatch 1/Δ_S): ``b_cliff`` with its bootstrap interval
         ``b_cliff_low`` / ``b_cliff_high``, the paper's ``b_cliff_paper`` and ``b_cliff_where``; ``b_inside`` of
         ``b_settings`` settings whose paper value lies in our seed range; the claim counts ``b_n_claims``,
-        ``b_n_holds``, ``b_n_partly``, ``b_n_fail``, ``b_n_unmeasured``; ``b_source``, ``b_seeds``, ``b_rounds``,
+        ``b_n_holds``, ``b_n_partly``, ``b_n_fail``, ``b_n_confounded``, ``b_n_unmeasured``; ``b_source``, ``b_seeds``, ``b_rounds``,
         ``b_is_resnet`` (the closest source trains the paper's model); ``b_cov`` (percent of the time the seed
         range covers the median, :func:`maskfed.analysis.uncertainty.seed_range_coverage`); ``b_rn_*`` (``resnet``).
 
@@ -214,7 +214,8 @@ def bottom_line(verdicts: pd.DataFrame, closest: claims.Evidence, against: pd.Da
         "b_cliff_where": where_in(paper_cliff, cl_low, cl_high),
         "b_inside": int(inside), "b_settings": int(len(against)),
         "b_n_claims": int(sum(n.values())), "b_n_holds": n["holds"], "b_n_partly": n["partly"],
-        "b_n_fail": n["does not hold"], "b_n_unmeasured": n["not measured here"],
+        "b_n_fail": n["does not hold"], "b_n_confounded": n["confounded by stage"],
+        "b_n_unmeasured": n["not measured here"],
         "b_source": closest.name, "b_seeds": int(n_seeds), "b_rounds": int(rounds), "b_is_resnet": model == "resnet18_gn",
         "b_cov": 100 * uncertainty.seed_range_coverage(n_seeds),
         **{f"b_rn_{k}": v for k, v in resnet.items()},
@@ -302,6 +303,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
                                                protocol=fa.trajectory_protocol(load_profile("cpu-paper"))),
         "v_self": paper_self_text(verdicts),
     }
+    # where the matched-stage view disagrees in direction with the protocol view, it decides: "confounded by stage"
+    verdicts = claims.with_matched_view(verdicts, matched)
     closest_prof = load_profile(profile_of[closest.name])
     closest_run = closest_prof.run(closest_prof.seeds[0])
     resnet = resnet_cliffs([getattr(archive.load_factor_study("cpu-paper", p), "table", None)
