@@ -497,3 +497,23 @@ def test_verdict_html_keeps_a_row_short_and_shows_what_marks_rest_on_on_demand()
     assert "<summary><small><b>stable · not settled</b></small></summary>" in html
     assert "cannot be tested by runs still falling left out" in html and "at 0.47 % a round" in html
     assert "meeting in about 108 rounds" in html and "confounded by stage" in html
+
+
+def test_the_stage_claim_is_judged_in_the_papers_accuracy_range_with_the_early_checkpoints_apart():
+    from maskfed.analysis import claims
+
+    # prepare: two seeds; below the paper's lowest Table I accuracy (0.314) the protocols have not separated and the
+    # checkpoint moves everything (stage), above it full batch stands 4x above minibatch at every checkpoint
+    rows = []
+    for seed in (0, 1):
+        for st, acc, full, mini in ((0, 0.10, 9.0, 9.0), (1, 0.20, 3.0, 3.0), (2, 0.40, 4.0, 1.0), (3, 0.50, 4.4, 1.1)):
+            for (bs, tau), v in {("full", 1): full, ("full", 5): full, ("128", 1): mini, ("32", 5): mini}.items():
+                rows.append({"seed": seed, "experiment": "table1", "stage": st, "stage_acc": acc, "batch_size": bs,
+                             "local_epochs": tau, "recovery_unweighted": v * (1 + 0.01 * seed)})
+    # execute
+    st = evidence.stage_evidence(pd.DataFrame(rows))
+    f = claims.CLAIMS[[c.key for c in claims.CLAIMS].index("stage")].evaluate(claims.Evidence("src", stage=st))
+    # assert: the verdict comes from the paper's range (sampling: holds); the early half is shown, not counted
+    assert evidence.paper_accuracy_floor() == pytest.approx(0.314)
+    assert list(st["by_range"].values()) == ["sampling"] and list(st["before"].values()) == ["stage"]
+    assert f.verdict == "holds" and "not counted, before the protocols separate (accuracy 0.10–0.20): stage" in f.value

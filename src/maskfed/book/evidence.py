@@ -34,15 +34,36 @@ def control_evidence(results: list[RunResult]) -> dict | None:
     return {"deviation": max(dev.values()), "tolerance": tol}
 
 
+def paper_accuracy_floor() -> float:
+    """The lowest test accuracy of the paper's Table I (a fraction; full batch, τ 1): where the range the paper
+    measures begins."""
+    return float(summary.paper_table("table1")["test_acc"].min())
+
+
 def stage_evidence(table: pd.DataFrame) -> dict | None:
-    """The stage-or-sampling verdict by stage range (:func:`maskfed.studies.stage.verdict_by_range`) of
-    a stage study's Table I rows, for :class:`maskfed.analysis.claims.Evidence`, or None without rows."""
+    """The stage-or-sampling verdict of a stage study's Table I rows for :class:`maskfed.analysis.claims.Evidence`,
+    judged where the paper measures (issue 40): on the checkpoints at or above the lowest accuracy of the paper's
+    Table I (:func:`paper_accuracy_floor`); the checkpoints below it (θ_0 and the first rounds, where the
+    protocols have not separated yet) are judged apart and shown, not counted
+    (:func:`maskfed.studies.stage.verdict_by_range` with ``split_acc``). None without rows.
+
+    Returns:
+        ``{"by_range": {name: verdict} of the paper's range, "before": {name: verdict} of the checkpoints below it,
+        "text"}``.
+    """
     t1 = table[table["experiment"] == "table1"] if "experiment" in table else table
     if t1.empty:
         return None
-    by_range = stage.verdict_by_range(t1)
-    named = {f"{k} (accuracy {v['acc_min']:.2f}–{v['acc_max']:.2f})": v["verdict"] for k, v in by_range.items()}
-    return {"by_range": named, "text": stage.range_text(by_range)}
+    floor = paper_accuracy_floor()
+    by_range = stage.verdict_by_range(t1, split_acc=floor)
+
+    def name(part, v):
+        where = "in the paper's accuracy range" if part == "late" else "before the protocols separate"
+        return f"{where} (accuracy {v['acc_min']:.2f}–{v['acc_max']:.2f})"
+
+    counted = {name(k, v): v["verdict"] for k, v in by_range.items() if k == "late"}
+    before = {name(k, v): v["verdict"] for k, v in by_range.items() if k == "early"}
+    return {"by_range": counted or before, "before": before if counted else {}, "text": stage.range_text(by_range)}
 
 
 def profile_evidence(name: str, table1: list[RunResult], table2: list[RunResult], control: list[RunResult],

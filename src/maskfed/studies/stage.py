@@ -853,7 +853,7 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
 
 
 def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
-                     threshold: float = EXPLAINS) -> dict[str, dict]:
+                     threshold: float = EXPLAINS, split_acc: float | None = None) -> dict[str, dict]:
     """The stage-or-sampling verdict in the early and the late half of training, across seeds. Ours.
 
     Each ladder is split at the middle stage (early: stages 0..⌈S/2⌉-1; stages are spaced by accuracy,
@@ -867,6 +867,9 @@ def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
         table: :attr:`StageStudy.table` rows of one experiment (``seed`` column optional).
         value: the measured quantity.
         threshold: share a factor must explain (:data:`EXPLAINS`); its effect must reach :data:`EFFECT_MIN`.
+        split_acc: split by the checkpoints' test accuracy instead (a fraction): "early" holds those below it,
+            "late" those at or above it (the verdict page: the lowest accuracy of the paper's Table I, so that
+            "late" is the range the paper measures). None: the split by stage above.
 
     Returns:
         ``{"early": {"verdict", "stage", "sampling", "protocol", "seed" (of the stage share, between seeds),
@@ -875,7 +878,9 @@ def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
     t = table.reset_index(drop=True)
     if "seed" not in t:
         t["seed"] = 0
-    if "extra" in t:
+    if split_acc is not None:
+        late = t["stage_acc"] >= split_acc
+    elif "extra" in t:
         late = pd.Series(False, index=t.index)
         for _, g in t.groupby("seed"):
             placed = sorted(g.loc[~g["extra"].astype(bool), "round"].unique())
