@@ -187,6 +187,18 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
                    f"st_{k}_seed": 100 * v["seed"], f"st_{k}_sampling_effect": v["sampling_effect"],
                    f"st_{k}_stage_effect": v["stage_effect"],
                    f"st_{k}_acc": f"{v['acc_min']:.2f}–{v['acc_max']:.2f}"}
+    # the split the verdict page judges the claim on: the paper's accuracy range (from its Table I's lowest) and before
+    in_range = stage.verdict_by_range(t1, split_acc=evidence.paper_accuracy_floor())
+    for k, name in (("late", "range"), ("early", "before")):
+        # a range no checkpoint reaches (a short smoke ladder stays below the paper's range) reads "not reached"
+        values |= {f"st_{name}_label": "not reached", f"st_{name}_sampling": float("nan"),
+                   f"st_{name}_sampling_effect": float("nan"), f"st_{name}_stage": float("nan"), f"st_{name}_acc": "–"}
+        if k in in_range:
+            v = in_range[k]
+            values |= {f"st_{name}_label": v["verdict"], f"st_{name}_sampling": 100 * v["sampling"],
+                       f"st_{name}_sampling_effect": v["sampling_effect"], f"st_{name}_stage": 100 * v["stage"],
+                       f"st_{name}_acc": f"{v['acc_min']:.2f}–{v['acc_max']:.2f}"}
+    values["st_paper_floor"] = evidence.paper_accuracy_floor()
     paper_ref = load_profile("paper").table2  # the paper's reference protocol (bs 32, τ 2)
     values |= {
         "st_paper_cliff": p_cliff,
