@@ -517,3 +517,15 @@ def test_the_stage_claim_is_judged_in_the_papers_accuracy_range_with_the_early_c
     assert evidence.paper_accuracy_floor() == pytest.approx(0.314)
     assert list(st["by_range"].values()) == ["sampling"] and list(st["before"].values()) == ["stage"]
     assert f.verdict == "holds" and "not counted, before the protocols separate (accuracy 0.10–0.20): stage" in f.value
+
+
+def test_matched_stage_votes_only_in_the_accuracy_range_given():
+    # prepare: checkpoints 1-3 at accuracy 0.1, 0.2, 0.3; the cliff holds at the first two and fails at the third
+    table = _stage_table({0: (9, 9, 9, 9), 1: (8, 4, 1.5, 1.2), 2: (6, 3, 1.5, 1.1), 3: (1.3, 1.2, 1.5, 1.4)})
+    steps = pd.Series([1, 2, 16, 32], index=pd.MultiIndex.from_tuples(
+        [("full", 1), ("full", 2), (32, 1), (32, 2)], names=["batch_size", "local_epochs"]))
+    # execute: only checkpoints at accuracy 0.25 or more vote
+    m = evidence.matched_stage_verdicts(table, steps, min_acc=0.25)
+    # assert: the one checkpoint left decides; none left: not measured
+    assert (m.loc["cliff", "verdict"], m.loc["cliff", "n"]) == ("does not hold", 1)
+    assert set(evidence.matched_stage_verdicts(table, steps, min_acc=0.9)["verdict"]) == {"not measured here"}

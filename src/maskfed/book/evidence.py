@@ -578,7 +578,7 @@ NOT_AT_MATCHED_STAGE = {
 _STAGE_VALUES = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
 
 
-def stage_evidence_at(table: pd.DataFrame, steps: pd.Series) -> dict[int, claims.Evidence]:
+def stage_evidence_at(table: pd.DataFrame, steps: pd.Series, min_acc: float | None = None) -> dict[int, claims.Evidence]:
     """One :class:`maskfed.analysis.claims.Evidence` per checkpoint of a stage study after θ_0: Table I's
     protocols and Table II's α all measured at that checkpoint's θ (median over seeds of the cohort
     medians), so every claim evaluated on it compares protocols at matched stage. No replicates:
@@ -589,6 +589,7 @@ def stage_evidence_at(table: pd.DataFrame, steps: pd.Series) -> dict[int, claims
             ``experiment``, ``stage``, ``round``, ``batch_size``, ``local_epochs``, ``alpha``).
         steps: local steps T of each protocol (index ``batch_size`` as text, ``local_epochs``), e.g. the
             protocol-level Table I's ``T_mean``.
+        min_acc: only the checkpoints whose median test accuracy over seeds reaches it (None: every one after θ_0).
 
     Returns:
         ``{stage: Evidence}`` named "checkpoint <s> (accuracy <a>)" (the median test accuracy of its θ over
@@ -604,12 +605,15 @@ def stage_evidence_at(table: pd.DataFrame, steps: pd.Series) -> dict[int, claims
         t1["T_mean"] = steps.reindex(t1.index).to_numpy()
         t2 = g[g["experiment"] == "table2"].groupby("alpha", sort=False)[list(_STAGE_VALUES)].median()
         acc = float(g.drop_duplicates("seed")["stage_acc"].median())
+        if min_acc is not None and acc < min_acc:
+            continue
         out[int(s)] = claims.Evidence(f"checkpoint {int(s)} (accuracy {acc:.2f})", t1 if len(t1) else None,
                                       t2 if len(t2) else None)
     return out
 
 
-def cross_evidence_at(cross: pd.DataFrame | None, main_alpha: float) -> dict[tuple, claims.Evidence]:
+def cross_evidence_at(cross: pd.DataFrame | None, main_alpha: float,
+                      min_acc: float | None = None) -> dict[tuple, claims.Evidence]:
     """One Table II-only :class:`maskfed.analysis.claims.Evidence` per checkpoint of each α-cross trajectory
     other than ``main_alpha``'s (the stage study has those): every α measured at θ from that trajectory (median
     over seeds). ``cross``: :attr:`maskfed.studies.archive.ArchivedCross.table`, or None (no cross: ``{}``)."""
@@ -620,6 +624,8 @@ def cross_evidence_at(cross: pd.DataFrame | None, main_alpha: float) -> dict[tup
             ["trajectory_alpha", "stage"]):
         t2 = g.groupby("alpha", sort=False)[list(_STAGE_VALUES)].median()
         acc = float(g.drop_duplicates("seed")["stage_acc"].median())
+        if min_acc is not None and acc < min_acc:  # as stage_evidence_at
+            continue
         out[(float(a), int(s))] = claims.Evidence(f"α = {a:g} trajectory, checkpoint {int(s)} (accuracy {acc:.2f})",
                                                   None, t2)
     return out
@@ -627,7 +633,7 @@ def cross_evidence_at(cross: pd.DataFrame | None, main_alpha: float) -> dict[tup
 
 def matched_stage_verdicts(table: pd.DataFrame | None, steps: pd.Series | None,
                            claim_list: tuple = claims.CLAIMS, cross: pd.DataFrame | None = None,
-                           main_alpha: float = 100.0) -> pd.DataFrame:
+                           main_alpha: float = 100.0, min_acc: float | None = None) -> pd.DataFrame:
     """Each claim judged at matched stage: at every checkpoint of the stage study (:func:`stage_evidence_at`)
     and, for the claims on Table II alone, at every checkpoint of the α-cross's other trajectories
     (:func:`cross_evidence_at`), with the claim's own criterion; then over checkpoints by a rule of ours:
@@ -638,14 +644,17 @@ def matched_stage_verdicts(table: pd.DataFrame | None, steps: pd.Series | None,
         steps: local steps T per protocol (see :func:`stage_evidence_at`).
         cross: the α-cross's table (:attr:`maskfed.studies.archive.ArchivedCross.table`), or None.
         main_alpha: the stage study's trajectories' α (Table I's).
+        min_acc: only checkpoints whose median accuracy reaches it vote (the verdict page: the paper's accuracy
+            range, :func:`paper_accuracy_floor`, so that early training, where the protocols have not separated,
+            does not decide); None: every checkpoint after θ_0.
 
     Returns:
         Index ``claim``; columns ``verdict``, ``value`` ("holds at k of n checkpoints" and the rounds where
         it does not, or the reason it cannot be judged), ``n_holds``, ``n``.
     """
-    at = stage_evidence_at(table, steps) if table is not None and steps is not None and len(table) else {}
+    at = stage_evidence_at(table, steps, min_acc) if table is not None and steps is not None and len(table) else {}
     if at:
-        at = {**at, **cross_evidence_at(cross, main_alpha)}
+        at = {**at, **cross_evidence_at(cross, main_alpha, min_acc)}
     rows = []
     for c in claim_list:
         if c.key in NOT_AT_MATCHED_STAGE or not at:
@@ -682,7 +691,7 @@ def cross_alphas(cross: pd.DataFrame | None, main_alpha: float = 100.0) -> list[
 
 
 def matched_text(verdicts: pd.DataFrame, matched: pd.DataFrame, source: str, table: pd.DataFrame | None,
-                 cross: pd.DataFrame | None = None) -> str:
+                 cross: pd.DataFrame | None = None, min_acc: float | None = None) -> str:
     """The verdict page's sentence on the matched-stage view: where it comes from and which claims read
     differently there (:func:`views_text`), or that there is no stage study.
 
@@ -694,10 +703,15 @@ def matched_text(verdicts: pd.DataFrame, matched: pd.DataFrame, source: str, tab
     if table is None:
         return "No stage study is in this build, so no claim is judged at matched stage."
     acc = table[table["stage"] > 0].groupby("stage")["stage_acc"].median()
+    acc = acc if min_acc is None else acc[acc >= min_acc]
+    if not len(acc):
+        return "No checkpoint of the stage study reaches the paper's accuracy range, so no claim is judged at matched stage."
     differ = [f"{verdicts.loc[k, 'title']} ({views_text(verdicts.loc[k, 'verdict'], matched.loc[k, 'verdict'])})"
               for k in verdicts.index if views_text(verdicts.loc[k, "verdict"], matched.loc[k, "verdict"])]
+    where = ("after initialisation (θ_0)" if min_acc is None else
+             f"in the paper's accuracy range (from its Table I's lowest, {min_acc:.3f}; the earlier ones do not vote)")
     return (f"The column “at matched stage” judges each claim again with the same criterion at the {len(acc)} "
-            f"checkpoints after initialisation (θ_0) of the {source} stage study (test accuracy {acc.min():.2f} to {acc.max():.2f}), where "
+            f"checkpoints {where} of the {source} stage study (test accuracy {acc.min():.2f} to {acc.max():.2f}), where "
             "every protocol and every α is measured at the same θ, taken from the α = 100, bs 32, τ 2 trajectory"
             + (" and, for the claims on α alone, also from the α = " + " and ".join(f"{a:g}" for a in cross_alphas(cross))
                + " trajectories (the α-cross), so that θ trained at α = 100 do not decide the α comparison alone"

@@ -259,8 +259,11 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     matched_steps = next((ev.table1["T_mean"] for ev in sources if profile_of[ev.name] == matched_from), None)
     cross = archive.load_alpha_cross(matched_from) if matched_from else None
     cross_table = None if cross is None else cross.table
+    # checkpoints in the paper's accuracy range vote (issue 40): early training, before the protocols separate, does not
+    floor = evidence.paper_accuracy_floor()
     matched = evidence.matched_stage_verdicts(stage_table, matched_steps, cross=cross_table,
-                                              main_alpha=load_profile(matched_from).table1.alpha if matched_from else 100.0)
+                                              main_alpha=load_profile(matched_from).table1.alpha if matched_from else 100.0,
+                                              min_acc=floor)
     matched_from = matched_from or "none"
     closest = sources[0]
     closest_runs = evidence.source_runs(profile_of[closest.name], live)
@@ -282,7 +285,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         "v_sources": "; ".join(f"{n} of them from {s}" for s, n in by_source.items() if s != "–"),
         **{f"v_{k}": v for k, v in evidence.stability_counts(stable).items()},
         "v_trend": trend_sentence,
-        "v_matched": evidence.matched_text(verdicts, matched, matched_from, stage_table, cross_table),
+        "v_matched": evidence.matched_text(verdicts, matched, matched_from, stage_table, cross_table, min_acc=floor),
         "v_checks": evidence.code_checks_text(claims.verdict_table(sources, claims.CODE_CHECKS)),
         "v_frozen": claims.CRITERIA_FROZEN, **coverage_values(n_seeds),
         "v_block": uncertainty.BLOCK, "v_level": round(100 * uncertainty.LEVEL), "v_n_boot": n_boot,
