@@ -362,3 +362,31 @@ def test_trend_test_calls_a_constant_series_flat():
     got = uncertainty.trend_test(m)
     # assert
     assert got == {"slope": 0.0, "se": 0.0, "t": 0.0, "p": 1.0, "n": 40, "lags": 3, "verdict": "flat"}
+
+
+def test_simulated_coverage_of_a_seed_range_is_the_order_statistic_answer():
+    # prepare: 5 seeds, no round noise to speak of: the seed range covers the median 1 - 2 (1/2)^5 = 93.75 %
+    noise = {"between_sd": 1.0, "within_sd": 1e-6, "phi": 0.0, "window": 8, "n_seeds": 5}
+    # execute
+    cov = uncertainty.simulated_coverage(noise, n_sims=2000, n_boot=50, seed=3)
+    # assert: within 3 points of the exact value (a binomial standard error of 0.54 points at 2,000 data sets)
+    assert cov["seed_range"] == pytest.approx(uncertainty.seed_range_coverage(5), abs=0.03)
+    assert cov["n_sims"] == 2000
+    with pytest.raises(ValueError, match="n_sims must be >= 1"):
+        uncertainty.simulated_coverage(noise, n_sims=0)
+
+
+@pytest.mark.slow
+def test_the_coverage_the_verdict_page_states_is_what_a_larger_simulation_measures():
+    # prepare: the headline cell's runs of the cpu-paper archive, as the verdict page reads them
+    from maskfed.book import evidence
+    from maskfed.chapters import verdict
+
+    runs = evidence.source_runs("cpu-paper")["table1"]
+    page = verdict.headline_coverage(runs)  # the page: COVERAGE_SIMS data sets, seed 0
+    # execute: 2.5 times as many data sets, another seed
+    cell = [r for r in runs if str(r.config.batch_size) == "32" and r.config.local_epochs == 2]
+    big = uncertainty.simulated_coverage(uncertainty.window_noise(cell), n_sims=1000, seed=1)
+    # assert: the stated coverage is the measured one to within 3 points, for both intervals
+    assert page["b_cov_boot"] == pytest.approx(100 * big["bootstrap"], abs=3)
+    assert page["b_cov_range"] == pytest.approx(100 * big["seed_range"], abs=3)

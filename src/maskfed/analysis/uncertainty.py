@@ -135,6 +135,15 @@ def replicate_tables(results: list[RunResult], by: list[str], columns=METRICS, *
     Raises:
         ValueError: ``n_boot`` or ``block`` < 1, or no results.
     """
+    settings, cells = _replicate_cells(results, by, columns, n_boot=n_boot, block=block, seed=seed)
+    names = list(settings)
+    index = pd.MultiIndex.from_tuples(names, names=by) if len(by) > 1 else pd.Index(names, name=by[0])
+    return [pd.DataFrame(cells[b], index=index, columns=list(columns)) for b in range(n_boot)]
+
+
+def _replicate_cells(results: list[RunResult], by: list[str], columns, *, n_boot: int, block: int,
+                     seed: int) -> tuple[dict, np.ndarray]:
+    """:func:`replicate_tables`' work: ``({setting: runs}, cells [n_boot, settings, columns])``."""
     if n_boot < 1 or block < 1:
         raise ValueError(f"n_boot and block must be >= 1; got n_boot = {n_boot}, block = {block}")
     if not results:
@@ -164,9 +173,7 @@ def replicate_tables(results: list[RunResult], by: list[str], columns=METRICS, *
             meds_KxSxBxC = np.stack(meds)
             slots = [meds_KxSxBxC[drawn[:, s], s, np.arange(n_boot)] for s in range(n_seeds)]
             cells[:, j] = np.nanmedian(np.stack(slots), axis=0)
-    names = list(settings)
-    index = pd.MultiIndex.from_tuples(names, names=by) if len(by) > 1 else pd.Index(names, name=by[0])
-    return [pd.DataFrame(cells[b], index=index, columns=list(columns)) for b in range(n_boot)]
+    return settings, cells
 
 
 def bootstrap(statistic: Callable[..., float], tables: list[pd.DataFrame],
@@ -214,6 +221,71 @@ def seed_range_coverage(n_seeds: int) -> float:
     if n_seeds < 1:
         raise ValueError(f"n_seeds must be >= 1; got {n_seeds}")
     return 1 - 2 * 0.5 ** n_seeds
+
+
+def window_noise(results: list[RunResult], column: str = "recovery_unweighted") -> dict:
+    """The noise of one setting's runs, for :func:`simulated_coverage`: ``between_sd`` (standard deviation of the
+    seeds' window medians), ``within_sd`` and ``phi`` (standard deviation and lag-1 autocorrelation of the rounds
+    about their run's window mean, pooled over runs), ``window`` (rounds in the summary window) and ``n_seeds``.
+
+    Raises:
+        ValueError: fewer than 2 runs, or a window under 3 rounds.
+    """
+    wins = [r.metrics.tail(tail_window(len(r.metrics)))[column].to_numpy(float) for r in results]
+    if len(wins) < 2 or min(len(w) for w in wins) < 3:
+        raise ValueError("window_noise needs at least 2 runs with windows of 3 or more rounds")
+    dev = [w - w.mean() for w in wins]
+    lag = np.concatenate([d[1:] for d in dev]), np.concatenate([d[:-1] for d in dev])
+    return {"between_sd": float(np.std([np.median(w) for w in wins], ddof=1)),
+            "within_sd": float(np.std(np.concatenate(dev), ddof=1)), "phi": float(np.corrcoef(*lag)[0, 1]),
+            "window": int(min(len(w) for w in wins)), "n_seeds": len(wins)}
+
+
+def simulated_coverage(noise: dict, *, n_sims: int = 400, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """How often the book's intervals of one cell cover the true median, measured on data drawn like ``noise``
+    (:func:`window_noise`), ours: per data set, ``n_seeds`` runs whose window medians are the true value plus
+    N(0, between_sd²) and whose rounds add AR(1) noise (lag-1 correlation ``phi``, standard deviation
+    ``within_sd``); the cell is the median over seeds of the window medians, its bootstrap interval that of
+    :func:`replicate_tables` and :func:`interval` (seeds redrawn, rounds in blocks), its seed range [min, max].
+
+    Args:
+        noise: :func:`window_noise`'s dict; n_sims: data sets drawn; n_boot: replicates per data set;
+        seed: seeds everything (the answer is reproducible).
+
+    Returns:
+        ``{"bootstrap": share of data sets whose bootstrap interval covers the true median, "seed_range": the same
+        for the seed range, "n_sims"}``.
+
+    Raises:
+        ValueError: ``n_sims`` < 1, or a ``noise`` without two seeds.
+    """
+    from maskfed.engine.config import RunConfig
+
+    if n_sims < 1 or noise["n_seeds"] < 2:
+        raise ValueError(f"n_sims must be >= 1 and noise must hold >= 2 seeds; got {n_sims}, {noise['n_seeds']}")
+    n, w = int(noise["n_seeds"]), int(noise["window"])
+    rounds = 4 * w  # the summary window is the last quarter of the rounds: every round is in the window below
+    configs = [RunConfig(seed=s, rounds=rounds) for s in range(n)]
+    rng = np.random.default_rng([seed, 104729])
+    phi = float(np.clip(noise["phi"], -0.99, 0.99))
+    innov = noise["within_sd"] * math.sqrt(1 - phi ** 2)
+    hit_boot = hit_range = 0
+    for i in range(n_sims):
+        runs, medians = [], []
+        for cfg in configs:
+            e = np.empty(rounds)
+            e[0] = rng.normal(0, noise["within_sd"])
+            for t in range(1, rounds):
+                e[t] = phi * e[t - 1] + rng.normal(0, innov)
+            x = rng.normal(0, noise["between_sd"]) + e
+            runs.append(RunResult(cfg, None, pd.DataFrame({"recovery_unweighted": x}), {}))
+            medians.append(float(np.median(x[-tail_window(rounds):])))
+        _, cells = _replicate_cells(runs, ["alpha"], ["recovery_unweighted"], n_boot=n_boot, block=BLOCK,
+                                    seed=seed * 1_000_003 + i)  # replicate_tables' draws, without its DataFrames
+        iv = interval(float(np.median(medians)), cells[:, 0, 0])
+        hit_boot += iv.low <= 0 <= iv.high
+        hit_range += min(medians) <= 0 <= max(medians)
+    return {"bootstrap": hit_boot / n_sims, "seed_range": hit_range / n_sims, "n_sims": n_sims}
 
 
 def coverage_note(n_seeds: int) -> str:

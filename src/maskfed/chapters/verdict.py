@@ -171,6 +171,28 @@ def resnet_cliffs(tables) -> dict:
             "acc_low": float(acc.min()), "acc_high": float(acc.max())}
 
 
+#: Data sets the verdict page's coverage simulation draws (:func:`headline_coverage`; about 15 s on one core).
+COVERAGE_SIMS = 400
+
+
+def headline_coverage(table1_runs: list, *, n_sims: int = COVERAGE_SIMS, seed: int = 0) -> dict:
+    """How often the page's intervals cover the true median, measured by simulation on data drawn like the headline
+    cell's runs (:data:`HEADLINE_SETTING`; :func:`maskfed.analysis.uncertainty.simulated_coverage`).
+
+    Returns:
+        ``b_cov_boot`` and ``b_cov_range`` (percent: the bootstrap interval, the seed range), ``b_sim_n`` (data sets),
+        ``b_sim_between`` / ``b_sim_within`` (the fitted standard deviations between seeds and between rounds).
+
+    Raises:
+        ValueError: fewer than two runs of the headline cell.
+    """
+    cell = [r for r in table1_runs if str(r.config.batch_size) == "32" and r.config.local_epochs == 2]
+    noise = uncertainty.window_noise(cell)
+    cov = uncertainty.simulated_coverage(noise, n_sims=n_sims, seed=seed)
+    return {"b_cov_boot": 100 * cov["bootstrap"], "b_cov_range": 100 * cov["seed_range"], "b_sim_n": n_sims,
+            "b_sim_between": noise["between_sd"], "b_sim_within": noise["within_sd"]}
+
+
 def bottom_line(verdicts: pd.DataFrame, closest: claims.Evidence, against: pd.DataFrame, *, n_seeds: int,
                 rounds: int, model: str, resnet: dict) -> dict:
     """The numbers and verdict words of the verdict page's bottom line (the page writes the sentences).
@@ -320,6 +342,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     bottom = {**bottom_line(verdicts, closest, against, n_seeds=n_seeds, rounds=closest_run.rounds,
                             model=closest_run.model, resnet=resnet),
               "b_paper_ran": "paper" in profile_of.values(),
+              **headline_coverage(closest_runs["table1"]),
               # verdicts a longer run could still change (claims.not_settled), from the closest source's trends
               "b_n_unsettled": 0 if trend is None else int((~claims.not_settled(trend, verdicts)["settled"]).sum())}
     return Findings(values=values, profile=prof, verdicts=verdicts, sources=sources, matched=matched,
