@@ -529,3 +529,20 @@ def test_matched_stage_votes_only_in_the_accuracy_range_given():
     # assert: the one checkpoint left decides; none left: not measured
     assert (m.loc["cliff", "verdict"], m.loc["cliff", "n"]) == ("does not hold", 1)
     assert set(evidence.matched_stage_verdicts(table, steps, min_acc=0.9)["verdict"]) == {"not measured here"}
+
+
+def test_paper_pair_at_the_protocols_and_at_matched_theta():
+    # prepare: at the protocols full τ 5 is 4 times bs 128 τ 1; at two checkpoints in range (accuracy 0.4, 0.5) the same
+    # θ give 2 and 2 (one checkpoint below the range, at 0.2, gives 8 and does not count)
+    idx = pd.MultiIndex.from_tuples([("full", 5), ("128", 1)], names=["batch_size", "local_epochs"])
+    t1 = pd.DataFrame({"recovery_unweighted": [4.0, 1.0]}, index=idx)
+    rows = [{"seed": 0, "experiment": "table1", "stage": st, "stage_acc": acc, "batch_size": bs, "local_epochs": tau,
+             "recovery_unweighted": v}
+            for st, acc, full in ((1, 0.2, 8.0), (2, 0.4, 2.0), (3, 0.5, 2.0))
+            for bs, tau, v in (("full", 5, full), ("128", 1, 1.0))]
+    # execute
+    p = evidence.paper_pair(t1, pd.DataFrame(rows), min_acc=0.3)
+    # assert: log 2 / log 4 of the gap remains at matched θ, so stage removes half of it
+    assert (p["protocol"], p["matched_median"], p["n"]) == (4.0, 2.0, 2)
+    assert p["stage_share"] == pytest.approx(0.5)
+    assert evidence.paper_pair(t1, None, 0.3)["n"] == 0

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -38,6 +40,53 @@ def paper_accuracy_floor() -> float:
     """The lowest test accuracy of the paper's Table I (a fraction; full batch, τ 1): where the range the paper
     measures begins."""
     return float(summary.paper_table("table1")["test_acc"].min())
+
+
+#: The pair the paper compares when it says sampling, not stage, separates the protocols (Sec. IV-C): full batch
+#: τ 5 against bs 128 τ 1, close in accuracy in its Table I (0.493 and 0.449).
+PAPER_PAIR = (("full", 5), ("128", 1))
+
+
+def paper_pair(table1: pd.DataFrame, stage_table: pd.DataFrame | None, min_acc: float) -> dict:
+    """The paper's own pair (:data:`PAPER_PAIR`) at the protocols and at matched θ: ``protocol`` (the ratio of their
+    1/Δ_S in a Table I summary), ``matched_low`` / ``matched_median`` / ``matched_high`` (the same ratio at each
+    stage-study checkpoint from ``min_acc`` on, median over seeds, then its range and median over checkpoints),
+    ``n`` (those checkpoints) and ``stage_share`` (the share of the protocol-level gap, on a log scale, that the
+    matched θ remove: 1 − log(matched median) / log(protocol); 0 when the gap is all sampling, 1 when all stage).
+    NaN where a part is missing.
+
+    Args:
+        table1: a Table I summary (index batch size as text, τ); stage_table: a stage study's table, or None;
+        min_acc: the lowest checkpoint accuracy counted (:func:`paper_accuracy_floor`).
+    """
+    nan = float("nan")
+    (a, b) = PAPER_PAIR
+    rec = table1["recovery_unweighted"]
+    rec.index = pd.MultiIndex.from_arrays([rec.index.get_level_values(0).astype(str), rec.index.get_level_values(1)])
+    protocol = float(rec.loc[a] / rec.loc[b]) if a in rec.index and b in rec.index else nan
+    out = {"protocol": protocol, "matched_low": nan, "matched_median": nan, "matched_high": nan, "n": 0,
+           "stage_share": nan}
+    if stage_table is None or not len(stage_table):
+        return out
+    t = stage_table[(stage_table["experiment"] == "table1") & (stage_table["stage"] > 0)] \
+        if "experiment" in stage_table else stage_table[stage_table["stage"] > 0]
+    t = t.assign(bs=t["batch_size"].astype(str))
+    ratios = []
+    for _, g in t.groupby("stage"):
+        if float(g.drop_duplicates("seed")["stage_acc"].median()) < min_acc:
+            continue
+        per_seed = [float(s.loc[(s["bs"] == a[0]) & (s["local_epochs"] == a[1]), "recovery_unweighted"].iloc[0]
+                          / s.loc[(s["bs"] == b[0]) & (s["local_epochs"] == b[1]), "recovery_unweighted"].iloc[0])
+                    for _, s in g.groupby("seed")
+                    if ((s["bs"] == a[0]) & (s["local_epochs"] == a[1])).any() and ((s["bs"] == b[0]) & (s["local_epochs"] == b[1])).any()]
+        if per_seed:
+            ratios.append(float(np.median(per_seed)))
+    if not ratios:
+        return out
+    med = float(np.median(ratios))
+    share = 1 - math.log(med) / math.log(protocol) if protocol > 0 and protocol != 1 else nan
+    return {**out, "matched_low": min(ratios), "matched_median": med, "matched_high": max(ratios), "n": len(ratios),
+            "stage_share": share}
 
 
 def stage_evidence(table: pd.DataFrame) -> dict | None:

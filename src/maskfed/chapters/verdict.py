@@ -343,6 +343,9 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
                             model=closest_run.model, resnet=resnet),
               "b_paper_ran": "paper" in profile_of.values(),
               **headline_coverage(closest_runs["table1"]),
+              # the paper's own pair (full batch τ 5 against bs 128 τ 1) at the protocols and at matched θ
+              **{f"b_pair_{k}": v for k, v in evidence.paper_pair(
+                  closest.table1, stage_table if matched_from == profile_of[closest.name] else None, floor).items()},
               # verdicts a longer run could still change (claims.not_settled), from the closest source's trends
               "b_n_unsettled": 0 if trend is None else int((~claims.not_settled(trend, verdicts)["settled"]).sum())}
     return Findings(values=values, profile=prof, verdicts=verdicts, sources=sources, matched=matched,
