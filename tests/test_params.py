@@ -353,3 +353,22 @@ def test_size_twins_read_their_bounds_from_the_run_configuration():
     ns.update(seeds=list(range(config.MAX_SEEDS + 1)), rounds=1)
     with pytest.raises(ParameterError, match="'seeds'"):
         check_parameters(ns)
+
+
+def test_a_second_check_in_the_same_kernel_ignores_what_later_cells_bound():
+    # prepare: a parameters cell declaring rounds; a first check; a later cell binds found and prof
+    from maskfed.book import params
+
+    ns = {"__annotations__": {"rounds": params.PositiveInt}, "rounds": 3}
+    params.check_parameters(ns)
+    ns |= {"found": object(), "prof": 1}
+    # execute: the chapter run again (JupyterLab's Run All a second time)
+    checked = params.check_parameters(ns)
+    # assert: the declared value is checked again, the later names are not refused; a bad value still is
+    assert checked == {"rounds": 3}
+    ns["rounds"] = 0
+    with pytest.raises(params.ParameterError, match="rounds"):
+        params.check_parameters(ns)
+    # a fresh namespace with an undeclared name is refused at its first check
+    with pytest.raises(params.ParameterError, match="no parameter 'alpha'"):
+        params.check_parameters({"__annotations__": {"rounds": params.PositiveInt}, "rounds": 3, "alpha": 0.5})

@@ -297,9 +297,10 @@ def check_parameters(namespace: dict, rules: list[Rule] = ()) -> dict[str, Any]:
     """Check a notebook's parameters against its parameters cell and rebind the coerced values.
 
     Call it first thing in the cell after the parameters cell, before any import that binds
-    a plain value or any compute, as ``params.check_parameters(globals())``. It sees every name
-    bound so far, so in an interactive session rerun it only from a fresh kernel ("Restart and
-    run all"): run again after later cells, it refuses their variables as undeclared.
+    a plain value or any compute, as ``params.check_parameters(globals())``. The first call refuses
+    every bound name the parameters cell does not declare; a later call in the same kernel (a chapter
+    run again in JupyterLab) checks the declared values only, since later cells have bound names of
+    their own by then.
 
     Args:
         namespace: the notebook's globals. The declared parameters are its ``__annotations__``
@@ -320,7 +321,10 @@ def check_parameters(namespace: dict, rules: list[Rule] = ()) -> dict[str, Any]:
     """
     declared = dict(namespace.get("__annotations__") or {})
     problems = []
-    unknown = [k for k in user_names(namespace) if k not in declared]
+    # undeclared names are looked for at the first check only: run again in JupyterLab ("Run All" twice), the
+    # namespace also holds what the chapter's later cells bound, which are not parameters
+    first = CHECKED not in namespace
+    unknown = [k for k in user_names(namespace) if k not in declared] if first else []
     if unknown:
         problems.append(f"this notebook has no parameter{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}; "
                         + (f"its parameters are: {', '.join(declared)}" if declared else "it takes no parameters"))
@@ -340,6 +344,7 @@ def check_parameters(namespace: dict, rules: list[Rule] = ()) -> dict[str, Any]:
         raise ParameterError("; ".join(problems) if len(problems) == 1 else
                              "bad notebook parameters:\n  - " + "\n  - ".join(problems))
     namespace.update(checked)
+    namespace[CHECKED] = True
     namespace[GIVEN] = dict(checked)  # the values this run was given, kept for the chapter's "Run this chapter" box
     return checked
 
@@ -347,6 +352,8 @@ def check_parameters(namespace: dict, rules: list[Rule] = ()) -> dict[str, Any]:
 #: Name under which :func:`check_parameters` keeps the checked values in the notebook's namespace (private:
 #: never taken for a parameter).
 GIVEN = "_maskfed_parameters"
+#: Set in a notebook's namespace by its first :func:`check_parameters` (private: no parameter can clash with it).
+CHECKED = "_maskfed_parameters_checked"
 
 
 def declared_in(source: str) -> list[dict]:
