@@ -421,7 +421,7 @@ CRITERIA_CHANGES: tuple[tuple[str, str, str, bool], ...] = (
      "(full batch over minibatch for sampling, the highest over the lowest checkpoint for stage), besides a third "
      "of the variance; on the archived stage study this changes no label", True),
     ("2026-12-05", "stage", "judged on the checkpoints in the paper's accuracy range (from the lowest accuracy of its "
-     "Table I, 0.314, on) instead of the lower and upper half of each ladder: θ_0 and the first rounds, before the "
+     "Table I on) instead of the lower and upper half of each ladder: θ_0 and the first rounds, before the "
      "protocols separate, read 'stage' and are shown apart; on the archived study the verdict becomes 'holds'", True),
 )
 

@@ -171,7 +171,7 @@ def resnet_cliffs(tables) -> dict:
             "acc_low": float(acc.min()), "acc_high": float(acc.max())}
 
 
-#: Data sets the verdict page's coverage simulation draws (:func:`headline_coverage`; about 15 s on one core).
+#: Data sets the verdict page's coverage simulation draws (:func:`headline_coverage`); its time: docs/measurements.md.
 COVERAGE_SIMS = 400
 
 
