@@ -34,7 +34,7 @@ _SVG = ("data:image/svg+xml;base64," + base64.b64encode(
 #: page name -> (article body, the rules it must raise at each width: {width: {rules}}).
 #: The article column is 300 px wide at both widths (the phone window is 390 px).
 PAGES = {
-    "clean": ("<p>Plain text, a formula <span class='math'><mjx-container style='display:inline-block'>"
+    "clean": ("<p>Plain text of 17,034 parameters at 0.4529 and 1.19, that is, a formula <span class='math'><mjx-container style='display:inline-block'>"
               "<mjx-math style='display:inline-block;width:40px'>x</mjx-math></mjx-container></span>.</p>"
               f"<img src='{_png(200, 100)}' style='width:100px'>"
               f"<img src='{_SVG}' style='width:200px'>"
@@ -62,7 +62,17 @@ PAGES = {
                  {"desktop": {"equation-clipped"}, "phone": {"equation-clipped"}}),
     "raster": (f"<img src='{_png(150, 75)}' style='width:100px'>",
                {"desktop": {"image-resolution"}, "phone": {"image-resolution"}}),
-    "svg_shrunk": (f"<img src='{_SVG}' style='width:100px'>", {"desktop": {"figure-shrunk"}, "phone": set()}),
+    "svg_shrunk": (f"<img src='{_SVG}' style='width:100px' alt='the factor against rounds'>",
+                   {"desktop": {"figure-shrunk"}, "phone": {"figure-text-small"}}),
+    "alt_path": (f"<img src='{_png(200, 100)}' style='width:100px' alt='../_images/fig-3.png'>",
+                 {"desktop": {"alt-path"}, "phone": {"alt-path"}}),
+    "doubled": ("<p>The headline holds in <em>part</em> part.</p><table><tr><td>1 1</td></tr></table>",
+                {"desktop": {"doubled-word"}, "phone": {"doubled-word"}}),
+    "nan": ("<ul><li>the cliff is nan against 2.91</li></ul><pre>nan</pre>",
+            {"desktop": {"nan-shown"}, "phone": {"nan-shown"}}),
+    "long_number": ("<p>the factor is 1.186234 here</p><table><tr><td>1.186234</td></tr></table>",
+                    {"desktop": {"long-number"}, "phone": {"long-number"}}),
+    "raw_eval": ("<p>the cliff is {eval}`cliff` here</p>", {"desktop": {"raw-latex"}, "phone": {"raw-latex"}}),
     "raw_latex": ("<p>the factor $\\frac{1}{K_c}$ and {glue:text}`key`</p>", {"desktop": {"raw-latex"}, "phone": {"raw-latex"}}),
     "backticks": ("<p>No `make bench` result was found; <code>make bench</code> is fine.</p>",
                   {"desktop": {"raw-latex"}, "phone": {"raw-latex"}}),

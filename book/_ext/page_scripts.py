@@ -8,6 +8,7 @@
   ``default_mode`` is set: ``html_context['default_mode']`` is set to ``auto`` (the theme's own fallback).
 - pydata-sphinx-theme's header adds a second search field above the book theme's sidebar
   search on desktop: the header's persistent items are emptied.
+- ``maskfed-cards.js`` (book/_static) is added to every page: on a phone its tables read as stacked rows.
 """
 
 from __future__ import annotations
@@ -40,4 +41,5 @@ def _drop_thebe(app, pagename, templatename, context, doctree) -> None:
 def setup(app):
     app.connect("config-inited", _theme_options, priority=900)
     app.connect("html-page-context", _drop_thebe, priority=900)
+    app.add_js_file("maskfed-cards.js")
     return {"parallel_read_safe": True, "parallel_write_safe": True}

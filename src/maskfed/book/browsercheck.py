@@ -34,7 +34,13 @@ box a reader could open is opened (``<details>``, hidden solutions), the probe
 - ``term-unlinked``: the first use on a page of a term the glossary page (``glossary.html``) defines
   is not a link to its entry (book/_ext/glossary_links.py links them; uses in titles, tables, code,
   math and a cell's HTML output are not read, nor terms under three letters);
-  ``term-undefined``: a glossary reference (``{term}``) to a term the glossary does not define.
+  ``term-undefined``: a glossary reference (``{term}``) to a term the glossary does not define;
+- in running text (paragraphs, list items, captions; not tables, code or math): ``doubled-word``, a word
+  written twice in a row ("in part part"); ``nan-shown``, "nan" where a number should be; ``long-number``, a
+  decimal number printed with more than four significant digits (a count such as 17,034 is exact, not read);
+- ``alt-path``: an image whose alt text is its file name or path, not a description;
+- ``figure-text-small``: at the phone width, an SVG figure shown so much narrower than drawn that its
+  smallest text (:data:`MIN_FONT_PT`) reads below that size.
 
 ``python -m maskfed.book.browsercheck [HTML_DIR]`` prints one line per finding and exits 1 if
 there is any, 2 when Chromium or Playwright is missing, 0 otherwise.
@@ -59,6 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from maskfed.book.plots import MIN_FONT_PT  # figures' smallest text (pt): at phone width it must stay this size
 from maskfed.paths import REPO_ROOT
 
 #: The widths every page is read at (CSS px): a desktop window and a phone.
@@ -76,7 +83,8 @@ PAGE_TIMEOUT_S = 60
 RULES = ("js-error", "other-host", "missing-file", "wider-than-column", "clipped", "scrolls-at-desktop",
          "equation-clipped", "image-resolution", "figure-shrunk", "image-missing", "raw-latex",
          "punctuation-wrapped", "debug-line", "word-broken", "placeholder", "developer-comment", "eq-unlinked",
-         "term-unlinked", "term-undefined")
+         "term-unlinked", "term-undefined", "doubled-word", "nan-shown", "long-number", "alt-path",
+         "figure-text-small")
 
 
 class BrowserMissing(RuntimeError):
@@ -140,7 +148,7 @@ def serve(root: Path) -> Iterator[str]:
 #: (true at the desktop width) and ``terms`` (the glossary's terms, :func:`glossary_terms`; none on the
 #: glossary page itself).
 PROBE_JS = r"""
-async ({desktop, terms}) => {
+async ({desktop, terms, minFontPt}) => {
   const out = [];
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
     try { await MathJax.startup.promise; } catch (e) { out.push({rule: 'raw-latex', detail: 'MathJax failed: ' + e}); }
@@ -224,10 +232,17 @@ async ({desktop, terms}) => {
     const shown = img.getBoundingClientRect().width;
     if (shown === 0) continue;
     const svg = /\.svg([?#]|$)/i.test(src) || src.startsWith('data:image/svg');
+    const alt = (img.getAttribute('alt') || '').trim();
+    if (/^(data:|https?:|\.{0,2}\/|_images\/)|\.(svg|png|jpe?g|gif|webp)$/i.test(alt) || /[\/\\]\S*\.[a-z]{3,4}$/i.test(alt)) {
+      add('alt-path', img, `alt text "${Array.from(alt).slice(0, 50).join('')}" is a file name, not a description`);
+    }
     if (svg) {
       if (desktop && shown < img.naturalWidth - 1) {
         add('figure-shrunk', img, `drawn ${px(img.naturalWidth)} wide, shown at ${px(shown)} ` +
             `(${Math.round(100 * shown / img.naturalWidth)}%: its text shrinks with it)`);
+      } else if (!desktop && minFontPt * shown / img.naturalWidth < minFontPt - 0.05) {
+        add('figure-text-small', img, `drawn ${px(img.naturalWidth)} wide, shown at ${px(shown)}: its ` +
+            `${minFontPt} pt text reads ${(minFontPt * shown / img.naturalWidth).toFixed(1)} pt`);
       }
     } else if (img.naturalWidth < 2 * shown - 0.5) {
       add('image-resolution', img, `${img.naturalWidth} px image shown ${px(shown)} wide (need 2x)`);
@@ -236,7 +251,7 @@ async ({desktop, terms}) => {
 
   // text: raw LaTeX or MyST markup, MathJax errors, debug lines, punctuation after math
   for (const e of main.querySelectorAll('mjx-merror')) add('raw-latex', e, 'MathJax error');
-  const latex = /\\(frac|tfrac|mathbb|mathrm|mathcal|operatorname|lVert|rVert|sum|prod|hat|bar|overline|begin|end|left|right|cdot|sigma|mu|Delta|alpha|tau|theta|le|ge|ne|in)(?![A-Za-z])|\$[^$\s][^$]*\$|\{(glue|math|eq|numref|ref|prf:ref|doc)(:[a-z]+)?\}`|`[^`\s][^`]*`/;
+  const latex = /\\(frac|tfrac|mathbb|mathrm|mathcal|operatorname|lVert|rVert|sum|prod|hat|bar|overline|begin|end|left|right|cdot|sigma|mu|Delta|alpha|tau|theta|le|ge|ne|in)(?![A-Za-z])|\$[^$\s][^$]*\$|\{(glue|eval|math|eq|numref|ref|prf:ref|doc)(:[a-z]+)?\}`|`[^`\s][^`]*`/;
   const debug = /executed in [0-9.]+ s at profile/;
   const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT, {
     acceptNode: (n) => n.parentElement && n.parentElement.closest('script, style, code, pre, kbd, textarea, mjx-container, .highlight, .math, .MathJax_Preview')
@@ -290,6 +305,31 @@ async ({desktop, terms}) => {
     if (el.offsetParent === null) continue;   // not shown
     const line = (el.innerText || '').split('\n').find(l => devComment.test(l));
     if (line) add('developer-comment', el, `"${Array.from(line.trim()).slice(0, 60).join('')}"`);
+  }
+  // running text (paragraphs and list items, not tables, code or math): doubled words, "nan", long numbers
+  const prose = document.createTreeWalker(main, NodeFilter.SHOW_TEXT, {
+    acceptNode: (n) => n.parentElement && n.parentElement.closest('p, li, dd, figcaption, caption') &&
+      !n.parentElement.closest('table, code, pre, kbd, script, style, mjx-container, .cell_input, .highlight, svg')
+      ? NodeFilter.FILTER_ACCEPT : NodeFilter.FILTER_REJECT});
+  const doubled = /(?<![\p{L}\p{N}])(\p{L}{2,})\s+\1(?![\p{L}\p{N}])/iu;
+  const nanWord = /(?<![\p{L}])(nan|NaN)(?![\p{L}])/u;
+  const decimals = /(?<![\p{L}\p{N}.,_-])\d[\d,]*\.\d+(?:e[-+]?\d+)?(?![\p{L}\p{N}.])/giu;
+  const sig = (t) => t.replace(/e.*$/i, '').replace(/[,.]/g, '').replace(/^0+/, '').length;
+  const texts = [];
+  for (let n = prose.nextNode(); n; n = prose.nextNode()) texts.push(n);
+  const blocks = new Map();   // a paragraph's text across its inline elements, so "in part partly" is read whole
+  for (const n of texts) {
+    const b = n.parentElement.closest('p, li, dd, figcaption, caption');
+    blocks.set(b, (blocks.get(b) || '') + n.textContent);
+  }
+  for (const [b, t] of blocks) {
+    const d = t.match(doubled);
+    if (d) add('doubled-word', b, `"${d[0]}"`);
+    const m = t.match(nanWord);
+    if (m) add('nan-shown', b, `"${m[0]}" where a number should be`);
+    for (const x of t.matchAll(decimals)) {
+      if (sig(x[0]) > 4) { add('long-number', b, `"${x[0]}" has ${sig(x[0])} significant digits`); break; }
+    }
   }
   // equation mentions in prose link to the equation
   const eqWalker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT, {
@@ -462,7 +502,8 @@ def _check_page(context, base: str, local: str, name: str, width: str, terms: Se
     page.on("response", on_response)
     try:
         page.goto(base + name, wait_until="load", timeout=PAGE_TIMEOUT_S * 1000)
-        probed = page.evaluate(PROBE_JS, {"desktop": width == "desktop", "terms": list(terms)})
+        probed = page.evaluate(PROBE_JS, {"desktop": width == "desktop", "terms": list(terms),
+                                          "minFontPt": MIN_FONT_PT})
     finally:
         page.close()
     found += [(p["rule"], p["detail"]) for p in probed]

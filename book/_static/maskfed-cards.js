@@ -1,0 +1,75 @@
+/* On a phone, a table of the book reads as stacked rows ("cards"): each body row becomes a block
+   headed by its row labels, and each cell shows its column's header before its value, so that a
+   comparison (Table I's paper column, the verdict) is read without sideways scrolling. This script
+   only labels the cells (data-label) and marks the table; maskfed.css lays the cards out below 600 px,
+   so a desktop reader sees the table unchanged. Multi-row headers (pandas' column levels) are joined
+   with " · ", and row labels spanning several rows (pandas' sparse index) are repeated on each card. */
+(function () {
+  function headerLabels(table) {
+    const rows = Array.from(table.querySelectorAll(':scope > thead > tr'));
+    const labels = [];
+    for (const tr of rows) {
+      let col = 0;
+      for (const cell of Array.from(tr.children)) {
+        const span = parseInt(cell.getAttribute('colspan') || '1', 10);
+        const text = (cell.innerText || '').trim();
+        for (let i = 0; i < span; i++, col++) {
+          if (!labels[col]) labels[col] = [];
+          if (text && !cell.classList.contains('index_name') && labels[col][labels[col].length - 1] !== text) {
+            labels[col].push(text);
+          }
+        }
+      }
+    }
+    return labels.map(l => (l || []).join(' · '));
+  }
+  function indexNames(table) {  // pandas' index names (bs, τ): column position -> name
+    const names = [];
+    for (const tr of Array.from(table.querySelectorAll(':scope > thead > tr'))) {
+      let col = 0;
+      for (const cell of Array.from(tr.children)) {
+        const text = (cell.innerText || '').trim();
+        if (cell.classList.contains('index_name') && text) names[col] = text;
+        col += parseInt(cell.getAttribute('colspan') || '1', 10);
+      }
+    }
+    return names;
+  }
+  function label(table) {
+    if (table.closest('.highlight, mjx-container, .maskfed-nocards') || !table.tBodies.length) return;
+    const labels = headerLabels(table);
+    const index = indexNames(table);
+    const pending = [];  // row labels spanning rows: [text, rows left] per column
+    for (const tr of Array.from(table.tBodies[0].rows)) {
+      let col = 0;
+      const cells = Array.from(tr.children);
+      const names = [];
+      const take = () => {
+        while (pending[col] && pending[col][1] > 0) {
+          names.push(index[col] ? index[col] + ' ' + pending[col][0] : pending[col][0]);
+          pending[col][1] -= 1;
+          col += 1;
+        }
+      };
+      for (const cell of cells) {
+        take();
+        if (cell.tagName === 'TH') {
+          const text = (cell.innerText || '').trim();
+          const rs = parseInt(cell.getAttribute('rowspan') || '1', 10);
+          pending[col] = [text, rs - 1];
+          if (text) names.push(index[col] ? index[col] + ' ' + text : text);
+        } else if (labels[col]) {
+          cell.setAttribute('data-label', labels[col]);
+        }
+        col += parseInt(cell.getAttribute('colspan') || '1', 10);
+      }
+      take();
+      if (names.length) tr.setAttribute('data-rowlabel', names.join(' · '));
+    }
+    table.classList.add('maskfed-cards');
+  }
+  function run() {
+    document.querySelectorAll('article table').forEach(label);
+  }
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', run); else run();
+})();
