@@ -344,3 +344,66 @@ def test_an_out_dir_that_is_a_file_or_read_only_is_one_line_and_exit_status_2(tm
     assert notebooks.main(["--profile", "smoke", "--out-dir", str(tmp_path / "ro"), "intro"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Read-only file system" in err
+
+
+def _chapter_dir(tmp_path, monkeypatch):
+    """A notebooks/ folder with one chapter declaring ``profile`` and ``rounds``, and an empty results folder."""
+    nbdir, results = tmp_path / "notebooks", tmp_path / "results"
+    nbdir.mkdir()
+    results.mkdir()
+    (nbdir / "ch.md").write_text("# A chapter\n\n```{code-cell} python\n:tags: [parameters]\nprofile = 'cpu'\n"
+                                 "rounds = 5\n```\n")
+    monkeypatch.setattr(notebooks, "NOTEBOOK_DIR", nbdir)
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(results))
+    monkeypatch.setenv("MASKFED_ARCHIVE_DIR", str(results / "archive"))
+    return nbdir, results
+
+
+def test_a_chapter_is_up_to_date_until_its_source_parameters_or_results_change(tmp_path, monkeypatch):
+    # prepare: one chapter executed (its page exists) with its key kept
+    nbdir, results = _chapter_dir(tmp_path, monkeypatch)
+    out = tmp_path / "nb"
+    out.mkdir()
+    (out / "ch.ipynb").write_text("{}")
+    given = {"profile": "smoke"}
+    notebooks._keep_keys(["ch"], given, out)
+    # execute / assert: nothing changed -> up to date
+    assert notebooks.up_to_date(["ch"], given, out) == ["ch"]
+    # another profile, or a parameter the chapter declares -> executed again
+    assert notebooks.up_to_date(["ch"], {"profile": "cpu"}, out) == []
+    assert notebooks.up_to_date(["ch"], given | {"rounds": "50"}, out) == []
+    # a book-wide parameter it does not declare (data_path) is not given to it, so it does not count
+    assert notebooks.up_to_date(["ch"], given | {"data_path": "/x"}, out) == ["ch"]
+    # a new run folder under the results -> executed again; a hidden one (a run in progress) does not count
+    (results / ".partial-run").mkdir()
+    (results / ".partial-run" / "checkpoint.pt").write_text("x")
+    assert notebooks.up_to_date(["ch"], given, out) == ["ch"]
+    (results / "run-a").mkdir()
+    (results / "run-a" / "metrics.csv").write_text("round\n1\n")
+    assert notebooks.up_to_date(["ch"], given, out) == []
+    notebooks._keep_keys(["ch"], given, out)
+    assert notebooks.up_to_date(["ch"], given, out) == ["ch"]
+    # the chapter's source edited -> executed again; its page missing -> executed again
+    (nbdir / "ch.md").write_text((nbdir / "ch.md").read_text() + "\nA new sentence.\n")
+    assert notebooks.up_to_date(["ch"], given, out) == []
+    notebooks._keep_keys(["ch"], given, out)
+    (out / "ch.ipynb").unlink()
+    assert notebooks.up_to_date(["ch"], given, out) == []
+
+
+def test_main_skips_an_up_to_date_chapter_unless_forced(tmp_path, monkeypatch, capsys):
+    # prepare: the chapter's page and key exist; execute would record its calls
+    _chapter_dir(tmp_path, monkeypatch)
+    out = tmp_path / "nb"
+    out.mkdir()
+    (out / "ch.ipynb").write_text("{}")
+    notebooks._keep_keys(["ch"], {"profile": "smoke"}, out)
+    ran = []
+    monkeypatch.setattr(notebooks, "execute", lambda name, **k: ran.append(name) or out / f"{name}.ipynb")
+    monkeypatch.setattr(notebooks, "report_damaged_archive", lambda: None)
+    # execute: without and with --force
+    assert notebooks.main(["--profile", "smoke", "--out-dir", str(out), "ch"]) == 0
+    assert notebooks.main(["--profile", "smoke", "--out-dir", str(out), "--force", "ch"]) == 0
+    # assert: executed only when forced, and the skip is said
+    assert ran == ["ch"]
+    assert "up to date, not executed again: ch" in capsys.readouterr().err

@@ -10,7 +10,9 @@ with the given profile (and any other parameters).
     python -m maskfed.book.notebooks --profile smoke --out-dir /tmp/nb theory_02_prop1 -p n_scales 5
     python -m maskfed.book.notebooks --profile cpu --jobs 2          # two at a time, as make book runs them
 
-A refused parameter, a diverged run, a damaged run folder, an archive lacking some of its runs or an
+A chapter is executed again only when something it depends on has changed (:func:`execution_key`: its
+source, its parameters, the package's code and versions, or the results on disk); ``--force`` executes it
+anyway. A refused parameter, a diverged run, a damaged run folder, an archive lacking some of its runs or an
 ``--out-dir`` that cannot be written ends as one error line (exit status 2), Ctrl-C as one line (exit status 130); the kernel's own log lines are kept out of the output.
 """
 
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import re
@@ -32,10 +36,91 @@ import yaml
 
 from maskfed.engine.config import ConfigError, load_profile, PROFILES
 from maskfed.engine.config import MAX_WORKERS
-from maskfed.paths import absolute_env, REPO_ROOT
+from maskfed.paths import absolute_env, REPO_ROOT, results_dir
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 OUT_DIR = REPO_ROOT / "book" / "nb"
+
+
+#: Where the runner keeps each chapter's :func:`execution_key` from its last successful execution (in the out dir).
+KEYS_FILE = ".execution-keys.json"
+
+
+def _tree_digest(root: Path, pattern: str = "*") -> str:
+    """SHA-256 over the relative path, size and modification time of every file under ``root`` matching
+    ``pattern``, hidden files and folders (a run in progress, locks) left out; "" when ``root`` is absent."""
+    h = hashlib.sha256()
+    if root.is_dir():
+        for path in sorted(root.rglob(pattern)):
+            rel = path.relative_to(root)
+            if path.is_file() and not any(part.startswith(".") for part in rel.parts):
+                st = path.stat()
+                h.update(f"{rel.as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _results_digest() -> str:
+    """:func:`_tree_digest` of the results the chapters read: the run folders (:func:`maskfed.paths.results_dir`)
+    and the run archive (``$MASKFED_ARCHIVE_DIR``, when it lies outside them)."""
+    from maskfed.studies.archive import archive_dir
+
+    roots = [results_dir()] + [r for r in [archive_dir()] if not r.is_relative_to(results_dir())]
+    return "".join(_tree_digest(r) for r in roots)
+
+
+def execution_key(name: str, parameters: dict, *, results: str | None = None) -> str:
+    """What a chapter's executed page depends on, as one SHA-256 (hex): the chapter's source
+    (``notebooks/<name>.md``), the parameters it is given (profile included), the package's code (every
+    file under ``src/maskfed``) and the installed versions of the packages that shape the numbers, and the
+    results on disk (every run folder and archive file under :func:`maskfed.paths.results_dir`).
+
+    Args:
+        name: notebook stem.
+        parameters: the parameters given to it (JSON-serialisable; order does not matter).
+        results: a precomputed digest of the results (:func:`_tree_digest`); None: computed now.
+    """
+    from maskfed import provenance
+
+    h = hashlib.sha256()
+    h.update((NOTEBOOK_DIR / f"{name}.md").read_bytes())
+    h.update(json.dumps(parameters, sort_keys=True, default=str).encode())
+    h.update(_tree_digest(REPO_ROOT / "src" / "maskfed", "*.py").encode())
+    h.update(json.dumps(provenance.package_versions(), sort_keys=True).encode())
+    h.update((results if results is not None else _results_digest()).encode())
+    return h.hexdigest()
+
+
+def read_keys(out_dir: Path) -> dict:
+    """The execution keys kept in ``out_dir`` (:data:`KEYS_FILE`); {} when absent or unreadable."""
+    try:
+        return json.loads((out_dir / KEYS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def write_keys(out_dir: Path, keys: dict) -> None:
+    """Merge ``keys`` (name -> execution key) into ``out_dir``'s :data:`KEYS_FILE` (written whole, then renamed)."""
+    merged = read_keys(out_dir) | keys
+    tmp = out_dir / (KEYS_FILE + ".tmp")
+    tmp.write_text(json.dumps(merged, indent=1, sort_keys=True))
+    os.replace(tmp, out_dir / KEYS_FILE)
+
+
+def up_to_date(names: list[str], given: dict, out_dir: Path) -> list[str]:
+    """The chapters of ``names`` whose executed page in ``out_dir`` was made from what they depend on now
+    (their :func:`execution_key` with parameters ``given`` equals the one kept at their last execution)."""
+    keys, results = read_keys(out_dir), _results_digest()
+    return [n for n in names if (out_dir / f"{n}.ipynb").exists()
+            and keys.get(n) == execution_key(n, _given_to(n, given), results=results)]
+
+
+def _given_to(name: str, given: dict) -> dict:
+    """The parameters a chapter is given: ``given`` less the book-wide ones (:data:`BOOK_WIDE`) the chapter does
+    not declare (read from its parameters cell without executing it)."""
+    text = (NOTEBOOK_DIR / f"{name}.md").read_text()
+    cell = re.search(r"```\{code-cell\}[^\n]*\n:tags: \[[^\]]*parameters[^\]]*\]\n(.*?)```", text, re.S)
+    declared = set(re.findall(r"^(\w+)\s*[:=]", cell.group(1), re.M)) if cell else set()
+    return {k: v for k, v in given.items() if k in declared or k not in BOOK_WIDE}
 
 
 def book_order() -> list[str]:
@@ -292,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1,
                         help="notebooks executed at once, each in a process of its own with one torch thread "
                              "(default 1; make book gives 2, one per core of the 2-core machine it was timed on)")
+    parser.add_argument("--force", action="store_true",
+                        help="execute every named chapter, even one whose page is up to date (execution_key)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one notebook of a --jobs run
     args = parser.parse_args(argv)
     if not 1 <= args.jobs <= MAX_WORKERS:
@@ -329,6 +416,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: error: --out-dir {out_dir}: {unwritable}", file=sys.stderr)
         return 2
     names = args.names or book_order()
+    given = {"profile": args.profile, **params}
+    if not args.force and not args.child:
+        fresh = up_to_date(names, given, out_dir)
+        if fresh:
+            print(f"up to date, not executed again: {', '.join(fresh)} (--force executes them)", file=sys.stderr)
+        names = [n for n in names if n not in fresh]
+        if not names:
+            return 0
     if not args.child:  # a --jobs child's parent has named them already
         report_damaged_archive()
         if any(n in ARCHIVE_CHAPTERS for n in names):
@@ -341,7 +436,10 @@ def main(argv: list[str] | None = None) -> int:
         child_args = ["--profile", args.profile, "--out-dir", str(out_dir),
                       *(["--data-path", args.data_path] if args.data_path else []),
                       *(x for k, v in args.parameter for x in ("-p", k, v))]
-        return run_parallel(names, child_args, jobs=args.jobs)
+        status = run_parallel(names, child_args, jobs=args.jobs)
+        if status == 0:
+            _keep_keys(names, given, out_dir)
+        return status
     for name in names:
         t0 = time.perf_counter()
         try:
@@ -362,7 +460,16 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2 if ename in _INPUT_ERROR_NAMES else 1
         print(f"executed {name} ({args.profile}) in {time.perf_counter() - t0:.1f} s -> {out.name}", file=sys.stderr)
+    if not args.child:
+        _keep_keys(names, given, out_dir)
     return 0
+
+
+def _keep_keys(names: list[str], given: dict, out_dir: Path) -> None:
+    """Record the execution keys of the chapters just executed, from the results as they are once all have
+    finished (a chapter that wrote runs of its own is then up to date at the next build)."""
+    results = _results_digest()
+    write_keys(out_dir, {n: execution_key(n, _given_to(n, given), results=results) for n in names})
 
 
 def run_parallel(names: list[str], child_args: list[str], *, jobs: int) -> int:
