@@ -1,0 +1,160 @@
+"""Code computes, Markdown speaks (issue 39): no function of ``src/maskfed`` builds prose for the book.
+
+The scan reads every module's syntax tree and reports each string literal or f-string of four words or
+more (a word: a run of characters holding a letter; an f-string's fields count as no word) that is not
+an error or warning message, a log line, a command-line help text, an assertion message or a docstring.
+A sentence about the results belongs in a chapter's Markdown, with its numbers glued; what remains in
+code is a short, named exception (:data:`ALLOWED`, each with its reason).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from maskfed.paths import REPO_ROOT
+
+SRC = REPO_ROOT / "src" / "maskfed"
+
+#: Calls whose text is for the user at the terminal, not the book: messages, logs, help, output.
+MESSAGE_CALLS = {"warn", "debug", "info", "warning", "error", "exception", "critical", "fail", "exit",
+                 "add_argument", "ArgumentParser", "add_parser", "add_argument_group", "print", "SystemExit"}
+
+#: (module path relative to src/maskfed, qualified name of the function or constant) -> why its text stays.
+ALLOWED: dict[tuple[str, str], str] = {}
+
+
+def words(text: str) -> int:
+    """How many words ``text`` has: whitespace-separated runs holding at least one letter."""
+    return sum(any(c.isalpha() for c in w) for w in text.split())
+
+
+def exception_names(trees: list[ast.Module]) -> set[str]:
+    """The names of the exception classes defined in ``trees`` (a class whose base is an exception, by fixpoint
+    from the builtin names ending in Error, Exception or Warning)."""
+    known = {n for n in dir(__builtins__) if isinstance(n, str)} if isinstance(__builtins__, dict) else set(dir(__builtins__))
+    names = {n for n in known if n.endswith(("Error", "Exception", "Warning"))}
+    classes = [c for t in trees for c in ast.walk(t) if isinstance(c, ast.ClassDef)]
+    changed = True
+    while changed:
+        changed = False
+        for c in classes:
+            bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in c.bases}
+            if c.name not in names and (bases & names or any(b.endswith(("Error", "Exception")) for b in bases)):
+                names.add(c.name)
+                changed = True
+    return names
+
+
+def _call_name(call: ast.Call) -> str:
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+
+def prose_strings(tree: ast.Module, exceptions: set[str]) -> list[tuple[int, str, str]]:
+    """(line, enclosing function or constant name, text) of every prose string in ``tree``.
+
+    Exempt: docstrings; everything inside ``raise``, ``assert`` messages, and calls of :data:`MESSAGE_CALLS` or
+    of an exception class (``exceptions``). An f-string's fields are no words (``f"{a} {b} {c} {d}"`` is none).
+    """
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            skip.add(id(body[0].value))
+        exempt = (isinstance(node, ast.Raise)
+                  or (isinstance(node, ast.Call) and (_call_name(node) in MESSAGE_CALLS or _call_name(node) in exceptions)))
+        if isinstance(node, ast.Assert) and node.msg is not None:
+            skip.update(id(m) for m in ast.walk(node.msg))
+        if exempt:
+            skip.update(id(m) for m in ast.walk(node))
+        if isinstance(node, ast.JoinedStr):
+            skip.update(id(v) for v in node.values)
+    owner: dict[int, str] = {}
+
+    def mark(node, name):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                mark(child, f"{name}.{child.name}" if name else child.name)
+            else:
+                if isinstance(child, (ast.Assign, ast.AnnAssign)) and not name:
+                    target = child.targets[0] if isinstance(child, ast.Assign) else child.target
+                    mark_all(child, getattr(target, "id", ""))
+                else:
+                    mark(child, name)
+                owner.setdefault(id(child), name)
+
+    def mark_all(node, name):
+        for sub in ast.walk(node):
+            owner.setdefault(id(sub), name)
+
+    mark(tree, "")
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        elif isinstance(node, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) else " " for v in node.values)
+        else:
+            continue
+        if words(text) >= 4:
+            out.append((node.lineno, owner.get(id(node), ""), text))
+    return sorted(out)
+
+
+def scan(root: Path = SRC) -> list[tuple[str, int, str, str]]:
+    """(module path, line, owner, text) of every prose string under ``root``."""
+    files = sorted(root.rglob("*.py"))
+    trees = {p: ast.parse(p.read_text(), filename=str(p)) for p in files}
+    exceptions = exception_names(list(trees.values()))
+    return [(p.relative_to(root).as_posix(), line, owner, text)
+            for p, tree in trees.items() for line, owner, text in prose_strings(tree, exceptions)]
+
+
+def test_words_count_runs_with_a_letter():
+    assert words("the cliff is 1.67 against 2.91") == 4
+    assert words("1/Δ_S unwtd. (param.²)") == 3
+
+
+def test_the_scan_finds_prose_and_passes_messages_by_hand():
+    # prepare: one function of each kind
+    source = '''
+"""A module docstring of many words here."""
+class Stop(ValueError):
+    pass
+def f(x):
+    """A docstring of many words here."""
+    if x < 0:
+        raise ValueError(f"x must be at least zero; got {x}")
+    if x > 9:
+        raise Stop("x is far too large here")
+    assert x != 3, "three is not allowed here"
+    print("a line for the terminal only")
+    return f"the factor is {x} against the paper"
+def g(a, b, c, d):
+    return f"{a} {b} {c} {d}"
+LABEL = "rounds with 1/Δ_S < 1 (%)"
+SENTENCE = "This build has run every setting."
+'''
+    # execute
+    tree = ast.parse(source)
+    found = prose_strings(tree, exception_names([tree]))
+    # assert: the returned sentence and the constant sentence, nothing else
+    assert [(owner, text) for _, owner, text in found] == [
+        ("f", "the factor is   against the paper"), ("SENTENCE", "This build has run every setting.")]
+
+
+def test_src_builds_no_prose_for_the_book():
+    found = scan()
+    outside = [f"{path}:{line} {owner}: {text[:60]!r}" for path, line, owner, text in found
+               if (path, owner) not in ALLOWED]
+    assert outside == [], f"{len(outside)} prose strings in src/ (write them in the chapter's Markdown):\n" + "\n".join(outside)
+
+
+def test_the_allow_list_is_short_and_every_entry_is_still_needed():
+    found = {(path, owner) for path, _, owner, _ in scan()}
+    assert len(ALLOWED) <= 12
+    assert [k for k in ALLOWED if k not in found] == []
