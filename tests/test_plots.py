@@ -11,6 +11,7 @@ import pytest  # noqa: E402
 from maskfed.book.plots import (cohort_size, ours_against_paper, own_trajectory, plain_log_ticks, recovery_vs_accuracy, recovery_vs_parameters,  # noqa: E402
                                 step_size)
 from maskfed.analysis.summary import paper_table  # noqa: E402
+from maskfed.book import plots  # noqa: E402
 from maskfed.studies import factor_axes  # noqa: E402
 
 
@@ -323,3 +324,28 @@ def test_panels_sharing_an_axis_take_its_label_from_the_panel_with_the_ticks():
         axes[1].set_xlabel("x")
         assert figure_problems(fig) == []
     plt.close(fig)
+
+
+def test_concept_masks_share_one_mask_across_clients_and_keep_everything_at_p_one():
+    import numpy as np
+
+    # execute: a cohort of 4 over 6 blocks at p = 0.5, and at p = 1
+    fig = plots.masks_across_clients(np.random.default_rng(1), k_c=4, blocks=6, p=0.5)
+    own, shared = fig.axes[0].images[0].get_array(), fig.axes[1].images[0].get_array()
+    full = plots.masks_across_clients(np.random.default_rng(1), k_c=4, blocks=6, p=1.0)
+    # assert: the shared grid has one row repeated, the per-client one does not (at this seed); p = 1 keeps all
+    assert own.shape == shared.shape == (4, 6)
+    assert (shared == shared[0]).all() and not (own == own[0]).all()
+    assert (full.axes[0].images[0].get_array() == 1).all()
+    with pytest.raises(ValueError, match="p"):
+        plots.masks_across_clients(np.random.default_rng(1), p=0.0)
+
+
+def test_concept_addition_aligned_updates_reach_the_ceiling():
+    import numpy as np
+
+    # execute: no spread, so every update points the same way
+    _, factors = plots.coherent_incoherent(np.random.default_rng(0), k_c=6, spread_deg=0.0)
+    # assert: 1/Δ_S = K_c exactly for identical updates (the upper bound's equality case)
+    assert factors["coherent"] == pytest.approx(6.0, rel=1e-12)
+    assert 0 <= factors["incoherent"] <= 6

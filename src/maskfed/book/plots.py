@@ -655,3 +655,96 @@ def throughput(df: pd.DataFrame, ax=None):
     ax.set_title("Training throughput of one FedAvg round, by path")
     legend_outside(ax, "below")
     return ax
+
+
+def masks_across_clients(rng: np.random.Generator, *, k_c: int = 5, blocks: int = 8, p: float = 0.5) -> plt.Figure:
+    """Concept figure: independent against shared block masks across a cohort (Propositions 2 and 3).
+
+    Left, each of ``k_c`` clients draws its own mask: block b of client k is kept (dark) with probability ``p``;
+    right, one mask drawn per round is shared by every client. The row below each grid is the aggregate's
+    kept share of each block (the mean over clients of the kept indicators): independent masks average it
+    toward p, which dilutes the masking noise by the cohort (eq. 6); a shared mask keeps it at 0 or 1 (eq. 7).
+
+    Args:
+        rng: the generator every mask is drawn from (seeded by the chapter).
+        k_c: clients in the cohort; blocks: parameter blocks B; p: keep probability, in (0, 1].
+
+    Raises:
+        ValueError: ``k_c`` or ``blocks`` below 1, or ``p`` outside (0, 1].
+    """
+    if k_c < 1 or blocks < 1:
+        raise ValueError(f"k_c and blocks must be >= 1; got k_c={k_c}, blocks={blocks}")
+    if not 0 < p <= 1:
+        raise ValueError(f"p (keep probability) must lie in (0, 1]; got {p}")
+    own_KxB = (rng.random((k_c, blocks)) < p).astype(float)
+    shared_KxB = np.repeat((rng.random((1, blocks)) < p).astype(float), k_c, axis=0)
+    fig, axes = plt.subplots(2, 2, figsize=(6.4, 3.6), height_ratios=[k_c, 1.3], sharex="col", sharey="row")
+    fig.suptitle(f"blocks kept (dark) at p = {p:g}")
+    for col, (grid, title) in enumerate(((own_KxB, "a mask per client"), (shared_KxB, "one shared mask"))):
+        top, bottom = axes[0, col], axes[1, col]
+        top.imshow(grid, cmap="Greys", vmin=0, vmax=1.25, aspect="auto")
+        top.set_title(title)
+        top.set_yticks(range(k_c), [str(k + 1) for k in range(k_c)])
+        share = grid.mean(axis=0, keepdims=True)
+        bottom.imshow(share, cmap="Greys", vmin=0, vmax=1.25, aspect="auto")
+        for b in range(blocks):
+            bottom.text(b, 0, f"{share[0, b]:.1g}", ha="center", va="center", fontsize=MIN_FONT_PT,
+                        color="white" if share[0, b] > 0.6 else "black")
+        bottom.set_yticks([0], ["mean"])
+        bottom.set_xticks(range(blocks), [str(b + 1) for b in range(blocks)])
+        bottom.set_xlabel("block b")
+        if col == 0:
+            top.set_ylabel("client k")
+            bottom.set_ylabel("aggregate")
+        else:
+            top.tick_params(labelleft=False)
+            bottom.tick_params(labelleft=False)
+    return fig
+
+
+def coherent_incoherent(rng: np.random.Generator, *, k_c: int = 6, spread_deg: float = 15.0):
+    """Concept figure: coherent against incoherent addition of a cohort's updates (eq. 3 and eq. 12).
+
+    Unit-length updates Δ_k in the plane, drawn head to tail, and their sum from the origin (thick): left, the
+    directions spread ``spread_deg`` degrees around a shared one (signal dominates, ‖Σ_k Δ_k‖² near K_c²); right,
+    independent uniform directions (noise dominates, ‖Σ_k Δ_k‖² near Σ_k ‖Δ_k‖² = K_c). Each panel's title gives
+    its recovery factor 1/Δ_S (:func:`maskfed.core.diversity.recovery_factor`).
+
+    Args:
+        rng: the generator the directions are drawn from.
+        k_c: clients in the cohort (>= 1); spread_deg: the coherent cohort's standard deviation of angles (degrees).
+
+    Returns:
+        ``(figure, {"coherent": 1/Δ_S, "incoherent": 1/Δ_S})``.
+
+    Raises:
+        ValueError: ``k_c`` below 1 or a negative ``spread_deg``.
+    """
+    import torch
+
+    from maskfed.core.diversity import recovery_factor
+
+    if k_c < 1 or spread_deg < 0:
+        raise ValueError(f"k_c must be >= 1 and spread_deg >= 0; got k_c={k_c}, spread_deg={spread_deg}")
+    angles = {"coherent": np.deg2rad(30.0 + spread_deg * rng.standard_normal(k_c)),
+              "incoherent": rng.uniform(0.0, 2 * np.pi, k_c)}
+    fig, axes = plt.subplots(1, 2, figsize=(6.4, 3.3))
+    factors = {}
+    for ax, (name, a) in zip(axes, angles.items()):
+        deltas_Kx2 = np.stack([np.cos(a), np.sin(a)], axis=1)
+        factors[name] = recovery_factor(torch.as_tensor(deltas_Kx2))
+        heads = np.vstack([np.zeros(2), np.cumsum(deltas_Kx2, axis=0)])
+        for start, step in zip(heads[:-1], deltas_Kx2):
+            ax.annotate("", xy=start + step, xytext=start, arrowprops=dict(arrowstyle="->", color="0.45", lw=1.2))
+        ax.annotate("", xy=heads[-1], xytext=(0, 0), arrowprops=dict(arrowstyle="-|>", color="C3", lw=3.0, alpha=0.45))
+        pad = 0.6
+        lo, hi = heads.min(axis=0) - pad, heads.max(axis=0) + pad
+        half = max(hi - lo) / 2
+        mid = (hi + lo) / 2
+        ax.set_xlim(mid[0] - half, mid[0] + half)
+        ax.set_ylim(mid[1] - half, mid[1] + half)
+        ax.set_aspect("equal")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title(rf"{name}: $1/\Delta_S$ = {factors[name]:.2f}")
+    return fig, factors
