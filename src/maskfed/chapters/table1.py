@@ -6,10 +6,9 @@ The chapter sweeps FedAvg's local protocol (batch size bs ∈ {32, 128, full} ti
 unweighted, and n_k-weighted, eq. 8), the estimates ‖μ̂‖² and σ̂² (eq. 13-14) and the test accuracy,
 as the paper's Table I does (Yan et al. 2026, Sec. IV-A to IV-C). :func:`findings` runs (or reads
 from the archive) those runs and gathers the glued values, the two tables and the figures' inputs;
-:func:`figure_recovery` and :func:`figure_trajectories` draw the chapter's figures. The pure helpers
-(:func:`estimator_values`, :func:`steepest_fall`, :func:`live_values`, :func:`paper_values`,
-:func:`trend_claim_values`, :func:`matched_values`) compute one paragraph's values each: numbers,
-verdict words and the truth values the chapter's hidden checks assert; the sentences are the chapter's.
+:func:`figure_recovery` and :func:`figure_trajectories` draw the chapter's figures. The helpers
+compute one paragraph's values each: numbers, verdict words and the truth values the chapter's hidden
+checks assert; the sentences are the chapter's.
 """
 
 from __future__ import annotations
@@ -32,11 +31,9 @@ from maskfed.studies import archive, experiments
 #: The index of Table I's rows: (batch size as text, local epochs τ).
 BY = ["batch_size", "local_epochs"]
 
-#: The verdict page's claims judged again at matched stage on this page (:func:`matched_values`).
+#: The verdict page's claims judged again at matched stage on this page (:func:`maskfed.book.tables.matched_values`).
 MATCHED_CLAIMS = ("cliff", "floor", "tau", "monotone_t", "spans", "signal_steps")
 
-#: The archived profile whose stage study and trend test the chapter's fixed sentences describe.
-ARCHIVED = "cpu-paper"
 
 
 @dataclass(frozen=True)
@@ -100,25 +97,18 @@ def steepest_fall(runs: pd.DataFrame) -> float:
     return 0.0 if falling.empty else float(100 * (1 - np.exp(falling["slope"].min())))
 
 
-def live_values(live: tables.Source, first: tables.Source, paper: pd.DataFrame) -> dict:
-    """The values of the sentence under the tables: this build's own profile (``live``, the last source)
-    beside the closest source (``first``; the same one where this build's profile is the closest).
-
-    Args:
-        live, first: :func:`maskfed.book.tables.sources`' last and first source.
-        paper: the paper's Table I (for :func:`maskfed.analysis.summary.table1_contrast`).
-
-    Returns:
-        ``t1_live`` (its column name), ``t1_live_rounds``, ``t1_live_seeds``; its cliff, test accuracies
-        (fraction) and full-batch 1/Δ_S range (``t1_live_cliff``, ``t1_live_acc_min``, ...), rounded as the
-        text writes them; ``t1_live_is_first`` (a truth value).
+def live_values(live: tables.Source, paper: pd.DataFrame) -> dict:
+    """The values of the sentence under the tables on this build's own profile (``live``, the last source of
+    :func:`maskfed.book.tables.sources`): ``t1_live`` (its column name), ``t1_live_rounds``, ``t1_live_seeds``,
+    its cliff, test accuracies (fraction) and full-batch 1/Δ_S range (``t1_live_cliff``, ``t1_live_acc_min``,
+    ..., :func:`maskfed.analysis.summary.table1_contrast` against ``paper``), rounded as the text writes them.
 
     Raises:
         ValueError: a table without both full-batch and minibatch protocols (``table1_contrast``).
     """
     lt, lc = live.table, summary.table1_contrast(live.table, paper)
     return {"t1_live": live.name, "t1_live_rounds": live.rounds, "t1_live_seeds": live.seeds,
-            "t1_live_cliff": round(lc["cliff"], 2), "t1_live_is_first": first is live,
+            "t1_live_cliff": round(lc["cliff"], 2),
             "t1_live_acc_min": round(lt["test_acc"].min(), 3), "t1_live_acc_max": round(lt["test_acc"].max(), 3),
             "t1_live_full_min": round(lc["full_min"], 2), "t1_live_full_max": round(lc["full_max"], 2)}
 
@@ -208,37 +198,6 @@ def trend_claim_values(runs: list) -> dict:
     return values
 
 
-def matched_values(profile_name: str, keys, prefix: str) -> dict:
-    """The claims ``keys`` judged at matched stage from ``profile_name``'s archived stage study and α-cross
-    (:func:`maskfed.book.evidence.matched_stage_verdicts`, the verdict page's rule over its checkpoints).
-
-    Returns:
-        Per claim c: ``{prefix}_m_{c}`` (its verdict word), ``{prefix}_m_{c}_n`` (checkpoints judged),
-        ``_held``, ``_part``, ``_not`` (checkpoints where it holds, holds in part, does not hold);
-        ``{prefix}_m_cross`` (the α-cross's trajectory α besides the main one, largest first, as a tuple;
-        empty without a cross); ``{prefix}_m_study`` (whether the archive has a stage study, a truth value).
-    """
-    study = archive.load_stage_study(profile_name)
-    runs = evidence.source_runs(profile_name)["table1"]
-    loaded = archive.load_alpha_cross(profile_name)
-    cross = None if loaded is None else loaded.table
-    values = {f"{prefix}_m_study": study is not None and bool(runs),
-              f"{prefix}_m_cross": tuple(evidence.cross_alphas(cross))}
-    if not values[f"{prefix}_m_study"]:
-        return values
-    main_alpha, steps = load_profile(profile_name).table1.alpha, experiments.table1(runs)["T_mean"]
-    chosen = tuple(c for c in claims.CLAIMS if c.key in keys)
-    m = evidence.matched_stage_verdicts(study.table, steps, chosen, cross=cross, main_alpha=main_alpha)
-    at = evidence.stage_evidence_at(study.table, steps)
-    at = {**at, **evidence.cross_evidence_at(cross, main_alpha)} if at else at
-    for c in chosen:  # the checkpoints' own verdicts, counted as matched_stage_verdicts counts them
-        found = [v for v in (c.evaluate(ev).verdict for ev in at.values()) if v != "not measured here"]
-        k = f"{prefix}_m_{c.key}"
-        values |= {k: m.loc[c.key, "verdict"], k + "_n": int(m.loc[c.key, "n"]), k + "_held": int(m.loc[c.key, "n_holds"]),
-                   k + "_part": found.count("partly"), k + "_not": found.count("does not hold")}
-    return values
-
-
 def findings(profile: str, *, data_path=None, overrides: dict | None = None, workers: int | None = None,
              archived: list[str] | None = None) -> Findings:
     """The chapter's findings: this build's Table I runs, the archived profiles' beside them, and
@@ -257,7 +216,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         seeds and window rounds (``t1_gap``, ``t1_gap_lo``, ``t1_gap_hi``; ``t1_spearman_rec``...;
         ``t1_spearman_sigma``...), :func:`estimator_values`, the trend counts of the runs
         (``t1_n_falling``, ...), :func:`live_values`, :func:`ordering_values` of the closest source and the
-        paper, :func:`paper_values`, :func:`trend_claim_values` and :func:`matched_values` of :data:`ARCHIVED`,
+        paper, :func:`paper_values`, :func:`trend_claim_values` and :func:`matched_values` of :data:`maskfed.book.tables.ARCHIVED`,
         and the model's parameter count (``t1_n_params``, an int); numbers rounded as the text writes them.
 
     Raises:
@@ -290,7 +249,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     round_gap = eq12_round_gap(first_results, k_c)
     trends = uncertainty.trend_counts(first_results)
     values |= {"t1_paper_gap": p_contrast["cliff"], "t1_level": round(100 * uncertainty.LEVEL),
-               "t1_block": uncertainty.BLOCK, **live_values(srcs[-1], first, paper),
+               "t1_block": uncertainty.BLOCK, **live_values(srcs[-1], paper),
                "t1_sigma_span": round(est["t1_sigma_span"]), "t1_mu_span": round(est["t1_mu_span"]),
                "t1_eq12_dev": round(est["t1_eq12_dev"], 1), "t1_wtd_gap": round(est["t1_wtd_gap"], 2),
                "t1_acc_min": round(t["test_acc"].min(), 3), "t1_acc_max": round(t["test_acc"].max(), 3),
@@ -303,8 +262,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
                "t1_n_params": first_results[0].provenance["num_parameters"],
                "t1_window": summary.tail_window(first.rounds),
                "t1_n_params_resnet": num_parameters(build_model("resnet18_gn", num_classes=10)),
-               **trend_claim_values(evidence.source_runs(ARCHIVED)["table1"]),
-               **matched_values(ARCHIVED, MATCHED_CLAIMS, "t1"), **paper_values(paper)}
+               **trend_claim_values(evidence.source_runs(tables.ARCHIVED)["table1"]),
+               **tables.matched_values(tables.ARCHIVED, MATCHED_CLAIMS, "t1"), **paper_values(paper)}
     return Findings(values, prof, srcs, found, notes, first_results, k_c, paper,
                     tables.main_table("table1", first, paper), tables.full_table(srcs, paper))
 

@@ -21,7 +21,6 @@ import pandas as pd
 
 from maskfed.analysis import claims, summary, uncertainty
 from maskfed.book import tables
-from maskfed.chapters import table1
 from maskfed.engine import partition, runner
 from maskfed.engine.config import Profile, load_profile
 from maskfed.studies import archive, experiments, stage
@@ -32,11 +31,9 @@ NAMES = {"hsu": "Hsu et al.", "niid_bench": "NIID-Bench"}
 #: Number format of :func:`table_sizes`' CV (percent, as in the partition-convention table).
 SIZES_FORMATS = {"cv": "{:.1f}"}
 
-#: The verdict page's claims judged again at matched stage on this page (:func:`maskfed.chapters.table1.matched_values`).
+#: The verdict page's claims judged again at matched stage on this page (:func:`maskfed.book.tables.matched_values`).
 MATCHED_CLAIMS = ("alpha_span", "alpha_weighting")
 
-#: The archived profile whose stage study and α-cross the chapter's fixed sentences describe.
-ARCHIVED = table1.ARCHIVED
 
 
 @dataclass(frozen=True)
@@ -244,8 +241,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         (``t2_span_word``: "clearly" or "not clearly"); the largest shard-size CV of this build's
         partitions at the lowest and the largest α (``t2_cv_low``, ``t2_cv_high``, percent) and whether the
         lowest α's is the largest (``t2_cv_low_largest``, a truth value); :func:`convention_values`,
-        :func:`live_values`, and of :data:`ARCHIVED`: :func:`stage_values`, :func:`cross_values` and
-        :func:`maskfed.chapters.table1.matched_values`; numbers rounded as the text writes them.
+        :func:`live_values`, and of :data:`maskfed.book.tables.ARCHIVED`: :func:`stage_values`, :func:`cross_values` and
+        :func:`maskfed.book.tables.matched_values`; numbers rounded as the text writes them.
     """
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
     results = experiments.run(prof, "table2", workers=workers, progress=False)
@@ -276,7 +273,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     ratio_iv = uncertainty.bootstrap(claims.span_ratio, [t1f, t2f], [reps1, reps2])
     # "the shard sizes there are far from equal": the lowest α has the most unequal shards (the live runs' partitions)
     cv_by_alpha = sizes["cv"].groupby(level="alpha").max()
-    cross = archive.load_alpha_cross(ARCHIVED)
+    cross = archive.load_alpha_cross(tables.ARCHIVED)
     values = {"t2_seed": int(prof.seeds[0]), **convention_values(spread, len(labels), cfg0.num_clients),
               "t2_first": first.name, "t2_n_seeds": first.seeds,
               "t2_coverage_pct": round(100 * uncertainty.seed_range_coverage(first.seeds), 2),
@@ -298,9 +295,9 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
               "t2_cv_high": round(cv_by_alpha[cv_by_alpha.index.max()], 1),
               "t2_high_alpha": cv_by_alpha.index.max(),
               "t2_cv_low_largest": bool(cv_by_alpha.idxmax() == cv_by_alpha.index.min()),
-              **live_values(srcs[-1]), **stage_values(archive.load_stage_study(ARCHIVED)),
+              **live_values(srcs[-1]), **stage_values(archive.load_stage_study(tables.ARCHIVED)),
               **cross_values(None if cross is None else cross.table),
-              **table1.matched_values(ARCHIVED, MATCHED_CLAIMS, "t2")}
+              **tables.matched_values(tables.ARCHIVED, MATCHED_CLAIMS, "t2")}
     return Findings(values, prof, sizes, spread, srcs, found, notes, paper,
                     tables.main_table("table2", first, paper), tables.full_table(srcs, paper),
                     None if cross is None else cross_table(cross.table))
