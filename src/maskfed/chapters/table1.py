@@ -1,14 +1,10 @@
 """Findings of the chapter "Table I: the recovery factor across local protocols"
-(``notebooks/table1_local_protocol.md``).
-
-The chapter sweeps FedAvg's local protocol (batch size bs ∈ {32, 128, full} times local epochs
-τ ∈ {1, 2, 5}, Dirichlet α = 100) and summarises, per protocol, the recovery factor 1/Δ_S (eq. 3,
-unweighted, and n_k-weighted, eq. 8), the estimates ‖μ̂‖² and σ̂² (eq. 13-14) and the test accuracy,
-as the paper's Table I does (Yan et al. 2026, Sec. IV-A to IV-C). :func:`findings` runs (or reads
-from the archive) those runs and gathers the glued values, the two tables and the figures' inputs;
-:func:`figure_recovery` and :func:`figure_trajectories` draw the chapter's figures. The helpers
-compute one paragraph's values each: numbers, verdict words and the truth values the chapter's hidden
-checks assert; the sentences are the chapter's.
+(``notebooks/table1_local_protocol.md``): FedAvg's local protocol swept (bs ∈ {32, 128, full} × τ ∈ {1, 2, 5},
+Dirichlet α = 100) and summarised per protocol as the paper's Table I does (Yan et al. 2026, Sec. IV-A to
+IV-C): 1/Δ_S unweighted (eq. 3) and n_k-weighted (eq. 8), ‖μ̂‖² and σ̂² (eq. 13-14), test accuracy.
+:func:`findings` runs (or reads from the archive) those runs and gathers the chapter's values (numbers,
+verdict words, and the truth values its hidden checks assert; the sentences are the chapter's), tables and
+figures' inputs, one helper per paragraph; :func:`figure_recovery` and :func:`figure_trajectories` draw.
 """
 
 from __future__ import annotations
@@ -35,15 +31,10 @@ BY = ["batch_size", "local_epochs"]
 MATCHED_CLAIMS = ("cliff", "floor", "tau", "monotone_t", "spans", "signal_steps")
 
 
-
 @dataclass(frozen=True)
 class Findings:
-    """What the chapter shows.
-
-    ``values`` maps each glue name (``t1_...``) to a number, a short name or verdict word, or a truth
-    value (for the chapter's hidden checks, not glued); the rest are the sources, frames and runs the
-    tables and figures are drawn from.
-    """
+    """What the chapter shows: ``values`` (glue name ``t1_...`` -> number, short name or verdict word, or a
+    truth value for the chapter's hidden checks), and the sources, frames and runs of its tables and figures."""
 
     values: dict
     prof: Profile                  # this build's profile (the banner's)
@@ -72,27 +63,23 @@ def estimator_values(table: pd.DataFrame, k_c: int) -> dict:
         k_c: cohort size K_c.
 
     Returns:
-        ``t1_sigma_span``, ``t1_mu_span``: largest over smallest σ̂² and ‖μ̂‖² across the rows
-        (dimensionless); ``t1_eq12_dev``: the largest relative gap (percent) between eq. (12),
-        (K_c r + 1)/(r + 1) with r = ‖μ̂‖²/σ̂² of the medians, and the median 1/Δ_S;
-        ``t1_wtd_gap``: the largest relative gap (percent) between the n_k-weighted and the
-        unweighted 1/Δ_S.
+        ``t1_sigma_span``, ``t1_mu_span``: largest over smallest σ̂² and ‖μ̂‖² across the rows (whole
+        numbers); ``t1_eq12_dev``: the largest relative gap (percent, one decimal) between eq. (12),
+        (K_c r + 1)/(r + 1) with r = ‖μ̂‖²/σ̂² of the medians, and the median 1/Δ_S; ``t1_wtd_gap``: the
+        largest relative gap (percent, two decimals) between the n_k-weighted and the unweighted 1/Δ_S.
     """
     rec = table["recovery_unweighted"]
     r = table["mu2_hat"] / table["sigma2_hat"]
-    return {"t1_sigma_span": table["sigma2_hat"].max() / table["sigma2_hat"].min(),
-            "t1_mu_span": table["mu2_hat"].max() / table["mu2_hat"].min(),
-            "t1_eq12_dev": 100 * ((predicted_recovery_factor(r, k_c) - rec).abs() / rec).max(),
-            "t1_wtd_gap": 100 * ((table["recovery_weighted"] - rec).abs() / rec).max()}
+    return {"t1_sigma_span": round(table["sigma2_hat"].max() / table["sigma2_hat"].min()),
+            "t1_mu_span": round(table["mu2_hat"].max() / table["mu2_hat"].min()),
+            "t1_eq12_dev": round(100 * ((predicted_recovery_factor(r, k_c) - rec).abs() / rec).max(), 1),
+            "t1_wtd_gap": round(100 * ((table["recovery_weighted"] - rec).abs() / rec).max(), 2)}
 
 
 def steepest_fall(runs: pd.DataFrame) -> float:
-    """The steepest significant fall of 1/Δ_S, percent a round: 100 (1 − e^s) for the most negative slope s
-    of log 1/Δ_S per round among the runs whose verdict is "falling"; 0 where none falls.
-
-    Args:
-        runs: :func:`maskfed.analysis.uncertainty.trend_counts`' ``runs`` (``slope``, ``verdict``).
-    """
+    """The steepest significant fall of 1/Δ_S, percent a round: 100 (1 − e^s) for the most negative slope s of
+    log 1/Δ_S per round among ``runs`` (:func:`maskfed.analysis.uncertainty.trend_counts`' ``runs``, with
+    ``slope`` and ``verdict``) whose verdict is "falling"; 0 where none falls."""
     falling = runs[runs["verdict"] == "falling"]
     return 0.0 if falling.empty else float(100 * (1 - np.exp(falling["slope"].min())))
 
@@ -114,72 +101,56 @@ def live_values(live: tables.Source, paper: pd.DataFrame) -> dict:
 
 
 def ordering_values(table: pd.DataFrame, prefix: str) -> dict:
-    """The orderings the paper reads from Table I (:func:`maskfed.analysis.summary.protocol_orderings`) as
-    the chapter states them: ``{prefix}_cliff_word`` ("every" or "not every" full-batch protocol above every
-    minibatch one), ``{prefix}_n_falling`` of ``{prefix}_n_groups`` batch sizes falling with τ, and the
-    first inversion of T order (``{prefix}_inv_bs_a``, ``_tau_a``, ``_bs_b``, ``_tau_b``; "–" without one)
-    with their count ``{prefix}_n_inv``.
+    """The orderings the paper reads from Table I (:func:`maskfed.analysis.summary.protocol_orderings`):
+    ``{prefix}_cliff_word`` ("every" or "not every" full-batch protocol above every minibatch one),
+    ``{prefix}_n_falling`` of ``{prefix}_n_groups`` batch sizes falling with τ, the number of inversions of T
+    order ``{prefix}_n_inv`` and the first inverted pair a, b: ``{prefix}_inv_bs_a``, ``_tau_a``, ``_T_a``
+    (local steps, rounded), ``_v_a`` (its 1/Δ_S), and the same with ``_b`` ("–" without an inversion).
 
     Raises:
         ValueError: the index lacks ``batch_size`` or ``local_epochs``.
     """
     o = summary.protocol_orderings(table)
     inv = o["t_inversions"] or []
-    (a, b) = inv[0] if inv else (("–", "–"), ("–", "–"))
-    return {f"{prefix}_cliff_word": "every" if o["cliff"] else "not every", f"{prefix}_n_falling": o["n_falling"],
-            f"{prefix}_n_groups": o["n_groups"], f"{prefix}_n_inv": len(inv),
-            f"{prefix}_inv_bs_a": a[0], f"{prefix}_inv_tau_a": a[1], f"{prefix}_inv_bs_b": b[0],
-            f"{prefix}_inv_tau_b": b[1]}
+    values = {f"{prefix}_cliff_word": "every" if o["cliff"] else "not every", f"{prefix}_n_falling": o["n_falling"],
+              f"{prefix}_n_groups": o["n_groups"], f"{prefix}_n_inv": len(inv)}
+    for end, p in zip("ab", inv[0] if inv else [None, None]):
+        values |= {f"{prefix}_inv_bs_{end}": p[0] if p else "–", f"{prefix}_inv_tau_{end}": p[1] if p else "–",
+                   f"{prefix}_inv_T_{end}": round(table.loc[p, "T_mean"]) if p else "–",
+                   f"{prefix}_inv_v_{end}": table.loc[p, "recovery_unweighted"] if p else "–"}
+    return values
 
 
 def paper_values(paper: pd.DataFrame) -> dict:
-    """The values of "Where the paper disagrees with itself", from the paper's own Table I.
-
-    Three checks: the aggregation gap between its unweighted and n_k-weighted columns (as printed,
-    two decimals) against its Sec. IV-A (0.04 %) and Sec. IV-B (1 %) statements; its one inversion
-    of "monotone in T within each group" (Sec. IV-B); its full-batch ‖μ̂‖² against "more local steps
-    travel further along the shared direction" (Sec. IV-C).
-
-    Args:
-        paper: the paper's Table I (:func:`maskfed.analysis.summary.paper_table`), indexed by
-            (batch size as text, τ).
+    """The values of "Where the paper disagrees with itself" from the paper's own Table I (indexed by
+    batch size as text and τ, :func:`maskfed.analysis.summary.paper_table`; its inversion of "monotone in T",
+    Sec. IV-B, is :func:`ordering_values`').
 
     Returns:
-        ``t1_pgap_...`` (the gap: its largest value in percent, that cell's batch size and τ
-        (``t1_pgap_bs``, ``t1_pgap_tau``), its two printed values, the number of cells that differ, of how
-        many, and the largest gap the rounding allows there, percent), ``t1_claim_a``, ``t1_claim_b`` (the two
-        statements, percent), ``t1_p3219_u``, ``t1_p3219_w`` (Table II's protocol bs 32, τ 2), the first
-        inverted pair (``t1_inv_bs_a``, ``t1_inv_tau_a``, ``t1_inv_T_a``, ``t1_inv_va`` (its 1/Δ_S), and the
-        same with ``_b``), ``t1_mu_full1``, ``t1_mu_full2``, ``t1_mu_full5`` (full-batch ‖μ̂‖² at τ = 1, 2, 5,
-        as :func:`maskfed.book.scientific` writes them); and the truth values the chapter's sentences rest on:
-        ``t1_pgap_between`` (the largest gap lies between the two statements), ``t1_p3219_agree``,
-        ``t1_one_inversion`` (exactly one), ``t1_mu_full_dips`` (full-batch ‖μ̂‖² falls from τ 1 to 2, then
-        rises above τ 1's at 5).
+        The aggregation gap between its unweighted and n_k-weighted columns as printed (two decimals): its
+        largest value (``t1_pgap_max``, percent) at bs ``t1_pgap_bs``, τ ``t1_pgap_tau``, its two printed values
+        (``t1_pgap_u``, ``t1_pgap_w``), the cells that differ (``t1_pgap_n`` of ``t1_pgap_cells``) and the
+        largest gap the rounding allows there (``t1_pgap_rounding_max``, percent); its Sec. IV-A and IV-B
+        statements (``t1_claim_a``, ``t1_claim_b``, percent); Table II's protocol bs 32, τ 2 (``t1_p3219_u``,
+        ``t1_p3219_w``); full-batch ‖μ̂‖² at τ = 1, 2, 5 (``t1_mu_full1``, ..., as :func:`maskfed.book.scientific`
+        writes them); and the truth values the sentences rest on: ``t1_pgap_between`` (the largest gap lies
+        between the two statements), ``t1_p3219_agree``, ``t1_mu_full_dips`` (full-batch ‖μ̂‖² falls from
+        τ 1 to 2, then rises above τ 1's at 5: against Sec. IV-C's "further along the shared direction").
     """
     gaps = summary.aggregation_gap_pct(paper, decimals=2)  # the paper prints two decimals
     worst = gaps["gap_pct"].idxmax()
     claim_a, claim_b = summary.PAPER_TEXT["aggregation_gap_sec_iv_a"], summary.PAPER_TEXT["aggregation_gap_sec_iv_b"]
-    inversions = summary.protocol_orderings(paper)["t_inversions"]
-    inv = dict(zip("ab", inversions[0])) if inversions else {}
-    full_mu = paper.xs("full", level="batch_size")["mu2_hat"]
-    values = {"t1_pgap_max": round(gaps["gap_pct"].max(), 2), "t1_pgap_bs": worst[0], "t1_pgap_tau": worst[1],
-              "t1_pgap_u": paper.loc[worst, "recovery_unweighted"], "t1_pgap_w": paper.loc[worst, "recovery_weighted"],
-              "t1_pgap_n": int((gaps["gap_pct"] > 0).sum()), "t1_pgap_cells": len(gaps),
-              "t1_pgap_rounding_max": round(gaps.loc[worst, "gap_max_pct"], 1),
-              "t1_claim_a": claim_a, "t1_claim_b": claim_b,
-              "t1_p3219_u": paper.loc[("32", 2), "recovery_unweighted"],
-              "t1_p3219_w": paper.loc[("32", 2), "recovery_weighted"],
-              "t1_mu_full1": book.scientific(full_mu.loc[1]), "t1_mu_full2": book.scientific(full_mu.loc[2]),
-              "t1_mu_full5": book.scientific(full_mu.loc[5]),
-              "t1_pgap_between": bool(claim_a < gaps["gap_pct"].max() < claim_b),
-              "t1_p3219_agree": bool(gaps.loc[("32", 2), "gap_pct"] == 0),
-              "t1_one_inversion": len(inversions) == 1,
-              "t1_mu_full_dips": bool(full_mu.loc[2] < full_mu.loc[1] < full_mu.loc[5])}
-    for end, p in inv.items():
-        values |= {f"t1_inv_bs_{end}": p[0], f"t1_inv_tau_{end}": p[1],
-                   f"t1_inv_T_{end}": int(round(paper.loc[p, "T_mean"])),
-                   f"t1_inv_v{end}": paper.loc[p, "recovery_unweighted"]}
-    return values
+    mu = paper.xs("full", level="batch_size")["mu2_hat"]
+    return {"t1_pgap_max": round(gaps["gap_pct"].max(), 2), "t1_pgap_bs": worst[0], "t1_pgap_tau": worst[1],
+            "t1_pgap_u": paper.loc[worst, "recovery_unweighted"], "t1_pgap_w": paper.loc[worst, "recovery_weighted"],
+            "t1_pgap_n": int((gaps["gap_pct"] > 0).sum()), "t1_pgap_cells": len(gaps),
+            "t1_pgap_rounding_max": round(gaps.loc[worst, "gap_max_pct"], 1), "t1_claim_a": claim_a,
+            "t1_claim_b": claim_b, "t1_p3219_u": paper.loc[("32", 2), "recovery_unweighted"],
+            "t1_p3219_w": paper.loc[("32", 2), "recovery_weighted"],
+            **{f"t1_mu_full{tau}": book.scientific(mu.loc[tau]) for tau in (1, 2, 5)},
+            "t1_pgap_between": bool(claim_a < gaps["gap_pct"].max() < claim_b),
+            "t1_p3219_agree": bool(gaps.loc[("32", 2), "gap_pct"] == 0),
+            "t1_mu_full_dips": bool(mu.loc[2] < mu.loc[1] < mu.loc[5])}
 
 
 def trend_claim_values(runs: list) -> dict:
@@ -193,8 +164,7 @@ def trend_claim_values(runs: list) -> dict:
     values = {"t1_tc_falling": int(trends["falling"].sum()), "t1_tc_runs": int(trends["runs"].sum()),
               "t1_tc_tested": int(trends["tested"].sum()), "t1_tc_claims": tuple(bearing.index)}
     for key, row in bearing.iterrows():
-        values |= {f"t1_tc_{key}_still": row["still"], f"t1_tc_{key}_way": row["way"],
-                   f"t1_tc_{key}_pairs": row["pairs"]}
+        values |= {f"t1_tc_{key}_{col}": row[col] for col in ("still", "way", "pairs")}
     return values
 
 
@@ -215,9 +185,10 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         the cliff and the rank correlations with the paper's with their 90 % bootstrap intervals over
         seeds and window rounds (``t1_gap``, ``t1_gap_lo``, ``t1_gap_hi``; ``t1_spearman_rec``...;
         ``t1_spearman_sigma``...), :func:`estimator_values`, the trend counts of the runs
-        (``t1_n_falling``, ...), :func:`live_values`, :func:`ordering_values` of the closest source and the
-        paper, :func:`paper_values`, :func:`trend_claim_values` and :func:`matched_values` of :data:`maskfed.book.tables.ARCHIVED`,
-        and the model's parameter count (``t1_n_params``, an int); numbers rounded as the text writes them.
+        (``t1_n_falling``, ...), :func:`live_values`, :func:`ordering_values` of the closest source (``t1_ord_``)
+        and the paper (``t1_pord_``), :func:`paper_values`, and of :data:`maskfed.book.tables.ARCHIVED`
+        :func:`trend_claim_values` and :func:`maskfed.book.tables.matched_values`; the model's parameter count
+        (``t1_n_params``, an int); numbers rounded as the text writes them.
 
     Raises:
         InconsistentRun: eq. (12) with a round's own estimates misses that round's 1/Δ_S by 1e-9 or more
@@ -235,23 +206,19 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     t = first.table
     reps = uncertainty.replicate_tables(first_results, BY, n_boot=uncertainty.N_BOOT)
     contrast, p_contrast = summary.table1_contrast(t, paper), summary.table1_contrast(paper, paper)
-    values = {"t1_first": first.name, "t1_rounds": first.rounds, "t1_kc": k_c, "t1_n_seeds": first.seeds,
+    values = {"t1_first": first.name, "t1_rounds": first.rounds, "t1_n_seeds": first.seeds,
               "t1_coverage_pct": round(100 * uncertainty.seed_range_coverage(first.seeds), 2)}
     for key in ("full_min", "full_max", "mini_min", "mini_max"):
         values |= {f"t1_{key}": round(contrast[key], 2), f"t1_paper_{key}": p_contrast[key]}
     for key, name in (("cliff", "gap"), ("spearman_rec", "spearman_rec"), ("spearman_sigma", "spearman_sigma")):
         iv = uncertainty.bootstrap(lambda tab, key=key: summary.table1_contrast(tab, paper)[key], [t], [reps])
-        values |= {f"t1_{name}": round(iv.estimate, 2), f"t1_{name}_lo": round(iv.low, 2),
-                   f"t1_{name}_hi": round(iv.high, 2)}
-    est = estimator_values(t, k_c)
+        values |= {f"t1_{name}{end}": round(x, 2) for end, x in (("", iv.estimate), ("_lo", iv.low), ("_hi", iv.high))}
     # eq. (12) with each round's own estimates reproduces that round's 1/Δ_S by algebra: the prose's
     # "not exact only because medians of ratios are not ratios of medians" rests on this
     round_gap = eq12_round_gap(first_results, k_c)
     trends = uncertainty.trend_counts(first_results)
     values |= {"t1_paper_gap": p_contrast["cliff"], "t1_level": round(100 * uncertainty.LEVEL),
-               "t1_block": uncertainty.BLOCK, **live_values(srcs[-1], paper),
-               "t1_sigma_span": round(est["t1_sigma_span"]), "t1_mu_span": round(est["t1_mu_span"]),
-               "t1_eq12_dev": round(est["t1_eq12_dev"], 1), "t1_wtd_gap": round(est["t1_wtd_gap"], 2),
+               "t1_block": uncertainty.BLOCK, **live_values(srcs[-1], paper), **estimator_values(t, k_c),
                "t1_acc_min": round(t["test_acc"].min(), 3), "t1_acc_max": round(t["test_acc"].max(), 3),
                "t1_n_falling": trends["falling"], "t1_n_flat": trends["flat"], "t1_n_rising": trends["rising"],
                "t1_n_runs": len(first_results), "t1_steepest_fall": round(steepest_fall(trends["runs"]), 2),
