@@ -35,15 +35,10 @@ SIZES_FORMATS = {"cv": "{:.1f}"}
 MATCHED_CLAIMS = ("alpha_span", "alpha_weighting")
 
 
-
 @dataclass(frozen=True)
 class Findings:
-    """What the chapter shows.
-
-    ``values`` maps each glue name (``t2_...``) to a number, a short name or verdict word, or a truth
-    value (for the chapter's hidden checks, not glued); the rest are the frames and sources the tables
-    are drawn from.
-    """
+    """What the chapter shows: ``values`` (glue name ``t2_...`` -> number, short name or verdict word, or a
+    truth value for the chapter's hidden checks), and the frames and sources of its tables."""
 
     values: dict
     prof: Profile                # this build's profile (the banner's)
