@@ -33,17 +33,14 @@ def test_convention_values_at_the_largest_alpha():
     v = chapter.convention_values(spread(2.5, 4.0), 1000, 10)
     # assert: the range relative to N/K is (104 - 92) / 100 and (105 - 91) / 100; the α = 0.1 rows are not read
     assert (v["t2_conv_ahi"], v["t2_hsu_min"], v["t2_hsu_max"], v["t2_niid_bench_cv"]) == (100.0, 92, 104, 4.0)
-    assert (v["t2_hsu_relrange"], v["t2_niid_bench_relrange"]) == pytest.approx((12.0, 14.0))
-    assert v["t2_conv_under"] == "only the Hsu et al. partition convention has"
-    assert v["t2_conv_points"].endswith("points to the Hsu et al. convention")
+    assert (v["t2_hsu_relrange"], v["t2_niid_bench_relrange"]) == (12, 14)
+    assert v["t2_conv_under"] == "Hsu et al."
 
 
-@pytest.mark.parametrize("under, subject", [([], "neither partition convention has"),
-                                            (["hsu", "niid_bench"], "both partition conventions have")])
-def test_convention_phrases_without_a_single_convention(under, subject):
+@pytest.mark.parametrize("under, word", [([], "neither"), (["hsu", "niid_bench"], "both"), (["niid_bench"], "NIID-Bench")])
+def test_conventions_under_names_one_convention_or_says_both_or_neither(under, word):
     # execute / assert
-    assert chapter.convention_phrases(under) == {"t2_conv_under": subject,
-                                                 "t2_conv_points": "the figure does not single out either"}
+    assert chapter.conventions_under(under) == word
 
 
 def study(ratios_unw, ratios_w) -> SimpleNamespace:
@@ -59,35 +56,31 @@ def study(ratios_unw, ratios_w) -> SimpleNamespace:
     return SimpleNamespace(profile="cpu-paper", table=pd.DataFrame(rows))
 
 
-def test_stage_text_ratios_after_initialisation_and_its_conclusion():
+def test_stage_values_ratios_after_initialisation_and_whether_the_rise_reappears():
     # execute: the unweighted factor at α = 0.1 is 1.5 and 2.5 times that at α = 100, the weighted 0.5 and 1
-    text = chapter.stage_text(study([1.5, 2.5], [0.5, 1.0]))
+    v = chapter.stage_values(study([1.5, 2.5], [0.5, 1.0]))
     # assert: two checkpoints after stage 0 (stage 0 and the table1 row left out); the rise appears at the same θ
-    assert "at α = 100; 2 checkpoints after initialisation" in text
-    assert "at α = 0.1 is 1.50 to 2.50 times that at α = 100 (median 2.00)" in text
-    assert "the n_k-weighted one 0.50 to 1.00 times (median 0.75)" in text
-    assert text.endswith("is not a training-stage effect: it appears at the same θ.")
+    assert (v["t2_st_n"], v["t2_st_lo_a"], v["t2_st_hi_a"]) == (2, 0.1, 100.0)
+    assert (v["t2_st_u_min"], v["t2_st_u_max"], v["t2_st_u_med"]) == pytest.approx((1.5, 2.5, 2.0))
+    assert (v["t2_st_w_min"], v["t2_st_w_max"], v["t2_st_w_med"]) == pytest.approx((0.5, 1.0, 0.75))
+    assert v["t2_st_study"] and v["t2_st_rise"]
 
 
-def test_stage_text_when_the_rise_does_not_reappear_or_there_is_no_study():
+def test_stage_values_when_the_rise_does_not_reappear_or_there_is_no_study():
     # execute / assert: median unweighted ratio below 1
-    text = chapter.stage_text(study([0.5, 0.7], [0.5, 0.7]))
-    assert text.endswith("part of it is where the α runs are in training.")
-    assert chapter.stage_text(None).startswith("No archived stage study is available in this build")
+    assert not chapter.stage_values(study([0.5, 0.7], [0.5, 0.7]))["t2_st_rise"]
+    assert chapter.stage_values(None) == {"t2_st_study": False}
 
 
-def test_live_text_names_the_live_range_across_alpha():
+def test_live_values_give_the_live_range_across_alpha():
     # prepare
     index = pd.Index([0.1, 100.0], name="alpha")
-    closest = Source("cpu-paper (archived)", pd.DataFrame({"recovery_unweighted": [1.7, 1.2],
-                                                           "test_acc": [0.46, 0.6]}, index=index), seeds=3)
     live = Source("smoke", pd.DataFrame({"recovery_unweighted": [2.56, 1.22], "test_acc": [0.3, 0.51]}, index=index),
                   seeds=2, rounds=4)
-    # execute / assert: two seeds, a plural
-    assert chapter.live_text(live, closest, "smoke") == (
-        "This build's live smoke profile (4 rounds, 2 seeds) gives 1.22–2.56 across α at test accuracies "
-        "0.300–0.510, far earlier in training than cpu-paper (archived) (0.460–0.600).")
-    assert chapter.live_text(live, live, "smoke") == "This build's own profile is the closest evidence."
+    # execute / assert
+    assert chapter.live_values(live) == {"t2_live": "smoke", "t2_live_rounds": 4, "t2_live_seeds": 2,
+                                         "t2_live_min": 1.22, "t2_live_max": 2.56,
+                                         "t2_live_acc_min": 0.3, "t2_live_acc_max": 0.51}
 
 
 def _cross(ratio_by_traj):
@@ -102,17 +95,18 @@ def _cross(ratio_by_traj):
     return pd.DataFrame(rows)
 
 
-def test_cross_text_says_along_which_trajectories_low_alpha_recovers_more():
-    # along α = 100 the ratio is 0.5 and 0.7 (median 0.6); along α = 0.1, 1.2 and 1.6 (median 1.4)
-    text = chapter.cross_text(_cross({100.0: (0.5, 0.7), 0.1: (1.2, 1.6)}), "p")
-    assert "0.60 along the α = 100 trajectory; 1.40 along the α = 0.1 trajectory" in text
-    assert text.endswith("It lies above 1 along the α = 0.1 trajectories only: whether low α raises the factor "
-                         "depends on which α trained θ.")
-    assert chapter.cross_text(_cross({100.0: (0.5, 0.7), 0.1: (0.8, 0.9)}), "p").endswith(
-        "so the rise in the table comes from where the α runs are in training.")
-    assert "survives once the route to θ is varied" in chapter.cross_text(_cross({100.0: (1.1, 1.3), 0.1: (1.2, 1.6)}), "p")
-    assert "--stage-cross" in chapter.cross_text(None, "p")
-    t = chapter.cross_table(_cross({100.0: (0.5, 0.7), 0.1: (1.2, 1.6)}))
-    assert t["θ from the trajectory at α"].tolist() == ["100", "0.1"]
+def test_cross_values_give_each_trajectorys_median_ratio_and_how_many_lie_above_1():
+    # prepare: along α = 100 the ratio is 0.5 and 0.7 (median 0.6); along α = 0.1, 1.2 and 1.6 (median 1.4)
+    cross = _cross({100.0: (0.5, 0.7), 0.1: (1.2, 1.6)})
+    # execute
+    v = chapter.cross_values(cross)
+    # assert: largest trajectory α first; one of the two above 1
+    assert (v["t2_cx_alphas"], v["t2_cx_lo"], v["t2_cx_hi"]) == ((100.0, 0.1), 0.1, 100.0)
+    assert (v["t2_cx_med_0"], v["t2_cx_med_1"], v["t2_cx_above"]) == (pytest.approx(0.6), pytest.approx(1.4), 1)
+    assert chapter.cross_values(_cross({100.0: (0.5, 0.7), 0.1: (0.8, 0.9)}))["t2_cx_above"] == 0
+    assert chapter.cross_values(_cross({100.0: (1.1, 1.3), 0.1: (1.2, 1.6)}))["t2_cx_above"] == 2
+    assert chapter.cross_values(None) == {"t2_cx_alphas": ()}
+    t = chapter.cross_table(cross)
+    assert t["trajectory α"].tolist() == ["100", "0.1"]
     assert t["unweighted ratio"].tolist() == ["0.60 (0.50–0.70)", "1.40 (1.20–1.60)"]
-    assert t["test accuracy of θ"].tolist() == ["0.20–0.30", "0.20–0.30"] and t["checkpoints"].tolist() == [2, 2]
+    assert t["accuracy of θ"].tolist() == ["0.20–0.30", "0.20–0.30"] and t["checkpoints"].tolist() == [2, 2]

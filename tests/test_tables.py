@@ -42,6 +42,21 @@ def test_sources_put_the_archive_first_and_main_table_shows_its_seed_range():
     assert row[("accuracy", "paper")] == "0.553"
     full = tables.full_table(srcs, summary.paper_table("table1"))
     assert list(full[("recovery_unweighted", "cpu")]) == [2.0]
-    assert "3 seeds" in tables.caption(srcs[0]) and "no range" in tables.caption(srcs[1])
     with pytest.raises(ValueError, match="experiment"):
         tables.sources("table3", "cpu", live, found)
+
+
+def test_matched_values_count_each_claims_checkpoints_or_say_there_is_no_stage_study(tmp_path, monkeypatch):
+    # execute: the archived cpu-paper stage study (eight checkpoints after θ_0) and its α-cross (the α split also
+    # at the eight of each of its two other trajectories)
+    v = tables.matched_values("cpu-paper", ("cliff", "alpha_weighting"), "x")
+    # assert: the checkpoints split into held, in part and not; the verdict follows the rule over them
+    assert v["x_m_study"] and v["x_m_cross"] == (1.0, 0.1)
+    assert (v["x_m_cliff_n"], v["x_m_alpha_weighting_n"]) == (8, 24)
+    for c in ("cliff", "alpha_weighting"):
+        n, held, part, no = (v[f"x_m_{c}{end}"] for end in ("_n", "_held", "_part", "_not"))
+        assert held + part + no == n
+        assert v[f"x_m_{c}"] == ("holds" if held == n else "does not hold" if 2 * no > n else "partly")
+    # without a stage study: only that
+    monkeypatch.setenv("MASKFED_ARCHIVE_DIR", str(tmp_path))
+    assert tables.matched_values("cpu-paper", ("cliff",), "x") == {"x_m_study": False, "x_m_cross": ()}

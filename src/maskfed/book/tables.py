@@ -4,7 +4,8 @@ The book can hold several sources for one table: archived profiles (:data:`maskf
 closest to the paper's setting first), the profile the book was built with, and the paper's own
 values. :func:`sources` puts them in that order; :func:`main_table` is the narrow table a reader
 sees first (the closest source beside the paper's, with seed ranges), :func:`full_table` every
-quantity of every source (shown in a toggle and offered as CSV).
+quantity of every source (shown in a toggle and offered as CSV); :func:`matched_values`, both chapters'
+claims judged again at matched stage.
 """
 
 from __future__ import annotations
@@ -14,8 +15,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from maskfed.analysis import summary, uncertainty
+from maskfed.analysis import claims, summary, uncertainty
+from maskfed.book import evidence
+from maskfed.engine.config import load_profile
 from maskfed.studies import archive, experiments
+
+#: The archived profile whose stage study, α-cross and trend test the two chapters' fixed sentences describe.
+ARCHIVED = "cpu-paper"
 
 #: The settings that name a row of each table.
 BY = {"table1": ["batch_size", "local_epochs"], "table2": ["alpha"]}
@@ -108,9 +114,32 @@ def full_table(srcs: list[Source], paper: pd.DataFrame) -> pd.DataFrame:
     return summary.compare({**{s.name: s.table for s in srcs}, "paper": paper}, experiments.TABLE_COLUMNS)
 
 
-def caption(first: Source) -> str:
-    """What the main table's cells are, naming the source."""
-    spread = (f"the median over its {first.seeds} seeds of each run's median over the summary window, with the "
-              "seed range (the smallest and largest seed) in parentheses" if first.seeds > 1 else
-              "its run's median over the summary window (one seed: no range)")
-    return f"{first.name}: {spread}; paper: the paper's own table."
+def matched_values(profile_name: str, keys, prefix: str) -> dict:
+    """The claims ``keys`` judged at matched stage from ``profile_name``'s archived stage study and α-cross
+    (:func:`maskfed.book.evidence.matched_stage_verdicts`, the verdict page's rule over its checkpoints).
+
+    Returns:
+        Per claim c: ``{prefix}_m_{c}`` (its verdict word), ``{prefix}_m_{c}_n`` (checkpoints judged),
+        ``_held``, ``_part``, ``_not`` (checkpoints where it holds, holds in part, does not hold);
+        ``{prefix}_m_cross`` (the α-cross's trajectory α besides the main one, largest first, as a tuple;
+        empty without a cross); ``{prefix}_m_study`` (whether the archive has a stage study, a truth value).
+    """
+    study = archive.load_stage_study(profile_name)
+    runs = evidence.source_runs(profile_name)["table1"]
+    loaded = archive.load_alpha_cross(profile_name)
+    cross = None if loaded is None else loaded.table
+    values = {f"{prefix}_m_study": study is not None and bool(runs),
+              f"{prefix}_m_cross": tuple(evidence.cross_alphas(cross))}
+    if not values[f"{prefix}_m_study"]:
+        return values
+    main_alpha, steps = load_profile(profile_name).table1.alpha, experiments.table1(runs)["T_mean"]
+    chosen = tuple(c for c in claims.CLAIMS if c.key in keys)
+    m = evidence.matched_stage_verdicts(study.table, steps, chosen, cross=cross, main_alpha=main_alpha)
+    at = evidence.stage_evidence_at(study.table, steps)
+    at = {**at, **evidence.cross_evidence_at(cross, main_alpha)} if at else at
+    for c in chosen:  # the checkpoints' own verdicts, counted as matched_stage_verdicts counts them
+        found = [v for v in (c.evaluate(ev).verdict for ev in at.values()) if v != "not measured here"]
+        k = f"{prefix}_m_{c.key}"
+        values |= {k: m.loc[c.key, "verdict"], k + "_n": int(m.loc[c.key, "n"]), k + "_held": int(m.loc[c.key, "n_holds"]),
+                   k + "_part": found.count("partly"), k + "_not": found.count("does not hold")}
+    return values
