@@ -87,9 +87,9 @@ def test_live_values_say_whether_the_chapter_cut_the_profile():
         rounds, cohort_size, num_clients = 4, 3, 10
 
     # execute / assert
-    assert chapter.live_values(Cfg, 4, 3, 2, 20, 3, 32)["mt_shrink"] == "the profile's"
+    assert chapter.live_values(Cfg, 4, 3, 2, 20, 3, 32)["mt_shrink"] == "as many"
     got = chapter.live_values(Cfg, 200, 10, 2, 20, 3, 32)
-    assert got["mt_shrink"] == "cut" and (got["mt_prof_rounds"], got["mt_prof_kc"]) == (200, 10)
+    assert got["mt_shrink"] == "fewer" and (got["mt_prof_rounds"], got["mt_prof_kc"]) == (200, 10)
 
 
 def test_trajectory_values_round_the_gap_as_the_page_writes_it():

@@ -137,12 +137,12 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
 def live_values(cfg0: RunConfig, prof_rounds: int, prof_kc: int, n_seeds: int, n_runs: int,
                 sharpness_iters: int, hessian_batch: int) -> dict:
     """The glued facts of the live runs: rounds, K_c of how many clients, seeds, runs, the sharpness
-    settings, the profile's own rounds and K_c (``prof_rounds``, ``prof_kc``), and ``mt_shrink``: "cut"
-    when this chapter runs fewer rounds or a smaller K_c than the profile, else "the profile's"."""
+    settings, the profile's own rounds and K_c (``prof_rounds``, ``prof_kc``), and ``mt_shrink``: "fewer"
+    when this chapter runs fewer rounds or a smaller K_c than the profile, else "as many"."""
     shrunk = cfg0.rounds < prof_rounds or cfg0.cohort_size < prof_kc
     return {"mt_rounds": cfg0.rounds, "mt_kc": cfg0.cohort_size, "mt_seeds": n_seeds, "mt_runs": n_runs,
             "mt_iters": sharpness_iters, "mt_hbatch": hessian_batch, "mt_clients": cfg0.num_clients,
-            "mt_prof_rounds": prof_rounds, "mt_prof_kc": prof_kc, "mt_shrink": "cut" if shrunk else "the profile's"}
+            "mt_prof_rounds": prof_rounds, "mt_prof_kc": prof_kc, "mt_shrink": "fewer" if shrunk else "as many"}
 
 
 def median_steps(metrics: dict, protocol: str) -> float:
