@@ -23,42 +23,30 @@ def table():
                   ("mini", 0.5, "independent", 1, 0.57, 9.2, 94.0)])
 
 
-def test_comparison_values_count_the_verdicts_and_place_the_stage():
+def test_verdict_values_count_the_verdicts_and_place_the_stage():
     # prepare
     summ = mt.summary(table())
     verd = mt.verdicts(summ)
     # execute
-    got = chapter.comparison_values(summ, verd, ["full", "mini"], full_steps=1.0)
+    got = chapter.verdict_values(summ, verd)
     # assert: 3 masked settings × 3 metrics; accuracy of mini at p = 0.5 is worse under both modes
-    assert got["mt_n_cmp"] == 9 and got["mt_n_worse"] == 2 and got["mt_n_better"] == 0
-    assert got["mt_n_within"] == 7
-    assert got["mt_acc_full"] == pytest.approx(0.31) and got["mt_acc_mini"] == pytest.approx(0.61)
-    assert (got["mt_full_name"], got["mt_mini_name"], got["mt_full_steps"]) == ("full", "mini", 1.0)
+    assert (got["n_cmp"], got["n_better"], got["n_worse"], got["n_within"]) == (9, 0, 2, 7)
+    assert (got["n_protocols"], got["full_name"], got["mini_name"]) == (2, "full", "mini")
+    assert (got["acc_full"], got["acc_mini"]) == (0.31, 0.61)
     # the best unmasked median is 0.61 >= 0.5: partly trained; below 0.5 (full alone, 0.31): far from trained
-    assert got["mt_stage"] == "partly trained"
+    assert got["stage"] == "partly trained"
     only_full = summ[summ.protocol == "full"]
-    assert chapter.comparison_values(only_full, mt.verdicts(only_full), ["full"], 1.0)["mt_stage"] == "far from trained"
+    assert chapter.verdict_values(only_full, mt.verdicts(only_full))["stage"] == "far from trained"
 
 
-def test_archived_values_count_the_shared_against_independent_verdicts():
-    # prepare
-    summ = mt.summary(table())
-    verd, mode = mt.verdicts(summ), mt.shared_vs_independent(summ)
-
-    class Cfg:
-        cohort_size, num_clients, rounds, sharpness_iters, hessian_batch = 10, 100, 200, 50, 1024
-
-    # execute
-    got = chapter.archived_values(summ, verd, mode, Cfg, 2, 1)
-    # assert: shared accuracy 0.51 lies wholly below independent 0.55-0.57 (worse); eigenvalue 9.5-9.7 above
-    # 9.1-9.2 (worse); trace 91-92 below 93-94 (better): none of the 3 mini comparisons within the spread
-    assert set(got) == set(chapter.LONG_KEYS)
-    assert (got["mt_long_n_mode"], got["mt_long_n_mode_within"]) == (3, 0)
-    assert (got["mt_long_kc"], got["mt_long_clients"], got["mt_long_rounds"], got["mt_long_seeds"]) == (10, 100, 200, 2)
-    assert got["mt_long_n_missing"] == 1 and got["mt_long_n_protocols"] == 2
-    assert (got["mt_long_full_name"], got["mt_long_acc_full"]) == ("full", 0.31)
-    assert (got["mt_long_mini_name"], got["mt_long_acc_mini"]) == ("mini", 0.61)
-    assert (got["mt_long_n_cmp"], got["mt_long_n_better"], got["mt_long_n_worse"]) == (9, 0, 2)
+def test_archived_section_reads_the_archived_runs():
+    # execute: the repository's archive of the cpu-masked runs
+    values, lsumm, lverd, lmode, label = chapter.archived_section("cpu-masked")
+    # assert: every glue name of the section is set, from 18 runs of K_c 10, 200 rounds, 3 seeds
+    assert set(chapter.LONG_KEYS) <= set(values) and values["mt_long_status"] == "shown"
+    assert (values["mt_long_kc"], values["mt_long_rounds"], values["mt_long_seeds"]) == (10, 200, 3)
+    assert values["mt_long_n_missing"] == 0 and label.runs == 18
+    assert values["mt_long_n_cmp"] == len(lverd) and values["mt_long_n_mode"] == len(lmode) > 0
 
 
 def test_median_steps_and_missing_protocol():

@@ -7,9 +7,9 @@ Hutchinson trace, :mod:`maskfed.core.sharpness`), applies the chapter's disjoint
 :func:`maskfed.studies.masked_training.verdicts`), collects the unmasked runs' recovery factor
 1/Δ_S in the Euclidean and the block-Hessian inner product (eq. 3 and 8), and reads the same
 comparison from the archived runs of a longer profile (``cpu-masked``). The pure helpers
-(:func:`live_values`, :func:`comparison_values`, :func:`trajectory_values`, :func:`archived_values`)
-turn those frames into the glued values; :func:`table_final`, :func:`figure_final` and
-:func:`figure_trajectory` draw the page's tables and figures.
+(:func:`live_values`, :func:`verdict_values`, :func:`trajectory_values`, :func:`archived_section`) turn
+those frames into the glued numbers and verdict words; :func:`table_final`, :func:`figure_final` and
+:func:`figure_trajectory` draw the page's tables and figures. The sentences are the chapter's.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ class Findings:
 
     Attributes:
         values: glue name -> number or short word (:func:`maskfed.book.glue_numbers`): :func:`live_values`,
-            :func:`comparison_values`, :func:`trajectory_values` and :func:`archived`'s.
+            :func:`verdict_values` (``mt_`` prefixed), ``mt_full_steps`` (:func:`median_steps` of the first
+            protocol), :func:`trajectory_values` and :func:`archived_section`'s.
         profile: the shrunk profile the live runs used (for the banner).
         banner_changes: what the page sets differently from the profile (rounds, K_c, seeds).
         protocols: protocol name -> (batch size or "full", local epochs τ), in the page's order.
@@ -125,7 +126,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         raise RuntimeError("the unmasked runs log the Hessian-weighted recovery factor; none was logged")
     values = {**live_values(cfg0, base.base.get("rounds"), base.base.get("cohort_size"), len(seeds), len(cfgs),
                             sharpness_iters, hessian_batch),
-              **comparison_values(summ, verd, list(protocols), median_steps(metrics, list(protocols)[0])),
+              **{f"mt_{k}": v for k, v in verdict_values(summ, verd).items()},
+              "mt_full_steps": median_steps(metrics, list(protocols)[0]),
               **trajectory_values(traj, hessian_every)}
     long_values, lsumm, lverd, lmode, llabel = archived_section(archived)
     return Findings(values={**values, **long_values}, profile=prof,
@@ -158,32 +160,25 @@ def median_steps(metrics: dict, protocol: str) -> float:
     return float(pd.concat(frames).median())
 
 
-def comparison_values(summ: pd.DataFrame, verd: pd.DataFrame, protocols: list, full_steps: float) -> dict:
-    """The glued numbers of "does the recovered penalty buy flatness or accuracy?".
+def verdict_values(summ: pd.DataFrame, verd: pd.DataFrame) -> dict:
+    """The numbers of "does the recovered penalty buy flatness or accuracy?" for one set of runs, unprefixed.
 
     Args:
-        summ: :func:`mt.summary` of the live runs (each protocol with its p = 1 row).
+        summ: :func:`mt.summary` (each protocol with its p = 1 row), in the page's protocol order.
         verd: :func:`mt.verdicts` of ``summ``.
-        protocols: the protocol names in the page's order; the first and the last are quoted.
-        full_steps: local steps a round of the first protocol (:func:`median_steps`).
 
     Returns:
-        The comparison counts (``mt_n_cmp``, ``mt_n_better``, ``mt_n_worse``, ``mt_n_within``), the
-        unmasked median accuracies of the first and last protocol (to 3 decimals, as the page writes
-        them) with their names, the first's steps (``mt_full_steps``) and ``mt_stage``: "far from
+        ``n_cmp``, ``n_better``, ``n_worse``, ``n_within`` (the verdicts' counts), ``n_protocols``, the
+        first and last protocol's names (``full_name``, ``mini_name``) and unmasked median accuracies
+        (``acc_full``, ``acc_mini``, to 3 decimals as the page writes them), and ``stage``: "far from
         trained" when no unmasked median accuracy reaches 0.5, else "partly trained".
-
-    Raises:
-        KeyError: a protocol without its p = 1 row.
     """
-    n_better = int((verd.verdict == "better").sum())
-    n_worse = int((verd.verdict == "worse").sum())
+    n_better, n_worse = int((verd.verdict == "better").sum()), int((verd.verdict == "worse").sum())
     acc1 = summ[summ.p == 1.0].set_index("protocol").test_acc_median
-    return {"mt_n_cmp": len(verd), "mt_n_better": n_better, "mt_n_worse": n_worse,
-            "mt_n_within": len(verd) - n_better - n_worse,
-            "mt_acc_full": round(float(acc1[protocols[0]]), 3), "mt_acc_mini": round(float(acc1[protocols[-1]]), 3),
-            "mt_full_name": protocols[0], "mt_mini_name": protocols[-1], "mt_full_steps": full_steps,
-            "mt_stage": "far from trained" if float(acc1.max()) < 0.5 else "partly trained"}
+    return {"n_cmp": len(verd), "n_better": n_better, "n_worse": n_worse, "n_within": len(verd) - n_better - n_worse,
+            "n_protocols": len(acc1), "full_name": acc1.index[0], "mini_name": acc1.index[-1],
+            "acc_full": round(float(acc1.iloc[0]), 3), "acc_mini": round(float(acc1.iloc[-1]), 3),
+            "stage": "far from trained" if float(acc1.max()) < 0.5 else "partly trained"}
 
 
 def trajectory_values(traj: pd.DataFrame, hessian_every: int) -> dict:
@@ -196,19 +191,23 @@ def trajectory_values(traj: pd.DataFrame, hessian_every: int) -> dict:
             "mt_n_logged": len(traj), "mt_h_below_1": int((traj.hessian < 1).sum())}
 
 
-#: Glue names of :func:`archived_values` ("–" when the archived section is not shown).
+#: Glue names of the archived section (:func:`archived_section`; "–" when it is not shown).
 LONG_KEYS = ("mt_long_kc", "mt_long_clients", "mt_long_rounds", "mt_long_seeds", "mt_long_iters", "mt_long_hbatch",
-             "mt_long_n_missing", "mt_long_n_protocols", "mt_long_full_name", "mt_long_mini_name", "mt_long_acc_full",
-             "mt_long_acc_mini", "mt_long_n_cmp", "mt_long_n_better", "mt_long_n_worse", "mt_long_n_mode",
-             "mt_long_n_mode_within")
+             "mt_long_n_missing", "mt_long_n_cmp", "mt_long_n_better", "mt_long_n_worse", "mt_long_n_within",
+             "mt_long_n_protocols", "mt_long_full_name", "mt_long_mini_name", "mt_long_acc_full", "mt_long_acc_mini",
+             "mt_long_stage", "mt_long_n_mode", "mt_long_n_mode_within")
 
 
 def archived_section(archived: str | None) -> tuple:
     """The archived section: (glued values, summary, verdicts against p = 1, shared-against-independent
     verdicts, :class:`archive.ArchiveLabel`) of the ``archived`` profile's masked runs
-    (:func:`mt.profile_configs`, :func:`archive.select_keyed`). ``mt_long_status`` says whether it is
-    "shown", "left out" (``archived`` None) or "not archived" (the archive holds none of the runs); in
-    the last two cases the frames and the label are None and the other values "–".
+    (:func:`mt.profile_configs`, :func:`archive.select_keyed`).
+
+    The values (:data:`LONG_KEYS`) are one run's settings (K_c, clients, rounds, sharpness iterations
+    and batch), the seeds, how many of the profile's masked runs are not archived, :func:`verdict_values`
+    and the count of shared-against-independent comparisons within the seed spread; ``mt_long_status``
+    says whether the section is "shown", "left out" (``archived`` None) or "not archived" (the archive
+    holds none of the runs), and in the last two cases the frames and the label are None and the values "–".
 
     Raises:
         ValueError: unknown profile name. ConfigError: the profile defines no masked runs.
@@ -219,39 +218,16 @@ def archived_section(archived: str | None) -> tuple:
         if lruns:
             lsumm = mt.summary(mt.final_table({k: r.metrics for k, r in lruns.items()}))
             lverd, lmode = mt.verdicts(lsumm), mt.shared_vs_independent(lsumm)
-            values = archived_values(lsumm, lverd, lmode, next(iter(lruns.values())).config,
-                                     len({s for _, s in lruns}), sum(k not in lruns for k in lcfgs))
-            return ({"mt_long_from": archived, "mt_long_status": "shown", **values}, lsumm, lverd, lmode,
-                    archive.label(list(lruns.values()), archived))
+            c = next(iter(lruns.values())).config
+            values = {"mt_long_from": archived, "mt_long_status": "shown", "mt_long_kc": c.cohort_size,
+                      "mt_long_clients": c.num_clients, "mt_long_rounds": c.rounds, "mt_long_iters": c.sharpness_iters,
+                      "mt_long_hbatch": c.hessian_batch, "mt_long_seeds": len({s for _, s in lruns}),
+                      "mt_long_n_missing": sum(k not in lruns for k in lcfgs), "mt_long_n_mode": len(lmode),
+                      "mt_long_n_mode_within": int((lmode.verdict == "within seed spread").sum()),
+                      **{f"mt_long_{k}": v for k, v in verdict_values(lsumm, lverd).items()}}
+            return values, lsumm, lverd, lmode, archive.label(list(lruns.values()), archived)
     return ({**dict.fromkeys(LONG_KEYS, "–"), "mt_long_from": archived or "none",
              "mt_long_status": "left out" if archived is None else "not archived"}, None, None, None, None)
-
-
-def archived_values(lsumm: pd.DataFrame, lverd: pd.DataFrame, lmode: pd.DataFrame, lcfg: RunConfig, n_seeds: int,
-                    n_missing: int) -> dict:
-    """The glued numbers of the archived section (:data:`LONG_KEYS`).
-
-    Args:
-        lsumm: the archived runs' :func:`mt.summary`; lverd: its :func:`mt.verdicts`; lmode:
-            :func:`mt.shared_vs_independent` of it.
-        lcfg: one of its runs' configuration (K_c, clients, rounds, sharpness settings).
-        n_seeds: how many seeds it holds.
-        n_missing: how many of the profile's masked runs are not archived.
-
-    Returns:
-        The settings (K_c, clients, rounds, seeds, sharpness iterations and batch), the unmasked median
-        accuracy of the first and last protocol (3 decimals) with their names, the counts of the
-        verdicts against p = 1 and of the shared-against-independent comparisons within the seed spread.
-    """
-    lacc1 = lsumm[lsumm.p == 1.0].set_index("protocol")["test_acc_median"]
-    return {"mt_long_kc": lcfg.cohort_size, "mt_long_clients": lcfg.num_clients, "mt_long_rounds": lcfg.rounds,
-            "mt_long_seeds": n_seeds, "mt_long_iters": lcfg.sharpness_iters, "mt_long_hbatch": lcfg.hessian_batch,
-            "mt_long_n_missing": n_missing, "mt_long_n_protocols": len(lacc1),
-            "mt_long_full_name": lacc1.index[0], "mt_long_mini_name": lacc1.index[-1],
-            "mt_long_acc_full": round(float(lacc1.iloc[0]), 3), "mt_long_acc_mini": round(float(lacc1.iloc[-1]), 3),
-            "mt_long_n_cmp": len(lverd), "mt_long_n_better": int((lverd.verdict == "better").sum()),
-            "mt_long_n_worse": int((lverd.verdict == "worse").sum()), "mt_long_n_mode": len(lmode),
-            "mt_long_n_mode_within": int((lmode.verdict == "within seed spread").sum())}
 
 
 def _cell(r: pd.Series, k: str, fmt: str) -> str:

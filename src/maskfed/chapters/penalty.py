@@ -38,7 +38,7 @@ PENALTY_FORMATS = {c: "{:.3g}" for c in PENALTY_COLUMNS.values()} | {"miss ind."
 
 @dataclass(frozen=True)
 class Findings:
-    """What the chapter shows: ``values`` maps each glue name (``lp_...``) to a number or a short phrase;
+    """What the chapter shows: ``values`` maps each glue name (``lp_...``) to a number or a short word;
     the rest are the frames and settings the table and the figures are drawn from."""
 
     values: dict
