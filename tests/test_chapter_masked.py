@@ -23,43 +23,30 @@ def table():
                   ("mini", 0.5, "independent", 1, 0.57, 9.2, 94.0)])
 
 
-def test_comparison_values_count_and_name_the_worse_settings():
+def test_verdict_values_count_the_verdicts_and_place_the_stage():
     # prepare
     summ = mt.summary(table())
     verd = mt.verdicts(summ)
     # execute
-    got = chapter.comparison_values(summ, verd, ["full", "mini"], full_steps=1.0)
+    got = chapter.verdict_values(summ, verd)
     # assert: 3 masked settings × 3 metrics; accuracy of mini at p = 0.5 is worse under both modes
-    assert got["mt_n_cmp"] == 9 and got["mt_n_worse"] == 2 and got["mt_n_better"] == 0
-    assert got["mt_n_within"] == 7
-    assert got["mt_worse_list"] == ("test accuracy at p = 0.5, shared, mini; "
-                                    "test accuracy at p = 0.5, independent, mini")
-    assert got["mt_acc_full"] == pytest.approx(0.31) and got["mt_acc_mini"] == pytest.approx(0.61)
-    assert got["mt_full_steps_unit"] == "step"
-    # the best unmasked median is 0.61 >= 0.5: past the first phase
-    assert got["mt_scale"].startswith("past the first phase")
-    assert chapter.comparison_values(summ, verd, ["full", "mini"], 4.0)["mt_full_steps_unit"] == "steps"
+    assert (got["n_cmp"], got["n_better"], got["n_worse"], got["n_within"]) == (9, 0, 2, 7)
+    assert (got["n_protocols"], got["full_name"], got["mini_name"]) == (2, "full", "mini")
+    assert (got["acc_full"], got["acc_mini"]) == (0.31, 0.61)
+    # the best unmasked median is 0.61 >= 0.5: partly trained; below 0.5 (full alone, 0.31): far from trained
+    assert got["stage"] == "partly trained"
+    only_full = summ[summ.protocol == "full"]
+    assert chapter.verdict_values(only_full, mt.verdicts(only_full))["stage"] == "far from trained"
 
 
-def test_archived_values_compare_shared_with_independent():
-    # prepare
-    summ = mt.summary(table())
-    mode = mt.shared_vs_independent(summ)
-
-    class Cfg:
-        cohort_size, num_clients, rounds, sharpness_iters, hessian_batch = 10, 100, 200, 50, 1024
-
-    # execute
-    got = chapter.archived_values("cpu-masked", summ, mode, Cfg, 2, "machine X.", ["a-run"])
-    # assert: shared accuracy 0.51 lies wholly below independent 0.55-0.57 (worse); eigenvalue 9.5-9.7 above
-    # 9.1-9.2 (worse); trace 91-92 below 93-94 (better)
-    assert got["mt_long_mode_answer"] == ("a shared mask differs from independent masks beyond the spread across "
-                                          "seeds in test accuracy (worse, mini); top Hessian eigenvalue (worse, "
-                                          "mini); Hessian trace (better, mini)")
-    assert "K_c = 10 of 100 clients, 200 rounds and 2 seeds" in got["mt_long_intro"]
-    assert "Not yet archived: a-run." in got["mt_long_intro"]
-    assert got["mt_long_acc"] == "0.310 (full), 0.610 (mini)"
-    assert got["mt_long_missing"] == ""
+def test_archived_section_reads_the_archived_runs():
+    # execute: the repository's archive of the cpu-masked runs
+    values, lsumm, lverd, lmode, label = chapter.archived_section("cpu-masked")
+    # assert: every glue name of the section is set, from 18 runs of K_c 10, 200 rounds, 3 seeds
+    assert set(chapter.LONG_KEYS) <= set(values) and values["mt_long_status"] == "shown"
+    assert (values["mt_long_kc"], values["mt_long_rounds"], values["mt_long_seeds"]) == (10, 200, 3)
+    assert values["mt_long_n_missing"] == 0 and label.runs == 18
+    assert values["mt_long_n_cmp"] == len(lverd) and values["mt_long_n_mode"] == len(lmode) > 0
 
 
 def test_median_steps_and_missing_protocol():
@@ -73,13 +60,35 @@ def test_median_steps_and_missing_protocol():
         chapter.median_steps(metrics, "x")
 
 
-def test_left_out_archive_says_why():
+def test_left_out_archive_is_a_status_word():
     # execute
-    values, lsumm, lmode = chapter.archived(None)
+    values, lsumm, lverd, lmode, label = chapter.archived_section(None)
     # assert
-    assert lsumm is None and lmode is None
-    assert values["mt_long_missing"] == "Not shown in this build: this build was asked to leave it out (archived_from = None)."
+    assert lsumm is None and lverd is None and lmode is None and label is None
+    assert (values["mt_long_status"], values["mt_long_from"]) == ("left out", "none")
     assert all(values[k] == "–" for k in chapter.LONG_KEYS)
+
+
+def test_live_values_say_whether_the_chapter_cut_the_profile():
+    # prepare: a run of 4 rounds and K_c 3 against a profile of 4 rounds and K_c 3, then of 200 and 10
+    class Cfg:
+        rounds, cohort_size, num_clients = 4, 3, 10
+
+    # execute / assert
+    assert chapter.live_values(Cfg, 4, 3, 2, 20, 3, 32)["mt_shrink"] == "as many"
+    got = chapter.live_values(Cfg, 200, 10, 2, 20, 3, 32)
+    assert got["mt_shrink"] == "fewer" and (got["mt_prof_rounds"], got["mt_prof_kc"]) == (200, 10)
+
+
+def test_trajectory_values_round_the_gap_as_the_page_writes_it():
+    # prepare: gaps -0.126, 0.5, -0.2 (Hessian minus Euclidean); the Hessian factor below 1 once
+    traj = pd.DataFrame({"euclidean": [2.0, 1.5, 1.0], "hessian": [1.874, 2.0, 1.2 - 0.4]})
+    traj["gap"] = traj.hessian - traj.euclidean
+    # execute
+    got = chapter.trajectory_values(traj, 5)
+    # assert: median of (-0.126, 0.5, -0.2) is -0.126 -> -0.13; largest magnitude 0.5
+    assert got["mt_gap_median"] == -0.13 and got["mt_gap_abs_max"] == 0.5
+    assert (got["mt_n_logged"], got["mt_h_below_e"], got["mt_h_below_1"], got["mt_every"]) == (3, 2, 1, 5)
 
 
 def test_table_final_cells_are_median_and_range():

@@ -25,8 +25,16 @@ def test_cases_hold_within_n_se_and_their_lists():
     assert list(cases["mode"]) == ["independent", "shared", "independent", "shared"]
     assert list(cases["holds"]) == [True, False, True, False]
     assert list(cases["miss"]) == pytest.approx([0.2, 0.5, -0.5, 0.0])
-    assert chapter.describe(cases[cases.holds]) == "independent, bs 16, round 0 (+20%); independent, full, round 1 (-50%)"
-    assert chapter.describe(cases[cases.predicted > 10]) == "none"
+
+
+def test_table_cases_in_whole_percent():
+    # prepare
+    found = chapter.Findings({}, None, None, limits_table(), chapter.cases_table(limits_table(), 3.0), {}, 3.0)
+    # execute
+    t = chapter.table_cases(found)
+    # assert: the misses of the cases above as whole percents, indexed by (t, protocol, masks)
+    assert list(t["miss (%)"]) == [20, 50, -50, 0] and list(t["holds"]) == [True, False, True, False]
+    assert t.index[1] == (0, "bs 16", "shared")
 
 
 def test_norm_values_compare_the_two_norms():
@@ -35,17 +43,14 @@ def test_norm_values_compare_the_two_norms():
     # assert: gaps (1, 1) and (0.5, 1): closer in the block-Hessian norm only in the second cohort (strictly);
     # the norms differ by |2/4 - 1| = 50% and |2.5/1 - 1| = 150%
     assert got["lp_n_cohorts"] == 2 and got["lp_closer_h"] == 1
-    assert got["lp_norm_gap_max_pct"] == pytest.approx(150.0) and got["lp_norm_gap_mean_pct"] == pytest.approx(100.0)
-    assert got["lp_gap_h_mean"] == pytest.approx(0.75) and got["lp_gap_e_mean"] == pytest.approx(1.0)
+    assert got["lp_norm_gap_max_pct"] == 150 and got["lp_norm_gap_mean_pct"] == 100
+    assert got["lp_gap_h_mean"] == 0.75 and got["lp_gap_e_mean"] == 1.0
 
 
-def test_phrases_for_the_remainder():
+def test_jump_in_block_lengths():
     # execute / assert: at p = 1/2 both kept and dropped blocks move by one block length; at p = 1/4 a kept one by 3
-    assert chapter.jump_phrase(0.5) == "as far as the update itself is long"
-    assert chapter.jump_phrase(0.8) == "as far as the update itself is long"
-    assert chapter.jump_phrase(0.25) == "up to 3 times as far as the update is long"
-    assert chapter.kinks_text("m", ["ReLU", "max-pooling"]).startswith("this network (m) uses ReLU and max-pooling,")
-    assert chapter.kinks_text("m", []).startswith("none of this network's (m) layers is piecewise linear")
+    assert chapter.jump(0.5) == 1.0 and chapter.jump(0.8) == 1.0
+    assert chapter.jump(0.25) == pytest.approx(3.0)
 
 
 def test_settings_fill_the_profile_defaults():

@@ -22,38 +22,49 @@ def rows() -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def test_spread_rounds_alike_or_gives_the_range():
-    assert chapter.spread(pd.Series([1.001, 1.004])) == "1.00"
-    assert chapter.spread(pd.Series([1.0, 1.1])) == "1.00 to 1.10"
-
-
-def test_targets_name_the_worst_p2_protocol_and_p3_below_one():
+def test_targets_give_each_ratio_its_range():
     # prepare
     df = rows()
     # execute
-    t = chapter.targets_table(df, bench.ratios(df))
-    # assert: P2 = 2.2/2.0 = 1.10 at bs 32 (16 steps), 1.00 at full; P3 = 1.1/2.2 = 0.5 and 1.5/0.5 = 3
-    assert t.loc["P2 = ours / bare SGD time", "here"] == "1.00 to 1.10"
-    assert "largest for bs 32, τ 1 (16 local steps in the round, its 10 clients together)" in \
-        t.loc["P2 = ours / bare SGD time", "why it is where it is"]
-    assert t.loc["P3 = typical / ours time", "here"] == "0.50 to 3.00"
-    assert "below 1 it was the faster of the two here" in t.loc["P3 = typical / ours time", "why it is where it is"]
-    assert t.loc["batched / sequential speed", "here"] == "0.50"
+    t = chapter.targets_table(bench.ratios(df))
+    # assert: P2 = 2.2/2.0 = 1.10 at bs 32, 0.5/0.5 = 1 at full; P3 = 1.1/2.2 = 0.5 and 1.5/0.5 = 3;
+    # batched 2.2/4.4 = 0.5/1.0 = 0.5 at both
+    assert list(t.index) == list(chapter.TARGETS)
+    assert (t.iloc[0]["lowest"], t.iloc[0]["highest"]) == pytest.approx((1.0, 1.1))
+    assert (t.iloc[1]["lowest"], t.iloc[1]["highest"]) == pytest.approx((0.5, 3.0))
+    assert (t.iloc[2]["lowest"], t.iloc[2]["highest"]) == pytest.approx((0.5, 0.5))
 
 
-def test_source_values_say_when_the_numbers_are_a_tiny_run():
+def test_ratio_values_name_the_worst_p2_protocol():
+    # prepare
+    df = rows()
     # execute
-    real = chapter.source_values(rows(), "file.csv", tiny=False)
-    tiny = chapter.source_values(rows(), "now", tiny=True)
+    got = chapter.ratio_values(df, bench.ratios(df))
+    # assert: P2 is largest at bs 32, τ 1 (16 steps); the lowest P3 is 0.5; the CPU's auto engine is sequential
+    assert (got["perf_p2_bs"], got["perf_p2_tau"], got["perf_p2_steps"]) == ("32", 1, 16)
+    assert got["perf_p3_lo"] == 0.5 and got["perf_ours"] == "sequential"
+
+
+def test_source_values_name_the_source_and_a_round_time():
+    # execute
+    real = chapter.source_values(rows(), "file.csv")
+    tiny = chapter.source_values(rows(), None)
     # assert: a round's time is the median over the paths of a protocol: (2.0 + 2.2) / 2 s and (0.5 + 1.0) / 2 s
-    assert real["perf_machine"] == "Xeon (cpu, 2 torch thread(s), torch 2.14.1)"
-    assert real["perf_model"] == "small_cnn_gn (62,006 parameters), profile cpu"
-    assert real["perf_what"].endswith("a round takes 750 to 2100 ms there.")
-    assert tiny["perf_what"].startswith("These numbers are not a measurement of this project's speed.")
-    assert "batch sizes 32 and full with τ = 1" in tiny["perf_what"]
+    assert (real["perf_source"], real["perf_file"]) == ("make bench", "file.csv")
+    assert (tiny["perf_source"], tiny["perf_file"]) == ("tiny bench", "none")
+    assert (real["perf_where"], real["perf_device"], real["perf_threads"], real["perf_torch"]) == (
+        "Xeon", "cpu", 2, "2.14.1")
+    assert (real["perf_model"], real["perf_n_params"], real["perf_profile"]) == ("small_cnn_gn", 62006, "cpu")
+    assert (real["perf_ms_lo"], real["perf_ms_hi"]) == (750, 2100)
+    assert (tiny["perf_batch_sizes"], tiny["perf_repeats"], tiny["perf_clients"]) == ("32 and full", 3, 10)
 
 
 def test_ratios_formats_cover_the_ratio_columns():
     assert set(chapter.RATIOS) <= set(bench.ratios(rows()).columns)
     with pytest.raises(KeyError):
-        chapter.targets_table(rows(), bench.ratios(rows()).drop(columns="P3_typical_over_ours"))
+        chapter.targets_table(bench.ratios(rows()).drop(columns="P3_typical_over_ours"))
+
+
+def test_findings_refuses_an_unknown_profile():
+    with pytest.raises(ValueError, match="profile must be one of"):
+        chapter.findings("nope")

@@ -91,9 +91,10 @@ def test_shared_against_independent_uses_the_same_rule():
 
 
 @pytest.mark.slow
-def test_the_chapter_shows_the_archived_long_runs_beside_its_own(tmp_path, monkeypatch):
+def test_the_chapter_stops_when_the_archive_contradicts_its_text(tmp_path, monkeypatch):
     # prepare: an archive of the cpu-masked runs (written by hand: the shared mask reaches a higher accuracy
-    # in every seed, sharpness the same), and the chapter's own live runs at the smoke profile
+    # in every seed, sharpness the same), which contradicts what the chapter says of the real archive, and
+    # the chapter's own live runs at the smoke profile
     import json
 
     import nbformat
@@ -125,15 +126,18 @@ def test_the_chapter_shows_the_archived_long_runs_beside_its_own(tmp_path, monke
             "machine": {"device": "cpu", "cpu_model": "test CPU"}, "finished_utc": "2026-12-02T10:00:00+00:00"}))
     assert len(archive.load_archive("cpu-masked")) == 18
     # execute
-    out = notebooks.execute("masked_training", profile="smoke", out_dir=tmp_path / "nb")
-    # assert: the archived section names its source and finds the shared masks' accuracy beyond the spread
-    glued = {}
-    for cell in nbformat.read(out, as_version=4).cells:
+    with pytest.raises(Exception, match="the text no longer matches its evidence"):
+        notebooks.execute("masked_training", profile="smoke", out_dir=tmp_path / "nb")
+    # assert: the archived section read the hand-made runs, and the check named the sentences they contradict
+    failed = nbformat.read(notebooks.failed_path("masked_training", tmp_path / "nb"), as_version=4)
+    glued, errors = {}, []
+    for cell in failed.cells:
         for o in cell.get("outputs", []):
             if "scrapbook" in o.get("metadata", {}):
                 glued[o["metadata"]["scrapbook"]["name"]] = next(iter(o["data"].values()))
-    assert "archived cpu-masked runs" in glued["mt_long_intro"] and "200 rounds and 3 seeds. Where they were made: 18 runs on " in glued["mt_long_intro"]
-    assert glued["mt_long_intro"].count("(") == glued["mt_long_intro"].count(")")
-    assert "test accuracy (better" in glued["mt_long_mode_answer"]
-    assert "top Hessian eigenvalue at p = 0.5, full batch, τ=1: within seed spread" in glued["mt_long_mode"]
-    assert glued["mt_long_missing"] in ("''", '""')
+            if o.get("output_type") == "error":
+                errors.append(o["evalue"])
+    assert glued["mt_long_status"] == "'shown'" and glued["mt_long_seeds"] == "3" and glued["mt_long_n_missing"] == "0"
+    assert glued["mt_long_n_mode"] == "6" and glued["mt_long_n_mode_within"] == "4"  # accuracy beyond the spread, twice
+    assert "every shared-against-independent difference lies within the seed spread" in errors[0]
+    assert "no masked setting beats the unmasked runs" in errors[0]

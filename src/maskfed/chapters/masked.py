@@ -7,9 +7,9 @@ Hutchinson trace, :mod:`maskfed.core.sharpness`), applies the chapter's disjoint
 :func:`maskfed.studies.masked_training.verdicts`), collects the unmasked runs' recovery factor
 1/Δ_S in the Euclidean and the block-Hessian inner product (eq. 3 and 8), and reads the same
 comparison from the archived runs of a longer profile (``cpu-masked``). The pure helpers
-(:func:`live_values`, :func:`comparison_values`, :func:`trajectory_values`, :func:`archived_values`)
-turn those frames into the glued values; :func:`table_final`, :func:`figure_final` and
-:func:`figure_trajectory` draw the page's tables and figures.
+(:func:`live_values`, :func:`verdict_values`, :func:`trajectory_values`, :func:`archived_section`) turn
+those frames into the glued numbers and verdict words; :func:`table_final`, :func:`figure_final` and
+:func:`figure_trajectory` draw the page's tables and figures. The sentences are the chapter's.
 """
 
 from __future__ import annotations
@@ -27,15 +27,10 @@ from maskfed.engine.config import Profile, RunConfig, load_profile
 from maskfed.studies import archive
 from maskfed.studies import masked_training as mt
 
-#: Axis labels (with units) of the per-seed figure, by final metric (:data:`mt.FINAL_METRICS`).
-UNITS = {"test_acc": "test accuracy (fraction)", "sharpness_top_eig": "top eigenvalue (nats / param. unit²)",
-         "sharpness_trace": "Hessian trace (nats / param. unit²)"}
-
-#: Caption of the archived runs' second table (shown only when the archive holds those runs).
-MODE_CAPTION = ("Shared against independent masks at the same p and protocol (shared minus independent; the verdict "
-                "by the rule above)")
-#: Glue names of the archived section, each "–" when the section is not shown.
-LONG_KEYS = ("mt_long_intro", "mt_long_answer", "mt_long_acc", "mt_long_mode", "mt_long_mode_answer")
+#: Axis labels (with units) of the per-seed figure, by final metric (:data:`mt.FINAL_METRICS`); sharpness is
+#: in nats per squared parameter unit.
+UNITS = {"test_acc": "test accuracy (fraction)", "sharpness_top_eig": "top eigenvalue (nats/unit²)",
+         "sharpness_trace": "Hessian trace (nats/unit²)"}
 
 
 @dataclass(frozen=True)
@@ -43,7 +38,9 @@ class Findings:
     """The chapter's values.
 
     Attributes:
-        values: glue name -> number or short text (:func:`maskfed.book.glue_all`).
+        values: glue name -> number or short word (:func:`maskfed.book.glue_numbers`): :func:`live_values`,
+            :func:`verdict_values` (``mt_`` prefixed), ``mt_full_steps`` (:func:`median_steps` of the first
+            protocol), :func:`trajectory_values` and :func:`archived_section`'s.
         profile: the shrunk profile the live runs used (for the banner).
         banner_changes: what the page sets differently from the profile (rounds, K_c, seeds).
         protocols: protocol name -> (batch size or "full", local epochs τ), in the page's order.
@@ -52,8 +49,10 @@ class Findings:
         summary: median, min and max across seeds per setting (:func:`mt.summary`).
         verdicts: each masked setting and metric against p = 1 (:func:`mt.verdicts`).
         trajectory: the unmasked runs' logged recovery factors in both norms (:func:`mt.recovery_trajectory`).
-        long_summary, long_mode: the archived profile's summary and its shared-against-independent
-            verdicts (:func:`mt.shared_vs_independent`); None when the section is left out.
+        long_summary, long_verdicts, long_mode: the archived profile's summary, its verdicts against p = 1
+            and its shared-against-independent verdicts (:func:`mt.shared_vs_independent`); None when
+            the section is left out.
+        long_label: where and when the archived runs were made (:func:`archive.label`), or None.
     """
 
     values: dict
@@ -66,7 +65,9 @@ class Findings:
     verdicts: pd.DataFrame
     trajectory: pd.DataFrame
     long_summary: Optional[pd.DataFrame]
+    long_verdicts: Optional[pd.DataFrame]
     long_mode: Optional[pd.DataFrame]
+    long_label: Optional[archive.ArchiveLabel]
 
 
 def _given(value, default):
@@ -74,19 +75,20 @@ def _given(value, default):
     return default if value is None else value
 
 
-def findings(profile: str, *, data_path=None, overrides: dict | None = None, keep_probs=(1.0, 0.75, 0.5),
-             modes=("independent", "shared"), protocols: dict | None = None, rounds: int | None = None,
-             cohort_size: int | None = None, seeds: list | None = None, sharpness_iters: int | None = None,
-             hessian_batch: int | None = None, hessian_every: int | None = None, workers: int | None = None,
-             archived_from: str | None = "cpu-masked") -> Findings:
+def findings(profile: str, *, data_path=None, overrides: dict | None = None, workers: int | None = None,
+             archived: str | None = "cpu-masked", keep_probs=(1.0, 0.75, 0.5), modes=("independent", "shared"),
+             protocols: dict | None = None, rounds: int | None = None, cohort_size: int | None = None,
+             seeds: list | None = None, sharpness_iters: int | None = None, hessian_batch: int | None = None,
+             hessian_every: int | None = None) -> Findings:
     """Run (or reuse) the chapter's masked-training runs and gather what the page shows.
 
-    Arguments are the chapter's parameters (see its parameters cell); None picks the chapter's
-    default for the profile: seeds [0, 1] (smoke) / [0, 1, 2]; rounds 4 / 15 / the profile's (paper);
-    K_c 3 / 5 / the profile's; protocols full batch and bs 16 (smoke) / 32, one local epoch each;
-    3 / 10 / 50 sharpness iterations; Hessian batch 32 / 128 / 1024 images; the Hessian-weighted
-    factor every 2 / 5 / 10 rounds. ``overrides`` replace the profile's base after the chapter's
-    own rounds and K_c.
+    Arguments are the chapter's parameters (see its parameters cell; ``archived`` is its
+    ``archived_from``: the archived profile of the last section, None to leave it out); None picks the
+    chapter's default for the profile: seeds [0, 1] (smoke) / [0, 1, 2]; rounds 4 / 15 / the profile's
+    (paper); K_c 3 / 5 / the profile's; protocols full batch and bs 16 (smoke) / 32, one local epoch
+    each; 3 / 10 / 50 sharpness iterations; Hessian batch 32 / 128 / 1024 images; the Hessian-weighted
+    factor every 2 / 5 / 10 rounds. ``overrides`` replace the profile's base after the chapter's own
+    rounds and K_c.
 
     Raises:
         ValueError, ConfigError: a bad parameter (:func:`mt.configs`, :func:`maskfed.engine.config.load_profile`).
@@ -122,30 +124,27 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, kee
     traj = mt.recovery_trajectory(metrics)
     if traj.empty:
         raise RuntimeError("the unmasked runs log the Hessian-weighted recovery factor; none was logged")
-    first = list(protocols)[0]
     values = {**live_values(cfg0, base.base.get("rounds"), base.base.get("cohort_size"), len(seeds), len(cfgs),
                             sharpness_iters, hessian_batch),
-              **comparison_values(summ, verd, list(protocols), median_steps(metrics, first)),
+              **{f"mt_{k}": v for k, v in verdict_values(summ, verd).items()},
+              "mt_full_steps": median_steps(metrics, list(protocols)[0]),
               **trajectory_values(traj, hessian_every)}
-    long_values, lsumm, lmode = archived(archived_from)
+    long_values, lsumm, lverd, lmode, llabel = archived_section(archived)
     return Findings(values={**values, **long_values}, profile=prof,
                     banner_changes={"rounds": cfg0.rounds, "cohort_size (K_c)": cfg0.cohort_size, "seeds": list(seeds)},
                     protocols=protocols, cohort_size=cfg0.cohort_size, final=final, summary=summ, verdicts=verd,
-                    trajectory=traj, long_summary=lsumm, long_mode=lmode)
+                    trajectory=traj, long_summary=lsumm, long_verdicts=lverd, long_mode=lmode, long_label=llabel)
 
 
 def live_values(cfg0: RunConfig, prof_rounds: int, prof_kc: int, n_seeds: int, n_runs: int,
                 sharpness_iters: int, hessian_batch: int) -> dict:
     """The glued facts of the live runs: rounds, K_c of how many clients, seeds, runs, the sharpness
-    settings, and ``mt_shrink``, the sentence saying whether the rounds and K_c are the profile's own
-    (``prof_rounds``, ``prof_kc``) or cut by this chapter (when either is below the profile's)."""
+    settings, the profile's own rounds and K_c (``prof_rounds``, ``prof_kc``), and ``mt_shrink``: "fewer"
+    when this chapter runs fewer rounds or a smaller K_c than the profile, else "as many"."""
     shrunk = cfg0.rounds < prof_rounds or cfg0.cohort_size < prof_kc
     return {"mt_rounds": cfg0.rounds, "mt_kc": cfg0.cohort_size, "mt_seeds": n_seeds, "mt_runs": n_runs,
             "mt_iters": sharpness_iters, "mt_hbatch": hessian_batch, "mt_clients": cfg0.num_clients,
-            "mt_shrink": (f"Our shrinking, not the paper's setting: the profile's own runs have {prof_rounds} rounds "
-                          f"and K_c = {prof_kc}; this chapter cuts them to fit its share of the book's time on two "
-                          "CPU cores") if shrunk else
-                         f"The rounds and K_c are the profile's own ({prof_rounds} and {prof_kc})"}
+            "mt_prof_rounds": prof_rounds, "mt_prof_kc": prof_kc, "mt_shrink": "fewer" if shrunk else "as many"}
 
 
 def median_steps(metrics: dict, protocol: str) -> float:
@@ -161,116 +160,74 @@ def median_steps(metrics: dict, protocol: str) -> float:
     return float(pd.concat(frames).median())
 
 
-def comparison_values(summ: pd.DataFrame, verd: pd.DataFrame, protocols: list, full_steps: float) -> dict:
-    """The glued answer of "does the recovered penalty buy flatness or accuracy?".
+def verdict_values(summ: pd.DataFrame, verd: pd.DataFrame) -> dict:
+    """The numbers of "does the recovered penalty buy flatness or accuracy?" for one set of runs, unprefixed.
 
     Args:
-        summ: :func:`mt.summary` of the live runs (each protocol with its p = 1 row).
+        summ: :func:`mt.summary` (each protocol with its p = 1 row), in the page's protocol order.
         verd: :func:`mt.verdicts` of ``summ``.
-        protocols: the protocol names in the page's order; the first and the last are quoted.
-        full_steps: local steps a round of the first protocol (:func:`median_steps`).
 
     Returns:
-        ``mt_answer`` (:func:`mt.answer`), the comparison counts (``mt_n_cmp``, ``mt_n_better``,
-        ``mt_n_worse``, ``mt_n_within``), ``mt_worse_list`` (the worse settings, or "none"), the
-        unmasked median accuracies of the first and last protocol with their names, the first's
-        steps (``mt_full_steps``, and ``mt_full_steps_unit``: "step" or "steps") and ``mt_scale``, the
-        clause placing the training stage (far from trained when no unmasked median reaches 0.5).
-
-    Raises:
-        KeyError: a protocol without its p = 1 row.
+        ``n_cmp``, ``n_better``, ``n_worse``, ``n_within`` (the verdicts' counts), ``n_protocols``, the
+        first and last protocol's names (``full_name``, ``mini_name``) and unmasked median accuracies
+        (``acc_full``, ``acc_mini``, to 3 decimals as the page writes them), and ``stage``: "far from
+        trained" when no unmasked median accuracy reaches 0.5, else "partly trained".
     """
-    n_better = int((verd.verdict == "better").sum())
-    n_worse = int((verd.verdict == "worse").sum())
-    worse_list = "; ".join(f"{r.metric} at p = {r.p:g}, {r['mode']}, {r.protocol}"
-                           for _, r in verd[verd.verdict == "worse"].iterrows()) or "none"
-    acc1 = summ[summ.p == 1.0].set_index("protocol")
-    best_acc = float(acc1.test_acc_median.max())
-    return {"mt_answer": mt.answer(verd), "mt_n_cmp": len(verd), "mt_n_better": n_better, "mt_n_worse": n_worse,
-            "mt_n_within": len(verd) - n_better - n_worse, "mt_worse_list": worse_list,
-            "mt_acc_full": float(acc1.loc[protocols[0], "test_acc_median"]),
-            "mt_acc_mini": float(acc1.loc[protocols[-1], "test_acc_median"]),
-            "mt_full_name": protocols[0], "mt_full_steps": full_steps,
-            "mt_full_steps_unit": "step" if full_steps == 1 else "steps", "mt_mini_name": protocols[-1],
-            "mt_scale": ("so these models are far from trained (no protocol reaches 50% without masks); a regularizer "
-                         "that acts on curvature may only show once the training loss is low") if best_acc < 0.5 else
-                        "past the first phase of training, though still short of the paper's 200 rounds"}
+    n_better, n_worse = int((verd.verdict == "better").sum()), int((verd.verdict == "worse").sum())
+    acc1 = summ[summ.p == 1.0].set_index("protocol").test_acc_median
+    return {"n_cmp": len(verd), "n_better": n_better, "n_worse": n_worse, "n_within": len(verd) - n_better - n_worse,
+            "n_protocols": len(acc1), "full_name": acc1.index[0], "mini_name": acc1.index[-1],
+            "acc_full": round(float(acc1.iloc[0]), 3), "acc_mini": round(float(acc1.iloc[-1]), 3),
+            "stage": "far from trained" if float(acc1.max()) < 0.5 else "partly trained"}
 
 
 def trajectory_values(traj: pd.DataFrame, hessian_every: int) -> dict:
     """The glued summary of the two-norm recovery factors (``traj``: :func:`mt.recovery_trajectory`):
-    the logging interval, median and largest magnitude of the gap (Hessian − Euclidean, dimensionless),
-    how many logged (run, round) pairs there are, and in how many the Hessian-weighted factor is below
-    the Euclidean one and below 1."""
-    return {"mt_every": hessian_every, "mt_gap_median": float(traj.gap.median()),
-            "mt_gap_abs_max": float(traj.gap.abs().max()), "mt_h_below_e": int((traj.gap < 0).sum()),
+    the logging interval, median and largest magnitude of the gap (Hessian − Euclidean, dimensionless,
+    to 2 decimals as the page writes them), how many logged (run, round) pairs there are, and in how
+    many the Hessian-weighted factor is below the Euclidean one and below 1."""
+    return {"mt_every": hessian_every, "mt_gap_median": round(float(traj.gap.median()), 2),
+            "mt_gap_abs_max": round(float(traj.gap.abs().max()), 2), "mt_h_below_e": int((traj.gap < 0).sum()),
             "mt_n_logged": len(traj), "mt_h_below_1": int((traj.hessian < 1).sum())}
 
 
-def archived(archived_from: str | None) -> tuple[dict, Optional[pd.DataFrame], Optional[pd.DataFrame]]:
-    """The archived section: (glued values, summary, shared-against-independent verdicts) of the
-    ``archived_from`` profile's masked runs (:func:`mt.profile_configs`, :func:`archive.select_keyed`);
-    the frames are None, and the values "–" with ``mt_long_missing`` saying why, when ``archived_from``
-    is None or its archive holds none of the runs.
+#: Glue names of the archived section (:func:`archived_section`; "–" when it is not shown).
+LONG_KEYS = ("mt_long_kc", "mt_long_clients", "mt_long_rounds", "mt_long_seeds", "mt_long_iters", "mt_long_hbatch",
+             "mt_long_n_missing", "mt_long_n_cmp", "mt_long_n_better", "mt_long_n_worse", "mt_long_n_within",
+             "mt_long_n_protocols", "mt_long_full_name", "mt_long_mini_name", "mt_long_acc_full", "mt_long_acc_mini",
+             "mt_long_stage", "mt_long_n_mode", "mt_long_n_mode_within")
+
+
+def archived_section(archived: str | None) -> tuple:
+    """The archived section: (glued values, summary, verdicts against p = 1, shared-against-independent
+    verdicts, :class:`archive.ArchiveLabel`) of the ``archived`` profile's masked runs
+    (:func:`mt.profile_configs`, :func:`archive.select_keyed`).
+
+    The values (:data:`LONG_KEYS`) are one run's settings (K_c, clients, rounds, sharpness iterations
+    and batch), the seeds, how many of the profile's masked runs are not archived, :func:`verdict_values`
+    and the count of shared-against-independent comparisons within the seed spread; ``mt_long_status``
+    says whether the section is "shown", "left out" (``archived`` None) or "not archived" (the archive
+    holds none of the runs), and in the last two cases the frames and the label are None and the values "–".
 
     Raises:
         ValueError: unknown profile name. ConfigError: the profile defines no masked runs.
     """
-    if archived_from is not None:
-        lprof = load_profile(archived_from)
-        lcfgs = mt.profile_configs(lprof)
-        lruns = archive.select_keyed(archive.require_complete(archived_from), lcfgs)
+    if archived is not None:
+        lcfgs = mt.profile_configs(load_profile(archived))
+        lruns = archive.select_keyed(archive.require_complete(archived), lcfgs)
         if lruns:
             lsumm = mt.summary(mt.final_table({k: r.metrics for k, r in lruns.items()}))
-            lmode = mt.shared_vs_independent(lsumm)
-            missing = [c.label() for k, c in lcfgs.items() if k not in lruns]
-            return (archived_values(archived_from, lsumm, lmode, next(iter(lruns.values())).config,
-                                    len({s for _, s in lruns}), archive.label(list(lruns.values()), archived_from).text(),
-                                    missing), lsumm, lmode)
-    why = ("this build was asked to leave it out (archived_from = None)" if archived_from is None else
-           f"the archive holds no run of the {archived_from} profile; make them with: "
-           f"maskfed sweep --profile {archived_from} && maskfed archive --profile {archived_from}")
-    return {**{key: "–" for key in LONG_KEYS}, "mt_long_missing": f"Not shown in this build: {why}."}, None, None
-
-
-def archived_values(archived_from: str, lsumm: pd.DataFrame, lmode: pd.DataFrame, lcfg: RunConfig, n_seeds: int,
-                    where: str, missing: list[str]) -> dict:
-    """The glued text of the archived section.
-
-    Args:
-        archived_from: the archived profile's name.
-        lsumm: its :func:`mt.summary`; lmode: :func:`mt.shared_vs_independent` of it.
-        lcfg: one of its runs' configuration (K_c, clients, rounds, sharpness settings).
-        n_seeds: how many seeds it holds.
-        where: :func:`archive.label` text (machine, dates, commits).
-        missing: labels of the profile's masked runs not archived.
-
-    Returns:
-        ``mt_long_intro`` (where the numbers come from), ``mt_long_answer`` (:func:`mt.answer` against
-        p = 1), ``mt_long_acc`` (unmasked median accuracy per protocol), ``mt_long_mode`` (each
-        shared-against-independent verdict), ``mt_long_mode_answer`` (whether a shared mask differs
-        beyond the seed spread) and an empty ``mt_long_missing``.
-    """
-    lacc1 = lsumm[lsumm.p == 1.0].set_index("protocol")["test_acc_median"]
-    shared_beyond = lmode[lmode.verdict != "within seed spread"]
-    return {
-        "mt_long_intro": (f"The numbers of this section are not this page's: they are the archived {archived_from} "
-                          f"runs, the same comparison at K_c = {lcfg.cohort_size} of {lcfg.num_clients} clients, "
-                          f"{lcfg.rounds} rounds and {n_seeds} seeds. Where they were made: {where}"
-                          + (f" Not yet archived: {', '.join(missing)}." if missing else "")
-                          + f" Sharpness there uses {lcfg.sharpness_iters} power iterations and probes on "
-                          f"{lcfg.hessian_batch} training images."),
-        "mt_long_answer": mt.answer(mt.verdicts(lsumm)),
-        "mt_long_acc": ", ".join(f"{a:.3f} ({n})" for n, a in lacc1.items()),
-        "mt_long_mode": "; ".join(f"{r.metric} at p = {r.p:g}, {r.protocol}: {r.verdict} "
-                                  f"(shared minus independent {r['median difference']:+.3g})"
-                                  for _, r in lmode.iterrows()) or "no setting has both modes archived",
-        "mt_long_mode_answer": ("choosing one shared mask instead of a mask per client changes nothing beyond the "
-                                "spread across seeds" if shared_beyond.empty else
-                                "a shared mask differs from independent masks beyond the spread across seeds in "
-                                + "; ".join(f"{r.metric} ({r.verdict}, {r.protocol})"
-                                            for _, r in shared_beyond.iterrows())),
-        "mt_long_missing": ""}
+            lverd, lmode = mt.verdicts(lsumm), mt.shared_vs_independent(lsumm)
+            c = next(iter(lruns.values())).config
+            values = {"mt_long_from": archived, "mt_long_status": "shown", "mt_long_kc": c.cohort_size,
+                      "mt_long_clients": c.num_clients, "mt_long_rounds": c.rounds, "mt_long_iters": c.sharpness_iters,
+                      "mt_long_hbatch": c.hessian_batch, "mt_long_seeds": len({s for _, s in lruns}),
+                      "mt_long_n_missing": sum(k not in lruns for k in lcfgs), "mt_long_n_mode": len(lmode),
+                      "mt_long_n_mode_within": int((lmode.verdict == "within seed spread").sum()),
+                      **{f"mt_long_{k}": v for k, v in verdict_values(lsumm, lverd).items()}}
+            return values, lsumm, lverd, lmode, archive.label(list(lruns.values()), archived)
+    return ({**dict.fromkeys(LONG_KEYS, "–"), "mt_long_from": archived or "none",
+             "mt_long_status": "left out" if archived is None else "not archived"}, None, None, None, None)
 
 
 def _cell(r: pd.Series, k: str, fmt: str) -> str:
@@ -308,14 +265,14 @@ def figure_final(found: Findings) -> plt.Figure:
                 x = j + 0.15 * (2 * i - 1)
                 ax.plot([x] * len(vals), vals, "o", color=f"C{i}", alpha=0.5, ms=4)
                 ax.plot([x - 0.1, x + 0.1], [vals.median()] * 2, "-", color=f"C{i}", lw=2,
-                        label=f"{name} (line: median over seeds)" if j == 0 else None)
+                        label=name if j == 0 else None)
         ax.set_xticks(range(len(keys)), [f"p={p_:g}\n{'no mask' if m_ == 'none' else m_}" for p_, m_ in keys])
-        ax.set_title(label[0].upper() + label[1:] + " of the final model, per seed")
+        ax.set_title(label[0].upper() + label[1:])
         ax.set_ylabel(UNITS[k])
         if k != "test_acc":
             ax.set_yscale("log")
             plots.plain_log_ticks(ax, "y")
-    axes[-1].set_xlabel("keep probability p and mask")
+    axes[-1].set_xlabel("p and mask")
     plots.legend_outside(axes[-1], "below")
     return fig
 
@@ -331,11 +288,11 @@ def figure_trajectory(found: Findings) -> plt.Figure:
         m = tmed[tmed.protocol == name]
         ax.plot(t["round"], t.euclidean, "^", color="C2", alpha=0.35, ms=4)
         ax.plot(t["round"], t.hessian, "D", color="C3", alpha=0.35, ms=4)
-        ax.plot(m["round"], m.euclidean, "-^", color="C2", label="1/Δ_S, Euclidean (the paper's); faint: each seed")
-        ax.plot(m["round"], m.hessian, "-D", color="C3", label="1/Δ_S, block-Hessian norm; faint: each seed")
-        ax.plot(m["round"], m.gap, ":", color="k", label="gap (Hessian − Euclidean), median over seeds")
+        ax.plot(m["round"], m.euclidean, "-^", color="C2", label="Euclidean (paper's)")
+        ax.plot(m["round"], m.hessian, "-D", color="C3", label="block-Hessian")
+        ax.plot(m["round"], m.gap, ":", color="k", label="gap (Hessian − Euclidean)")
         ax.axhline(found.cohort_size, color="grey", ls=":", lw=1, label=f"ceiling K_c = {found.cohort_size}")
-        ax.set_title(f"{name}: the recovery factor in two norms, unmasked runs")
+        ax.set_title(name)
         ax.set_ylabel("recovery factor (dimensionless)")
     axes[-1, 0].set_xlabel("round")
     plots.legend_outside(axes[-1, 0], "below", ncol=1)

@@ -38,7 +38,7 @@ PENALTY_FORMATS = {c: "{:.3g}" for c in PENALTY_COLUMNS.values()} | {"miss ind."
 
 @dataclass(frozen=True)
 class Findings:
-    """What the chapter shows: ``values`` maps each glue name (``lp_...``) to a number or a short phrase;
+    """What the chapter shows: ``values`` maps each glue name (``lp_...``) to a number or a short word;
     the rest are the frames and settings the table and the figures are drawn from."""
 
     values: dict
@@ -93,34 +93,16 @@ def cases_table(table: pd.DataFrame, n_se: float) -> pd.DataFrame:
     return cases
 
 
-def describe(cases: pd.DataFrame) -> str:
-    """The cases as a list, "mode, protocol, round t (miss as a signed whole percent)" joined by "; ",
-    or "none"."""
-    return "; ".join(f"{r['mode']}, {r['protocol']}, round {r['round']} ({100 * r['miss']:+.0f}%)"
-                     for _, r in cases.iterrows()) or "none"
-
-
-def jump_phrase(p: float) -> str:
-    """How far a masked aggregate lies from θ − Δ̄, in units of a block's own length: a kept block
+def jump(p: float) -> float:
+    """How far a masked aggregate lies from θ − Δ̄ at most, in units of a block's own length: a kept block
     (scaled by 1/p) moves by 1/p − 1 of it, a dropped one by all of it (eq. 2 with keep probability p)."""
-    jump = max(1 / p - 1, 1.0)
-    return "as far as the update itself is long" if jump == 1 else f"up to {jump:.3g} times as far as the update is long"
-
-
-def kinks_text(model: str, kinks: list[str]) -> str:
-    """The chapter's conjecture on why the expansion can fail for small steps, for a network ``model``
-    whose piecewise-linear layer kinds are ``kinks`` (:func:`maskfed.derivation.limits.piecewise_linear_parts`)."""
-    if kinks:
-        return (f"this network ({model}) uses {' and '.join(kinks)}, so the loss is only piecewise smooth, and the "
-                "autograd Hessian sees the curvature inside one activation pattern, not the kinks a scaled or "
-                "zeroed block crosses.")
-    return (f"none of this network's ({model}) layers is piecewise linear, so the kinks that could explain it in a "
-            "ReLU network are absent here.")
+    return max(1 / p - 1, 1.0)
 
 
 def norm_values(table: pd.DataFrame) -> dict:
     """The two-norm comparison: per cohort, the gaps |measured ratio − 1/Δ_S| in the block-Hessian norm and in
-    the Euclidean one (dimensionless), and the relative gap between the two norms' 1/Δ_S (percent).
+    the Euclidean one (dimensionless, their means to 2 decimals), and the relative gap between the two norms'
+    1/Δ_S (whole percent), rounded as the page writes them.
 
     Returns:
         ``lp_n_cohorts``, ``lp_closer_h`` (cohorts where the block-Hessian factor is the closer),
@@ -130,8 +112,9 @@ def norm_values(table: pd.DataFrame) -> dict:
     gap_e = (table.ratio_measured - table.recovery_euclid).abs()
     norm_gap = (table.recovery_h / table.recovery_euclid - 1).abs()
     return {"lp_n_cohorts": len(table), "lp_closer_h": int((gap_h < gap_e).sum()),
-            "lp_norm_gap_max_pct": 100 * float(norm_gap.max()), "lp_norm_gap_mean_pct": 100 * float(norm_gap.mean()),
-            "lp_gap_h_mean": float(gap_h.mean()), "lp_gap_e_mean": float(gap_e.mean())}
+            "lp_norm_gap_max_pct": round(100 * float(norm_gap.max())),
+            "lp_norm_gap_mean_pct": round(100 * float(norm_gap.mean())),
+            "lp_gap_h_mean": round(float(gap_h.mean()), 2), "lp_gap_e_mean": round(float(gap_e.mean()), 2)}
 
 
 def findings(profile: str, *, data_path=None, overrides: dict | None = None, at_rounds=None, protocols=None,
@@ -144,9 +127,9 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, at_
     first seed, with :func:`maskfed.derivation.limits.second_order_error`; minutes at the cpu profile.
 
     Returns:
-        :class:`Findings`; its ``values`` hold the settings shown, how many cases hold within ``n_se``
-        standard errors, the largest relative miss (percent) and where, the lists of cases that hold
-        and that miss, and :func:`norm_values`.
+        :class:`Findings`; its ``values`` hold the settings shown (with :func:`jump` and the network's
+        piecewise-linear layer kinds, "none" if it has none), how many cases hold within ``n_se``
+        standard errors, the largest relative miss (whole percent) and where, and :func:`norm_values`.
 
     Raises:
         ValueError: a block-Hessian penalty R_ind or R_shr is not positive (eq. 6-7 need positive
@@ -167,19 +150,20 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, at_
     by_protocol = cases.groupby("protocol").apply(lambda g: float(g.miss.abs().max()), include_groups=False)
     full_name, mini_name = list(s["protocols"])[0], list(s["protocols"])[-1]
     model = build_model(cfg.model, num_classes=10, gn_groups=cfg.gn_groups, width=cfg.width)
+    kinks = limits.piecewise_linear_parts(model)
+    # percentages as whole numbers, the way the page writes them
     values = {
         "lp_kc": cfg.cohort_size, "lp_train": s["train_protocol"], "lp_draws": s["n_draws"],
-        "lp_eval": s["eval_size"], "lp_p": p, "lp_inv_p": 1 / p, "lp_jump": jump_phrase(p),
-        "lp_kinks_text": kinks_text(cfg.model, limits.piecewise_linear_parts(model)),
+        "lp_eval": s["eval_size"], "lp_p": p, "lp_inv_p": 1 / p, "lp_jump": jump(p),
+        "lp_model": cfg.model, "lp_kinks": " and ".join(kinks) if kinks else "none",
         "lp_n_se": n_se, "lp_cases": len(cases), "lp_holds": int(cases.holds.sum()),
-        "lp_worst_pct": 100 * float(worst.miss), "lp_worst_se_pct": 100 * float(worst.miss_se),
-        "lp_worst_where": f"{worst['mode']} masks, {worst['protocol']}, round {worst['round']}",
-        "lp_hold_list": describe(cases[cases.holds]),
-        "lp_rel_se_median_pct": 100 * float(cases.miss_se.median()),
+        "lp_worst_pct": round(100 * float(worst.miss)), "lp_worst_se_pct": round(100 * float(worst.miss_se)),
+        "lp_worst_mode": worst["mode"], "lp_worst_protocol": worst["protocol"], "lp_worst_round": int(worst["round"]),
+        "lp_rel_se_median_pct": round(100 * float(cases.miss_se.median())),
         "lp_n_above": int((cases.miss > 0).sum()),
-        "lp_miss_list": describe(cases[~cases.holds]),
         "lp_full_name": full_name, "lp_mini_name": mini_name,
-        "lp_full_maxmiss_pct": 100 * by_protocol[full_name], "lp_mini_maxmiss_pct": 100 * by_protocol[mini_name],
+        "lp_full_maxmiss_pct": round(100 * by_protocol[full_name]),
+        "lp_mini_maxmiss_pct": round(100 * by_protocol[mini_name]),
     } | norm_values(table)
     return Findings(values, prof, cfg, table, cases, s["protocols"], n_se)
 
@@ -189,6 +173,15 @@ def table_penalty(f: Findings) -> pd.DataFrame:
     of :data:`PENALTY_COLUMNS` (nats; misses as fractions)."""
     return f.table.rename(columns={"round": "t", **PENALTY_COLUMNS}).set_index(["t", "protocol", "T"])[
         list(PENALTY_COLUMNS.values())]
+
+
+def table_cases(f: Findings) -> pd.DataFrame:
+    """Each (cohort, mask mode) case: index (t, protocol, masks), its miss in whole percent (measured over
+    predicted minus one) and whether the prediction holds within ``n_se`` standard errors."""
+    c = f.cases
+    return pd.DataFrame({"t": c["round"], "protocol": c.protocol, "masks": c["mode"],
+                         "miss (%)": (100 * c.miss).round(), "holds": c.holds}).set_index(
+        ["t", "protocol", "masks"])
 
 
 def figure_penalty(f: Findings) -> plt.Figure:
@@ -202,15 +195,15 @@ def figure_penalty(f: Findings) -> plt.Figure:
         for mode, marker in markers.items():
             c = cases[(cases.protocol == name) & (cases["mode"] == mode)]
             ax.errorbar(c.predicted, c.measured, yerr=n_se * c.se, fmt=marker, color=f"C{i}", capsize=2,
-                        mfc="none" if mode == "shared" else f"C{i}", label=f"{name}, {mode} masks")
+                        mfc="none" if mode == "shared" else f"C{i}", label=f"{name}, {mode}")
     lo = float(min(cases.predicted.min(), cases.measured[cases.measured > 0].min())) / 2
     hi = float(max(cases.predicted.max(), cases.measured.max())) * 2
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="measured = predicted")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("second-order prediction R, eq. (6)-(7) (nats)")
-    ax.set_ylabel(f"Monte Carlo excess loss (nats, ±{n_se:g} SE)")
-    ax.set_title("Measured masking penalty against its prediction")
+    ax.set_xlabel("predicted R (nats)")
+    ax.set_ylabel("measured excess (nats)")
+    ax.set_title("Masking penalty")
     plots.legend_outside(ax, "below")
     return fig
 
@@ -222,15 +215,15 @@ def figure_recovery(f: Findings) -> plt.Figure:
     table, n_se, k_c = f.table, f.n_se, f.cfg.cohort_size
     x = np.arange(len(table))
     ax.errorbar(x, table.ratio_measured, yerr=n_se * table.ratio_measured_se, fmt="ko", capsize=2,
-                label=f"measured excess ratio, shared / independent (±{n_se:g} SE)")
-    ax.plot(x, table.recovery_h, "D", color="C3", label="1/Δ_S, block-Hessian norm (= R_shr / R_ind)")
-    ax.plot(x, table.recovery_euclid, "^", color="C2", label="1/Δ_S, Euclidean norm (the paper's)")
+                label="measured ratio")
+    ax.plot(x, table.recovery_h, "D", color="C3", label="block-Hessian 1/Δ_S")
+    ax.plot(x, table.recovery_euclid, "^", color="C2", label="Euclidean 1/Δ_S")
     ax.axhline(k_c, color="grey", ls=":", lw=1, label=f"ceiling K_c = {k_c}")
     ax.set_xticks(x, [f"t={r}\n{pname}" for r, pname in zip(table["round"], table.protocol)],
                   rotation=30 if len(x) > 4 else 0)
-    ax.set_xlabel("cohort: round t and local protocol")
+    ax.set_xlabel("round t, protocol")
     ax.set_ylabel("recovery factor (dimensionless)")
     ax.set_ylim(bottom=0)
-    ax.set_title("The recovery factor of each cohort, measured and in two norms")
+    ax.set_title("Per-cohort recovery factor")
     plots.legend_outside(ax, "below", ncol=1)
     return fig
