@@ -47,7 +47,8 @@ def built_book(tmp_path_factory):
 # --- the rendering helpers, on tiny inputs ---------------------------------------------------
 
 @pytest.mark.parametrize("x, text", [(0.1, "0.1"), (100.0, "100"), (100, "100"), (1e-6, "1e-06"),
-                                     (12.3456, "12.35"), (float("nan"), "–"), ("full", "full")])
+                                     (12.3456, "12.35"), (float("nan"), "–"), ("full", "full"),
+                                     (17034, "17,034"), (50000.0, "50,000"), (-1234, "-1,234")])
 def test_number_writes_numbers_as_a_reader_does(x, text):
     assert book_mod.number(x) == text
 

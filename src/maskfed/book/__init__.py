@@ -69,7 +69,7 @@ def without_paths(value):
 
 def number(x, digits: int = 4) -> str:
     """A number as a reader writes it: ``0.1``, ``100``, ``1e-06``, ``12.35`` (``digits`` significant
-    digits, no trailing zeros); integers in full; a truth value as ``yes``/``no``; anything else
+    digits, no trailing zeros); integers in full with thousands separators (``17,034``); a truth value as ``yes``/``no``; anything else
     unchanged (as ``str``).
 
     Used as the default cell and index format of :func:`styled` (pandas' Styler writes 0.100000).
@@ -79,12 +79,12 @@ def number(x, digits: int = 4) -> str:
     if not isinstance(x, numbers.Real):
         return x if isinstance(x, str) else str(x)
     if isinstance(x, numbers.Integral):
-        return str(int(x))
+        return f"{int(x):,}"
     x = float(x)
     if not math.isfinite(x):
         return "–" if math.isnan(x) else ("∞" if x > 0 else "−∞")
     if x == int(x) and abs(x) < 10 ** 15:
-        return str(int(x))
+        return f"{int(x):,}"
     return format(x, f".{digits}g")
 
 
