@@ -36,6 +36,8 @@ STAGE_GAP = 0.05
 #: put down to the skew of 1/Δ_S across cohorts alone (ours); beyond it, partly to the finite draw.
 ROM_TOLERANCE = 0.05
 #: How the median 1/Δ_S of one cell moves as lr rises (:func:`fa.lr_shape`), in the chapter's words.
+#: Table cells of 1/Δ_S, its ratios and the cliff: two decimals, as the paper prints 1/Δ_S.
+TWO_DECIMALS = "{:.2f}"
 SHAPES = {"flat": "stays flat", "rises": "rises", "falls": "falls", "dips": "falls, then rises",
           "peaks": "rises, then falls"}
 
@@ -203,23 +205,20 @@ def cohort_values(eq12: dict[str, pd.DataFrame], ref_kc: int, sizes: list[int]) 
     Returns:
         ``wf_n_protocols``; ``wf_n_falls`` / ``wf_n_rises`` (protocols whose share (1/Δ_S)/K_c falls, whose
         median rises, at every step up in K_c); ``wf_dev_max`` (largest |median / eq. 12 − 1| away from
-        ``ref_kc``, %, one decimal) at ``wf_dev_protocol``, ``wf_dev_kc``; ``wf_rom_dev`` (largest |ratio of
-        means / eq. 12 − 1|, %, one decimal) and ``wf_departure``, what a departure of the median comes from
-        (:data:`ROM_TOLERANCE`); ``wf_within`` of ``wf_cells_away`` (cells with eq. 12 inside the
-        interquartile range); ``wf_sizes``, ``wf_ref_kc``, ``wf_kc_first``, ``wf_kc_last``.
+        ``ref_kc``, %, one decimal); ``wf_rom_dev`` (largest |ratio of means / eq. 12 − 1|, %, one decimal)
+        and ``wf_departure``, what a departure of the median comes from (:data:`ROM_TOLERANCE`);
+        ``wf_within`` of ``wf_cells_away`` (cells with eq. 12 inside the interquartile range); ``wf_sizes``,
+        ``wf_ref_kc``.
     """
-    devs = pd.concat([t.assign(protocol=name) for name, t in eq12.items()], ignore_index=True)
+    devs = pd.concat(eq12.values(), ignore_index=True)
     away = devs[devs["k_c"] != ref_kc]
     rom_dev = float((away["ratio_of_means"] / away["predicted"] - 1).abs().max())
-    worst = away.loc[away["rel_dev"].abs().idxmax()]
     return {
-        "wf_sizes": ", ".join(map(str, sizes)),
-        "wf_ref_kc": ref_kc, "wf_kc_first": sizes[0], "wf_kc_last": sizes[-1],
+        "wf_sizes": ", ".join(map(str, sizes)), "wf_ref_kc": ref_kc,
         "wf_n_protocols": len(eq12),
         "wf_n_falls": sum(fa.share_falls(t) for t in eq12.values()),
         "wf_n_rises": sum(bool((t.sort_values("k_c")["median"].diff().dropna() > 0).all()) for t in eq12.values()),
-        "wf_dev_max": round(100 * abs(float(worst["rel_dev"])), 1),
-        "wf_dev_protocol": worst["protocol"], "wf_dev_kc": int(worst["k_c"]),
+        "wf_dev_max": round(100 * float(away["rel_dev"].abs().max()), 1),
         "wf_within": int(away["within_iqr"].sum()), "wf_cells_away": len(away),
         "wf_rom_dev": round(100 * rom_dev, 1),
         "wf_departure": "skew alone" if rom_dev < ROM_TOLERANCE else "skew and draw",
@@ -246,7 +245,6 @@ def lr_values(lr_table: pd.DataFrame, theta_prof: Profile, spec: fa.AxesSpec, lr
     by_lr = pd.Series(shape["values"])
     return {
         "wf_lrs": ", ".join(book.number(v) for v in spec.lrs),
-        "wf_lr_min": min(spec.lrs), "wf_lr_max": max(spec.lrs),
         "wf_lr_pool": spec.lr_pool,
         "wf_lr_cohorts": spec.lr_cohorts,
         "wf_small_bs": small_bs,
@@ -318,47 +316,34 @@ def model_parts(live: Profile | None, models_from: str, *, workers: int = 1) -> 
 
 
 def model_values(found: Findings) -> dict:
-    """The model-size section's numbers (NaN, or 0 counts, without a study): ``wf_n_models`` and their
-    parameter range; the trajectory's protocol ``wf_ref_label`` and the range of its median 1/Δ_S over
-    every θ (two decimals) with the models at its ends; the cliff over every θ (:func:`fa.cliff_verdict`:
-    ``wf_cliff_holds`` of ``wf_cliff_measured``, its range) beside the paper's (``wf_paper_cliff``) and the
-    paper's Table I test accuracies; the θ kept below their target (``wf_ckpt_below`` of ``wf_ckpt_kept``)
-    and the first own trajectory read while still going (``wf_unf_model``, ``wf_unf_done``, ``wf_unf_budget``)."""
-    t1 = paper_table("table1")
-    unf = found.unfinished[0] if found.unfinished else ("–", float("nan"), float("nan"))
+    """The model-size section's numbers (NaN without a study): ``wf_n_models`` and their parameter range;
+    the cliff over every θ (:func:`fa.cliff_verdict`: ``wf_cliff_holds`` of ``wf_cliff_measured``, its range,
+    two decimals) beside the paper's (``wf_paper_cliff``) and the paper's Table I test accuracies; the θ
+    kept below their target (``wf_ckpt_below`` of ``wf_ckpt_kept``); and the first own trajectory read
+    while still going (``wf_unf_model``, ``wf_unf_done`` rounds of ``wf_unf_budget``)."""
+    t1, nan = paper_table("table1"), float("nan")
+    unf = found.unfinished[0] if found.unfinished else ("–", nan, nan)
     out = {"wf_ref_label": found.ref_label, "wf_paper_cliff": round(float(fa.paper_overview()["cliff"].iloc[0]), 2),
            "wf_paper_acc_min": round(float(t1["test_acc"].min()), 2),
            "wf_paper_acc_max": round(float(t1["test_acc"].max()), 2),
            "wf_unf_model": unf[0], "wf_unf_done": unf[1], "wf_unf_budget": unf[2]}
-    mtable, overview, c = found.mtable, found.overview, found.mckpts
-    if mtable is None:
-        nan = float("nan")
-        return out | {"wf_n_models": 0, "wf_params_min": nan, "wf_params_max": nan, "wf_ref_min": nan,
-                      "wf_ref_max": nan, "wf_ref_min_model": "–", "wf_ref_max_model": "–", "wf_cliff_holds": 0,
-                      "wf_cliff_measured": 0, "wf_cliff_min": nan, "wf_cliff_max": nan, "wf_ckpt_below": 0,
-                      "wf_ckpt_kept": 0}
-    ref = overview[found.ref_label].dropna() if found.ref_label in overview else pd.Series(dtype=float)
-    cv = fa.cliff_verdict(overview)
-    kept = c[c["reached"]]
-    return out | {
-        "wf_n_models": overview.index.get_level_values("model").nunique(),
-        "wf_params_min": int(mtable["params"].min()), "wf_params_max": int(mtable["params"].max()),
-        "wf_ref_min": round(float(ref.min()), 2) if len(ref) else float("nan"),
-        "wf_ref_max": round(float(ref.max()), 2) if len(ref) else float("nan"),
-        "wf_ref_min_model": ref.idxmin()[0] if len(ref) else "–",
-        "wf_ref_max_model": ref.idxmax()[0] if len(ref) else "–",
-        "wf_cliff_holds": cv["holds"], "wf_cliff_measured": cv["measured"],
-        "wf_cliff_min": round(cv["min"], 2), "wf_cliff_max": round(cv["max"], 2),
-        "wf_ckpt_kept": len(kept), "wf_ckpt_below": int((kept["test_acc"] < kept["target"]).sum()),
-    }
+    keys = ("n_models", "params_min", "params_max", "cliff_holds", "cliff_measured", "cliff_min", "cliff_max",
+            "ckpt_kept", "ckpt_below")
+    if found.mtable is None:
+        return out | {f"wf_{k}": nan for k in keys}
+    cv, kept = fa.cliff_verdict(found.overview), found.mckpts[found.mckpts["reached"]]
+    return out | dict(zip((f"wf_{k}" for k in keys), (
+        found.overview.index.get_level_values("model").nunique(), int(found.mtable["params"].min()),
+        int(found.mtable["params"].max()), cv["holds"], cv["measured"], round(cv["min"], 2), round(cv["max"], 2),
+        len(kept), int((kept["test_acc"] < kept["target"]).sum()))))
 
 
-def table_resnet(table: pd.DataFrame | None) -> pd.DataFrame:
+def table_resnet(table: pd.DataFrame | None) -> tuple[pd.DataFrame, dict]:
     """The paper's model in the model-size study, one row per θ source ("FedAvg θ": its own trajectory,
     with the rounds of its θ; "centralised θ"): the test accuracy range of its θ, the θ with cliff > 1 of
     those measured (:func:`fa.cliff_verdict`) and the cliff's range, and the range of the ratio to the
-    paper's Table I at the θ nearest in accuracy to each row (:func:`fa.paper_at_matched_accuracy`); two
-    decimals. Empty without ResNet-18-GN."""
+    paper's Table I at the θ nearest in accuracy to each row (:func:`fa.paper_at_matched_accuracy`); and the
+    formats (two decimals). Empty without ResNet-18-GN."""
     rows, paper = {}, paper_table("table1")
     rn = table[table["model"] == "resnet18_gn"] if table is not None else pd.DataFrame(columns=["source"])
     for src, name in (("fedavg", "FedAvg θ"), ("centralised", "centralised θ")):
@@ -368,11 +353,11 @@ def table_resnet(table: pd.DataFrame | None) -> pd.DataFrame:
         v, m = fa.cliff_verdict(fa.model_overview(t)), fa.paper_at_matched_accuracy(t, paper, source=src)
         theta = t.drop_duplicates("target")
         rows[name] = {"rounds": ", ".join(str(int(r)) for r in theta["when"]) if src == "fedavg" else "–",
-                      "acc min": round(theta["test_acc"].min(), 2), "acc max": round(theta["test_acc"].max(), 2),
-                      "cliff > 1": v["holds"], "θ measured": v["measured"], "cliff min": round(v["min"], 2),
-                      "cliff max": round(v["max"], 2), "ratio min": round(m["ratio"].min(), 2),
-                      "ratio max": round(m["ratio"].max(), 2)}
-    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("ResNet-18-GN at")
+                      "acc min": theta["test_acc"].min(), "acc max": theta["test_acc"].max(), "cliff > 1": v["holds"],
+                      "θ measured": v["measured"], "cliff min": v["min"], "cliff max": v["max"],
+                      "ratio min": m["ratio"].min(), "ratio max": m["ratio"].max()}
+    shown = pd.DataFrame.from_dict(rows, orient="index").rename_axis("ResNet-18-GN at")
+    return shown, {c: TWO_DECIMALS for c in shown.columns if c.endswith(("min", "max"))}
 
 
 def resnet_values(table: pd.DataFrame | None) -> dict:
@@ -409,7 +394,7 @@ def own_values(own, base, paper_row: pd.Series | None) -> dict:
     """ResNet-18-GN's own FedAvg trajectory beside the paper's Table I value of its protocol (NaN where
     the trajectory or the paper's row is not in this build; ``wf_own_read``: "read" or "not read").
 
-    The trajectory's setting (``base``: batch size, τ, α, seed); its rounds ``wf_own_rounds`` of a budget of
+    ``base``: the trajectory's run configuration (its protocol). Its rounds ``wf_own_rounds`` of a budget of
     ``wf_own_budget``; the median and interquartile range of its per-round 1/Δ_S over its last quarter
     (``wf_own_window`` rounds, :func:`maskfed.analysis.summary.tail_window`); its last evaluated test
     accuracy and round; the paper's value and accuracy (the median over its last 50 of 200 rounds); and,
@@ -418,12 +403,10 @@ def own_values(own, base, paper_row: pd.Series | None) -> dict:
     paper's, a fraction (compare :data:`STAGE_GAP`).
     """
     nan = float("nan")
-    out = {"wf_own_bs": base.batch_size, "wf_own_tau": base.local_epochs, "wf_own_alpha": base.alpha,
-           "wf_own_seed": base.seed}
     keys = ("rounds", "budget", "window", "median", "q1", "q3", "acc", "acc_round", "paper", "paper_acc", "gap",
             "at_round", "cohorts", "pool", "at_median")
     if own is None or paper_row is None:
-        return out | {"wf_own_read": "not read"} | {f"wf_own_{k}": nan for k in keys}
+        return {"wf_own_read": "not read"} | {f"wf_own_{k}": nan for k in keys}
     metrics = own.trajectory
     n = len(metrics)
     tail = metrics["recovery_unweighted"].iloc[n - tail_window(n):]
@@ -432,7 +415,7 @@ def own_values(own, base, paper_row: pd.Series | None) -> dict:
     at = t[(t["source"] == "fedavg") & (t["batch_size"].astype(str) == str(base.batch_size))
            & (t["local_epochs"] == base.local_epochs)].sort_values("when")
     last = at.iloc[-1] if len(at) else None
-    return out | {
+    return {
         "wf_own_read": "read", "wf_own_rounds": n, "wf_own_budget": own.spec.models[0].rounds,
         "wf_own_window": len(tail), "wf_own_median": round(tail.median(), 2),
         "wf_own_q1": round(tail.quantile(0.25), 2), "wf_own_q3": round(tail.quantile(0.75), 2),
@@ -466,18 +449,21 @@ def table_cohort_size(found: Findings) -> tuple[pd.DataFrame, list[str]]:
     return shown.set_index(["protocol", "K_c"]), COHORT_MAIN
 
 
-def table_cohort_protocols(found: Findings, ref_kc: int) -> pd.DataFrame:
+def table_cohort_protocols(found: Findings, ref_kc: int) -> tuple[pd.DataFrame, dict]:
     """One row per protocol of the cohort-size axis: r measured at ``ref_kc``, the share (1/Δ_S)/K_c at the
-    smallest and the largest K_c (two decimals), the largest |median / eq. 12 − 1| away from ``ref_kc``
-    (%, one decimal), and whether the median rises and the share falls at every step up in K_c."""
+    smallest and the largest K_c, the largest |median / eq. 12 − 1| away from ``ref_kc`` (%), and whether
+    the median rises and the share falls at every step up in K_c; and the formats, for
+    :func:`maskfed.book.styled` (r to three significant digits, shares to two decimals, the gap to one)."""
     rows = {}
     for name, t in found.eq12.items():
         t = t.sort_values("k_c")
-        rows[name] = {"r": float(t["r"].iloc[0]), "share, first K_c": round(float(t["share"].iloc[0]), 2),
-                      "share, last K_c": round(float(t["share"].iloc[-1]), 2),
-                      "largest gap (%)": round(100 * float(t.loc[t["k_c"] != ref_kc, "rel_dev"].abs().max()), 1),
+        rows[name] = {"r": float(t["r"].iloc[0]), "share, first K_c": float(t["share"].iloc[0]),
+                      "share, last K_c": float(t["share"].iloc[-1]),
+                      "largest gap (%)": 100 * float(t.loc[t["k_c"] != ref_kc, "rel_dev"].abs().max()),
                       "median rises": bool((t["median"].diff().dropna() > 0).all()), "share falls": fa.share_falls(t)}
-    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("protocol")
+    formats = {"r": lambda x: book.number(x, 3), "share, first K_c": TWO_DECIMALS, "share, last K_c": TWO_DECIMALS,
+               "largest gap (%)": "{:.1f}"}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("protocol"), formats
 
 
 def table_step_size(found: Findings) -> tuple[pd.DataFrame, dict]:
@@ -500,16 +486,16 @@ def table_models(found: Findings) -> tuple[pd.DataFrame, list]:
     ov = pd.concat([found.overview, paper]).reset_index(["params", "test_acc"]).rename(index=theta_names())
     protocols = found.protocols
     main = book.main_columns(ov, ["params", "test_acc", "cliff"] + [p for p in [found.ref_label] if p in protocols],
-                             protocols, {"cliff": "{:.2f}"})
+                             protocols, {"cliff": TWO_DECIMALS})
     return ov, main
 
 
-def table_by_model(found: Findings) -> pd.DataFrame:
+def table_by_model(found: Findings) -> tuple[pd.DataFrame, dict]:
     """Per model of the study (in order of parameter count): its parameters; θ with cliff > 1 of those
     with a cliff and the cliff's range (:func:`fa.by_model`); the range of the trajectory's protocol
     (:attr:`Findings.ref_label`); and, for a model measured at θ reached both ways (:func:`fa.route_summary`),
-    the cells beyond the FedAvg θ's spread and the ratio centralised / FedAvg θ (NaN where not measured).
-    Needs :attr:`Findings.mtable`."""
+    the cells beyond the FedAvg θ's spread and the ratio centralised / FedAvg θ (NaN where not measured);
+    and the formats (:data:`TWO_DECIMALS`). Needs :attr:`Findings.mtable`."""
     by = fa.by_model(found.overview, found.ref_label).rename(columns={
         "holds": "cliff > 1", "measured": "θ measured", "cliff_min": "cliff min", "cliff_max": "cliff max",
         "ref_min": "reference min", "ref_max": "reference max"})
@@ -517,7 +503,8 @@ def table_by_model(found: Findings) -> pd.DataFrame:
     route = pd.DataFrame.from_dict(routes, orient="index", columns=["cells", "beyond", "min", "median", "max"])
     route = route.rename(columns={"cells": "cells both ways", "beyond": "cells beyond spread", "min": "route min",
                                   "median": "route median", "max": "route max"})
-    return by.join(route).rename_axis("model")
+    shown = by.join(route).rename_axis("model")
+    return shown, {c: TWO_DECIMALS for c in shown.columns if c.endswith(("min", "max", "median"))}
 
 
 def table_signal_noise(found: Findings) -> tuple[pd.DataFrame, list, dict]:
@@ -564,7 +551,7 @@ def table_paper_beside(found: Findings) -> tuple[pd.DataFrame, dict]:
         for k, m in found.matched.items()]
     shown = pd.concat([first[["paper_acc", "paper"]].rename(columns={"paper_acc": "acc, paper",
                                                                      "paper": "1/Δ_S, paper"})] + beside, axis=1)
-    return shown, {c: "{:.2f}" for c in shown.columns if c.startswith("ratio")}
+    return shown, {c: TWO_DECIMALS for c in shown.columns if c.startswith("ratio")}
 
 
 # --------------------------------------------------------------------------- figures (captions: the chapter's)
@@ -579,7 +566,7 @@ def figure_cohort_size(found: Findings) -> plt.Figure:
 def figure_step_size(found: Findings) -> plt.Figure:
     """1/Δ_S against lr per cell (:func:`maskfed.book.plots.step_size`)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    step_size(found.lr_table, ax=ax)
+    step_size(found.lr_table, ax=ax, title="1/Δ_S against lr")
     return fig
 
 
@@ -603,5 +590,6 @@ def figure_own_trajectory(found: Findings) -> plt.Figure | None:
     if found.own is None or found.p32 is None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    own_trajectory(found.own.trajectory, paper=float(found.p32["recovery_unweighted"]), thetas=found.own_thetas, ax=ax)
+    own_trajectory(found.own.trajectory, paper=float(found.p32["recovery_unweighted"]), thetas=found.own_thetas, ax=ax,
+                   title=f"ResNet-18-GN, {found.ref_label}")
     return fig
