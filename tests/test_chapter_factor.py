@@ -61,11 +61,11 @@ def test_without_a_model_size_study_the_findings_glue_dashes():
     # prepare: no study table, no path checks
     found = found_with()
     # execute
-    v = chapter.model_values(found) | chapter.resnet_values(None)
+    v = chapter.model_values(found) | chapter.resnet_values(found)
     # assert: nothing measured, nothing claimed
     assert math.isnan(v["wf_n_models"]) and math.isnan(v["wf_cliff_holds"]) and v["wf_rn_cells"] == 0
     assert math.isnan(v["wf_cliff_min"]) and math.isnan(v["wf_rn_fed_median"]) and v["wf_unf_model"] == "–"
-    assert chapter.table_resnet(None)[0].empty
+    assert chapter.table_resnet(found)[0].empty
     assert found.protocols == [] and chapter.table_model_thetas(found) is None
     assert chapter.figure_own_trajectory(found) is None
 

@@ -35,9 +35,9 @@ STAGE_GAP = 0.05
 #: Largest |ratio of means / eq. 12 − 1| (fraction) within which a departure of the median from eq. 12 is
 #: put down to the skew of 1/Δ_S across cohorts alone (ours); beyond it, partly to the finite draw.
 ROM_TOLERANCE = 0.05
-#: How the median 1/Δ_S of one cell moves as lr rises (:func:`fa.lr_shape`), in the chapter's words.
 #: Table cells of 1/Δ_S, its ratios and the cliff: two decimals, as the paper prints 1/Δ_S.
 TWO_DECIMALS = "{:.2f}"
+#: How the median 1/Δ_S of one cell moves as lr rises (:func:`fa.lr_shape`), in the chapter's words.
 SHAPES = {"flat": "stays flat", "rises": "rises", "falls": "falls", "dips": "falls, then rises",
           "peaks": "rises, then falls"}
 
@@ -154,7 +154,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
                    for src in ("fedavg", "centralised")}
         found.matched = {src: m for src, m in matched.items() if len(m)}
     values |= model_values(found)
-    values |= resnet_values(mtable)
+    values |= resnet_values(found)
 
     own = None if live else archive.load_factor_study(archived, "resnet-fedavg")
     found.own = own if own is not None and own.trajectory is not None else None
@@ -180,16 +180,11 @@ def theta_values(theta_prof: Profile, ck: fa.Checkpoint, spec: fa.AxesSpec, base
         "wf_theta_profile": theta_prof.name,
         "wf_theta_origin": "the archived" if trajectory is not None else "this build's",
         "wf_theta_run": trajectory.name if trajectory is not None else ck.where.rsplit(" ", 1)[-1],
-        "wf_theta_round": ck.when,
-        "wf_theta_acc": round(ck.test_acc, 3),
-        "wf_theta_target": round(spec.target, 2),
+        "wf_theta_round": ck.when, "wf_theta_acc": round(ck.test_acc, 3), "wf_theta_target": round(spec.target, 2),
         "wf_theta_reached": "reached" if ck.reached else "not reached",
         "wf_ref_bs": base.batch_size, "wf_ref_tau": base.local_epochs, "wf_ref_alpha": base.alpha,
-        "wf_K": base.num_clients,
-        "wf_params": int(ck.theta.numel()),
-        "wf_lr0": base.lr,
+        "wf_K": base.num_clients, "wf_params": int(ck.theta.numel()), "wf_lr0": base.lr, "wf_kc0": base.cohort_size,
         "wf_param_ratio": round(stage.parameter_ratio(base, "resnet18_gn")),
-        "wf_kc0": base.cohort_size,
     }
 
 
@@ -214,8 +209,7 @@ def cohort_values(eq12: dict[str, pd.DataFrame], ref_kc: int, sizes: list[int]) 
     away = devs[devs["k_c"] != ref_kc]
     rom_dev = float((away["ratio_of_means"] / away["predicted"] - 1).abs().max())
     return {
-        "wf_sizes": ", ".join(map(str, sizes)), "wf_ref_kc": ref_kc,
-        "wf_n_protocols": len(eq12),
+        "wf_sizes": ", ".join(map(str, sizes)), "wf_ref_kc": ref_kc, "wf_n_protocols": len(eq12),
         "wf_n_falls": sum(fa.share_falls(t) for t in eq12.values()),
         "wf_n_rises": sum(bool((t.sort_values("k_c")["median"].diff().dropna() > 0).all()) for t in eq12.values()),
         "wf_dev_max": round(100 * float(away["rel_dev"].abs().max()), 1),
@@ -244,19 +238,15 @@ def lr_values(lr_table: pd.DataFrame, theta_prof: Profile, spec: fa.AxesSpec, lr
     shape = fa.lr_shape(lr_table, str(small_bs), 1)
     by_lr = pd.Series(shape["values"])
     return {
-        "wf_lrs": ", ".join(book.number(v) for v in spec.lrs),
-        "wf_lr_pool": spec.lr_pool,
-        "wf_lr_cohorts": spec.lr_cohorts,
-        "wf_small_bs": small_bs,
-        "wf_large_bs": large_bs,
+        "wf_lrs": ", ".join(book.number(v) for v in spec.lrs), "wf_lr_pool": spec.lr_pool,
+        "wf_lr_cohorts": spec.lr_cohorts, "wf_small_bs": small_bs, "wf_large_bs": large_bs,
         "wf_large_lr": lr * large_bs / small_bs,
         "wf_spread_full2": round(fa.lr_spread(lr_table, "full", 2), 2),
         "wf_spread_small": round(fa.lr_spread(lr_table, str(small_bs), 1), 2),
         "wf_small_shape": SHAPES[shape["shape"]],
         "wf_small_top_lr": float(by_lr.idxmax()), "wf_small_bottom_lr": float(by_lr.idxmin()),
         **{f"wf_v_{k}": round(float(verdict[k]), 2) for k in ("reference", "same_lr", "same_ratio", "iqr")},
-        "wf_v_closer": verdict["closer"],
-        "wf_v_clear": "clear" if verdict["clear"] else "not clear",
+        "wf_v_closer": verdict["closer"], "wf_v_clear": "clear" if verdict["clear"] else "not clear",
         "wf_full1_dev": significant(full1_dev, 2),
     }
 
@@ -278,11 +268,10 @@ def model_parts(live: Profile | None, models_from: str, *, workers: int = 1) -> 
         workers: worker processes of a live study.
 
     Returns:
-        ``(parts, where, unfinished)``: part -> (table, checkpoints); one row per part of
-        :data:`fa.MODEL_PARTS` (index: part, its name) saying where it came from (``from``: "this build",
-        "archive" or "missing"; for an archived part its date, machine, commit, run code and whether this
-        checkout's run code is the same, hours of compute and files changed since archived); and (model,
-        rounds done, its budget) of an own trajectory read while still going.
+        ``(parts, where, unfinished)``: part -> (table, checkpoints); per part, where it came from ("this
+        build", "archive" or "missing"; for an archived part its date, machine, commit, run code and whether
+        it is this checkout's, hours of compute, files changed since archived); and (model, rounds done,
+        budget) of an own trajectory read while still going.
     """
     parts, rows, unfinished = {}, {}, []
     for part in fa.MODEL_PARTS:
@@ -338,56 +327,28 @@ def model_values(found: Findings) -> dict:
         len(kept), int((kept["test_acc"] < kept["target"]).sum()))))
 
 
-def table_resnet(table: pd.DataFrame | None) -> tuple[pd.DataFrame, dict]:
-    """The paper's model in the model-size study, one row per θ source ("FedAvg θ": its own trajectory,
-    with the rounds of its θ; "centralised θ"): the test accuracy range of its θ, the θ with cliff > 1 of
-    those measured (:func:`fa.cliff_verdict`) and the cliff's range, and the range of the ratio to the
-    paper's Table I at the θ nearest in accuracy to each row (:func:`fa.paper_at_matched_accuracy`); and the
-    formats (two decimals). Empty without ResNet-18-GN."""
-    rows, paper = {}, paper_table("table1")
-    rn = table[table["model"] == "resnet18_gn"] if table is not None else pd.DataFrame(columns=["source"])
-    for src, name in (("fedavg", "FedAvg θ"), ("centralised", "centralised θ")):
-        t = rn[rn["source"] == src]
-        if not len(t):
-            continue
-        v, m = fa.cliff_verdict(fa.model_overview(t)), fa.paper_at_matched_accuracy(t, paper, source=src)
-        theta = t.drop_duplicates("target")
-        rows[name] = {"rounds": ", ".join(str(int(r)) for r in theta["when"]) if src == "fedavg" else "–",
-                      "acc min": theta["test_acc"].min(), "acc max": theta["test_acc"].max(), "cliff > 1": v["holds"],
-                      "θ measured": v["measured"], "cliff min": v["min"], "cliff max": v["max"],
-                      "ratio min": m["ratio"].min(), "ratio max": m["ratio"].max()}
-    shown = pd.DataFrame.from_dict(rows, orient="index").rename_axis("ResNet-18-GN at")
-    return shown, {c: TWO_DECIMALS for c in shown.columns if c.endswith(("min", "max"))}
-
-
-def resnet_values(table: pd.DataFrame | None) -> dict:
-    """What the way θ was reached does to the paper's model (NaN, 0 or "–" where not measured; two decimals
-    where not a count): :func:`fa.route_summary` (``wf_rn_route_min``, ``_median``, ``_max``, ``wf_rn_beyond``
-    of ``wf_rn_cells``); the route to the paper (a comparison of ours): per protocol measured at both, whether
-    FedAvg θ bring 1/Δ_S nearer the paper's Table I than centralised θ (smaller |log ratio|),
-    ``wf_rn_nearer`` of ``wf_rn_both``, the median ratios ``wf_rn_fed_median``, ``wf_rn_cen_median``; and the
-    minibatch protocols at FedAvg θ: ratio ``wf_rn_mini_ratio_lo``/``_hi``, test accuracy
-    ``wf_rn_mini_acc_lo``/``_hi`` and the paper's ``wf_rn_mini_paper_lo``/``_hi``."""
-    nan = float("nan")
-    rn = table[table["model"] == "resnet18_gn"] if table is not None else pd.DataFrame(columns=["source"])
-    checks = fa.path_checks(rn) if len(rn) else {}
-    route = fa.route_summary(checks["ResNet-18-GN"]) if "ResNet-18-GN" in checks else {}
-    out = {"wf_rn_route_min": round(route.get("min", nan), 2), "wf_rn_route_max": round(route.get("max", nan), 2),
-           "wf_rn_route_median": round(route.get("median", nan), 2), "wf_rn_beyond": route.get("beyond", 0),
-           "wf_rn_cells": route.get("cells", 0)}
-    m = {src: fa.paper_at_matched_accuracy(rn, paper_table("table1"), source=src) if len(rn) else
-         pd.DataFrame(columns=["ratio"]) for src in ("fedavg", "centralised")}
-    both = [i for i in m["fedavg"].index if i in m["centralised"].index]
-    fed, cen = m["fedavg"].loc[both], m["centralised"].loc[both]
-    mini = fed[[not str(i).startswith("full") for i in fed.index]]
-    return out | {
-        "wf_rn_both": len(both),
-        "wf_rn_nearer": int((np.abs(np.log(fed["ratio"])) < np.abs(np.log(cen["ratio"]))).sum()) if both else 0,
-        "wf_rn_fed_median": round(fed["ratio"].median(), 2) if both else nan,
-        "wf_rn_cen_median": round(cen["ratio"].median(), 2) if both else nan,
-        **{f"wf_rn_mini_{k}_{end}": round(getattr(mini[col], end)(), 2) if len(mini) else nan
-           for k, col in (("ratio", "ratio"), ("acc", "acc"), ("paper", "paper_acc")) for end in ("min", "max")},
-    }
+def resnet_values(found: Findings) -> dict:
+    """What the way θ was reached does to the paper's model (NaN or 0 where not measured; two decimals where
+    not a count): :func:`fa.route_summary` of its :attr:`Findings.checks` (``wf_rn_route_min``, ``_median``,
+    ``_max``, ``wf_rn_beyond`` of ``wf_rn_cells``); the route to the paper (a comparison of ours, on
+    :attr:`Findings.matched`): per protocol at both sources, whether FedAvg θ bring 1/Δ_S nearer the paper's
+    Table I than centralised θ (smaller |log ratio|), ``wf_rn_nearer`` of ``wf_rn_both``, the median ratios
+    ``wf_rn_fed_median``, ``wf_rn_cen_median``; and the minibatch protocols at FedAvg θ: ratio, test
+    accuracy and the paper's (``wf_rn_mini_ratio_min``/``_max``, ``_acc_``, ``_paper_``)."""
+    nan, empty = float("nan"), pd.DataFrame(columns=["paper_acc", "paper", "acc", "measured", "ratio"], dtype=float)
+    check = found.checks.get("ResNet-18-GN")
+    route = fa.route_summary(check) if check is not None and len(check) else {"cells": 0, "beyond": 0}
+    fed, cen = (found.matched.get(src, empty) for src in ("fedavg", "centralised"))
+    both = [i for i in fed.index if i in cen.index]
+    fed, cen = fed.loc[both], cen.loc[both]
+    mini = found.matched.get("fedavg", empty)
+    mini = mini.loc[[not str(i).startswith("full") for i in mini.index]]
+    return {**{f"wf_rn_route_{k}": round(route.get(k, nan), 2) for k in ("min", "median", "max")},
+            "wf_rn_beyond": route["beyond"], "wf_rn_cells": route["cells"], "wf_rn_both": len(both),
+            "wf_rn_nearer": int((np.abs(np.log(fed["ratio"])) < np.abs(np.log(cen["ratio"]))).sum()),
+            "wf_rn_fed_median": round(fed["ratio"].median(), 2), "wf_rn_cen_median": round(cen["ratio"].median(), 2),
+            **{f"wf_rn_mini_{k}_{end}": round(getattr(mini[col], end)(), 2)
+               for k, col in (("ratio", "ratio"), ("acc", "acc"), ("paper", "paper_acc")) for end in ("min", "max")}}
 
 
 def own_values(own, base, paper_row: pd.Series | None) -> dict:
@@ -464,6 +425,26 @@ def table_cohort_protocols(found: Findings, ref_kc: int) -> tuple[pd.DataFrame, 
     formats = {"r": lambda x: book.number(x, 3), "share, first K_c": TWO_DECIMALS, "share, last K_c": TWO_DECIMALS,
                "largest gap (%)": "{:.1f}"}
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("protocol"), formats
+
+
+def table_resnet(found: Findings) -> tuple[pd.DataFrame, dict]:
+    """The paper's model in the model-size study, one row per θ source ("FedAvg θ": its own trajectory,
+    with the rounds of its θ; "centralised θ"): the test accuracy range of its θ, the θ with cliff > 1 of
+    those measured (:func:`fa.cliff_verdict`) and the cliff's range, and the range of the ratio to the
+    paper's Table I at the θ nearest in accuracy to each row (:attr:`Findings.matched`); and the formats
+    (two decimals). Empty without ResNet-18-GN."""
+    rows, t = {}, found.mtable if found.mtable is not None else pd.DataFrame(columns=["model", "source"])
+    for src, name in (("fedavg", "FedAvg θ"), ("centralised", "centralised θ")):
+        theta = t[(t["model"] == "resnet18_gn") & (t["source"] == src)]
+        if len(theta) and src in found.matched:
+            v, ratio = fa.cliff_verdict(fa.model_overview(theta)), found.matched[src]["ratio"]
+            theta = theta.drop_duplicates("target")
+            rows[name] = {"rounds": ", ".join(str(int(r)) for r in theta["when"]) if src == "fedavg" else "–",
+                          "acc min": theta["test_acc"].min(), "acc max": theta["test_acc"].max(),
+                          "cliff > 1": v["holds"], "θ measured": v["measured"], "cliff min": v["min"],
+                          "cliff max": v["max"], "ratio min": ratio.min(), "ratio max": ratio.max()}
+    shown = pd.DataFrame.from_dict(rows, orient="index").rename_axis("ResNet-18-GN at")
+    return shown, {c: TWO_DECIMALS for c in shown.columns if c.endswith(("min", "max"))}
 
 
 def table_step_size(found: Findings) -> tuple[pd.DataFrame, dict]:
