@@ -189,22 +189,14 @@ def theta_values(theta_prof: Profile, ck: fa.Checkpoint, spec: fa.AxesSpec, base
 
 
 def cohort_values(eq12: dict[str, pd.DataFrame], ref_kc: int, sizes: list[int]) -> dict:
-    """The cohort-size section's numbers and verdict word, from eq. 12 per protocol.
-
-    Args:
-        eq12: protocol -> :func:`fa.eq12_table` rows (``k_c``, ``median``, ``share``, ``r``,
-            ``predicted``, ``rel_dev``, ``within_iqr``, ``ratio_of_means``), at least one K_c besides ``ref_kc``.
-        ref_kc: the K_c whose cohorts gave r.
-        sizes: the K_c drawn, ascending.
-
-    Returns:
+    """The cohort-size section's numbers and verdict word, from ``eq12`` (protocol -> :func:`fa.eq12_table`
+    rows, at least one K_c besides ``ref_kc``, the K_c whose cohorts gave r; ``sizes``: the K_c drawn, ascending):
         ``wf_n_protocols``; ``wf_n_falls`` / ``wf_n_rises`` (protocols whose share (1/Δ_S)/K_c falls, whose
         median rises, at every step up in K_c); ``wf_dev_max`` (largest |median / eq. 12 − 1| away from
         ``ref_kc``, %, one decimal); ``wf_rom_dev`` (largest |ratio of means / eq. 12 − 1|, %, one decimal)
         and ``wf_departure``, what a departure of the median comes from (:data:`ROM_TOLERANCE`);
         ``wf_within`` of ``wf_cells_away`` (cells with eq. 12 inside the interquartile range); ``wf_sizes``,
-        ``wf_ref_kc``.
-    """
+        ``wf_ref_kc``."""
     devs = pd.concat(eq12.values(), ignore_index=True)
     away = devs[devs["k_c"] != ref_kc]
     rom_dev = float((away["ratio_of_means"] / away["predicted"] - 1).abs().max())
