@@ -1,5 +1,7 @@
 """The what-sets-the-factor chapter's findings (maskfed.chapters.factor) on small hand-made tables."""
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -14,6 +16,11 @@ def eq12_rows(median, share, rel_dev, predicted, ratio_of_means, within, r) -> p
                          "predicted_share": [p / k for p, k in zip(predicted, [2, 5, 10])]})
 
 
+def found_with(eq12=None, **kw) -> chapter.Findings:
+    return chapter.Findings(glued={}, started=0.0, theta_profile=None, eq12=eq12 or {}, lr_table=pd.DataFrame(),
+                            ref_label="bs 32, τ 2", **kw)
+
+
 def test_cohort_values_count_protocols_and_take_the_largest_gaps_away_from_the_reference_k_c():
     # prepare: r from K_c = 5; "a"'s median rises and its share falls; "b"'s median falls from 5 to 10
     eq12 = {"a": eq12_rows([1.8, 3.0, 4.5], [0.9, 0.6, 0.45], [0.02, 0.9, -0.05], [2.0, 3.0, 4.0],
@@ -23,15 +30,15 @@ def test_cohort_values_count_protocols_and_take_the_largest_gaps_away_from_the_r
     # execute
     v = chapter.cohort_values(eq12, 5, [2, 5, 10])
     # assert: the K_c = 5 rows (rel_dev 0.9, ratio 9/3) are left out of every gap and count
-    assert v["wf_falls"] == "2 of 2" and v["wf_within"] == "3 of 4" and v["wf_sizes"] == "2, 5, 10"
-    assert v["wf_dev_text"] == "5.0% (a), 3.0% (b)" and v["wf_dev_where"] == "a at K_c = 10"
+    assert (v["wf_n_falls"], v["wf_n_rises"], v["wf_n_protocols"]) == (2, 1, 2)
+    assert (v["wf_within"], v["wf_cells_away"], v["wf_sizes"]) == (3, 4, "2, 5, 10")
+    assert v["wf_dev_max"] == 5.0                           # |−0.05| of "a" at K_c = 10, in %
     assert v["wf_rom_dev"] == pytest.approx(1.0)            # |4.04/4 − 1| and |3.96/4 − 1|, in %
-    assert v["wf_skew_text"].startswith("so where the median departs from eq. 12, it is the skew")
-    assert v["wf_share_text"] == "a: 0.90 at K_c = 2, 0.45 at K_c = 10; b: 0.95 at K_c = 2, 0.30 at K_c = 10"
-    assert v["wf_r_text"] == "2 (a), 0.5 (b)"
-    # b's median does not rise at every step, so eq. 12's pattern is not met for every protocol
-    assert v["wf_cohort_summary"].endswith("the median rises with K_c for 1 of 2 protocols and its share falls "
-                                           "for 2 of 2.")
+    assert v["wf_departure"] == "skew alone"                # 1 % is within ROM_TOLERANCE (5 %)
+    # the per-protocol table: r, the shares at the first and last K_c, the largest gap in %
+    table, _ = chapter.table_cohort_protocols(found_with(eq12), 5)
+    assert list(table["r"]) == [2.0, 0.5] and list(table["share, last K_c"]) == [0.45, 0.30]
+    assert list(table["largest gap (%)"]) == pytest.approx([5.0, 3.0]) and list(table["median rises"]) == [True, False]
 
 
 def test_cohort_values_name_the_finite_draw_where_the_ratio_of_means_departs_from_eq12():
@@ -41,23 +48,56 @@ def test_cohort_values_name_the_finite_draw_where_the_ratio_of_means_departs_fro
     # execute
     v = chapter.cohort_values(eq12, 5, [2, 5, 10])
     # assert
-    assert v["wf_falls"] == "0 of 1" and v["wf_rom_dev"] == pytest.approx(10.0)
-    assert v["wf_skew_text"] == "so part of the departure is the finite number of cohorts drawn, not only their skew"
-    assert v["wf_cohort_summary"].startswith("That is not the pattern")
+    assert v["wf_n_falls"] == 0 and v["wf_rom_dev"] == pytest.approx(10.0)
+    assert v["wf_departure"] == "skew and draw"
 
 
-def test_without_a_model_size_study_the_findings_say_what_is_missing():
-    # prepare: no study table, no path checks, two parts missing
-    found = chapter.Findings(glued={}, started=0.0, theta_profile=None, eq12={}, lr_table=pd.DataFrame(),
-                             ref_label="bs 32, τ 2")
+def test_significant_rounds_to_significant_digits():
+    assert chapter.significant(2.6849e-07, 2) == pytest.approx(2.7e-07)
+    assert chapter.significant(0.0, 2) == 0.0 and math.isnan(chapter.significant(float("nan"), 2))
+
+
+def test_without_a_model_size_study_the_findings_glue_dashes():
+    # prepare: no study table, no path checks
+    found = found_with()
     # execute
-    v = chapter.model_values(found, ["part A (make it with: x)", "part B (make it with: y)"], [])
-    # assert: empty captions (the tables are not shown) and the missing parts named
-    assert v["wf_found_model"] == "not measured in this build: part A (make it with: x); part B (make it with: y)"
-    assert v["wf_overview_caption"] == v["wf_sn_caption"] == v["wf_ckpt_caption"] == ""
-    assert v["wf_check_within"] == "–" and v["wf_check_text"].startswith("not measured in this build")
+    v = chapter.model_values(found) | chapter.resnet_values(found)
+    # assert: nothing measured, nothing claimed
+    assert math.isnan(v["wf_n_models"]) and math.isnan(v["wf_cliff_holds"]) and v["wf_rn_cells"] == 0
+    assert math.isnan(v["wf_cliff_min"]) and math.isnan(v["wf_rn_fed_median"]) and v["wf_unf_model"] == "–"
+    assert chapter.table_resnet(found)[0].empty
     assert found.protocols == [] and chapter.table_model_thetas(found) is None
     assert chapter.figure_own_trajectory(found) is None
+
+
+def test_own_values_without_the_trajectory_are_not_read():
+    # prepare: the trajectory's setting only
+    base = type("Base", (), {"batch_size": 32, "local_epochs": 2, "alpha": 100.0, "seed": 0})()
+    # execute
+    v = chapter.own_values(None, base, None)
+    # assert
+    assert v["wf_own_read"] == "not read" and math.isnan(v["wf_own_median"])
+
+
+def test_own_values_read_the_last_quarter_and_the_last_evaluated_accuracy():
+    # prepare: 8 rounds (last quarter: rounds 7, 8), accuracy evaluated at rounds 4 and 8; a budget of 80 rounds;
+    # the study measured the protocol at the round-8 θ
+    metrics = pd.DataFrame({"round": range(1, 9), "recovery_unweighted": [1, 1, 1, 1, 1, 1, 2.0, 3.0],
+                            "test_acc": [None, None, None, 0.3, None, None, None, 0.4]})
+    spec = type("Spec", (), {"models": [type("M", (), {"rounds": 80})()], "num_cohorts": 100, "pool_size": 12})()
+    table = pd.DataFrame({"source": ["fedavg"], "batch_size": ["32"], "local_epochs": [2], "when": [8],
+                          "recovery_unweighted": [1.48]})
+    own = type("Own", (), {"trajectory": metrics, "spec": spec, "table": table})()
+    base = type("Base", (), {"batch_size": 32, "local_epochs": 2, "alpha": 100.0, "seed": 0})()
+    paper = pd.Series({"recovery_unweighted": 1.19, "test_acc": 0.68})
+    # execute
+    v = chapter.own_values(own, base, paper)
+    # assert: median of (2, 3) = 2.5, quartiles 2.25 and 2.75 (two decimals), accuracy 0.4 at round 8
+    assert (v["wf_own_window"], v["wf_own_rounds"], v["wf_own_budget"]) == (2, 8, 80)
+    assert (v["wf_own_median"], v["wf_own_q1"], v["wf_own_q3"]) == (2.5, 2.25, 2.75)
+    assert (v["wf_own_acc"], v["wf_own_acc_round"]) == (0.4, 8)
+    assert abs(v["wf_own_gap"]) > chapter.STAGE_GAP             # 0.4 against 0.68: not the same stage
+    assert (v["wf_own_at_round"], v["wf_own_at_median"], v["wf_own_cohorts"]) == (8, 1.48, 100)
 
 
 def test_theta_table_shows_a_dash_where_a_target_was_not_reached():
@@ -65,8 +105,7 @@ def test_theta_table_shows_a_dash_where_a_target_was_not_reached():
     ck = pd.DataFrame({"model": ["resnet18_gn"] * 2, "width": [None, None], "source": ["fedavg"] * 2,
                        "target": [0.45, 0.55], "reached": [True, False], "test_acc": [0.4529, float("nan")],
                        "when": [32, -1], "images": [320000, -1], "where": ["run", "run"], "theta": ["ab", ""]})
-    found = chapter.Findings(glued={}, started=0.0, theta_profile=None, eq12={}, lr_table=pd.DataFrame(),
-                             ref_label="bs 32, τ 2", mckpts=ck)
+    found = found_with(mckpts=ck)
     # execute
     shown = chapter.table_model_thetas(found)
     # assert
@@ -85,5 +124,5 @@ def test_cohort_size_table_shows_median_and_quartiles_per_protocol_and_k_c():
     assert shown.loc[("a", 10), "1/Δ_S, median [IQR]"] == "4.50 [4.40, 4.60]"
     assert shown.loc[("a", 2), "eq. 12 share"] == pytest.approx(1.0)
     assert set(main) <= set(shown.columns)
-    # the glued values carry the page's running time, read when glued
-    assert found.values["wf_x"] == 1 and found.values["wf_seconds"] > 0
+    # the glued values carry the page's running time in whole seconds, read when glued
+    assert found.values["wf_x"] == 1 and isinstance(found.values["wf_seconds"], int)

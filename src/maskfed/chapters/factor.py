@@ -5,9 +5,9 @@ The chapter varies the three settings the paper holds fixed, each at a fixed mod
 1/Δ_S = (K_c r + 1)/(r + 1) with r = ‖μ‖²/σ²), the step size (the rule of
 :func:`~maskfed.studies.factor_axes.lr_verdict`) and the model size (θ matched by test accuracy,
 :func:`~maskfed.studies.factor_axes.model_study`, or archived studies). :func:`findings` runs or reads
-all three and returns the values the chapter glues (:attr:`Findings.values`), the frames of its tables
-(``table_...``) and its figures (``figure_...``). Every rule and phrase here is the chapter's own; the
-quantities are the paper's (1/Δ_S, eq. 3, 8; σ̂², ‖μ̂‖², eq. 13-14).
+all three and returns the numbers and verdict words the chapter glues (:attr:`Findings.values`), the
+frames of its tables (``table_...``) and its figures (``figure_...``). The sentences are the chapter's
+Markdown; the quantities are the paper's (1/Δ_S, eq. 3, 8; σ̂², ‖μ̂‖², eq. 13-14).
 """
 
 from __future__ import annotations
@@ -17,26 +17,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import torch
 
-from maskfed import book
-from maskfed.analysis.summary import paper_table
-from maskfed.book import evidence
+from maskfed import book, provenance
+from maskfed.analysis.summary import paper_table, tail_window
 from maskfed.book.plots import cohort_size, own_trajectory, recovery_vs_parameters, step_size
 from maskfed.engine.config import load_profile, Profile
 from maskfed.studies import archive, stage
 from maskfed.studies import factor_axes as fa
 
-#: θ sources and the paper's row as the tables name them (short: row labels do not wrap)
-THETA_NAMES = {"fedavg": "FedAvg", "centralised": "centralised SGD", "ResNet-18-GN (paper's Table I)": "ResNet-18-GN",
-               "FedAvg, own trajectory per protocol": "paper's Table I"}
+#: The archived profile whose model-size studies the chapter reads unless told otherwise.
+MODELS_FROM = "cpu-paper"
+#: Test-accuracy gap (fraction) beyond which two θ are not at the same stage of training (ours).
+STAGE_GAP = 0.05
+#: Largest |ratio of means / eq. 12 − 1| (fraction) within which a departure of the median from eq. 12 is
+#: put down to the skew of 1/Δ_S across cohorts alone (ours); beyond it, partly to the finite draw.
+ROM_TOLERANCE = 0.05
+#: Table cells of 1/Δ_S, its ratios and the cliff: two decimals, as the paper prints 1/Δ_S.
+TWO_DECIMALS = "{:.2f}"
+#: How the median 1/Δ_S of one cell moves as lr rises (:func:`fa.lr_shape`), in the chapter's words.
+SHAPES = {"flat": "stays flat", "rises": "rises", "falls": "falls", "dips": "falls, then rises",
+          "peaks": "rises, then falls"}
+
+
+def theta_names() -> dict:
+    """Row labels of the model-size tables: θ sources and the paper's Table I row, short (labels do not wrap)."""
+    paper = fa.paper_overview().index[0]
+    return {"fedavg": "FedAvg", "centralised": "centralised SGD", paper[0]: "ResNet-18-GN", paper[2]: "paper's Table I"}
 
 
 @dataclass
 class Findings:
-    """What the chapter shows: ``glued`` (glue name -> number or phrase; read through :attr:`values`) and
-    the inputs of its tables and figures (None / empty where the build has no model-size study,
+    """What the chapter shows: ``glued`` (glue name -> number or verdict word; read through :attr:`values`)
+    and the inputs of its tables and figures (None / empty where the build has no model-size study,
     :attr:`mtable` None)."""
 
     glued: dict
@@ -54,13 +69,15 @@ class Findings:
     own: object = None                     # archived ResNet-18-GN own-trajectory study (with its trajectory), or None
     p32: pd.Series | None = None           # the paper's Table I row of the trajectory's protocol, or None
     own_thetas: list = field(default_factory=list)  # rounds of that trajectory kept as θ
+    parts: pd.DataFrame | None = None      # where each part of the model-size study came from (model_parts)
+    unfinished: list = field(default_factory=list)  # (model, rounds done, budget) of own trajectories still going
 
     @property
     def values(self) -> dict:
-        """Every value the chapter glues (:func:`maskfed.book.glue_all`): :attr:`glued` and ``wf_seconds``,
-        the seconds since :func:`findings` began, at the moment this is read (glued at the end of the
+        """Every value the chapter glues (:func:`maskfed.book.glue_numbers`): :attr:`glued` and ``wf_seconds``,
+        the whole seconds since :func:`findings` began, at the moment this is read (glued at the end of the
         page, the whole page's time)."""
-        return self.glued | {"wf_seconds": time.perf_counter() - self.started}
+        return self.glued | {"wf_seconds": round(time.perf_counter() - self.started)}
 
     @property
     def protocols(self) -> list[str]:
@@ -68,21 +85,28 @@ class Findings:
         return [c for c in self.overview.columns if c != "cliff"] if self.overview is not None else []
 
 
-def findings(profile: str, *, data_path=None, workers: int | None = None, theta_from: str = "auto",
-             theta_accuracy: float | None = None, cohort_sizes=None, cohort_draws: int | None = None, lrs=None,
-             lr_pool: int | None = None, models_from: str = "cpu-paper", models_live: bool | None = None) -> Findings:
+def findings(profile: str, *, data_path=None, overrides: dict | None = None, workers: int | None = None,
+             archived: str | None = None, theta_from: str = "auto", theta_accuracy: float | None = None,
+             cohort_sizes=None, cohort_draws: int | None = None, lrs=None, lr_pool: int | None = None,
+             models_live: bool | None = None) -> Findings:
     """Run or read everything the chapter shows (its parameters, as the parameters cell names them).
 
     The axes' θ is the first-seed trajectory of ``theta_from`` ("auto": the archived cpu-paper one
     where it exists and ``profile`` uses CIFAR-10; "own": this profile's run; or an archived profile's
     name), at the first kept round reaching ``theta_accuracy``; the cohort-size and step-size axes train
     at it (:func:`fa.cohort_axis`, :func:`fa.lr_axis`). The model-size study is computed in this build
-    where ``models_live`` (None: at the smoke profile only) and otherwise read from the ``models_from``
-    archive, part by part (:data:`fa.MODEL_PARTS`). Sets torch to one thread (the workers parallelise).
+    where ``models_live`` (None: at the smoke profile only) and otherwise read from the ``archived``
+    profile's archive (None: :data:`MODELS_FROM`), part by part (:data:`fa.MODEL_PARTS`). Sets torch to
+    one thread (the workers parallelise).
+
+    Args:
+        profile: the live profile's name; data_path, overrides: as :func:`maskfed.engine.config.load_profile`.
+        workers: worker processes (None: the profile's).
+        archived: the archived profile whose model-size studies are read (the chapter's ``models_from``).
 
     Returns:
         :class:`Findings`; its ``values`` hold every ``wf_...`` name the chapter's Markdown uses, with
-        ``wf_axes_seconds`` (the two axes' wall time, s) and ``wf_seconds`` (since this call began, s).
+        ``wf_axes_seconds`` (the two axes' wall time, whole s) and ``wf_seconds`` (since this call began).
 
     Raises:
         ConfigError: axis settings the study does not accept (:func:`fa.make_axes_spec`), or a
@@ -90,7 +114,8 @@ def findings(profile: str, *, data_path=None, workers: int | None = None, theta_
     """
     t_start = time.perf_counter()
     torch.set_num_threads(1)
-    prof = load_profile(profile, data_path=data_path)
+    archived = archived or MODELS_FROM
+    prof = load_profile(profile, data_path=data_path, **(overrides or {}))
     workers = prof.workers if workers is None else workers
     # the θ of the two axes: an archived trajectory where one is asked for and exists, else this profile's own
     wanted = {"auto": "cpu-paper" if prof.base.get("dataset", "cifar10") == "cifar10" else None, "own": None}.get(
@@ -113,31 +138,25 @@ def findings(profile: str, *, data_path=None, workers: int | None = None, theta_
     values |= lr_values(lr_table, theta_prof, spec, base.lr)
 
     live = models_live if models_live is not None else profile == "smoke"
-    study_base = stage.ladder_config(prof if live else load_profile(models_from, data_path=data_path))
+    study_base = stage.ladder_config(prof if live else load_profile(archived, data_path=data_path))
     values |= {"wf_study_bs": study_base.batch_size, "wf_study_tau": study_base.local_epochs,
-               "wf_study_lr": study_base.lr}
-    parts, missing, unfinished = model_parts(prof if live else None, models_from, workers=workers)
+               "wf_study_lr": study_base.lr, "wf_models_from": archived}
+    parts, where, unfinished = model_parts(prof if live else None, archived, workers=workers)
     mtable = pd.concat([p[0] for p in parts.values()], ignore_index=True) if parts else None
     mckpts = pd.concat([p[1] for p in parts.values()], ignore_index=True) if parts else None
-    values["wf_models_where"] = " ".join(f"{fa.PART_NAMES[k]}: {v[3].rstrip('.')}."
-                                         for k, v in parts.items()) or "No model-size study was found."
-    values["wf_models_missing"] = (("Not in this build: " + "; ".join(missing) + ". The page shows the rest.")
-                                   if missing else "Every part of the study is shown.")
     ref_label = fa.protocol_label(study_base.batch_size, study_base.local_epochs)  # the trajectory's protocol
     found = Findings(glued=values, started=t_start, theta_profile=theta_prof, eq12=eq12, lr_table=lr_table,
-                     mtable=mtable, mckpts=mckpts, ref_label=ref_label)
+                     mtable=mtable, mckpts=mckpts, ref_label=ref_label, parts=where, unfinished=unfinished)
     if mtable is not None:
         found.overview, found.paper_row = fa.model_overview(mtable), fa.paper_overview()
         found.checks = fa.path_checks(mtable)
         matched = {src: fa.paper_at_matched_accuracy(mtable, paper_table("table1"), source=src)
                    for src in ("fedavg", "centralised")}
         found.matched = {src: m for src, m in matched.items() if len(m)}
-    values |= model_values(found, missing, unfinished)
-    values["wf_paper_text"] = (evidence.resnet_text([v[0] for v in parts.values()], protocol=ref_label, where="")
-                               or "ResNet-18-GN is not in this build, so the paper's Table I has no counterpart here.")
-    values["wf_paper_caption"] = evidence.paper_beside_caption(list(found.matched))
+    values |= model_values(found)
+    values |= resnet_values(found)
 
-    own = None if live else archive.load_factor_study(models_from, "resnet-fedavg")
+    own = None if live else archive.load_factor_study(archived, "resnet-fedavg")
     found.own = own if own is not None and own.trajectory is not None else None
     t1 = paper_table("table1").reset_index()
     p32 = t1[(t1["batch_size"].astype(str) == str(study_base.batch_size))
@@ -145,90 +164,61 @@ def findings(profile: str, *, data_path=None, workers: int | None = None, theta_
     found.p32 = p32.iloc[0] if len(p32) else None  # the paper's Table I row of the trajectory's protocol
     if found.own is not None:
         found.own_thetas = found.own.checkpoints.loc[found.own.checkpoints["reached"], "when"].astype(int).tolist()
-    values["wf_own_text"] = evidence.own_trajectory_paragraph(found.own, study_base, found.p32,
-                                                              archive.how_to_make_factor(models_from, "resnet-fedavg"))
-    values["wf_axes_seconds"] = t_axes
+    values |= own_values(found.own, study_base, found.p32)
+    values["wf_axes_seconds"] = round(t_axes)
     return found
 
 
 # --------------------------------------------------------------------------- the values, section by section
 
 def theta_values(theta_prof: Profile, ck: fa.Checkpoint, spec: fa.AxesSpec, base, trajectory: Path | None) -> dict:
-    """Where the axes' θ comes from: profile, round, test accuracy, how it was found (phrases), the
-    reference run's setting (``base``: its :class:`~maskfed.engine.config.RunConfig`) and the sizes the
-    axes use (clients K, parameters of θ, lr, K_c; the paper's ResNet-18-GN over the small CNN in
-    parameters)."""
+    """Where the axes' θ comes from: profile, the run that kept it (archived or this build's), round, test
+    accuracy and whether the target was reached; the reference run's setting (``base``: its
+    :class:`~maskfed.engine.config.RunConfig`) and the sizes the axes use (clients K, parameters of θ, lr,
+    K_c; the paper's ResNet-18-GN over the small CNN in parameters, whole)."""
     return {
         "wf_theta_profile": theta_prof.name,
-        "wf_theta_how": ("read from the archived run folder " + trajectory.name + " (the run kept θ as it trained)")
-        if trajectory is not None else "this build's own run of it (" + ck.where + ")",
-        "wf_theta_round": ck.when,
-        "wf_theta_acc": ck.test_acc,
-        "wf_theta_target": ("the first kept round whose test accuracy reaches " + f"{spec.target:.2f}") if ck.reached
-        else f"its last kept round: the trajectory never reaches the asked-for {spec.target:.2f}",
+        "wf_theta_origin": "the archived" if trajectory is not None else "this build's",
+        "wf_theta_run": trajectory.name if trajectory is not None else ck.where.rsplit(" ", 1)[-1],
+        "wf_theta_round": ck.when, "wf_theta_acc": round(ck.test_acc, 3), "wf_theta_target": round(spec.target, 2),
+        "wf_theta_reached": "reached" if ck.reached else "not reached",
         "wf_ref_bs": base.batch_size, "wf_ref_tau": base.local_epochs, "wf_ref_alpha": base.alpha,
-        "wf_K": base.num_clients,
-        "wf_params": int(ck.theta.numel()),
-        "wf_lr0": base.lr,
-        "wf_param_ratio": stage.parameter_ratio(base, "resnet18_gn"),
-        "wf_kc0": base.cohort_size,
+        "wf_K": base.num_clients, "wf_params": int(ck.theta.numel()), "wf_lr0": base.lr, "wf_kc0": base.cohort_size,
+        "wf_param_ratio": round(stage.parameter_ratio(base, "resnet18_gn")),
     }
 
 
 def cohort_values(eq12: dict[str, pd.DataFrame], ref_kc: int, sizes: list[int]) -> dict:
-    """The cohort-size section's numbers and phrases, from eq. 12 per protocol.
-
-    Args:
-        eq12: protocol -> :func:`fa.eq12_table` rows (``k_c``, ``median``, ``share``, ``r``,
-            ``predicted``, ``rel_dev``, ``within_iqr``, ``ratio_of_means``), at least one K_c besides ``ref_kc``.
-        ref_kc: the K_c whose cohorts gave r.
-        sizes: the K_c drawn, ascending.
-
-    Returns:
-        ``wf_falls`` ("3 of 4": protocols whose share (1/Δ_S)/K_c falls at every step up in K_c), ``wf_dev_text``
-        (largest |median / eq. 12 − 1| per protocol, %), ``wf_rom_dev`` (largest |ratio of means / eq. 12 − 1|, %),
-        ``wf_within`` (cells with eq. 12 inside the interquartile range), ``wf_share_text``, ``wf_r_text``,
-        ``wf_dev_where``, ``wf_skew_text`` and ``wf_cohort_summary`` (phrases and one sentence), ``wf_sizes``,
-        ``wf_ref_kc``.
-    """
-    falls = {name: fa.share_falls(t) for name, t in eq12.items()}
-    devs = pd.concat([t.assign(protocol=name) for name, t in eq12.items()], ignore_index=True)
+    """The cohort-size section's numbers and verdict word, from ``eq12`` (protocol -> :func:`fa.eq12_table`
+    rows, at least one K_c besides ``ref_kc``, the K_c whose cohorts gave r; ``sizes``: the K_c drawn, ascending):
+        ``wf_n_protocols``; ``wf_n_falls`` / ``wf_n_rises`` (protocols whose share (1/Δ_S)/K_c falls, whose
+        median rises, at every step up in K_c); ``wf_dev_max`` (largest |median / eq. 12 − 1| away from
+        ``ref_kc``, %, one decimal); ``wf_rom_dev`` (largest |ratio of means / eq. 12 − 1|, %, one decimal)
+        and ``wf_departure``, what a departure of the median comes from (:data:`ROM_TOLERANCE`);
+        ``wf_within`` of ``wf_cells_away`` (cells with eq. 12 inside the interquartile range); ``wf_sizes``,
+        ``wf_ref_kc``."""
+    devs = pd.concat(eq12.values(), ignore_index=True)
     away = devs[devs["k_c"] != ref_kc]
-    dev_by = away.groupby("protocol", sort=False)["rel_dev"].apply(lambda x: float(x.abs().max()))
     rom_dev = float((away["ratio_of_means"] / away["predicted"] - 1).abs().max())
-    worst = away.loc[away["rel_dev"].abs().idxmax()] if len(away) else None
-    first, last = sizes[0], sizes[-1]
-    share_first = {n: float(t.loc[t.k_c == first, "share"].iloc[0]) for n, t in eq12.items()}
-    share_last = {n: float(t.loc[t.k_c == last, "share"].iloc[0]) for n, t in eq12.items()}
-    rises = {n: bool((t.sort_values("k_c")["median"].diff().dropna() > 0).all()) for n, t in eq12.items()}
     return {
-        "wf_sizes": ", ".join(map(str, sizes)),
-        "wf_ref_kc": ref_kc,
-        "wf_falls": f"{sum(falls.values())} of {len(falls)}",
-        "wf_dev_text": ", ".join(f"{100 * v:.1f}% ({n})" for n, v in dev_by.items()),
-        "wf_rom_dev": 100 * rom_dev,
-        "wf_skew_text": "so where the median departs from eq. 12, it is the skew of 1/Δ_S across cohorts (its median "
-                        "is not its ratio of means) and not eq. 12's algebra" if rom_dev < 0.05 else
-                        "so part of the departure is the finite number of cohorts drawn, not only their skew",
-        "wf_dev_where": "–" if worst is None else f"{worst['protocol']} at K_c = {int(worst['k_c'])}",
-        "wf_within": f"{int(away['within_iqr'].sum())} of {len(away)}",
-        "wf_share_text": "; ".join(f"{n}: {share_first[n]:.2f} at K_c = {first}, {share_last[n]:.2f} at K_c = {last}"
-                                   for n in eq12),
-        "wf_r_text": ", ".join(f"{t['r'].iloc[0]:.3g} ({n})" for n, t in eq12.items()),
-        "wf_cohort_summary": "A larger cohort recovers more of the penalty in absolute terms and a smaller share of "
-                             "it, as eq. 12 says." if all(rises.values()) and all(falls.values()) else
-                             "That is not the pattern eq. 12 leads one to expect for every protocol: the median rises "
-                             f"with K_c for {sum(rises.values())} of {len(rises)} protocols and its share falls for "
-                             f"{sum(falls.values())} of {len(falls)}.",
+        "wf_sizes": ", ".join(map(str, sizes)), "wf_ref_kc": ref_kc, "wf_n_protocols": len(eq12),
+        "wf_n_falls": sum(fa.share_falls(t) for t in eq12.values()),
+        "wf_n_rises": sum(bool((t.sort_values("k_c")["median"].diff().dropna() > 0).all()) for t in eq12.values()),
+        "wf_dev_max": round(100 * float(away["rel_dev"].abs().max()), 1),
+        "wf_within": int(away["within_iqr"].sum()), "wf_cells_away": len(away),
+        "wf_rom_dev": round(100 * rom_dev, 1),
+        "wf_departure": "skew alone" if rom_dev < ROM_TOLERANCE else "skew and draw",
     }
 
 
 def lr_values(lr_table: pd.DataFrame, theta_prof: Profile, spec: fa.AxesSpec, lr: float) -> dict:
-    """The step-size section's numbers and phrases: the cells trained, the spreads across lr
-    (:func:`fa.lr_spread`), the verdict of :func:`fa.lr_verdict` (its medians A, B, C as ``wf_v_reference``,
-    ``wf_v_same_lr``, ``wf_v_same_ratio``, A's interquartile range ``wf_v_iqr``, the verdict ``wf_v_text``)
-    and ``wf_full1_dev``, the largest relative move of the full-batch τ = 1 median across lr (float32
-    rounding where under 1e-3, since one full-batch step scales every update alike).
+    """The step-size section's numbers and verdict words: the cells trained, the spreads across lr
+    (:func:`fa.lr_spread`, two decimals), how the small batch's factor moves with lr (:func:`fa.lr_shape`:
+    ``wf_small_shape`` from :data:`SHAPES`, the lr where it is highest and lowest), the rule of
+    :func:`fa.lr_verdict` (its medians A, B, C as ``wf_v_reference``, ``wf_v_same_lr``, ``wf_v_same_ratio``,
+    A's interquartile range ``wf_v_iqr``, the pair it points to ``wf_v_closer`` and ``wf_v_clear``) and
+    ``wf_full1_dev``, the largest relative move of the full-batch τ = 1 median across lr (two significant
+    digits; float32 rounding where under 1e-3, since one full-batch step scales every update alike).
 
     Raises:
         KeyError: a cell of the rule missing from ``lr_table``.
@@ -237,26 +227,30 @@ def lr_values(lr_table: pd.DataFrame, theta_prof: Profile, spec: fa.AxesSpec, lr
     verdict = fa.lr_verdict(lr_table, small_bs=small_bs, large_bs=large_bs, lr=lr, factor=large_bs / small_bs)
     full1 = lr_table[(lr_table.batch_size == "full") & (lr_table.local_epochs == 1)]
     full1_dev = float((full1["recovery_unweighted"] / full1["recovery_unweighted"].iloc[0] - 1).abs().max())
+    shape = fa.lr_shape(lr_table, str(small_bs), 1)
+    by_lr = pd.Series(shape["values"])
     return {
-        "wf_lrs": ", ".join(f"{v:g}" for v in spec.lrs),
-        "wf_lr_pool": spec.lr_pool,
-        "wf_lr_cohorts": spec.lr_cohorts,
-        "wf_small_bs": small_bs,
-        "wf_large_bs": large_bs,
+        "wf_lrs": ", ".join(book.number(v) for v in spec.lrs), "wf_lr_pool": spec.lr_pool,
+        "wf_lr_cohorts": spec.lr_cohorts, "wf_small_bs": small_bs, "wf_large_bs": large_bs,
         "wf_large_lr": lr * large_bs / small_bs,
-        "wf_spread_full1": fa.lr_spread(lr_table, "full", 1),
-        "wf_spread_full2": fa.lr_spread(lr_table, "full", 2),
-        "wf_spread_small": fa.lr_spread(lr_table, str(small_bs), 1),
-        "wf_small_shape": fa.lr_shape_text(lr_table, small_bs, spec.lrs),
-        **{f"wf_v_{k}": verdict[k] for k in ("reference", "same_lr", "same_ratio", "iqr")},
-        "wf_v_text": fa.LR_VERDICTS[(verdict["closer"], verdict["clear"])],
-        "wf_full1_dev": full1_dev,
-        "wf_full1_text": "float32 rounding of Δ_k = θ − θ_k" if full1_dev < 1e-3 else
-        "more than float32 rounding would explain, so something other than the step size changed between those cells",
+        "wf_spread_full2": round(fa.lr_spread(lr_table, "full", 2), 2),
+        "wf_spread_small": round(fa.lr_spread(lr_table, str(small_bs), 1), 2),
+        "wf_small_shape": SHAPES[shape["shape"]],
+        "wf_small_top_lr": float(by_lr.idxmax()), "wf_small_bottom_lr": float(by_lr.idxmin()),
+        **{f"wf_v_{k}": round(float(verdict[k]), 2) for k in ("reference", "same_lr", "same_ratio", "iqr")},
+        "wf_v_closer": verdict["closer"], "wf_v_clear": "clear" if verdict["clear"] else "not clear",
+        "wf_full1_dev": significant(full1_dev, 2),
     }
 
 
-def model_parts(live: Profile | None, models_from: str, *, workers: int = 1) -> tuple[dict, list, list]:
+def significant(x: float, digits: int) -> float:
+    """``x`` rounded to ``digits`` significant digits (2.68e-07 -> 2.7e-07 at two); 0 and NaN as they are."""
+    if x == 0 or not np.isfinite(x):
+        return x
+    return round(x, digits - 1 - int(np.floor(np.log10(abs(x)))))
+
+
+def model_parts(live: Profile | None, models_from: str, *, workers: int = 1) -> tuple[dict, pd.DataFrame, list]:
     """The parts of the model-size study (:data:`fa.MODEL_PARTS`) this build shows.
 
     Args:
@@ -266,91 +260,126 @@ def model_parts(live: Profile | None, models_from: str, *, workers: int = 1) -> 
         workers: worker processes of a live study.
 
     Returns:
-        ``(parts, missing, unfinished)``: part -> (table, checkpoints, accuracy, one sentence of where it
-        came from); one phrase per part not found, with the command that makes it; and (model, rounds
-        done, its budget) of an own trajectory read while still going.
+        ``(parts, where, unfinished)``: part -> (table, checkpoints); per part, where it came from ("this
+        build", "archive" or "missing"; for an archived part its date, machine, commit, run code and whether
+        it is this checkout's, hours of compute, files changed since archived); and (model, rounds done,
+        budget) of an own trajectory read while still going.
     """
-    parts, missing, unfinished = {}, [], []
-    if live is not None:
-        mst = fa.model_study(live, fa.model_spec(live.name, "models"), workers=workers,
-                             trajectory=archive.ladder_trajectories(live.name).get(live.seeds[0]))
-        parts["models"] = (mst.table, mst.checkpoints, mst.accuracy,
-                           f"computed in this build with the {live.name} profile's settings")
+    parts, rows, unfinished = {}, {}, []
     for part in fa.MODEL_PARTS:
-        if part in parts:
+        key = (part, fa.PART_NAMES[part])
+        if live is not None and part == "models":
+            mst = fa.model_study(live, fa.model_spec(live.name, "models"), workers=workers,
+                                 trajectory=archive.ladder_trajectories(live.name).get(live.seeds[0]))
+            parts[part] = (mst.table, mst.checkpoints)
+            rows[key] = {"from": "this build", "profile": live.name}
             continue
         found = archive.load_factor_study(models_from, part)
         if found is None:
-            missing.append(f"{fa.PART_NAMES[part]} (make it with: {archive.how_to_make_factor(models_from, part)})")
-        else:
-            parts[part] = (found.table, found.checkpoints, found.accuracy,
-                           f"read from the {models_from} archive, {found.text()}")
-            m = found.spec.models[0]
-            if found.trajectory is not None and len(found.trajectory) < m.rounds:
-                unfinished.append((fa.model_label(m.model, m.width), len(found.trajectory), m.rounds))
-    return parts, missing, unfinished
+            rows[key] = {"from": "missing", "profile": models_from}
+            continue
+        parts[part] = (found.table, found.checkpoints)
+        p = found.provenance
+        machine = p["machine"]
+        rows[key] = {"from": "archive", "profile": models_from, "computed": p["finished_utc"][:10],
+                     "device": machine.get("device", "?"),
+                     "processor": machine.get("cuda_device") or machine.get("cpu_model") or machine.get("processor"),
+                     "commit": p["commit"], "run code": p["code_hash"],
+                     "same code now": p["code_hash"] == provenance.code_hash(),
+                     "compute (h)": round(p["compute_s"] / 3600, 1), "last command (h)": round(p["wall_s"] / 3600, 1),
+                     "files changed": len(found.changed)}
+        m = found.spec.models[0]
+        if found.trajectory is not None and len(found.trajectory) < m.rounds:
+            unfinished.append((fa.model_label(m.model, m.width), len(found.trajectory), m.rounds))
+    where = pd.DataFrame.from_dict(rows, orient="index")
+    where.index.names = ["part", "what it measures"]
+    return parts, where, unfinished
 
 
-def cliff_text(found: Findings) -> str:
-    """One clause: at how many θ a full-batch protocol recovers more than every minibatch one
-    (:func:`fa.cliff_verdict`), its range and the paper's Table I cliff."""
-    cv = fa.cliff_verdict(found.overview)
-    return (f"a full-batch protocol recovers more than every minibatch one (cliff > 1) at {cv['holds']} of "
-            f"the {cv['measured']} θ (cliff {cv['min']:.2f} to {cv['max']:.2f}; the paper's Table I: "
-            f"{found.paper_row['cliff'].iloc[0]:.2f})" if cv["measured"] else
-            "no θ was measured with both a full-batch and a minibatch protocol")
+def model_values(found: Findings) -> dict:
+    """The model-size section's numbers (NaN without a study): ``wf_n_models`` and their parameter range;
+    the cliff over every θ (:func:`fa.cliff_verdict`: ``wf_cliff_holds`` of ``wf_cliff_measured``, its range,
+    two decimals) beside the paper's (``wf_paper_cliff``) and the paper's Table I test accuracies; the θ
+    kept below their target (``wf_ckpt_below`` of ``wf_ckpt_kept``); and the first own trajectory read
+    while still going (``wf_unf_model``, ``wf_unf_done`` rounds of ``wf_unf_budget``)."""
+    t1, nan = paper_table("table1"), float("nan")
+    unf = found.unfinished[0] if found.unfinished else ("–", nan, nan)
+    out = {"wf_ref_label": found.ref_label, "wf_paper_cliff": round(float(fa.paper_overview()["cliff"].iloc[0]), 2),
+           "wf_paper_acc_min": round(float(t1["test_acc"].min()), 2),
+           "wf_paper_acc_max": round(float(t1["test_acc"].max()), 2),
+           "wf_unf_model": unf[0], "wf_unf_done": unf[1], "wf_unf_budget": unf[2]}
+    keys = ("n_models", "params_min", "params_max", "cliff_holds", "cliff_measured", "cliff_min", "cliff_max",
+            "ckpt_kept", "ckpt_below")
+    if found.mtable is None:
+        return out | {f"wf_{k}": nan for k in keys}
+    cv, kept = fa.cliff_verdict(found.overview), found.mckpts[found.mckpts["reached"]]
+    return out | dict(zip((f"wf_{k}" for k in keys), (
+        found.overview.index.get_level_values("model").nunique(), int(found.mtable["params"].min()),
+        int(found.mtable["params"].max()), cv["holds"], cv["measured"], round(cv["min"], 2), round(cv["max"], 2),
+        len(kept), int((kept["test_acc"] < kept["target"]).sum()))))
 
 
-def model_values(found: Findings, missing: list[str], unfinished: list) -> dict:
-    """The model-size section's captions and findings (sentences; "" captions without a study):
-    ``wf_overview_caption``, ``wf_sn_caption``, ``wf_ckpt_caption``, ``wf_check_within`` ("2 of 27; 0 of 5":
-    cells within the spread per model measured both ways), ``wf_check_text`` (:func:`fa.route_summary` per
-    model) and ``wf_found_model`` (the chapter's summary, model by model; or what is missing)."""
-    routes = {name: fa.route_summary(c) for name, c in found.checks.items() if len(c)}
-    out = {
-        "wf_check_within": "; ".join(f"{r['cells'] - r['beyond']} of {r['cells']}" for r in routes.values()) or "–",
-        "wf_check_text": "; ".join(
-            f"for the {name}, the way θ was reached changes the measurement by "
-            + (f"less than its spread across cohorts ({r['cells']} of {r['cells']} (target, protocol) cells within)"
-               if not r["beyond"] else f"more than its spread across cohorts in {r['beyond']} of {r['cells']} "
-               f"(target, protocol) cells; centralised-SGD θ give {book.span(r['min'], r['max'])} times (median "
-               f"{r['median']:.2f}) the value at FedAvg θ") for name, r in routes.items())
-        or "not measured in this build (it needs one model at θ reached both ways)",
+def resnet_values(found: Findings) -> dict:
+    """What the way θ was reached does to the paper's model (NaN or 0 where not measured; two decimals where
+    not a count): :func:`fa.route_summary` of its :attr:`Findings.checks` (``wf_rn_route_min``, ``_median``,
+    ``_max``, ``wf_rn_beyond`` of ``wf_rn_cells``); the route to the paper (a comparison of ours, on
+    :attr:`Findings.matched`): per protocol at both sources, whether FedAvg θ bring 1/Δ_S nearer the paper's
+    Table I than centralised θ (smaller |log ratio|), ``wf_rn_nearer`` of ``wf_rn_both``, the median ratios
+    ``wf_rn_fed_median``, ``wf_rn_cen_median``; and the minibatch protocols at FedAvg θ: ratio, test
+    accuracy and the paper's (``wf_rn_mini_ratio_min``/``_max``, ``_acc_``, ``_paper_``)."""
+    nan, empty = float("nan"), pd.DataFrame(columns=["paper_acc", "paper", "acc", "measured", "ratio"], dtype=float)
+    check = found.checks.get("ResNet-18-GN")
+    route = fa.route_summary(check) if check is not None and len(check) else {"cells": 0, "beyond": 0}
+    fed, cen = (found.matched.get(src, empty) for src in ("fedavg", "centralised"))
+    both = [i for i in fed.index if i in cen.index]
+    fed, cen = fed.loc[both], cen.loc[both]
+    mini = found.matched.get("fedavg", empty)
+    mini = mini.loc[[not str(i).startswith("full") for i in mini.index]]
+    return {**{f"wf_rn_route_{k}": round(route.get(k, nan), 2) for k in ("min", "median", "max")},
+            "wf_rn_beyond": route["beyond"], "wf_rn_cells": route["cells"], "wf_rn_both": len(both),
+            "wf_rn_nearer": int((np.abs(np.log(fed["ratio"])) < np.abs(np.log(cen["ratio"]))).sum()),
+            "wf_rn_fed_median": round(fed["ratio"].median(), 2), "wf_rn_cen_median": round(cen["ratio"].median(), 2),
+            **{f"wf_rn_mini_{k}_{end}": round(getattr(mini[col], end)(), 2)
+               for k, col in (("ratio", "ratio"), ("acc", "acc"), ("paper", "paper_acc")) for end in ("min", "max")}}
+
+
+def own_values(own, base, paper_row: pd.Series | None) -> dict:
+    """ResNet-18-GN's own FedAvg trajectory beside the paper's Table I value of its protocol (NaN where
+    the trajectory or the paper's row is not in this build; ``wf_own_read``: "read" or "not read").
+
+    ``base``: the trajectory's run configuration (its protocol). Its rounds ``wf_own_rounds`` of a budget of
+    ``wf_own_budget``; the median and interquartile range of its per-round 1/Δ_S over its last quarter
+    (``wf_own_window`` rounds, :func:`maskfed.analysis.summary.tail_window`); its last evaluated test
+    accuracy and round; the paper's value and accuracy (the median over its last 50 of 200 rounds); and,
+    where the study measured that protocol at θ of the trajectory, its last such round, cohorts, pool and
+    median 1/Δ_S over cohorts. Two decimals where not a count; ``wf_own_gap``: the accuracy gap to the
+    paper's, a fraction (compare :data:`STAGE_GAP`).
+    """
+    nan = float("nan")
+    keys = ("rounds", "budget", "window", "median", "q1", "q3", "acc", "acc_round", "paper", "paper_acc", "gap",
+            "at_round", "cohorts", "pool", "at_median")
+    if own is None or paper_row is None:
+        return {"wf_own_read": "not read"} | {f"wf_own_{k}": nan for k in keys}
+    metrics = own.trajectory
+    n = len(metrics)
+    tail = metrics["recovery_unweighted"].iloc[n - tail_window(n):]
+    acc = metrics["test_acc"].dropna()
+    t = own.table
+    at = t[(t["source"] == "fedavg") & (t["batch_size"].astype(str) == str(base.batch_size))
+           & (t["local_epochs"] == base.local_epochs)].sort_values("when")
+    last = at.iloc[-1] if len(at) else None
+    return {
+        "wf_own_read": "read", "wf_own_rounds": n, "wf_own_budget": own.spec.models[0].rounds,
+        "wf_own_window": len(tail), "wf_own_median": round(tail.median(), 2),
+        "wf_own_q1": round(tail.quantile(0.25), 2), "wf_own_q3": round(tail.quantile(0.75), 2),
+        "wf_own_acc": round(float(acc.iloc[-1]), 2), "wf_own_acc_round": int(metrics.loc[acc.index[-1], "round"]),
+        "wf_own_paper": round(float(paper_row["recovery_unweighted"]), 2),
+        "wf_own_paper_acc": round(float(paper_row["test_acc"]), 2),
+        "wf_own_gap": float(acc.iloc[-1]) - float(paper_row["test_acc"]),
+        "wf_own_at_round": int(last["when"]) if last is not None else nan,
+        "wf_own_cohorts": int(own.spec.num_cohorts), "wf_own_pool": int(own.spec.pool_size),
+        "wf_own_at_median": round(float(last["recovery_unweighted"]), 2) if last is not None else nan,
     }
-    mtable, overview, ref_label = found.mtable, found.overview, found.ref_label
-    if mtable is None:
-        return out | {"wf_overview_caption": "", "wf_sn_caption": "", "wf_ckpt_caption": "",
-                      "wf_found_model": "not measured in this build: " + "; ".join(missing)}
-    ref_rows = overview[ref_label] if ref_label in overview else pd.Series(dtype=float)
-    cliff = cliff_text(found)
-    t1 = paper_table("table1")
-    out["wf_overview_caption"] = (
-        "One row per θ (model, parameters, how θ was reached, the accuracy aimed at and the test accuracy reached): "
-        "the median 1/Δ_S over cohorts of each protocol, and the cliff (the smallest full-batch over the largest "
-        "minibatch value; the Table I chapter's measure of the paper's finding). The last row is the paper's Table I, "
-        "where each protocol is measured on its own 200-round trajectory, so at its own accuracy "
-        f"({t1['test_acc'].min():.2f} to {t1['test_acc'].max():.2f}), not "
-        f"at matched θ. Across the {overview.index.get_level_values('model').nunique()} models of this build "
-        f"({int(mtable['params'].min()):,} to {int(mtable['params'].max()):,} parameters), {ref_label} recovers "
-        + ((f"{ref_rows.min():.2f} ({ref_rows.idxmin()[0]}) to {ref_rows.max():.2f} ({ref_rows.idxmax()[0]})")
-           if len(ref_rows.dropna()) else "–") + f", and {cliff}.")
-    out["wf_sn_caption"] = ("The noise σ̂² and signal ‖μ̂‖² (eq. 13-14, medians over cohorts) behind each "
-                            "recovery factor above; eq. 12 ties their ratio to 1/Δ_S.")
-    out["wf_ckpt_caption"] = evidence.checkpoints_caption(found.mckpts, unfinished)
-    check_short = ("the way θ was reached moves the measurement by more than its spread in " + "; ".join(
-        f"{r['beyond']} of {r['cells']} cells ({name})" for name, r in routes.items())
-        if routes else "the way θ was reached was not checked")
-    out["wf_found_model"] = (
-        f"over {overview.index.get_level_values('model').nunique()} models "
-        f"({int(mtable['params'].min()):,} to {int(mtable['params'].max()):,} parameters) at matched "
-        f"accuracy, {cliff}"
-        + (f"; {ref_label} recovers {ref_rows.min():.2f} to {ref_rows.max():.2f}" if len(ref_rows.dropna()) else "")
-        + "; " + check_short + ". Model by model: " + "; ".join(
-            f"{r.Index} ({int(r.params):,} parameters), cliff > 1 at {int(r.holds)} of "
-            f"{int(r.measured)} θ" + (f" ({book.span(r.cliff_min, r.cliff_max)})" if r.measured else "")
-            + (f", {ref_label} recovers {book.span(r.ref_min, r.ref_max)}" if r.ref_min == r.ref_min else "")
-            for r in fa.by_model(overview, ref_label).itertuples()))
-    return out
 
 
 # --------------------------------------------------------------------------- tables
@@ -367,10 +396,47 @@ def table_cohort_size(found: Findings) -> tuple[pd.DataFrame, list[str]]:
                                                      zip(devs["median"], devs["q1"], devs["q3"])]})
     shown = shown[["protocol", "k_c", "1/Δ_S, median [IQR]", "share", "predicted", "rel_dev", "within_iqr",
                    "cohorts", "ratio_of_means", "predicted_share", "median", "q1", "q3"]].rename(columns={
-        "k_c": "K_c", "share": "share (1/Δ_S)/K_c", "ratio_of_means": "K_c·mean B / mean A", "predicted": "eq. 12",
+        "k_c": "K_c", "share": "share (1/Δ_S)/K_c", "ratio_of_means": "ratio of means", "predicted": "eq. 12",
         "predicted_share": "eq. 12 share", "rel_dev": "median / eq. 12 − 1", "within_iqr": "eq. 12 within IQR",
         "median": "1/Δ_S median", "q1": "1/Δ_S lower quartile", "q3": "1/Δ_S upper quartile"})
     return shown.set_index(["protocol", "K_c"]), COHORT_MAIN
+
+
+def table_cohort_protocols(found: Findings, ref_kc: int) -> tuple[pd.DataFrame, dict]:
+    """One row per protocol of the cohort-size axis: r measured at ``ref_kc``, the share (1/Δ_S)/K_c at the
+    smallest and the largest K_c, the largest |median / eq. 12 − 1| away from ``ref_kc`` (%), and whether
+    the median rises and the share falls at every step up in K_c; and the formats, for
+    :func:`maskfed.book.styled` (r to three significant digits, shares to two decimals, the gap to one)."""
+    rows = {}
+    for name, t in found.eq12.items():
+        t = t.sort_values("k_c")
+        rows[name] = {"r": float(t["r"].iloc[0]), "share, first K_c": float(t["share"].iloc[0]),
+                      "share, last K_c": float(t["share"].iloc[-1]),
+                      "largest gap (%)": 100 * float(t.loc[t["k_c"] != ref_kc, "rel_dev"].abs().max()),
+                      "median rises": bool((t["median"].diff().dropna() > 0).all()), "share falls": fa.share_falls(t)}
+    formats = {"r": lambda x: book.number(x, 3), "share, first K_c": TWO_DECIMALS, "share, last K_c": TWO_DECIMALS,
+               "largest gap (%)": "{:.1f}"}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("protocol"), formats
+
+
+def table_resnet(found: Findings) -> tuple[pd.DataFrame, dict]:
+    """The paper's model in the model-size study, one row per θ source ("FedAvg θ": its own trajectory,
+    with the rounds of its θ; "centralised θ"): the test accuracy range of its θ, the θ with cliff > 1 of
+    those measured (:func:`fa.cliff_verdict`) and the cliff's range, and the range of the ratio to the
+    paper's Table I at the θ nearest in accuracy to each row (:attr:`Findings.matched`); and the formats
+    (two decimals). Empty without ResNet-18-GN."""
+    rows, t = {}, found.mtable if found.mtable is not None else pd.DataFrame(columns=["model", "source"])
+    for src, name in (("fedavg", "FedAvg θ"), ("centralised", "centralised θ")):
+        theta = t[(t["model"] == "resnet18_gn") & (t["source"] == src)]
+        if len(theta) and src in found.matched:
+            v, ratio = fa.cliff_verdict(fa.model_overview(theta)), found.matched[src]["ratio"]
+            theta = theta.drop_duplicates("target")
+            rows[name] = {"rounds": ", ".join(str(int(r)) for r in theta["when"]) if src == "fedavg" else "–",
+                          "acc min": theta["test_acc"].min(), "acc max": theta["test_acc"].max(),
+                          "cliff > 1": v["holds"], "θ measured": v["measured"], "cliff min": v["min"],
+                          "cliff max": v["max"], "ratio min": ratio.min(), "ratio max": ratio.max()}
+    shown = pd.DataFrame.from_dict(rows, orient="index").rename_axis("ResNet-18-GN at")
+    return shown, {c: TWO_DECIMALS for c in shown.columns if c.endswith(("min", "max"))}
 
 
 def table_step_size(found: Findings) -> tuple[pd.DataFrame, dict]:
@@ -390,18 +456,35 @@ def table_models(found: Findings) -> tuple[pd.DataFrame, list]:
     reached, median 1/Δ_S per protocol and the cliff; and the main columns (the trajectory's protocol
     first, then as many as fit, :func:`maskfed.book.main_columns`). Needs :attr:`Findings.mtable`."""
     paper = found.paper_row[[c for c in found.overview.columns if c in found.paper_row.columns]]
-    ov = pd.concat([found.overview, paper]).reset_index(["params", "test_acc"]).rename(index=THETA_NAMES)
+    ov = pd.concat([found.overview, paper]).reset_index(["params", "test_acc"]).rename(index=theta_names())
     protocols = found.protocols
     main = book.main_columns(ov, ["params", "test_acc", "cliff"] + [p for p in [found.ref_label] if p in protocols],
-                             protocols, {"cliff": "{:.2f}"})
+                             protocols, {"cliff": TWO_DECIMALS})
     return ov, main
+
+
+def table_by_model(found: Findings) -> tuple[pd.DataFrame, dict]:
+    """Per model of the study (in order of parameter count): its parameters; θ with cliff > 1 of those
+    with a cliff and the cliff's range (:func:`fa.by_model`); the range of the trajectory's protocol
+    (:attr:`Findings.ref_label`); and, for a model measured at θ reached both ways (:func:`fa.route_summary`),
+    the cells beyond the FedAvg θ's spread and the ratio centralised / FedAvg θ (NaN where not measured);
+    and the formats (:data:`TWO_DECIMALS`). Needs :attr:`Findings.mtable`."""
+    by = fa.by_model(found.overview, found.ref_label).rename(columns={
+        "holds": "cliff > 1", "measured": "θ measured", "cliff_min": "cliff min", "cliff_max": "cliff max",
+        "ref_min": "reference min", "ref_max": "reference max"})
+    routes = {name: fa.route_summary(c) for name, c in found.checks.items() if len(c)}
+    route = pd.DataFrame.from_dict(routes, orient="index", columns=["cells", "beyond", "min", "median", "max"])
+    route = route.rename(columns={"cells": "cells both ways", "beyond": "cells beyond spread", "min": "route min",
+                                  "median": "route median", "max": "route max"})
+    shown = by.join(route).rename_axis("model")
+    return shown, {c: TWO_DECIMALS for c in shown.columns if c.endswith(("min", "max", "median"))}
 
 
 def table_signal_noise(found: Findings) -> tuple[pd.DataFrame, list, dict]:
     """σ̂² and ‖μ̂‖² (medians over cohorts) per protocol (side by side) at each θ, rows as
     :func:`table_models`; the main columns and the formats (scientific). Needs :attr:`Findings.mtable`."""
     protocols = found.protocols
-    sn = fa.model_signal_noise(found.mtable).droplevel(["params", "test_acc"]).rename(index=THETA_NAMES)
+    sn = fa.model_signal_noise(found.mtable).droplevel(["params", "test_acc"]).rename(index=theta_names())
     sn = sn.swaplevel(axis=1).reindex(columns=pd.MultiIndex.from_product([protocols, ["sigma2_hat", "mu2_hat"]]))
     sn = sn.rename(columns={"sigma2_hat": "σ̂²", "mu2_hat": "‖μ̂‖²"}, level=1)
     formats = {c: book.scientific for c in sn.columns}
@@ -428,7 +511,7 @@ def table_model_thetas(found: Findings) -> pd.DataFrame | None:
     return (c.assign(model=[fa.model_label(m, w) for m, w in zip(c["model"], c["width"])], **unreached)
             .drop(columns=["width"]).rename(columns={"when": "round / step", "images": "training images",
                                                      "where": "from"}).set_index(["model", "source", "target"])
-            .rename(index=THETA_NAMES))
+            .rename(index=theta_names()))
 
 
 def table_paper_beside(found: Findings) -> tuple[pd.DataFrame, dict]:
@@ -441,36 +524,35 @@ def table_paper_beside(found: Findings) -> tuple[pd.DataFrame, dict]:
         for k, m in found.matched.items()]
     shown = pd.concat([first[["paper_acc", "paper"]].rename(columns={"paper_acc": "acc, paper",
                                                                      "paper": "1/Δ_S, paper"})] + beside, axis=1)
-    return shown, {c: "{:.2f}" for c in shown.columns if c.startswith("ratio")}
+    return shown, {c: TWO_DECIMALS for c in shown.columns if c.startswith("ratio")}
 
 
-# --------------------------------------------------------------------------- figures
+# --------------------------------------------------------------------------- figures (captions: the chapter's)
 
 def figure_cohort_size(found: Findings) -> plt.Figure:
     """1/Δ_S and its share against K_c per protocol, with eq. 12 (:func:`maskfed.book.plots.cohort_size`)."""
     fig, axes = plt.subplots(2, 1, figsize=(6.4, 8.4), sharex=True)
     cohort_size(found.eq12, axes=axes)
-    axes[0].set_title("1/Δ_S against the cohort size K_c, at one θ")
     return fig
 
 
 def figure_step_size(found: Findings) -> plt.Figure:
     """1/Δ_S against lr per cell (:func:`maskfed.book.plots.step_size`)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    step_size(found.lr_table, ax=ax, title="1/Δ_S against the step size, at one θ")
+    step_size(found.lr_table, ax=ax, title="1/Δ_S against lr")
     return fig
 
 
 def figure_models(found: Findings) -> plt.Figure:
-    """1/Δ_S against the parameter count, one panel per target accuracy, the paper's Table I in the
-    last (:func:`maskfed.book.plots.recovery_vs_parameters`). Needs :attr:`Findings.mtable`."""
+    """1/Δ_S against the parameter count, one panel per target accuracy (its title), the paper's Table I in
+    the last (:func:`maskfed.book.plots.recovery_vs_parameters`). Needs :attr:`Findings.mtable`."""
     targets = sorted(found.mtable["target"].unique())
     fig, axes = plt.subplots(len(targets), 1, figsize=(6.4, 3.4 * len(targets) + 1.6), sharex=True, sharey=True,
                              squeeze=False)
     for ax, t in zip(axes[:, 0], targets):
         recovery_vs_parameters(found.mtable, ax=ax, target=t, legend=t == targets[-1],
                                paper=found.paper_row.drop(columns="cliff").iloc[0] if t == targets[-1] else None,
-                               title=f"1/Δ_S against the model size, θ for target test accuracy {t:.2f}")
+                               title=f"target accuracy {book.number(t)}")
         ax.tick_params(labelbottom=True)  # every panel keeps its parameter-count labels
     return fig
 
@@ -481,6 +563,6 @@ def figure_own_trajectory(found: Findings) -> plt.Figure | None:
     if found.own is None or found.p32 is None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    own_trajectory(found.own.trajectory, paper=float(found.p32["recovery_unweighted"]), thetas=found.own_thetas,
-                   ax=ax, title="ResNet-18-GN, FedAvg at bs 32, τ 2: 1/Δ_S round by round")
+    own_trajectory(found.own.trajectory, paper=float(found.p32["recovery_unweighted"]), thetas=found.own_thetas, ax=ax,
+                   title=f"ResNet-18-GN, {found.ref_label}")
     return fig
