@@ -74,14 +74,15 @@ def test_table_verdicts_one_column_per_half():
     found = SimpleNamespace(by_range={"early": half, "late": half | {"verdict": "sampling", "stages": [2, 3]}})
     # execute
     table = chapter.table_verdicts(found)
-    # assert: a column a half; shares in percent without decimals, effects to two decimals, stages listed
+    # assert: a column a half; shares in whole percent, effects to two decimals, stages listed
     assert list(table.columns) == ["early", "late"]
-    assert table.loc["stage share (%)", "early"] == "50" and table.loc["between seeds (%)", "early"] == "20"
-    assert table.loc["full / minibatch (×)", "early"] == "1.10"
-    assert table.loc["highest / lowest checkpoint (×)", "early"] == "2.50"
+    assert table.loc["stage share (%)", "early"] == 50 and table.loc["between seeds (%)", "early"] == 20
+    assert table.loc["full / minibatch (×)", "early"] == 1.1
+    assert table.loc["highest / lowest checkpoint (×)", "early"] == 2.5
     assert table.loc["checkpoints (stage)", "late"] == "2, 3" and table.loc["verdict", "late"] == "sampling"
     assert table.loc["accuracy", "early"] == "0.07–0.32"
-    assert set(chapter.VERDICT_FORMATS) <= set(table.index)
+    assert set(chapter.VERDICT_ROWS) <= set(table.index)
+
 
 def test_source_without_an_archived_profile_is_the_own_run():
     # execute: no ladder profile (ladder_from = None, or its archive keeps no θ)

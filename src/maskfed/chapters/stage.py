@@ -23,7 +23,7 @@ import pandas as pd
 
 from maskfed import provenance
 from maskfed.analysis import summary
-from maskfed.book import evidence, plots
+from maskfed.book import evidence, number, plots
 from maskfed.book.plots import against_stage, branches
 from maskfed.engine.config import load_profile, Profile, RunConfig
 from maskfed.studies import archive, stage
@@ -31,11 +31,11 @@ from maskfed.studies import archive, stage
 #: The paper's argument for sampling (Sec. IV-C): full batch τ = 5 against batch 128 with τ = 1 and 2.
 F5_PAIRS = {"128_1": ("128", 1), "128_2": ("128", 2)}
 
-#: The rows of :func:`table_verdicts` that are numbers, with their formats (percent without decimals, ratios
-#: to two decimals).
-VERDICT_FORMATS = {"stage share (%)": "{:.0f}", "between seeds (%)": "{:.0f}", "sampling share (%)": "{:.0f}",
-                   "protocol share (%)": "{:.0f}", "full / minibatch (×)": "{:.2f}",
-                   "highest / lowest checkpoint (×)": "{:.2f}"}
+#: The rows of :func:`table_verdicts` that are numbers, each with the name of its value in :func:`half_values`.
+VERDICT_ROWS = {"stage share (%)": "stage", "between seeds (%)": "seed", "sampling share (%)": "sampling",
+                "protocol share (%)": "protocol", "full / minibatch (×)": "sampling_effect",
+                "highest / lowest checkpoint (×)": "stage_effect"}
+
 
 @dataclass(frozen=True)
 class Findings:
@@ -238,18 +238,16 @@ def table_cliffs(f: Findings) -> pd.DataFrame:
 def table_verdicts(f: Findings) -> pd.DataFrame:
     """The verdict per half of training, one column per half ("early", "late"), one row per quantity: its
     checkpoints, their accuracy range, the stage share of the variance and the part of it between seeds, the
-    sampling and protocol shares (percent), the two effect sizes (×) and the verdict
-    (:func:`maskfed.studies.stage.verdict_by_range`); numbers formatted with :data:`VERDICT_FORMATS` (a
+    sampling and protocol shares (whole percent), the two effect sizes (×, two decimals) and the verdict
+    (:func:`maskfed.studies.stage.verdict_by_range`, rounded by :func:`half_values` as the text reads them; a
     column a half, so that the table fits the page)."""
-    def column(v: dict) -> dict:
-        numbers = {"stage share (%)": 100 * v["stage"], "between seeds (%)": 100 * v["seed"],
-                   "sampling share (%)": 100 * v["sampling"], "protocol share (%)": 100 * v["protocol"],
-                   "full / minibatch (×)": v["sampling_effect"], "highest / lowest checkpoint (×)": v["stage_effect"]}
+    def column(k: str, v: dict) -> dict:
+        h = half_values(k, v)
         return {"checkpoints (stage)": ", ".join(map(str, v["stages"])),
-                "accuracy": "–".join("{:.2f}".format(v[k]) for k in ("acc_min", "acc_max")),
-                **{k: VERDICT_FORMATS[k].format(x) for k, x in numbers.items()}, "verdict": v["verdict"]}
+                "accuracy": "–".join(number(h[f"st_{k}_acc_{m}"]) for m in ("min", "max")),
+                **{row: h[f"st_{k}_{name}"] for row, name in VERDICT_ROWS.items()}, "verdict": v["verdict"]}
 
-    return pd.DataFrame({k: column(v) for k, v in f.by_range.items()})
+    return pd.DataFrame({k: column(k, v) for k, v in f.by_range.items()})
 
 
 def table_alpha(f: Findings) -> pd.DataFrame:
