@@ -133,5 +133,6 @@ def figure_rounds(table: pd.DataFrame, mask_keep_prob, cohort_size: int) -> plt.
     ax.axhline(1, color="0.5", ls="--", label="1")
     ax.set_xlabel("round")
     ax.set_ylabel("recovery factor $1/\\Delta_S$")
+    ax.set_title("1/Δ_S per round")
     plots.legend_outside(ax, "below")
     return fig

@@ -244,7 +244,7 @@ def table_verdicts(f: Findings) -> pd.DataFrame:
     def column(k: str, v: dict) -> dict:
         h = half_values(k, v)
         return {"checkpoints (stage)": ", ".join(map(str, v["stages"])),
-                "accuracy": "–".join(number(h[f"st_{k}_acc_{m}"]) for m in ("min", "max")),
+                "accuracy": number(h[f"st_{k}_acc_min"]) + "–" + number(h[f"st_{k}_acc_max"]),
                 **{row: h[f"st_{k}_{name}"] for row, name in VERDICT_ROWS.items()}, "verdict": v["verdict"]}
 
     return pd.DataFrame({k: column(k, v) for k, v in f.by_range.items()})
@@ -293,6 +293,7 @@ def figure_cliff(f: Findings) -> plt.Figure:
     ax.axhline(1, color="0.6", ls=":", lw=1)
     ax.set_xlabel("checkpoint test accuracy")
     ax.set_ylabel("cliff")
+    ax.set_title("cliff along training")
     plots.legend_outside(ax, "below", ncol=4)
     return fig
 
