@@ -49,23 +49,14 @@ def check_agreement(table: pd.DataFrame, reference: pd.DataFrame, rounds: int, m
 
 @dataclass(frozen=True)
 class Findings:
-    """What the page shows.
-
-    Attributes:
-        values: glue name -> number or short text (:func:`maskfed.book.glue_numbers`).
-        profile: the profile whose first seed's run configuration was simulated (for the banner).
-        cfg: that run configuration.
-        table: the strategy's rounds (:func:`maskfed.integrations.flower.history_table`).
-        reference: run_fedavg's rounds (:func:`maskfed.integrations.flower.maskfed_reference`, index: round).
-        mask_keep_prob: keep probability p of the shared block mask (eq. 2); None: no mask.
-    """
+    """What the page shows: ``values`` maps each glue name to a number or a short word
+    (:func:`maskfed.book.glue_numbers`); the rest are what the table and the figure are drawn from."""
 
     values: dict
-    profile: Profile
-    cfg: RunConfig
-    table: pd.DataFrame
-    reference: pd.DataFrame
-    mask_keep_prob: float | None
+    profile: Profile            # the profile whose first seed's run configuration was simulated
+    cfg: RunConfig              # that run configuration
+    table: pd.DataFrame         # the strategy's rounds (flower.history_table)
+    reference: pd.DataFrame     # run_fedavg's rounds (flower.maskfed_reference; index: round)
 
 
 def simulate_rounds(cfg: RunConfig, mask_keep_prob) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -104,7 +95,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, mas
     gap = check_agreement(table, reference, cfg.rounds, mask_keep_prob)
     values = {"fl_rounds": cfg.rounds, "fl_kc": cfg.cohort_size, "fl_k": cfg.num_clients, "fl_gap": significant(gap, 2),
               "fl_p": "none" if mask_keep_prob is None else mask_keep_prob}
-    return Findings(values, prof, cfg, table, reference, mask_keep_prob)
+    return Findings(values, prof, cfg, table, reference)
 
 
 def sources_table(table: pd.DataFrame, reference: pd.DataFrame, mask_keep_prob) -> pd.DataFrame:
