@@ -28,7 +28,16 @@ def test_values_of_an_exact_control_against_k_c_not_k():
     assert got["ctl_rel_w"] == 0.0 and got["ctl_sigma_rel"] == 0.0 and got["ctl_spread"] == 0.0
     assert got["ctl_kc"] == 4 and got["ctl_rounds"] == 2 and got["ctl_tol"] == 1e-12
     assert got["ctl_devices"] == "cpu" and got["ctl_determinism"] == "on"
-    assert got["ctl_perturbed"] == pytest.approx(1e-6 * (1 / 4 - 1 / 16))
+    # ε² (1/K_c − 1/K_c²) = 1e-6 · 3/16 = 1.875e-7, to one significant digit as the text reads it
+    assert got["ctl_perturbed"] == pytest.approx(2e-7)
+
+
+def test_significant_rounds_as_a_reader_writes_a_deviation():
+    # execute / assert: two significant digits of the float64 rounding; zero and NaN as they are
+    assert chapter.significant(2.220446049250313e-16, 2) == pytest.approx(2.2e-16, rel=1e-12)
+    assert chapter.significant(1.875e-7, 1) == pytest.approx(2e-7, rel=1e-12)
+    assert chapter.significant(0.0, 2) == 0.0
+    assert chapter.significant(float("nan"), 2) != chapter.significant(float("nan"), 2)
 
 
 def test_a_control_off_by_more_than_the_tolerance_fails_the_chapter():

@@ -18,35 +18,35 @@ def tables(gap: float, unmasked_from: str):
     return table, ref
 
 
-class Cfg:
-    rounds, cohort_size, num_clients = 2, 3, 8
+def found(monkeypatch, gap: float, unmasked_from: str, mask_keep_prob):
+    # the smoke profile's first run, two rounds, with the hand-made tables in place of the Flower simulation
+    monkeypatch.setattr(chapter, "simulate_rounds", lambda cfg, p: tables(gap, unmasked_from))
+    return chapter.findings("smoke", overrides={"rounds": 2}, mask_keep_prob=mask_keep_prob)
 
 
-def test_findings_glue_the_largest_gap_and_the_mask():
-    # prepare
-    table, ref = tables(4e-6, "client metrics")
+def test_findings_glue_the_largest_gap_and_the_mask(monkeypatch):
     # execute
-    got = chapter.findings(Cfg, table, ref, 0.5)
-    # assert
-    assert got["fl_gap"] == pytest.approx(4e-6)
-    assert got["fl_p"] == "a shared block mask with p = 0.5" and got["fl_kc"] == 3 and got["fl_k"] == 8
-    assert got["fl_masked_note"].startswith("; the masked updates the server received give other values")
-    assert chapter.findings(Cfg, *tables(0.0, "received"), None)["fl_masked_note"] == ""
+    got = found(monkeypatch, 4.04e-6, "client metrics", 0.5)
+    # assert: the gap to two significant digits, the smoke setting's K_c of K, p as given
+    assert got.values["fl_gap"] == pytest.approx(4e-6)
+    assert got.values["fl_p"] == 0.5 and got.values["fl_rounds"] == 2
+    assert (got.values["fl_kc"], got.values["fl_k"]) == (got.cfg.cohort_size, got.cfg.num_clients)
+    assert found(monkeypatch, 0.0, "received", None).values["fl_p"] == "none"
 
 
-def test_a_gap_beyond_float32_rounding_or_the_wrong_source_fails_the_page():
+def test_a_gap_beyond_float32_rounding_or_the_wrong_source_fails_the_page(monkeypatch):
     with pytest.raises(chapter.FlowerDisagrees, match="differ"):
-        chapter.findings(Cfg, *tables(2e-5, "client metrics"), 0.5)
+        found(monkeypatch, 2e-5, "client metrics", 0.5)
     # without a mask the unmasked updates are the received ones, not client metrics
     with pytest.raises(chapter.FlowerDisagrees, match="expected 'received'"):
-        chapter.findings(Cfg, *tables(0.0, "client metrics"), None)
+        found(monkeypatch, 0.0, "client metrics", None)
 
 
 def test_sources_table_has_a_masked_column_only_under_a_mask():
     table, ref = tables(0.0, "client metrics")
     masked = chapter.sources_table(table, ref, 0.5)
     plain = chapter.sources_table(table, ref, None)
-    assert list(masked["recovery_unweighted"].columns) == ["unmasked (sent by the clients)", "masked (received)",
+    assert list(masked["recovery_unweighted"].columns) == ["unmasked (sent)", "masked (received)",
                                                            "run_fedavg (unmasked)"]
     assert masked[("recovery_unweighted", "masked (received)")].tolist() == [3.0, 3.0]
     assert list(plain["recovery_unweighted"].columns) == ["unmasked (received)", "run_fedavg (unmasked)"]

@@ -29,3 +29,15 @@ def test_environment_json_names_the_code_and_data_without_paths():
             "data_source": "/home/me/data/cifar10-jpeg.tar.gz", "data_fingerprint": "f", "data_fingerprint_kind": "content"}
     text = chapter.environment_json(prov)
     assert '"code_hash": "h"' in text and "/home/me" not in text and '"data_fingerprint_kind"' in text
+
+
+def test_archived_sections_leave_out_the_live_profile_and_mark_an_empty_archive(monkeypatch):
+    # prepare: two archived profiles, neither with a run
+    from maskfed.studies import archive
+
+    monkeypatch.setattr(archive, "BOOK_PROFILES", ("paper", "cpu-long"))
+    monkeypatch.setattr(archive, "require_complete", lambda name: [])
+    # execute
+    sections = chapter.archived_sections("cpu-long")
+    # assert: only the other profile, under its column name, with no table
+    assert sections == [("paper", archive.column_name("paper"), "no archived run", None)]

@@ -12,23 +12,19 @@ def citation_values(cff_text: str, repo_url: str = "") -> dict:
     """The page's glued values from the text of ``CITATION.cff`` and the book's repository URL ("" for none).
 
     Returns:
-        ``cite_paper`` ("Given Family, ... (year). Title. identifier."), ``cite_software`` ("Name. Title.
-        Version v.") and ``cite_buttons`` (what the launch buttons open, or why there are none).
+        the paper's ``cite_authors`` ("Given Family, ..."), ``cite_year``, ``cite_title`` and ``cite_id`` (its
+        first identifier); the software's ``cite_software_by`` (its first author's name), ``cite_software_title``
+        and ``cite_version``; ``cite_repo`` (the repository URL, or "none").
 
     Raises:
         KeyError: the file lacks ``preferred-citation``, ``authors``, ``title`` or ``version``.
     """
     cff = yaml.safe_load(cff_text)
     paper = cff["preferred-citation"]
-    authors = ", ".join(f"{a['given-names']} {a['family-names']}" for a in paper["authors"])
-    buttons = (f"The launch buttons at the top of each page (Binder, Colab) open that page's executed notebook from "
-               f"{repo_url}; on Colab, install the package first (pip install git+{repo_url})." if repo_url else
-               "This build names no repository (repository.url in book/_config.yml is empty), so its pages have no "
-               "launch buttons: to run a page, clone the repository and use the command in the page's own provenance "
-               "note or README's.")
-    return {"cite_paper": f"{authors} ({paper['year']}). {paper['title']}. {paper['identifiers'][0]['value']}.",
-            "cite_software": f"{cff['authors'][0]['name']}. {cff['title']}. Version {cff['version']}.",
-            "cite_buttons": buttons}
+    return {"cite_authors": ", ".join(f"{a['given-names']} {a['family-names']}" for a in paper["authors"]),
+            "cite_year": paper["year"], "cite_title": paper["title"], "cite_id": paper["identifiers"][0]["value"],
+            "cite_software_by": cff["authors"][0]["name"], "cite_software_title": cff["title"],
+            "cite_version": cff["version"], "cite_repo": repo_url or "none"}
 
 
 def shown_cff(cff_text: str) -> str:

@@ -10,6 +10,7 @@ any is not below the tolerance (:func:`check`), so a broken measurement fails th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -38,7 +39,7 @@ class Findings:
     """The chapter's values.
 
     Attributes:
-        values: glue name -> number or short text (:func:`maskfed.book.glue_all`).
+        values: glue name -> number or short text (:func:`maskfed.book.glue_numbers`).
         profile: the profile the control ran under (for the banner).
         metrics: every control run's metrics.csv, with a ``seed`` column, one row per round.
         k_c: the cohort size K_c, the exact answer.
@@ -81,6 +82,12 @@ def perturbed(k_c: int, eps: float = PERTURBATION) -> float:
     return eps**2 * (1 / k_c - 1 / k_c**2)
 
 
+def significant(x: float, digits: int) -> float:
+    """``x`` rounded to ``digits`` significant digits, as a reader writes a deviation whose order of magnitude is
+    the point (``2.2204e-16`` -> ``2.2e-16`` at 2); 0, NaN and infinities as they are."""
+    return x if x == 0 or not math.isfinite(x) else round(x, digits - 1 - math.floor(math.log10(abs(x))))
+
+
 def check(dev: dict, tol: float, k_c: int) -> None:
     """Fail unless every deviation of ``dev`` (:func:`maskfed.analysis.summary.control_deviations`)
     is below ``tol`` and ``tol`` is below :func:`perturbed` (``k_c``), the size it must catch.
@@ -109,19 +116,19 @@ def control_values(metrics: pd.DataFrame, k_c: int, tol: float, devices: list[st
 
     Returns:
         ``ctl_kc``, ``ctl_rounds`` (rows of ``metrics``), the four largest relative deviations
-        (``ctl_rel_unw``, ``ctl_rel_w``, ``ctl_sigma_rel``, ``ctl_spread``; dimensionless), ``ctl_tol``,
-        ``ctl_devices`` ("cpu and cuda:0"), ``ctl_determinism`` ("on" or "off") and ``ctl_perturbed``
-        (:func:`perturbed`).
+        (``ctl_rel_unw``, ``ctl_rel_w``, ``ctl_sigma_rel``, ``ctl_spread``; dimensionless, two significant
+        digits), ``ctl_tol``, ``ctl_devices`` ("cpu and cuda:0"), ``ctl_determinism`` ("on" or "off") and
+        ``ctl_perturbed`` (:func:`perturbed`, one significant digit).
 
     Raises:
         ControlFailed: as :func:`check`. ValueError: as ``control_deviations`` (k_c < 2, a missing column).
     """
     dev = summary.control_deviations(metrics, k_c)
     check(dev, tol, k_c)
-    return {"ctl_kc": k_c, "ctl_rounds": len(metrics), "ctl_rel_unw": dev["recovery_unweighted"],
-            "ctl_rel_w": dev["recovery_weighted"], "ctl_sigma_rel": dev["sigma2_rel"], "ctl_spread": dev["update_spread"],
-            "ctl_tol": tol, "ctl_devices": " and ".join(devices), "ctl_determinism": "on" if determinism else "off",
-            "ctl_perturbed": perturbed(k_c)}
+    return {"ctl_kc": k_c, "ctl_rounds": len(metrics), "ctl_rel_unw": significant(dev["recovery_unweighted"], 2),
+            "ctl_rel_w": significant(dev["recovery_weighted"], 2), "ctl_sigma_rel": significant(dev["sigma2_rel"], 2),
+            "ctl_spread": significant(dev["update_spread"], 2), "ctl_tol": tol, "ctl_devices": " and ".join(devices),
+            "ctl_determinism": "on" if determinism else "off", "ctl_perturbed": significant(perturbed(k_c), 1)}
 
 
 def table_last_rounds(metrics: pd.DataFrame, k_c: int, n: int = 8) -> pd.DataFrame:

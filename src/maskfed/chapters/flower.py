@@ -2,13 +2,15 @@
 
 :func:`findings` checks that the unmasked recovery factor 1/Δ_S (eq. 3, 8) that
 :class:`maskfed.integrations.flower.RecoveryFedAvg` logged in Flower's simulation engine
-(:func:`maskfed.integrations.flower.simulate`, run in the chapter's visible cell) agrees with the one of
-the same rounds computed again with no Flower (:func:`maskfed.integrations.flower.maskfed_reference`) to
-float32 rounding (:func:`check_agreement`) and returns the page's glued values; :func:`sources_table` and
-:func:`figure_rounds` draw the page's table and figure.
+(:func:`simulate_rounds`, which :func:`findings` calls in the chapter's visible cell) agrees with the one of the same rounds computed
+again with no Flower (:func:`maskfed.integrations.flower.maskfed_reference`) to float32 rounding
+(:func:`check_agreement`) and returns the page's glued values; :func:`sources_table` and :func:`figure_rounds`
+draw the page's table and figure.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -16,7 +18,8 @@ from matplotlib.ticker import MaxNLocator
 
 from maskfed import book
 from maskfed.book import plots
-from maskfed.engine.config import RunConfig
+from maskfed.chapters.control import significant
+from maskfed.engine.config import Profile, RunConfig, load_profile
 from maskfed.integrations import flower
 
 #: Largest relative gap allowed between the strategy's unmasked 1/Δ_S and run_fedavg's (float32 rounding).
@@ -44,41 +47,63 @@ def check_agreement(table: pd.DataFrame, reference: pd.DataFrame, rounds: int, m
     return float(gaps.max())
 
 
-def masked_note(mask_keep_prob) -> str:
-    """The clause the page adds under a mask: the received (masked) updates' values are not the paper's quantity."""
-    return ("" if mask_keep_prob is None else
-            "; the masked updates the server received give other values (the columns “masked (received)”, "
-            "the strategy's masked_ metrics), which are not the paper's quantity")
+@dataclass(frozen=True)
+class Findings:
+    """What the page shows: ``values`` maps each glue name to a number or a short word
+    (:func:`maskfed.book.glue_numbers`); the rest are what the table and the figure are drawn from."""
+
+    values: dict
+    profile: Profile            # the profile whose first seed's run configuration was simulated
+    cfg: RunConfig              # that run configuration
+    table: pd.DataFrame         # the strategy's rounds (flower.history_table)
+    reference: pd.DataFrame     # run_fedavg's rounds (flower.maskfed_reference; index: round)
 
 
-def findings(cfg: RunConfig, table: pd.DataFrame, reference: pd.DataFrame, mask_keep_prob) -> dict:
-    """The page's glued values, after :func:`check_agreement`.
-
-    Args:
-        cfg: the simulated run configuration (K_c, K and the rounds).
-        table: the strategy's rounds (:func:`maskfed.integrations.flower.history_table`).
-        reference: run_fedavg's rounds (:func:`maskfed.integrations.flower.maskfed_reference`, index: round).
-        mask_keep_prob: keep probability p of the shared block mask (eq. 2); None: no mask.
+def simulate_rounds(cfg: RunConfig, mask_keep_prob) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Run ``cfg`` in Flower's simulation engine with :class:`maskfed.integrations.flower.RecoveryFedAvg`
+    (:func:`maskfed.integrations.flower.simulate`), then the same rounds again with no Flower
+    (:func:`maskfed.integrations.flower.maskfed_reference`).
 
     Returns:
-        ``fl_rounds``, ``fl_kc``, ``fl_k``, ``fl_gap`` (largest relative gap, dimensionless), ``fl_p``
-        (the mask in words) and ``fl_masked_note`` (:func:`masked_note`).
+        (the strategy's rounds, :func:`maskfed.integrations.flower.history_table`; run_fedavg's rounds, index:
+        round).
+    """
+    sim = flower.simulate(cfg, mask_keep_prob=mask_keep_prob, keep_updates=True)
+    reference = pd.DataFrame(flower.maskfed_reference(cfg, mask_keep_prob=mask_keep_prob)).set_index("round")
+    return flower.history_table(sim.strategy), reference
+
+
+def findings(profile: str, *, data_path=None, overrides: dict | None = None, mask_keep_prob=None) -> Findings:
+    """Simulate the first seed's run of ``profile`` in Flower (:func:`simulate_rounds`) and check the strategy's
+    recovery factor against run_fedavg's (:func:`check_agreement`).
+
+    Args:
+        profile: the run profile's name; data_path, overrides: as :func:`maskfed.engine.config.load_profile`
+            (e.g. ``{"rounds": 2}``).
+        mask_keep_prob: keep probability p of the shared block mask the clients apply (eq. 2); None: no mask.
+
+    Returns:
+        :class:`Findings`; its ``values``: ``fl_rounds``, ``fl_kc``, ``fl_k``, ``fl_gap`` (largest relative gap,
+        dimensionless, two significant digits) and ``fl_p`` (p, or "none").
 
     Raises:
         FlowerDisagrees: as :func:`check_agreement`.
     """
+    prof = load_profile(profile, data_path=data_path, **(overrides or {}))
+    cfg = prof.run(prof.seeds[0])
+    table, reference = simulate_rounds(cfg, mask_keep_prob)
     gap = check_agreement(table, reference, cfg.rounds, mask_keep_prob)
-    return {"fl_rounds": cfg.rounds, "fl_kc": cfg.cohort_size, "fl_k": cfg.num_clients, "fl_gap": gap,
-            "fl_p": "no mask" if mask_keep_prob is None else f"a shared block mask with p = {mask_keep_prob}",
-            "fl_masked_note": masked_note(mask_keep_prob)}
+    values = {"fl_rounds": cfg.rounds, "fl_kc": cfg.cohort_size, "fl_k": cfg.num_clients, "fl_gap": significant(gap, 2),
+              "fl_p": "none" if mask_keep_prob is None else mask_keep_prob}
+    return Findings(values, prof, cfg, table, reference)
 
 
 def sources_table(table: pd.DataFrame, reference: pd.DataFrame, mask_keep_prob) -> pd.DataFrame:
     """Each round's 1/Δ_S (both conventions), σ̂² and ‖μ̂‖² from every source: the unmasked updates (received,
-    or sent by the clients under a mask), the masked ones received (under a mask) and run_fedavg's;
+    or sent by the clients as a metric under a mask: "unmasked (sent)"), the masked ones received (under a mask) and run_fedavg's;
     columns (metric, source)."""
     metrics = list(flower.METRICS)
-    unmasked = "unmasked (received)" if mask_keep_prob is None else "unmasked (sent by the clients)"
+    unmasked = "unmasked (received)" if mask_keep_prob is None else "unmasked (sent)"
     sources = {unmasked: table[metrics]}
     if mask_keep_prob is not None:
         sources["masked (received)"] = table[list(flower.MASKED_METRICS)].set_axis(metrics, axis=1)
@@ -88,17 +113,17 @@ def sources_table(table: pd.DataFrame, reference: pd.DataFrame, mask_keep_prob) 
 
 def figure_rounds(table: pd.DataFrame, mask_keep_prob, cohort_size: int) -> plt.Figure:
     """The strategy's 1/Δ_S round by round (unweighted, weighted, and the masked updates' under a mask),
-    with the ceiling K_c and 1."""
+    with the ceiling K_c and 1; the caption is the chapter's."""
     curves = ["recovery_unweighted", "recovery_weighted"] + ([] if mask_keep_prob is None
                                                              else ["masked_recovery_unweighted"])
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    table[curves].rename(columns={**book.HEADERS, "masked_recovery_unweighted":
-                                        "masked updates (received), unweighted"}).plot(ax=ax, marker="o")
+    table[curves].rename(columns={**book.HEADERS, "masked_recovery_unweighted": "masked (received), unwtd."}).plot(
+        ax=ax, marker="o")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
     ax.axhline(cohort_size, color="0.5", ls=":", label="$K_c$ (ceiling)")
     ax.axhline(1, color="0.5", ls="--", label="1")
     ax.set_xlabel("round")
     ax.set_ylabel("recovery factor $1/\\Delta_S$")
-    ax.set_title("1/Δ_S logged by the strategy, round by round")
+    ax.set_title("1/Δ_S per round")
     plots.legend_outside(ax, "below")
     return fig

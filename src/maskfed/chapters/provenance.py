@@ -3,7 +3,7 @@
 :func:`findings` runs (or reuses) every run the profile's chapters use and returns them with the page's
 frames: whose setting each run setting is (:func:`settings_table`), the runs' provenance, the first run's
 environment, the configurations (shared settings and the fields that vary), and one section per archived
-profile (:func:`archived_sections`).
+profile (:func:`archived_sections`); the page's sentences are its Markdown's.
 """
 
 from __future__ import annotations
@@ -71,15 +71,14 @@ def configurations(results: list) -> tuple[str, pd.DataFrame]:
     return shared, cfgs[varying].map(book.without_paths)
 
 
-def archived_sections(live_profile: str) -> list[tuple[str, str, pd.DataFrame | None]]:
-    """One (profile name, Markdown line, run provenance table or None) per archived book profile other than
-    ``live_profile``: the line gives the archive's label, or says it has no run and gives the command that makes
-    one."""
+def archived_sections(live_profile: str) -> list[tuple[str, str, str, pd.DataFrame | None]]:
+    """One (profile name, heading, label, run provenance table or None) per archived book profile other than
+    ``live_profile``: the heading is the profile's column name in the book's tables
+    (:func:`maskfed.studies.archive.column_name`), the label the archive's own provenance label
+    (:meth:`maskfed.studies.archive.ArchiveLabel.text`), or "no archived run"."""
     out = []
     for name in (p for p in archive.BOOK_PROFILES if p != live_profile):
         runs = archive.require_complete(name)
-        line = (f"**{archive.column_name(name)}**: "
-                + (archive.label(runs, name).text() if runs else
-                   f"no archived run (make one with `{archive.how_to_make(name)}`)."))
-        out.append((name, line, experiments.provenance_table(runs).set_index("run") if runs else None))
+        out.append((name, archive.column_name(name), archive.label(runs, name).text() if runs else "no archived run",
+                    experiments.provenance_table(runs).set_index("run") if runs else None))
     return out

@@ -6,45 +6,47 @@ at the same checkpoints θ_s of reference FedAvg trajectories (the "ladders") wi
 (:mod:`maskfed.studies.stage`, read from the archive or measured through
 :func:`maskfed.book.evidence.stage_study`), and asks whether the spread of the recovery factor 1/Δ_S
 (eq. 3 and 8 of the paper) follows the checkpoint ("stage") or exact against sampled local gradients
-("sampling"). :func:`findings` gathers the glued values, the tables and the figures' inputs; the
-``table_...`` and ``figure_...`` functions give what the chapter shows. The design (ladder, pool,
-paired cohorts, the variance split and its threshold) is ours; the quantities are the paper's
-(Yan et al. 2026, eq. 3, 8, 12-14, Table I and Sec. IV-C).
+("sampling"). :func:`findings` gathers the glued values (numbers and verdict words; the chapter's
+Markdown holds the sentences), the tables and the figures' inputs; the ``table_...`` and ``figure_...``
+functions give what the chapter shows. The design (ladder, pool, paired cohorts, the variance split and
+its threshold) is ours; the quantities are the paper's (Yan et al. 2026, eq. 3, 8, 12-14, Table I and
+Sec. IV-C).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from maskfed import provenance
 from maskfed.analysis import summary
-from maskfed.book import evidence, plots
+from maskfed.book import evidence, number, plots
 from maskfed.book.plots import against_stage, branches
 from maskfed.engine.config import load_profile, Profile, RunConfig
-from maskfed.studies import stage
+from maskfed.studies import archive, stage
 
 #: The paper's argument for sampling (Sec. IV-C): full batch τ = 5 against batch 128 with τ = 1 and 2.
 F5_PAIRS = {"128_1": ("128", 1), "128_2": ("128", 2)}
 
-#: The rows of :func:`table_verdicts` that are numbers, with their formats (percent without decimals, ratios
-#: to two decimals).
-VERDICT_FORMATS = {"stage share (%)": "{:.0f}", "of which between seeds (%)": "{:.0f}", "sampling share (%)": "{:.0f}",
-                   "protocol share (%)": "{:.0f}", "full / minibatch (×)": "{:.2f}",
-                   "highest / lowest checkpoint (×)": "{:.2f}"}
+#: The rows of :func:`table_verdicts` that are numbers, each with the name of its value in :func:`half_values`.
+VERDICT_ROWS = {"stage share (%)": "stage", "between seeds (%)": "seed", "sampling share (%)": "sampling",
+                "protocol share (%)": "protocol", "full / minibatch (×)": "sampling_effect",
+                "highest / lowest checkpoint (×)": "stage_effect"}
 
 
 @dataclass(frozen=True)
 class Findings:
     """What the chapter shows.
 
-    ``values`` maps each glue name (``st_...``) to a number or a short phrase; the rest are the frames
-    and settings the tables and figures are drawn from.
+    ``values`` maps each glue name (``st_...``) to a number, a verdict word or a truth value (for the
+    chapter's checks); the rest are the frames and settings the tables and figures are drawn from.
     """
 
     values: dict
-    study: evidence.BookStudy   # the stage study (table, checkpoints, branches, source)
+    study: evidence.BookStudy   # the stage study (table, checkpoints, branches)
     spec: stage.StageSpec       # the stage settings it was measured with
     shown_profile: Profile      # the profile whose trajectories were measured (for the banner)
     ref: RunConfig              # the first seed's trajectory configuration
@@ -60,6 +62,11 @@ class Findings:
     def has_branches(self) -> bool:
         """Whether the study ran branches (M > 0 rounds of real FedAvg from each checkpoint)."""
         return not self.study.branches.empty
+
+
+def percent(share: float) -> float | int:
+    """A share (a fraction) as the whole percentage a reader writes (``0.564`` -> ``56``); NaN stays NaN."""
+    return share if math.isnan(share) else int(round(100 * share))
 
 
 def cliff_table(t1: pd.DataFrame, checkpoints: pd.DataFrame) -> pd.DataFrame:
@@ -91,39 +98,40 @@ def f5_spans(t1: pd.DataFrame) -> dict[str, pd.Series]:
     return {k: ratio.drop(index=0, level="stage") for k, ratio in pairs.items()}
 
 
-def f5_text(spans: dict[str, pd.Series]) -> str:
-    """The clause on the paper's comparison (:func:`f5_spans`): the ranges of both ratios (2 decimals), or,
-    when the study lacks those protocols, that the comparison is not made."""
-    if len(spans) != 2:
-        return ("this study's protocols do not include full batch τ = 5 and batch 128 τ = 1 and 2, so that "
-                "comparison is not made here")
-    one, two = spans["128_1"], spans["128_2"]
-    return (f"measured at the same θ here, full batch τ = 5 recovers {one.min():.2f} to {one.max():.2f} times as much "
-            f"as batch 128, τ = 1, and {two.min():.2f} to {two.max():.2f} times as much as batch 128, τ = 2, over "
-            "every checkpoint after initialisation of every seed")
+def half_values(name: str, v: dict | None) -> dict:
+    """The glued values of one half (or range) of training (one entry of
+    :func:`maskfed.studies.stage.verdict_by_range`, None where no checkpoint falls in it): ``st_<name>_label``
+    (the verdict word, "not reached" for None), the stage, between-seeds, sampling and protocol shares as
+    whole percentages, the two effects (×, two decimals) and the checkpoints' accuracy range (two decimals;
+    NaN for None)."""
+    nan = float("nan")
+    v = v or {"verdict": "not reached", **{k: nan for k in ("stage", "seed", "sampling", "protocol", "sampling_effect",
+                                                              "stage_effect", "acc_min", "acc_max")}}
+    return {f"st_{name}_label": v["verdict"], f"st_{name}_stage": percent(v["stage"]),
+            f"st_{name}_seed": percent(v["seed"]), f"st_{name}_sampling": percent(v["sampling"]),
+            f"st_{name}_protocol": percent(v["protocol"]),
+            f"st_{name}_sampling_effect": round(v["sampling_effect"], 2),
+            f"st_{name}_stage_effect": round(v["stage_effect"], 2),
+            f"st_{name}_acc_min": round(v["acc_min"], 2), f"st_{name}_acc_max": round(v["acc_max"], 2)}
 
 
-def branch_phrases(m: int, has_branches: bool, *, from_parameter: bool, settings_of: str, seed) -> dict[str, object]:
-    """The glued phrases of the branches section: ``st_M`` (M, rounds of real FedAvg from each checkpoint),
-    ``st_M_origin`` (whose setting M is) and ``st_branches_shown`` (what the figure above shows, or
-    that there is none and how to add it).
-
-    Args:
-        m: the study's ``branch_rounds``.
-        has_branches: whether the study holds branch rows.
-        from_parameter: M was the chapter's ``branch_rounds`` parameter (else the stage settings' default).
-        settings_of: the profile whose stage settings gave the default.
-        seed: the seed whose branches the figure shows.
-
-    Raises:
-        ValueError: branches present with M = 0, or absent with M > 0.
-    """
-    if has_branches != (m > 0):
-        raise ValueError(f"the study has {'' if has_branches else 'no '}branches with branch_rounds = {m}")
-    origin = "this page's branch_rounds parameter" if from_parameter else f"the default of the {settings_of} stage settings"
-    shown = (f"the figure above shows the branches from the checkpoints of seed {seed}" if has_branches else
-             "branches were not run, so there is no figure here; run the chapter with branch_rounds = 5 to add them")
-    return {"st_M": m, "st_M_origin": origin, "st_branches_shown": shown}
+def source_values(spec: stage.StageSpec, source_profile: str | None) -> dict:
+    """Where :func:`maskfed.book.evidence.stage_study` takes the study from: ``st_origin`` is "archived" when
+    ``source_profile``'s archive holds a study with these very settings and no branches are asked for,
+    "archived trajectories" when only its trajectories are archived (measured in this build), "own run" without
+    ``source_profile``; ``st_measured`` (the archived study's date, else "this build"), ``st_code`` (its run code
+    hash, else this checkout's), ``st_trajectories`` (the archived trajectories' run folders, else "–") and
+    ``st_changed`` (the archived study's files changed since archived, else "none")."""
+    arch = archive.load_stage_study(source_profile) if source_profile else None
+    if arch is not None and arch.spec == spec and not spec.branch_rounds:
+        return {"st_origin": "archived", "st_measured": arch.provenance["finished_utc"][:10],
+                "st_code": arch.provenance["code_hash"],
+                "st_trajectories": ", ".join(arch.provenance["trajectories"].values()),
+                "st_changed": "; ".join(arch.changed) or "none"}
+    traj = archive.ladder_trajectories(source_profile) if source_profile else {}
+    return {"st_origin": "archived trajectories" if source_profile else "own run", "st_measured": "this build",
+            "st_code": provenance.code_hash(), "st_trajectories": ", ".join(p.name for p in traj.values()) or "–",
+            "st_changed": "none"}
 
 
 def findings(profile: str, *, data_path=None, overrides: dict | None = None, workers: int | None = None,
@@ -139,13 +147,15 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     profiles, more with branches).
 
     Returns:
-        :class:`Findings`; its ``values`` hold, among others, the variance shares per half of training
-        in percent (``st_early_stage``, ...), the cliff along training (``st_cliff_min``, ...,
-        dimensionless), the most cohorts with 1/Δ_S < 1 (``st_below_one``, percent) and the paper's
-        numbers beside them (``st_paper_cliff``, ``st_paper_acc``, a fraction).
+        :class:`Findings`; its ``values`` hold, among others, the verdict words and variance shares per half
+        of training (``st_early_label``, ``st_early_stage`` in whole percent, ...), the cliff along training
+        (``st_cliff_min``, ..., dimensionless, two decimals), the most cohorts with 1/Δ_S < 1
+        (``st_below_one``, whole percent), the paper's numbers beside them (``st_paper_cliff``,
+        ``st_paper_acc``, a fraction) and truth values for the chapter's checks (``st_labels_without_effect``,
+        ``st_paper_floor_full_1``).
 
     Raises:
-        ValueError: the study's branches disagree with its ``branch_rounds`` (:func:`branch_phrases`).
+        ValueError: the study's branches disagree with its ``branch_rounds``.
     """
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
     source_profile = evidence.stage_source(ladder_from)
@@ -153,6 +163,10 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
                            target_accuracies=target_accuracies, extra_rounds=extra_rounds, pool_size=pool_size,
                            num_cohorts=num_cohorts, branch_rounds=branch_rounds)
     study = evidence.stage_study(prof, spec, ladder_from=source_profile, workers=workers)
+    has_branches = not study.branches.empty
+    if has_branches != (spec.branch_rounds > 0):
+        raise ValueError(f"the study has {'' if has_branches else 'no '}branches with "
+                         f"branch_rounds = {spec.branch_rounds}")
     ref = study.ref
     t1 = study.table[study.table.experiment == "table1"]
     t2 = study.table[study.table.experiment == "table2"]
@@ -163,57 +177,44 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     cliffs = cliff_table(t1, ckpts)
     later = cliffs[cliffs["stage"] > 0]  # θ_0 is the same untrained model's accuracy in every seed
     last_acc = ckpts.groupby("seed")["test_acc"].last()
-    values = {
-        "st_profile": study.profile,
-        "st_ref": f"batch size {ref.batch_size}, τ = {ref.local_epochs}, α = {ref.alpha:g}",
-        "st_rounds": ref.rounds,
-        "st_n_seeds": len(seeds),
-        "st_seeds": ", ".join(map(str, seeds)),
-        "st_S": int(ckpts.groupby("seed").size().max()),
-        "st_pool": spec.pool_size,
-        "st_K": ref.num_clients,
-        "st_cohorts": spec.num_cohorts,
-        "st_kc": ref.cohort_size,
-        "st_acc_last_min": last_acc.min(),
-        "st_acc_last_max": last_acc.max(),
-        "st_source": study.source + ("" if source_profile == ladder_from else
-                                     f" (the {ladder_from} archive holds no trajectory with θ snapshots)"),
-        "st_threshold": 100 * stage.EXPLAINS, "st_effect_min": stage.EFFECT_MIN,
-        "st_answer": stage.range_text(by_range),
-    }
-    for k, v in by_range.items():
-        values |= {f"st_{k}_verdict": stage.VERDICT_TEXT[v["verdict"]], f"st_{k}_stage": 100 * v["stage"],
-                   f"st_{k}_sampling": 100 * v["sampling"], f"st_{k}_protocol": 100 * v["protocol"],
-                   f"st_{k}_seed": 100 * v["seed"], f"st_{k}_sampling_effect": v["sampling_effect"],
-                   f"st_{k}_stage_effect": v["stage_effect"],
-                   f"st_{k}_acc": f"{v['acc_min']:.2f}–{v['acc_max']:.2f}"}
-    # the split the verdict page judges the claim on: the paper's accuracy range (from its Table I's lowest) and before
-    in_range = stage.verdict_by_range(t1, split_acc=evidence.paper_accuracy_floor())
-    for k, name in (("late", "range"), ("early", "before")):
-        # a range no checkpoint reaches (a short smoke ladder stays below the paper's range) reads "not reached"
-        values |= {f"st_{name}_label": "not reached", f"st_{name}_sampling": float("nan"),
-                   f"st_{name}_sampling_effect": float("nan"), f"st_{name}_stage": float("nan"), f"st_{name}_acc": "–"}
-        if k in in_range:
-            v = in_range[k]
-            values |= {f"st_{name}_label": v["verdict"], f"st_{name}_sampling": 100 * v["sampling"],
-                       f"st_{name}_sampling_effect": v["sampling_effect"], f"st_{name}_stage": 100 * v["stage"],
-                       f"st_{name}_acc": f"{v['acc_min']:.2f}–{v['acc_max']:.2f}"}
-    values["st_paper_floor"] = evidence.paper_accuracy_floor()
+    paper_t1 = summary.paper_table("table1")
     paper_ref = load_profile("paper").table2  # the paper's reference protocol (bs 32, τ 2)
-    values |= {
-        "st_paper_cliff": p_cliff,
-        "st_cliff_min": later["cliff"].min(),
-        "st_cliff_max": later["cliff"].max(),
-        "st_cliff_init": cliffs[cliffs["stage"] == 0]["cliff"].median(),
-        "st_cliff_above_one": f"{int((later['cliff'] > 1).sum())} of {len(later)}",
-        "st_f5_text": f5_text(f5_spans(t1)),
-        "st_below_one": t1["pct_cohorts_below_one"].max(),
-        "st_param_ratio": stage.parameter_ratio(ref, "resnet18_gn"),
-        "st_paper_acc": summary.paper_table("table1").loc[(str(paper_ref.batch_size), paper_ref.local_epochs),
-                                                          "test_acc"],
+    spans = f5_spans(t1)
+    values = {
+        "st_profile": study.profile, "st_settings_of": source_profile or profile,
+        "st_ref_bs": ref.batch_size, "st_ref_tau": ref.local_epochs, "st_ref_alpha": ref.alpha,
+        "st_rounds": ref.rounds, "st_n_seeds": len(seeds), "st_seeds": ", ".join(map(str, seeds)),
+        "st_S": int(ckpts.groupby("seed").size().max()), "st_pool": spec.pool_size, "st_K": ref.num_clients,
+        "st_cohorts": spec.num_cohorts, "st_kc": ref.cohort_size,
+        "st_acc_last_min": round(last_acc.min(), 3), "st_acc_last_max": round(last_acc.max(), 3),
+        "st_ladder_from": ladder_from or "none",
+        **source_values(spec, source_profile),
+        "st_threshold": percent(stage.EXPLAINS), "st_effect_min": stage.EFFECT_MIN,
+        # the rule's effect threshold (added after the archived study had been seen) changes no label
+        "st_labels_without_effect": all(stage.verdict(v, effect_min=0) == v["verdict"] for v in by_range.values()),
     }
-    values |= branch_phrases(spec.branch_rounds, not study.branches.empty, from_parameter=branch_rounds is not None,
-                             settings_of=source_profile or profile, seed=seeds[0])
+    for name in ("early", "late"):
+        values |= half_values(name, by_range.get(name))
+    # the split the verdict page judges the claim on: the paper's accuracy range (from its Table I's lowest) and
+    # before; a range no checkpoint reaches (a short smoke ladder stays below the paper's range) is "not reached"
+    in_range = stage.verdict_by_range(t1, split_acc=evidence.paper_accuracy_floor())
+    values |= half_values("range", in_range.get("late")) | half_values("before", in_range.get("early"))
+    values |= {
+        "st_paper_floor": round(evidence.paper_accuracy_floor(), 3),
+        "st_paper_floor_full_1": paper_t1["test_acc"].idxmin() == ("full", 1),
+        "st_paper_cliff": round(p_cliff, 2),
+        "st_cliff_min": round(later["cliff"].min(), 2), "st_cliff_max": round(later["cliff"].max(), 2),
+        "st_cliff_init": round(cliffs[cliffs["stage"] == 0]["cliff"].median(), 2),
+        "st_cliff_above_one": int((later["cliff"] > 1).sum()), "st_cliff_n": len(later),
+        # the paper's pair at the same θ (two decimals; NaN where the study lacks it)
+        **{f"st_f5_{k[-1]}_{m}": round(getattr(spans[k], m)(), 2) if k in spans else float("nan")
+           for k in F5_PAIRS for m in ("min", "max")},
+        "st_below_one": int(round(t1["pct_cohorts_below_one"].max())),
+        "st_param_ratio": int(round(stage.parameter_ratio(ref, "resnet18_gn"))),
+        "st_paper_acc": round(paper_t1.loc[(str(paper_ref.batch_size), paper_ref.local_epochs), "test_acc"], 2),
+        "st_M": spec.branch_rounds, "st_M_origin": "parameter" if branch_rounds is not None else "default",
+        "st_seed0": seeds[0],
+    }
     return Findings(values, study, spec, load_profile(study.profile, data_path=data_path), ref, t1, t2, ckpts, seeds,
                     cliffs, by_range, p_cliff)
 
@@ -237,18 +238,16 @@ def table_cliffs(f: Findings) -> pd.DataFrame:
 def table_verdicts(f: Findings) -> pd.DataFrame:
     """The verdict per half of training, one column per half ("early", "late"), one row per quantity: its
     checkpoints, their accuracy range, the stage share of the variance and the part of it between seeds, the
-    sampling and protocol shares (percent), the two effect sizes (×) and the verdict
-    (:func:`maskfed.studies.stage.verdict_by_range`); numbers formatted with :data:`VERDICT_FORMATS` (a
+    sampling and protocol shares (whole percent), the two effect sizes (×, two decimals) and the verdict
+    (:func:`maskfed.studies.stage.verdict_by_range`, rounded by :func:`half_values` as the text reads them; a
     column a half, so that the table fits the page)."""
-    def column(v: dict) -> dict:
-        numbers = {"stage share (%)": 100 * v["stage"], "of which between seeds (%)": 100 * v["seed"],
-                   "sampling share (%)": 100 * v["sampling"], "protocol share (%)": 100 * v["protocol"],
-                   "full / minibatch (×)": v["sampling_effect"], "highest / lowest checkpoint (×)": v["stage_effect"]}
+    def column(k: str, v: dict) -> dict:
+        h = half_values(k, v)
         return {"checkpoints (stage)": ", ".join(map(str, v["stages"])),
-                "accuracy": f"{v['acc_min']:.2f}–{v['acc_max']:.2f}",
-                **{k: VERDICT_FORMATS[k].format(x) for k, x in numbers.items()}, "verdict": v["verdict"]}
+                "accuracy": number(h[f"st_{k}_acc_min"]) + "–" + number(h[f"st_{k}_acc_max"]),
+                **{row: h[f"st_{k}_{name}"] for row, name in VERDICT_ROWS.items()}, "verdict": v["verdict"]}
 
-    return pd.DataFrame({k: column(v) for k, v in f.by_range.items()})
+    return pd.DataFrame({k: column(k, v) for k, v in f.by_range.items()})
 
 
 def table_alpha(f: Findings) -> pd.DataFrame:
@@ -265,11 +264,11 @@ def table_alpha(f: Findings) -> pd.DataFrame:
 
 def figure_recovery(f: Findings) -> plt.Figure:
     """One panel per seed: 1/Δ_S of the nine local protocols against the checkpoint's test accuracy
-    (:func:`maskfed.book.plots.against_stage`, with the ceiling K_c)."""
+    (:func:`maskfed.book.plots.against_stage`, with the ceiling K_c); the caption is the chapter's."""
     fig, axes = plt.subplots(len(f.seeds), 1, figsize=(6.4, 2.9 * len(f.seeds) + 1.6), sharex=True, squeeze=False)
     for i, (ax, s) in enumerate(zip(axes[:, 0], f.seeds)):
         against_stage(f.t1[f.t1.seed == s], ax=ax, k_c=f.ref.cohort_size, legend=i == len(f.seeds) - 1,
-                      title=f"seed {s}: 1/Δ_S of the nine local protocols at the same checkpoints")
+                      title=f"seed {s}")
     return fig
 
 
@@ -278,23 +277,23 @@ def figure_noise_signal(f: Findings) -> plt.Figure:
     fig, axes = plt.subplots(2, 1, figsize=(6.4, 7.4), sharex=True)
     s0 = f.seeds[0]
     against_stage(f.t1[f.t1.seed == s0], "sigma2_hat", ax=axes[0], label="σ̂² (eq. 13)", legend=False,
-                  title=f"Noise σ̂² at the checkpoints of seed {s0}")
+                  title=f"σ̂², seed {s0}")
     against_stage(f.t1[f.t1.seed == s0], "mu2_hat", ax=axes[1], label="‖μ̂‖² (eq. 14)",
-                  title=f"Signal ‖μ̂‖² at the checkpoints of seed {s0}")
+                  title=f"‖μ̂‖², seed {s0}")
     return fig
 
 
 def figure_cliff(f: Findings) -> plt.Figure:
     """The cliff against the checkpoint's test accuracy, one line per seed, with the paper's Table I
-    value (dashed) and 1 (dotted)."""
+    value (dashed) and 1 (dotted); the caption is the chapter's."""
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for s, g in f.cliffs.groupby("seed"):
         ax.plot(g["test_acc"], g["cliff"], marker="o", label=f"seed {s}")
     ax.axhline(f.paper_cliff, color="0.45", ls="--", lw=1, label="paper's Table I")
     ax.axhline(1, color="0.6", ls=":", lw=1)
-    ax.set_xlabel("test accuracy of the checkpoint (fraction)")
-    ax.set_ylabel("min full batch / max minibatch 1/Δ_S")
-    ax.set_title("The cliff along training")
+    ax.set_xlabel("checkpoint test accuracy")
+    ax.set_ylabel("cliff")
+    ax.set_title("cliff along training")
     plots.legend_outside(ax, "below", ncol=4)
     return fig
 
@@ -310,5 +309,5 @@ def figure_branches(f: Findings) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     b1 = f.study.branches[f.study.branches.experiment == "table1"]
     branches(b1[b1.seed == f.seeds[0]], ax=ax)
-    ax.set_title(f"Branches from the checkpoints of seed {f.seeds[0]}")
+    ax.set_title(f"seed {f.seeds[0]}")
     return fig
