@@ -628,3 +628,122 @@ def with_matched_view(verdicts: pd.DataFrame, matched: pd.DataFrame | None) -> p
         if key in matched.index and confounded(out.loc[key, "verdict"], matched.loc[key, "verdict"]):
             out.loc[key, "verdict"] = "confounded by stage"
     return out
+
+
+# --------------------------------------------------------------------------- the matched-stage vote (issue 40, item 5)
+
+#: Claims not judged at matched stage: the stage study draws cohorts at a fixed θ, not rounds along a trajectory
+#: (below_one); every protocol is measured at the same θ, so at the same accuracy (tradeoff); the stage claim is
+#: itself judged from the stage study (stage).
+NOT_AT_MATCHED_STAGE = ("below_one", "tradeoff", "stage")
+
+#: The claims whose criterion orders pairs of cells, voted pair by pair (:func:`pair_votes`): claim key ->
+#: (the pairs' recipe of :func:`trend_pairs`, the column, whether the claim wants the value to rise along the pair).
+PAIR_CLAIMS = {"tau": ("tau", "recovery_unweighted", False),
+               "monotone_t": ("monotone_t", "recovery_unweighted", False),
+               "signal_steps": ("tau", "mu2_hat", True)}
+
+#: A checkpoint's votes (:func:`checkpoint_vote`), strongest first: "within tolerance" fails on the median over
+#: seeds but not on the interval, so it counts neither for nor against the claim.
+VOTES = ("holds", "partly", "within tolerance", "does not hold", "not measured here")
+
+_RANK = {"holds": 0, "partly": 1, "does not hold": 2}
+
+
+def pair_votes(median: pd.DataFrame, seeds: list[pd.DataFrame], key: str) -> pd.DataFrame:
+    """Each pair of cells a claim of :data:`PAIR_CLAIMS` orders, judged with its interval: the difference
+    d = log(cell the claim wants larger / the other) on the median table and on each seed's own table (paired:
+    both cells measured at that seed's θ).
+
+    A pair votes "for" where d > 0 on the median table; otherwise "against" only where the seed range of d
+    excludes the claim's side (every seed has d ≤ 0), else "within tolerance".
+
+    Args:
+        median: a Table I at one checkpoint (median over seeds; index batch size as text, τ; ``T_mean`` for
+            "monotone_t").
+        seeds: the same table for each seed alone (may be empty: then no tolerance, the median decides).
+        key: a key of :data:`PAIR_CLAIMS`.
+
+    Returns:
+        One row per pair: ``larger``, ``smaller`` (the cells, as index tuples: the claim wants the first larger),
+        ``group`` (batch size for τ, "full"/"minibatch" for T), ``d``, ``d_low``, ``d_high`` (NaN without seeds)
+        and ``vote`` ("for", "within tolerance", "against").
+    """
+    recipe, column, rising = PAIR_CLAIMS[key]
+    rows = []
+    for a, b in trend_pairs(median, recipe):
+        if rising:
+            a, b = b, a
+        d = float(np.log(median.loc[a, column] / median.loc[b, column]))
+        ds = [float(np.log(s.loc[a, column] / s.loc[b, column])) for s in seeds if a in s.index and b in s.index]
+        lo, hi = (min(ds), max(ds)) if ds else (math.nan, math.nan)
+        vote = "for" if d > 0 else "against" if not ds or hi <= 0 else "within tolerance"
+        group = ("full" if str(a[0]) == "full" else "minibatch") if recipe == "monotone_t" else str(a[0])
+        rows.append({"larger": a, "smaller": b, "group": group, "d": d, "d_low": lo, "d_high": hi, "vote": vote})
+    return pd.DataFrame(rows, columns=["larger", "smaller", "group", "d", "d_low", "d_high", "vote"])
+
+
+def _lenient_pairs(median: pd.DataFrame, seeds: list[pd.DataFrame], key: str) -> str:
+    """The claim's criterion on :func:`pair_votes` with every pair "within tolerance" given the benefit of the
+    doubt: only the "against" pairs break a group."""
+    votes = pair_votes(median, seeds, key)
+    broken = set(votes.loc[votes["vote"] == "against", "group"])
+    if key == "monotone_t":
+        return "does not hold" if broken else "holds"
+    bs = median.index.get_level_values("batch_size").astype(str)
+    sizes = bs.value_counts()
+    groups = sizes.index if key == "signal_steps" else sizes[sizes >= 2].index
+    ok = sum(g not in broken and sizes[g] >= 2 for g in groups)
+    return "holds" if ok == len(groups) else "partly" if majority(ok, len(groups)) else "does not hold"
+
+
+def checkpoint_vote(claim: Claim, median: Evidence, seeds: list[Evidence]) -> str:
+    """A claim's vote at one matched-stage checkpoint, with its interval (:data:`VOTES`).
+
+    The claim's criterion on the median over seeds decides "holds" and "partly". Where it does not hold, the
+    checkpoint votes "does not hold" only when the interval excludes the claim's side too, else "within
+    tolerance": for the claims of :data:`PAIR_CLAIMS` pair by pair (:func:`pair_votes`: an inversion counts only
+    where every seed shows it); for the others when the criterion fails on every seed's own tables (the seed
+    range of its statistic lies on the failing side).
+
+    Args:
+        claim: one of :data:`CLAIMS`.
+        median: the checkpoint's tables, medians over seeds, as :class:`Evidence` (no replicates).
+        seeds: each seed's tables at that checkpoint, as :class:`Evidence` (may be empty: the median decides).
+    """
+    strict = claim.evaluate(median).verdict
+    if strict != "does not hold" or not seeds:
+        return strict
+    if claim.key in PAIR_CLAIMS:
+        lenient = _lenient_pairs(_need(median.table1), [s.table1 for s in seeds if s.table1 is not None], claim.key)
+    else:
+        found = [claim.evaluate(s).verdict for s in seeds]
+        lenient = min((v for v in found if v in _RANK), key=_RANK.get, default="does not hold")
+    return "does not hold" if lenient == "does not hold" else "within tolerance"
+
+
+def over_checkpoints(votes: pd.Series, weights: pd.Series | None = None) -> dict:
+    """A claim's matched-stage verdict from its checkpoints' votes (:func:`checkpoint_vote`), each weighted:
+    "holds" if every counted checkpoint votes "holds"; "does not hold" if those voting "does not hold" carry more
+    than half the counted weight; else "partly" ("within tolerance" counts neither for nor against). A checkpoint
+    of weight 0 (before the paper's accuracy range) is shown, not counted.
+
+    Args:
+        votes: one vote per checkpoint (:data:`VOTES`).
+        weights: same index, ≥ 0 (None: 1 each).
+
+    Returns:
+        ``{"verdict", "weight" (counted weight), "n" (checkpoints counted), "n_holds", "n_partly", "n_tolerance",
+        "n_against", "against_share" (weight voting against over the counted weight; NaN when none)}``.
+    """
+    w = pd.Series(1.0, index=votes.index) if weights is None else weights.reindex(votes.index).astype(float)
+    counted = (w > 0) & (votes != "not measured here")
+    v, w = votes[counted], w[counted]
+    total = float(w.sum())
+    n = {k: int((v == word).sum()) for k, word in (("n_holds", "holds"), ("n_partly", "partly"),
+                                                 ("n_tolerance", "within tolerance"), ("n_against", "does not hold"))}
+    against = float(w[v == "does not hold"].sum())
+    verdict = ("not measured here" if total == 0 else "holds" if n["n_holds"] == len(v) else
+               "does not hold" if 2 * against > total else "partly")
+    return {"verdict": verdict, "weight": total, "n": int(len(v)), **n,
+            "against_share": against / total if total > 0 else math.nan}
