@@ -271,3 +271,88 @@ def test_a_claim_whose_two_views_disagree_in_direction_is_confounded_by_stage():
     assert list(out["protocol_verdict"]) == ["partly", "holds", "holds", "does not hold"]
     assert claims.counts(out)["confounded by stage"] == 2
     assert list(claims.with_matched_view(verdicts, None)["verdict"]) == list(verdicts["verdict"])
+
+
+# --------------------------------------------------------------------------- the matched-stage vote with its interval
+
+def _with(rec_by_cell: dict, base=None):
+    """HOLDS's Table I (or ``base``) with some cells' 1/Δ_S replaced."""
+    t = (HOLDS.table1 if base is None else base).copy()
+    for cell, v in rec_by_cell.items():
+        t.loc[cell, "recovery_unweighted"] = v
+    return t
+
+
+def test_an_inversion_inside_its_seed_range_is_within_tolerance_and_one_outside_votes_against():
+    # prepare: at one checkpoint bs 128 rises from τ 1 (1.20) to τ 2 (1.26), a 0.06 inversion on the medians; two seeds
+    # disagree (1.30 over 1.22 at one, 1.10 under 1.30 at the other), so the seed range of d = log(τ 1 / τ 2) is
+    # [log(1.10 / 1.30), log(1.30 / 1.22)] = [-0.167, +0.0635]: it reaches the claim's side (d > 0)
+    median = _with({("128", 1): 1.20, ("128", 2): 1.26})
+    seeds = [_with({("128", 1): 1.30, ("128", 2): 1.22}), _with({("128", 1): 1.10, ("128", 2): 1.30})]
+    # execute
+    pairs = claims.pair_votes(median, seeds, "tau").set_index("larger")
+    # assert: the pair is within tolerance, with the hand-computed range; the other pairs vote for
+    p = pairs.loc[[("128", 1)]].iloc[0]
+    assert p["vote"] == "within tolerance" and p["d"] == pytest.approx(math.log(1.20 / 1.26))
+    assert (p["d_low"], p["d_high"]) == pytest.approx((math.log(1.10 / 1.30), math.log(1.30 / 1.22)))
+    assert (pairs["vote"] == "for").sum() == len(pairs) - 1
+    # the claim fails on the medians (2 of 3 batch sizes fall: partly by its criterion) ...
+    tau = next(c for c in claims.CLAIMS if c.key == "tau")
+    assert tau.evaluate(claims.Evidence("m", median)).verdict == "partly"
+    # ... and monotone in T fails on the medians, but only within tolerance: the checkpoint does not vote against
+    mono = next(c for c in claims.CLAIMS if c.key == "monotone_t")
+    ev_seeds = [claims.Evidence(f"s{i}", s) for i, s in enumerate(seeds)]
+    assert mono.evaluate(claims.Evidence("m", median)).verdict == "does not hold"
+    assert claims.checkpoint_vote(mono, claims.Evidence("m", median), ev_seeds) == "within tolerance"
+    # a clear inversion: every seed has τ 2 above τ 1 (seed range of d = [log(1.10/1.30), log(1.18/1.26)] < 0)
+    clear = [_with({("128", 1): 1.18, ("128", 2): 1.26}), _with({("128", 1): 1.10, ("128", 2): 1.30})]
+    assert claims.pair_votes(median, clear, "tau").set_index("larger").loc[[("128", 1)]].iloc[0]["vote"] == "against"
+    assert claims.checkpoint_vote(mono, claims.Evidence("m", median),
+                                  [claims.Evidence(f"s{i}", s) for i, s in enumerate(clear)]) == "does not hold"
+
+
+def test_falls_with_tau_fails_against_only_where_the_inversions_are_clear():
+    # prepare: two of three batch sizes inverted on the medians (full τ 2 < τ 5; bs 128 τ 1 < τ 2): 1 of 3 falls,
+    # "does not hold"; the full-batch inversion is clear at every seed, the bs 128 one is not at seed 0
+    median = _with({("full", 2): 3.9, ("128", 1): 1.20, ("128", 2): 1.26})
+    s0 = _with({("full", 2): 3.8, ("128", 1): 1.30, ("128", 2): 1.22})
+    s1 = _with({("full", 2): 3.9, ("128", 1): 1.10, ("128", 2): 1.30})
+    tau = next(c for c in claims.CLAIMS if c.key == "tau")
+    m = claims.Evidence("m", median)
+    assert tau.evaluate(m).verdict == "does not hold"
+    # execute / assert: leniently only full batch is broken, 2 of 3 fall (a majority): within tolerance
+    assert claims.checkpoint_vote(tau, m, [claims.Evidence("s0", s0), claims.Evidence("s1", s1)]) == "within tolerance"
+    # with bs 128 clearly inverted too (both seeds), 1 of 3: against
+    s0c = _with({("full", 2): 3.8, ("128", 1): 1.15, ("128", 2): 1.22})
+    assert claims.checkpoint_vote(tau, m, [claims.Evidence("s0", s0c), claims.Evidence("s1", s1)]) == "does not hold"
+    # without seeds the median decides, as before
+    assert claims.checkpoint_vote(tau, m, []) == "does not hold"
+
+
+def test_a_single_statistic_claim_fails_against_only_when_every_seed_fails():
+    # prepare: the cliff on the medians is 1.3 / 1.4 < 1 (does not hold); one seed has the cliff 4.0 / 1.4 (holds)
+    cliff = next(c for c in claims.CLAIMS if c.key == "cliff")
+    m = claims.Evidence("m", _with({("full", 5): 1.3}))
+    assert cliff.evaluate(m).verdict == "does not hold"
+    good, bad = claims.Evidence("s0", HOLDS.table1), claims.Evidence("s1", _with({("full", 5): 1.2}))
+    # execute / assert
+    assert claims.checkpoint_vote(cliff, m, [good, bad]) == "within tolerance"
+    assert claims.checkpoint_vote(cliff, m, [bad, bad]) == "does not hold"
+    # a vote that holds on the medians is the criterion's own
+    assert claims.checkpoint_vote(cliff, claims.Evidence("h", HOLDS.table1), [bad]) == "holds"
+
+
+def test_checkpoints_before_the_papers_range_do_not_vote_and_tolerance_is_not_against():
+    # prepare: 2 early checkpoints (weight 0) against; 4 in the range: 1 holds, 1 within tolerance, 2 against
+    votes = pd.Series(["does not hold", "does not hold", "holds", "within tolerance", "does not hold", "does not hold"])
+    weights = pd.Series([0, 0, 1, 1, 1, 1])
+    # execute
+    out = claims.over_checkpoints(votes, weights)
+    # assert: against carries 2 of 4 = half the counted weight, not more: partly
+    assert out["verdict"] == "partly" and out["n"] == 4 and out["n_against"] == 2 and out["n_tolerance"] == 1
+    assert out["against_share"] == pytest.approx(0.5)
+    # counted as against, the within-tolerance checkpoint would make 3 of 4: does not hold
+    assert claims.over_checkpoints(votes.replace("within tolerance", "does not hold"), weights)["verdict"] == "does not hold"
+    # every counted checkpoint holds: holds, whatever the early ones say
+    assert claims.over_checkpoints(pd.Series(["does not hold", "holds", "holds"]), pd.Series([0, 1, 1]))["verdict"] == "holds"
+    assert claims.over_checkpoints(pd.Series(["holds"]), pd.Series([0]))["verdict"] == "not measured here"
