@@ -601,5 +601,5 @@ def test_matched_votes_judge_each_checkpoint_with_its_seed_range_and_weigh_the_p
     # with the seed range, the bs 32 pair is within tolerance: the checkpoint does not vote against
     assert votes.loc[2, "strict"] == "does not hold" and votes.loc[2, "vote"] == "within tolerance"
     # over checkpoints: only checkpoint 2 counts, neither holding nor against: partly
-    assert out.loc["tau", ["verdict", "n", "n_tolerance", "n_against", "n_before"]].tolist() == [
+    assert out.loc["tau", ["verdict", "n", "n_tolerance", "n_fail", "n_before"]].tolist() == [
         "partly", 1, 1, 0, 1]

@@ -43,7 +43,7 @@ class Evidence:
         control: ``{"deviation": worst |1/Δ_S / K_c - 1| over rounds and runs, "tolerance": allowed}`` or None.
         stage: ``{"by_range": {range: verdict of maskfed.studies.stage.verdict}, "cliffs": [cliff at each
             checkpoint], "text": one sentence}`` or None.
-        note: what this source is (rounds, seeds, model), shown beside its column.
+        note: what this source is (rounds, seeds, model), shown beside its column ("" for the paper's tables).
         print_unit: for a table printed at fixed precision (the paper's, two decimals), one unit of its last
             digit: each printed value is within half a unit of the true one, so a comparison decided by one
             unit or less is "within rounding" (:data:`PAPER_PRINT_UNIT`); None for our own, unrounded values.
@@ -62,11 +62,18 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Finding:
-    """A claim measured on one :class:`Evidence`: the value (text) and the verdict."""
+    """A claim measured on one :class:`Evidence`.
+
+    Attributes:
+        value: the verdict table's cell (the deciding numbers, short; read by the verdict page's table).
+        verdict: one of :data:`VERDICTS`.
+        numbers: every number behind the value and the verdict, by name (e.g. ``{"estimate", "low", "high"}``;
+            NaN ends where there is no interval); the claims' table in ``notebooks/verdict.md`` says what each is.
+    """
 
     value: str
     verdict: str
-    detail: str = ""
+    numbers: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -171,12 +178,17 @@ def _proto(p) -> str:
 
 # --------------------------------------------------------------------------- the claims
 
+def _numbers(iv: Interval, prefix: str = "") -> dict:
+    """An interval's estimate and ends by name (``estimate``, ``low``, ``high``, each after ``prefix``)."""
+    return {f"{prefix}estimate": iv.estimate, f"{prefix}low": iv.low, f"{prefix}high": iv.high}
+
+
 def _cliff(ev: Evidence) -> Finding:
     t1 = _need(ev.table1)
     iv = interval_of(cliff, [t1], [ev.reps1])
     lo = _bound(iv, "low")
     verdict = "holds" if lo >= 2 else "partly" if lo > 1 else "does not hold"
-    return Finding(_text(iv), verdict)
+    return Finding(_text(iv), verdict, _numbers(iv))
 
 
 def _floor(ev: Evidence) -> Finding:
@@ -186,34 +198,31 @@ def _floor(ev: Evidence) -> Finding:
     lo = float(mini(t1).min())
     verdict = ("holds" if _bound(hi, "high") <= 1.5 and lo >= 1 else
                "partly" if hi.estimate <= 2 and lo >= 0.9 else "does not hold")
-    return Finding(f"{lo:.2f}–{hi.estimate:.2f}", verdict,
-                   "" if math.isnan(hi.low) else f"largest {_text(hi)}")
+    return Finding(f"{lo:.2f}–{hi.estimate:.2f}", verdict, {"lowest": lo, **_numbers(hi, "largest_")})
 
 
 def _tau(ev: Evidence) -> Finding:
     t1 = _need(ev.table1)
     n, groups = falling_groups(t1)
-    detail = ""
-    if ev.reps1 is not None:
-        share = np.mean([falling_groups(r)[0] == groups for r in ev.reps1])
-        detail = f"all {groups} in {100 * share:.0f}% of bootstrap replicates"
+    # the share of bootstrap replicates in which every batch size falls (percent; NaN without replicates)
+    share = math.nan if ev.reps1 is None else 100 * float(np.mean([falling_groups(r)[0] == groups for r in ev.reps1]))
     verdict = "holds" if n == groups else "partly" if majority(n, groups) else "does not hold"
-    return Finding(f"{n} of {groups} batch sizes", verdict, detail)
+    return Finding(f"{n} of {groups} batch sizes", verdict, {"n_falling": n, "groups": groups, "pct_all_falling": share})
 
 
 def _monotone_t(ev: Evidence) -> Finding:
     t1 = _need(ev.table1)
     inv = summary.t_inversions(t1)
     if not inv:
-        return Finding("no inversion", "holds")
+        return Finding("no inversion", "holds", {"inversions": 0, "within_rounding": 0, "clear": 0})
     # printed values: a rise of one printed unit can come from true values any small distance apart (1.18 and 1.19
     # are 1.175-1.185 and 1.185-1.195), too small to decide the claim: "within rounding", not an inversion
     if ev.print_unit is not None:
         rec = t1["recovery_unweighted"]
         beyond = [(a, b) for a, b in inv if rec.loc[b] - rec.loc[a] > ev.print_unit * (1 + 1e-9)]
         if not beyond:
-            return Finding(f"no inversion beyond rounding ({len(inv)} within rounding)", "holds",
-                           "; ".join(f"{_proto(a)} → {_proto(b)}" for a, b in inv))
+            return Finding(f"{len(inv)} within rounding", "holds",
+                           {"inversions": 0, "within_rounding": len(inv), "clear": 0})
         inv = beyond
     clear = inv
     if ev.reps1 is not None:  # an inversion within the bootstrap spread of the two cells is not clear
@@ -221,9 +230,9 @@ def _monotone_t(ev: Evidence) -> Finding:
             return uncertainty.interval(t1.loc[p, "recovery_unweighted"],
                                         [r.loc[p, "recovery_unweighted"] for r in ev.reps1])
         clear = [(a, b) for a, b in inv if cell(b).low > cell(a).high]
-    pairs = "; ".join(f"{_proto(a)} → {_proto(b)}" for a, b in inv)
     verdict = "does not hold" if clear else "partly"
-    return Finding(f"{len(inv)} inversion{'s' if len(inv) > 1 else ''}", verdict, pairs)
+    return Finding(f"{len(inv)} inversion{'s' if len(inv) > 1 else ''}", verdict,
+                   {"inversions": len(inv), "within_rounding": 0, "clear": len(clear)})
 
 
 def rising_groups(t1: pd.DataFrame, column: str = "mu2_hat") -> list[str]:
@@ -243,18 +252,18 @@ def _signal_steps(ev: Evidence) -> Finding:
     groups = t1.index.get_level_values("batch_size").astype(str).unique()
     verdict = ("holds" if len(rising) == len(groups) else "partly" if majority(len(rising), len(groups))
                else "does not hold")
-    others = [b for b in groups if b not in rising]
     return Finding(f"{len(rising)} of {len(groups)} batch sizes", verdict,
-                   f"not rising: bs {', '.join(others)}" if others else "")
+                   {"n_rising": len(rising), "groups": len(groups)})
 
 
 def _alpha_span(ev: Evidence) -> Finding:
     t1, t2 = _need(ev.table1), _need(ev.table2)
     iv = interval_of(span_ratio, [t1, t2], [ev.reps1, ev.reps2])
     verdict = "holds" if _bound(iv, "high") < 0.5 else "partly" if iv.estimate < 1 else "does not hold"
-    detail = (f"α: {t2['recovery_unweighted'].min():.2f}–{t2['recovery_unweighted'].max():.2f}; "
-              f"protocols: {t1['recovery_unweighted'].min():.2f}–{t1['recovery_unweighted'].max():.2f}")
-    return Finding(_text(iv), verdict, detail)
+    return Finding(_text(iv), verdict, {**_numbers(iv), "alpha_lo": float(t2["recovery_unweighted"].min()),
+                                        "alpha_hi": float(t2["recovery_unweighted"].max()),
+                                        "proto_lo": float(t1["recovery_unweighted"].min()),
+                                        "proto_hi": float(t1["recovery_unweighted"].max())})
 
 
 def _alpha_weighting(ev: Evidence) -> Finding:
@@ -270,7 +279,9 @@ def _alpha_weighting(ev: Evidence) -> Finding:
     flat = 1 / FLAT <= _bound(iv_w, "low") and _bound(iv_w, "high") <= FLAT
     verdict = ("holds" if _bound(iv_u, "low") > 1 and flat else
                "partly" if lu > 0 and lw < abs(lu) / 2 else "does not hold")
-    return Finding(f"×{_text(iv_u)} vs ×{_text(iv_w)}", verdict, f"α = {lo_a:g} against α = {hi_a:g}")
+    return Finding(f"×{_text(iv_u)} vs ×{_text(iv_w)}", verdict,
+                   {**_numbers(iv_u, "unweighted_"), **_numbers(iv_w, "weighted_"), "alpha_low": float(lo_a),
+                    "alpha_high": float(hi_a)})
 
 
 #: "Flat" for the n_k-weighted factor across α: its ratio α = 0.1 / α = 100 within [1/FLAT, FLAT]
@@ -290,7 +301,8 @@ def _below_one(ev: Evidence) -> Finding:
                "partly" if exists and declines and majority(zeros, 3) else "does not hold")
     worst = pct.idxmax()
     return Finding(f"max {pct.max():.1f}% ({_proto(worst)}); noisiest 3: {', '.join(f'{v:.1f}' for v in pct[noisiest])}%",
-                   verdict, f"r_s(σ̂², share) over the minibatch protocols = {rho:+.2f}")
+                   verdict, {"max_pct": float(pct.max()), "max_batch_size": str(worst[0]), "max_tau": int(worst[1]),
+                             "noisiest_zeros": zeros, "rho": rho})
 
 
 def _spans(ev: Evidence) -> Finding:
@@ -300,7 +312,8 @@ def _spans(ev: Evidence) -> Finding:
     rho = spearman(t1["mu2_hat"], t1["recovery_unweighted"])
     verdict = ("holds" if dec_s >= 2 and dec_m <= dec_s / 2 and rho < 0 else
                "partly" if dec_m < dec_s else "does not hold")
-    return Finding(f"σ̂² {dec_s:.1f}, ‖μ̂‖² {dec_m:.1f} decades; r_s(‖μ̂‖², 1/Δ_S) = {rho:+.2f}", verdict)
+    return Finding(f"σ̂² {dec_s:.1f}, ‖μ̂‖² {dec_m:.1f} decades; r_s(‖μ̂‖², 1/Δ_S) = {rho:+.2f}", verdict,
+                   {"decades_sigma": dec_s, "decades_mu": dec_m, "rho": rho})
 
 
 def _tradeoff(ev: Evidence) -> Finding:
@@ -309,7 +322,7 @@ def _tradeoff(ev: Evidence) -> Finding:
     iv = interval_of(stat, [t1], [ev.reps1])
     verdict = ("holds" if iv.estimate <= -0.5 and _bound(iv, "high") < 0 else
                "partly" if iv.estimate < 0 else "does not hold")
-    return Finding(_text(iv, "+.2f"), verdict)
+    return Finding(_text(iv, "+.2f"), verdict, _numbers(iv))
 
 
 def _stage(ev: Evidence) -> Finding:
@@ -322,27 +335,36 @@ def _stage(ev: Evidence) -> Finding:
     value = "; ".join(f"{k}: {v}" for k, v in by_range.items())
     if st.get("before"):  # shown apart, not counted (the protocols have not separated yet there)
         value += "; not counted, " + "; ".join(f"{k}: {v}" for k, v in st["before"].items())
-    return Finding(value, verdict, st.get("text", ""))
+    return Finding(value, verdict, {"ranges": len(by_range), "n_sampling": part})
 
 
 def _control(ev: Evidence) -> Finding:
     c = _need(ev.control)
     verdict = "holds" if c["deviation"] <= c["tolerance"] else "does not hold"
-    return Finding(f"{c['deviation']:.1e} (≤ {c['tolerance']:.0e})", verdict)
+    return Finding(f"{c['deviation']:.1e} (≤ {c['tolerance']:.0e})", verdict,
+                   {"deviation": float(c["deviation"]), "tolerance": float(c["tolerance"])})
 
 
-def _paper_numbers() -> dict[str, str]:
-    """The paper's numbers the claim statements quote, read from its tables (``paper/*.csv``), not typed."""
+def paper_numbers() -> dict:
+    """The paper's numbers its claims quote (``notebooks/verdict.md``'s table of the claims glues them), read from
+    its tables (``paper/*.csv``), not typed: the minibatch range of 1/Δ_S (``mini_lo``, ``mini_hi``), its range over
+    the protocols (``proto_lo``, ``proto_hi``) and over α (``alpha_lo``, ``alpha_hi``), unweighted; the largest share
+    of rounds below 1 (``below_max``, percent) and its protocol (``below_bs``, batch size as text; ``below_tau``)."""
     t1, t2 = summary.paper_table("table1"), summary.paper_table("table2")
     rec, mini = t1["recovery_unweighted"], t1[~_is_full(t1)]["recovery_unweighted"]
     pct = t1["pct_rounds_below_one"]
-    return {"mini_lo": f"{mini.min():.2f}", "mini_hi": f"{mini.max():.2f}",
-            "proto_lo": f"{rec.min():.2f}", "proto_hi": f"{rec.max():.2f}",
-            "alpha_lo": f"{t2['recovery_unweighted'].min():.2f}", "alpha_hi": f"{t2['recovery_unweighted'].max():.2f}",
-            "below_max": f"{pct.max():.1f}", "below_at": _proto(pct.idxmax())}
+    bs, tau = pct.idxmax()
+    return {"mini_lo": float(mini.min()), "mini_hi": float(mini.max()), "proto_lo": float(rec.min()),
+            "proto_hi": float(rec.max()), "alpha_lo": float(t2["recovery_unweighted"].min()),
+            "alpha_hi": float(t2["recovery_unweighted"].max()), "below_max": float(pct.max()),
+            "below_bs": str(bs), "below_tau": int(tau)}
 
 
-_P = _paper_numbers()
+# The statements below quote the paper's numbers as the criteria list of chapters.verdict.criteria_html shows them;
+# notebooks/verdict.md's table of the claims glues paper_numbers() instead.
+_N = paper_numbers()
+_P = {**{k: f"{v:.2f}" for k, v in _N.items() if k not in ("below_max", "below_bs", "below_tau")},
+      "below_max": f"{_N['below_max']:.1f}", "below_at": _proto((_N["below_bs"], _N["below_tau"]))}
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("cliff", "The cliff", "Exact local gradients keep 1/Δ_S far above sampled ones: every full-batch protocol "
@@ -502,7 +524,8 @@ def trend_bearing(t1: pd.DataFrame, trends: pd.DataFrame) -> pd.DataFrame:
     A drift counts only where Benjamini-Hochberg at :data:`TREND_FDR` over every pair of every claim keeps it.
 
     Returns:
-        Index ``claim``; columns ``still`` (cells still falling: most of their runs; e.g. "7 of 9 cells"),
+        Index ``claim``; columns ``n_still`` and ``n_cells`` (cells still falling, most of their runs, and cells
+        compared), ``still`` (the two as read by the verdict page, e.g. "7 of 9 cells"),
         ``way`` ("against", "toward", "both ways" or "steady"), ``meet`` (fewest rounds until a pair that holds
         meets, NaN if none closes), ``against_rate`` / ``toward_rate`` (the fastest drift each way, percent of the
         gap per round; NaN where none) and ``pairs`` (the moving pairs as text).
@@ -544,7 +567,7 @@ def trend_bearing(t1: pd.DataFrame, trends: pd.DataFrame) -> pd.DataFrame:
             meets.append(meet)
             texts.append(f"{_proto(a)} over {_proto(b)}: ×{math.exp(g):.2f}, {way} at {100 * d:+.2f} % a round"
                          + (f", meeting in about {meet:.0f} rounds" if not math.isnan(meet) else ""))
-        rows.append({"claim": key, "still": f"{still} of {len(cells)} cells",
+        rows.append({"claim": key, "n_still": still, "n_cells": len(cells), "still": f"{still} of {len(cells)} cells",
                      "way": "steady" if not ways else ways.pop() if len(ways) == 1 else "both ways",
                      "meet": min([m for m in meets if not math.isnan(m)], default=math.nan),
                      "against_rate": max(rates["against"], default=math.nan),
@@ -561,7 +584,7 @@ def paper_evidence() -> Evidence:
     """The paper's own Tables I and II as :class:`Evidence` (no intervals, no control or stage data; compared at
     their printing precision, :data:`PAPER_PRINT_UNIT`)."""
     return Evidence("paper's tables", summary.paper_table("table1"), summary.paper_table("table2"),
-                    note="ResNet-18-GN, 200 rounds, 3 seeds (the paper's Tables I and II)", print_unit=PAPER_PRINT_UNIT)
+                    print_unit=PAPER_PRINT_UNIT)
 
 
 def verdict_table(evidence: list[Evidence], claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:
@@ -591,6 +614,19 @@ def verdict_table(evidence: list[Evidence], claims: tuple[Claim, ...] = CLAIMS) 
                 overall, source = f.verdict, ev.name
         rows.append({**row, "verdict": overall, "from": source})
     return pd.DataFrame(rows).set_index("claim")
+
+
+def verdict_numbers(evidence: list[Evidence], claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:
+    """Every number behind the verdict table (:attr:`Finding.numbers`), the paper's tables first: one row per
+    (claim, source, name), column ``number`` (a float, an int, or a batch size as text).
+
+    Args:
+        evidence: the sources, as :func:`verdict_table`'s.
+        claims: the claims (default :data:`CLAIMS`).
+    """
+    rows = [{"claim": c.key, "source": ev.name, "name": k, "number": v}
+            for c in claims for ev in [paper_evidence(), *evidence] for k, v in c.evaluate(ev).numbers.items()]
+    return pd.DataFrame(rows, columns=["claim", "source", "name", "number"]).set_index(["claim", "source", "name"])
 
 
 def counts(table: pd.DataFrame) -> dict[str, int]:
@@ -734,16 +770,16 @@ def over_checkpoints(votes: pd.Series, weights: pd.Series | None = None) -> dict
 
     Returns:
         ``{"verdict", "weight" (counted weight), "n" (checkpoints counted), "n_holds", "n_partly", "n_tolerance",
-        "n_against", "against_share" (weight voting against over the counted weight; NaN when none)}``.
+        "n_fail" (voting "does not hold"), "fail_share" (their weight over the counted weight; NaN when none)}``.
     """
     w = pd.Series(1.0, index=votes.index) if weights is None else weights.reindex(votes.index).astype(float)
     counted = (w > 0) & (votes != "not measured here")
     v, w = votes[counted], w[counted]
     total = float(w.sum())
     n = {k: int((v == word).sum()) for k, word in (("n_holds", "holds"), ("n_partly", "partly"),
-                                                 ("n_tolerance", "within tolerance"), ("n_against", "does not hold"))}
+                                                 ("n_tolerance", "within tolerance"), ("n_fail", "does not hold"))}
     against = float(w[v == "does not hold"].sum())
     verdict = ("not measured here" if total == 0 else "holds" if n["n_holds"] == len(v) else
                "does not hold" if 2 * against > total else "partly")
     return {"verdict": verdict, "weight": total, "n": int(len(v)), **n,
-            "against_share": against / total if total > 0 else math.nan}
+            "fail_share": against / total if total > 0 else math.nan}

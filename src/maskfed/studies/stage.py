@@ -1090,7 +1090,7 @@ def matched_verdicts(votes: pd.DataFrame, claim_list: tuple | None = None) -> pd
 
     Returns:
         Index ``claim``; columns ``verdict``, ``n`` (checkpoints counted), ``n_holds``, ``n_partly``,
-        ``n_tolerance``, ``n_against``, ``against_share``, ``weight`` and ``n_before`` (checkpoints shown but not
+        ``n_tolerance``, ``n_fail``, ``fail_share``, ``weight`` and ``n_before`` (checkpoints shown but not
         counted, below the accuracy floor).
     """
     from maskfed.analysis import claims
