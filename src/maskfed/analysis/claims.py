@@ -4,11 +4,15 @@ A claim is one statement of the paper's Sec. IV that our measurements can test (
 
 * the paper's number, computed by the same code from the paper's own tables
   (:func:`maskfed.analysis.summary.paper_table`);
-* a criterion written before any number was seen (:attr:`Claim.criterion`), giving one of :data:`VERDICTS`;
+* a criterion written before any number was seen (its words: the table "The claims and their criteria" in
+  ``notebooks/verdict.md``; its thresholds and decision: :attr:`Claim.measure`), giving one of :data:`VERDICTS`;
 * a :class:`Finding` per profile (:class:`Evidence`): the measured value with its bootstrap interval over
   seeds and window rounds (:mod:`maskfed.analysis.uncertainty`) and the verdict.
 
-The thresholds are ours (the paper states its claims in words); each criterion states its own.
+The thresholds are ours (the paper states its claims in words); each criterion states its own. At matched stage
+(every protocol at the same θ) each checkpoint votes with its seed range (:func:`checkpoint_vote`) and the votes in
+the paper's accuracy range decide (:func:`over_checkpoints`; the checkpoints' tables:
+:func:`maskfed.studies.stage.matched_votes`).
 """
 
 from __future__ import annotations
@@ -89,9 +93,12 @@ class Claim:
 
     key: str
     title: str                                  # a few words, for a table row
-    statement: str                              # the claim, in our words
+    # statement and criterion: the claim in our words and how its verdict is decided. notebooks/verdict.md's table
+    # "The claims and their criteria" is the page's text of both; these copies remain only while
+    # chapters.verdict.criteria_html reads them, and go with it.
+    statement: str
     where: str                                  # section / table of the paper
-    criterion: str                              # how the verdict is decided (thresholds are ours)
+    criterion: str
     measure: Callable[[Evidence], Finding] = field(repr=False)
 
     def evaluate(self, ev: Evidence) -> Finding:
