@@ -45,7 +45,9 @@ def test_a_table_that_holds_holds_every_claim():
     found = {c.key: c.evaluate(HOLDS) for c in claims.CLAIMS}
     assert {k: f.verdict for k, f in found.items()} == {c.key: "holds" for c in claims.CLAIMS}
     assert found["cliff"].value == f"{4.0 / 1.4:.2f}"
-    assert found["below_one"].value.startswith("max 4.0% (bs 128, τ 1)")
+    assert found["cliff"].numbers["estimate"] == pytest.approx(4.0 / 1.4) and math.isnan(found["cliff"].numbers["low"])
+    b = found["below_one"].numbers
+    assert (b["max_pct"], b["max_batch_size"], b["max_tau"], b["noisiest_zeros"]) == (4.0, "128", 1, 3)
 
 
 def test_a_table_that_fails_fails_every_claim():
@@ -68,13 +70,13 @@ def _one(key, ev):
 def test_partly_needs_a_majority_of_the_groups():
     # falls with τ at one batch size of three (full only): was "partly", is "does not hold"
     one = claims.Evidence("one", table1([9.0, 4.5, 4.0, 1.2, 1.3, 1.1, 1.4, 1.15, 1.2]))
-    assert _one("tau", one).value == "1 of 3 batch sizes" and _one("tau", one).verdict == "does not hold"
+    assert _one("tau", one).numbers["n_falling"] == 1 and _one("tau", one).verdict == "does not hold"
     two = claims.Evidence("two", table1([9.0, 4.5, 4.0, 1.2, 1.3, 1.25, 1.4, 1.15, 1.1]))
-    assert _one("tau", two).value == "2 of 3 batch sizes" and _one("tau", two).verdict == "partly"
+    assert _one("tau", two).numbers["n_falling"] == 2 and _one("tau", two).verdict == "partly"
     # ‖μ̂‖² rising at one batch size of three
     mu = [1e-3, 2e-3, 3e-3, 5e-3, 4e-3, 5e-3, 3e-3, 4e-3, 3e-3]  # full rises; 128: 5, 4, 3; 32: 5, 4, 3
     f = _one("signal_steps", claims.Evidence("mu", table1(HOLDS.table1["recovery_unweighted"].tolist(), mu=mu)))
-    assert f.value == "1 of 3 batch sizes" and f.verdict == "does not hold"
+    assert f.numbers == {"n_rising": 1, "groups": 3} and f.verdict == "does not hold"
     # the stage verdict: one of two ranges says "sampling" → not a majority
     half = claims.Evidence("half", stage={"by_range": {"early": "stage", "late": "sampling"}})
     both = claims.Evidence("both", stage={"by_range": {"early": "both", "late": "sampling"}})
@@ -87,7 +89,7 @@ def test_rounds_below_one_must_decline_with_the_noise():
     # the archive's pattern: the noisiest cell has the most rounds below 1 (share rises with σ̂²)
     rising = claims.Evidence("rising", table1(rec, below=[0, 0, 0, 0.5, 0.5, 1, 2, 4, 6.2]))
     f = _one("below_one", rising)
-    assert f.verdict == "does not hold" and f.detail.startswith("r_s(σ̂², share) over the minibatch protocols = +")
+    assert f.verdict == "does not hold" and f.numbers["rho"] > 0 and f.numbers["noisiest_zeros"] == 0
     # declining, but only two of the three noisiest at zero: partly
     assert _one("below_one", claims.Evidence("two", table1(rec, below=[0, 0, 0, 4, 2, 1, 0.5, 0, 0]))).verdict == "partly"
     # declining and zero in the three noisiest: holds (as the paper's own table)
@@ -100,18 +102,19 @@ def test_a_weighted_factor_that_rises_ten_percent_is_not_flat():
     ev = claims.Evidence("split", table2=table2([1.20, 1.25, 1.776], [1.165, 1.20, 1.277]))
     f = _one("alpha_weighting", ev)
     assert f.verdict == "partly" and f.value == "×1.48 vs ×1.10"
+    assert (f.numbers["unweighted_estimate"], f.numbers["weighted_estimate"]) == pytest.approx((1.776 / 1.20, 1.277 / 1.165))
     flat = claims.Evidence("flat", table2=table2([1.20, 1.25, 1.776], [1.165, 1.17, 1.20]))
     assert _one("alpha_weighting", flat).verdict == "holds"  # ×1.03: within 5 %
     assert _one("alpha_weighting", claims.Evidence("no", table2=table2([1.2, 1.2, 1.1], [1.2, 1.2, 1.2]))).verdict == (
         "does not hold")
 
 
-def test_the_statements_quote_the_papers_tables():
-    by = {c.key: c.statement for c in claims.CLAIMS}
-    t1, t2 = claims.summary.paper_table("table1"), claims.summary.paper_table("table2")
-    assert f"{t2['recovery_unweighted'].min():.2f} to {t2['recovery_unweighted'].max():.2f} over α" in by["alpha_span"]
-    assert "1.19 to 1.50 over α" in by["alpha_span"] and "1.10 to 8.96 over the protocols" in by["alpha_span"]
-    assert f"{t1['pct_rounds_below_one'].max():.1f} % at bs 128, τ 1" in by["below_one"]
+def test_the_claims_quote_the_papers_tables():
+    # the numbers notebooks/verdict.md's table of the claims glues, read from the paper's Tables I and II
+    n = claims.paper_numbers()
+    assert (n["alpha_lo"], n["alpha_hi"], n["proto_lo"], n["proto_hi"]) == pytest.approx((1.19, 1.50, 1.10, 8.96))
+    t1 = claims.summary.paper_table("table1")
+    assert (n["below_max"], n["below_bs"], n["below_tau"]) == (t1["pct_rounds_below_one"].max(), "128", 1)
     assert {k for _, k, _, _ in claims.CRITERIA_CHANGES} <= {c.key for c in claims.CLAIMS + claims.CODE_CHECKS}
 
 
@@ -121,8 +124,10 @@ def test_partial_verdicts_between_the_thresholds():
     f = {c.key: c.evaluate(ev) for c in claims.CLAIMS}
     assert f["cliff"].verdict == "partly" and f["cliff"].value == f"{2.6 / 1.8:.2f}"
     assert f["floor"].verdict == "partly"
-    assert f["tau"].value == "2 of 3 batch sizes" and f["tau"].verdict == "partly"
-    assert f["monotone_t"].verdict == "does not hold" and "bs 128, τ 5 → bs 32, τ 2" in f["monotone_t"].detail
+    assert f["tau"].numbers["n_falling"] == 2 and f["tau"].verdict == "partly"
+    # bs 128 τ 5 (T = 20, 1.2) → bs 32 τ 2 (T = 32, 1.25): one inversion, clear without replicates
+    assert f["monotone_t"].verdict == "does not hold"
+    assert (f["monotone_t"].numbers["inversions"], f["monotone_t"].numbers["clear"]) == (1, 1)
 
 
 def test_a_missing_profile_is_not_measured_and_the_next_source_decides():
@@ -135,6 +140,11 @@ def test_a_missing_profile_is_not_measured_and_the_next_source_decides():
     assert table.loc["alpha_span", "verdict"] == "does not hold" and table.loc["alpha_span", "from"] == "bad"
     assert sum(claims.counts(table).values()) == len(claims.CLAIMS)
     assert claims.verdict_table([claims.Evidence("none")])["verdict"].eq("not measured here").all()
+    # the numbers behind each cell, by name, the paper's tables first
+    nums = claims.verdict_numbers([t1_only])
+    assert nums.loc[("cliff", "closest", "estimate"), "number"] == pytest.approx(4.0 / 1.4)
+    assert nums.loc[("cliff", "paper's tables", "estimate"), "number"] == pytest.approx(3.96 / 1.36)
+    assert ("alpha_span", "closest") not in nums.droplevel("name").index
 
 
 def test_the_papers_own_table_keeps_its_monotone_in_t_claim_within_rounding():
@@ -143,20 +153,19 @@ def test_the_papers_own_table_keeps_its_monotone_in_t_claim_within_rounding():
     paper = claims.paper_evidence()
     monotone = claims.CLAIMS[[c.key for c in claims.CLAIMS].index("monotone_t")]
     f = monotone.evaluate(paper)
-    assert f.verdict == "holds" and f.value == "no inversion beyond rounding (1 within rounding)"
-    assert f.detail == "bs 128, τ 5 → bs 32, τ 2"
+    assert f.verdict == "holds" and f.numbers == {"inversions": 0, "within_rounding": 1, "clear": 0}
     # the same printed table with 1.21 at T = 32 (two units above 1.18) breaks the claim
     t1 = paper.table1.copy()
     t1.loc[("32", 2), "recovery_unweighted"] = 1.21
     g = monotone.evaluate(claims.Evidence("printed", t1, print_unit=claims.PAPER_PRINT_UNIT))
-    assert g.verdict == "does not hold" and g.detail == "bs 128, τ 5 → bs 32, τ 2"
+    assert g.verdict == "does not hold" and g.numbers == {"inversions": 1, "within_rounding": 0, "clear": 1}
     # our own, unrounded values: the 0.01 rise is an inversion
     assert monotone.evaluate(claims.Evidence("ours", paper.table1)).verdict == "does not hold"
     assert claims.cliff(paper.table1) == pytest.approx(3.96 / 1.36)
     # Sec. IV-C: more local steps travel further along the shared direction; its full-batch ‖μ̂‖²
     # falls from τ = 1 to τ = 2 (3.6e-3 to 6.2e-4)
     g = claims.CLAIMS[[c.key for c in claims.CLAIMS].index("signal_steps")].evaluate(paper)
-    assert (g.verdict, g.value, g.detail) == ("partly", "2 of 3 batch sizes", "not rising: bs full")
+    assert (g.verdict, g.numbers) == ("partly", {"n_rising": 2, "groups": 3})
     assert claims.span_ratio(paper.table1, paper.table2) == pytest.approx(np.log(1.50 / 1.19) / np.log(8.96 / 1.10))
 
 
@@ -212,6 +221,7 @@ def test_trend_bearing_a_falling_full_batch_cell_closes_the_cliff_and_opens_the_
     # cliff: d = -0.01 - 0 = -0.01, se = √2 · 0.001, |t| = 7.1 > 2: against; the ×4.0/1.4 gap meets in
     # log(4.0 / 1.4) / 0.01 = 104.98 rounds
     assert out.loc["cliff", "way"] == "against" and out.loc["cliff", "still"] == "1 of 2 cells"
+    assert out.loc["cliff", ["n_still", "n_cells"]].tolist() == [1, 2]
     assert out.loc["cliff", "meet"] == pytest.approx(math.log(4.0 / 1.4) / 0.01)
     assert out.loc["cliff", "pairs"] == ("full batch, τ 5 over bs 128, τ 1: ×2.86, against at -1.00 % a round, "
                                          "meeting in about 105 rounds")
@@ -271,3 +281,88 @@ def test_a_claim_whose_two_views_disagree_in_direction_is_confounded_by_stage():
     assert list(out["protocol_verdict"]) == ["partly", "holds", "holds", "does not hold"]
     assert claims.counts(out)["confounded by stage"] == 2
     assert list(claims.with_matched_view(verdicts, None)["verdict"]) == list(verdicts["verdict"])
+
+
+# --------------------------------------------------------------------------- the matched-stage vote with its interval
+
+def _with(rec_by_cell: dict, base=None):
+    """HOLDS's Table I (or ``base``) with some cells' 1/Δ_S replaced."""
+    t = (HOLDS.table1 if base is None else base).copy()
+    for cell, v in rec_by_cell.items():
+        t.loc[cell, "recovery_unweighted"] = v
+    return t
+
+
+def test_an_inversion_inside_its_seed_range_is_within_tolerance_and_one_outside_votes_against():
+    # prepare: at one checkpoint bs 128 rises from τ 1 (1.20) to τ 2 (1.26), a 0.06 inversion on the medians; two seeds
+    # disagree (1.30 over 1.22 at one, 1.10 under 1.30 at the other), so the seed range of d = log(τ 1 / τ 2) is
+    # [log(1.10 / 1.30), log(1.30 / 1.22)] = [-0.167, +0.0635]: it reaches the claim's side (d > 0)
+    median = _with({("128", 1): 1.20, ("128", 2): 1.26})
+    seeds = [_with({("128", 1): 1.30, ("128", 2): 1.22}), _with({("128", 1): 1.10, ("128", 2): 1.30})]
+    # execute
+    pairs = claims.pair_votes(median, seeds, "tau").set_index("larger")
+    # assert: the pair is within tolerance, with the hand-computed range; the other pairs vote for
+    p = pairs.loc[[("128", 1)]].iloc[0]
+    assert p["vote"] == "within tolerance" and p["d"] == pytest.approx(math.log(1.20 / 1.26))
+    assert (p["d_low"], p["d_high"]) == pytest.approx((math.log(1.10 / 1.30), math.log(1.30 / 1.22)))
+    assert (pairs["vote"] == "for").sum() == len(pairs) - 1
+    # the claim fails on the medians (2 of 3 batch sizes fall: partly by its criterion) ...
+    tau = next(c for c in claims.CLAIMS if c.key == "tau")
+    assert tau.evaluate(claims.Evidence("m", median)).verdict == "partly"
+    # ... and monotone in T fails on the medians, but only within tolerance: the checkpoint does not vote against
+    mono = next(c for c in claims.CLAIMS if c.key == "monotone_t")
+    ev_seeds = [claims.Evidence(f"s{i}", s) for i, s in enumerate(seeds)]
+    assert mono.evaluate(claims.Evidence("m", median)).verdict == "does not hold"
+    assert claims.checkpoint_vote(mono, claims.Evidence("m", median), ev_seeds) == "within tolerance"
+    # a clear inversion: every seed has τ 2 above τ 1 (seed range of d = [log(1.10/1.30), log(1.18/1.26)] < 0)
+    clear = [_with({("128", 1): 1.18, ("128", 2): 1.26}), _with({("128", 1): 1.10, ("128", 2): 1.30})]
+    assert claims.pair_votes(median, clear, "tau").set_index("larger").loc[[("128", 1)]].iloc[0]["vote"] == "against"
+    assert claims.checkpoint_vote(mono, claims.Evidence("m", median),
+                                  [claims.Evidence(f"s{i}", s) for i, s in enumerate(clear)]) == "does not hold"
+
+
+def test_falls_with_tau_fails_against_only_where_the_inversions_are_clear():
+    # prepare: two of three batch sizes inverted on the medians (full τ 2 < τ 5; bs 128 τ 1 < τ 2): 1 of 3 falls,
+    # "does not hold"; the full-batch inversion is clear at every seed, the bs 128 one is not at seed 0
+    median = _with({("full", 2): 3.9, ("128", 1): 1.20, ("128", 2): 1.26})
+    s0 = _with({("full", 2): 3.8, ("128", 1): 1.30, ("128", 2): 1.22})
+    s1 = _with({("full", 2): 3.9, ("128", 1): 1.10, ("128", 2): 1.30})
+    tau = next(c for c in claims.CLAIMS if c.key == "tau")
+    m = claims.Evidence("m", median)
+    assert tau.evaluate(m).verdict == "does not hold"
+    # execute / assert: leniently only full batch is broken, 2 of 3 fall (a majority): within tolerance
+    assert claims.checkpoint_vote(tau, m, [claims.Evidence("s0", s0), claims.Evidence("s1", s1)]) == "within tolerance"
+    # with bs 128 clearly inverted too (both seeds), 1 of 3: against
+    s0c = _with({("full", 2): 3.8, ("128", 1): 1.15, ("128", 2): 1.22})
+    assert claims.checkpoint_vote(tau, m, [claims.Evidence("s0", s0c), claims.Evidence("s1", s1)]) == "does not hold"
+    # without seeds the median decides, as before
+    assert claims.checkpoint_vote(tau, m, []) == "does not hold"
+
+
+def test_a_single_statistic_claim_fails_against_only_when_every_seed_fails():
+    # prepare: the cliff on the medians is 1.3 / 1.4 < 1 (does not hold); one seed has the cliff 4.0 / 1.4 (holds)
+    cliff = next(c for c in claims.CLAIMS if c.key == "cliff")
+    m = claims.Evidence("m", _with({("full", 5): 1.3}))
+    assert cliff.evaluate(m).verdict == "does not hold"
+    good, bad = claims.Evidence("s0", HOLDS.table1), claims.Evidence("s1", _with({("full", 5): 1.2}))
+    # execute / assert
+    assert claims.checkpoint_vote(cliff, m, [good, bad]) == "within tolerance"
+    assert claims.checkpoint_vote(cliff, m, [bad, bad]) == "does not hold"
+    # a vote that holds on the medians is the criterion's own
+    assert claims.checkpoint_vote(cliff, claims.Evidence("h", HOLDS.table1), [bad]) == "holds"
+
+
+def test_checkpoints_before_the_papers_range_do_not_vote_and_tolerance_is_not_against():
+    # prepare: 2 early checkpoints (weight 0) against; 4 in the range: 1 holds, 1 within tolerance, 2 against
+    votes = pd.Series(["does not hold", "does not hold", "holds", "within tolerance", "does not hold", "does not hold"])
+    weights = pd.Series([0, 0, 1, 1, 1, 1])
+    # execute
+    out = claims.over_checkpoints(votes, weights)
+    # assert: against carries 2 of 4 = half the counted weight, not more: partly
+    assert out["verdict"] == "partly" and out["n"] == 4 and out["n_fail"] == 2 and out["n_tolerance"] == 1
+    assert out["fail_share"] == pytest.approx(0.5)
+    # counted as against, the within-tolerance checkpoint would make 3 of 4: does not hold
+    assert claims.over_checkpoints(votes.replace("within tolerance", "does not hold"), weights)["verdict"] == "does not hold"
+    # every counted checkpoint holds: holds, whatever the early ones say
+    assert claims.over_checkpoints(pd.Series(["does not hold", "holds", "holds"]), pd.Series([0, 1, 1]))["verdict"] == "holds"
+    assert claims.over_checkpoints(pd.Series(["holds"]), pd.Series([0]))["verdict"] == "not measured here"

@@ -572,3 +572,34 @@ def test_ladder_config_at_another_alpha_is_table_twos_run():
     with pytest.raises(ConfigError, match="experiments must be a non-empty subset"):
         stage.study_configs(prof, experiments=("table3",))
     assert list(stage.study_configs(prof, experiments=("table2",))) == ["table2"]
+
+
+def test_matched_votes_judge_each_checkpoint_with_its_seed_range_and_weigh_the_papers_range():
+    # prepare: 2 seeds, θ_0 and 2 checkpoints, Table I's protocols full τ 1, 2 and bs 32 τ 1, 2 (T = 1, 2, 8, 16);
+    # checkpoint 1 (accuracy 0.2, below the floor 0.3): full batch rises clearly from τ 1 to τ 2 at both seeds;
+    # checkpoint 2 (accuracy 0.5): bs 32 rises from τ 1 to τ 2 by 0.06 on the medians (1.20 → 1.26) but falls at
+    # seed 0 (1.30 → 1.22), so that inversion is within its seed range
+    rec = {1: {0: [3.0, 3.5, 1.4, 1.3], 1: [3.0, 3.6, 1.4, 1.3]},
+           2: {0: [4.0, 3.0, 1.30, 1.22], 1: [4.0, 3.0, 1.10, 1.30]}}
+    protocols = [("full", 1), ("full", 2), ("32", 1), ("32", 2)]
+    rows = [{"seed": sd, "experiment": "table1", "stage": st, "stage_acc": {0: 0.1, 1: 0.2, 2: 0.5}[st],
+             "batch_size": b, "local_epochs": t, "alpha": 100.0, "recovery_unweighted": v, "recovery_weighted": v,
+             "sigma2_hat": 1.0, "mu2_hat": 1.0}
+            for st in (0, 1, 2) for sd in (0, 1)
+            for (b, t), v in zip(protocols, rec.get(st, {0: [1.0] * 4, 1: [1.0] * 4})[sd])]
+    steps = pd.Series([1.0, 2.0, 8.0, 16.0], index=pd.MultiIndex.from_tuples(protocols))
+    from maskfed.analysis import claims
+    tau = tuple(c for c in claims.CLAIMS if c.key == "tau")
+    # execute
+    votes = stage.matched_votes(pd.DataFrame(rows), steps, tau, min_acc=0.3).set_index("stage")
+    out = stage.matched_verdicts(votes.reset_index(), tau)
+    # assert: θ_0 is left out; checkpoint 1: full rises (3.0 → 3.55 median), bs 32 falls: 1 of 2 groups, not a
+    # majority, and the full-batch inversion is clear at both seeds: against, but weight 0
+    assert list(votes.index) == [1, 2] and list(votes["weight"]) == [0.0, 1.0]
+    assert votes.loc[1, "vote"] == "does not hold"
+    # checkpoint 2: medians full 4.0 → 3.0 falls, bs 32 1.20 → 1.26 rises: 1 of 2, "does not hold" on the medians;
+    # with the seed range, the bs 32 pair is within tolerance: the checkpoint does not vote against
+    assert votes.loc[2, "strict"] == "does not hold" and votes.loc[2, "vote"] == "within tolerance"
+    # over checkpoints: only checkpoint 2 counts, neither holding nor against: partly
+    assert out.loc["tau", ["verdict", "n", "n_tolerance", "n_fail", "n_before"]].tolist() == [
+        "partly", 1, 1, 0, 1]

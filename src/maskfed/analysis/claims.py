@@ -4,11 +4,15 @@ A claim is one statement of the paper's Sec. IV that our measurements can test (
 
 * the paper's number, computed by the same code from the paper's own tables
   (:func:`maskfed.analysis.summary.paper_table`);
-* a criterion written before any number was seen (:attr:`Claim.criterion`), giving one of :data:`VERDICTS`;
+* a criterion written before any number was seen (its words: the table "The claims and their criteria" in
+  ``notebooks/verdict.md``; its thresholds and decision: :attr:`Claim.measure`), giving one of :data:`VERDICTS`;
 * a :class:`Finding` per profile (:class:`Evidence`): the measured value with its bootstrap interval over
   seeds and window rounds (:mod:`maskfed.analysis.uncertainty`) and the verdict.
 
-The thresholds are ours (the paper states its claims in words); each criterion states its own.
+The thresholds are ours (the paper states its claims in words); each criterion states its own. At matched stage
+(every protocol at the same θ) each checkpoint votes with its seed range (:func:`checkpoint_vote`) and the votes in
+the paper's accuracy range decide (:func:`over_checkpoints`; the checkpoints' tables:
+:func:`maskfed.studies.stage.matched_votes`).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ class Evidence:
         control: ``{"deviation": worst |1/Δ_S / K_c - 1| over rounds and runs, "tolerance": allowed}`` or None.
         stage: ``{"by_range": {range: verdict of maskfed.studies.stage.verdict}, "cliffs": [cliff at each
             checkpoint], "text": one sentence}`` or None.
-        note: what this source is (rounds, seeds, model), shown beside its column.
+        note: what this source is (rounds, seeds, model), shown beside its column ("" for the paper's tables).
         print_unit: for a table printed at fixed precision (the paper's, two decimals), one unit of its last
             digit: each printed value is within half a unit of the true one, so a comparison decided by one
             unit or less is "within rounding" (:data:`PAPER_PRINT_UNIT`); None for our own, unrounded values.
@@ -62,11 +66,18 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Finding:
-    """A claim measured on one :class:`Evidence`: the value (text) and the verdict."""
+    """A claim measured on one :class:`Evidence`.
+
+    Attributes:
+        value: the verdict table's cell (the deciding numbers, short; read by the verdict page's table).
+        verdict: one of :data:`VERDICTS`.
+        numbers: every number behind the value and the verdict, by name (e.g. ``{"estimate", "low", "high"}``;
+            NaN ends where there is no interval); the claims' table in ``notebooks/verdict.md`` says what each is.
+    """
 
     value: str
     verdict: str
-    detail: str = ""
+    numbers: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -82,9 +93,12 @@ class Claim:
 
     key: str
     title: str                                  # a few words, for a table row
-    statement: str                              # the claim, in our words
+    # statement and criterion: the claim in our words and how its verdict is decided. notebooks/verdict.md's table
+    # "The claims and their criteria" is the page's text of both; these copies remain only while
+    # chapters.verdict.criteria_html reads them, and go with it.
+    statement: str
     where: str                                  # section / table of the paper
-    criterion: str                              # how the verdict is decided (thresholds are ours)
+    criterion: str
     measure: Callable[[Evidence], Finding] = field(repr=False)
 
     def evaluate(self, ev: Evidence) -> Finding:
@@ -171,12 +185,17 @@ def _proto(p) -> str:
 
 # --------------------------------------------------------------------------- the claims
 
+def _numbers(iv: Interval, prefix: str = "") -> dict:
+    """An interval's estimate and ends by name (``estimate``, ``low``, ``high``, each after ``prefix``)."""
+    return {f"{prefix}estimate": iv.estimate, f"{prefix}low": iv.low, f"{prefix}high": iv.high}
+
+
 def _cliff(ev: Evidence) -> Finding:
     t1 = _need(ev.table1)
     iv = interval_of(cliff, [t1], [ev.reps1])
     lo = _bound(iv, "low")
     verdict = "holds" if lo >= 2 else "partly" if lo > 1 else "does not hold"
-    return Finding(_text(iv), verdict)
+    return Finding(_text(iv), verdict, _numbers(iv))
 
 
 def _floor(ev: Evidence) -> Finding:
@@ -186,34 +205,31 @@ def _floor(ev: Evidence) -> Finding:
     lo = float(mini(t1).min())
     verdict = ("holds" if _bound(hi, "high") <= 1.5 and lo >= 1 else
                "partly" if hi.estimate <= 2 and lo >= 0.9 else "does not hold")
-    return Finding(f"{lo:.2f}–{hi.estimate:.2f}", verdict,
-                   "" if math.isnan(hi.low) else f"largest {_text(hi)}")
+    return Finding(f"{lo:.2f}–{hi.estimate:.2f}", verdict, {"lowest": lo, **_numbers(hi, "largest_")})
 
 
 def _tau(ev: Evidence) -> Finding:
     t1 = _need(ev.table1)
     n, groups = falling_groups(t1)
-    detail = ""
-    if ev.reps1 is not None:
-        share = np.mean([falling_groups(r)[0] == groups for r in ev.reps1])
-        detail = f"all {groups} in {100 * share:.0f}% of bootstrap replicates"
+    # the share of bootstrap replicates in which every batch size falls (percent; NaN without replicates)
+    share = math.nan if ev.reps1 is None else 100 * float(np.mean([falling_groups(r)[0] == groups for r in ev.reps1]))
     verdict = "holds" if n == groups else "partly" if majority(n, groups) else "does not hold"
-    return Finding(f"{n} of {groups} batch sizes", verdict, detail)
+    return Finding(f"{n} of {groups} batch sizes", verdict, {"n_falling": n, "groups": groups, "pct_all_falling": share})
 
 
 def _monotone_t(ev: Evidence) -> Finding:
     t1 = _need(ev.table1)
     inv = summary.t_inversions(t1)
     if not inv:
-        return Finding("no inversion", "holds")
+        return Finding("no inversion", "holds", {"inversions": 0, "within_rounding": 0, "clear": 0})
     # printed values: a rise of one printed unit can come from true values any small distance apart (1.18 and 1.19
     # are 1.175-1.185 and 1.185-1.195), too small to decide the claim: "within rounding", not an inversion
     if ev.print_unit is not None:
         rec = t1["recovery_unweighted"]
         beyond = [(a, b) for a, b in inv if rec.loc[b] - rec.loc[a] > ev.print_unit * (1 + 1e-9)]
         if not beyond:
-            return Finding(f"no inversion beyond rounding ({len(inv)} within rounding)", "holds",
-                           "; ".join(f"{_proto(a)} → {_proto(b)}" for a, b in inv))
+            return Finding(f"{len(inv)} within rounding", "holds",
+                           {"inversions": 0, "within_rounding": len(inv), "clear": 0})
         inv = beyond
     clear = inv
     if ev.reps1 is not None:  # an inversion within the bootstrap spread of the two cells is not clear
@@ -221,9 +237,9 @@ def _monotone_t(ev: Evidence) -> Finding:
             return uncertainty.interval(t1.loc[p, "recovery_unweighted"],
                                         [r.loc[p, "recovery_unweighted"] for r in ev.reps1])
         clear = [(a, b) for a, b in inv if cell(b).low > cell(a).high]
-    pairs = "; ".join(f"{_proto(a)} → {_proto(b)}" for a, b in inv)
     verdict = "does not hold" if clear else "partly"
-    return Finding(f"{len(inv)} inversion{'s' if len(inv) > 1 else ''}", verdict, pairs)
+    return Finding(f"{len(inv)} inversion{'s' if len(inv) > 1 else ''}", verdict,
+                   {"inversions": len(inv), "within_rounding": 0, "clear": len(clear)})
 
 
 def rising_groups(t1: pd.DataFrame, column: str = "mu2_hat") -> list[str]:
@@ -243,18 +259,18 @@ def _signal_steps(ev: Evidence) -> Finding:
     groups = t1.index.get_level_values("batch_size").astype(str).unique()
     verdict = ("holds" if len(rising) == len(groups) else "partly" if majority(len(rising), len(groups))
                else "does not hold")
-    others = [b for b in groups if b not in rising]
     return Finding(f"{len(rising)} of {len(groups)} batch sizes", verdict,
-                   f"not rising: bs {', '.join(others)}" if others else "")
+                   {"n_rising": len(rising), "groups": len(groups)})
 
 
 def _alpha_span(ev: Evidence) -> Finding:
     t1, t2 = _need(ev.table1), _need(ev.table2)
     iv = interval_of(span_ratio, [t1, t2], [ev.reps1, ev.reps2])
     verdict = "holds" if _bound(iv, "high") < 0.5 else "partly" if iv.estimate < 1 else "does not hold"
-    detail = (f"α: {t2['recovery_unweighted'].min():.2f}–{t2['recovery_unweighted'].max():.2f}; "
-              f"protocols: {t1['recovery_unweighted'].min():.2f}–{t1['recovery_unweighted'].max():.2f}")
-    return Finding(_text(iv), verdict, detail)
+    return Finding(_text(iv), verdict, {**_numbers(iv), "alpha_lo": float(t2["recovery_unweighted"].min()),
+                                        "alpha_hi": float(t2["recovery_unweighted"].max()),
+                                        "proto_lo": float(t1["recovery_unweighted"].min()),
+                                        "proto_hi": float(t1["recovery_unweighted"].max())})
 
 
 def _alpha_weighting(ev: Evidence) -> Finding:
@@ -270,7 +286,9 @@ def _alpha_weighting(ev: Evidence) -> Finding:
     flat = 1 / FLAT <= _bound(iv_w, "low") and _bound(iv_w, "high") <= FLAT
     verdict = ("holds" if _bound(iv_u, "low") > 1 and flat else
                "partly" if lu > 0 and lw < abs(lu) / 2 else "does not hold")
-    return Finding(f"×{_text(iv_u)} vs ×{_text(iv_w)}", verdict, f"α = {lo_a:g} against α = {hi_a:g}")
+    return Finding(f"×{_text(iv_u)} vs ×{_text(iv_w)}", verdict,
+                   {**_numbers(iv_u, "unweighted_"), **_numbers(iv_w, "weighted_"), "alpha_low": float(lo_a),
+                    "alpha_high": float(hi_a)})
 
 
 #: "Flat" for the n_k-weighted factor across α: its ratio α = 0.1 / α = 100 within [1/FLAT, FLAT]
@@ -290,7 +308,8 @@ def _below_one(ev: Evidence) -> Finding:
                "partly" if exists and declines and majority(zeros, 3) else "does not hold")
     worst = pct.idxmax()
     return Finding(f"max {pct.max():.1f}% ({_proto(worst)}); noisiest 3: {', '.join(f'{v:.1f}' for v in pct[noisiest])}%",
-                   verdict, f"r_s(σ̂², share) over the minibatch protocols = {rho:+.2f}")
+                   verdict, {"max_pct": float(pct.max()), "max_batch_size": str(worst[0]), "max_tau": int(worst[1]),
+                             "noisiest_zeros": zeros, "rho": rho})
 
 
 def _spans(ev: Evidence) -> Finding:
@@ -300,7 +319,8 @@ def _spans(ev: Evidence) -> Finding:
     rho = spearman(t1["mu2_hat"], t1["recovery_unweighted"])
     verdict = ("holds" if dec_s >= 2 and dec_m <= dec_s / 2 and rho < 0 else
                "partly" if dec_m < dec_s else "does not hold")
-    return Finding(f"σ̂² {dec_s:.1f}, ‖μ̂‖² {dec_m:.1f} decades; r_s(‖μ̂‖², 1/Δ_S) = {rho:+.2f}", verdict)
+    return Finding(f"σ̂² {dec_s:.1f}, ‖μ̂‖² {dec_m:.1f} decades; r_s(‖μ̂‖², 1/Δ_S) = {rho:+.2f}", verdict,
+                   {"decades_sigma": dec_s, "decades_mu": dec_m, "rho": rho})
 
 
 def _tradeoff(ev: Evidence) -> Finding:
@@ -309,7 +329,7 @@ def _tradeoff(ev: Evidence) -> Finding:
     iv = interval_of(stat, [t1], [ev.reps1])
     verdict = ("holds" if iv.estimate <= -0.5 and _bound(iv, "high") < 0 else
                "partly" if iv.estimate < 0 else "does not hold")
-    return Finding(_text(iv, "+.2f"), verdict)
+    return Finding(_text(iv, "+.2f"), verdict, _numbers(iv))
 
 
 def _stage(ev: Evidence) -> Finding:
@@ -322,27 +342,36 @@ def _stage(ev: Evidence) -> Finding:
     value = "; ".join(f"{k}: {v}" for k, v in by_range.items())
     if st.get("before"):  # shown apart, not counted (the protocols have not separated yet there)
         value += "; not counted, " + "; ".join(f"{k}: {v}" for k, v in st["before"].items())
-    return Finding(value, verdict, st.get("text", ""))
+    return Finding(value, verdict, {"ranges": len(by_range), "n_sampling": part})
 
 
 def _control(ev: Evidence) -> Finding:
     c = _need(ev.control)
     verdict = "holds" if c["deviation"] <= c["tolerance"] else "does not hold"
-    return Finding(f"{c['deviation']:.1e} (≤ {c['tolerance']:.0e})", verdict)
+    return Finding(f"{c['deviation']:.1e} (≤ {c['tolerance']:.0e})", verdict,
+                   {"deviation": float(c["deviation"]), "tolerance": float(c["tolerance"])})
 
 
-def _paper_numbers() -> dict[str, str]:
-    """The paper's numbers the claim statements quote, read from its tables (``paper/*.csv``), not typed."""
+def paper_numbers() -> dict:
+    """The paper's numbers its claims quote (``notebooks/verdict.md``'s table of the claims glues them), read from
+    its tables (``paper/*.csv``), not typed: the minibatch range of 1/Δ_S (``mini_lo``, ``mini_hi``), its range over
+    the protocols (``proto_lo``, ``proto_hi``) and over α (``alpha_lo``, ``alpha_hi``), unweighted; the largest share
+    of rounds below 1 (``below_max``, percent) and its protocol (``below_bs``, batch size as text; ``below_tau``)."""
     t1, t2 = summary.paper_table("table1"), summary.paper_table("table2")
     rec, mini = t1["recovery_unweighted"], t1[~_is_full(t1)]["recovery_unweighted"]
     pct = t1["pct_rounds_below_one"]
-    return {"mini_lo": f"{mini.min():.2f}", "mini_hi": f"{mini.max():.2f}",
-            "proto_lo": f"{rec.min():.2f}", "proto_hi": f"{rec.max():.2f}",
-            "alpha_lo": f"{t2['recovery_unweighted'].min():.2f}", "alpha_hi": f"{t2['recovery_unweighted'].max():.2f}",
-            "below_max": f"{pct.max():.1f}", "below_at": _proto(pct.idxmax())}
+    bs, tau = pct.idxmax()
+    return {"mini_lo": float(mini.min()), "mini_hi": float(mini.max()), "proto_lo": float(rec.min()),
+            "proto_hi": float(rec.max()), "alpha_lo": float(t2["recovery_unweighted"].min()),
+            "alpha_hi": float(t2["recovery_unweighted"].max()), "below_max": float(pct.max()),
+            "below_bs": str(bs), "below_tau": int(tau)}
 
 
-_P = _paper_numbers()
+# The statements below quote the paper's numbers as the criteria list of chapters.verdict.criteria_html shows them;
+# notebooks/verdict.md's table of the claims glues paper_numbers() instead.
+_N = paper_numbers()
+_P = {**{k: f"{v:.2f}" for k, v in _N.items() if k not in ("below_max", "below_bs", "below_tau")},
+      "below_max": f"{_N['below_max']:.1f}", "below_at": _proto((_N["below_bs"], _N["below_tau"]))}
 
 CLAIMS: tuple[Claim, ...] = (
     Claim("cliff", "The cliff", "Exact local gradients keep 1/Δ_S far above sampled ones: every full-batch protocol "
@@ -502,7 +531,8 @@ def trend_bearing(t1: pd.DataFrame, trends: pd.DataFrame) -> pd.DataFrame:
     A drift counts only where Benjamini-Hochberg at :data:`TREND_FDR` over every pair of every claim keeps it.
 
     Returns:
-        Index ``claim``; columns ``still`` (cells still falling: most of their runs; e.g. "7 of 9 cells"),
+        Index ``claim``; columns ``n_still`` and ``n_cells`` (cells still falling, most of their runs, and cells
+        compared), ``still`` (the two as read by the verdict page, e.g. "7 of 9 cells"),
         ``way`` ("against", "toward", "both ways" or "steady"), ``meet`` (fewest rounds until a pair that holds
         meets, NaN if none closes), ``against_rate`` / ``toward_rate`` (the fastest drift each way, percent of the
         gap per round; NaN where none) and ``pairs`` (the moving pairs as text).
@@ -544,7 +574,7 @@ def trend_bearing(t1: pd.DataFrame, trends: pd.DataFrame) -> pd.DataFrame:
             meets.append(meet)
             texts.append(f"{_proto(a)} over {_proto(b)}: ×{math.exp(g):.2f}, {way} at {100 * d:+.2f} % a round"
                          + (f", meeting in about {meet:.0f} rounds" if not math.isnan(meet) else ""))
-        rows.append({"claim": key, "still": f"{still} of {len(cells)} cells",
+        rows.append({"claim": key, "n_still": still, "n_cells": len(cells), "still": f"{still} of {len(cells)} cells",
                      "way": "steady" if not ways else ways.pop() if len(ways) == 1 else "both ways",
                      "meet": min([m for m in meets if not math.isnan(m)], default=math.nan),
                      "against_rate": max(rates["against"], default=math.nan),
@@ -561,7 +591,7 @@ def paper_evidence() -> Evidence:
     """The paper's own Tables I and II as :class:`Evidence` (no intervals, no control or stage data; compared at
     their printing precision, :data:`PAPER_PRINT_UNIT`)."""
     return Evidence("paper's tables", summary.paper_table("table1"), summary.paper_table("table2"),
-                    note="ResNet-18-GN, 200 rounds, 3 seeds (the paper's Tables I and II)", print_unit=PAPER_PRINT_UNIT)
+                    print_unit=PAPER_PRINT_UNIT)
 
 
 def verdict_table(evidence: list[Evidence], claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:
@@ -591,6 +621,19 @@ def verdict_table(evidence: list[Evidence], claims: tuple[Claim, ...] = CLAIMS) 
                 overall, source = f.verdict, ev.name
         rows.append({**row, "verdict": overall, "from": source})
     return pd.DataFrame(rows).set_index("claim")
+
+
+def verdict_numbers(evidence: list[Evidence], claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:
+    """Every number behind the verdict table (:attr:`Finding.numbers`), the paper's tables first: one row per
+    (claim, source, name), column ``number`` (a float, an int, or a batch size as text).
+
+    Args:
+        evidence: the sources, as :func:`verdict_table`'s.
+        claims: the claims (default :data:`CLAIMS`).
+    """
+    rows = [{"claim": c.key, "source": ev.name, "name": k, "number": v}
+            for c in claims for ev in [paper_evidence(), *evidence] for k, v in c.evaluate(ev).numbers.items()]
+    return pd.DataFrame(rows, columns=["claim", "source", "name", "number"]).set_index(["claim", "source", "name"])
 
 
 def counts(table: pd.DataFrame) -> dict[str, int]:
@@ -628,3 +671,122 @@ def with_matched_view(verdicts: pd.DataFrame, matched: pd.DataFrame | None) -> p
         if key in matched.index and confounded(out.loc[key, "verdict"], matched.loc[key, "verdict"]):
             out.loc[key, "verdict"] = "confounded by stage"
     return out
+
+
+# --------------------------------------------------------------------------- the matched-stage vote (issue 40, item 5)
+
+#: Claims not judged at matched stage: the stage study draws cohorts at a fixed θ, not rounds along a trajectory
+#: (below_one); every protocol is measured at the same θ, so at the same accuracy (tradeoff); the stage claim is
+#: itself judged from the stage study (stage).
+NOT_AT_MATCHED_STAGE = ("below_one", "tradeoff", "stage")
+
+#: The claims whose criterion orders pairs of cells, voted pair by pair (:func:`pair_votes`): claim key ->
+#: (the pairs' recipe of :func:`trend_pairs`, the column, whether the claim wants the value to rise along the pair).
+PAIR_CLAIMS = {"tau": ("tau", "recovery_unweighted", False),
+               "monotone_t": ("monotone_t", "recovery_unweighted", False),
+               "signal_steps": ("tau", "mu2_hat", True)}
+
+#: A checkpoint's votes (:func:`checkpoint_vote`), strongest first: "within tolerance" fails on the median over
+#: seeds but not on the interval, so it counts neither for nor against the claim.
+VOTES = ("holds", "partly", "within tolerance", "does not hold", "not measured here")
+
+_RANK = {"holds": 0, "partly": 1, "does not hold": 2}
+
+
+def pair_votes(median: pd.DataFrame, seeds: list[pd.DataFrame], key: str) -> pd.DataFrame:
+    """Each pair of cells a claim of :data:`PAIR_CLAIMS` orders, judged with its interval: the difference
+    d = log(cell the claim wants larger / the other) on the median table and on each seed's own table (paired:
+    both cells measured at that seed's θ).
+
+    A pair votes "for" where d > 0 on the median table; otherwise "against" only where the seed range of d
+    excludes the claim's side (every seed has d ≤ 0), else "within tolerance".
+
+    Args:
+        median: a Table I at one checkpoint (median over seeds; index batch size as text, τ; ``T_mean`` for
+            "monotone_t").
+        seeds: the same table for each seed alone (may be empty: then no tolerance, the median decides).
+        key: a key of :data:`PAIR_CLAIMS`.
+
+    Returns:
+        One row per pair: ``larger``, ``smaller`` (the cells, as index tuples: the claim wants the first larger),
+        ``group`` (batch size for τ, "full"/"minibatch" for T), ``d``, ``d_low``, ``d_high`` (NaN without seeds)
+        and ``vote`` ("for", "within tolerance", "against").
+    """
+    recipe, column, rising = PAIR_CLAIMS[key]
+    rows = []
+    for a, b in trend_pairs(median, recipe):
+        if rising:
+            a, b = b, a
+        d = float(np.log(median.loc[a, column] / median.loc[b, column]))
+        ds = [float(np.log(s.loc[a, column] / s.loc[b, column])) for s in seeds if a in s.index and b in s.index]
+        lo, hi = (min(ds), max(ds)) if ds else (math.nan, math.nan)
+        vote = "for" if d > 0 else "against" if not ds or hi <= 0 else "within tolerance"
+        group = ("full" if str(a[0]) == "full" else "minibatch") if recipe == "monotone_t" else str(a[0])
+        rows.append({"larger": a, "smaller": b, "group": group, "d": d, "d_low": lo, "d_high": hi, "vote": vote})
+    return pd.DataFrame(rows, columns=["larger", "smaller", "group", "d", "d_low", "d_high", "vote"])
+
+
+def _lenient_pairs(median: pd.DataFrame, seeds: list[pd.DataFrame], key: str) -> str:
+    """The claim's criterion on :func:`pair_votes` with every pair "within tolerance" given the benefit of the
+    doubt: only the "against" pairs break a group."""
+    votes = pair_votes(median, seeds, key)
+    broken = set(votes.loc[votes["vote"] == "against", "group"])
+    if key == "monotone_t":
+        return "does not hold" if broken else "holds"
+    bs = median.index.get_level_values("batch_size").astype(str)
+    sizes = bs.value_counts()
+    groups = sizes.index if key == "signal_steps" else sizes[sizes >= 2].index
+    ok = sum(g not in broken and sizes[g] >= 2 for g in groups)
+    return "holds" if ok == len(groups) else "partly" if majority(ok, len(groups)) else "does not hold"
+
+
+def checkpoint_vote(claim: Claim, median: Evidence, seeds: list[Evidence]) -> str:
+    """A claim's vote at one matched-stage checkpoint, with its interval (:data:`VOTES`).
+
+    The claim's criterion on the median over seeds decides "holds" and "partly". Where it does not hold, the
+    checkpoint votes "does not hold" only when the interval excludes the claim's side too, else "within
+    tolerance": for the claims of :data:`PAIR_CLAIMS` pair by pair (:func:`pair_votes`: an inversion counts only
+    where every seed shows it); for the others when the criterion fails on every seed's own tables (the seed
+    range of its statistic lies on the failing side).
+
+    Args:
+        claim: one of :data:`CLAIMS`.
+        median: the checkpoint's tables, medians over seeds, as :class:`Evidence` (no replicates).
+        seeds: each seed's tables at that checkpoint, as :class:`Evidence` (may be empty: the median decides).
+    """
+    strict = claim.evaluate(median).verdict
+    if strict != "does not hold" or not seeds:
+        return strict
+    if claim.key in PAIR_CLAIMS:
+        lenient = _lenient_pairs(_need(median.table1), [s.table1 for s in seeds if s.table1 is not None], claim.key)
+    else:
+        found = [claim.evaluate(s).verdict for s in seeds]
+        lenient = min((v for v in found if v in _RANK), key=_RANK.get, default="does not hold")
+    return "does not hold" if lenient == "does not hold" else "within tolerance"
+
+
+def over_checkpoints(votes: pd.Series, weights: pd.Series | None = None) -> dict:
+    """A claim's matched-stage verdict from its checkpoints' votes (:func:`checkpoint_vote`), each weighted:
+    "holds" if every counted checkpoint votes "holds"; "does not hold" if those voting "does not hold" carry more
+    than half the counted weight; else "partly" ("within tolerance" counts neither for nor against). A checkpoint
+    of weight 0 (before the paper's accuracy range) is shown, not counted.
+
+    Args:
+        votes: one vote per checkpoint (:data:`VOTES`).
+        weights: same index, ≥ 0 (None: 1 each).
+
+    Returns:
+        ``{"verdict", "weight" (counted weight), "n" (checkpoints counted), "n_holds", "n_partly", "n_tolerance",
+        "n_fail" (voting "does not hold"), "fail_share" (their weight over the counted weight; NaN when none)}``.
+    """
+    w = pd.Series(1.0, index=votes.index) if weights is None else weights.reindex(votes.index).astype(float)
+    counted = (w > 0) & (votes != "not measured here")
+    v, w = votes[counted], w[counted]
+    total = float(w.sum())
+    n = {k: int((v == word).sum()) for k, word in (("n_holds", "holds"), ("n_partly", "partly"),
+                                                 ("n_tolerance", "within tolerance"), ("n_fail", "does not hold"))}
+    against = float(w[v == "does not hold"].sum())
+    verdict = ("not measured here" if total == 0 else "holds" if n["n_holds"] == len(v) else
+               "does not hold" if 2 * against > total else "partly")
+    return {"verdict": verdict, "weight": total, "n": int(len(v)), **n,
+            "fail_share": against / total if total > 0 else math.nan}

@@ -978,3 +978,127 @@ def parameter_ratio(cfg: RunConfig, other_model: str) -> float:
         return num_parameters(build_model(name, num_classes=10, gn_groups=cfg.gn_groups, width=cfg.width))
 
     return count(other_model) / count(cfg.model)
+
+
+# --------------------------------------------------------------------------- matched stage: the claims at the same θ
+
+#: Values of the stage table carried into each checkpoint's tables (:func:`checkpoint_tables`).
+MATCHED_VALUES = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
+
+
+def _tables(g: pd.DataFrame, steps: pd.Series | None) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """Table I (with ``T_mean`` from ``steps``) and Table II of one checkpoint's rows, medians over their seeds."""
+    values = list(MATCHED_VALUES)
+    t1, t2 = None, None
+    if "experiment" not in g or (g["experiment"] == "table1").any():
+        rows = g[g["experiment"] == "table1"] if "experiment" in g else g
+        t1 = rows.groupby(["batch_size", "local_epochs"], sort=False)[values].median()
+        if steps is not None:
+            t1["T_mean"] = steps.reindex(t1.index).to_numpy()
+    if "experiment" in g and (g["experiment"] == "table2").any():
+        t2 = g[g["experiment"] == "table2"].groupby("alpha", sort=False)[values].median()
+    return t1, t2
+
+
+def checkpoint_tables(table: pd.DataFrame, steps: pd.Series | None, *, cross: pd.DataFrame | None = None,
+                      main_alpha: float = 100.0) -> list[dict]:
+    """Every checkpoint of a stage study after θ_0 as Table I and Table II measured at its θ: the median over seeds
+    and each seed's own, so that a claim is judged at matched stage with its seed range
+    (:func:`matched_votes`); then, for the claims on Table II alone, every checkpoint of each α-cross trajectory
+    other than ``main_alpha``'s.
+
+    Args:
+        table: :attr:`StageStudy.table` with ``seed``, ``experiment``, ``stage``, ``stage_acc``, ``batch_size``,
+            ``local_epochs``, ``alpha`` and :data:`MATCHED_VALUES`.
+        steps: local steps T per protocol (index batch size as text, τ), e.g. Table I's ``T_mean``; None: none.
+        cross: the α-cross's table (:attr:`maskfed.studies.archive.ArchivedCross.table`, with
+            ``trajectory_alpha``), or None.
+        main_alpha: the stage study's trajectories' α.
+
+    Returns:
+        One dict per checkpoint: ``trajectory_alpha`` (``main_alpha`` for the stage study's own), ``stage``,
+        ``acc`` (median test accuracy of its θ over seeds), ``median`` and ``seeds`` (a list): each a pair
+        (Table I or None, Table II or None).
+    """
+    if steps is not None:
+        steps = steps.copy()
+        steps.index = pd.MultiIndex.from_arrays([steps.index.get_level_values(0).astype(str),
+                                                 steps.index.get_level_values(1)], names=["batch_size", "local_epochs"])
+    parts = [(float(main_alpha), table)]
+    if cross is not None and len(cross):
+        parts += [(float(a), c) for a, c in cross[cross["trajectory_alpha"] != main_alpha].groupby("trajectory_alpha")]
+    out = []
+    for traj, t in parts:
+        t = t.assign(batch_size=t["batch_size"].astype(str)) if "batch_size" in t else t
+        for s, g in t[t["stage"] > 0].groupby("stage"):
+            if traj != float(main_alpha):  # an α-cross trajectory: Table II only
+                g = g.assign(experiment="table2")
+            seeds = [_tables(gs, steps) for _, gs in g.groupby("seed")] if "seed" in g else []
+            out.append({"trajectory_alpha": traj, "stage": int(s),
+                        "acc": float(g.drop_duplicates("seed")["stage_acc"].median() if "seed" in g
+                                     else g["stage_acc"].median()),
+                        "median": _tables(g, steps), "seeds": seeds})
+    return out
+
+
+def matched_votes(table: pd.DataFrame, steps: pd.Series | None, claim_list: tuple | None = None, *,
+                  cross: pd.DataFrame | None = None, main_alpha: float = 100.0,
+                  min_acc: float | None = None) -> pd.DataFrame:
+    """Each claim's vote at every matched-stage checkpoint (:func:`maskfed.analysis.claims.checkpoint_vote`: the
+    criterion on the median over seeds, a failure counting against the claim only where the seed range excludes
+    the claim's side), with the checkpoint's weight: 1 at or above ``min_acc`` (the paper's accuracy range), 0
+    below it (shown, not counted).
+
+    Args:
+        table, steps, cross, main_alpha: as :func:`checkpoint_tables`.
+        claim_list: the claims (default :data:`maskfed.analysis.claims.CLAIMS`); those of
+            :data:`maskfed.analysis.claims.NOT_AT_MATCHED_STAGE` are left out.
+        min_acc: the lowest checkpoint accuracy that counts (a fraction; None: every checkpoint after θ_0).
+
+    Returns:
+        One row per (claim, checkpoint) the claim can be judged at: ``claim``, ``trajectory_alpha``, ``stage``,
+        ``acc``, ``weight``, ``strict`` (the criterion on the median alone) and ``vote``.
+    """
+    from maskfed.analysis import claims
+
+    claim_list = claims.CLAIMS if claim_list is None else claim_list
+    rows = []
+    for ck in checkpoint_tables(table, steps, cross=cross, main_alpha=main_alpha):
+        median = claims.Evidence("median", *ck["median"])
+        seeds = [claims.Evidence(f"seed {i}", *s) for i, s in enumerate(ck["seeds"])]
+        weight = 1.0 if min_acc is None or ck["acc"] >= min_acc else 0.0
+        for c in claim_list:
+            if c.key in claims.NOT_AT_MATCHED_STAGE:
+                continue
+            strict = c.evaluate(median).verdict
+            if strict == "not measured here":
+                continue
+            rows.append({"claim": c.key, "trajectory_alpha": ck["trajectory_alpha"], "stage": ck["stage"],
+                         "acc": ck["acc"], "weight": weight, "strict": strict,
+                         "vote": claims.checkpoint_vote(c, median, seeds)})
+    return pd.DataFrame(rows, columns=["claim", "trajectory_alpha", "stage", "acc", "weight", "strict", "vote"])
+
+
+def matched_verdicts(votes: pd.DataFrame, claim_list: tuple | None = None) -> pd.DataFrame:
+    """Each claim's matched-stage verdict over its checkpoints' weighted votes
+    (:func:`maskfed.analysis.claims.over_checkpoints`).
+
+    Args:
+        votes: :func:`matched_votes`.
+        claim_list: the claims to list (default :data:`maskfed.analysis.claims.CLAIMS`): one without votes is
+            "not measured here".
+
+    Returns:
+        Index ``claim``; columns ``verdict``, ``n`` (checkpoints counted), ``n_holds``, ``n_partly``,
+        ``n_tolerance``, ``n_fail``, ``fail_share``, ``weight`` and ``n_before`` (checkpoints shown but not
+        counted, below the accuracy floor).
+    """
+    from maskfed.analysis import claims
+
+    claim_list = claims.CLAIMS if claim_list is None else claim_list
+    rows = []
+    for c in claim_list:
+        v = votes[votes["claim"] == c.key]
+        found = claims.over_checkpoints(v["vote"], v["weight"])
+        rows.append({"claim": c.key, **found, "n_before": int((v["weight"] == 0).sum())})
+    return pd.DataFrame(rows).set_index("claim")
