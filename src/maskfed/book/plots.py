@@ -158,8 +158,20 @@ def figure_problems(fig: plt.Figure) -> list[str]:
     return problems
 
 
-def finish(fig: plt.Figure | None = None) -> None:
-    """Check a finished figure (default: the current one) against the book's rules and lay it out.
+def describe(fig: plt.Figure) -> str:
+    """A figure's own words, for its alt text: its title, then each panel's title with what it plots
+    (the y label against the x label), e.g. ``"the factor by round: 1/Δ_S against round"``."""
+    parts = [fig._suptitle.get_text()] if getattr(fig, "_suptitle", None) is not None else []
+    for ax in fig.axes:
+        what = " against ".join(t for t in (ax.get_ylabel(), ax.get_xlabel()) if t)
+        parts.append(": ".join(t for t in (ax.get_title(), what) if t))
+    return "; ".join(dict.fromkeys(p.replace("$", "") for p in parts if p)) or "figure"
+
+
+def finish(fig: plt.Figure | None = None, alt: str | None = None) -> None:
+    """Check a finished figure (default: the current one) against the book's rules, lay it out and, in a
+    chapter being executed, show it as SVG with its alt text (``alt``, else :func:`describe`), which the
+    book's ``figure_alt`` extension gives the page's image (the SVG's title), then close it.
 
     Raises:
         FigureError: the figure breaks a rule; the message lists every breach
@@ -179,6 +191,27 @@ def finish(fig: plt.Figure | None = None) -> None:
     problems = figure_problems(fig)
     if problems:
         raise FigureError("the figure breaks the book's figure rules:\n- " + "\n- ".join(problems))
+    _show_with_alt(fig, alt if alt is not None else describe(fig))
+
+
+def _show_with_alt(fig: plt.Figure, alt: str) -> None:
+    """Inside an IPython kernel, display ``fig`` as SVG whose title is ``alt`` and close it (so the inline
+    backend does not show it a second time); elsewhere (tests, scripts) do nothing."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None or type(shell).__name__ != "ZMQInteractiveShell":
+        return
+    import io
+
+    from IPython.display import SVG, display
+
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Title": alt})
+    plt.close(fig)
+    display(SVG(buf.getvalue()))
 
 
 def legend_outside(ax: plt.Axes, where: str = "right", **kwargs) -> None:
