@@ -17,6 +17,7 @@ sys.path.insert(0, str(REPO_ROOT / "book" / "_ext"))
 
 import equation_links  # noqa: E402
 import exercise_numbers  # noqa: E402
+import figure_alt  # noqa: E402
 import glossary_links  # noqa: E402
 import math_punctuation  # noqa: E402
 import page_scripts  # noqa: E402
@@ -207,3 +208,36 @@ def test_the_first_prose_use_of_each_glossary_term_links_to_it():
     late += nodes.reference("", "cohort", refuri="g.html#term-cohort")
     assert glossary_links.link_first_uses(late, {"cohort": "g.html#term-cohort"}) == ["cohort"]
     assert [r.astext() for r in late.findall(nodes.reference)] == ["cohort", "cohort"]
+
+
+def test_a_figure_gets_its_svg_title_as_alt_text_not_its_file_name(tmp_path):
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from maskfed.book import plots
+
+    # prepare: a figure saved as plots.finish saves it, and the image node MyST-NB makes of it (no alt)
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3, 4])
+    ax.set(title="the factor by round", xlabel="round", ylabel="1/Δ_S")
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Title": plots.describe(fig)})
+    plt.close(fig)
+    (tmp_path / "fig.svg").write_text(buf.getvalue())
+    doc = nodes.document(None, None)
+    doc += nodes.image(uri="fig.svg")
+    doc += nodes.image(uri="other.png", alt="kept as written")
+
+    class App:
+        srcdir = str(tmp_path)
+
+    # execute
+    figure_alt._alt_from_svg(App(), doc, "index")
+    # assert: the figure's own words, and an image that had alt text keeps it
+    images = list(doc.findall(nodes.image))
+    assert images[0]["alt"] == "the factor by round: 1/Δ_S against round"
+    assert images[1]["alt"] == "kept as written"
+    assert figure_alt.svg_title(tmp_path / "missing.svg") is None
