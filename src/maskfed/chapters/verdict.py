@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from maskfed import book
+from maskfed import book, provenance
 from maskfed.analysis import claims, summary, uncertainty
 from maskfed.book import evidence, plots
 from maskfed.engine.config import Profile, load_profile
@@ -52,8 +52,10 @@ class Findings:
     facts: Optional[pd.DataFrame] = None  # source_facts: what each source's runs are
     sizes: Optional[pd.DataFrame] = None  # evidence.variant_sizes of the closest source's runs
     archives: Optional[pd.DataFrame] = None  # archive_facts: where and when the archived runs were made
+    reruns: Optional[pd.DataFrame] = None  # archive_facts: where each re-run of an archived run first differed
     prints: Optional[pd.DataFrame] = None  # fingerprint_table: the archived runs' data against this build's
     routes: Optional[pd.DataFrame] = None  # route_table: centralised over FedAvg θ, per model measured both ways
+    resnet: Optional[pd.DataFrame] = None  # resnet_ways: the paper's model at FedAvg and centralised θ
 
     def table(self) -> pd.DataFrame:
         """The verdict table, one short row per claim (:func:`verdict_table`)."""
@@ -307,21 +309,55 @@ def source_facts(sources: list, runs_of: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["source", "seeds", "rounds", "model", "parameters"]).set_index("source")
 
 
-def archive_facts(archived_runs: dict) -> pd.DataFrame:
-    """Where and when each archived profile's runs were made (:func:`maskfed.studies.archive.label`): index
-    ``archive`` (its column name); columns ``runs``, ``devices``, ``first``, ``last`` (finish dates, UTC),
-    ``commits`` and ``verified`` (the newest check of this code on these very files passed). ``archived_runs``:
-    profile name -> runs (profiles without runs left out)."""
-    rows = []
+def _sig(x: float, digits: int) -> float:
+    """``x`` rounded to ``digits`` significant digits (NaN and 0 as they are)."""
+    return x if not x or not math.isfinite(x) else round(x, digits - 1 - math.floor(math.log10(abs(x))))
+
+
+def archive_facts(archived_runs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Where and when each archived profile's runs were made, and what re-running some of them with this checkout's
+    code gave (:func:`maskfed.studies.archive.label` and its newest verification record).
+
+    Args:
+        archived_runs: profile name -> its runs (profiles without runs left out).
+
+    Returns:
+        Per archive (index ``archive``, its column name): ``runs``, ``devices``, ``first`` / ``last`` (finish dates,
+        UTC), ``commits``, ``run code`` (hashes), ``changed`` (files that differ from their manifest), ``re-run``
+        (the newest verification's outcome: "bit-identical", "within tolerance", "neither"; "–" without one),
+        ``re-runs``, ``re-run on`` (its machine) and ``re-run date``, ``summary off`` / ``1/Δ_S off`` (the largest
+        relative difference of the book's summary cells and of 1/Δ_S, three significant digits; NaN where
+        bit-identical or not recorded) and ``tolerance``; and per re-run that differed (index ``run``) where it first
+        did: ``metric``, ``round``, ``archived`` (four significant digits) and ``off`` (relative, two).
+    """
+    rows, diffs = [], []
     for name, runs in archived_runs.items():
         if not runs:
             continue
         lab = archive.label(runs, name)
+        v = lab.verification or {}
+        done = v.get("runs", [])
+        worst = max((r.get("summary_max_rel_diff", math.nan) for r in done), default=math.nan)
+        factor = max((abs(r["summary_rerun"]["recovery_unweighted"] / r["summary_archived"]["recovery_unweighted"] - 1)
+                      for r in done if r.get("summary_archived") and r.get("summary_rerun")), default=math.nan)
+        bit = lab.outcome == "bit-identical"
         rows.append({"archive": archive.column_name(name), "runs": lab.runs, "devices": ", ".join(lab.devices),
                      "first": lab.first_utc[:10], "last": lab.last_utc[:10], "commits": ", ".join(lab.commits),
-                     "verified": lab.verified})
-    return pd.DataFrame(rows, columns=["archive", "runs", "devices", "first", "last", "commits", "verified"]
-                        ).set_index("archive")
+                     "run code": ", ".join(lab.code_hashes), "changed": len(lab.changed), "re-run": lab.outcome or "–",
+                     "re-runs": len(done), "re-run on": archive.machine_text(v) if v else "–",
+                     "re-run date": v.get("utc", "–")[:10],
+                     "summary off": math.nan if bit else _sig(worst, 3),
+                     "1/Δ_S off": math.nan if bit else _sig(factor, 3),
+                     "tolerance": v.get("summary_rtol", archive.SUMMARY_RTOL)})
+        for r in done:
+            d = r.get("first_difference") or {}
+            if r["identical"] or d.get("round") is None:
+                continue
+            a, b = float(d["archived"]), float(d["rerun"])
+            diffs.append({"run": r["label"], "metric": d["column"], "round": int(d["round"]),
+                          "archived": _sig(a, 4), "off": _sig(abs(b - a) / abs(a) if a else abs(b - a), 2)})
+    return (pd.DataFrame(rows).set_index("archive") if rows else pd.DataFrame(),
+            pd.DataFrame(diffs, columns=["run", "metric", "round", "archived", "off"]).set_index("run"))
 
 
 def fingerprint_table(runs: list, images) -> pd.DataFrame:
@@ -396,6 +432,19 @@ def resnet_values(tables, paper: pd.DataFrame | None = None) -> dict:
                         for end, end_fn in (("low", "min"), ("high", "max"))})
             out["r_mini_low"], out["r_mini_high"] = out.pop("r_mini_ratio_low"), out.pop("r_mini_ratio_high")
     return out
+
+
+def resnet_ways(r: dict) -> pd.DataFrame:
+    """:func:`resnet_values`' numbers per way θ was reached, one row each (index ``θ from``: "FedAvg",
+    "centralised SGD"): ``accuracy from`` / ``to``, ``rounds`` (FedAvg only), ``cliff holds`` of ``θ`` (where a
+    full-batch protocol recovers more than every minibatch one), ``cliff from`` / ``to``, and ``× paper from`` / ``to``
+    (1/Δ_S at the θ nearest in accuracy to each Table I row over the paper's). Empty where neither was measured."""
+    cols = {"acc_low": "accuracy from", "acc_high": "to", "rounds": "rounds", "holds": "cliff holds",
+            "measured": "θ", "cliff_low": "cliff from", "cliff_high": "cliff to", "ratio_low": "× paper from",
+            "ratio_high": "× paper to"}
+    rows = [{"θ from": name, **{c: r.get(f"r_{way}_{k}", "–") for k, c in cols.items()}}
+            for way, name in (("fedavg", "FedAvg"), ("centralised", "centralised SGD")) if f"r_{way}_holds" in r]
+    return pd.DataFrame(rows, columns=["θ from", *cols.values()]).set_index("θ from")
 
 
 def route_table(tables) -> pd.DataFrame:
@@ -495,7 +544,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         "v_block": uncertainty.BLOCK, "v_level": round(100 * uncertainty.LEVEL), "v_n_boot": n_boot,
         "v_n_params": f"{n_small:,}", "v_n_resnet": f"{n_resnet:,}", "v_data": book.data_note(prof),
         "v_n_breaks": int(verdicts["paper_verdict"].isin(["partly", "does not hold"]).sum()),
-        "v_live": sources[-1].name,
+        "v_live": sources[-1].name, "v_code": provenance.code_hash(),
         # the paper's model measured on CPU: at FedAvg θ, at centralised θ, and the small CNN both ways
         **resnet_values(factor_tables.values()),
         "v_protocol": fa.trajectory_protocol(load_profile("cpu-paper")),
@@ -522,10 +571,12 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
                   closest.table1, stage_table if matched_from == profile_of[closest.name] else None, floor).items()},
               # verdicts a longer run could still change (claims.not_settled), from the closest source's trends
               "b_n_unsettled": 0 if trend is None else int((~claims.not_settled(trend, verdicts)["settled"]).sum())}
+    archives, reruns = archive_facts(archived_runs)
     return Findings(values=values, profile=prof, verdicts=verdicts, sources=sources, matched=matched,
                     matched_from=matched_from, stable=stable, bottom=bottom, against=against, trend=trend,
                     facts=source_facts(sources, runs_of), sizes=evidence.variant_sizes(closest_runs),
-                    archives=archive_facts(archived_runs), prints=prints, routes=route_table(factor_tables.values()))
+                    archives=archives, reruns=reruns, prints=prints, routes=route_table(factor_tables.values()),
+                    resnet=resnet_ways(values))
 
 
 def figure_against(found: Findings) -> plt.Figure | None:
@@ -535,5 +586,5 @@ def figure_against(found: Findings) -> plt.Figure | None:
         return None
     plots.use_book_style()
     fig, ax = plt.subplots(figsize=(7.6, 6.4))  # the minibatch settings cluster near 1: room for their labels
-    plots.ours_against_paper(found.against, ax=ax)  # its title is the page's caption
+    plots.ours_against_paper(found.against, ax=ax, title="Recovery factor 1/Δ_S")  # the caption says the rest
     return fig
