@@ -65,6 +65,14 @@ class Findings:
         """What each claim's marks rest on (:func:`details_table`)."""
         return details_table(self.verdicts, self.matched, self.stable, self.trend)
 
+    def trends(self) -> pd.DataFrame:
+        """Per claim the trend test bears on (index ``claim``, its title): the columns ``still``, ``way`` and ``pairs``
+        of :func:`maskfed.analysis.claims.trend_bearing` (empty without a trend)."""
+        if self.trend is None:
+            return pd.DataFrame(columns=["still", "way", "pairs"])
+        cols = [c for c in ("still", "way", "pairs") if c in self.trend]
+        return self.trend[cols].rename(index=self.verdicts["title"]).rename_axis("claim")
+
     def by_source(self) -> pd.DataFrame:
         """Every source's value and verdict of each claim (:func:`source_table`)."""
         return source_table(self.verdicts, self.sources)
@@ -544,7 +552,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         "v_block": uncertainty.BLOCK, "v_level": round(100 * uncertainty.LEVEL), "v_n_boot": n_boot,
         "v_n_params": f"{n_small:,}", "v_n_resnet": f"{n_resnet:,}", "v_data": book.data_note(prof),
         "v_n_breaks": int(verdicts["paper_verdict"].isin(["partly", "does not hold"]).sum()),
-        "v_live": sources[-1].name, "v_code": provenance.code_hash(),
+        "v_code": provenance.code_hash(),
         # the paper's model measured on CPU: at FedAvg θ, at centralised θ, and the small CNN both ways
         **resnet_values(factor_tables.values()),
         "v_protocol": fa.trajectory_protocol(load_profile("cpu-paper")),
