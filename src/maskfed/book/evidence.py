@@ -18,7 +18,7 @@ import pandas as pd
 
 from maskfed.analysis import claims, summary, uncertainty
 from maskfed.engine.runner import RunResult
-from maskfed.studies import archive, experiments, stage
+from maskfed.studies import archive, experiments, factor_axes as fa, stage
 
 #: The settings that name a Table I / Table II row.
 BY = {"table1": ["batch_size", "local_epochs"], "table2": ["alpha"]}
@@ -231,7 +231,6 @@ def resnet_text(tables, *, protocol: str | None = None,
         where: where the measurement is shown, set after "measured on this CPU".
     """
     from maskfed import book
-    from maskfed.studies import factor_axes as fa
 
     tables = [t for t in tables if t is not None and len(t)]
     if not tables:
@@ -287,7 +286,6 @@ def route_to_paper_text(table: pd.DataFrame, paper: pd.DataFrame) -> str:
         paper: the paper's Table I (:func:`maskfed.analysis.summary.paper_table` ``("table1")``).
     """
     from maskfed import book
-    from maskfed.studies import factor_axes as fa
 
     m = {src: fa.paper_at_matched_accuracy(table, paper, source=src) for src in ("fedavg", "centralised")}
     both = [i for i in m["fedavg"].index if i in m["centralised"].index]
@@ -381,7 +379,6 @@ def checkpoints_caption(checkpoints: pd.DataFrame, unfinished=()) -> str:
         unfinished: ``(model label, rounds done, rounds of its budget)`` for each own FedAvg trajectory read
             while still going: a target it had not reached by then is not a target it never reaches.
     """
-    from maskfed.studies import factor_axes as fa
 
     short = checkpoints[checkpoints["reached"] & (checkpoints["test_acc"] < checkpoints["target"])]
     below = ", ".join(f"{fa.model_label(m, w)} at {t:.2f}" for m, w, t in
@@ -451,8 +448,7 @@ def against_paper(table1_runs: list[RunResult], table2_runs: list[RunResult]) ->
         low, high = uncertainty.seed_range(runs, BY[name], ["recovery_unweighted"])
         paper = summary.paper_table(name)["recovery_unweighted"]
         for key in ours.index:
-            label = ((f"bs {key[0]}, τ {key[1]}" if str(key[0]) != "full" else f"full, τ {key[1]}")
-                     if name == "table1" else f"α = {float(key):g}")
+            label = fa.protocol_label(key[0], key[1]) if name == "table1" else f"α = {float(key):g}"
             pkey = (str(key[0]), int(key[1])) if name == "table1" else float(key)
             if pkey not in paper.index or (name == "table2" and float(key) == 100 and rows):
                 continue
