@@ -217,3 +217,30 @@ def test_fingerprint_table_compares_each_run_by_the_kind_it_recorded():
     assert mixed.to_dict("records") == [{"kind": runner.FINGERPRINT_KIND, "archived": "0" * 16,
                                          "this build": runner.data_fingerprint(images), "same": False}]
     assert chapter.fingerprint_table([], images).empty
+
+
+def test_archive_facts_reads_the_label_and_where_each_rerun_first_differed(monkeypatch):
+    from types import SimpleNamespace as NS
+
+    # prepare: one archive whose 2 re-runs were checked: one identical, one off at round 1 (2.3187 archived, re-run
+    # 2.3187 * (1 + 2.6e-10)); the summary cells off by 0.16734 relative, 1/Δ_S by 1.2 / 1.19 - 1
+    verification = {"utc": "2026-12-05T10:00:00", "summary_rtol": 1e-6, "machine": "cpu (x)", "runs": [
+        {"label": "run-a", "identical": True},
+        {"label": "run-b", "identical": False, "summary_max_rel_diff": 0.16734,
+         "summary_archived": {"recovery_unweighted": 1.19}, "summary_rerun": {"recovery_unweighted": 1.2},
+         "first_difference": {"column": "train_loss", "round": 1, "archived": 2.3187, "rerun": 2.3187 * (1 + 2.6e-10)}}]}
+    label = NS(runs=2, devices=["cpu (Xeon)"], first_utc="2026-12-01T00:00", last_utc="2026-12-05T00:00",
+               commits=["629ff29296"], code_hashes=["75cb70fe35e068d9"], changed=[], verification=verification,
+               outcome="neither")
+    monkeypatch.setattr(chapter.archive, "label", lambda runs, name: label)
+    monkeypatch.setattr(chapter.archive, "column_name", lambda name: f"{name} (archived)")
+    # execute
+    facts, reruns = chapter.archive_facts({"cpu-paper": ["r1", "r2"], "cpu-long": []})
+    # assert: one row per archive with runs; the differences rounded to three significant digits
+    row = facts.loc["cpu-paper (archived)"]
+    assert (row["runs"], row["first"], row["last"], row["re-run"], row["re-runs"]) == (2, "2026-12-01", "2026-12-05",
+                                                                                        "neither", 2)
+    assert (row["summary off"], row["1/Δ_S off"], row["tolerance"]) == (0.167, 0.0084, 1e-6)
+    # the identical re-run names no difference; the other its metric, round, archived value and relative gap
+    assert reruns.to_dict("index") == {"run-b": {"metric": "train_loss", "round": 1, "archived": 2.319, "off": 2.6e-10}}
+    assert len(facts) == 1

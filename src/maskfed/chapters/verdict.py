@@ -345,7 +345,7 @@ def archive_facts(archived_runs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
         lab = archive.label(runs, name)
         v = lab.verification or {}
         done = v.get("runs", [])
-        worst = max((r.get("summary_max_rel_diff", math.nan) for r in done), default=math.nan)
+        worst = max((r["summary_max_rel_diff"] for r in done if "summary_max_rel_diff" in r), default=math.nan)
         factor = max((abs(r["summary_rerun"]["recovery_unweighted"] / r["summary_archived"]["recovery_unweighted"] - 1)
                       for r in done if r.get("summary_archived") and r.get("summary_rerun")), default=math.nan)
         bit = lab.outcome == "bit-identical"
