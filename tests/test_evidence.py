@@ -53,32 +53,6 @@ def test_control_evidence_with_another_cohort_size_and_a_gpu_run():
     assert evidence.control_evidence([]) is None
 
 
-def test_code_checks_text_says_passes_or_fails_with_the_source():
-    checks = pd.DataFrame([{"title": "Control", "where": "Sec. IV-A", "verdict": "holds", "from": "a", "a": "0e+00"},
-                           {"title": "Other", "where": "x", "verdict": "does not hold", "from": "b", "b": "1e-3"},
-                           {"title": "None", "where": "y", "verdict": "not measured here", "from": "–"}])
-    assert evidence.code_checks_text(checks) == ("Control (Sec. IV-A): passes on a, worst deviation 0e+00; "
-                                                 "Other (x): FAILS on b, worst deviation 1e-3; "
-                                                 "None (y): not measured here")
-
-
-def test_data_comparison_compares_each_run_by_the_kind_it_recorded():
-    from maskfed.engine import data, runner
-
-    images = data.synthetic_image_data(n_train=20, n_test=10, seed=0)
-    old = RunResult(None, None, None, {"data_fingerprint": runner.data_fingerprint_sampled(images)})  # no kind: old
-    new = RunResult(None, None, None, runner.fingerprint_fields(images))
-    text = evidence.data_comparison_text([old, new], images)
-    assert text.startswith("The archived runs record the same data fingerprint.")
-    assert runner.data_fingerprint(images) in text and runner.data_fingerprint_sampled(images) in text
-    other = RunResult(None, None, None, {"data_fingerprint": "0" * 16, "data_fingerprint_kind": runner.FINGERPRINT_KIND})
-    assert evidence.data_comparison_text([other], images).startswith(
-        f"The archived runs record data fingerprints other than this build's data: {'0' * 16} (")
-    assert evidence.data_comparison_text([], images) == ""
-    assert evidence.paper_setting_text(["cpu-paper"]).startswith("None of these runs")
-    assert evidence.paper_setting_text(["paper", "cpu"]).startswith("Only the paper profile's runs")
-
-
 def test_resnet_text_reports_fedavg_theta_first_then_centralised_and_the_route_to_theta():
     # prepare: ResNet-18-GN at one target, two protocols, θ reached both ways; centralised values 1.5x and 2x
     def row(source, bs, tau, value, iqr=0.1, when=40):
@@ -240,18 +214,18 @@ def test_matched_stage_verdicts_judge_each_checkpoint_and_combine_by_the_rule():
     # assert: the cliff holds at 2 of 3 and fails at 1 (not more than half): in part; falls with τ holds at
     # every checkpoint (both batch sizes fall); the trade-off cannot be judged at one θ
     assert (m.loc["cliff", "verdict"], m.loc["cliff", "n_holds"], m.loc["cliff", "n"]) == ("partly", 2, 3)
-    assert m.loc["cliff", "value"] == "of 3 checkpoints: 2 hold, 0 in part, 1 not"
+    assert (m.loc["cliff", "n_partly"], m.loc["cliff", "n_fail"]) == (0, 1)
     assert m.loc["tau", "verdict"] == "holds"
-    assert m.loc["tradeoff", "verdict"] == "not measured here" and "same test accuracy" in m.loc["tradeoff", "value"]
+    assert (m.loc["tradeoff", "verdict"], m.loc["tradeoff", "n"]) == ("not measured here", 0)
     # the α split: unweighted ×1.5 and weighted flat at every checkpoint (no intervals: the point decides)
     assert m.loc["alpha_weighting", "verdict"] == "holds"
     # fails at 2 of 3: does not hold
     worse = _stage_table({1: (1.3, 1.2, 1.5, 1.4), 2: (1.3, 1.2, 1.5, 1.4), 3: (8, 4, 1.5, 1.2)})
     assert evidence.matched_stage_verdicts(worse, steps).loc["cliff", "verdict"] == "does not hold"
     assert set(evidence.matched_stage_verdicts(None, None)["verdict"]) == {"not measured here"}
-    assert evidence.views_text("partly", "does not hold") == "holds in part at the paper's protocol, does not hold " \
-                                                              "at matched stage"
-    assert evidence.views_text("holds", "holds") == "" and evidence.views_text("holds", "not measured here") == ""
+    # the checkpoints that vote: 3 after θ_0 at accuracy 0.1 to 0.3; from 0.15 on, 2 of them
+    assert evidence.matched_checkpoints(table) == {"n": 3, "acc_low": 0.1, "acc_high": pytest.approx(0.3)}
+    assert evidence.matched_checkpoints(table, 0.15)["n"] == 2 and evidence.matched_checkpoints(None)["n"] == 0
 
 
 def test_matched_stage_verdicts_judge_the_alpha_claims_along_the_cross_trajectories_too():
@@ -275,8 +249,6 @@ def test_matched_stage_verdicts_judge_the_alpha_claims_along_the_cross_trajector
     # claims that need Table I are judged on the stage study's checkpoints only
     assert m.loc["cliff", "n"] == 3
     assert evidence.cross_alphas(cross) == [0.1] and evidence.cross_alphas(None) == []
-    text = evidence.matched_text(claims.verdict_table([]), m, "src", table, cross)
-    assert "also from the α = 0.1 trajectories (the α-cross)" in text
 
 
 def test_matched_stage_summary_names_each_claim_or_says_there_is_no_stage_study(tmp_path, monkeypatch):
@@ -384,8 +356,8 @@ def test_stability_says_a_variant_that_drops_a_protocol_cannot_test_the_claim():
     # assert: leaving the falling run out drops the whole full-batch τ 1 protocol, which the cliff compares:
     # those variants cannot test it, and the cliff is not marked fragile by them
     assert verdicts.loc["cliff", "verdict"] == "partly"
-    assert "runs still falling left out" in st.loc["cliff", "cannot_test"]
-    assert "runs still falling left out" not in st.loc["cliff", "flips"] and st.loc["cliff", "mark"] == "stable"
+    assert evidence.VARIANTS[1] in st.loc["cliff", "cannot_test"].split("; ")
+    assert evidence.VARIANTS[1] not in st.loc["cliff", "flips"] and st.loc["cliff", "mark"] == "stable"
     assert st.loc["alpha_span", "mark"] == "–"  # not measured here: no mark
 
 
@@ -407,8 +379,11 @@ def test_stability_counts_a_flip_when_the_variant_keeps_every_setting():
     # execute
     st = evidence.stability(verdicts, runs, n_boot=100)
     # assert: the variant kept every setting, so its different cliff verdict is a flip, with its counts
-    assert st.loc["cliff", "cannot_test"] == ""
-    assert "runs still falling left out (4 of 5 runs, 4 of 4 settings kept)" in st.loc["cliff", "flips"]
+    assert st.loc["cliff", "cannot_test"] == "" and st.loc["cliff", "mark"] == "fragile"
+    assert evidence.VARIANTS[1] in [f.split(": ")[0] for f in st.loc["cliff", "flips"].split("; ")]
+    sizes = evidence.variant_sizes(runs)
+    assert sizes.loc[evidence.VARIANTS[1]].to_dict() == {"runs": 4, "of_runs": 5, "settings": 4, "of_settings": 4}
+    assert sizes.loc[evidence.VARIANTS[0], "runs"] == 5  # the halved window keeps every run
 
 
 def test_checkpoints_caption_names_the_short_theta_and_an_unfinished_trajectory():
@@ -478,27 +453,6 @@ def test_stability_counts_count_marks_and_untestable_claims():
                                              "n_untestable": 1, "stage_subsets": True}
 
 
-def test_verdict_html_keeps_a_row_short_and_shows_what_marks_rest_on_on_demand():
-    # prepare: one claim confounded by stage (partly at the protocols, does not hold at matched stage), stable but
-    # untestable by one variant, and not settled
-    from maskfed.analysis import claims
-
-    table = pd.DataFrame({"title": ["The cliff"], "where": ["Sec. IV-B"], "paper": ["2.91"], "paper_verdict": ["holds"],
-                          "src": ["1.67"], "src verdict": ["partly"], "verdict": ["confounded by stage"],
-                          "protocol_verdict": ["partly"], "from": ["src"]}, index=pd.Index(["cliff"], name="claim"))
-    matched = pd.DataFrame({"value": ["of 8: 2 hold"], "verdict": ["does not hold"]}, index=["cliff"])
-    stable = pd.DataFrame({"mark": ["stable"], "flips": [""], "cannot_test": ["runs still falling left out"]},
-                          index=["cliff"])
-    trend = pd.DataFrame({"still": ["1 of 2 cells"], "way": ["against"], "meet": [108.0], "against_rate": [0.47],
-                          "toward_rate": [float("nan")], "pairs": ["x"]}, index=["cliff"])
-    # execute
-    html = evidence.verdict_html(table, [claims.Evidence("src")], matched, "src", stable, trend)
-    # assert: one short summary line, the details behind it, both views named
-    assert "<summary><small><b>stable · not settled</b></small></summary>" in html
-    assert "cannot be tested by runs still falling left out" in html and "at 0.47 % a round" in html
-    assert "meeting in about 108 rounds" in html and "confounded by stage" in html
-
-
 def test_the_stage_claim_is_judged_in_the_papers_accuracy_range_with_the_early_checkpoints_apart():
     from maskfed.analysis import claims
 
@@ -516,7 +470,8 @@ def test_the_stage_claim_is_judged_in_the_papers_accuracy_range_with_the_early_c
     # assert: the verdict comes from the paper's range (sampling: holds); the early half is shown, not counted
     assert evidence.paper_accuracy_floor() == pytest.approx(0.314)
     assert list(st["by_range"].values()) == ["sampling"] and list(st["before"].values()) == ["stage"]
-    assert f.verdict == "holds" and "not counted, before the protocols separate (accuracy 0.10–0.20): stage" in f.value
+    assert st["by_range"] == {"accuracy 0.40–0.50": "sampling"} and st["before"] == {"accuracy 0.10–0.20": "stage"}
+    assert f.verdict == "holds"
 
 
 def test_matched_stage_votes_only_in_the_accuracy_range_given():

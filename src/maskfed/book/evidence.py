@@ -18,7 +18,7 @@ import pandas as pd
 
 from maskfed.analysis import claims, summary, uncertainty
 from maskfed.engine.runner import RunResult
-from maskfed.studies import archive, experiments, stage
+from maskfed.studies import archive, experiments, factor_axes as fa, stage
 
 #: The settings that name a Table I / Table II row.
 BY = {"table1": ["batch_size", "local_epochs"], "table2": ["alpha"]}
@@ -97,22 +97,17 @@ def stage_evidence(table: pd.DataFrame) -> dict | None:
     (:func:`maskfed.studies.stage.verdict_by_range` with ``split_acc``). None without rows.
 
     Returns:
-        ``{"by_range": {name: verdict} of the paper's range, "before": {name: verdict} of the checkpoints below it,
-        "text"}``.
+        ``{"by_range": {name: verdict} of the paper's range, "before": {name: verdict} of the checkpoints below
+        it}``, each range named by its test accuracy (``"accuracy 0.31–0.55"``); the verdict page says which is which.
     """
     t1 = table[table["experiment"] == "table1"] if "experiment" in table else table
     if t1.empty:
         return None
-    floor = paper_accuracy_floor()
-    by_range = stage.verdict_by_range(t1, split_acc=floor)
-
-    def name(part, v):
-        where = "in the paper's accuracy range" if part == "late" else "before the protocols separate"
-        return f"{where} (accuracy {v['acc_min']:.2f}–{v['acc_max']:.2f})"
-
-    counted = {name(k, v): v["verdict"] for k, v in by_range.items() if k == "late"}
-    before = {name(k, v): v["verdict"] for k, v in by_range.items() if k == "early"}
-    return {"by_range": counted or before, "before": before if counted else {}, "text": stage.range_text(by_range)}
+    by_range = stage.verdict_by_range(t1, split_acc=paper_accuracy_floor())
+    named = {k: (f"accuracy {v['acc_min']:.2f}–{v['acc_max']:.2f}", v["verdict"]) for k, v in by_range.items()}
+    counted = dict(v for k, v in named.items() if k == "late")
+    before = dict(v for k, v in named.items() if k == "early")
+    return {"by_range": counted or before, "before": before if counted else {}}
 
 
 def profile_evidence(name: str, table1: list[RunResult], table2: list[RunResult], control: list[RunResult],
@@ -141,14 +136,13 @@ def profile_evidence(name: str, table1: list[RunResult], table2: list[RunResult]
                            stage=None if stage_table is None else stage_evidence(stage_table), note=note)
 
 
-def describe(results: list[RunResult]) -> str:
-    """``"3 seeds, 200 rounds, small_cnn_gn (17,034 parameters)"`` for a profile's runs."""
-    seeds = sorted({r.config.seed for r in results})
-    rounds = sorted({r.config.rounds for r in results})
+def run_facts(results: list[RunResult]) -> dict:
+    """What a profile's runs are: ``{"seeds": 3, "rounds": "200", "model": "small_cnn_gn", "parameters": 17034}``
+    (``rounds`` joined by "/" where runs differ; ``parameters`` None where the provenance lacks it)."""
     c = results[0]
-    n = c.provenance.get("num_parameters")
-    return (f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}, {'/'.join(map(str, rounds))} rounds, "
-            f"{c.config.model}" + (f" ({n:,} parameters)" if n else ""))
+    return {"seeds": len({r.config.seed for r in results}),
+            "rounds": "/".join(map(str, sorted({r.config.rounds for r in results}))),
+            "model": c.config.model, "parameters": c.provenance.get("num_parameters")}
 
 
 def archived_evidence(profile_name: str, *, stage_table: pd.DataFrame | None = None,
@@ -159,140 +153,7 @@ def archived_evidence(profile_name: str, *, stage_table: pd.DataFrame | None = N
         return None
     parts = source_runs(profile_name)
     return profile_evidence(archive.column_name(profile_name), parts["table1"], parts["table2"], parts["control"],
-                            stage_table=stage_table, n_boot=n_boot, note=describe(runs))
-
-
-#: Colours of the verdict marks (background, text), chosen to read in print too (ours).
-VERDICT_STYLE = {"holds": ("#d9f2d9", "#1b5e20"), "partly": ("#fff3cd", "#7a5b00"),
-                 "does not hold": ("#f8d7da", "#842029"), "confounded by stage": ("#e2d9f3", "#4a2a7a"),
-                 "not measured here": ("#eceff1", "#455a64")}
-
-
-def code_checks_text(checks: pd.DataFrame) -> str:
-    """The code checks (:data:`maskfed.analysis.claims.CODE_CHECKS`) in one clause each, e.g. "Control (Sec. IV-A):
-    passes on cpu-paper (archived), worst deviation 5.6e-16 (≤ 1e-12)", joined by "; ".
-
-    Args:
-        checks: :func:`maskfed.analysis.claims.verdict_table` of the code checks.
-    """
-    words = {"holds": "passes", "does not hold": "FAILS"}
-    return "; ".join(f"{r['title']} ({r['where']}): {words.get(r['verdict'], r['verdict'])}"
-                     + (f" on {r['from']}, worst deviation {r[r['from']]}" if r["from"] != "–" else "")
-                     for _, r in checks.iterrows())
-
-
-def data_comparison_text(runs: list[RunResult], images) -> str:
-    """Whether archived ``runs`` recorded this build's data, each compared by the fingerprint kind it recorded
-    (:func:`maskfed.engine.runner.recorded_fingerprint`): one or two sentences, or "" without runs.
-
-    Args:
-        runs: archived runs (any profiles).
-        images: this build's :class:`maskfed.engine.data.ImageData`.
-    """
-    from maskfed.engine.data import FINGERPRINT_KINDS
-    from maskfed.engine.runner import fingerprint_of_kind, recorded_fingerprint
-
-    prints = {recorded_fingerprint(r.provenance) for r in runs}
-    if not prints:
-        return ""
-    ours = {kind: fingerprint_of_kind(images, kind) for kind in {kind for kind, _ in prints}}
-    if all(value == ours[kind] for kind, value in prints):
-        compared = "; ".join(f"{FINGERPRINT_KINDS[kind]}, {ours[kind]} for this build's data" for kind in sorted(ours))
-        return f"The archived runs record the same data fingerprint. Compared by the kind each recorded: {compared}."
-    return ("The archived runs record data fingerprints other than this build's data: "
-            + "; ".join(f"{value} ({FINGERPRINT_KINDS[kind]}; this build: {ours[kind]})"
-                        for kind, value in sorted(prints) if value != ours[kind]) + ".")
-
-
-def paper_setting_text(profiles) -> str:
-    """The sentence that opens the verdict page's "What differs" list, from the profiles its sources measure."""
-    if "paper" not in set(profiles):
-        return "None of these runs is the paper's own setting, and every verdict above should be read with that:"
-    return ("Only the paper profile's runs are the paper's setting (run by this code); read the verdicts of "
-            "the other sources with what differs:")
-
-
-def verdict_mark(verdict: str) -> str:
-    """A small coloured HTML label for a verdict of :data:`maskfed.analysis.claims.VERDICTS`."""
-    bg, fg = VERDICT_STYLE[verdict]
-    return (f'<span style="background:{bg};color:{fg};border-radius:0.3em;padding:0 0.3em;'
-            f'white-space:{"nowrap" if len(verdict) < 16 else "normal"};font-size:0.85em">{verdict}</span>')
-
-
-def verdict_html(table: pd.DataFrame, evidence: list[claims.Evidence], matched: pd.DataFrame | None = None,
-                 matched_name: str = "", stable: pd.DataFrame | None = None,
-                 trend: pd.DataFrame | None = None) -> str:
-    """The verdict table as HTML: one row per claim (its title and the paper's section), the paper's
-    own number, each source's value with its verdict, the matched-stage view where given, and the overall
-    verdict with its source (and, where the matched-stage view disagrees, both: :func:`views_text`).
-
-    Args:
-        table: :func:`maskfed.analysis.claims.verdict_table` output.
-        evidence: the sources, in the table's column order.
-        matched: :func:`matched_stage_verdicts` (same claims), or None for no such column.
-        matched_name: the matched-stage column's source, shown in its header.
-        stable: :func:`stability` of the overall verdicts, shown under each (None: not shown).
-        trend: :func:`maskfed.analysis.claims.trend_bearing` of the closest source: a verdict a longer run could
-            still change is marked "not settled" with its rate (:func:`maskfed.analysis.claims.not_settled`; None:
-            no marks).
-    """
-    import html
-
-    esc = html.escape
-    unsettled = None if trend is None else claims.not_settled(trend, table)
-    heads = ["Claim", "Paper's own table", *[esc(ev.name) for ev in evidence],
-             *([f"At matched stage ({esc(matched_name)})"] if matched is not None else []), "Verdict"]
-    rows = []
-    for key, r in table.iterrows():
-        cells = [f"<b>{esc(r['title'])}</b><br><small>{esc(r['where'])}</small>",
-                 f"{esc(str(r['paper']))}<br>{verdict_mark(r['paper_verdict'])}"]
-        for ev in evidence:
-            cells.append(f"{esc(str(r[ev.name]))}<br>{verdict_mark(r[ev.name + ' verdict'])}")
-        both = ""
-        if matched is not None:
-            m = matched.loc[key]
-            cells.append(f"{esc(m['value'])}<br>{verdict_mark(m['verdict'])}")
-            both = views_text(r.get("protocol_verdict", r["verdict"]), m["verdict"])
-        source = "" if r["from"] == "–" else f"<br><small>from {esc(r['from'])}</small>"
-        # the marks in one short line; what each rests on behind it, opened on demand, so that a row stays short
-        words, details = [], []
-        if stable is not None and stable.loc[key, "mark"] != "–":
-            st = stable.loc[key]
-            words.append(st["mark"])
-            if st["flips"]:
-                details.append(f"fragile under {esc(st['flips'])}")
-            if st.get("cannot_test"):
-                details.append(f"cannot be tested by {esc(st['cannot_test'])} (each drops a whole setting the claim "
-                               "compares)")
-        if unsettled is not None and key in unsettled.index and not unsettled.loc[key, "settled"]:
-            u = unsettled.loc[key]
-            words.append("not settled")
-            details.append(f"not settled: a gap moves toward the criterion's boundary at {u['rate']:.2f} % a round"
-                           + (f", meeting in about {u['meet']:.0f} rounds" if u["meet"] == u["meet"] else ""))
-        mark = ""
-        if words:
-            line = f"<small><b>{' · '.join(words)}</b></small>"
-            mark = ("<br>" + line if not details else
-                    f"<details><summary>{line}</summary><small>{'; '.join(details)}.</small></details>")
-        cells.append(verdict_mark(r["verdict"]) + source + mark
-                     + (f"<br><small>at matched stage:</small> {verdict_mark(matched.loc[key, 'verdict'])}" if both else ""))
-        rows.append("<tr>" + "".join(f'<td style="{FIRST if i == 0 else CELL}">{c}</td>' for i, c in enumerate(cells))
-                    + "</tr>")
-    head = "".join(f'<th style="vertical-align:bottom; white-space:normal; max-width:8em'
-                   f'{"; " + STICKY if i == 0 else ""}">{h}</th>' for i, h in enumerate(heads))
-    return ('<p class="scroll-cue">The table is wider than a phone: scroll it sideways; the claim column stays.</p>'
-            f'<div style="overflow-x:auto"><table class="verdicts" style="font-size:0.8em">'
-            f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
-
-
-#: Style of a verdict-table cell: text wraps within a narrow column at spaces, a word only where it
-#: alone is wider than the column (the book's tables otherwise keep numbers on one line), so the table
-#: fits the text column at a 1400 px window.
-CELL = "vertical-align:top; white-space:normal; overflow-wrap:break-word; min-width:5em; max-width:8.5em"
-#: The claim column stays in view while the table scrolls sideways (a phone), and never breaks a word.
-STICKY = "position:sticky; left:0; z-index:1; background:var(--pst-color-background, #fff)"
-FIRST = ("vertical-align:top; white-space:normal; overflow-wrap:normal; word-break:normal; hyphens:none; "
-         "min-width:7.5em; max-width:9em; " + STICKY)
+                            stage_table=stage_table, n_boot=n_boot)
 
 
 @dataclass
@@ -370,7 +231,6 @@ def resnet_text(tables, *, protocol: str | None = None,
         where: where the measurement is shown, set after "measured on this CPU".
     """
     from maskfed import book
-    from maskfed.studies import factor_axes as fa
 
     tables = [t for t in tables if t is not None and len(t)]
     if not tables:
@@ -426,7 +286,6 @@ def route_to_paper_text(table: pd.DataFrame, paper: pd.DataFrame) -> str:
         paper: the paper's Table I (:func:`maskfed.analysis.summary.paper_table` ``("table1")``).
     """
     from maskfed import book
-    from maskfed.studies import factor_axes as fa
 
     m = {src: fa.paper_at_matched_accuracy(table, paper, source=src) for src in ("fedavg", "centralised")}
     both = [i for i in m["fedavg"].index if i in m["centralised"].index]
@@ -520,7 +379,6 @@ def checkpoints_caption(checkpoints: pd.DataFrame, unfinished=()) -> str:
         unfinished: ``(model label, rounds done, rounds of its budget)`` for each own FedAvg trajectory read
             while still going: a target it had not reached by then is not a target it never reaches.
     """
-    from maskfed.studies import factor_axes as fa
 
     short = checkpoints[checkpoints["reached"] & (checkpoints["test_acc"] < checkpoints["target"])]
     below = ", ".join(f"{fa.model_label(m, w)} at {t:.2f}" for m, w, t in
@@ -590,8 +448,7 @@ def against_paper(table1_runs: list[RunResult], table2_runs: list[RunResult]) ->
         low, high = uncertainty.seed_range(runs, BY[name], ["recovery_unweighted"])
         paper = summary.paper_table(name)["recovery_unweighted"]
         for key in ours.index:
-            label = ((f"bs {key[0]}, τ {key[1]}" if str(key[0]) != "full" else f"full, τ {key[1]}")
-                     if name == "table1" else f"α = {float(key):g}")
+            label = fa.protocol_label(key[0], key[1]) if name == "table1" else f"α = {float(key):g}"
             pkey = (str(key[0]), int(key[1])) if name == "table1" else float(key)
             if pkey not in paper.index or (name == "table2" and float(key) == 100 and rows):
                 continue
@@ -617,12 +474,10 @@ def source_runs(profile_name: str, live: dict[str, list[RunResult]] | None = Non
 
 # --------------------------------------------------------------------------- claims at matched stage
 
-#: Claims that cannot be judged at matched stage, and why (ours).
-NOT_AT_MATCHED_STAGE = {
-    "below_one": "the stage study draws cohorts at a fixed θ, not rounds along a trajectory",
-    "tradeoff": "every protocol is measured at the same θ, so at the same test accuracy",
-    "stage": "this claim is itself judged from the stage study",
-}
+#: Claims that cannot be judged at matched stage (ours; the verdict page says why: the stage study draws cohorts at a
+#: fixed θ, not rounds along a trajectory; every protocol is measured at the same θ, so at the same test accuracy;
+#: the stage claim is itself judged from the stage study).
+NOT_AT_MATCHED_STAGE = ("below_one", "tradeoff", "stage")
 #: Values of the stage table carried into each checkpoint's tables (medians over seeds).
 _STAGE_VALUES = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
 
@@ -641,8 +496,8 @@ def stage_evidence_at(table: pd.DataFrame, steps: pd.Series, min_acc: float | No
         min_acc: only the checkpoints whose median test accuracy over seeds reaches it (None: every one after θ_0).
 
     Returns:
-        ``{stage: Evidence}`` named "checkpoint <s> (accuracy <a>)" (the median test accuracy of its θ over
-        seeds: each seed's checkpoints are placed by accuracy, so their rounds differ).
+        ``{stage: Evidence}`` named "checkpoint <s>" (only checkpoints whose median test accuracy over seeds reaches
+        ``min_acc``: each seed's checkpoints are placed by accuracy, so their rounds differ).
     """
     t = table.assign(batch_size=table["batch_size"].astype(str))
     steps = steps.copy()
@@ -656,8 +511,7 @@ def stage_evidence_at(table: pd.DataFrame, steps: pd.Series, min_acc: float | No
         acc = float(g.drop_duplicates("seed")["stage_acc"].median())
         if min_acc is not None and acc < min_acc:
             continue
-        out[int(s)] = claims.Evidence(f"checkpoint {int(s)} (accuracy {acc:.2f})", t1 if len(t1) else None,
-                                      t2 if len(t2) else None)
+        out[int(s)] = claims.Evidence(f"checkpoint {int(s)}", t1 if len(t1) else None, t2 if len(t2) else None)
     return out
 
 
@@ -675,8 +529,7 @@ def cross_evidence_at(cross: pd.DataFrame | None, main_alpha: float,
         acc = float(g.drop_duplicates("seed")["stage_acc"].median())
         if min_acc is not None and acc < min_acc:  # as stage_evidence_at
             continue
-        out[(float(a), int(s))] = claims.Evidence(f"α = {a:g} trajectory, checkpoint {int(s)} (accuracy {acc:.2f})",
-                                                  None, t2)
+        out[(float(a), int(s))] = claims.Evidence(f"cross {a:g}/{int(s)}", None, t2)
     return out
 
 
@@ -698,8 +551,9 @@ def matched_stage_verdicts(table: pd.DataFrame | None, steps: pd.Series | None,
             does not decide); None: every checkpoint after θ_0.
 
     Returns:
-        Index ``claim``; columns ``verdict``, ``value`` ("holds at k of n checkpoints" and the rounds where
-        it does not, or the reason it cannot be judged), ``n_holds``, ``n``.
+        Index ``claim``; columns ``verdict``, ``n_holds``, ``n_partly``, ``n_fail`` (checkpoints where the claim holds,
+        holds in part, does not hold) and ``n`` (checkpoints that judge it; 0 for a claim of
+        :data:`NOT_AT_MATCHED_STAGE`, or without a stage study).
     """
     at = stage_evidence_at(table, steps, min_acc) if table is not None and steps is not None and len(table) else {}
     if at:
@@ -707,9 +561,8 @@ def matched_stage_verdicts(table: pd.DataFrame | None, steps: pd.Series | None,
     rows = []
     for c in claim_list:
         if c.key in NOT_AT_MATCHED_STAGE or not at:
-            reason = NOT_AT_MATCHED_STAGE.get(c.key, "no stage study in this build")
-            rows.append({"claim": c.key, "verdict": "not measured here", "value": f"not measurable: {reason}",
-                         "n_holds": 0, "n": 0})
+            rows.append({"claim": c.key, "verdict": "not measured here", "n_holds": 0, "n_partly": 0, "n_fail": 0,
+                         "n": 0})
             continue
         found = {ev.name: c.evaluate(ev).verdict for ev in at.values()}
         found = {k: v for k, v in found.items() if v != "not measured here"}
@@ -717,19 +570,22 @@ def matched_stage_verdicts(table: pd.DataFrame | None, steps: pd.Series | None,
         failed = sum(v == "does not hold" for v in found.values())
         verdict = ("not measured here" if not n else "holds" if held == n else
                    "does not hold" if 2 * failed > n else "partly")
-        value = (f"of {n} checkpoints: {held} hold, {n - held - failed} in part, {failed} not"
-                 if n else "not measurable at any checkpoint")
-        rows.append({"claim": c.key, "verdict": verdict, "value": value, "n_holds": held, "n": n})
+        rows.append({"claim": c.key, "verdict": verdict, "n_holds": held, "n_partly": n - held - failed,
+                     "n_fail": failed, "n": n})
     return pd.DataFrame(rows).set_index("claim")
 
 
-def views_text(protocol: str, matched: str) -> str:
-    """How the two views of a claim relate, in a few words: "" when they agree or the matched-stage view is
-    missing, else e.g. "holds at the paper's protocol, does not hold at matched stage"."""
-    if matched == "not measured here" or protocol == matched or protocol == "not measured here":
-        return ""
-    words = {"holds": "holds", "partly": "holds in part", "does not hold": "does not hold"}
-    return f"{words[protocol]} at the paper's protocol, {words[matched]} at matched stage"
+def matched_checkpoints(table: pd.DataFrame | None, min_acc: float | None = None) -> dict:
+    """The stage study's checkpoints that vote in :func:`matched_stage_verdicts`: ``n`` (checkpoints after θ_0 whose
+    median test accuracy reaches ``min_acc``), ``acc_low`` / ``acc_high`` (their lowest and highest median accuracy;
+    NaN when none)."""
+    nan = float("nan")
+    if table is None or not len(table):
+        return {"n": 0, "acc_low": nan, "acc_high": nan}
+    acc = table[table["stage"] > 0].groupby("stage")["stage_acc"].median()
+    acc = acc if min_acc is None else acc[acc >= min_acc]
+    return {"n": int(len(acc)), "acc_low": float(acc.min()) if len(acc) else nan,
+            "acc_high": float(acc.max()) if len(acc) else nan}
 
 
 def cross_alphas(cross: pd.DataFrame | None, main_alpha: float = 100.0) -> list[float]:
@@ -737,38 +593,6 @@ def cross_alphas(cross: pd.DataFrame | None, main_alpha: float = 100.0) -> list[
     if cross is None or not len(cross):
         return []
     return sorted({float(a) for a in cross["trajectory_alpha"]} - {float(main_alpha)}, reverse=True)
-
-
-def matched_text(verdicts: pd.DataFrame, matched: pd.DataFrame, source: str, table: pd.DataFrame | None,
-                 cross: pd.DataFrame | None = None, min_acc: float | None = None) -> str:
-    """The verdict page's sentence on the matched-stage view: where it comes from and which claims read
-    differently there (:func:`views_text`), or that there is no stage study.
-
-    Args:
-        verdicts: :func:`maskfed.analysis.claims.verdict_table`; matched: :func:`matched_stage_verdicts`.
-        source: the profile whose stage study it is; table: that study's table (None: none).
-        cross: that profile's α-cross table (None: none).
-    """
-    if table is None:
-        return "No stage study is in this build, so no claim is judged at matched stage."
-    acc = table[table["stage"] > 0].groupby("stage")["stage_acc"].median()
-    acc = acc if min_acc is None else acc[acc >= min_acc]
-    if not len(acc):
-        return "No checkpoint of the stage study reaches the paper's accuracy range, so no claim is judged at matched stage."
-    differ = [f"{verdicts.loc[k, 'title']} ({views_text(verdicts.loc[k, 'verdict'], matched.loc[k, 'verdict'])})"
-              for k in verdicts.index if views_text(verdicts.loc[k, "verdict"], matched.loc[k, "verdict"])]
-    where = ("after initialisation (θ_0)" if min_acc is None else
-             f"in the paper's accuracy range (from its Table I's lowest, {min_acc:.3f}; the earlier ones do not vote)")
-    return (f"The column “at matched stage” judges each claim again with the same criterion at the {len(acc)} "
-            f"checkpoints {where} of the {source} stage study (test accuracy {acc.min():.2f} to {acc.max():.2f}), where "
-            "every protocol and every α is measured at the same θ, taken from the α = 100, bs 32, τ 2 trajectory"
-            + (" and, for the claims on α alone, also from the α = " + " and ".join(f"{a:g}" for a in cross_alphas(cross))
-               + " trajectories (the α-cross), so that θ trained at α = 100 do not decide the α comparison alone"
-               if cross_alphas(cross) else " (so the α comparison there carries that trajectory's own confound)")
-            + "; our rule over checkpoints: holds if "
-            "at every one, does not hold if it fails at more than half, else in part. "
-            + (f"{len(differ)} claim{'s read' if len(differ) != 1 else ' reads'} differently there: "
-               + "; ".join(differ) + "." if differ else "Every claim measurable there reads the same."))
 
 
 def matched_stage_summary(profile_name: str, keys) -> str:
@@ -796,26 +620,31 @@ def matched_stage_summary(profile_name: str, keys) -> str:
             "page's rule over its checkpoints" + ("; the claims on α alone also along the α = "
                                                   + " and ".join(f"{a:g}" for a in cross_alphas(cross))
                                                   + " trajectories of the α-cross" if cross_alphas(cross) else "")
-            + "): " + "; ".join(f"“{titles[k]}” {words[m.loc[k, 'verdict']]} "
-                                                            f"({m.loc[k, 'value']})" for k in keys) + ".")
+            + "): " + "; ".join(f"“{titles[k]}” {words[m.loc[k, 'verdict']]} ({_counted(m.loc[k])})"
+                                for k in keys) + ".")
+
+
+def _counted(row) -> str:
+    """A matched-stage row's checkpoint counts as :func:`matched_stage_summary` writes them."""
+    if not row["n"]:
+        return "not measurable at any checkpoint"
+    return f"of {row['n']} checkpoints: {row['n_holds']} hold, {row['n_partly']} in part, {row['n_fail']} not"
 
 
 # --------------------------------------------------------------------------- verdicts under the analysis's choices
 
 #: The analysis choices each verdict is recomputed under (ours; issue: "verdicts under the analysis's own
 #: choices"): the summary window halved, and the runs whose recovery factor is still falling over their second
-#: half (:func:`maskfed.analysis.uncertainty.trend_test`) left out.
-VARIANTS = ("window: the last eighth of rounds", "runs still falling left out",
-            "runs still falling with 3× the HAC lag left out",
-            "runs still falling by Benjamini-Hochberg at 5 % left out")
+#: half (:func:`maskfed.analysis.uncertainty.trend_test`) left out, by the plain test, with 3× its HAC lag, and by
+#: Benjamini-Hochberg at 5 % across the runs (the verdict page describes each by these names).
+VARIANTS = ("half window", "falling out", "falling out, 3× lag", "falling out, BH 5 %")
 
 #: Lag factor of the trend test in the third variant, and the false discovery rate of the fourth (ours).
 LAG_FACTOR, FDR = 3.0, 0.05
 
 #: The stage claim judged again on subsets of the stage study's Table I protocols (batch size as text, τ):
 #: the pair the paper compares (full batch τ 5 against bs 128 τ 1) and the protocols with τ = 5 (ours).
-STAGE_SUBSETS = {"stage study: only the paper's pair (full batch τ 5, bs 128 τ 1)": {("full", 5), ("128", 1)},
-                 "stage study: only τ = 5": {("full", 5), ("128", 5), ("32", 5)}}
+STAGE_SUBSETS = {"paper's pair only": {("full", 5), ("128", 1)}, "τ = 5 only": {("full", 5), ("128", 5), ("32", 5)}}
 
 
 def variant_runs(runs: list[RunResult], variant: str) -> list[RunResult]:
@@ -969,13 +798,14 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
 
     Returns:
         Index ``claim``; columns ``mark`` ("stable", "fragile", or "–" where the base is not measured here),
-        ``flips`` (e.g. "runs still falling left out: does not hold"; "" when stable) and ``cannot_test`` (the
-        variants that drop a setting the claim needs, joined by "; ").
+        ``flips`` (the variants or stage subsets that change it, each with the verdict it gives, e.g.
+        "falling out: does not hold", joined by "; "; "" when stable) and ``cannot_test`` (the variants that drop a
+        setting the claim needs, joined by "; "); :func:`variant_sizes` counts what each variant keeps.
     """
     base_runs = {e: runs.get(e, []) for e in ("table1", "table2")}
     summaries = {e: ({"table1": experiments.table1, "table2": experiments.table2}[e](rs) if rs else None)
                  for e, rs in base_runs.items()}
-    judged, kept, lost = {}, {}, {}
+    judged, lost = {}, {}
     for v in VARIANTS:
         t1, t2 = variant_runs(runs.get("table1", []), v), variant_runs(runs.get("table2", []), v)
         lost[v] = set().union(*(_settings(base_runs[e], e) - _settings(rs, e) for e, rs in (("table1", t1), ("table2", t2))))
@@ -986,14 +816,6 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
                 judged[v][c.key] = claims.verdict_table([ev], (c,)).loc[c.key, "verdict"]
             except ValueError:
                 judged[v][c.key] = "not measured here"
-        # a run in both tables (bs 32, τ 2, α = 100) is one run
-        n_all = len({r.config.key() for r in runs.get("table1", []) + runs.get("table2", [])})
-        n_kept = len({r.config.key() for r in t1 + t2})
-        settings = {(r.config.batch_size, r.config.local_epochs, r.config.alpha) for r in t1 + t2}
-        settings_all = {(r.config.batch_size, r.config.local_epochs, r.config.alpha)
-                        for r in runs.get("table1", []) + runs.get("table2", [])}
-        kept[v] = ("" if n_kept == n_all else
-                   f" ({n_kept} of {n_all} runs, {len(settings)} of {len(settings_all)} settings kept)")
     rows = []
     for c in claim_list:
         base = verdicts.loc[c.key, "verdict"]
@@ -1007,11 +829,29 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
             rows.append({"claim": c.key, "mark": "–", "flips": "", "cannot_test": ""})
             continue
         untestable = [v for v in VARIANTS if loses_test(c, summaries["table1"], summaries["table2"], lost[v])]
-        flips = [f"{v}{kept[v]}: {judged[v][c.key]}" for v in VARIANTS
+        flips = [f"{v}: {judged[v][c.key]}" for v in VARIANTS
                  if v not in untestable and judged[v][c.key] != base]
         rows.append({"claim": c.key, "mark": "fragile" if flips else "stable", "flips": "; ".join(flips),
                      "cannot_test": "; ".join(untestable)})
     return pd.DataFrame(rows).set_index("claim")
+
+
+def variant_sizes(runs: dict[str, list[RunResult]]) -> pd.DataFrame:
+    """What each analysis variant (:data:`VARIANTS`) keeps of a source's Table I and Table II runs: index
+    ``variant``; columns ``runs`` and ``settings`` (kept) and ``of_runs`` / ``of_settings`` (all; a run in both tables,
+    bs 32, τ 2 at α = 100, is one run, a setting one (batch size, τ, α))."""
+    every = runs.get("table1", []) + runs.get("table2", [])
+
+    def setting(r):
+        return (r.config.batch_size, r.config.local_epochs, r.config.alpha)
+
+    rows = []
+    for v in VARIANTS:
+        kept = variant_runs(runs.get("table1", []), v) + variant_runs(runs.get("table2", []), v)
+        rows.append({"variant": v, "runs": len({r.config.key() for r in kept}),
+                     "of_runs": len({r.config.key() for r in every}), "settings": len({setting(r) for r in kept}),
+                     "of_settings": len({setting(r) for r in every})})
+    return pd.DataFrame(rows, columns=["variant", "runs", "of_runs", "settings", "of_settings"]).set_index("variant")
 
 
 def stability_counts(stable: pd.DataFrame) -> dict:
@@ -1022,13 +862,3 @@ def stability_counts(stable: pd.DataFrame) -> dict:
     return {"n_variants": len(VARIANTS), "n_judged": int(len(judged)), "n_fragile": int((judged["mark"] == "fragile").sum()),
             "n_untestable": int((judged["cannot_test"] != "").sum()),
             "stage_subsets": bool("stage" in stable.index and stable.loc["stage", "mark"] != "–")}
-
-
-def against_caption(against: pd.DataFrame, source: str) -> str:
-    """The caption of the verdict page's summary figure (:func:`against_paper` rows): what the points are and at
-    how many settings the paper's value lies within our seed range."""
-    inside = int(((against["low"] <= against["paper"]) & (against["paper"] <= against["high"])).sum())
-    return (f"Our 1/Δ_S ({source}: median over seeds, bars the seed range) against the paper's, one point per "
-            f"setting of its Tables I and II; on the dashed line the two agree. The paper's value lies within our seed "
-            f"range at {inside} of the {len(against)} settings; above the line we recover more than the paper "
-            "reports. The models differ (see “What differs” below).")

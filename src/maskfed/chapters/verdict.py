@@ -4,23 +4,23 @@ Each claim of the paper's Sec. IV (:data:`maskfed.analysis.claims.CLAIMS`) is ju
 criterion on every source this build has: the paper's own Tables I and II, each archived profile and
 the live profile. :func:`findings` gathers the sources (:mod:`maskfed.book.evidence`), the overall
 verdict table (closest source first), the matched-stage view from the archived stage study, the
-stability marks under the analysis's own variants, and the glued values of the page's prose. The
-pure helpers (:func:`coverage_values`, :func:`criteria_html`, :func:`changes_table`,
-:func:`paper_self_text`) compute one paragraph each; :func:`figure_against`
-draws the summary figure.
+stability marks under the analysis's own variants, and the numbers and verdict words the page's
+sentences glue; the sentences themselves are written in the chapter. The tables the page shows
+(:func:`verdict_table`, :func:`source_table`, :func:`details_table`, :func:`criteria_table`,
+:func:`changes_table`) are DataFrames of short values; :func:`figure_against` draws the summary figure.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from html import escape
 from typing import Optional
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
-from maskfed import book
+from maskfed import book, provenance
 from maskfed.analysis import claims, summary, uncertainty
 from maskfed.book import evidence, plots
 from maskfed.engine.config import Profile, load_profile
@@ -35,8 +35,8 @@ EXPERIMENTS = ("table1", "table2", "control")
 class Findings:
     """What the chapter shows.
 
-    ``values`` maps each glue name (``v_...``) to a number or a short phrase; the rest are the frames
-    and HTML blocks the page displays.
+    ``values`` maps each glue name (``v_...``) to a number or a verdict word (the page writes the sentences);
+    the rest are the frames the page displays.
     """
 
     values: dict
@@ -49,11 +49,33 @@ class Findings:
     bottom: dict                     # bottom_line(): the numbers and verdict words of the page's "In short" box
     against: pd.DataFrame            # evidence.against_paper of the closest source's runs
     trend: Optional[pd.DataFrame] = None  # claims.trend_bearing of the closest source's Table I runs
+    facts: Optional[pd.DataFrame] = None  # source_facts: what each source's runs are
+    sizes: Optional[pd.DataFrame] = None  # evidence.variant_sizes of the closest source's runs
+    archives: Optional[pd.DataFrame] = None  # archive_facts: where and when the archived runs were made
+    reruns: Optional[pd.DataFrame] = None  # archive_facts: where each re-run of an archived run first differed
+    prints: Optional[pd.DataFrame] = None  # fingerprint_table: the archived runs' data against this build's
+    routes: Optional[pd.DataFrame] = None  # route_table: centralised over FedAvg θ, per model measured both ways
+    resnet: Optional[pd.DataFrame] = None  # resnet_ways: the paper's model at FedAvg and centralised θ
 
-    def verdict_html(self) -> str:
-        """The verdict table with its matched-stage and stability columns (:func:`evidence.verdict_html`)."""
-        return evidence.verdict_html(self.verdicts, self.sources, self.matched, self.matched_from, self.stable,
-                                     self.trend)
+    def table(self) -> pd.DataFrame:
+        """The verdict table, one short row per claim (:func:`verdict_table`)."""
+        return verdict_table(self.verdicts, self.matched, self.stable, self.trend)
+
+    def details(self) -> pd.DataFrame:
+        """What each claim's marks rest on (:func:`details_table`)."""
+        return details_table(self.verdicts, self.matched, self.stable, self.trend)
+
+    def trends(self) -> pd.DataFrame:
+        """Per claim the trend test bears on (index ``claim``, its title): the columns ``still``, ``way`` and ``pairs``
+        of :func:`maskfed.analysis.claims.trend_bearing` (empty without a trend)."""
+        if self.trend is None:
+            return pd.DataFrame(columns=["still", "way", "pairs"])
+        cols = [c for c in ("still", "way", "pairs") if c in self.trend]
+        return self.trend[cols].rename(index=self.verdicts["title"]).rename_axis("claim")
+
+    def by_source(self) -> pd.DataFrame:
+        """Every source's value and verdict of each claim (:func:`source_table`)."""
+        return source_table(self.verdicts, self.sources)
 
 
 def coverage_values(n_seeds: int) -> dict:
@@ -61,66 +83,40 @@ def coverage_values(n_seeds: int) -> dict:
 
     Returns:
         ``v_n_seeds``; ``v_cov_range``: the percent of the time the seed range [min, max] covers the median
-        (1 − 2 (1/2)^n, up to two decimals, trailing zeros dropped); ``v_p_lowest``: the percent probability
-        that the median of a redraw of the seeds is the lowest seed, one decimal ("–" for an even count,
-        whose median is no single seed); ``v_cov_text``: the page's paragraph saying so, which compares
-        that probability with the (1 − LEVEL)/2 at each end of the interval and names the range's coverage
-        at the paper's 3 seeds (or, with 3, at 5).
+        (1 − 2 (1/2)^n, rounded to two decimals); ``v_other_seeds`` and ``v_cov_other``: the same at the paper's 3
+        seeds (at 5 when ``n_seeds`` is 3); ``v_p_lowest``: the percent probability that the median of a redraw of
+        the seeds is the lowest seed, one decimal (NaN for an even count, whose median is no single seed);
+        ``v_end``: the (1 − LEVEL)/2 percent at each end of the interval; ``v_seeds_odd`` and ``v_ends_at_seeds``
+        (the probability exceeds ``v_end``, so the interval's ends sit near the extreme seeds).
 
     Raises:
         ValueError: ``n_seeds`` < 1.
     """
-    def pct(x: float) -> str:
-        return f"{100 * x:.2f}".rstrip("0").rstrip(".")
-
-    cov = pct(uncertainty.seed_range_coverage(n_seeds))
     other = 5 if n_seeds == 3 else 3
-    other_text = f"{pct(uncertainty.seed_range_coverage(other))} % with {other} seeds" + (
-        ", the paper's count" if other == 3 else "")
-    tail = (f"[min, max] covers the median {cov} % of the time (it misses only when every seed falls on one side "
-            f"of the median, probability 2·(1/2)ⁿ; {other_text}).")
+    cov = uncertainty.seed_range_coverage(n_seeds)
+    odd = n_seeds % 2 == 1 and n_seeds > 1
+    p = 100 * uncertainty.median_at_lowest_seed(n_seeds) if odd else math.nan
     end = 100 * (1 - uncertainty.LEVEL) / 2
-    if n_seeds == 1:
-        text = "With one seed a setting, the intervals redraw its rounds only and say nothing of the spread between seeds."
-        lowest = "–"
-    elif n_seeds % 2 == 0:
-        text = (f"With {n_seeds} seeds a setting the median of a redraw is the mean of the two seeds drawn, and the seed range "
-                + tail)
-        lowest = "–"
-    else:
-        p = 100 * uncertainty.median_at_lowest_seed(n_seeds)
-        lowest = f"{p:.1f}"
-        head = (f"What that nominal level is worth with {n_seeds} seeds a setting: the median of a redraw of the "
-                f"seeds is the lowest seed with probability {lowest} % (and the highest as often), ")
-        if p > end:
-            text = (head + f"more than the {end:g} % at each end, so the interval's ends sit near the extreme seeds and it "
-                    f"covers the true median about as often as the seed range does: " + tail)
-        else:
-            text = (head + f"no more than the {end:g} % at each end, so the interval can end inside the seed range; "
-                    f"the seed range itself " + tail)
-    return {"v_n_seeds": n_seeds, "v_cov_range": cov, "v_p_lowest": lowest, "v_cov_text": text}
+    return {"v_n_seeds": n_seeds, "v_cov_range": round(100 * cov, 2), "v_other_seeds": other,
+            "v_cov_other": round(100 * uncertainty.seed_range_coverage(other), 2),
+            "v_p_lowest": round(p, 1) if odd else math.nan, "v_end": end, "v_seeds_odd": odd,
+            "v_ends_at_seeds": bool(odd and p > end)}
 
 
-def paper_self_text(verdicts: pd.DataFrame) -> str:
-    """The claims the paper's own tables break in part or whole: "title (verdict: value)" joined by
-    "; ", or "none" (``verdicts``: :func:`maskfed.analysis.claims.verdict_table`)."""
+def paper_breaks(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """The claims the paper's own tables break in part or whole: index ``claim`` (title), columns ``paper`` (its
+    value on the paper's tables) and ``verdict`` (``verdicts``: :func:`maskfed.analysis.claims.verdict_table`)."""
     own = verdicts[verdicts["paper_verdict"].isin(["partly", "does not hold"])]
-    return "; ".join(f"{t} ({v}: {x})" for t, v, x in zip(own["title"], own["paper_verdict"], own["paper"])) or "none"
+    return pd.DataFrame({"paper": own["paper"].to_numpy(), "verdict": own["paper_verdict"].to_numpy()},
+                        index=pd.Index(own["title"].to_numpy(), name="claim"))
 
 
-def _sentence(text: str) -> str:
-    """``text`` HTML-escaped, its first character capitalised when it is ASCII (a Greek symbol such as
-    σ̂² keeps its case: σ and Σ are different quantities)."""
-    return escape((text[0].upper() if text[0].isascii() else text[0]) + text[1:])
-
-
-def criteria_html(items: tuple = claims.CLAIMS, checks: tuple = claims.CODE_CHECKS) -> str:
-    """Every claim's title, where the paper makes it, its statement and its criterion, as an HTML list,
-    then the checks of the code (not counted) as a paragraph."""
-    return ("<ol>" + "".join(f"<li><b>{escape(c.title)}</b> ({escape(c.where)}). <em>{escape(c.statement)}.</em> "
-                             f"{_sentence(c.criterion)}.</li>" for c in items) + "</ol>"
-            + "<p>Code check, not counted: " + "".join(f"<b>{escape(c.title)}</b>: <em>{escape(c.statement)}.</em> "
-                                                       f"{_sentence(c.criterion)}." for c in checks) + "</p>")
+def criteria_table(items: tuple = claims.CLAIMS) -> pd.DataFrame:
+    """Every claim's title (index ``claim``), where the paper makes it, its statement and its criterion, read as
+    :data:`maskfed.analysis.claims.CLAIMS` (or ``items``, e.g. the code checks) states them."""
+    return pd.DataFrame({"where": [c.where for c in items], "statement": [c.statement for c in items],
+                         "criterion": [c.criterion for c in items]},
+                        index=pd.Index([c.title for c in items], name="claim"))
 
 
 def changes_table(changes: tuple = claims.CRITERIA_CHANGES, items: tuple = claims.CLAIMS + claims.CODE_CHECKS
@@ -135,6 +131,75 @@ def changes_table(changes: tuple = claims.CRITERIA_CHANGES, items: tuple = claim
     title = {c.key: c.title for c in items}
     return pd.DataFrame([{"date": d, "claim": title[k], "change": what, "data in view": seen}
                          for d, k, what, seen in changes])
+
+
+def _unsettled(verdicts: pd.DataFrame, trend: pd.DataFrame | None) -> pd.DataFrame | None:
+    """:func:`maskfed.analysis.claims.not_settled` of the overall verdicts, or None without a trend."""
+    return None if trend is None else claims.not_settled(trend, verdicts)
+
+
+def verdict_table(verdicts: pd.DataFrame, matched: pd.DataFrame | None = None, stable: pd.DataFrame | None = None,
+                  trend: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One short row per claim: index ``claim`` (its title); columns ``where`` (the paper's section), ``paper`` and
+    ``paper verdict`` (the criterion on the paper's own tables), ``ours`` (the value of the source that gives the
+    verdict, "–" where none measures it), ``from`` (that source), ``matched`` (the verdict at matched stage; "–"
+    without ``matched``), ``verdict`` (overall) and ``marks`` ("stable" or "fragile" from ``stable``, and "not
+    settled" where :func:`maskfed.analysis.claims.not_settled` of ``trend`` says so, joined by " · "; "" for none).
+
+    Args:
+        verdicts: :func:`maskfed.analysis.claims.verdict_table` (after :func:`maskfed.analysis.claims.with_matched_view`
+            or not); matched: :func:`maskfed.book.evidence.matched_stage_verdicts`; stable:
+            :func:`maskfed.book.evidence.stability`; trend: :func:`maskfed.analysis.claims.trend_bearing`.
+    """
+    unsettled = _unsettled(verdicts, trend)
+    rows = []
+    for key, r in verdicts.iterrows():
+        marks = []
+        if stable is not None and key in stable.index and stable.loc[key, "mark"] != "–":
+            marks.append(stable.loc[key, "mark"])
+        if unsettled is not None and key in unsettled.index and not unsettled.loc[key, "settled"]:
+            marks.append("not settled")
+        rows.append({"claim": r["title"], "where": r["where"], "paper": r["paper"], "paper verdict": r["paper_verdict"],
+                     "ours": "–" if r["from"] == "–" else r[r["from"]], "from": r["from"],
+                     "matched": matched.loc[key, "verdict"] if matched is not None and key in matched.index else "–",
+                     "verdict": r["verdict"], "marks": " · ".join(marks)})
+    return pd.DataFrame(rows).set_index("claim")
+
+
+def source_table(verdicts: pd.DataFrame, sources: list) -> pd.DataFrame:
+    """Each source's value and verdict of every claim: index ``claim`` (title), two columns per source, its name
+    and ``<name> verdict``, closest source first (``sources``: the :class:`maskfed.analysis.claims.Evidence` in the
+    table's order)."""
+    cols = [c for ev in sources for c in (ev.name, f"{ev.name} verdict")]
+    return verdicts.set_index("title")[cols].rename_axis("claim")
+
+
+def details_table(verdicts: pd.DataFrame, matched: pd.DataFrame | None = None, stable: pd.DataFrame | None = None,
+                  trend: pd.DataFrame | None = None) -> pd.DataFrame:
+    """What each claim's marks and matched-stage verdict rest on: index ``claim`` (title); columns ``protocols``
+    (the verdict at the paper's protocols, before the matched view is weighed), ``checkpoints``, ``hold``,
+    ``in part`` and ``not`` (matched-stage checkpoints that judge it and how they read; 0 where none),
+    ``fragile under`` (the variants that change the verdict, each with the verdict it gives), ``cannot test`` (the
+    variants that drop a setting the claim compares), ``drift`` (percent of a gap per round by which a longer run
+    moves a not-settled verdict toward its boundary, two decimals; NaN where settled) and ``meet`` (rounds until a
+    closing gap meets, rounded; NaN where none).
+    """
+    unsettled = _unsettled(verdicts, trend)
+    nan = float("nan")
+    rows = []
+    for key, r in verdicts.iterrows():
+        m = matched.loc[key] if matched is not None and key in matched.index else None
+        st = stable.loc[key] if stable is not None and key in stable.index else None
+        u = unsettled.loc[key] if unsettled is not None and key in unsettled.index else None
+        moving = u is not None and not u["settled"]
+        rows.append({"claim": r["title"], "protocols": r.get("protocol_verdict", r["verdict"]),
+                     "checkpoints": 0 if m is None else int(m["n"]), "hold": 0 if m is None else int(m["n_holds"]),
+                     "in part": 0 if m is None else int(m["n_partly"]), "not": 0 if m is None else int(m["n_fail"]),
+                     "fragile under": "" if st is None else st["flips"],
+                     "cannot test": "" if st is None else st.get("cannot_test", ""),
+                     "drift": round(float(u["rate"]), 2) if moving else nan,
+                     "meet": float(round(u["meet"])) if moving and u["meet"] == u["meet"] else nan})
+    return pd.DataFrame(rows).set_index("claim")
 
 
 #: The headline cell of the paper (Sec. IV-B, Table I): bs 32, τ 2 at α = 100, "out of a possible" K_c = 10.
@@ -244,6 +309,165 @@ def bottom_line(verdicts: pd.DataFrame, closest: claims.Evidence, against: pd.Da
     }
 
 
+def source_facts(sources: list, runs_of: dict) -> pd.DataFrame:
+    """What each source's runs are (:func:`maskfed.book.evidence.run_facts`): index ``source`` (its name, closest
+    first); columns ``seeds``, ``rounds``, ``model``, ``parameters``. ``runs_of``: source name -> its runs (a
+    source without runs is left out)."""
+    rows = [{"source": ev.name, **evidence.run_facts(runs_of[ev.name])} for ev in sources if runs_of.get(ev.name)]
+    return pd.DataFrame(rows, columns=["source", "seeds", "rounds", "model", "parameters"]).set_index("source")
+
+
+def _sig(x: float, digits: int) -> float:
+    """``x`` rounded to ``digits`` significant digits (NaN and 0 as they are)."""
+    return x if not x or not math.isfinite(x) else round(x, digits - 1 - math.floor(math.log10(abs(x))))
+
+
+def archive_facts(archived_runs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Where and when each archived profile's runs were made, and what re-running some of them with this checkout's
+    code gave (:func:`maskfed.studies.archive.label` and its newest verification record).
+
+    Args:
+        archived_runs: profile name -> its runs (profiles without runs left out).
+
+    Returns:
+        Per archive (index ``archive``, its column name): ``runs``, ``devices``, ``first`` / ``last`` (finish dates,
+        UTC), ``commits``, ``run code`` (hashes), ``changed`` (files that differ from their manifest), ``re-run``
+        (the newest verification's outcome: "bit-identical", "within tolerance", "neither"; "–" without one),
+        ``re-runs``, ``re-run on`` (its machine) and ``re-run date``, ``summary off`` / ``1/Δ_S off`` (the largest
+        relative difference of the book's summary cells and of 1/Δ_S, three significant digits; NaN where
+        bit-identical or not recorded) and ``tolerance``; and per re-run that differed (index ``run``) where it first
+        did: ``metric``, ``round``, ``archived`` (four significant digits) and ``off`` (relative, two).
+    """
+    rows, diffs = [], []
+    for name, runs in archived_runs.items():
+        if not runs:
+            continue
+        lab = archive.label(runs, name)
+        v = lab.verification or {}
+        done = v.get("runs", [])
+        worst = max((r["summary_max_rel_diff"] for r in done if "summary_max_rel_diff" in r), default=math.nan)
+        factor = max((abs(r["summary_rerun"]["recovery_unweighted"] / r["summary_archived"]["recovery_unweighted"] - 1)
+                      for r in done if r.get("summary_archived") and r.get("summary_rerun")), default=math.nan)
+        bit = lab.outcome == "bit-identical"
+        rows.append({"archive": archive.column_name(name), "runs": lab.runs, "devices": ", ".join(lab.devices),
+                     "first": lab.first_utc[:10], "last": lab.last_utc[:10], "commits": ", ".join(lab.commits),
+                     "run code": ", ".join(lab.code_hashes), "changed": len(lab.changed), "re-run": lab.outcome or "–",
+                     "re-runs": len(done), "re-run on": archive.machine_text(v) if v else "–",
+                     "re-run date": v.get("utc", "–")[:10],
+                     "summary off": math.nan if bit else _sig(worst, 3),
+                     "1/Δ_S off": math.nan if bit else _sig(factor, 3),
+                     "tolerance": v.get("summary_rtol", archive.SUMMARY_RTOL)})
+        for r in done:
+            d = r.get("first_difference") or {}
+            if r["identical"] or d.get("round") is None:
+                continue
+            a, b = float(d["archived"]), float(d["rerun"])
+            diffs.append({"run": r["label"], "metric": d["column"], "round": int(d["round"]),
+                          "archived": _sig(a, 4), "off": _sig(abs(b - a) / abs(a) if a else abs(b - a), 2)})
+    return (pd.DataFrame(rows).set_index("archive") if rows else pd.DataFrame(),
+            pd.DataFrame(diffs, columns=["run", "metric", "round", "archived", "off"]).set_index("run"))
+
+
+def fingerprint_table(runs: list, images) -> pd.DataFrame:
+    """The data fingerprints archived ``runs`` recorded against this build's data, each compared by the kind it
+    recorded (:func:`maskfed.engine.runner.recorded_fingerprint`): one row per (kind, recorded value); columns
+    ``kind``, ``archived``, ``this build`` and ``same``. Empty without runs.
+
+    Args:
+        runs: archived runs (any profiles); images: this build's :class:`maskfed.engine.data.ImageData`.
+    """
+    from maskfed.engine.runner import fingerprint_of_kind, recorded_fingerprint
+
+    prints = sorted({recorded_fingerprint(r.provenance) for r in runs})
+    ours = {kind: fingerprint_of_kind(images, kind) for kind in {kind for kind, _ in prints}}
+    return pd.DataFrame([{"kind": kind, "archived": value, "this build": ours[kind], "same": value == ours[kind]}
+                         for kind, value in prints], columns=["kind", "archived", "this build", "same"])
+
+
+def resnet_values(tables, paper: pd.DataFrame | None = None) -> dict:
+    """The paper's ResNet-18-GN measured on this CPU, as the page's paragraph on it reads them: per way θ was
+    reached (``fedavg``: its own FedAvg trajectory; ``centralised``: centralised SGD), the θ's test accuracy
+    ``r_<way>_acc_low`` / ``_acc_high``, the rounds of those θ ``r_<way>_rounds`` (text, FedAvg only), the θ where a
+    full-batch protocol recovers more than every minibatch one ``r_<way>_holds`` of ``r_<way>_measured`` and that
+    factor ``r_<way>_cliff_low`` / ``_cliff_high`` (:func:`maskfed.studies.factor_axes.cliff_verdict`), and at the θ
+    nearest in accuracy to each Table I row the ratio to the paper's 1/Δ_S ``r_<way>_ratio_low`` / ``_ratio_high``
+    (:func:`maskfed.studies.factor_axes.paper_at_matched_accuracy`); ``r_paper_cliff``; where both ways are measured,
+    the protocols where FedAvg θ sit nearer the paper's value (|log ratio| smaller) ``r_nearer`` of ``r_both``, the
+    median ratios ``r_fed_median`` / ``r_cen_median``, and at FedAvg θ the minibatch protocols' ratio
+    ``r_mini_low`` / ``r_mini_high``, accuracy ``r_mini_acc_low`` / ``r_mini_acc_high`` and the paper's
+    ``r_mini_paper_acc_low`` / ``r_mini_paper_acc_high``. Ratios and accuracies rounded to two decimals as the page
+    writes them. ``r_ways``: how many ways were measured (0: no table holds ResNet-18-GN, and nothing else is given).
+
+    Args:
+        tables: model-size study tables (:attr:`maskfed.studies.factor_axes.ModelStudy.table`); None entries skipped.
+        paper: the paper's Table I (default :func:`maskfed.analysis.summary.paper_table` ``("table1")``).
+    """
+    tables = [t for t in tables if t is not None and len(t)]
+    table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame({"model": []})
+    table = table[table["model"] == "resnet18_gn"]
+    if not len(table):
+        return {"r_ways": 0}
+    paper = summary.paper_table("table1") if paper is None else paper
+    out = {"r_paper_cliff": round(float(fa.paper_overview()["cliff"].iloc[0]), 2)}
+    m = {}
+    for way in ("fedavg", "centralised"):
+        t = table[table["source"] == way]
+        if not len(t):
+            continue
+        v = fa.cliff_verdict(fa.model_overview(t))
+        m[way] = fa.paper_at_matched_accuracy(t, paper, source=way)
+        theta = t.drop_duplicates("target")
+        out.update({f"r_{way}_acc_low": round(float(theta["test_acc"].min()), 2),
+                    f"r_{way}_acc_high": round(float(theta["test_acc"].max()), 2),
+                    f"r_{way}_holds": int(v["holds"]), f"r_{way}_measured": int(v["measured"]),
+                    f"r_{way}_cliff_low": round(float(v["min"]), 2), f"r_{way}_cliff_high": round(float(v["max"]), 2),
+                    f"r_{way}_ratio_low": round(float(m[way]["ratio"].min()), 2),
+                    f"r_{way}_ratio_high": round(float(m[way]["ratio"].max()), 2)})
+        if way == "fedavg":
+            out["r_fedavg_rounds"] = ", ".join(str(int(r)) for r in theta["when"])
+    out["r_ways"] = len(m)
+    both = [i for i in m.get("fedavg", pd.DataFrame()).index if len(m) == 2 and i in m["centralised"].index]
+    out["r_both"] = len(both)
+    if both:
+        fed, cen = m["fedavg"].loc[both], m["centralised"].loc[both]
+        out.update({"r_nearer": int((np.abs(np.log(fed["ratio"])) < np.abs(np.log(cen["ratio"]))).sum()),
+                    "r_fed_median": round(float(fed["ratio"].median()), 2),
+                    "r_cen_median": round(float(cen["ratio"].median()), 2)})
+        mini = fed[[not str(i).startswith("full") for i in fed.index]]
+        if len(mini):
+            out.update({f"r_mini_{k}_{end}": round(float(getattr(mini[col], end_fn)()), 2)
+                        for k, col in (("ratio", "ratio"), ("acc", "acc"), ("paper_acc", "paper_acc"))
+                        for end, end_fn in (("low", "min"), ("high", "max"))})
+            out["r_mini_low"], out["r_mini_high"] = out.pop("r_mini_ratio_low"), out.pop("r_mini_ratio_high")
+    return out
+
+
+def resnet_ways(r: dict) -> pd.DataFrame:
+    """:func:`resnet_values`' numbers per way θ was reached, one row each (index ``θ from``: "FedAvg",
+    "centralised SGD"): ``accuracy from`` / ``to``, ``rounds`` (FedAvg only), ``cliff holds`` of ``θ`` (where a
+    full-batch protocol recovers more than every minibatch one), ``cliff from`` / ``to``, and ``× paper from`` / ``to``
+    (1/Δ_S at the θ nearest in accuracy to each Table I row over the paper's). Empty where neither was measured."""
+    cols = {"acc_low": "accuracy from", "acc_high": "to", "rounds": "rounds", "holds": "cliff holds",
+            "measured": "θ", "cliff_low": "cliff from", "cliff_high": "cliff to", "ratio_low": "× paper from",
+            "ratio_high": "× paper to"}
+    rows = [{"θ from": name, **{c: r.get(f"r_{way}_{k}", "–") for k, c in cols.items()}}
+            for way, name in (("fedavg", "FedAvg"), ("centralised", "centralised SGD")) if f"r_{way}_holds" in r]
+    return pd.DataFrame(rows, columns=["θ from", *cols.values()]).set_index("θ from")
+
+
+def route_table(tables) -> pd.DataFrame:
+    """What the way θ was reached does to 1/Δ_S, per model measured at θ reached both ways at the same target
+    accuracy (:func:`maskfed.studies.factor_axes.route_summary`): index ``model``; columns ``low``, ``median``,
+    ``high`` (centralised over FedAvg θ, two decimals), ``beyond`` (cells whose difference exceeds the spread over
+    cohorts) and ``cells``. Empty without such a model."""
+    tables = [t for t in tables if t is not None and len(t)]
+    checks = fa.path_checks(pd.concat(tables, ignore_index=True)) if tables else {}
+    rows = [{"model": name, "low": round(r["min"], 2), "median": round(r["median"], 2), "high": round(r["max"], 2),
+             "beyond": int(r["beyond"]), "cells": int(r["cells"])}
+            for name, r in ((n, fa.route_summary(c)) for n, c in checks.items())]
+    return pd.DataFrame(rows, columns=["model", "low", "median", "high", "beyond", "cells"]).set_index("model")
+
+
 def findings(profile: str, *, data_path=None, overrides: dict | None = None, workers: int | None = None,
              archived: list[str] | None = None, n_boot: int = uncertainty.N_BOOT) -> Findings:
     """Judge every claim on every source this build has.
@@ -269,7 +493,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
             profile_of[ev.name] = name
     live = {e: experiments.run(prof, e, workers=workers, progress=False) for e in EXPERIMENTS}
     sources.append(evidence.profile_evidence(f"{prof.name} (this build)", live["table1"], live["table2"],
-                                             live["control"], n_boot=n_boot, note=evidence.describe(live["table1"])))
+                                             live["control"], n_boot=n_boot))
     profile_of[sources[-1].name] = prof.name
     verdicts = claims.verdict_table(sources)
     if sum(claims.counts(verdicts).values()) != len(claims.CLAIMS):
@@ -295,45 +519,52 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     stable = evidence.stability(verdicts, closest_runs, n_boot=n_boot, stage_table=stage_from)
     against = evidence.against_paper(closest_runs["table1"], closest_runs["table2"])
     # the trend test reaches the claims it bears on: their cells still falling, and which way that moves them
-    trend, trend_sentence = evidence.trend_view(closest_runs["table1"], closest.name)
+    trends = evidence.cell_trends(closest_runs["table1"]) if closest_runs["table1"] else None
+    trend = None if trends is None else claims.trend_bearing(experiments.table1(closest_runs["table1"]), trends)
     n_seeds = len(load_profile(profile_of[closest.name]).seeds)  # seeds per setting of the closest source
     # the parameter count of the closest evidence's own model (its runs' provenance), not the live profile's
     n_small = (closest_runs["table1"] or live["table1"])[0].provenance["num_parameters"]
     n_resnet = num_parameters(build_model("resnet18_gn", num_classes=10))
     archived_runs = {name: archive.require_complete(name) for name in names}
-    by_source = verdicts["from"].value_counts()
+    runs_of = {ev.name: archived_runs.get(profile_of[ev.name]) or live["table1"] for ev in sources}
+    measured = verdicts[verdicts["from"] != "–"]
+    checks = claims.verdict_table(sources, claims.CODE_CHECKS).iloc[0]
+    mcp = evidence.matched_checkpoints(stage_table, floor)
+    factor_tables = {p: getattr(archive.load_factor_study("cpu-paper", p), "table", None)
+                     for p in ("models", "resnet", "resnet-fedavg")}
+    # claims whose verdict at matched stage differs from the one at the paper's protocols (both measured)
+    differ = [k for k in verdicts.index if "not measured here" not in (verdicts.loc[k, "verdict"], matched.loc[k, "verdict"])
+              and verdicts.loc[k, "verdict"] != matched.loc[k, "verdict"]]
     values = {
-        "v_closest": closest.name, "v_closest_note": closest.note,
-        "v_sources": "; ".join(f"{n} of them from {s}" for s, n in by_source.items() if s != "–"),
+        "v_closest": closest.name, "v_n_measured": int(len(measured)),
+        "v_n_from_closest": int((measured["from"] == closest.name).sum()),
         **{f"v_{k}": v for k, v in evidence.stability_counts(stable).items()},
-        "v_trend": trend_sentence,
-        "v_matched": evidence.matched_text(verdicts, matched, matched_from, stage_table, cross_table, min_acc=floor),
-        "v_checks": evidence.code_checks_text(claims.verdict_table(sources, claims.CODE_CHECKS)),
+        "v_n_runs": 0 if trends is None else int(trends["runs"].sum()),
+        "v_n_tested": 0 if trends is None else int(trends["tested"].sum()),
+        "v_n_falling": 0 if trends is None else int(trends["falling"].sum()),
+        "v_matched_from": matched_from, "v_m_n": mcp["n"], "v_m_acc_low": round(mcp["acc_low"], 2),
+        "v_m_acc_high": round(mcp["acc_high"], 2), "v_m_floor": round(floor, 3), "v_m_n_differ": len(differ),
+        "v_m_cross": " and ".join(book.number(a) for a in evidence.cross_alphas(cross_table)),
+        "v_check_title": checks["title"], "v_check_where": checks["where"],
+        "v_check_word": {"holds": "passes", "does not hold": "FAILS"}.get(checks["verdict"], checks["verdict"]),
+        "v_check_from": checks["from"], "v_check_value": checks[checks["from"]] if checks["from"] != "–" else "–",
         "v_frozen": claims.CRITERIA_FROZEN, **coverage_values(n_seeds),
         "v_block": uncertainty.BLOCK, "v_level": round(100 * uncertainty.LEVEL), "v_n_boot": n_boot,
-        "v_against_caption": evidence.against_caption(against, closest.name),
-        "v_n_params": f"{n_small:,}", "v_n_resnet": f"{n_resnet:,}",
-        "v_sources_list": "; ".join(f"{ev.name}: {ev.note}" for ev in sources),
-        "v_data": book.data_note(prof),
-        "v_provenance": " ".join(f"{archive.column_name(n)}: {archive.label(r, n).text()}"
-                                 for n, r in archived_runs.items() if r) or "every column was computed by this build.",
-        "v_archived_data": evidence.data_comparison_text([r for runs in archived_runs.values() for r in runs],
-                                                         book.images_for(prof.run(prof.seeds[0]))),
-        "v_none_paper": evidence.paper_setting_text(profile_of.values()),
-        "v_paper_ran": ("Its runs are the closest evidence above." if "paper" in profile_of.values()
-                        else "It has not run: no GPU has been available to this project."),
+        "v_n_params": f"{n_small:,}", "v_n_resnet": f"{n_resnet:,}", "v_data": book.data_note(prof),
+        "v_n_breaks": int(verdicts["paper_verdict"].isin(["partly", "does not hold"]).sum()),
+        "v_code": provenance.code_hash(),
         # the paper's model measured on CPU: at FedAvg θ, at centralised θ, and the small CNN both ways
-        "v_resnet_fixed": evidence.resnet_text([getattr(archive.load_factor_study("cpu-paper", p), "table", None)
-                                                for p in ("models", "resnet", "resnet-fedavg")],
-                                               protocol=fa.trajectory_protocol(load_profile("cpu-paper"))),
-        "v_self": paper_self_text(verdicts),
+        **resnet_values(factor_tables.values()),
+        "v_protocol": fa.trajectory_protocol(load_profile("cpu-paper")),
     }
+    images = book.images_for(prof.run(prof.seeds[0]))
+    prints = fingerprint_table([r for runs in archived_runs.values() for r in runs], images)
+    values["v_prints"] = "the same" if len(prints) and prints["same"].all() else "not the same"
     # where the matched-stage view disagrees in direction with the protocol view, it decides: "confounded by stage"
     verdicts = claims.with_matched_view(verdicts, matched)
     closest_prof = load_profile(profile_of[closest.name])
     closest_run = closest_prof.run(closest_prof.seeds[0])
-    resnet = resnet_cliffs([getattr(archive.load_factor_study("cpu-paper", p), "table", None)
-                            for p in ("resnet", "resnet-fedavg")])
+    resnet = resnet_cliffs([factor_tables["resnet"], factor_tables["resnet-fedavg"]])
     own = getattr(archive.load_factor_study("cpu-paper", "resnet-fedavg"), "trajectory", None)
     resnet["rounds"] = int(own["round"].max()) if own is not None and len(own) else 0  # its trajectory's rounds so far
     if HEADLINE_SETTING not in against.index:
@@ -348,9 +579,12 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
                   closest.table1, stage_table if matched_from == profile_of[closest.name] else None, floor).items()},
               # verdicts a longer run could still change (claims.not_settled), from the closest source's trends
               "b_n_unsettled": 0 if trend is None else int((~claims.not_settled(trend, verdicts)["settled"]).sum())}
+    archives, reruns = archive_facts(archived_runs)
     return Findings(values=values, profile=prof, verdicts=verdicts, sources=sources, matched=matched,
-                    matched_from=matched_from, stable=stable, bottom=bottom, against=against,
-                    trend=trend)
+                    matched_from=matched_from, stable=stable, bottom=bottom, against=against, trend=trend,
+                    facts=source_facts(sources, runs_of), sizes=evidence.variant_sizes(closest_runs),
+                    archives=archives, reruns=reruns, prints=prints, routes=route_table(factor_tables.values()),
+                    resnet=resnet_ways(values))
 
 
 def figure_against(found: Findings) -> plt.Figure | None:
@@ -360,5 +594,5 @@ def figure_against(found: Findings) -> plt.Figure | None:
         return None
     plots.use_book_style()
     fig, ax = plt.subplots(figsize=(7.6, 6.4))  # the minibatch settings cluster near 1: room for their labels
-    plots.ours_against_paper(found.against, ax=ax, title="Recovery factor 1/Δ_S: ours against the paper's")
+    plots.ours_against_paper(found.against, ax=ax, title="Recovery factor 1/Δ_S")  # the caption says the rest
     return fig
