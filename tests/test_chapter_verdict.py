@@ -8,8 +8,7 @@ from maskfed.chapters import verdict as chapter
 
 
 def _claim(key, title, criterion):
-    return claims.Claim(key=key, title=title, statement="it <is> so", where="Sec. IV", criterion=criterion,
-                        measure=lambda ev: claims.NOT_MEASURED)
+    return claims.Claim(key=key, title=title, where="Sec. IV", measure=lambda ev: claims.NOT_MEASURED)
 
 
 def test_coverage_values_by_the_order_statistic_argument():
@@ -28,28 +27,6 @@ def test_coverage_values_by_the_order_statistic_argument():
     assert not chapter.coverage_values(1)["v_seeds_odd"]  # one seed: no seed spread to speak of
     with pytest.raises(ValueError, match="n_seeds must be >= 1"):
         chapter.coverage_values(0)
-
-
-def test_criteria_table_reads_each_claim_as_it_is_stated():
-    # prepare
-    items = (_claim("a", "A & B", "holds if x > 1"), _claim("b", "Noise", "σ̂² falls"))
-    # execute
-    t = chapter.criteria_table(items)
-    # assert: one row per claim, by title, its words as they are
-    assert list(t.index) == ["A & B", "Noise"] and list(t.columns) == ["where", "statement", "criterion"]
-    assert t.loc["Noise", "criterion"] == "σ̂² falls" and t.loc["A & B", "where"] == "Sec. IV"
-
-
-def test_changes_table_names_each_changed_claim_by_title_and_whether_data_were_in_view():
-    # execute
-    t = chapter.changes_table((("2026-12-03", "b", "needs a majority", True),), (_claim("b", "Noise", "x"),))
-    # assert
-    assert t.to_dict("records") == [{"date": "2026-12-03", "claim": "Noise", "change": "needs a majority",
-                                     "data in view": True}]
-    with pytest.raises(KeyError):
-        chapter.changes_table((("2026-12-03", "zz", "x", False),), (_claim("b", "Noise", "x"),))
-    # every recorded change was set after the first archived seeds had been seen
-    assert chapter.changes_table()["data in view"].all()
 
 
 def test_paper_breaks_lists_what_the_papers_own_table_breaks():

@@ -93,12 +93,9 @@ class Claim:
 
     key: str
     title: str                                  # a few words, for a table row
-    # statement and criterion: the claim in our words and how its verdict is decided. notebooks/verdict.md's table
-    # "The claims and their criteria" is the page's text of both; these copies remain only while
-    # chapters.verdict.criteria_html reads them, and go with it.
-    statement: str
+    # the claim in our words and the criterion that decides it are notebooks/verdict.md's table
+    # "The claims and their criteria"
     where: str                                  # section / table of the paper
-    criterion: str
     measure: Callable[[Evidence], Finding] = field(repr=False)
 
     def evaluate(self, ev: Evidence) -> Finding:
@@ -369,91 +366,25 @@ def paper_numbers() -> dict:
 
 # The statements below quote the paper's numbers as the criteria list of chapters.verdict.criteria_html shows them;
 # notebooks/verdict.md's table of the claims glues paper_numbers() instead.
-_N = paper_numbers()
-_P = {**{k: f"{v:.2f}" for k, v in _N.items() if k not in ("below_max", "below_bs", "below_tau")},
-      "below_max": f"{_N['below_max']:.1f}", "below_at": _proto((_N["below_bs"], _N["below_tau"]))}
-
 CLAIMS: tuple[Claim, ...] = (
-    Claim("cliff", "The cliff", "Exact local gradients keep 1/Δ_S far above sampled ones: every full-batch protocol "
-          "lies about three times or more above every minibatch one", "Sec. IV-B, Table I",
-          "cliff = smallest full-batch over largest minibatch 1/Δ_S; holds if its interval lies at or "
-          "above 2, partly if above 1, else does not hold", _cliff),
-    Claim("floor", "Minibatch floor", f"Every minibatch protocol stays near the floor of 1 ({_P['mini_lo']} to "
-          f"{_P['mini_hi']} in the paper's Table I, of a possible K_c = 10)",
-          "Sec. IV-B", "holds if the six minibatch values lie in [1, 1.5] (the largest one's interval "
-          "included), partly if in [0.9, 2], else does not hold", _floor),
-    Claim("tau", "Falls with τ", "More local epochs lower 1/Δ_S within each batch size", "Sec. IV-B",
-          "holds if the value falls strictly with τ at every batch size, partly at a majority of them, else "
-          "does not hold", _tau),
-    Claim("monotone_t", "Monotone in T", "Within each group (full batch; minibatch) the ordering is monotone in the local "
-          "steps T", "Sec. IV-B", "holds with no pair adjacent in T where 1/Δ_S fails to fall; partly if "
-          "every such inversion lies within the two cells' bootstrap intervals; does not hold if one is "
-          "clear (the paper's table, having no intervals, counts every inversion)", _monotone_t),
-    Claim("alpha_span", "Protocol, not α", f"The protocol moves 1/Δ_S far more than heterogeneity does ({_P['proto_lo']} "
-          f"to {_P['proto_hi']} over the protocols against {_P['alpha_lo']} to {_P['alpha_hi']} over α, unweighted, in "
-          "the paper's tables)", "Sec. IV-E, Tables I and II",
-          "log-span ratio = log-span of 1/Δ_S over α / log-span over the protocols; holds if its interval lies "
-          "below 0.5, partly if the ratio is below 1, else does not hold", _alpha_span),
-    Claim("alpha_weighting", "α = 0.1 split", "At α = 0.1 the unweighted factor rises while the n_k-weighted one stays flat",
-          "Sec. IV-E, Table II", f"ratios α = 0.1 / α = 100 (unweighted vs weighted); holds if the unweighted "
-          f"ratio's interval lies above 1 and the weighted ratio's interval lies within [1/{FLAT:g}, {FLAT:g}] (flat); "
-          "partly if the unweighted rises and the weighted moves less than half as much (in log), else does not hold",
-          _alpha_weighting),
-    Claim("below_one", "Rounds below 1", f"Rounds with 1/Δ_S < 1 exist ({_P['below_max']} % at {_P['below_at']} in the "
-          "paper's Table I), their share declines as the noise grows, and it is zero in the three noisiest cells",
-          "Sec. IV-B", "holds if some protocol has such rounds, their share falls with σ̂² over the minibatch "
-          "protocols (Spearman rank correlation r_s < 0) and the three protocols with the largest σ̂² have none; partly if it "
-          "exists and falls and two of those three have none; else does not hold", _below_one),
-    Claim("spans", "Noise, not signal", "σ̂² spans about three orders of magnitude while ‖μ̂‖² spans far less and grows where "
-          "1/Δ_S falls", "Sec. IV-C", "holds if σ̂² spans ≥ 2 decades, ‖μ̂‖² at most half as many, and "
-          "the rank correlation of ‖μ̂‖² with 1/Δ_S is negative; partly if ‖μ̂‖² spans fewer decades "
-          "than σ̂²; else does not hold", _spans),
-    Claim("signal_steps", "Signal grows with τ", "Clients that take more local steps travel further along the "
-          "shared direction: ‖μ̂‖² grows with τ", "Sec. IV-C", "holds if ‖μ̂‖² rises strictly with τ at every "
-          "batch size, partly at a majority of them, else does not hold", _signal_steps),
-    Claim("tradeoff", "Accuracy trade-off", "The protocols that recover the penalty train poorly: recovery trades against "
-          "accuracy", "Sec. IV-D, Fig. 1", "Spearman rank correlation r_s of 1/Δ_S with test accuracy over the nine "
-          "protocols; holds if r_s ≤ -0.5 with its interval below 0, partly if r_s < 0, else does not hold",
-          _tradeoff),
-    Claim("stage", "Sampling, not stage", "Sampling, not training stage, separates full batch from minibatch", "Sec. IV-C",
-          "the stage chapter's variance split at the same checkpoints (a factor counts with a third of the "
-          "variance and an effect of at least 1.5 times), over the checkpoints in the paper's accuracy range (at "
-          "or above the lowest test accuracy of its Table I; those below, where the protocols have not separated "
-          "yet, are shown apart and not counted); holds if 'sampling', partly if 'both', else does not hold",
-          _stage),
+    Claim("cliff", "The cliff", "Sec. IV-B, Table I", _cliff),
+    Claim("floor", "Minibatch floor", "Sec. IV-B", _floor),
+    Claim("tau", "Falls with τ", "Sec. IV-B", _tau),
+    Claim("monotone_t", "Monotone in T", "Sec. IV-B", _monotone_t),
+    Claim("alpha_span", "Protocol, not α", "Sec. IV-E, Tables I and II", _alpha_span),
+    Claim("alpha_weighting", "α = 0.1 split", "Sec. IV-E, Table II", _alpha_weighting),
+    Claim("below_one", "Rounds below 1", "Sec. IV-B", _below_one),
+    Claim("spans", "Noise, not signal", "Sec. IV-C", _spans),
+    Claim("signal_steps", "Signal grows with τ", "Sec. IV-C", _signal_steps),
+    Claim("tradeoff", "Accuracy trade-off", "Sec. IV-D, Fig. 1", _tradeoff),
+    Claim("stage", "Sampling, not stage", "Sec. IV-C", _stage),
 )
 
 #: Checks of the code, not claims of the paper: judged like a claim, never counted among the verdicts.
 #: The control's 1/Δ_S = K_c holds by construction when the code is right, so it tests the measurement.
 CODE_CHECKS: tuple[Claim, ...] = (
-    Claim("control", "Control", "Identical shards and seeds give 1/Δ_S = K_c to machine precision", "Sec. IV-A",
-          "passes if every round of the control is within the project's tolerance of K_c", _control),
+    Claim("control", "Control", "Sec. IV-A", _control),
 )
-
-#: The criteria were fixed on this date; any change after it is listed in :data:`CRITERIA_CHANGES` as
-#: (date, claim key, what changed, whether the archived runs were in view when it was set: every change so far
-#: was made after the first archived seeds had been seen).
-CRITERIA_FROZEN = "2026-12-03"
-#: (date, claim key, what changed and why, data in view) for every criterion changed after the first verdicts
-#: were seen (the cpu-paper archive, seeds 0-2, was computed on 2026-12-01): the page lists them.
-CRITERIA_CHANGES: tuple[tuple[str, str, str, bool], ...] = (
-    ("2026-12-03", "control", "moved out of the claims into the code checks: it holds by construction when the code "
-     "is right", True),
-    ("2026-12-03", "tau", "'partly' needs a majority of the batch sizes, not one", True),
-    ("2026-12-03", "signal_steps", "'partly' needs a majority of the batch sizes, not one", True),
-    ("2026-12-03", "stage", "'partly' needs a majority of the stage ranges, not one", True),
-    ("2026-12-03", "below_one", "follows the paper's statement: the share must also fall as σ̂² grows over the "
-     "minibatch protocols; it could fail before only if no round anywhere was below 1", True),
-    ("2026-12-03", "alpha_weighting", f"the weighted ratio must lie within [1/{FLAT:g}, {FLAT:g}] (interval included) "
-     "to be flat; it only had to move less than half as much as the unweighted one", True),
-    ("2026-12-05", "stage", "a factor explains a half of training only with an effect of at least 1.5 times as well "
-     "(full batch over minibatch for sampling, the highest over the lowest checkpoint for stage), besides a third "
-     "of the variance; on the archived stage study this changes no label", True),
-    ("2026-12-05", "stage", "judged on the checkpoints in the paper's accuracy range (from the lowest accuracy of its "
-     "Table I on) instead of the lower and upper half of each ladder: θ_0 and the first rounds, before the "
-     "protocols separate, read 'stage' and are shown apart; on the archived study the verdict becomes 'holds'", True),
-)
-
 
 #: The claims a run still falling at its end bears on (issue 27): each compares Table I cells whose order a
 #: further fall could change.
@@ -611,7 +542,7 @@ def verdict_table(evidence: list[Evidence], claims: tuple[Claim, ...] = CLAIMS) 
     rows = []
     for c in claims:
         p = c.evaluate(paper)
-        row = {"claim": c.key, "title": c.title, "statement": c.statement, "where": c.where, "paper": p.value,
+        row = {"claim": c.key, "title": c.title, "where": c.where, "paper": p.value,
                "paper_verdict": p.verdict}
         overall, source = "not measured here", "–"
         for ev in evidence:

@@ -474,10 +474,7 @@ def source_runs(profile_name: str, live: dict[str, list[RunResult]] | None = Non
 
 # --------------------------------------------------------------------------- claims at matched stage
 
-#: Claims that cannot be judged at matched stage (ours; the verdict page says why: the stage study draws cohorts at a
-#: fixed θ, not rounds along a trajectory; every protocol is measured at the same θ, so at the same test accuracy;
-#: the stage claim is itself judged from the stage study).
-NOT_AT_MATCHED_STAGE = ("below_one", "tradeoff", "stage")
+NOT_AT_MATCHED_STAGE = claims.NOT_AT_MATCHED_STAGE  # the claims not judged at matched stage (claims.py says why)
 #: Values of the stage table carried into each checkpoint's tables (medians over seeds).
 _STAGE_VALUES = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
 
@@ -538,8 +535,10 @@ def matched_stage_verdicts(table: pd.DataFrame | None, steps: pd.Series | None,
                            main_alpha: float = 100.0, min_acc: float | None = None) -> pd.DataFrame:
     """Each claim judged at matched stage: at every checkpoint of the stage study (:func:`stage_evidence_at`)
     and, for the claims on Table II alone, at every checkpoint of the α-cross's other trajectories
-    (:func:`cross_evidence_at`), with the claim's own criterion; then over checkpoints by a rule of ours:
-    "holds" if it holds at every checkpoint, "does not hold" if it fails at more than half, else "partly".
+    (:func:`cross_evidence_at`), with the claim's own criterion and the seeds' range as its tolerance
+    (:func:`maskfed.studies.stage.matched_votes`); then over the checkpoints that vote
+    (:func:`maskfed.studies.stage.matched_verdicts`): "holds" if it holds at every one, "does not hold" if the
+    checkpoints against it are more than half, else "partly"; "within tolerance" counts for neither.
 
     Args:
         table: a stage study's table, or None (no stage study: every claim "not measured here").
@@ -551,28 +550,19 @@ def matched_stage_verdicts(table: pd.DataFrame | None, steps: pd.Series | None,
             does not decide); None: every checkpoint after θ_0.
 
     Returns:
-        Index ``claim``; columns ``verdict``, ``n_holds``, ``n_partly``, ``n_fail`` (checkpoints where the claim holds,
-        holds in part, does not hold) and ``n`` (checkpoints that judge it; 0 for a claim of
-        :data:`NOT_AT_MATCHED_STAGE`, or without a stage study).
+        Index ``claim``; columns ``verdict``, ``n_holds``, ``n_partly``, ``n_tolerance``, ``n_fail`` (checkpoints where
+        the claim holds, holds in part, fails within the seeds' range, fails beyond it), ``n`` (checkpoints that vote;
+        0 for a claim of :data:`NOT_AT_MATCHED_STAGE`, or without a stage study), ``fail_share``, ``weight`` and
+        ``n_before`` (checkpoints below ``min_acc``, shown but not counted).
     """
-    at = stage_evidence_at(table, steps, min_acc) if table is not None and steps is not None and len(table) else {}
-    if at:
-        at = {**at, **cross_evidence_at(cross, main_alpha, min_acc)}
-    rows = []
-    for c in claim_list:
-        if c.key in NOT_AT_MATCHED_STAGE or not at:
-            rows.append({"claim": c.key, "verdict": "not measured here", "n_holds": 0, "n_partly": 0, "n_fail": 0,
-                         "n": 0})
-            continue
-        found = {ev.name: c.evaluate(ev).verdict for ev in at.values()}
-        found = {k: v for k, v in found.items() if v != "not measured here"}
-        n, held = len(found), sum(v == "holds" for v in found.values())
-        failed = sum(v == "does not hold" for v in found.values())
-        verdict = ("not measured here" if not n else "holds" if held == n else
-                   "does not hold" if 2 * failed > n else "partly")
-        rows.append({"claim": c.key, "verdict": verdict, "n_holds": held, "n_partly": n - held - failed,
-                     "n_fail": failed, "n": n})
-    return pd.DataFrame(rows).set_index("claim")
+    judged = tuple(c for c in claim_list if c.key not in NOT_AT_MATCHED_STAGE)
+    if table is None or steps is None or not len(table):
+        votes = pd.DataFrame(columns=["claim", "vote", "weight"])
+    else:
+        votes = stage.matched_votes(table, steps, judged, cross=cross, main_alpha=main_alpha, min_acc=min_acc)
+    out = stage.matched_verdicts(votes, claim_list)
+    out.loc[[c.key for c in claim_list if c.key in NOT_AT_MATCHED_STAGE], "verdict"] = "not measured here"
+    return out
 
 
 def matched_checkpoints(table: pd.DataFrame | None, min_acc: float | None = None) -> dict:

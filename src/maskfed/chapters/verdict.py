@@ -6,8 +6,7 @@ the live profile. :func:`findings` gathers the sources (:mod:`maskfed.book.evide
 verdict table (closest source first), the matched-stage view from the archived stage study, the
 stability marks under the analysis's own variants, and the numbers and verdict words the page's
 sentences glue; the sentences themselves are written in the chapter. The tables the page shows
-(:func:`verdict_table`, :func:`source_table`, :func:`details_table`, :func:`criteria_table`,
-:func:`changes_table`) are DataFrames of short values; :func:`figure_against` draws the summary figure.
+(:func:`verdict_table`, :func:`source_table`, :func:`details_table`) are DataFrames of short values; :func:`figure_against` draws the summary figure.
 """
 
 from __future__ import annotations
@@ -109,28 +108,6 @@ def paper_breaks(verdicts: pd.DataFrame) -> pd.DataFrame:
     own = verdicts[verdicts["paper_verdict"].isin(["partly", "does not hold"])]
     return pd.DataFrame({"paper": own["paper"].to_numpy(), "verdict": own["paper_verdict"].to_numpy()},
                         index=pd.Index(own["title"].to_numpy(), name="claim"))
-
-
-def criteria_table(items: tuple = claims.CLAIMS) -> pd.DataFrame:
-    """Every claim's title (index ``claim``), where the paper makes it, its statement and its criterion, read as
-    :data:`maskfed.analysis.claims.CLAIMS` (or ``items``, e.g. the code checks) states them."""
-    return pd.DataFrame({"where": [c.where for c in items], "statement": [c.statement for c in items],
-                         "criterion": [c.criterion for c in items]},
-                        index=pd.Index([c.title for c in items], name="claim"))
-
-
-def changes_table(changes: tuple = claims.CRITERIA_CHANGES, items: tuple = claims.CLAIMS + claims.CODE_CHECKS
-                  ) -> pd.DataFrame:
-    """The criteria changed since they were first written (:data:`maskfed.analysis.claims.CRITERIA_CHANGES`): one
-    row each, columns ``date``, ``claim`` (its title), ``change`` and ``data in view`` (whether the archived runs
-    had been seen when it was set).
-
-    Raises:
-        KeyError: a change names a claim key that ``items`` lacks.
-    """
-    title = {c.key: c.title for c in items}
-    return pd.DataFrame([{"date": d, "claim": title[k], "change": what, "data in view": seen}
-                         for d, k, what, seen in changes])
 
 
 def _unsettled(verdicts: pd.DataFrame, trend: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -548,7 +525,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         "v_check_title": checks["title"], "v_check_where": checks["where"],
         "v_check_word": {"holds": "passes", "does not hold": "FAILS"}.get(checks["verdict"], checks["verdict"]),
         "v_check_from": checks["from"], "v_check_value": checks[checks["from"]] if checks["from"] != "–" else "–",
-        "v_frozen": claims.CRITERIA_FROZEN, **coverage_values(n_seeds),
+        **coverage_values(n_seeds),
         "v_block": uncertainty.BLOCK, "v_level": round(100 * uncertainty.LEVEL), "v_n_boot": n_boot,
         "v_n_params": f"{n_small:,}", "v_n_resnet": f"{n_resnet:,}", "v_data": book.data_note(prof),
         "v_n_breaks": int(verdicts["paper_verdict"].isin(["partly", "does not hold"]).sum()),
