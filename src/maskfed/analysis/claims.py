@@ -554,17 +554,6 @@ def verdict_table(evidence: list[Evidence], claims: tuple[Claim, ...] = CLAIMS) 
     return pd.DataFrame(rows).set_index("claim")
 
 
-def verdict_numbers(evidence: list[Evidence], claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:
-    """Every number behind the verdict table (:attr:`Finding.numbers`), the paper's tables first: one row per
-    (claim, source, name), column ``number`` (a float, an int, or a batch size as text).
-
-    Args:
-        evidence: the sources, as :func:`verdict_table`'s.
-        claims: the claims (default :data:`CLAIMS`).
-    """
-    rows = [{"claim": c.key, "source": ev.name, "name": k, "number": v}
-            for c in claims for ev in [paper_evidence(), *evidence] for k, v in c.evaluate(ev).numbers.items()]
-    return pd.DataFrame(rows, columns=["claim", "source", "name", "number"]).set_index(["claim", "source", "name"])
 
 
 def counts(table: pd.DataFrame) -> dict[str, int]:

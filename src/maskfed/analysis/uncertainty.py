@@ -77,23 +77,6 @@ def _key(r: RunResult, by: list[str]):
     return vals if len(vals) > 1 else vals[0]
 
 
-def window_rows(results: list[RunResult], by: list[str], columns=METRICS) -> dict:
-    """Per setting, each seed's summary window as an array of rows.
-
-    Args:
-        results: finished runs, any number of seeds per setting.
-        by: RunConfig fields that name a setting (as :func:`maskfed.analysis.summary.summarize`).
-        columns: per-round metrics to collect.
-
-    Returns:
-        ``{setting: [window of seed 1 [W_1, C], window of seed 2 [W_2, C], ...]}``, settings in input
-        order; NaN where a round has no value (no test evaluation).
-    """
-    out: dict = {}
-    for r in results:
-        tail = r.metrics.tail(tail_window(len(r.metrics)))
-        out.setdefault(_key(r, by), []).append(tail[list(columns)].to_numpy(float))
-    return out
 
 
 def _block_indices(n: int, block: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
@@ -288,19 +271,6 @@ def simulated_coverage(noise: dict, *, n_sims: int = 400, n_boot: int = N_BOOT, 
     return {"bootstrap": hit_boot / n_sims, "seed_range": hit_range / n_sims, "n_sims": n_sims}
 
 
-def coverage_note(n_seeds: int) -> str:
-    """What the bootstrap intervals of a table with ``n_seeds`` seeds per setting are worth, as a clause for
-    the book: one seed resamples rounds only; with more, coverage of the median over seeds is about that
-    of the seed range (:func:`seed_range_coverage`), not the nominal :data:`LEVEL`.
-
-    Raises:
-        ValueError: ``n_seeds`` < 1.
-    """
-    if n_seeds == 1:
-        return "over the rounds of one seed only, so they say nothing of the spread between seeds"
-    cov = f"{100 * seed_range_coverage(n_seeds):.2f}".rstrip("0").rstrip(".")
-    return (f"nominal: with {n_seeds} seeds they cover the median about as often as the seed range does, "
-            f"{cov} % (the verdict page explains why)")
 
 
 def median_at_lowest_seed(n_seeds: int) -> float:

@@ -218,192 +218,20 @@ def stage_study(profile, spec, *, ladder_from: str | None, workers: int | None =
                      + stage.ladder_source(st.ladder), stage.ladder_config(profile), st.branches)
 
 
-def resnet_text(tables, *, protocol: str | None = None,
-                where: str = " (the chapter “What sets the recovery factor?”)") -> str:
-    """The sentences on the paper's model measured on this CPU: at θ of its own FedAvg trajectory first, at θ
-    of centralised SGD beside it, and what the way θ was reached does to 1/Δ_S on every model measured both
-    ways (:func:`maskfed.studies.factor_axes.route_summary`); "" when no table holds ResNet-18-GN.
-
-    Args:
-        tables: model-size study tables (:attr:`maskfed.studies.factor_axes.ModelStudy.table`, archived or live).
-        protocol: the FedAvg trajectory's protocol as :func:`maskfed.studies.factor_axes.protocol_label` writes
-            it ("bs 32, τ 2"), named beside its θ; None: not named.
-        where: where the measurement is shown, set after "measured on this CPU".
-    """
-    from maskfed import book
-
-    tables = [t for t in tables if t is not None and len(t)]
-    if not tables:
-        return ""
-    table = pd.concat(tables, ignore_index=True)
-    if not (table["model"] == "resnet18_gn").any():
-        return ""
-    paper, paper_cliff = summary.paper_table("table1"), fa.paper_overview()["cliff"].iloc[0]
-
-    def at(source: str, name: str, first: bool) -> str:
-        t = table[(table["model"] == "resnet18_gn") & (table["source"] == source)]
-        if not len(t):
-            return ""
-        v = fa.cliff_verdict(fa.model_overview(t))
-        m = fa.paper_at_matched_accuracy(t, paper, source=source)
-        theta = t.drop_duplicates("target")
-        when = [str(int(r)) for r in theta["when"]]
-        rounds = (f"; {'round' if len(when) == 1 else 'rounds'} {', '.join(when)} of one trajectory, one seed"
-                  if source == "fedavg" else "")
-        return (f"at θ of {name}test accuracy {book.span(theta['test_acc'].min(), theta['test_acc'].max())}"
-                f"{rounds}) a full-batch protocol recovers more than every minibatch one at {v['holds']} of "
-                f"{v['measured']} θ, by a factor of {book.span(v['min'], v['max'])}"
-                + (f" (the paper's Table I: {paper_cliff:.2f})" if first else "")
-                + ", and at the θ nearest in accuracy to each Table I row its 1/Δ_S is "
-                f"{book.span(m['ratio'].min(), m['ratio'].max())} times the paper's")
-
-    fedavg = at("fedavg", f"its own FedAvg trajectory ({protocol + '; ' if protocol else ''}", True)
-    found = [x for x in (fedavg, at("centralised", "centralised SGD (", not fedavg)) if x]
-    text = f"The paper's model has been measured on this CPU{where}: " + "; ".join(found) + "."
-    checks = fa.path_checks(table)
-    if checks:
-        text += (" Where one model was measured at θ reached both ways at the same target accuracy, centralised-SGD "
-                 "θ give " + "; ".join(
-                     f"{book.span(r['min'], r['max'])} times (median {r['median']:.2f}) the value at FedAvg θ for the "
-                     f"{name}, beyond the spread over cohorts in {r['beyond']} of {r['cells']} cells"
-                     for name, r in ((n, fa.route_summary(c)) for n, c in checks.items())) + ".")
-    if not fedavg:
-        text += (" The paper trains its model with FedAvg, so these centralised-θ values need not be the paper's "
-                 "model as the paper trains it.")
-    route = route_to_paper_text(table[table["model"] == "resnet18_gn"], paper)
-    return text + (" " + route if route else "")
 
 
-def route_to_paper_text(table: pd.DataFrame, paper: pd.DataFrame) -> str:
-    """What the route to θ does to ResNet-18-GN's distance from the paper's Table I: per protocol measured at
-    both FedAvg and centralised θ, the θ nearest in accuracy to the paper's row
-    (:func:`maskfed.studies.factor_axes.paper_at_matched_accuracy`) gives a ratio to the paper's 1/Δ_S;
-    the route is nearer where |log ratio| is smaller. A comparison of ours. "" unless both routes are measured.
-
-    Args:
-        table: model-size study rows of ResNet-18-GN (``source``, ``batch_size``, ``local_epochs``,
-            ``test_acc``, ``recovery_unweighted``).
-        paper: the paper's Table I (:func:`maskfed.analysis.summary.paper_table` ``("table1")``).
-    """
-    from maskfed import book
-
-    m = {src: fa.paper_at_matched_accuracy(table, paper, source=src) for src in ("fedavg", "centralised")}
-    both = [i for i in m["fedavg"].index if i in m["centralised"].index]
-    if not both:
-        return ""
-    fed, cen = m["fedavg"].loc[both], m["centralised"].loc[both]
-    nearer = int((np.abs(np.log(fed["ratio"])) < np.abs(np.log(cen["ratio"]))).sum())
-    text = (f"Set beside the paper's Table I at the nearest test accuracy, θ of the FedAvg trajectory bring the "
-            f"paper's model nearer the paper's value than centralised θ in {nearer} of {len(both)} protocols (median "
-            f"ratio to the paper's {fed['ratio'].median():.2f} at FedAvg θ, {cen['ratio'].median():.2f} at centralised "
-            "θ), so " + ("the route to θ accounts for part of the distance from the paper's numbers at this model"
-                         if 2 * nearer > len(both) else
-                         "the route to θ does not bring this model nearer the paper's numbers"))
-    mini = fed[[not str(i).startswith("full") for i in fed.index]]
-    if len(mini):
-        text += (f"; at FedAvg θ the minibatch protocols recover {book.span(mini['ratio'].min(), mini['ratio'].max())}"
-                 f" times the paper's, at test accuracy {book.span(mini['acc'].min(), mini['acc'].max())} against the "
-                 f"paper's {book.span(mini['paper_acc'].min(), mini['paper_acc'].max())} (one trajectory, one seed)")
-    return text + "."
 
 
 #: Test-accuracy gap (fraction) beyond which two runs are said not to be at the same stage of training (ours).
 STAGE_GAP = 0.05
 
 
-def own_trajectory_text(metrics: pd.DataFrame, *, paper: float, paper_acc: float, budget: int | None = None) -> str:
-    """One sentence on a model's own FedAvg trajectory beside the paper's Table I value of its protocol:
-    the median and interquartile range of its per-round 1/Δ_S over its last quarter of rounds (the
-    summary window, :func:`maskfed.analysis.summary.tail_window`), its last evaluated test accuracy, and the
-    paper's value and accuracy (the median over the last 50 of 200 rounds).
-
-    Args:
-        metrics: the run's ``metrics.csv`` (``round``, ``recovery_unweighted``, ``test_acc``).
-        paper, paper_acc: the paper's Table I 1/Δ_S and final test accuracy of that protocol.
-        budget: the run's configured rounds; where the metrics stop short of it the run is said to be unfinished.
-    """
-    n = len(metrics)
-    run = ("the run is our budget, not the paper's 200 rounds" if budget is None or n >= budget else
-           f"the run was read while still going, after round {n} of its budget of {budget} rounds")
-    tail = metrics["recovery_unweighted"].iloc[n - summary.tail_window(n):]
-    acc = metrics["test_acc"].dropna()
-    q1, q3 = tail.quantile(0.25), tail.quantile(0.75)
-    return (f"Over the last {len(tail)} of its {n} rounds (its last quarter; {run}) the trajectory's "
-            f"per-round 1/Δ_S has median {tail.median():.2f} (interquartile "
-            f"range {q1:.2f} to {q3:.2f}) at test accuracy {acc.iloc[-1]:.2f} after round {int(metrics.loc[acc.index[-1], 'round'])}; "
-            f"the paper's Table I gives {paper:.2f} for this protocol over the last 50 of its 200 rounds, at test "
-            f"accuracy {paper_acc:.2f}"
-            + (", so the two are not at the same stage of training." if abs(acc.iloc[-1] - paper_acc) > STAGE_GAP
-               else ", about the same stage of training."))
 
 
-def own_trajectory_paragraph(own, base, paper_row, how_to_make: str) -> str:
-    """The factor chapter's paragraph on a model's own FedAvg trajectory (:func:`own_trajectory_text` with
-    the run's setting before it), or why there is none.
-
-    Args:
-        own: the archived study of that trajectory (``trajectory``: its metrics; ``spec``: its budget), or None.
-        base: the trajectory's run configuration (batch size, τ, α, seed).
-        paper_row: the paper's Table I row of its protocol (``recovery_unweighted``, ``test_acc``), or None.
-        how_to_make: the command that makes the study.
-    """
-    if own is None:
-        return (f"ResNet-18-GN's own FedAvg trajectory is not in this build (make it with: {how_to_make}; "
-                "docs/studies.md gives its cost).")
-    if paper_row is None:
-        return (f"The paper's Table I has no row for bs {base.batch_size}, τ {base.local_epochs}, the protocol of "
-                "ResNet-18-GN's FedAvg trajectory in this build, so it is not set beside the paper.")
-    text = (f"ResNet-18-GN's own FedAvg trajectory (the paper's protocol, bs {base.batch_size}, τ {base.local_epochs}, "
-            f"α {base.alpha:g}, seed {base.seed}), round by round. "
-            + own_trajectory_text(own.trajectory, paper=float(paper_row["recovery_unweighted"]),
-                                  paper_acc=float(paper_row["test_acc"]), budget=own.spec.models[0].rounds))
-    t = getattr(own, "table", None)
-    if t is None:
-        return text
-    at = t[(t["source"] == "fedavg") & (t["batch_size"].astype(str) == str(base.batch_size))
-           & (t["local_epochs"] == base.local_epochs)].sort_values("when")
-    if not len(at):
-        return text
-    last = at.iloc[-1]
-    return (text + f" The two kinds of value differ: each round's 1/Δ_S comes from the one cohort that round draws, at "
-            f"its own θ, while at the round-{int(last['when'])} θ itself the median over the study's "
-            f"{int(own.spec.num_cohorts)} cohorts drawn from one pool of {int(own.spec.pool_size)} clients is "
-            f"{last['recovery_unweighted']:.2f} (the tables above).")
 
 
-def checkpoints_caption(checkpoints: pd.DataFrame, unfinished=()) -> str:
-    """Caption of the factor chapter's table of where each θ came from.
-
-    Args:
-        checkpoints: the model study's checkpoints (``model``, ``width``, ``target``, ``reached``, ``test_acc``).
-        unfinished: ``(model label, rounds done, rounds of its budget)`` for each own FedAvg trajectory read
-            while still going: a target it had not reached by then is not a target it never reaches.
-    """
-
-    short = checkpoints[checkpoints["reached"] & (checkpoints["test_acc"] < checkpoints["target"])]
-    below = ", ".join(f"{fa.model_label(m, w)} at {t:.2f}" for m, w, t in
-                      zip(short["model"], short["width"], short["target"])) or "none"
-    going = " ".join(f"{name}'s own FedAvg trajectory was read after round {done} of its budget of {budget} rounds, "
-                     "so a target it had not reached by then is not reached in this build, not out of its reach."
-                     for name, done, budget in unfinished)
-    return ("Where each θ came from: the round of the FedAvg trajectory or the step of centralised SGD, the training "
-            "images passed to reach it, and the folder that holds it. 'reached' means the search kept a θ for the "
-            "target, judged on the test images it evaluated (a subset where the study's eval_images is set, to save "
-            "time); the accuracy column is that θ's accuracy on all 10,000 test images. Kept but below the target "
-            f"on all of them: {below}." + (f" {going}" if going else ""))
 
 
-def paper_beside_caption(sources) -> str:
-    """Caption of the table that sets each protocol of the paper's Table I beside ResNet-18-GN's θ nearest in
-    test accuracy; ``sources``: the θ sources shown ("fedavg", "centralised"), in order; "" for none."""
-    names = {"fedavg": "of its FedAvg trajectory", "centralised": "of centralised SGD"}
-    if not sources:
-        return ""
-    return ("Each protocol of the paper's Table I (its final test accuracy and its 1/Δ_S, the median over the last 50 "
-            "of its own 200 FedAvg rounds) beside this study's ResNet-18-GN θ nearest in test accuracy, "
-            + " and ".join(names[k] for k in sources)
-            + " (the θ's accuracy, the median 1/Δ_S over cohorts, and the ratio to the paper's). The rule (nearest "
-            "accuracy) is ours.")
 
 
 # --------------------------------------------------------------------------- the bottom line
@@ -585,40 +413,8 @@ def cross_alphas(cross: pd.DataFrame | None, main_alpha: float = 100.0) -> list[
     return sorted({float(a) for a in cross["trajectory_alpha"]} - {float(main_alpha)}, reverse=True)
 
 
-def matched_stage_summary(profile_name: str, keys) -> str:
-    """One sentence for a chapter: the claims ``keys`` judged at matched stage from ``profile_name``'s
-    archived stage study (:func:`matched_stage_verdicts`), or that the archive has none.
-
-    Args:
-        profile_name: an archived profile (e.g. "cpu-paper").
-        keys: claim keys of :data:`maskfed.analysis.claims.CLAIMS`, in the order to name them.
-    """
-    study = archive.load_stage_study(profile_name)
-    runs = source_runs(profile_name)["table1"]
-    if study is None or not runs:
-        return f"The {profile_name} archive holds no stage study, so these claims are not judged at matched stage here."
-    from maskfed.engine.config import load_profile
-
-    loaded = archive.load_alpha_cross(profile_name)
-    cross = None if loaded is None else loaded.table
-    m = matched_stage_verdicts(study.table, experiments.table1(runs)["T_mean"], cross=cross,
-                               main_alpha=load_profile(profile_name).table1.alpha)
-    titles = {c.key: c.title for c in claims.CLAIMS}
-    words = {"holds": "holds", "partly": "holds in part", "does not hold": "does not hold",
-             "not measured here": "is not measured"}
-    return (f"Judged again at matched stage, every protocol at the same θ (the {profile_name} stage study; the verdict "
-            "page's rule over its checkpoints" + ("; the claims on α alone also along the α = "
-                                                  + " and ".join(f"{a:g}" for a in cross_alphas(cross))
-                                                  + " trajectories of the α-cross" if cross_alphas(cross) else "")
-            + "): " + "; ".join(f"“{titles[k]}” {words[m.loc[k, 'verdict']]} ({_counted(m.loc[k])})"
-                                for k in keys) + ".")
 
 
-def _counted(row) -> str:
-    """A matched-stage row's checkpoint counts as :func:`matched_stage_summary` writes them."""
-    if not row["n"]:
-        return "not measurable at any checkpoint"
-    return f"of {row['n']} checkpoints: {row['n_holds']} hold, {row['n_partly']} in part, {row['n_fail']} not"
 
 
 # --------------------------------------------------------------------------- verdicts under the analysis's choices
@@ -690,32 +486,8 @@ def cell_trends(runs: list[RunResult]) -> pd.DataFrame:
     return out
 
 
-def trend_text(bearing: pd.DataFrame, trends: pd.DataFrame, titles: dict[str, str], source: str) -> str:
-    """The verdict page's sentence on :func:`maskfed.analysis.claims.trend_bearing`: how many runs are still
-    falling (``trends``: :func:`cell_trends`), then per claim its cells still falling and which way their fall
-    moves it (``titles``: claim key -> title; ``source``: whose runs)."""
-    parts = [f"“{titles[k]}”: {r['still']} still falling; "
-             + ("the gaps it compares are steady" if r["way"] == "steady" else
-                f"its gaps move {'both ways' if r['way'] == 'both ways' else r['way'] + ' it'} ({r['pairs']})")
-             for k, r in bearing.iterrows()]
-    n, tested = int(trends["runs"].sum()), int(trends["tested"].sum())
-    if not tested:
-        return (f"None of {source}'s {n} Table I runs is long enough for the trend test (8 rounds in its second "
-                "half), so whether a longer run would change the claims that compare cells is not measured here.")
-    return (f"{int(trends['falling'].sum())} of {source}'s {n} Table I runs"
-            + (f" ({tested} long enough to test)" if tested < n else "") + " are still falling "
-            "at their end (trend test over the last half of the rounds), so a longer run could change the claims "
-            "that compare cells: " + "; ".join(parts) + ".")
 
 
-def trend_view(runs: list[RunResult], source: str) -> tuple[pd.DataFrame | None, str]:
-    """The trend test brought to the claims it bears on, for one source's Table I ``runs``:
-    (:func:`maskfed.analysis.claims.trend_bearing`, :func:`trend_text`), or (None, "") without runs."""
-    if not runs:
-        return None, ""
-    trends = cell_trends(runs)
-    bearing = claims.trend_bearing(experiments.table1(runs), trends)
-    return bearing, trend_text(bearing, trends, {c.key: c.title for c in claims.CLAIMS}, source)
 
 
 def stage_subset_verdicts(stage_table: pd.DataFrame, claim: claims.Claim) -> dict[str, str]:

@@ -203,18 +203,6 @@ def lr_verdict(table: pd.DataFrame, *, small_bs: int, large_bs: int, lr: float, 
             "clear": bool(diffs[closer] <= iqr and all(d > iqr for d in others))}
 
 
-#: What each outcome of :func:`lr_verdict` means, in the chapter's words: (closer, clear) -> text.
-LR_VERDICTS = {
-    ("step size", True): "the step size sets the minibatch recovery factor here: at the same lr a 4 times larger batch "
-                         "leaves it where it was, while the same lr/bs does not",
-    ("lr/bs", True): "the step's sampling noise, lr/bs, sets the minibatch recovery factor here: the same lr/bs gives "
-                     "the same factor with either batch, the same lr does not",
-    ("batch size", True): "the batch size sets the minibatch recovery factor here: the larger batch gives the same "
-                          "factor at both step sizes, the smaller one does not",
-    **{(k, False): f"the rule gives no clear answer: the closest pair of cells points to '{k}', but its difference "
-                   "is not within the reference's spread over cohorts, or another pair's is too"
-       for k in ("step size", "lr/bs", "batch size")},
-}
 
 
 def lr_shape(table: pd.DataFrame, batch_size: str, local_epochs: int) -> dict:
@@ -249,15 +237,6 @@ def lr_shape(table: pd.DataFrame, batch_size: str, local_epochs: int) -> dict:
     return {"values": v.to_dict(), "shape": shape, "at": at, "text": text}
 
 
-def lr_shape_text(table: pd.DataFrame, batch_size, lrs) -> str:
-    """The step-size section's sentence on how the factor at ``batch_size``, τ = 1 moves with lr
-    (:func:`lr_shape`), with a caveat for the two-cell rule where it turns."""
-    shape = lr_shape(table, str(batch_size), 1)
-    return (f"As lr rises from {min(lrs):g} to {max(lrs):g}, the factor at batch size {batch_size}, τ = 1 "
-            f"{shape['text']}" + (
-                ": not monotone, so the step size does not act in one direction here, and the rule below, which "
-                "compares one lr with another at two cells only, cannot see that; why it turns is not tested in this "
-                "book (one θ, one pool of clients)" if shape["shape"] in ("dips", "peaks") else ""))
 
 
 def lr_spread(table: pd.DataFrame, batch_size: str, local_epochs: int) -> float:

@@ -184,19 +184,6 @@ def shared_vs_independent(summ: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["protocol", "p", "metric", "median difference", "verdict"])
 
 
-def answer(verd: pd.DataFrame) -> str:
-    """One sentence from :func:`verdicts`: which masked settings buy flatness or accuracy, if any, and
-    which are worse than the unmasked runs beyond the spread across seeds."""
-    def settings(rows: pd.DataFrame) -> str:
-        return "; ".join(f"{r.metric} at p = {r.p:g}, {r['mode']} masks, {r.protocol}" for _, r in rows.iterrows())
-
-    better, worse = verd[verd.verdict == "better"], verd[verd.verdict == "worse"]
-    text = ("no masked setting beats the unmasked runs on accuracy, top eigenvalue or trace beyond "
-            "the spread across seeds" if better.empty else
-            "masking beats the unmasked runs beyond the seed spread on: " + settings(better))
-    if not worse.empty:
-        text += "; masking is worse than the unmasked runs beyond the seed spread on: " + settings(worse)
-    return text
 
 
 def recovery_trajectory(metrics: dict[tuple[Setting, int], pd.DataFrame]) -> pd.DataFrame:

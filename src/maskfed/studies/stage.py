@@ -931,35 +931,10 @@ def cross_ratios(cross: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def range_text(by_range: dict[str, dict]) -> str:
-    """One phrase for :func:`verdict_by_range`: ``"sampling"`` when both halves agree, else e.g.
-    ``"stage early, sampling late"``."""
-    verdicts = [v["verdict"] for v in by_range.values()]
-    if len(set(verdicts)) == 1:
-        return verdicts[0]
-    return ", ".join(f"{v['verdict']} {k}" for k, v in by_range.items())
 
 
-#: What each verdict of :func:`verdict` means, in the chapter's words.
-VERDICT_TEXT = {
-    "sampling": "sampling: whether the local gradients are exact or sampled accounts for at least the threshold "
-                "share of the variation with an effect of at least the threshold size, and the checkpoint does not",
-    "stage": "stage: the checkpoint accounts for at least the threshold share of the variation with an effect of "
-             "at least the threshold size, and exact versus sampled local gradients do not",
-    "both": "both: the checkpoint and exact versus sampled local gradients each account for at least the threshold "
-            "share of the variation with an effect of at least the threshold size",
-    "neither": "neither: neither the checkpoint nor exact versus sampled local gradients accounts for the threshold "
-               "share of the variation with an effect of at least the threshold size",
-}
 
 
-def first_last(table: pd.DataFrame, value: str = "recovery_unweighted") -> pd.DataFrame:
-    """Median ``value`` of each protocol at the first and the last stage (index: batch size, τ;
-    columns: the two checkpoint rounds)."""
-    ends = table[table["stage"].isin([table["stage"].min(), table["stage"].max()])]
-    out = ends.pivot_table(index=["batch_size", "local_epochs"], columns="round", values=value, sort=False)
-    out.columns = [f"round {r}" for r in out.columns]
-    return out
 
 
 def paper_cliff() -> float:
