@@ -219,16 +219,19 @@ def test_csv_link_refuses_a_name_that_is_not_a_file_stem():
         book_mod.csv_link(pd.DataFrame({"a": [1]}), "../x")
 
 
-def test_banner_states_what_the_page_changed_from_the_profile():
+def test_banner_gives_what_ran_what_the_page_changed_and_the_lead_source():
     from maskfed.engine.config import load_profile
 
     # prepare: the Flower chapter's profile, 2 rounds instead of the smoke profile's 4
     prof = load_profile("smoke", rounds=2)
     # execute
-    html = book_mod.banner(prof).data
-    # assert: the box says what ran; the profile's own value is not a change
+    table = book_mod.banner(prof, changes={"cohort_size (K_c)": 5}, source="cpu-paper (archived)")
+    # assert: the table says what ran; the profile's own value is not a change; the lead source is named
     assert book_mod.profile_changes(prof) == {"rounds": 2}
-    assert "This page changes:</strong> rounds = 2." in html
+    value = table["value"]
+    assert (value["profile"], value["scaled down"], value["rounds"]) == ("smoke", True, 2)
+    assert value["changes"] == "rounds = 2, cohort_size (K_c) = 5" and value["lead source"] == "cpu-paper (archived)"
+    assert book_mod.banner(prof)["value"]["lead source"] == "smoke"
     assert book_mod.profile_changes(load_profile("smoke", rounds=4)) == {}
 
 
@@ -247,7 +250,7 @@ def test_without_paths_keeps_only_the_last_component():
     assert book_mod.without_paths(3) == 3
 
 
-def test_data_note_names_source_and_fingerprint_not_the_path(monkeypatch):
+def test_data_source_names_source_and_fingerprint_not_the_path(monkeypatch):
     # prepare: images whose source names an archive by its absolute path
     archive = str(paths.shared_archive().resolve())
     images = dataclasses.replace(data.synthetic_image_data(n_train=20, n_test=10, seed=0),
@@ -255,10 +258,10 @@ def test_data_note_names_source_and_fingerprint_not_the_path(monkeypatch):
     monkeypatch.setattr(book_mod, "images_for", lambda cfg: images)
     from maskfed.engine.config import load_profile
     # execute
-    note = book_mod.data_note(load_profile("smoke"))
+    source = book_mod.data_source(load_profile("smoke"))
     # assert
-    assert archive not in note and "cifar10-jpeg.tar.gz" in note
-    assert book_mod.data_fingerprint(images) in note
+    assert archive not in source["data"] and "cifar10-jpeg.tar.gz" in source["data"]
+    assert source["fingerprint"] == book_mod.data_fingerprint(images)
 
 
 # --- the built book ------------------------------------------------------------------------
