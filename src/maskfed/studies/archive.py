@@ -520,7 +520,9 @@ class ArchiveLabel:
         ``last finished`` (dates), ``commit``, ``run code`` (the runs' hashes), ``this code`` (this checkout's),
         ``status`` (:attr:`status`), ``verified`` (date of :attr:`verification`, "" without one), ``verified on``
         (its machine, :func:`machine_text`), ``re-run`` (runs it re-ran), ``re-run same`` (those of them among these
-        runs), ``max rel. diff`` and ``1/Δ_S rel. diff`` (:attr:`max_rel_diff`, :attr:`recovery_rel_diff`),
+        runs), ``max rel. diff`` and ``1/Δ_S rel. diff`` (:attr:`max_rel_diff`, :attr:`recovery_rel_diff`, to
+        3 significant digits as a reader writes them),
+        ``tolerance`` (the relative tolerance of its summary-cell comparison, :data:`SUMMARY_RTOL`),
         ``first difference`` (:func:`difference_text` of each re-run that differed), ``own code`` (outcome of the
         newest re-run with the runs' own run code, "" without one), ``changed`` (:attr:`changed`) and
         ``unverified`` (:attr:`unverified`, when some verification of this code exists)."""
@@ -532,7 +534,8 @@ class ArchiveLabel:
                 "run code": ", ".join(self.code_hashes), "this code": self.current_code_hash, "status": self.status,
                 "verified": v.get("utc", "")[:10], "verified on": machine_text(v) if v else "",
                 "re-run": len(reran), "re-run same": sum(x in self.labels for x in reran),
-                "max rel. diff": self.max_rel_diff, "1/Δ_S rel. diff": self.recovery_rel_diff,
+                "max rel. diff": _significant(self.max_rel_diff), "1/Δ_S rel. diff": _significant(self.recovery_rel_diff),
+                "tolerance": v.get("summary_rtol", SUMMARY_RTOL) if v else math.nan,
                 "first difference": "; ".join(difference_text(r) for r in v.get("runs", []) if not r["identical"]),
                 "own code": "" if own is None else verification_outcome(own), "changed": "; ".join(self.changed),
                 "unverified": ", ".join(self.unverified) if self.checked_before else ""}
@@ -542,6 +545,13 @@ class ArchiveLabel:
         ``name value`` pairs joined by "; " (no sentence; the chapter's Markdown says what they mean)."""
         return "; ".join(f"{k} {v}" for k, v in self.record().items() if v != "" and not
                          (isinstance(v, float) and math.isnan(v)))
+
+
+def _significant(x: float, digits: int = 3) -> float:
+    """``x`` rounded to ``digits`` significant digits (0, NaN and infinities unchanged)."""
+    if not math.isfinite(x) or x == 0:
+        return x
+    return round(x, digits - 1 - math.floor(math.log10(abs(x))))
 
 
 def machine_text(record: dict) -> str:
