@@ -231,11 +231,11 @@ def test_summaries_without_archive_say_how_to_make_one():
     assert [(n.profile, n.experiment, n.status) for n in notes] == [
         ("paper", "table1", "not archived"), ("cpu-paper", "table1", "not archived"),
         ("cpu-long", "table1", "not archived")]
-    assert notes[2].command == "maskfed sweep --profile cpu-long && maskfed archive --profile cpu-long"
+    assert archive.how_to_make("cpu-long") == "maskfed sweep --profile cpu-long && maskfed archive --profile cpu-long"
     table = archive.archive_table(found, notes)
     assert list(table.index) == ["paper profile (archived)", "cpu-paper (archived)", "cpu-long (archived)"]
     assert list(table["runs"]) == [0, 0, 0] and list(table["status"]) == ["not archived"] * 3
-    assert table.loc["cpu-long (archived)", "make with"] == notes[2].command
+    assert table.loc["cpu-long (archived)", "make with"] == archive.how_to_make("cpu-long")
     assert "damaged" not in table.columns  # a column empty for every profile is left out
 
 
@@ -244,7 +244,7 @@ def test_missing_runs_lists_the_profile_runs_not_archived(dirs_in_tmp):
     cfgs = experiments.all_configs(smoke)
     for c in cfgs[:-1]:
         fake_run(dirs_in_tmp / "archive" / "smoke" / c.label(), c, recovery=2.0)
-    assert archive.missing_runs("smoke") == [cfgs[-1].label()]
+    assert list(archive.missing_frame("smoke")["run"]) == [cfgs[-1].label()]
 
 
 @pytest.mark.slow

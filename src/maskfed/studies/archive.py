@@ -350,11 +350,6 @@ def select_keyed(results: list[RunResult], configs: dict) -> dict:
     return {k: by_what[_what(c)] for k, c in configs.items() if _what(c) in by_what}
 
 
-def missing_runs(profile_name: str, results: list[RunResult] | None = None) -> list[str]:
-    """Labels of the profile's runs (every experiment) that ``results`` (default: its archive) lacks."""
-    return list(missing_frame(profile_name, results)["run"])
-
-
 def missing_frame(profile_name: str, results: list[RunResult] | None = None) -> pd.DataFrame:
     """The profile's runs (every experiment) that ``results`` (default: its archive) lacks, one row each:
     ``experiment``, ``run`` (its label), ``seed``, ``folder`` (a damaged archived folder of that run, else "")
@@ -477,13 +472,9 @@ class ArchiveLabel:
         (:func:`verify_archive`) of exactly these files shows this code reproducing them."""
         return any(h != self.current_code_hash for h in self.code_hashes) and not self.verified
 
-    #: The status words of :attr:`status`, each with what decides it (first that applies).
-    STATUSES = ("files unchecked", "files changed", "within tolerance", "not reproduced", "code changed",
-                "reproduced", "same code")
-
     @property
     def status(self) -> str:
-        """What the book may say of these runs' numbers, as one of :data:`STATUSES`, the first that applies:
+        """What the book may say of these runs' numbers, as a verdict word, the first that applies:
         "files unchecked" (every changed entry is a folder without a manifest), "files changed" (a file differs
         from its manifest: nothing is then called reproduced), "within tolerance" or "not reproduced" (the newest
         verification of this code on these files was not bit-identical: :attr:`outcome` "within tolerance" or
@@ -950,11 +941,6 @@ class AbsentArchive:
         """"damaged" when some of its folders exist but cannot be read back, else "not archived"."""
         return "damaged" if self.damaged else "not archived"
 
-    @property
-    def command(self) -> str:
-        """The commands that make (or, for "damaged", re-make) the archive (:func:`how_to_make`)."""
-        return how_to_make(self.profile)
-
 
 def archive_table(found: list[ArchivedSummary], notes: list[AbsentArchive] = ()) -> pd.DataFrame:
     """The provenance of a book table's archived columns, one row per profile (``found``, then ``notes``),
@@ -975,7 +961,7 @@ def archive_table(found: list[ArchivedSummary], notes: list[AbsentArchive] = ())
             "damaged": "; ".join(d.text() for d in a.damaged), "make with": how_to_make(a.profile) if a.damaged else ""}
     for n in notes:
         rows[column_name(n.profile)] = {"runs": 0, "status": n.status,
-                                        "damaged": "; ".join(d.text() for d in n.damaged), "make with": n.command}
+                                        "damaged": "; ".join(d.text() for d in n.damaged), "make with": how_to_make(n.profile)}
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.index.name = "archive"
     for col in ("runs", "rounds", "seeds", "falling", "flat", "rising", "too short", "re-run", "re-run same"):
