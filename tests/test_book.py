@@ -183,11 +183,11 @@ def test_fitted_shows_the_main_columns_the_rest_in_a_toggle_and_every_number_as_
     # assert: the main table holds the chosen columns, the toggle the others, each table fits
     assert "1/Δ_S unwtd." in head and "σ̂²" not in head and "‖μ̂‖²" not in head
     assert "σ̂²" in rest and "rounds with 1/Δ_S &lt; 1 (%)" in rest
-    assert "<summary>Every source of T (steps), 1/Δ_S n_k-wtd., ‖μ̂‖² (param.²), σ̂² (param.²), test acc. (fraction), rounds with 1/Δ_S &lt; 1 (%)</summary>" in out
+    assert "<summary>Every source: T (steps), 1/Δ_S n_k-wtd., ‖μ̂‖² (param.²), σ̂² (param.²), test acc. (fraction), rounds with 1/Δ_S &lt; 1 (%)</summary>" in out
     assert "1/Δ_S unwtd." not in rest   # shown whole in the main table, not repeated
     # a plain table: the columns not in the main one
     flat = book_mod.fitted(pd.DataFrame({"a": [1], "b": [2], "c": [3]}), ["a"], name="t").data
-    assert "<summary>The other 2 columns: b, c</summary>" in flat
+    assert "<summary>More columns: b, c</summary>" in flat
     # the CSV: every column, index first, full precision
     csv = _decoded_csv(out)
     assert list(csv.columns[:2]) == ["batch_size", "local_epochs"] and len(csv.columns) == 2 + 21

@@ -422,7 +422,7 @@ def csv_link(table: pd.DataFrame, name: str, text: str | None = None) -> str:
     keep_index = not (isinstance(flat.index, pd.RangeIndex) and flat.index.name is None)
     data = flat.map(without_paths).to_csv(index=keep_index)   # floats as Python writes them: exact
     href = "data:text/csv;charset=utf-8," + urllib.parse.quote(data)
-    label = html.escape(text or f"Download every column as CSV ({name}.csv)")
+    label = html.escape(text or f"Full-precision CSV: {name}.csv")
     return f'<p class="table-csv"><a href="{href}" download="{name}.csv">{label}</a></p>'
 
 
@@ -462,8 +462,8 @@ def fitted(table: pd.DataFrame, main: list, *, name: str, formats: dict | None =
             its sources.
         name: the CSV's file stem (``table1``).
         formats: number formats as for :func:`styled`.
-        detail: the summary line of the toggled box (default: "Every source of <quantities>" or
-            "The other N columns: <columns>").
+        detail: the summary line of the toggled box (default: "Every source: <quantities>" or
+            "More columns: <columns>").
         collapsed: the other columns in a toggled box (True) or in tables shown below (False).
         max_chars: the width budget of each table, in characters (:func:`table_chars`).
 
@@ -519,8 +519,7 @@ def fitted(table: pd.DataFrame, main: list, *, name: str, formats: dict | None =
     others = "".join(styled(table[p], formats).to_html() for p in parts)
     if parts and collapsed:
         names = list(dict.fromkeys(str(_header(c)[0] if two_level else _header(c)) for c in rest))
-        summary = detail or (f"Every source of {', '.join(names)}" if two_level
-                             else f"The other {len(rest)} columns: {', '.join(names)}")
+        summary = detail or (f"Every source: {', '.join(names)}" if two_level else f"More columns: {', '.join(names)}")
         out.append(f"<details class=\"table-detail\"><summary>{html.escape(summary)}</summary>{others}</details>")
     elif parts:
         out.append(others)
@@ -573,7 +572,7 @@ def _show_values(glued: dict) -> None:
     from IPython.display import display
 
     with pd.option_context("display.max_rows", None, "display.max_colwidth", None):  # every value, whole
-        display(pd.DataFrame({"value in the text": [str(v) for v in glued.values()]},
+        display(pd.DataFrame({"glued value": [str(v) for v in glued.values()]},
                              index=pd.Index(list(glued), name="glue name")))
 
 
