@@ -491,43 +491,31 @@ class ArchiveLabel:
             return "reproduced"
         return "same code"
 
-    @property
-    def max_rel_diff(self) -> float:
-        """Largest relative difference of a re-run's summary cells (:func:`summary_cells`) from the archived
-        ones in :attr:`verification` (NaN without one, or for a record made before summary cells were compared)."""
-        runs = (self.verification or {}).get("runs", [])
-        return max((r.get("summary_max_rel_diff", math.nan) for r in runs), default=math.nan)
-
-    @property
-    def recovery_rel_diff(self) -> float:
-        """Largest relative difference of a re-run's unweighted 1/Δ_S summary cell from the archived one in
-        :attr:`verification` (NaN without one)."""
-        runs = (self.verification or {}).get("runs", [])
-        return max((abs(r["summary_rerun"]["recovery_unweighted"] / r["summary_archived"]["recovery_unweighted"] - 1)
-                    for r in runs if r.get("summary_archived") and r.get("summary_rerun")), default=math.nan)
-
     def record(self) -> dict:
         """The label as values for a table row (:func:`archive_table`): ``runs``, ``device``, ``first finished``,
         ``last finished`` (dates), ``commit``, ``run code`` (the runs' hashes), ``this code`` (this checkout's),
         ``status`` (:attr:`status`), ``verified`` (date of :attr:`verification`, "" without one), ``verified on``
         (its machine, :func:`machine_text`), ``re-run`` (runs it re-ran), ``re-run same`` (those of them among these
-        runs), ``max rel. diff`` and ``1/Δ_S rel. diff`` (:attr:`max_rel_diff`, :attr:`recovery_rel_diff`, to
-        3 significant digits as a reader writes them),
-        ``tolerance`` (the relative tolerance of its summary-cell comparison, :data:`SUMMARY_RTOL`),
+        runs), ``max rel. diff`` and ``1/Δ_S rel. diff`` (the largest relative difference of a re-run's summary
+        cells, :func:`summary_cells`, and of its unweighted 1/Δ_S cell, from the archived ones, to 3 significant
+        digits; NaN without a record of them), ``tolerance`` (that comparison's, :data:`SUMMARY_RTOL`),
         ``first difference`` (:func:`difference_text` of each re-run that differed), ``own code`` (outcome of the
         newest re-run with the runs' own run code, "" without one), ``changed`` (:attr:`changed`) and
         ``unverified`` (:attr:`unverified`, when some verification of this code exists)."""
         v = self.verification or {}
-        reran = [r["label"] for r in v.get("runs", [])]
-        own = self.own_code_check
+        runs = v.get("runs", [])
+        reran, own = [r["label"] for r in runs], self.own_code_check
+        worst = max((r.get("summary_max_rel_diff", math.nan) for r in runs), default=math.nan)
+        factor = max((abs(r["summary_rerun"]["recovery_unweighted"] / r["summary_archived"]["recovery_unweighted"] - 1)
+                      for r in runs if r.get("summary_archived") and r.get("summary_rerun")), default=math.nan)
         return {"runs": self.runs, "device": ", ".join(self.devices), "first finished": self.first_utc[:10],
                 "last finished": self.last_utc[:10], "commit": ", ".join(self.commits),
                 "run code": ", ".join(self.code_hashes), "this code": self.current_code_hash, "status": self.status,
                 "verified": v.get("utc", "")[:10], "verified on": machine_text(v) if v else "",
                 "re-run": len(reran), "re-run same": sum(x in self.labels for x in reran),
-                "max rel. diff": _significant(self.max_rel_diff), "1/Δ_S rel. diff": _significant(self.recovery_rel_diff),
+                "max rel. diff": _significant(worst), "1/Δ_S rel. diff": _significant(factor),
                 "tolerance": v.get("summary_rtol", SUMMARY_RTOL) if v else math.nan,
-                "first difference": "; ".join(difference_text(r) for r in v.get("runs", []) if not r["identical"]),
+                "first difference": "; ".join(difference_text(r) for r in runs if not r["identical"]),
                 "own code": "" if own is None else verification_outcome(own), "changed": "; ".join(self.changed),
                 "unverified": ", ".join(self.unverified) if self.checked_before else ""}
 
