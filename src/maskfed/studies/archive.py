@@ -495,8 +495,8 @@ class ArchiveLabel:
         """The label as values for a table row (:func:`archive_table`): ``runs``, ``device``, ``first finished``,
         ``last finished`` (dates), ``commit``, ``run code`` (the runs' hashes), ``this code`` (this checkout's),
         ``status`` (:attr:`status`), ``verified`` (date of :attr:`verification`, "" without one), ``verified on``
-        (its machine, :func:`machine_text`), ``re-run`` (runs it re-ran), ``re-run same`` (those of them among these
-        runs), ``max rel. diff`` and ``1/Δ_S rel. diff`` (the largest relative difference of a re-run's summary
+        (its machine, :func:`machine_text`), ``re-run`` (runs it re-ran), ``re-run here`` and ``re-run other`` (those
+        of them among these runs and among the rest of the archive), ``max rel. diff`` and ``1/Δ_S rel. diff`` (the largest relative difference of a re-run's summary
         cells, :func:`summary_cells`, and of its unweighted 1/Δ_S cell, from the archived ones, to 3 significant
         digits; NaN without a record of them), ``tolerance`` (that comparison's, :data:`SUMMARY_RTOL`),
         ``first difference`` (:func:`difference_text` of each re-run that differed), ``own code`` (outcome of the
@@ -512,7 +512,8 @@ class ArchiveLabel:
                 "last finished": self.last_utc[:10], "commit": ", ".join(self.commits),
                 "run code": ", ".join(self.code_hashes), "this code": self.current_code_hash, "status": self.status,
                 "verified": v.get("utc", "")[:10], "verified on": machine_text(v) if v else "",
-                "re-run": len(reran), "re-run same": sum(x in self.labels for x in reran),
+                "re-run": len(reran), "re-run here": sum(x in self.labels for x in reran),
+                "re-run other": sum(x not in self.labels for x in reran),
                 "max rel. diff": _significant(worst), "1/Δ_S rel. diff": _significant(factor),
                 "tolerance": v.get("summary_rtol", SUMMARY_RTOL) if v else math.nan,
                 "first difference": "; ".join(difference_text(r) for r in runs if not r["identical"]),
@@ -952,7 +953,8 @@ def archive_table(found: list[ArchivedSummary], notes: list[AbsentArchive] = ())
                                         "damaged": "; ".join(d.text() for d in n.damaged), "make with": how_to_make(n.profile)}
     table = pd.DataFrame.from_dict(rows, orient="index")
     table.index.name = "archive"
-    for col in ("runs", "rounds", "seeds", "falling", "flat", "rising", "too short", "re-run", "re-run same"):
+    for col in ("runs", "rounds", "seeds", "falling", "flat", "rising", "too short", "re-run", "re-run here",
+                "re-run other"):
         if col in table:
             table[col] = table[col].astype("Int64")
     table = table.fillna({c: "" for c in table.columns if table[c].dtype == object})
