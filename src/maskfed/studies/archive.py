@@ -1267,9 +1267,11 @@ class ArchivedFactor:
 
     def text(self) -> str:
         """Deprecated alias for callers not yet moved to :meth:`record`: its entries as ``name value`` pairs
-        joined by "; " (hours to one decimal)."""
-        return "; ".join(f"{k} {round(v, 1) if isinstance(v, float) else v}" for k, v in self.record().items()
-                         if v != "")
+        joined by "; " (hours to one decimal, a truth value as yes/no)."""
+        def value(v):
+            return ("yes" if v else "no") if isinstance(v, bool) else round(v, 1) if isinstance(v, float) else v
+
+        return "; ".join(f"{k} {value(v)}" for k, v in self.record().items() if v != "")
 
 
 def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, progress: bool = True,
