@@ -154,13 +154,15 @@ def test_label_names_devices_dates_commits_and_a_code_change(dirs_in_tmp, monkey
     assert (same.runs, same.devices, same.first_utc[:10], same.last_utc[:10]) == (
         2, ["cuda (NVIDIA H200)"], "2026-12-01", "2026-12-03")
     assert same.commits == ["0123456789+dirty", "abcdef0123"] and same.code_changed is False
-    assert same.text() == ("2 runs on cuda (NVIDIA H200), finished 2026-12-01 to 2026-12-03, commits "
-                           "0123456789+dirty, abcdef0123, run code 1111222233334444 (the same as this checkout's).")
+    assert same.status == "same code"
+    rec = same.record()
+    assert (rec["runs"], rec["device"], rec["first finished"], rec["last finished"], rec["commit"], rec["run code"]) == (
+        2, "cuda (NVIDIA H200)", "2026-12-01", "2026-12-03", "0123456789+dirty, abcdef0123", "1111222233334444")
     monkeypatch.setattr(provenance, "code_hash", lambda: "ffffeeeeddddcccc")
     changed = archive.label(runs, "paper")
     assert changed.code_changed is True
-    assert changed.text().endswith("The run code has changed since these runs: their numbers are from code "
-                                   "1111222233334444, not this checkout's ffffeeeeddddcccc.")
+    assert changed.status == "code changed"
+    assert (changed.record()["run code"], changed.record()["this code"]) == ("1111222233334444", "ffffeeeeddddcccc")
     with pytest.raises(ValueError, match="no archived runs"):
         archive.label([], "paper")
 
@@ -199,15 +201,16 @@ def test_summaries_per_profile_never_pooled_and_notes_for_absent_archives(dirs_i
     assert len(long_t) == 9 and found[0].missing == [] and found[0].label.runs == 9
     assert list(paper_t.index) == [("32", 1)] and paper_t["recovery_unweighted"].item() == 9.0
     assert len(found[1].missing) == 9 * 3 - 1 and found[1].label.devices == ["cuda (NVIDIA H200)"]
-    assert notes == [n for n in notes if "cpu-paper" in n] and len(notes) == 1  # no cpu-paper archive here
+    assert [(n.profile, n.status) for n in notes] == [("cpu-paper", "not archived")]  # no cpu-paper archive here
     notes = []
     m = found[1].results[0].metrics
     m["recovery_unweighted"] = 9.0 * 1.01 ** m["round"]   # rising 1 % a round
     assert (found[1].trends()["falling"], found[1].trends()["rising"]) == (0, 1)
-    assert "still falling in 0 of these 1 runs, flat in 0 and rising in 1" in archive.book_note(found, notes).data
+    row = archive.archive_table(found, notes).loc["paper profile (archived)"]
+    assert (row["runs"], row["falling"], row["flat"], row["rising"]) == (1, 0, 0, 1)
     m["recovery_unweighted"] = 9.0 * 0.99 ** m["round"]   # falling 1 % a round
     assert found[1].trends()["falling"] == 1
-    assert "still falling in 1 of these 1 runs" in archive.book_note(found, notes).data
+    assert archive.archive_table(found, notes).loc["paper profile (archived)", "falling"] == 1
     # the live profile is left out by default; an explicit list is used as given
     assert [a.profile for a in archive.summaries("table1", live="cpu-long")[0]] == ["paper"]
     assert [a.profile for a in archive.summaries("table1", live="cpu-long", profiles=["cpu-long"])[0]] == ["cpu-long"]
@@ -221,17 +224,19 @@ def test_summaries_per_profile_never_pooled_and_notes_for_absent_archives(dirs_i
 
 
 def test_summaries_without_archive_say_how_to_make_one():
+    # execute: no archive at all (the test's own empty archive folder)
     found, notes = archive.summaries("table1", live="smoke")
+    # assert: one absent-archive record per book profile, each with the commands that make its archive
     assert found == []
-    assert notes == [
-        "No archived run of the paper profile's table1 settings exists "
-        "(make one on a GPU with: maskfed sweep --profile paper && maskfed archive --profile paper).",
-        "No archived run of the cpu-paper profile's table1 settings exists "
-        "(make one with: maskfed sweep --profile cpu-paper && maskfed archive --profile cpu-paper).",
-        "No archived run of the cpu-long profile's table1 settings exists "
-        "(make one with: maskfed sweep --profile cpu-long && maskfed archive --profile cpu-long)."]
-    html = archive.book_note(found, notes).data
-    assert html.count("<li>") == 3 and "cpu-long" in html
+    assert [(n.profile, n.experiment, n.status) for n in notes] == [
+        ("paper", "table1", "not archived"), ("cpu-paper", "table1", "not archived"),
+        ("cpu-long", "table1", "not archived")]
+    assert archive.how_to_make("cpu-long") == "maskfed sweep --profile cpu-long && maskfed archive --profile cpu-long"
+    table = archive.archive_table(found, notes)
+    assert list(table.index) == ["paper profile (archived)", "cpu-paper (archived)", "cpu-long (archived)"]
+    assert list(table["runs"]) == [0, 0, 0] and list(table["status"]) == ["not archived"] * 3
+    assert table.loc["cpu-long (archived)", "make with"] == archive.how_to_make("cpu-long")
+    assert "damaged" not in table.columns  # a column empty for every profile is left out
 
 
 def test_missing_runs_lists_the_profile_runs_not_archived(dirs_in_tmp):
@@ -239,7 +244,7 @@ def test_missing_runs_lists_the_profile_runs_not_archived(dirs_in_tmp):
     cfgs = experiments.all_configs(smoke)
     for c in cfgs[:-1]:
         fake_run(dirs_in_tmp / "archive" / "smoke" / c.label(), c, recovery=2.0)
-    assert archive.missing_runs("smoke") == [cfgs[-1].label()]
+    assert list(archive.missing_frame("smoke")["run"]) == [cfgs[-1].label()]
 
 
 @pytest.mark.slow
@@ -312,8 +317,8 @@ def test_verify_relabels_only_when_every_rerun_metric_is_bit_identical(dirs_in_t
     assert [r["outcome"] for r in record["runs"]] == ["bit-identical"] * 2
     assert record["machine_id"] == provenance.machine_identity("cpu") and record["summary_rtol"] == archive.SUMMARY_RTOL
     lab = archive.label(runs, "smoke")
-    assert lab.code_changed is False and "reproduced every metric bit for bit" in lab.text()
-    assert labels[0] in lab.text()
+    assert lab.code_changed is False and lab.status == "reproduced"
+    assert [lab.record()[k] for k in ("re-run", "re-run here", "re-run other")] == [2, 2, 0]
     # another code hash is not covered by that check
     monkeypatch.setattr(provenance, "code_hash", lambda: "0000000000000000")
     assert archive.label(runs, "smoke").code_changed is True
@@ -332,7 +337,8 @@ def test_verify_relabels_only_when_every_rerun_metric_is_bit_identical(dirs_in_t
     assert bad["within_tolerance"] is True and bad["outcome"] == "within tolerance"
     lab = archive.label(archive.load_archive("smoke"), "smoke")
     assert lab.outcome == "within tolerance" and lab.machine_id["id"] == bad["machine_id"]["id"]
-    assert "reproduced" not in lab.text() and bad["machine_id"]["id"] in lab.text()
+    assert lab.status == "within tolerance" and bad["machine_id"]["id"] in lab.record()["verified on"]
+    assert 0 < lab.record()["max rel. diff"] <= archive.SUMMARY_RTOL
     assert archive.label(archive.load_archive("smoke"), "smoke").code_changed is True
     assert len(json.loads((dirs_in_tmp / "archive" / "smoke" / archive.VERIFIED).read_text())) == 2
     with pytest.raises(ValueError, match="not in the smoke archive"):
@@ -400,9 +406,10 @@ def test_a_damaged_archived_run_is_shown_as_damaged_not_as_never_archived(dirs_i
     # assert: named as damaged with its reason, on the page and in the build's output; not "not yet archived"
     (a,) = found
     assert a.missing == [] and [d.folder for d in a.damaged] == [folders[0]]
-    html = archive.book_note(found, notes).data
-    assert f"Damaged in the cpu-long archive, not used: {folders[0].name} (metrics.csv has 3 rows for a 100-round run)" in html
-    assert "Not yet archived" not in html
+    row = archive.archive_table(found, notes).loc["cpu-long (archived)"]
+    assert row["damaged"] == f"{folders[0].name} (metrics.csv has 3 rows for a 100-round run)"
+    assert row["make with"] == archive.how_to_make("cpu-long")
+    assert "missing" not in row.index  # nothing "not yet archived"
     err = capsys.readouterr().err
     assert f"archived run folder {folders[0]} is damaged (metrics.csv has 3 rows for a 100-round run)" in err
     # every run of the experiment damaged: the note says so instead of "no archived run exists"
@@ -410,8 +417,9 @@ def test_a_damaged_archived_run_is_shown_as_damaged_not_as_never_archived(dirs_i
         (f / "provenance.json").write_text("{cut")
     with pytest.warns(UserWarning):
         found, notes = archive.summaries("table2", profiles=["cpu-long"])
-    assert found == [] and len(notes) == 1 and notes[0].startswith("Damaged in the cpu-long archive, not used:")
-    assert notes[0].count("-0123456789abcdef (") == 3 and "provenance.json" in notes[0]
+    assert found == [] and [(n.profile, n.status) for n in notes] == [("cpu-long", "damaged")]
+    assert len(notes[0].damaged) == 3 and any("provenance.json" in d.reason for d in notes[0].damaged)
+    assert archive.archive_table(found, notes).loc["cpu-long (archived)", "status"] == "damaged"
 
 
 def test_the_studies_folders_beside_the_runs_are_not_run_folders(dirs_in_tmp):
@@ -451,20 +459,18 @@ def test_runs_added_with_this_code_need_a_verification_that_covers_them(dirs_in_
     # execute / assert: the verification holds no digest of the added run, so it covers the archive no longer
     lab = archive.label(runs, "smoke")
     assert lab.verified is False and lab.code_changed is True and lab.unverified == [added_folder]
-    assert "reproduced" not in lab.text() and added_folder in lab.text()
+    assert lab.status == "code changed" and lab.record()["unverified"] == added_folder
     # execute: verified again, the record covering every run's files
     record = archive.verify_archive("smoke", labels=[c.label() for c in cfgs])
     assert sorted(record["contents"]) == sorted(r.path.name for r in runs)
     lab = archive.label(runs, "smoke")
     # assert: the text says which runs are which
     assert lab.verified is True and lab.code_changed is False and lab.same_code_runs == 1 and lab.unverified == []
-    assert "reproduced every metric bit for bit" in lab.text()
-    assert ("2 of these runs were made with other run code than this checkout's (feedfacefeedface), the other 1 "
-            "with it, but re-running 2 of the 2 (") in lab.text()
-    assert "and the 2 older runs' files are the ones that check covered" in lab.text()
-    # a label of a subset names the re-run runs among its own runs apart from those of the rest of the archive
-    sub = archive.label([r for r in runs if r.config.label() != cfgs[1].label()], "smoke").text()
-    assert f"re-running 1 of the 1 ({cfgs[0].label()}) and 1 other run of the same archive ({cfgs[1].label()})" in sub
+    assert lab.status == "reproduced" and (lab.runs, lab.same_code_runs) == (3, 1)
+    assert [lab.record()[k] for k in ("re-run", "re-run here", "re-run other")] == [2, 2, 0]
+    # a label of a subset counts the re-run runs among its own runs apart from those of the rest of the archive
+    sub = archive.label([r for r in runs if r.config.label() != cfgs[1].label()], "smoke").record()
+    assert [sub[k] for k in ("re-run", "re-run here", "re-run other")] == [2, 1, 1]
     # an older run edited after the check: the verification no longer covers these bytes
     path = runs[0].path if runs[0].provenance["code_hash"] != "feedfacefeedface" else runs[1].path
     m = pd.read_csv(path / "metrics.csv")
@@ -480,7 +486,7 @@ def test_an_edited_archived_file_is_named_by_the_label_and_never_called_reproduc
     cfgs, runs = _two_archived_runs(monkeypatch)
     labels = [c.label() for c in cfgs]
     assert archive.verify_archive("smoke", labels=labels)["identical"] is True
-    assert "reproduced every metric bit for bit" in archive.label(runs, "smoke").text()
+    assert archive.label(runs, "smoke").status == "reproduced"
     path = runs[0].path / "metrics.csv"
     clean = path.read_bytes()
     m = pd.read_csv(path)
@@ -489,21 +495,21 @@ def test_an_edited_archived_file_is_named_by_the_label_and_never_called_reproduc
     # execute: the label is computed from the files on disk, before any check runs
     lab = archive.label(archive.load_archive("smoke"), "smoke")
     # assert: which run and which file, and no "reproduced"
-    assert lab.changed == [f"{runs[0].path.name}: metrics.csv differs from its manifest"]
+    assert lab.changed == [f"{runs[0].path.name}: metrics.csv changed"]
     assert lab.code_changed is True and lab.verified is False
-    assert "reproduced" not in lab.text() and f"{runs[0].path.name}: metrics.csv differs" in lab.text()
+    assert lab.status == "files changed" and lab.record()["changed"] == lab.changed[0]
     # --verify fails naming the run, the column and the round; the label keeps saying "changed"
     assert cli.main(["archive", "--profile", "smoke", "--verify", "--runs", *labels]) == 1
     bad = json.loads((dirs_in_tmp / "archive" / "smoke" / archive.VERIFIED).read_text())[-1]
     first = next(r for r in bad["runs"] if r["folder"] == runs[0].path.name)
     assert first["first_difference"]["column"] == "recovery_unweighted" and first["first_difference"]["round"] == 2
-    assert first["changed_files"] == ["metrics.csv differs from its manifest"]
-    assert "changed" in archive.label(archive.load_archive("smoke"), "smoke").text().lower()
+    assert first["changed_files"] == ["metrics.csv changed"]
+    assert archive.label(archive.load_archive("smoke"), "smoke").status == "files changed"
     # restored from git (the same bytes): the newest record is the failure, on other files, so the older
     # pass on these exact files counts again
     path.write_bytes(clean)
     lab = archive.label(archive.load_archive("smoke"), "smoke")
-    assert lab.changed == [] and lab.verified is True and "reproduced every metric bit for bit" in lab.text()
+    assert lab.changed == [] and lab.verified is True and lab.status == "reproduced"
 
 
 def test_a_newer_failed_verification_is_shown_not_shadowed_by_an_older_pass(dirs_in_tmp, monkeypatch):
@@ -518,13 +524,12 @@ def test_a_newer_failed_verification_is_shown_not_shadowed_by_an_older_pass(dirs
     path.write_text(json.dumps(json.loads(path.read_text()) + [failed]))
     lab = archive.label(runs, "smoke")
     assert lab.verified is False and lab.code_changed is True
-    assert "reproduced" not in lab.text()
-    assert (f"gave different metrics: {ok['runs'][0]['label']}: test_acc at round 3 (0.25 archived, re-run off by 2.0e+00 relative)"
-            in lab.text())
+    assert lab.status == "within tolerance" and lab.record()["verified on"].startswith("cpu (Other CPU")  # summary cells agreed
+    assert lab.record()["first difference"] == f"{ok['runs'][0]['label']}: test_acc, round 3, archived 0.25, rel. 2.0e+00"
     # the runs' own code failing on that machine too says the difference is not the code's
     own = {**failed, "code_hash": runs[0].provenance["code_hash"], "utc": "2099-01-02T00:00:00+00:00"}
     path.write_text(json.dumps(json.loads(path.read_text()) + [own]))
-    assert "differed as well: the difference comes from where it runs" in archive.label(runs, "smoke").text()
+    assert archive.label(runs, "smoke").record()["own code"] == "within tolerance"  # not bit-identical either
     # an older record without content digests (made before they existed) never counts
     path.write_text(json.dumps([{k: v for k, v in ok.items() if k != "contents"}]))
     assert archive.label(runs, "smoke").verification is None
@@ -542,8 +547,7 @@ def test_manifest_changes_names_changed_missing_and_extra_files(tmp_path):
     (folder / "a.csv").write_text("2\n")
     (folder / "b.json").unlink()
     (folder / "c.txt").write_text("x")
-    assert archive.manifest_changes(folder) == ["a.csv differs from its manifest", "b.json is missing",
-                                                "c.txt is not in the manifest"]
+    assert archive.manifest_changes(folder) == ["a.csv changed", "b.json missing", "c.txt extra"]
     (folder / archive.MANIFEST).unlink()
     assert archive.manifest_changes(folder) == ["no manifest.json"] and archive.manifest_digest(folder) is None
 
@@ -596,7 +600,7 @@ def test_replacing_an_archived_run_killed_between_the_renames_loses_nothing(dirs
     # execute: the next archive command tidies up first
     done = archive.clean_leftovers(root)
     # assert: the old run is back whole, nothing hidden is left, and the book reads it
-    assert sorted(done) == [f"removed .tmp-{dest.name}-999999999", f"restored {dest.name} (its replacement was interrupted)"]
+    assert sorted(done) == [f"removed .tmp-{dest.name}-999999999", f"restored {dest.name}"]
     assert [p.name for p in root.iterdir()] == [dest.name] and archive.manifest_changes(dest) == []
     assert [r.path for r in archive.load_archive("smoke")] == [dest]
     archive.archive_runs(results, "smoke")
@@ -633,8 +637,8 @@ def test_alpha_cross_reruns_the_table_two_runs_with_snapshots_and_measures_every
     # the ladder run kept its θ as it trained
     rep = back.provenance["reproduction"]
     ref_name = runner.identify(ref).path.name
-    assert len(rep) == 1 + len(others) and rep[ref_name].startswith("kept θ as it trained")
-    assert all(v.endswith("bit for bit") for k, v in rep.items() if k != ref_name)
+    assert len(rep) == 1 + len(others) and rep[ref_name] == "kept"
+    assert all(v == "rerun identical" for k, v in rep.items() if k != ref_name)
     for c in others:
         folder = dirs_in_tmp / "archive" / "smoke" / runner.identify(c).path.name
         assert (folder / runner.THETAS).is_file() and archive.manifest_changes(folder) == []
@@ -649,7 +653,7 @@ def test_alpha_cross_reruns_the_table_two_runs_with_snapshots_and_measures_every
     assert set(ratios.index.get_level_values("trajectory_alpha")) == set(smoke.table2.alphas)
     assert archive.load_alpha_cross("cpu-long") is None
     # the cross made again (seeds added later, say): the reruns' reproduction record is carried forward, not
-    # replaced by "kept θ as it trained" now that their folders hold θ
+    # replaced by "kept" now that their folders hold θ
     archive.archive_alpha_cross("smoke", workers=1, progress=False)
     assert archive.load_alpha_cross("smoke").provenance["reproduction"] == rep
     # the cross's folder is a study, not a run: reading the archive's runs passes it over without a warning
@@ -722,7 +726,7 @@ def test_a_run_of_this_code_edited_with_its_manifest_is_never_called_reproduced(
     (root / archive.VERIFIED).write_text(json.dumps([_verification_record(runs)]))
     lab = archive.label(runs, "smoke")
     assert lab.verified is True and lab.outcome == "bit-identical" and lab.unverified == []
-    assert "reproduced every metric bit for bit" in lab.text()
+    assert lab.status == "reproduced"
     # execute: this code's run edited consistently, its manifest rewritten to match
     m = pd.read_csv(root / "ours" / "metrics.csv")
     m.loc[0, "recovery_unweighted"] = 2.5
@@ -732,12 +736,12 @@ def test_a_run_of_this_code_edited_with_its_manifest_is_never_called_reproduced(
     # assert: the manifest agrees, but the verification no longer covers that run: not reproduced, and named
     assert lab.changed == [] and lab.verification is None and lab.verified is False and lab.outcome is None
     assert lab.unverified == ["ours"] and lab.code_changed is True
-    assert "reproduced" not in lab.text() and "ours" in lab.text()
+    assert lab.status == "code changed" and lab.record()["unverified"] == "ours"
     # a record of the older format without a digest of this code's run does not cover it either
     (root / archive.VERIFIED).write_text(json.dumps([{**_verification_record(runs), "contents": {
         "older": archive.content_digest(root / "older")}}]))
     lab = archive.label(archive.load_archive("smoke"), "smoke")
-    assert lab.verified is False and lab.unverified == ["ours"] and "reproduced" not in lab.text()
+    assert lab.verified is False and lab.unverified == ["ours"] and lab.status == "code changed"
 
 
 def test_summary_cells_within_tolerance_when_metrics_differ_in_the_last_digits():
@@ -775,7 +779,8 @@ def test_label_says_within_tolerance_and_on_which_machine_identity(dirs_in_tmp):
     (root / archive.VERIFIED).write_text(json.dumps([rec]))
     lab = archive.label(runs, "smoke")
     assert lab.outcome == "within tolerance" and lab.verified is False and lab.machine_id["id"] == "0123456789ab"
-    assert "reproduced" not in lab.text() and "0123456789ab" in lab.text() and "AVX2" in lab.text()
+    assert lab.status == "within tolerance"
+    assert lab.record()["verified on"] == "cpu (Intel(R) Xeon(R) Processor; AVX2, torch 2.14.1, identity 0123456789ab)"
 
 
 def test_label_of_a_verification_where_neither_held_gives_the_summary_differences(dirs_in_tmp):
@@ -791,8 +796,9 @@ def test_label_of_a_verification_where_neither_held_gives_the_summary_difference
     (root / archive.VERIFIED).write_text(json.dumps([rec]))
     # execute
     lab = archive.label(runs, "smoke")
-    text = lab.text()
-    # assert: the outcome, both relative differences of the summaries, and the first difference as a relative gap
-    # (2.3190696582902626 against 2.319069657676738: 2.6e-10), not as two long numbers
-    assert lab.outcome == "neither" and lab.verified is False
-    assert "0.167" in text and "0.02" in text and "off by 2.6e-10 relative" in text and "2.31906965" not in text
+    rec = lab.record()
+    # assert: the outcome, both relative differences of the summaries (1/6; |1.6072/1.64 - 1| = 0.02), and the
+    # first difference as a relative gap (2.3190696582902626 against 2.319069657676738: 2.6e-10)
+    assert lab.outcome == "neither" and lab.verified is False and lab.status == "not reproduced"
+    assert rec["max rel. diff"] == 0.167 and rec["1/Δ_S rel. diff"] == 0.02  # 1/6 and 0.02 to 3 significant digits
+    assert rec["first difference"].endswith("train_loss, round 1, archived 2.319, rel. 2.6e-10")

@@ -184,11 +184,11 @@ def test_fitted_shows_the_main_columns_the_rest_in_a_toggle_and_every_number_as_
     # assert: the main table holds the chosen columns, the toggle the others, each table fits
     assert "1/Δ_S unwtd." in head and "σ̂²" not in head and "‖μ̂‖²" not in head
     assert "σ̂²" in rest and "rounds with 1/Δ_S &lt; 1 (%)" in rest
-    assert "<summary>Every source of T (steps), 1/Δ_S n_k-wtd., ‖μ̂‖² (param.²), σ̂² (param.²), test acc. (fraction), rounds with 1/Δ_S &lt; 1 (%)</summary>" in out
+    assert "<summary>Every source: T (steps), 1/Δ_S n_k-wtd., ‖μ̂‖² (param.²), σ̂² (param.²), test acc. (fraction), rounds with 1/Δ_S &lt; 1 (%)</summary>" in out
     assert "1/Δ_S unwtd." not in rest   # shown whole in the main table, not repeated
     # a plain table: the columns not in the main one
     flat = book_mod.fitted(pd.DataFrame({"a": [1], "b": [2], "c": [3]}), ["a"], name="t").data
-    assert "<summary>The other 2 columns: b, c</summary>" in flat
+    assert "<summary>More columns: b, c</summary>" in flat
     # the CSV: every column, index first, full precision
     csv = _decoded_csv(out)
     assert list(csv.columns[:2]) == ["batch_size", "local_epochs"] and len(csv.columns) == 2 + 21
@@ -220,16 +220,19 @@ def test_csv_link_refuses_a_name_that_is_not_a_file_stem():
         book_mod.csv_link(pd.DataFrame({"a": [1]}), "../x")
 
 
-def test_banner_states_what_the_page_changed_from_the_profile():
+def test_banner_gives_what_ran_what_the_page_changed_and_the_lead_source():
     from maskfed.engine.config import load_profile
 
     # prepare: the Flower chapter's profile, 2 rounds instead of the smoke profile's 4
     prof = load_profile("smoke", rounds=2)
     # execute
-    html = book_mod.banner(prof).data
-    # assert: the box says what ran; the profile's own value is not a change
+    table = book_mod.banner(prof, changes={"cohort_size (K_c)": 5}, source="cpu-paper (archived)")
+    # assert: the table says what ran; the profile's own value is not a change; the lead source is named
     assert book_mod.profile_changes(prof) == {"rounds": 2}
-    assert "This page changes:</strong> rounds = 2." in html
+    value = table["value"]
+    assert (value["profile"], value["scaled down"], value["rounds"]) == ("smoke", True, 2)
+    assert value["changes"] == "rounds = 2, cohort_size (K_c) = 5" and value["lead source"] == "cpu-paper (archived)"
+    assert book_mod.banner(prof)["value"]["lead source"] == "smoke"
     assert book_mod.profile_changes(load_profile("smoke", rounds=4)) == {}
 
 
@@ -248,7 +251,7 @@ def test_without_paths_keeps_only_the_last_component():
     assert book_mod.without_paths(3) == 3
 
 
-def test_data_note_names_source_and_fingerprint_not_the_path(monkeypatch):
+def test_data_source_names_source_and_fingerprint_not_the_path(monkeypatch):
     # prepare: images whose source names an archive by its absolute path
     archive = str(paths.shared_archive().resolve())
     images = dataclasses.replace(data.synthetic_image_data(n_train=20, n_test=10, seed=0),
@@ -256,10 +259,10 @@ def test_data_note_names_source_and_fingerprint_not_the_path(monkeypatch):
     monkeypatch.setattr(book_mod, "images_for", lambda cfg: images)
     from maskfed.engine.config import load_profile
     # execute
-    note = book_mod.data_note(load_profile("smoke"))
+    source = book_mod.data_source(load_profile("smoke"))
     # assert
-    assert archive not in note and "cifar10-jpeg.tar.gz" in note
-    assert book_mod.data_fingerprint(images) in note
+    assert archive not in source["data"] and "cifar10-jpeg.tar.gz" in source["data"]
+    assert source["fingerprint"] == book_mod.data_fingerprint(images)
 
 
 # --- the built book ------------------------------------------------------------------------
@@ -418,8 +421,8 @@ _REVIEWED = {
                           ["the default of the cpu-paper stage settings",
                            "branches were not run, so there is no figure here"],
                           ["runs 0 rounds"]),
-    "flower": (["This page changes:</strong> rounds = 2."], []),
-    "cite": (["cff-version", "Executed "], ["tests/test_citation.py checks"]),
+    "flower": ([">rounds = 2</td>"], []),   # the banner table's changes
+    "cite": (["cff-version", "executed (UTC)"], ["tests/test_citation.py checks"]),
     "theory_02_prop1": (["relative gap to R(Δ)"], []),
 }
 

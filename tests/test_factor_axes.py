@@ -345,7 +345,7 @@ def test_the_smoke_axes_and_study_run_and_are_archived_and_read_back(dirs):
     reached = back.checkpoints[back.checkpoints["reached"]]
     assert len(back.table) == len(reached) * len(mspec.protocols)
     assert set(back.table["source"]) == {"fedavg", "centralised"} and back.spec == mspec
-    assert back.provenance["compute_s"] > 0 and back.text().startswith("computed ")
+    assert back.provenance["compute_s"] > 0 and back.record()["compute h"] == back.provenance["compute_s"] / 3600
     assert set(back.table["batch_size"]) == {"full", "64", "16"}  # read as text
     # the chapter shows the archived study (and names the part that is missing and how to make it)
     import nbformat
@@ -357,7 +357,7 @@ def test_the_smoke_axes_and_study_run_and_are_archived_and_read_back(dirs):
     glued = {o["metadata"]["scrapbook"]["name"]: next(iter(o["data"].values()))
              for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", [])
              if "scrapbook" in o.get("metadata", {})}
-    assert "read from the smoke archive, computed " in glued["wf_models_where"]
+    assert "read from the smoke archive, finished " in glued["wf_models_where"]  # archive.ArchivedFactor.text
     assert "maskfed archive --profile smoke --factor resnet" in glued["wf_models_missing"]
     assert "of the 3 θ" in glued["wf_found_model"]                 # widths 4 (both ways) and 2 at one accuracy
     # model by model, smallest first: width 2 (one θ), then width 4 (θ reached both ways)

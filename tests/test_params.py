@@ -4,6 +4,7 @@ every notebook calls the check right after its parameters cell."""
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import types
@@ -310,20 +311,24 @@ def test_declared_in_reads_each_parameter_its_default_and_its_comment():
         params.declared_in("```{code-cell} python\nx = 1\n```\n")
 
 
-def test_run_box_gives_the_command_with_this_builds_parameters_and_their_table():
+def test_run_command_and_parameter_table_give_this_builds_parameters():
     # prepare: a chapter's namespace after check_parameters, with one parameter changed from its default
     ns = {"__annotations__": {"profile": params.Profile, "n_rounds": params.PositiveInt}}
     ns[params.GIVEN] = {"profile": "smoke", "n_rounds": 7}
+    declared = params.declared_in((REPO_ROOT / "notebooks" / "theory_06_signal_noise.md").read_text())
     # execute
-    box = params.run_box("theory_06_signal_noise", ns)
+    command = params.run_command("theory_06_signal_noise", ns)
+    table = params.parameter_table("theory_06_signal_noise", ns)
     # assert: the command names the profile and the changed parameter only; the table has every parameter
-    assert ".venv/bin/python -m maskfed.book.notebooks --profile smoke theory_06_signal_noise -p n_rounds 7\n" in box
-    ns[params.GIVEN]["K_c_grid"] = [2, 5]  # a list is quoted for the shell
-    assert "-p K_c_grid &#x27;[2, 5]&#x27;" in params.run_box("theory_06_signal_noise", ns)
-    assert "-p seed" not in box and box.count("<tr>") == 1 + len(
-        params.declared_in((REPO_ROOT / "notebooks" / "theory_06_signal_noise.md").read_text()))
-    assert "<code>n_rounds</code></td><td>int &gt;= 1</td><td><code>None</code></td><td><code>7</code>" in box
-    assert "This chapter takes no parameters." in params.run_box("cite", {})
+    assert command == ".venv/bin/python -m maskfed.book.notebooks --profile smoke theory_06_signal_noise -p n_rounds 7"
+    ns[params.GIVEN]["K_c_grid"] = [2, 5]  # a list is written as JSON and quoted for the shell
+    assert "-p K_c_grid '[2, 5]'" in params.run_command("theory_06_signal_noise", ns)
+    assert shlex.split(params.run_command("theory_06_signal_noise", ns)).count("[2, 5]") == 1
+    assert list(table["parameter"]) == [d["name"] for d in declared]
+    row = table.set_index("parameter").loc["n_rounds"]
+    assert (row["type and range"], row["default"], row["this build"]) == ("int >= 1", "None", "7")
+    assert params.run_command("cite", {}) == ".venv/bin/python -m maskfed.book.notebooks cite"
+    assert params.parameter_table("cite", {}).empty  # its parameters cell declares none
 
 
 @pytest.mark.parametrize("name, value, limit", [

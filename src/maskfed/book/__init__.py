@@ -222,49 +222,53 @@ def without_comment_lines(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")) + "\n"
 
 
-def data_note(profile: Profile) -> str:
-    """One sentence naming the data the profile's runs use (the JPEG caveat included): the kind of
-    source and the file or folder name, never its path on this machine, and the content
-    fingerprint that the runs' cache keys use (:func:`maskfed.engine.runner.data_fingerprint`: sha256 over
-    every byte of the images and labels)."""
+def data_source(profile: Profile) -> dict:
+    """The data a profile's runs use: ``data`` (the kind of source and the file or folder name, the JPEG
+    caveat included, never its path on this machine) and ``fingerprint``, the content fingerprint that the runs'
+    cache keys use (:func:`maskfed.engine.runner.data_fingerprint`: sha256 over every byte of the images and labels)."""
     images = images_for(profile.run(profile.seeds[0]))
-    return f"{without_paths(images.source)}; content fingerprint {data_fingerprint(images)}"
+    return {"data": without_paths(images.source), "fingerprint": data_fingerprint(images)}
+
+
+def data_note(profile: Profile) -> str:
+    """Deprecated alias for callers not yet moved to :func:`data_source`: its two values joined by "; "."""
+    d = data_source(profile)
+    return f"{d['data']}; fingerprint {d['fingerprint']}"
 
 
 def profile_changes(profile: Profile) -> dict:
     """The base fields a page set differently from the profile's own file (``load_profile(name,
     rounds=2)`` -> ``{"rounds": 2}``), in the order given; the data location is left to
-    :func:`data_note`, and a value equal to the file's is not a change."""
+    :func:`data_source`, and a value equal to the file's is not a change."""
     if not profile.overrides:
         return {}
     default = load_profile(profile.name).base
     return {k: v for k, v in profile.overrides.items() if k != "data_path" and default.get(k) != v}
 
 
-def banner(profile: Profile, *, what: str = "these numbers", changes: dict | None = None) -> "IPython.display.HTML":
-    """An admonition box saying which profile produced ``what`` and on which data.
+def banner(profile: Profile, *, source: str | None = None, changes: dict | None = None,
+           what: str | None = None) -> pd.DataFrame:
+    """What produced a page's numbers, as a table of values (one column ``value``, one row per field) that the
+    chapter shows under a fixed sentence or admonition of its own saying which numbers it describes.
 
-    Scaled-down profiles get a warning box that says they are not the paper's setting.
-    The box states what ran: the base fields the page set differently from the profile
-    (:func:`profile_changes`, e.g. a chapter's own shorter runs) follow the profile's text, and so
-    do ``changes`` (setting -> value, e.g. ``{"cohort_size (K_c)": 5}``), which name anything else
-    the page sets differently and take precedence over a field of the same name.
+    Fields: ``profile``; ``scaled down`` (True: not the paper's setting); ``model``, ``rounds`` and ``cohort
+    K_c`` of its first seed's run; ``seeds`` (the seeds, comma-separated); ``description`` (the profile's own);
+    ``changes`` (what the page set differently: the base fields of :func:`profile_changes`, then ``changes``,
+    setting -> value such as ``{"cohort_size (K_c)": 5}``, which take precedence over a field of the same name;
+    "" for none); ``data`` and ``fingerprint`` (:func:`data_source`); ``lead source`` (``source``: the name of
+    the source the page's lead numbers come from, e.g. an archived profile's column; the profile's name when
+    None). ``what`` is ignored (the chapter's Markdown says it); kept so that older calls still run.
     """
-    from IPython.display import HTML
-
     explicit = changes or {}
     changes = {k: v for k, v in profile_changes(profile).items()
                if not any(name == k or name.startswith(f"{k} ") for name in explicit)} | explicit
-    kind = "warning" if profile.scaled_down else "note"
-    title = (f"Profile “{profile.name}”: scaled down, not the paper's setting" if profile.scaled_down
-             else f"Profile “{profile.name}”: the paper's setting")
-    body = (f"{html.escape(what.capitalize())} come from the <code>{profile.name}</code> profile: "
-            f"{html.escape(profile.description)} Seeds: {profile.seeds}. "
-            + (f"<strong>This page changes:</strong> "
-               f"{html.escape(', '.join(f'{k} = {without_paths(number(v))}' for k, v in changes.items()))}. "
-               if changes else "")
-            + f"Data: {html.escape(data_note(profile))}.")
-    return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{title}</p><p>{body}</p></div>')
+    cfg = profile.run(profile.seeds[0])
+    values = {"profile": profile.name, "scaled down": bool(profile.scaled_down), "model": cfg.model,
+              "rounds": cfg.rounds, "cohort K_c": cfg.cohort_size, "seeds": ", ".join(str(s) for s in profile.seeds),
+              "description": profile.description,
+              "changes": ", ".join(f"{k} = {without_paths(number(v))}" for k, v in changes.items()),
+              **data_source(profile), "lead source": source or profile.name}
+    return pd.DataFrame({"value": pd.Series(values, dtype=object)}).rename_axis("field")
 
 
 def _cell_writers(table: pd.DataFrame, formats: dict | None) -> dict:
@@ -418,7 +422,7 @@ def csv_link(table: pd.DataFrame, name: str, text: str | None = None) -> str:
     keep_index = not (isinstance(flat.index, pd.RangeIndex) and flat.index.name is None)
     data = flat.map(without_paths).to_csv(index=keep_index)   # floats as Python writes them: exact
     href = "data:text/csv;charset=utf-8," + urllib.parse.quote(data)
-    label = html.escape(text or f"Download every column as CSV ({name}.csv)")
+    label = html.escape(text or f"Full-precision CSV: {name}.csv")
     return f'<p class="table-csv"><a href="{href}" download="{name}.csv">{label}</a></p>'
 
 
@@ -458,8 +462,8 @@ def fitted(table: pd.DataFrame, main: list, *, name: str, formats: dict | None =
             its sources.
         name: the CSV's file stem (``table1``).
         formats: number formats as for :func:`styled`.
-        detail: the summary line of the toggled box (default: "Every source of <quantities>" or
-            "The other N columns: <columns>").
+        detail: the summary line of the toggled box (default: "Every source: <quantities>" or
+            "More columns: <columns>").
         collapsed: the other columns in a toggled box (True) or in tables shown below (False).
         max_chars: the width budget of each table, in characters (:func:`table_chars`).
 
@@ -515,8 +519,7 @@ def fitted(table: pd.DataFrame, main: list, *, name: str, formats: dict | None =
     others = "".join(styled(table[p], formats).to_html() for p in parts)
     if parts and collapsed:
         names = list(dict.fromkeys(str(_header(c)[0] if two_level else _header(c)) for c in rest))
-        summary = detail or (f"Every source of {', '.join(names)}" if two_level
-                             else f"The other {len(rest)} columns: {', '.join(names)}")
+        summary = detail or (f"Every source: {', '.join(names)}" if two_level else f"More columns: {', '.join(names)}")
         out.append(f"<details class=\"table-detail\"><summary>{html.escape(summary)}</summary>{others}</details>")
     elif parts:
         out.append(others)
@@ -569,7 +572,7 @@ def _show_values(glued: dict) -> None:
     from IPython.display import display
 
     with pd.option_context("display.max_rows", None, "display.max_colwidth", None):  # every value, whole
-        display(pd.DataFrame({"value in the text": [str(v) for v in glued.values()]},
+        display(pd.DataFrame({"glued value": [str(v) for v in glued.values()]},
                              index=pd.Index(list(glued), name="glue name")))
 
 
@@ -593,22 +596,23 @@ def glue_numbers(values: dict, digits: int = 3) -> None:
     _show_values(glued)
 
 
-def provenance_note(name: str | None = None, namespace: dict | None = None) -> "IPython.display.HTML":
-    """A one-line record at the end of a chapter: when it was executed, from which git commit
-    (and whether ``src/`` had uncommitted changes), with which package versions; with ``name``, after
-    the chapter's :func:`maskfed.book.params.run_box` (``namespace``: its globals, for its parameters' types and values)."""
+def provenance_record() -> pd.DataFrame:
+    """When and from what a chapter was executed, as a one-row table for its last cell: ``executed (UTC)``,
+    ``commit`` (10 hex digits), ``src/ changed`` (True when ``src/`` had uncommitted changes), ``run code``
+    (:func:`maskfed.provenance.code_hash`) and ``packages`` (name and version of each, comma-separated)."""
     from datetime import datetime, timezone
-
-    from IPython.display import HTML
 
     from maskfed import provenance
 
     git = provenance.git_state()
-    versions = ", ".join(f"{k} {v}" for k, v in provenance.package_versions().items() if v)
-    commit = git["commit"][:10] + (" with uncommitted changes in src/" if git["dirty"] else "")
-    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    from maskfed.book.params import run_box
+    return pd.DataFrame([{"executed (UTC)": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                          "commit": git["commit"][:10], "src/ changed": bool(git["dirty"]),
+                          "run code": provenance.code_hash(),
+                          "packages": ", ".join(f"{k} {v}" for k, v in provenance.package_versions().items() if v)}])
 
-    box = run_box(name, namespace) if name is not None else ""
-    return HTML(box + f'<p style="font-size: 0.8em; color: #666">Executed {when} from commit <code>{commit}</code> '
-                f"(run code hash <code>{provenance.code_hash()}</code>); {html.escape(versions)}.</p>")
+
+def provenance_note(name: str | None = None, namespace: dict | None = None) -> pd.DataFrame:
+    """Deprecated alias of :func:`provenance_record` (``name`` and ``namespace`` are ignored: a chapter shows its
+    command with :func:`maskfed.book.params.run_command` and its parameters with
+    :func:`maskfed.book.params.parameter_table`), kept so that chapters not yet moved still run."""
+    return provenance_record()

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Union
 
+import pandas as pd
 import yaml
 from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError
 
@@ -149,7 +150,7 @@ def type_name(annotation: Any) -> str:
     if origin is Annotated:
         base, *meta = args
         if base is str and any(getattr(m, "func", None) is _existing_path for m in meta):
-            return "an existing file or folder"
+            return "existing path"
         bounds = [b for m in meta for b in _bounds(m)]
         finite = "finite " if "finite" in bounds else ""
         bounds = [b for b in bounds if b != "finite"]
@@ -384,27 +385,14 @@ def declared_in(source: str) -> list[dict]:
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None]
 
 
-def run_box(name: str, namespace: dict | None = None) -> str:
-    """HTML of a chapter's "Run this chapter" box: the command that executes it (with this build's
-    parameters where they differ from the chapter's defaults) and, in a toggle, the table of its
-    parameters (name, type and range, default, this build's value, meaning) read from its parameters cell.
-
-    Args:
-        name: the chapter (``notebooks/<name>.md``).
-        namespace: the executed notebook's globals (its ``__annotations__`` give the types, its values this
-            build's); None: the defaults only.
-
-    Raises:
-        FileNotFoundError: no such chapter.
-    """
-    import html
-    import shlex
-
+def _given(name: str, namespace: dict | None) -> tuple[list[dict], dict, dict]:
+    """The rows of :func:`declared_in` for chapter ``name`` (each with ``shown``, its default as source text,
+    and ``build``, this build's value as ``repr``), the values given where they differ from the defaults
+    (``profile`` aside), and the notebook's annotations."""
     from maskfed.paths import REPO_ROOT
 
     rows = declared_in((REPO_ROOT / "notebooks" / f"{name}.md").read_text())
     namespace = namespace or {}
-    kinds = namespace.get("__annotations__", {})
     values = namespace.get(GIVEN, {})  # what check_parameters was given, before any cell changed it
     given = {}
     for r in rows:
@@ -416,21 +404,46 @@ def run_box(name: str, namespace: dict | None = None) -> str:
         r["shown"], r["build"] = (repr(default) if default is not r["default"] else r["default"]), repr(value)
         if r["name"] in values and value != default and r["name"] != "profile":
             given[r["name"]] = value
-    profile = values.get("profile")
-    # as a shell takes it: the checkout's environment (make env: .venv/, or the active one), each value quoted
-    command = (".venv/bin/python -m maskfed.book.notebooks" + (f" --profile {profile}" if profile else "")
-               + f" {name}" + "".join(f" -p {k} {shlex.quote(str(v))}" for k, v in given.items()))
-    command = html.escape(command)
-    table = ("<table><thead><tr><th>parameter</th><th>type and range</th><th>default</th><th>this build</th>"
-             "<th>meaning</th></tr></thead><tbody>"
-             + "".join(f"<tr><td><code>{r['name']}</code></td>"
-                       f"<td>{html.escape(type_name(kinds[r['name']]) if r['name'] in kinds else '')}</td>"
-                       f"<td><code>{html.escape(r['shown'])}</code></td><td><code>{html.escape(r['build'])}</code></td>"
-                       f"<td>{html.escape(r['meaning'])}</td></tr>" for r in rows)
-             + "</tbody></table>") if rows else "<p>This chapter takes no parameters.</p>"
-    return ('<details class="maskfed-run"><summary>Run this chapter</summary>'
-            "<p>From a checkout with the environment made (<code>make env</code>; with your own virtualenv or "
-            "conda environment active, drop <code>.venv/bin/</code>), this executes the chapter with this build's "
-            "parameters, then rebuilds the book; add <code>-p NAME VALUE</code> for any parameter below (a list "
-            "or a dict in quotes).</p>"
-            f"<pre>{command}\n.venv/bin/jupyter-book build book/</pre>{table}</details>")
+    return rows, given, namespace.get("__annotations__", {})
+
+
+def run_command(name: str, namespace: dict | None = None) -> str:
+    """The shell command that executes chapter ``name`` with this build's parameters where they differ from the
+    chapter's defaults (each value quoted for a shell), from a checkout whose environment is ``.venv/``.
+
+    Args:
+        name: the chapter (``notebooks/<name>.md``).
+        namespace: the executed notebook's globals (its checked parameters give this build's values); None:
+            the defaults only.
+
+    Raises:
+        FileNotFoundError: no such chapter.
+    """
+    import json
+    import shlex
+
+    _, given, _ = _given(name, namespace)
+    profile = (namespace or {}).get(GIVEN, {}).get("profile")
+    argv = [".venv/bin/python", "-m", "maskfed.book.notebooks", *(["--profile", profile] if profile else []), name]
+    for k, v in given.items():  # a list or a dict as JSON, which the chapter's check reads back (parse_text)
+        try:
+            text = json.dumps(v) if isinstance(v, (list, tuple, dict)) else str(v)
+        except TypeError:
+            text = str(v)
+        argv += ["-p", k, text]
+    return shlex.join(argv)
+
+
+def parameter_table(name: str, namespace: dict | None = None) -> pd.DataFrame:
+    """The parameters chapter ``name`` declares in its parameters cell, one row each: ``parameter``, ``type and
+    range`` (:func:`type_name` of its annotation, "" when ``namespace`` has none), ``default`` (source text),
+    ``this build`` (the value this build was given, as ``repr``) and ``meaning`` (the line's comment); no rows
+    for a chapter without parameters.
+
+    Raises:
+        FileNotFoundError: no such chapter.
+    """
+    rows, _, kinds = _given(name, namespace)
+    return pd.DataFrame([{"parameter": r["name"], "type and range": type_name(kinds[r["name"]]) if r["name"] in kinds
+                          else "", "default": r["shown"], "this build": r["build"], "meaning": r["meaning"]}
+                         for r in rows], columns=["parameter", "type and range", "default", "this build", "meaning"])

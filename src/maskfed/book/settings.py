@@ -2,7 +2,7 @@
 
 The paper (Yan et al., 2026, Sec. IV-A) fixes the model family, the data, the partition family,
 the federated protocol and the summary; everything else a run needs is this project's choice.
-:data:`SETTINGS` lists both kinds. An entry credited to the paper names the section that states
+:data:`SETTINGS` lists both kinds, read from ``settings.yaml`` beside this module. An entry credited to the paper names the section that states
 it; an entry that is ours names the reference it follows. :func:`settings_table` fills in the
 values a profile actually uses (from its :class:`~maskfed.engine.config.RunConfig`), so the table cannot
 drift from the code.
@@ -23,14 +23,17 @@ References (ours):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from maskfed.analysis.summary import tail_window
 from maskfed.engine.config import load_profile, Profile, RunConfig
 
 PAPER = "paper, Sec. IV-A"
+#: The table's rows, in order (:class:`Setting` fields; see the file's header comment).
+SOURCE = Path(__file__).with_name("settings.yaml")
 
 
 @dataclass(frozen=True)
@@ -39,85 +42,43 @@ class Setting:
 
     Attributes:
         name: what is set.
-        value: the value as text: fixed, or ``value(cfg, profile)`` from a profile and its first
-            seed's run config.
+        value: the value as text: fixed, or a template whose ``{names}`` are :func:`run_values`.
         whose: ``"paper, Sec. ..."`` when the paper states it, else ``"ours, following <ref>"``.
         where: the code that applies it (module.function or config field, dotted under ``maskfed``).
+        other_model: where given, the value (a template as ``value``) for a model other than ResNet-18-GN.
     """
 
     name: str
-    value: Callable[[RunConfig, Profile], str] | str
+    value: str
     whose: str
     where: str
+    other_model: str | None = None
 
     @property
     def ours(self) -> bool:
         """True when the paper does not state this setting."""
         return self.whose.startswith("ours")
 
+    def value_for(self, cfg: RunConfig, profile: Profile) -> str:
+        """The value a profile uses: the template filled with :func:`run_values` of its first run ``cfg``."""
+        own = self.other_model is None or cfg.model == "resnet18_gn"
+        return (self.value if own else self.other_model).format_map(run_values(cfg, profile))
 
-def _resnet_only(cfg: RunConfig, text: str) -> str:
-    return text if cfg.model == "resnet18_gn" else f"none ({cfg.model} has no ResNet stem)"
+
+SETTINGS: tuple[Setting, ...] = tuple(Setting(**row) for row in yaml.safe_load(SOURCE.read_text()))
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("model", lambda c, p: c.model, f"{PAPER} (\"ResNet-18 with GroupNorm\")", "engine.config.model"),
-    Setting("GroupNorm groups per layer", lambda c, p: str(c.gn_groups),
-            "ours, following Wu & He (2018) for GroupNorm and Hsieh et al. (2020) for GroupNorm in FL; "
-            "the paper gives no group count", "engine.config.gn_groups"),
-    Setting("ResNet-18 stem", lambda c, p: _resnet_only(c, "3x3 stride-1 convolution, no max-pool"),
-            "ours, following He et al. (2016, Sec. 4.2) and common CIFAR ResNet practice; "
-            "the paper does not say", "engine.models.resnet18_gn"),
-    Setting("stem initialisation", lambda c, p: _resnet_only(
-                c, "PyTorch's default Conv2d init (Kaiming-uniform, a = sqrt(5)); other convolutions "
-                "torchvision's Kaiming-normal (fan-out), GroupNorm weight 1, bias 0"),
-            "ours, following torchvision's resnet18 (He et al., 2015); the paper does not say",
-            "engine.models.resnet18_gn"),
-    Setting("data", lambda c, p: c.dataset, f"{PAPER} (CIFAR-10)", "engine.config.dataset"),
-    Setting("CIFAR-10 copy", "offline JPEG quality-75 re-encoding, when no original is given",
-            "ours (an offline mirror); the paper cites the original release (Krizhevsky, 2009)", "engine.data.load_cifar10"),
-    Setting("input preprocessing", "per-channel standardisation with train-split statistics, "
-            "no augmentation", "ours, following common CIFAR-10 practice; the paper does not say",
-            "engine.runner.prepare_data"),
-    Setting("clients K", lambda c, p: str(c.num_clients), PAPER, "engine.config.num_clients"),
-    Setting("partition", lambda c, p: "per-class Dirichlet, α ∈ {" + ", ".join(f"{a:g}" for a in p.table2.alphas) + "}",
-            PAPER,
-            "engine.config.partition, engine.config.alpha"),
-    Setting("Dirichlet convention", lambda c, p: c.dirichlet_convention,
-            "ours, following Hsu et al. (2019); NIID-Bench (Li et al., 2021) offered as an option",
-            "engine.config.dirichlet_convention"),
-    Setting("empty-client rule", "redraw the whole partition while any client is empty "
-            "(at most 1,000 redraws)", "ours, following the redraw of NIID-Bench (Li et al., 2021) "
-            "with a floor of 1 instead of 10", "engine.partition.dirichlet_partition"),
-    Setting("cohort K_c, sampled uniformly", lambda c, p: str(c.cohort_size), PAPER, "engine.config.cohort_size"),
-    Setting("local optimiser", lambda c, p: f"SGD, lr {c.lr:g}", PAPER, "engine.config.lr"),
-    Setting("momentum, weight decay", "none", "ours (plain SGD, as the paper names it); "
-            "the paper does not say", "engine.fedavg"),
-    Setting("loss", "cross-entropy", "ours, following standard classification practice; "
-            "the paper does not say", "engine.fedavg"),
-    Setting("batch size (Table I grid)", lambda c, p: ", ".join(str(b) for b in p.table1.batch_sizes)
-            + " (full: one step over the shard)", PAPER, "engine.config.batch_size"),
-    Setting("local epochs τ (Table I grid)", lambda c, p: ", ".join(str(t) for t in p.table1.local_epochs),
-            PAPER, "engine.config.local_epochs"),
-    Setting("aggregation", lambda c, p: f"{c.aggregation} (n_k-weighted mean)"
-            if c.aggregation == "weighted" else c.aggregation, PAPER, "engine.config.aggregation"),
-    Setting("n_k-weighted 1/Δ_S", "‖Σ w_k Δ_k‖² / Σ w_k² ‖Δ_k‖², w_k = n_k / Σ n_k",
-            "ours, eq. (7) over eq. (6) with weights w_k; the paper reports the value (Sec. IV-A) "
-            "without its formula", "core.diversity.recovery_factor_from_gram"),
-    Setting("rounds", lambda c, p: str(c.rounds), PAPER, "engine.config.rounds"),
-    Setting("seeds", lambda c, p: str(len(p.seeds)), PAPER, "profile seeds"),
-    Setting("summary window", lambda c, p: f"median over the last {tail_window(c.rounds)} of {c.rounds} rounds",
-            f"{PAPER} at 200 rounds (\"the last 50 rounds\"); at other round counts the rule below (ours)",
-            "analysis.summary.tail_window"),
-    Setting("summary window at other round counts", "the last quarter of the rounds, at least 1",
-            "ours, keeping the paper's 50/200 ratio", "analysis.summary.tail_window"),
-    Setting("across seeds", "median of the per-run medians", "paper, Table I caption", "analysis.summary.summarize"),
-    Setting("rounds with 1/Δ_S < 1", "pooled over every round of every seed",
-            "ours, the convention the paper's percentages suggest", "analysis.summary.summarize"),
-    Setting("evaluation schedule", lambda c, p: f"every {c.eval_every} rounds, every {c.eval_every_tail} "
-            "in the summary window", "ours (the paper reports accuracy over the last 50 rounds)",
-            "engine.config.eval_every, engine.config.eval_every_tail"),
-)
+def run_values(cfg: RunConfig, profile: Profile) -> dict:
+    """The values the settings' templates name, from a profile and its first seed's run config: the
+    RunConfig fields, ``alphas`` (Table II's), ``batch_sizes`` and ``local_epochs`` (Table I's grid),
+    ``seeds`` (their number), ``window`` (:func:`maskfed.analysis.summary.tail_window`), ``lr`` and
+    ``aggregation`` as a reader writes them."""
+    weighted = " (n_k-weighted mean)" if cfg.aggregation == "weighted" else ""
+    return {**cfg.model_dump(), "alphas": ", ".join(f"{a:g}" for a in profile.table2.alphas),
+            "batch_sizes": ", ".join(str(b) for b in profile.table1.batch_sizes),
+            "local_epochs": ", ".join(str(t) for t in profile.table1.local_epochs),
+            "seeds": len(profile.seeds), "window": tail_window(cfg.rounds), "lr": f"{cfg.lr:g}",
+            "aggregation": cfg.aggregation + weighted}
 
 
 def settings_table(profile: str | None = None) -> pd.DataFrame:
@@ -138,7 +99,7 @@ def settings_table(profile: str | None = None) -> pd.DataFrame:
     def values(name: str) -> list[str]:
         prof = load_profile(name)
         cfg = prof.run(prof.seeds[0])
-        return [s.value(cfg, prof) if callable(s.value) else s.value for s in SETTINGS]
+        return [s.value_for(cfg, prof) for s in SETTINGS]
 
     table = pd.DataFrame({"setting": [s.name for s in SETTINGS], "value": values("paper"),
                           "whose": [s.whose for s in SETTINGS], "where": [s.where for s in SETTINGS]})

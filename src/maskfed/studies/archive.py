@@ -20,7 +20,6 @@ import shutil
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -31,9 +30,6 @@ from maskfed.engine.config import load_profile, NOT_IN_KEY, PROFILES, RunConfig
 from maskfed.engine.runner import DamagedRun, load_run, RunResult
 from maskfed.paths import env_path, REPO_ROOT
 from maskfed.studies import experiments
-
-if TYPE_CHECKING:
-    import IPython.display
 
 #: The files of a run folder that are archived (all small).
 FILES = ("metrics.csv", "config.json", "partition.json", "provenance.json")
@@ -152,8 +148,9 @@ def _digest(hashed: dict[str, str]) -> str:
 
 
 def manifest_changes(folder: Path) -> list[str]:
-    """How ``folder``'s files differ from its manifest, one phrase each ([] when all match), e.g.
-    ``"metrics.csv differs from its manifest"``, ``"thetas.pt is missing"``, ``"no manifest.json"``."""
+    """How ``folder``'s files differ from its manifest, one short entry each ([] when all match): ``"<file>
+    changed"`` (its bytes differ from the manifest's sha256), ``"<file> missing"``, ``"<file> extra"`` (not in
+    the manifest), ``"no manifest.json"`` or ``"manifest.json unreadable"``."""
     return _changes(folder, _hashed_files(folder))
 
 
@@ -164,10 +161,10 @@ def _changes(folder: Path, now: dict[str, str]) -> list[str]:
     try:
         recorded = json.loads(path.read_text())["files"]
     except (json.JSONDecodeError, KeyError, TypeError):
-        return [f"{MANIFEST} is unreadable"]
-    out = [f"{n} differs from its manifest" for n in sorted(recorded) if n in now and now[n] != recorded[n]]
-    out += [f"{n} is missing" for n in sorted(recorded) if n not in now]
-    out += [f"{n} is not in the manifest" for n in sorted(now) if n not in recorded]
+        return [f"{MANIFEST} unreadable"]
+    out = [f"{n} changed" for n in sorted(recorded) if n in now and now[n] != recorded[n]]
+    out += [f"{n} missing" for n in sorted(recorded) if n not in now]
+    out += [f"{n} extra" for n in sorted(now) if n not in recorded]
     return out
 
 
@@ -203,8 +200,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def clean_leftovers(root: Path) -> list[str]:
-    """Tidy what killed archive commands left in ``root`` (a profile's archive folder); returns one phrase
-    per action. A ``.old-<name>-<pid>`` whose ``<name>`` is gone is renamed back, any other removed;
+    """Tidy what killed archive commands left in ``root`` (a profile's archive folder); returns one entry
+    per action (``"restored <name>"``, ``"removed <folder>"``). A ``.old-<name>-<pid>`` whose ``<name>`` is gone is renamed back, any other removed;
     ``.tmp-*`` folders of processes no longer running are removed."""
     done = []
     if not root.is_dir():
@@ -218,7 +215,7 @@ def clean_leftovers(root: Path) -> list[str]:
             continue  # another archive command is writing it now
         if prefix == OLD_PREFIX and name and not (root / name).exists():
             os.replace(p, root / name)
-            done.append(f"restored {name} (its replacement was interrupted)")
+            done.append(f"restored {name}")  # its replacement was interrupted
         else:
             shutil.rmtree(p, ignore_errors=True)
             done.append(f"removed {p.name}")
@@ -353,11 +350,6 @@ def select_keyed(results: list[RunResult], configs: dict) -> dict:
     return {k: by_what[_what(c)] for k, c in configs.items() if _what(c) in by_what}
 
 
-def missing_runs(profile_name: str, results: list[RunResult] | None = None) -> list[str]:
-    """Labels of the profile's runs (every experiment) that ``results`` (default: its archive) lacks."""
-    return list(missing_frame(profile_name, results)["run"])
-
-
 def missing_frame(profile_name: str, results: list[RunResult] | None = None) -> pd.DataFrame:
     """The profile's runs (every experiment) that ``results`` (default: its archive) lacks, one row each:
     ``experiment``, ``run`` (its label), ``seed``, ``folder`` (a damaged archived folder of that run, else "")
@@ -378,8 +370,16 @@ def missing_frame(profile_name: str, results: list[RunResult] | None = None) -> 
 
 def restore_commands(profile_name: str, seeds) -> str:
     """The commands that make and archive a profile's runs of ``seeds`` again."""
-    s = " ".join(str(int(x)) for x in sorted(set(seeds)))
-    return f"maskfed sweep --profile {profile_name} --seeds {s} && maskfed archive --profile {profile_name} --seeds {s}"
+    s = [str(int(x)) for x in sorted(set(seeds))]
+    return _commands(["sweep", "--profile", profile_name, "--seeds", *s],
+                     ["archive", "--profile", profile_name, "--seeds", *s])
+
+
+def _commands(*argvs: list[str]) -> str:
+    """``maskfed`` command lines (each an argument list after ``maskfed``), quoted for a shell and joined by ``&&``."""
+    import shlex
+
+    return " && ".join(shlex.join(["maskfed", *a]) for a in argvs)
 
 
 class IncompleteArchive(ValueError):
@@ -472,72 +472,66 @@ class ArchiveLabel:
         (:func:`verify_archive`) of exactly these files shows this code reproducing them."""
         return any(h != self.current_code_hash for h in self.code_hashes) and not self.verified
 
-    def text(self) -> str:
-        """Plain sentences for the book, e.g. ``"12 runs on cpu (x86_64), finished 2026-12-01, commit
-        1a2b3c4d5e, run code 0123456789abcdef (the same as this checkout's)."``. A file that differs from
-        its manifest is named first, and then nothing is called reproduced."""
-        dates = sorted({self.first_utc[:10], self.last_utc[:10]})
-        code = ", ".join(self.code_hashes)
-        s = (f"{self.runs} run{'s' if self.runs != 1 else ''} on {', '.join(self.devices)}, "
-             f"finished {' to '.join(dates)}, commit{'s' if len(self.commits) > 1 else ''} {', '.join(self.commits)}, "
-             f"run code {code}")
+    @property
+    def status(self) -> str:
+        """What the book may say of these runs' numbers, as a verdict word, the first that applies:
+        "files unchecked" (every changed entry is a folder without a manifest), "files changed" (a file differs
+        from its manifest: nothing is then called reproduced), "within tolerance" or "not reproduced" (the newest
+        verification of this code on these files was not bit-identical: :attr:`outcome` "within tolerance" or
+        "neither"), "code changed" (:attr:`code_changed`), "reproduced" (other run code, but that verification
+        reproduced every metric bit for bit), "same code" (every run made with this checkout's run code)."""
         unchecked = [c for c in self.changed if c.endswith(f": no {MANIFEST}")]
-        if unchecked and len(unchecked) == len(self.changed):
-            return (s + f". {len(unchecked)} of these run folders have no {MANIFEST}, so their files cannot be "
-                    f"checked against what was archived (maskfed archive --profile {self.profile} --manifests "
-                    "writes them, then --verify checks them).")
         if self.changed:
-            return (s + f". Changed since archived, so these numbers are not the archived ones: "
-                    f"{'; '.join(self.changed)} (restore the files from git, or re-archive).")
-        v = self.verification
-        uncovered = ""
-        if self.checked_before and self.unverified:
-            uncovered = (f" No verification of this checkout's code covers the files of {', '.join(self.unverified)} "
-                         "as they are now: no re-run vouches for them (maskfed archive --verify checks them).")
-        if v is not None and not self.verified:
-            bad = [r for r in v["runs"] if not r["identical"]]
-            own = self.own_code_check
-            also = ("" if own is None or own.get("identical") is not False else
-                    f" Their own run code ({own['code_hash']}), re-run on {own['machine']} on {own['utc'][:10]}, "
-                    "differed as well: the difference comes from where it runs (the same code gives other float32 "
-                    "sums there), not from a change of the code.")
-            rtol = v.get("summary_rtol", SUMMARY_RTOL)
-            worst = max((r.get("summary_max_rel_diff", math.nan) for r in v["runs"]), default=math.nan)
-            factor = max((abs(r["summary_rerun"]["recovery_unweighted"] / r["summary_archived"]["recovery_unweighted"] - 1)
-                          for r in v["runs"] if r.get("summary_archived") and r.get("summary_rerun")), default=math.nan)
-            near = ("" if self.outcome not in ("within tolerance", "neither") else
-                    f" The book's summary cells of those runs agree within a relative {rtol:g}." if self.outcome ==
-                    "within tolerance" else
-                    f" Neither check held on that machine: not bit for bit, and the book's summary cells of those runs "
-                    f"differ from the archived ones by up to {worst:.3g} relative (1/Δ_S by up to {factor:.3g}), beyond the "
-                    f"stated {rtol:g}.")
-            return (s + f". The run code has changed since these runs, and re-running {len(v['runs'])} of them with "
-                    f"this checkout's code ({self.current_code_hash}) on {machine_text(v)} on {v['utc'][:10]} gave "
-                    f"different metrics: {'; '.join(difference_text(r) for r in bad)} (maskfed archive --verify).{near}{also}")
+            return "files unchecked" if len(unchecked) == len(self.changed) else "files changed"
+        if self.verification is not None and not self.verified:
+            return "within tolerance" if self.outcome == "within tolerance" else "not reproduced"
         if self.code_changed:
-            return (s + f". The run code has changed since these runs: their numbers are from code {code}, "
-                    f"not this checkout's {self.current_code_hash}.{uncovered}")
-        if v is not None and any(h != self.current_code_hash for h in self.code_hashes):
-            older = self.runs - self.same_code_runs
-            if self.same_code_runs:
-                which = (f"{older} of these runs were made with other run code than this checkout's "
-                         f"({self.current_code_hash}), the other {self.same_code_runs} with it")
-                ours, covered = f"the {older}", f"the {older} older runs"
-            else:
-                which = f"This checkout's run code ({self.current_code_hash}) differs"
-                ours, covered = "these", "these runs"
-            here = [r["label"] for r in v["runs"] if r["label"] in self.labels]
-            elsewhere = [r["label"] for r in v["runs"] if r["label"] not in self.labels]
-            reran = []
-            if here:
-                reran.append(f"{len(here)} of {ours} ({', '.join(here)})")
-            if elsewhere:
-                reran.append(f"{len(elsewhere)} other run{'s' if len(elsewhere) > 1 else ''} of the same archive "
-                             f"({', '.join(elsewhere)})")
-            return (s + f". {which}, but re-running {' and '.join(reran)} with it on {machine_text(v)} on "
-                    f"{v['utc'][:10]} reproduced every metric bit for bit, and {covered}' files are the ones "
-                    "that check covered (maskfed archive --verify).")
-        return s + " (the same as this checkout's)." + uncovered
+            return "code changed"
+        if self.verification is not None and any(h != self.current_code_hash for h in self.code_hashes):
+            return "reproduced"
+        return "same code"
+
+    def record(self) -> dict:
+        """The label as values for a table row (:func:`archive_table`): ``runs``, ``device``, ``first finished``,
+        ``last finished`` (dates), ``commit``, ``run code`` (the runs' hashes), ``this code`` (this checkout's),
+        ``status`` (:attr:`status`), ``verified`` (date of :attr:`verification`, "" without one), ``verified on``
+        (its machine, :func:`machine_text`), ``re-run`` (runs it re-ran), ``re-run here`` and ``re-run other`` (those
+        of them among these runs and among the rest of the archive), ``max rel. diff`` and ``1/Δ_S rel. diff`` (the largest relative difference of a re-run's summary
+        cells, :func:`summary_cells`, and of its unweighted 1/Δ_S cell, from the archived ones, to 3 significant
+        digits; NaN without a record of them), ``tolerance`` (that comparison's, :data:`SUMMARY_RTOL`),
+        ``first difference`` (:func:`difference_text` of each re-run that differed), ``own code`` (outcome of the
+        newest re-run with the runs' own run code, "" without one), ``changed`` (:attr:`changed`) and
+        ``unverified`` (:attr:`unverified`, when some verification of this code exists)."""
+        v = self.verification or {}
+        runs = v.get("runs", [])
+        reran, own = [r["label"] for r in runs], self.own_code_check
+        worst = max((r.get("summary_max_rel_diff", math.nan) for r in runs), default=math.nan)
+        factor = max((abs(r["summary_rerun"]["recovery_unweighted"] / r["summary_archived"]["recovery_unweighted"] - 1)
+                      for r in runs if r.get("summary_archived") and r.get("summary_rerun")), default=math.nan)
+        return {"runs": self.runs, "device": ", ".join(self.devices), "first finished": self.first_utc[:10],
+                "last finished": self.last_utc[:10], "commit": ", ".join(self.commits),
+                "run code": ", ".join(self.code_hashes), "this code": self.current_code_hash, "status": self.status,
+                "verified": v.get("utc", "")[:10], "verified on": machine_text(v) if v else "",
+                "re-run": len(reran), "re-run here": sum(x in self.labels for x in reran),
+                "re-run other": sum(x not in self.labels for x in reran),
+                "max rel. diff": _significant(worst), "1/Δ_S rel. diff": _significant(factor),
+                "tolerance": v.get("summary_rtol", SUMMARY_RTOL) if v else math.nan,
+                "first difference": "; ".join(difference_text(r) for r in runs if not r["identical"]),
+                "own code": "" if own is None else verification_outcome(own), "changed": "; ".join(self.changed),
+                "unverified": ", ".join(self.unverified) if self.checked_before else ""}
+
+    def text(self) -> str:
+        """Deprecated alias kept for callers not yet moved to :meth:`record`: the record's non-empty entries as
+        ``name value`` pairs joined by "; " (no sentence; the chapter's Markdown says what they mean)."""
+        return "; ".join(f"{k} {v}" for k, v in self.record().items() if v != "" and not
+                         (isinstance(v, float) and math.isnan(v)))
+
+
+def _significant(x: float, digits: int = 3) -> float:
+    """``x`` rounded to ``digits`` significant digits (0, NaN and infinities unchanged)."""
+    if not math.isfinite(x) or x == 0:
+        return x
+    return round(x, digits - 1 - math.floor(math.log10(abs(x))))
 
 
 def machine_text(record: dict) -> str:
@@ -546,7 +540,7 @@ def machine_text(record: dict) -> str:
     m = record.get("machine_id")
     if not m:
         return record["machine"]
-    detail = f"{m.get('cpu_capability')}, torch {m.get('torch')}, identity {m.get('id')}"
+    detail = ", ".join([str(m.get("cpu_capability")), f"torch {m.get('torch')}", f"identity {m.get('id')}"])
     if record["machine"].endswith(")"):
         return f"{record['machine'][:-1]}; {detail})"
     return f"{record['machine']} ({detail})"
@@ -562,16 +556,17 @@ def verification_outcome(record: dict) -> str:
 
 
 def difference_text(run: dict) -> str:
-    """Where a verified run first differed, e.g. ``"run-a: train_loss at round 1 (2.319 archived, re-run off by
-    2.6e-10 relative)"``, from a :func:`verify_archive` record's run entry."""
+    """Where a verified run first differed, from a :func:`verify_archive` record's run entry, as a short record:
+    ``"run-a: train_loss, round 1, archived 2.319, rel. 2.6e-10"`` (the relative gap, not the re-run's value:
+    they agree to many digits); ``"run-a: |diff| 0.5"`` (the largest) without a recorded first difference."""
     d = run.get("first_difference")
     if not d:
-        return f"{run['label']} (max |diff| {run['max_abs_diff']:.3g})"
+        return f"{run['label']}: |diff| {run['max_abs_diff']:.3g}"
     if d.get("round") is None:
         return f"{run['label']}: {d['column']}"
     a, b = float(d["archived"]), float(d["rerun"])
-    rel = abs(b - a) / abs(a) if a else abs(b - a)  # the relative gap, not the values: they agree to many digits
-    return f"{run['label']}: {d['column']} at round {d['round']} ({a:.4g} archived, re-run off by {rel:.1e} relative)"
+    rel = abs(b - a) / abs(a) if a else abs(b - a)
+    return ", ".join([f"{run['label']}: {d['column']}", f"round {d['round']}", f"archived {a:.4g}", f"rel. {rel:.1e}"])
 
 
 def _device(p: dict) -> str:
@@ -720,7 +715,7 @@ def first_difference(archived: pd.DataFrame, rerun: pd.DataFrame) -> dict | None
     ``{"column", "round", "archived", "rerun"}``, or None when they agree (``round`` None when the shapes
     or columns differ)."""
     if list(archived.columns) != list(rerun.columns) or archived.shape != rerun.shape:
-        return {"column": f"the tables differ in shape or columns ({archived.shape} vs {rerun.shape})",
+        return {"column": f"shape {archived.shape} / {rerun.shape}",  # or other columns
                 "round": None, "archived": None, "rerun": None}
     cols = [c for c in archived.columns if c not in TIMING_COLUMNS]
     for i in range(len(archived)):
@@ -840,7 +835,7 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
 
 def how_to_make(profile_name: str) -> str:
     """The commands that create (or refresh) a profile's archive."""
-    return f"maskfed sweep --profile {profile_name} && maskfed archive --profile {profile_name}"
+    return _commands(["sweep", "--profile", profile_name], ["archive", "--profile", profile_name])
 
 
 def column_name(profile_name: str, *, archived: bool = True) -> str:
@@ -892,8 +887,8 @@ def summaries(experiment: str, *, live: str | None = None, profiles: list[str] |
             as the book's chapters do.
 
     Returns:
-        ``(found, notes)``: an :class:`ArchivedSummary` per profile with runs, and one sentence per
-        profile without any (saying how to make its archive).
+        ``(found, notes)``: an :class:`ArchivedSummary` per profile with runs, and an :class:`AbsentArchive`
+        per profile without any (its damaged folders and the command that makes its archive).
 
     Raises:
         ValueError: experiment other than "table1"/"table2", or an unknown profile.
@@ -913,10 +908,7 @@ def summaries(experiment: str, *, live: str | None = None, profiles: list[str] |
         have = {_what(r.config) for r in runs}
         damaged = [d for d in damaged_folders(name) if d.label in {c.label() for c in cfgs if _what(c) not in have}]
         if not runs:
-            where = " on a GPU" if name == "paper" else ""
-            notes.append(damaged_note(name, damaged) if damaged else
-                         f"No archived run of the {name} profile's {experiment} settings exists "
-                         f"(make one{where} with: {how_to_make(name)}).")
+            notes.append(AbsentArchive(name, experiment, damaged))
             continue
         bad = {d.label for d in damaged}
         found.append(ArchivedSummary(name, runs, tables[experiment](runs), label(runs, name),
@@ -925,33 +917,53 @@ def summaries(experiment: str, *, live: str | None = None, profiles: list[str] |
     return found, notes
 
 
-def damaged_note(profile_name: str, damaged: list[DamagedFolder]) -> str:
-    """One sentence naming a profile's damaged archived folders, their reasons and the remedy."""
-    return (f"Damaged in the {profile_name} archive, not used: {'; '.join(d.text() for d in damaged)}. "
-            f"Re-archive with: {how_to_make(profile_name)}.")
+@dataclass
+class AbsentArchive:
+    """A profile without an archived run of an experiment's settings (:func:`summaries`)."""
+
+    profile: str
+    experiment: str               # "table1" or "table2"
+    damaged: list[DamagedFolder]  # its folders of those settings that cannot be read back
+
+    @property
+    def status(self) -> str:
+        """"damaged" when some of its folders exist but cannot be read back, else "not archived"."""
+        return "damaged" if self.damaged else "not archived"
 
 
-def book_note(found: list[ArchivedSummary], notes: list[str]) -> "IPython.display.HTML":
-    """The provenance labels of the archived columns (and the notes of absent archives), as HTML."""
-    import html
-
-    from IPython.display import HTML
-
-    items = []
+def archive_table(found: list[ArchivedSummary], notes: list[AbsentArchive] = ()) -> pd.DataFrame:
+    """The provenance of a book table's archived columns, one row per profile (``found``, then ``notes``),
+    indexed by the column's header (:func:`column_name`): the :meth:`ArchiveLabel.record` of its runs, their
+    ``rounds`` and number of ``seeds``, the trend counts ``falling``, ``flat``, ``rising`` and ``too short``
+    (:meth:`ArchivedSummary.trends`: runs whose 1/Δ_S was still falling, flat or rising over the second half
+    of their rounds), ``missing`` (labels of the experiment's runs not yet archived), ``damaged`` (its
+    unreadable folders, :meth:`DamagedFolder.text`) and ``make with`` (the command that makes the archive,
+    for a profile whose archive is damaged or absent). A profile without runs has ``runs`` 0 and
+    :attr:`AbsentArchive.status` as its ``status``. A column empty (or NaN) in every row is left out."""
+    rows = {}
     for a in found:
-        text = f"<b>{html.escape(column_name(a.profile))}</b>: {html.escape(a.label.text())}"
         t = a.trends()
-        text += (f" Over the second half of their rounds the recovery factor was still falling in {t['falling']} of "
-                 f"these {len(a.results)} runs, flat in {t['flat']} and rising in {t['rising']} (slope of its log, "
-                 "significant at 5 % with a Newey-West standard error)"
-                 + (f"; {t['too short']} too short to tell." if t["too short"] else "."))
-        if a.missing:
-            text += f" Not yet archived: {html.escape(', '.join(a.missing))}."
-        if a.damaged:
-            text += " " + html.escape(damaged_note(a.profile, a.damaged))
-        items.append(text)
-    items += [html.escape(n) for n in notes]
-    return HTML('<ul style="font-size: 0.85em">' + "".join(f"<li>{i}</li>" for i in items) + "</ul>")
+        rows[column_name(a.profile)] = {
+            **a.label.record(), "rounds": max(r.config.rounds for r in a.results),
+            "seeds": len({r.config.seed for r in a.results}), "falling": t["falling"], "flat": t["flat"],
+            "rising": t["rising"], "too short": t["too short"], "missing": ", ".join(a.missing),
+            "damaged": "; ".join(d.text() for d in a.damaged), "make with": how_to_make(a.profile) if a.damaged else ""}
+    for n in notes:
+        rows[column_name(n.profile)] = {"runs": 0, "status": n.status,
+                                        "damaged": "; ".join(d.text() for d in n.damaged), "make with": how_to_make(n.profile)}
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index.name = "archive"
+    for col in ("runs", "rounds", "seeds", "falling", "flat", "rising", "too short", "re-run", "re-run here",
+                "re-run other"):
+        if col in table:
+            table[col] = table[col].astype("Int64")
+    table = table.fillna({c: "" for c in table.columns if table[c].dtype == object})
+    empty = [c for c in table.columns if table[c].map(lambda v: isinstance(v, str) and v == "" or pd.isna(v)).all()]
+    return table.drop(columns=empty)
+
+
+#: Old name of :func:`archive_table` (it returned HTML prose), kept so that chapters not yet moved still run.
+book_note = archive_table
 
 
 # --------------------------------------------------------------------------- archived stage studies
@@ -975,9 +987,9 @@ class ArchivedStudy:
     changed: list[str] = field(default_factory=list)  # its files that differ from its manifest (manifest_changes)
 
     def changed_text(self) -> str:
-        """'' when its files are those archived, else a clause (starting "; ") naming what changed."""
-        return (f"; changed since archived, so these numbers are not the archived ones: {'; '.join(self.changed)} "
-                "(restore the files from git, or re-archive)" if self.changed else "")
+        """Deprecated alias for callers not yet moved to :attr:`changed`: '' when its files are those archived,
+        else ``"; changed: "`` and the changed entries."""
+        return f"; changed: {'; '.join(self.changed)}" if self.changed else ""
 
 
 def ladder_trajectories(profile_name: str) -> dict[int, Path]:
@@ -1095,10 +1107,12 @@ def alpha_trajectories(profile_name: str, *, workers: int = 2,
     ones bit for bit (:func:`same_metrics`), its ``thetas.pt`` joins the archived folder (manifest rewritten);
     otherwise the rerun's own folder is the trajectory and the report says where they first differ (another
     CPU model gives other rounding). A run that has ``thetas.pt`` already keeps the sentence an earlier
-    α-cross recorded for it (its reproduction check), or else is reported as having kept θ as it trained.
+    α-cross recorded for it (its reproduction check), or else "kept".
 
     Returns:
-        ``(trajectories, report)``; ``report``: archived run folder -> one sentence, for every trajectory.
+        ``(trajectories, report)``; ``report``: archived run folder -> for every trajectory, "kept" (θ kept as
+        it trained), "rerun identical", or ``{"outcome": "rerun differs", "max_abs_diff", "round", "column"}``
+        (an earlier α-cross's entry is kept as it recorded it).
 
     Raises:
         ValueError: the archive lacks one of these runs.
@@ -1125,7 +1139,7 @@ def alpha_trajectories(profile_name: str, *, workers: int = 2,
             if (found[0].path / runner.THETAS).is_file():
                 out[a][s] = found[0].path
                 name = found[0].path.name
-                report[name] = earlier.get(name, "kept θ as it trained: its one run gave both its metrics and its θ")
+                report[name] = earlier.get(name, "kept")  # its one run gave both its metrics and its θ
             else:
                 todo[cfg] = (a, s, found[0])
     if todo:
@@ -1137,13 +1151,12 @@ def alpha_trajectories(profile_name: str, *, workers: int = 2,
                 shutil.copy2(rerun.path / runner.THETAS, arch.path / runner.THETAS)
                 write_manifest(arch.path)
                 out[a][s] = arch.path
-                report[arch.path.name] = "run again with θ snapshots: its metrics equal the archived ones bit for bit"
+                report[arch.path.name] = "rerun identical"  # bit for bit: its θ joined the archived folder
             else:
                 d = first_difference(arch.metrics, rerun.metrics) or {}
                 out[a][s] = rerun.path
-                report[arch.path.name] = (f"run again with θ snapshots: its metrics differ from the archived ones "
-                                          f"(largest difference {diff:.3g}, first at round {d.get('round')} in "
-                                          f"{d.get('column')}); its θ are the rerun's")
+                report[arch.path.name] = {"outcome": "rerun differs", "max_abs_diff": diff,
+                                          "round": d.get("round"), "column": d.get("column")}  # its θ: the rerun's
     return out, report
 
 
@@ -1225,7 +1238,7 @@ def factor_dir(profile_name: str, part: str) -> Path:
 
 def how_to_make_factor(profile_name: str, part: str) -> str:
     """The command that computes (resumably) and archives a model-size study."""
-    return f"maskfed archive --profile {profile_name} --factor {part}"
+    return _commands(["archive", "--profile", profile_name, "--factor", part])
 
 
 @dataclass
@@ -1242,18 +1255,23 @@ class ArchivedFactor:
     changed: list[str] = field(default_factory=list)  # its files that differ from its manifest (manifest_changes)
     trajectory: pd.DataFrame | None = None  # metrics.csv of a model's own FedAvg trajectory (TRAJECTORY_FILES), if kept
 
-    def text(self) -> str:
-        """One sentence of provenance for the book, saying when the run code has changed since."""
+    def record(self) -> dict:
+        """The study's provenance as values: ``finished`` (date), ``device``, ``commit``, ``run code`` (its
+        hash), ``this code`` (this checkout's), ``code changed`` (bool), ``compute h`` (hours of compute in
+        all), ``wall h`` (hours of the last command) and ``changed`` (files that differ from the manifest)."""
         p = self.provenance
-        s = (f"computed {p['finished_utc'][:10]} on {_device({'machine': p['machine']})} at commit {p['commit']} "
-             f"(run code {p['code_hash']}; {p['compute_s'] / 3600:.1f} h of compute in all, {p['wall_s'] / 3600:.1f} h "
-             f"for the last command)")
-        if p["code_hash"] != provenance.code_hash():
-            s += f"; the run code has changed since (this checkout's is {provenance.code_hash()})"
-        if self.changed:
-            s += (f"; changed since archived, so these numbers are not the archived ones: {'; '.join(self.changed)} "
-                  "(restore the files from git, or re-archive)")
-        return s + "."
+        return {"finished": p["finished_utc"][:10], "device": _device({"machine": p["machine"]}),
+                "commit": p["commit"], "run code": p["code_hash"], "this code": provenance.code_hash(),
+                "code changed": p["code_hash"] != provenance.code_hash(), "compute h": p["compute_s"] / 3600,
+                "wall h": p["wall_s"] / 3600, "changed": "; ".join(self.changed)}
+
+    def text(self) -> str:
+        """Deprecated alias for callers not yet moved to :meth:`record`: its entries as ``name value`` pairs
+        joined by "; " (hours to one decimal, a truth value as yes/no)."""
+        def value(v):
+            return ("yes" if v else "no") if isinstance(v, bool) else round(v, 1) if isinstance(v, float) else v
+
+        return "; ".join(f"{k} {value(v)}" for k, v in self.record().items() if v != "")
 
 
 def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, progress: bool = True,
