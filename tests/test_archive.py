@@ -289,13 +289,6 @@ def test_cli_archive_seeds_adds_only_those_seeds_runs(dirs_in_tmp, monkeypatch, 
     assert "--seeds is used when archiving runs only" in capsys.readouterr().err
 
 
-def test_table_sources_keep_the_paper_profile_apart_from_the_papers_values():
-    live, arch, paper = (pd.DataFrame({"x": [v]}) for v in (1.0, 2.0, 3.0))
-    found = [archive.ArchivedSummary("paper", [], arch, None, [])]
-    assert archive.table_sources("cpu", live, found, paper) == {
-        "cpu": live, "paper profile (archived)": arch, "paper": paper}
-    # a build at the paper profile: its live column must not overwrite the paper's values
-    assert list(archive.table_sources("paper", live, [], paper)) == ["paper profile", "paper"]
 
 
 @pytest.mark.slow

@@ -53,98 +53,12 @@ def test_control_evidence_with_another_cohort_size_and_a_gpu_run():
     assert evidence.control_evidence([]) is None
 
 
-def test_resnet_text_reports_fedavg_theta_first_then_centralised_and_the_route_to_theta():
-    # prepare: ResNet-18-GN at one target, two protocols, θ reached both ways; centralised values 1.5x and 2x
-    def row(source, bs, tau, value, iqr=0.1, when=40):
-        return {"model": "resnet18_gn", "width": None, "params": 11_173_962, "source": source, "target": 0.45,
-                "test_acc": 0.46, "when": when, "images": 0, "batch_size": bs, "local_epochs": tau,
-                "recovery_unweighted": value, "recovery_unweighted_q1": value - iqr / 2,
-                "recovery_unweighted_q3": value + iqr / 2}
-    table = pd.DataFrame([row("fedavg", "full", 1, 3.0), row("fedavg", "32", 2, 1.2),
-                          row("centralised", "full", 1, 4.5, when=1750), row("centralised", "32", 2, 2.4, when=1750)])
-    # execute
-    text = evidence.resnet_text([table, None], protocol="bs 32, τ 2")
-    # assert: FedAvg θ named first with its round, the cliff 3.0 / 1.2 = 2.50, then centralised (4.5 / 2.4 = 1.88);
-    # the route: 1.50 to 2.00 times (median 1.75), both cells beyond the IQR of 0.1
-    fed, central = text.index("its own FedAvg trajectory"), text.index("centralised SGD (")
-    assert fed < central and "round 40 of one trajectory, one seed)" in text
-    assert "its own FedAvg trajectory (bs 32, τ 2; test accuracy 0.46; round 40" in text
-    assert "its own FedAvg trajectory (test accuracy 0.46; round 40" in evidence.resnet_text([table])
-    assert "at 1 of 1 θ, by a factor of 2.50" in text and "by a factor of 1.88" in text
-    assert "1.50 to 2.00 times (median 1.75) the value at FedAvg θ for the ResNet-18-GN, beyond the spread over " \
-           "cohorts in 2 of 2 cells" in text
-    assert "need not be the paper's model" not in text
-    # without the FedAvg θ the warning is there; without ResNet-18-GN nothing is said
-    assert "need not be the paper's model" in evidence.resnet_text([table[table["source"] == "centralised"]])
-    assert evidence.resnet_text([table.assign(model="small_cnn_gn", width=8)]) == ""
-    assert evidence.resnet_text([]) == ""
 
 
-def test_route_to_paper_text_counts_where_fedavg_theta_is_nearer_the_paper():
-    # prepare: ResNet-18-GN at θ reached both ways (FedAvg: full τ 1 3.0, bs 32 τ 2 1.2; centralised: 4.5, 2.4),
-    # all at test accuracy 0.46; the paper's Table I by hand
-    def row(source, bs, tau, value):
-        return {"model": "resnet18_gn", "source": source, "batch_size": bs, "local_epochs": tau, "test_acc": 0.46,
-                "recovery_unweighted": value}
-    table = pd.DataFrame([row("fedavg", "full", 1, 3.0), row("fedavg", "32", 2, 1.2),
-                          row("centralised", "full", 1, 4.5), row("centralised", "32", 2, 2.4)])
-
-    def paper(full_value):
-        return pd.DataFrame({"test_acc": [0.46, 0.8], "recovery_unweighted": [full_value, 1.0]},
-                            index=pd.MultiIndex.from_tuples([("full", 1), ("32", 2)],
-                                                            names=["batch_size", "local_epochs"]))
-    # execute / assert: paper full τ 1 = 5.0: ratios 0.6 (FedAvg) against 0.9 (centralised), so centralised is
-    # nearer there; bs 32 τ 2: 1.2 against 2.4, FedAvg nearer. 1 of 2: not nearer; medians 0.90 and 1.65
-    text = evidence.route_to_paper_text(table, paper(5.0))
-    assert "than centralised θ in 1 of 2 protocols (median ratio to the paper's 0.90 at FedAvg θ, 1.65 at " \
-           "centralised θ), so the route to θ does not bring this model nearer" in text
-    assert "the minibatch protocols recover 1.20 times the paper's, at test accuracy 0.46 against the paper's 0.80 " \
-           "(one trajectory, one seed)." in text
-    # paper full τ 1 = 3.0: ratios 1.0 against 1.5, FedAvg nearer in 2 of 2
-    assert "in 2 of 2 protocols" in evidence.route_to_paper_text(table, paper(3.0))
-    assert "accounts for part of the distance" in evidence.route_to_paper_text(table, paper(3.0))
-    # one route only: nothing to compare
-    assert evidence.route_to_paper_text(table[table["source"] == "fedavg"], paper(3.0)) == ""
 
 
-def test_own_trajectory_text_reads_the_last_quarter_and_the_last_evaluated_accuracy():
-    # prepare: 8 rounds, last quarter = rounds 7-8 with factors 2.0 and 4.0; accuracy read at rounds 4 and 8
-    nan = float("nan")
-    m = pd.DataFrame({"round": range(1, 9), "recovery_unweighted": [9, 9, 9, 9, 9, 9, 2.0, 4.0],
-                      "test_acc": [nan, nan, nan, 0.3, nan, nan, nan, 0.41]})
-    # execute
-    text = evidence.own_trajectory_text(m, paper=1.19, paper_acc=0.8)
-    # assert: median 3.00, IQR 2.50 to 3.50, accuracy 0.41 after round 8, the paper's 1.19 at 0.80
-    assert "last 2 of its 8 rounds" in text and "median 3.00 (interquartile range 2.50 to 3.50)" in text
-    assert "test accuracy 0.41 after round 8" in text and "gives 1.19" in text and "accuracy 0.80" in text
-    assert text.endswith("not at the same stage of training.")
-    assert evidence.own_trajectory_text(m, paper=1.19, paper_acc=0.44).endswith("about the same stage of training.")
-    assert "read while still going, after round 8 of its budget of 80 rounds" in evidence.own_trajectory_text(
-        m, paper=1.19, paper_acc=0.8, budget=80)
-    # the chapter's paragraph: the run's setting before the sentence, or why there is none
-    from types import SimpleNamespace as NS
-    base = NS(batch_size=32, local_epochs=2, alpha=100.0, seed=0)
-    own = NS(trajectory=m, spec=NS(models=[NS(rounds=80)]))
-    row = {"recovery_unweighted": 1.19, "test_acc": 0.8}
-    assert evidence.own_trajectory_paragraph(own, base, row, "cmd").startswith(
-        "ResNet-18-GN's own FedAvg trajectory (the paper's protocol, bs 32, τ 2, α 100, seed 0), round by round. Over")
-    assert "make it with: cmd;" in evidence.own_trajectory_paragraph(None, base, row, "cmd")
-    assert "has no row for bs 32, τ 2" in evidence.own_trajectory_paragraph(own, base, None, "cmd")
-    # with the study's table: the fixed-θ median at the last measured θ of the trajectory's protocol (round 8: 1.6;
-    # another protocol's row and an earlier θ are not it)
-    table = pd.DataFrame({"source": ["fedavg"] * 3, "batch_size": ["32", "32", "full"], "local_epochs": [2, 2, 2],
-                          "when": [4, 8, 8], "recovery_unweighted": [2.5, 1.6, 9.0]})
-    measured = NS(trajectory=m, table=table, spec=NS(models=[NS(rounds=80)], num_cohorts=100, pool_size=12))
-    assert evidence.own_trajectory_paragraph(measured, base, row, "cmd").endswith(
-        "at the round-8 θ itself the median over the study's 100 cohorts drawn from one pool of 12 clients is 1.60 "
-        "(the tables above).")
 
 
-def test_paper_beside_caption_names_the_sources_shown():
-    assert "nearest in test accuracy, of its FedAvg trajectory and of centralised SGD (" in \
-        evidence.paper_beside_caption(["fedavg", "centralised"])
-    assert "of centralised SGD (" in evidence.paper_beside_caption(["centralised"])
-    assert evidence.paper_beside_caption([]) == ""
 
 
 def _verdicts(**given):
@@ -251,16 +165,6 @@ def test_matched_stage_verdicts_judge_the_alpha_claims_along_the_cross_trajector
     assert evidence.cross_alphas(cross) == [0.1] and evidence.cross_alphas(None) == []
 
 
-def test_matched_stage_summary_names_each_claim_or_says_there_is_no_stage_study(tmp_path, monkeypatch):
-    text = evidence.matched_stage_summary("cpu-paper", ("cliff", "alpha_weighting"))
-    assert text.startswith("Judged again at matched stage") and "“The cliff”" in text and "“α = 0.1 split”" in text
-    # the archived stage study's eight checkpoints after θ_0 for the cliff; the α split also at the eight of each of
-    # the α-cross's two other trajectories
-    assert "“The cliff” holds in part (of 8 checkpoints" in text and "“α = 0.1 split” does not hold (of 24 checkpoints" in text
-    assert "also along the α = 1 and 0.1 trajectories of the α-cross" in text
-    monkeypatch.setenv("MASKFED_ARCHIVE_DIR", str(tmp_path))
-    assert evidence.matched_stage_summary("cpu-paper", ("cliff",)) == (
-        "The cpu-paper archive holds no stage study, so these claims are not judged at matched stage here.")
 
 
 def _run(bs, tau, values, seed=0, sigma2=1.0, mu2=1.0, acc=0.5):
@@ -386,13 +290,6 @@ def test_stability_counts_a_flip_when_the_variant_keeps_every_setting():
     assert sizes.loc[evidence.VARIANTS[0], "runs"] == 5  # the halved window keeps every run
 
 
-def test_checkpoints_caption_names_the_short_theta_and_an_unfinished_trajectory():
-    ck = pd.DataFrame({"model": ["small_cnn_gn", "resnet18_gn"], "width": [8, None], "target": [0.45, 0.55],
-                       "reached": [True, False], "test_acc": [0.44, float("nan")]})
-    text = evidence.checkpoints_caption(ck, [("ResNet-18-GN", 12, 80)])
-    assert "below the target on all of them: small CNN, width 8 at 0.45." in text
-    assert "ResNet-18-GN's own FedAvg trajectory was read after round 12 of its budget of 80 rounds" in text
-    assert evidence.checkpoints_caption(ck.iloc[1:]).endswith("on all of them: none.")
 
 
 def test_cell_trends_average_each_cells_slopes_and_count_the_falling_runs():
@@ -416,18 +313,6 @@ def test_cell_trends_average_each_cells_slopes_and_count_the_falling_runs():
     assert short.loc[("128", 1), ["falling", "runs", "tested"]].tolist() == [0, 1, 0]
 
 
-def test_trend_text_says_which_way_each_claims_gaps_move():
-    bearing = pd.DataFrame({"still": ["1 of 2 cells", "0 of 9 cells"], "way": ["against", "steady"],
-                            "meet": [101.0, float("nan")], "pairs": ["a over b: ×1.67, against at -0.51 % a round", ""]},
-                           index=pd.Index(["cliff", "tau"], name="claim"))
-    trends = pd.DataFrame({"falling": [3, 1], "runs": [3, 3], "tested": [3, 3]})
-    text = evidence.trend_text(bearing, trends, {"cliff": "The cliff", "tau": "Falls with τ"}, "src")
-    assert text.endswith("“The cliff”: 1 of 2 cells still falling; its gaps move against it (a over b: ×1.67, "
-                         "against at -0.51 % a round); “Falls with τ”: 0 of 9 cells still falling; the gaps it compares "
-                         "are steady.")
-    assert text.startswith("4 of src's 6 Table I runs are still falling at their end")
-    untested = evidence.trend_text(bearing, trends.assign(tested=0), {"cliff": "c", "tau": "t"}, "src")
-    assert untested.startswith("None of src's 6 Table I runs is long enough for the trend test")
 
 
 def test_loses_test_when_dropping_the_settings_alone_changes_the_claim():

@@ -92,26 +92,6 @@ def _cell(bs, lr, med, q1, q3):
             "recovery_unweighted_q1": q1, "recovery_unweighted_q3": q3}
 
 
-def test_lr_rule_names_the_closest_pair_and_when_it_is_clear():
-    # A: bs 32 at 0.01 = 1.20 [1.10, 1.30]; B: bs 128 at 0.01; C: bs 128 at 0.04 (the same lr/bs as A)
-    def cells(b, c):
-        return pd.DataFrame([_cell(32, 0.01, 1.20, 1.10, 1.30), _cell(128, 0.01, b, b - 0.1, b + 0.1),
-                             _cell(128, 0.04, c, c - 0.1, c + 0.1)])
-
-    def rule(t):
-        v = fa.lr_verdict(t, small_bs=32, large_bs=128, lr=0.01, factor=4)
-        return v["closer"], v["clear"]
-
-    # the same lr/bs within A's IQR (0.20), the other pairs beyond it
-    v = fa.lr_verdict(cells(1.50, 1.25), small_bs=32, large_bs=128, lr=0.01, factor=4)
-    assert (v["closer"], v["clear"]) == ("lr/bs", True) and v["iqr"] == pytest.approx(0.20)
-    assert v["differences"] == pytest.approx({"step size": 0.30, "lr/bs": 0.05, "batch size": 0.25})
-    assert rule(cells(1.25, 1.60)) == ("step size", True)      # the batch changes nothing at a fixed step
-    assert rule(cells(1.60, 1.62)) == ("batch size", True)     # the larger batch: the same factor at both steps
-    assert rule(cells(1.28, 1.25)) == ("batch size", False)    # |B − C| = 0.03 closest, but all three within A's IQR
-    with pytest.raises(KeyError, match="no τ = 1 cell with batch size 64"):
-        fa.lr_verdict(cells(1.5, 1.25), small_bs=64, large_bs=128, lr=0.01, factor=2)
-    assert set(fa.LR_VERDICTS) == {(c, k) for c in ("step size", "lr/bs", "batch size") for k in (True, False)}
 
 
 def test_lr_cells_are_the_issues_grid():

@@ -310,10 +310,6 @@ def test_bootstrap_pairs_replicate_b_of_every_table():
     assert uncertainty.bootstrap(ratio, [table, 2 * table], [reps1, shuffled]).high > 2.0
 
 
-def test_coverage_note_says_what_the_intervals_are_worth():
-    assert uncertainty.coverage_note(3).startswith("nominal: with 3 seeds") and "75 %" in uncertainty.coverage_note(3)
-    assert "93.75 %" in uncertainty.coverage_note(5)
-    assert "one seed only" in uncertainty.coverage_note(1)
 
 
 def _ar1_drift(seed: int = 13, n: int = 80) -> pd.DataFrame:

@@ -845,12 +845,6 @@ def column_name(profile_name: str, *, archived: bool = True) -> str:
     return f"{name} (archived)" if archived else name
 
 
-def table_sources(live_name: str, live: pd.DataFrame, found: list["ArchivedSummary"],
-                  paper: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """The columns of a book table, in order: the live profile, each archived profile, the paper (input for
-    :func:`maskfed.analysis.summary.compare`)."""
-    return {column_name(live_name, archived=False): live,
-            **{column_name(a.profile): a.table for a in found}, "paper": paper}
 
 
 @dataclass
@@ -1236,9 +1230,6 @@ def factor_dir(profile_name: str, part: str) -> Path:
     return archive_dir() / profile_name / f"{FACTOR_PREFIX}{part}"
 
 
-def how_to_make_factor(profile_name: str, part: str) -> str:
-    """The command that computes (resumably) and archives a model-size study."""
-    return _commands(["archive", "--profile", profile_name, "--factor", part])
 
 
 @dataclass
