@@ -170,16 +170,12 @@ def test_sample_summary_hand_case():
         theory.sample_summary([1.0, 2.0])
 
 
-def test_bias_phrase_follows_the_numbers():
+def test_bias_and_tail_words_follow_the_numbers():
     near = theory.SampleSummary(mean=0.004, se=0.005, median=0.0, skew=0.0, n=100)
     high = theory.SampleSummary(mean=0.07, se=0.011, median=0.03, skew=2.0, n=400)
     low = theory.SampleSummary(mean=-0.2, se=0.01, median=-0.2, skew=0.0, n=400)
-    assert near.bias_phrase() == "unbiased on average (mean +0.4% ± 0.5%, within 3 standard errors of zero)"
-    assert high.bias_phrase() == "too high on average (mean +7.0% ± 1.1%, 6.4 standard errors above zero)"
-    assert low.bias_phrase().startswith("too low on average (mean -20.0% ± 1.0%, 20.0 standard errors below")
+    assert near.bias_word() == "unbiased" and high.bias_word() == "too high" and low.bias_word() == "too low"
+    assert high.z == pytest.approx(high.mean / high.se) and theory.tail_word(1.5) == "right"
+    assert theory.tail_word(-1.5) == "left" and theory.tail_word(0.2) == "no"
 
 
-def test_tail_phrase():
-    assert theory.tail_phrase(2.9) == "a long right tail (skewness +2.90)"
-    assert theory.tail_phrase(-1.5) == "a long left tail (skewness -1.50)"
-    assert theory.tail_phrase(0.12) == "no long tail (skewness +0.12)"

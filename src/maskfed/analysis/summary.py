@@ -277,8 +277,7 @@ def protocol_orderings(table: pd.DataFrame, column: str = "recovery_unweighted")
     Returns:
         ``cliff`` (every full-batch value above every minibatch one); ``n_falling`` of ``n_groups``
         (batch sizes with two or more τ whose values fall strictly as τ grows); ``t_inversions``
-        (:func:`t_inversions`; None without a ``T_mean`` column); ``falling_text``, a sentence
-        stating all three, for the book.
+        (:func:`t_inversions`; None without a ``T_mean`` column).
 
     Raises:
         ValueError: the index lacks ``batch_size`` or ``local_epochs``.
@@ -296,15 +295,7 @@ def protocol_orderings(table: pd.DataFrame, column: str = "recovery_unweighted")
             n_groups += 1
             n_falling += bool((g.diff().dropna() < 0).all())
     inversions = t_inversions(table, column) if "T_mean" in table else None
-    text = (f"{'every' if cliff else 'not every'} full-batch protocol lies above every minibatch one, "
-            f"and the recovery factor falls with τ in {n_falling} of the {n_groups} batch sizes")
-    if inversions is not None:
-        text += (f"; ordered by local steps T within the full-batch and the minibatch group it "
-                 + ("never fails to fall" if not inversions else
-                    f"fails to fall {len(inversions)} time{'s' if len(inversions) > 1 else ''} ("
-                    + "; ".join(f"bs {a[0]}, τ {a[1]} to bs {b[0]}, τ {b[1]}" for a, b in inversions) + ")"))
-    return {"cliff": cliff, "n_falling": n_falling, "n_groups": n_groups, "t_inversions": inversions,
-            "falling_text": text}
+    return {"cliff": cliff, "n_falling": n_falling, "n_groups": n_groups, "t_inversions": inversions}
 
 
 def t_inversions(t1: pd.DataFrame, column: str = "recovery_unweighted", steps: str = "T_mean") -> list[tuple]:

@@ -164,7 +164,7 @@ class BookStudy:
     table: pd.DataFrame        # StageStudy.table (with a seed column)
     checkpoints: pd.DataFrame  # seed, stage, round, test_acc, test_loss
     spec: "stage.StageSpec"
-    source: str                # one clause: where the ladders and the measurements came from
+    origin: str                # where the measurements came from: "archive", "archived trajectories" or "own trajectory"
     ref: "stage.RunConfig"     # the first seed's trajectory configuration
     branches: pd.DataFrame     # StageStudy.branches (empty without branches; an archived study keeps none)
 
@@ -199,23 +199,19 @@ def stage_study(profile, spec, *, ladder_from: str | None, workers: int | None =
         src_prof = load_profile(ladder_from, data_path=profile.base.get("data_path"))
         if arch is not None and arch.spec == spec and not spec.branch_rounds:
             return BookStudy(ladder_from, arch.table, arch.checkpoints, spec,
-                             f"read from the {ladder_from} archive (measured {arch.provenance['finished_utc'][:10]} "
-                             f"with run code {arch.provenance['code_hash']}, on the archived trajectories "
-                             f"{', '.join(arch.provenance['trajectories'].values())}{arch.changed_text()})",
+                             "archive",
                              stage.ladder_config(src_prof), pd.DataFrame())
         traj = archive.ladder_trajectories(ladder_from)
         if traj:
             st = stage.run_study(src_prof, spec, workers=workers, progress=False, seeds=sorted(traj), trajectories=traj)
             checkpoints = pd.concat([ld.checkpoints.assign(seed=s) for s, ld in st.ladders.items()])
             return BookStudy(ladder_from, st.table, checkpoints, spec,
-                             f"measured in this build on the archived {ladder_from} trajectories "
-                             f"{', '.join(p.name for p in traj.values())}", stage.ladder_config(src_prof),
+                             "archived trajectories", stage.ladder_config(src_prof),
                              st.branches)
     st = stage.run_study(profile, spec, workers=workers, progress=False)
     checkpoints = pd.concat([ld.checkpoints.assign(seed=s) for s, ld in st.ladders.items()])
     return BookStudy(profile.name, st.table, checkpoints, spec,
-                     f"measured in this build on the {profile.name} profile's own trajectory, whose θ were "
-                     + stage.ladder_source(st.ladder), stage.ladder_config(profile), st.branches)
+                     "own trajectory", stage.ladder_config(profile), st.branches)
 
 
 

@@ -441,26 +441,20 @@ class SampleSummary:
     skew: float
     n: int
 
-    def bias_phrase(self, n_se: float = 3.0, scale: float = 100.0, unit: str = "%") -> str:
-        """How the mean relates to zero, in words: "unbiased on average (mean …, within n_se
-        standard errors of zero)" when |mean| <= n_se·se, else "too high (or low) on average (mean …,
-        z standard errors above (below) zero)". ``scale`` and ``unit`` format the values (default: percent)."""
+    def bias_word(self, n_se: float = 3.0) -> str:
+        """How the mean relates to zero: "unbiased" when |mean| <= n_se·se, else "too high" or "too low"."""
         z = self.mean / self.se if self.se > 0 else (0.0 if self.mean == 0 else math.inf)
-        body = f"mean {scale * self.mean:+.1f}{unit} ± {scale * self.se:.1f}{unit}"
-        if abs(z) <= n_se:
-            return f"unbiased on average ({body}, within {n_se:g} standard errors of zero)"
-        side = "high" if z > 0 else "low"
-        return f"too {side} on average ({body}, {abs(z):.1f} standard errors {'above' if z > 0 else 'below'} zero)"
+        return "unbiased" if abs(z) <= n_se else ("too high" if z > 0 else "too low")
+
+    @property
+    def z(self) -> float:
+        """The mean in standard errors (inf for a nonzero mean with zero spread, 0 for none)."""
+        return self.mean / self.se if self.se > 0 else (0.0 if self.mean == 0 else math.inf)
 
 
-def tail_phrase(skew: float, threshold: float = 1.0) -> str:
-    """The shape of a distribution in words: "a long right tail (skewness …)" when skew > threshold,
-    "a long left tail (…)" when skew < −threshold, else "no long tail (…)"."""
-    if skew > threshold:
-        return f"a long right tail (skewness {skew:+.2f})"
-    if skew < -threshold:
-        return f"a long left tail (skewness {skew:+.2f})"
-    return f"no long tail (skewness {skew:+.2f})"
+def tail_word(skew: float, threshold: float = 1.0) -> str:
+    """Which long tail a distribution has: "right" (skew > threshold), "left" (skew < −threshold) or "no"."""
+    return "right" if skew > threshold else "left" if skew < -threshold else "no"
 
 
 def sample_summary(samples_N) -> SampleSummary:

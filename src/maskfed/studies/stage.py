@@ -478,12 +478,6 @@ def ladder_path(cfg: RunConfig, spec: StageSpec, trajectory: Path | None = None)
     return results_dir() / "stages" / f"ladder-{cfg.label()}-{_key(blob, cfg)}"
 
 
-def ladder_source(ladder: Ladder) -> str:
-    """Where a ladder's θ came from, as a clause for the chapter (from its ``provenance.json``)."""
-    how = json.loads((ladder.path / "provenance.json").read_text()).get("trajectory", "trained here")
-    if how.startswith("θ kept by run"):
-        return "read from that run's folder, where the run kept θ as it trained (nothing was trained twice)"
-    return "trained here, because that run's folder kept no θ at these rounds"
 
 
 def load_ladder(path: Path) -> Ladder:
