@@ -407,3 +407,27 @@ def test_main_skips_an_up_to_date_chapter_unless_forced(tmp_path, monkeypatch, c
     # assert: executed only when forced, and the skip is said
     assert ran == ["ch"]
     assert "up to date, not executed again: ch" in capsys.readouterr().err
+
+
+def test_the_toc_of_a_book_built_before_every_chapter_ran_lists_what_ran(tmp_path, monkeypatch):
+    # prepare: the book's table of contents, two of its chapters executed, the glossary a page of its own
+    book = tmp_path / "book"
+    (book / "nb").mkdir(parents=True)
+    (book / "_toc.yml").write_text("format: jb-book\nroot: nb/intro\nparts:\n"
+                                   "  - caption: A\n    chapters:\n      - file: nb/verdict\n      - file: nb/table1\n"
+                                   "  - caption: B\n    chapters:\n      - file: nb/theory\n      - file: glossary\n")
+    for name in ("table1", "theory"):
+        (book / "nb" / f"{name}.ipynb").write_text("{}")
+    (book / "glossary.md").write_text("# Glossary\n")
+    monkeypatch.setattr(notebooks, "REPO_ROOT", tmp_path)
+    # execute
+    toc = notebooks.toc_of_pages(book / "nb")
+    # assert: the first executed chapter is the root; unexecuted chapters and empty parts are gone
+    assert toc["root"] == "nb/table1"
+    assert [[c["file"] for c in p["chapters"]] for p in toc["parts"]] == [["nb/theory", "glossary"]]
+    (book / "nb" / "intro.ipynb").write_text("{}")
+    assert notebooks.toc_of_pages(book / "nb")["root"] == "nb/intro"
+    for name in ("intro", "table1", "theory"):
+        (book / "nb" / f"{name}.ipynb").unlink()
+    with pytest.raises(FileNotFoundError, match="no executed chapter"):
+        notebooks.toc_of_pages(book / "nb")

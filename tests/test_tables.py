@@ -42,21 +42,28 @@ def test_sources_put_the_archive_first_and_main_table_shows_its_seed_range():
     assert row[("accuracy", "paper")] == "0.553"
     full = tables.full_table(srcs, summary.paper_table("table1"))
     assert list(full[("recovery_unweighted", "cpu")]) == [2.0]
+    # a reader's own settings: their run leads, the archive beside it
+    assert [s.name for s in tables.sources("table1", "cpu", live, found, live_first=True)] == [
+        "cpu", "cpu-paper (archived)"]
     with pytest.raises(ValueError, match="experiment"):
         tables.sources("table3", "cpu", live, found)
 
 
-def test_matched_values_count_each_claims_checkpoints_or_say_there_is_no_stage_study(tmp_path, monkeypatch):
-    # execute: the archived cpu-paper stage study (eight checkpoints after θ_0) and its α-cross (the α split also
-    # at the eight of each of its two other trajectories)
+def test_matched_table_counts_each_claims_votes_or_says_there_is_no_stage_study(tmp_path, monkeypatch):
+    # execute: the archived cpu-paper stage study (eight checkpoints after θ_0, six of them in the paper's accuracy
+    # range) and its α-cross (the α split also along its two other trajectories)
     v = tables.matched_values("cpu-paper", ("cliff", "alpha_weighting"), "x")
-    # assert: the checkpoints split into held, in part and not; the verdict follows the rule over them
+    t = tables.matched_table("cpu-paper", ("cliff", "alpha_weighting"))
+    # assert: the votes split into held, in part, within tolerance and against; the verdict follows the rule
     assert v["x_m_study"] and v["x_m_cross"] == (1.0, 0.1)
-    assert (v["x_m_cliff_n"], v["x_m_alpha_weighting_n"]) == (8, 24)
-    for c in ("cliff", "alpha_weighting"):
-        n, held, part, no = (v[f"x_m_{c}{end}"] for end in ("_n", "_held", "_part", "_not"))
-        assert held + part + no == n
-        assert v[f"x_m_{c}"] == ("holds" if held == n else "does not hold" if 2 * no > n else "partly")
+    assert list(t.index) == ["The cliff", "α = 0.1 split"]
+    assert (t.loc["The cliff", "vote"], t.loc["The cliff", "before"]) == (6, 2)
+    assert t.loc["α = 0.1 split", "vote"] + t.loc["α = 0.1 split", "before"] == 24
+    for _, r in t.iterrows():
+        assert r["hold"] + r["in part"] + r["within tolerance"] + r["against"] == r["vote"]
+        assert r["verdict"] == ("holds" if r["hold"] == r["vote"] else "does not hold" if 2 * r["against"] > r["vote"]
+                                else "partly")
     # without a stage study: only that
     monkeypatch.setenv("MASKFED_ARCHIVE_DIR", str(tmp_path))
     assert tables.matched_values("cpu-paper", ("cliff",), "x") == {"x_m_study": False, "x_m_cross": ()}
+    assert tables.matched_table("cpu-paper", ("cliff",)) is None

@@ -123,6 +123,49 @@ def _given_to(name: str, given: dict) -> dict:
     return {k: v for k, v in given.items() if k in declared or k not in BOOK_WIDE}
 
 
+def toc_of_pages(out_dir: Path = OUT_DIR) -> dict:
+    """``book/_toc.yml`` cut to the chapters executed so far (``out_dir/<name>.ipynb``; the book's other pages,
+    such as the glossary, stay): the table of contents of a book that can be built before every chapter has run.
+    Its root is the book's own where that has run, else the first executed chapter.
+
+    Raises:
+        FileNotFoundError: no chapter of the table of contents has been executed.
+    """
+    toc = yaml.safe_load((REPO_ROOT / "book" / "_toc.yml").read_text())
+    book = REPO_ROOT / "book"
+
+    def present(f: str) -> bool:
+        return (book / f"{f}.ipynb").exists() or (book / f"{f}.md").exists()
+
+    files = [toc["root"]] + [ch["file"] for part in toc.get("parts", []) for ch in part["chapters"]]
+    executed = [f for f in files if f.startswith("nb/") and present(f)]
+    if not executed:
+        raise FileNotFoundError(f"no executed chapter in {_shown(out_dir)}: run one first")
+    root = toc["root"] if present(toc["root"]) else executed[0]
+    parts = [{**part, "chapters": [ch for ch in part["chapters"] if present(ch["file"]) and ch["file"] != root]}
+             for part in toc.get("parts", [])]
+    return {**toc, "root": root, "parts": [p for p in parts if p["chapters"]]}
+
+
+def build_html(out_dir: Path = OUT_DIR) -> Path:
+    """Build the book's HTML from the chapters executed so far (:func:`toc_of_pages`), so that one chapter run on a
+    fresh checkout can be read as a page; returns the HTML folder (``book/_build/html``).
+
+    Raises:
+        FileNotFoundError: no executed chapter; subprocess.CalledProcessError: the build failed.
+    """
+    import subprocess
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", dir=REPO_ROOT / "book", prefix="._toc-", delete=False) as f:
+        yaml.safe_dump(toc_of_pages(out_dir), f, sort_keys=False, allow_unicode=True)
+    try:
+        jb = Path(sys.executable).with_name("jupyter-book")
+        subprocess.run([str(jb), "build", str(REPO_ROOT / "book"), "--toc", f.name, "--quiet"], check=True)
+    finally:
+        Path(f.name).unlink(missing_ok=True)
+    return REPO_ROOT / "book" / "_build" / "html"
+
+
 def book_order() -> list[str]:
     """Notebook names in the order of ``book/_toc.yml`` (the root first)."""
     toc = yaml.safe_load((REPO_ROOT / "book" / "_toc.yml").read_text())
@@ -273,7 +316,8 @@ def scrub_machine_paths(nb, *, name: str) -> None:
 BOOK_WIDE = ("profile", "data_path")
 
 
-def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dict | None = None) -> Path:
+def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dict | None = None,
+            progress: bool = False) -> Path:
     """Execute ``notebooks/<name>.md`` into ``out_dir/<name>.ipynb``.
 
     Args:
@@ -282,6 +326,7 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
         out_dir: where the executed notebook goes.
         parameters: further papermill parameters (e.g. ``{"data_path": "..."}``). ``profile`` and
             ``data_path`` (:data:`BOOK_WIDE`) reach only the notebooks that declare them.
+        progress: show papermill's bar of the cells executed (a chapter run at a terminal).
 
     Raises:
         ValueError: unknown profile or notebook (before anything runs);
@@ -319,7 +364,7 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
         try:
             with open(kernel_log, "wb") as log:
                 papermill.execute_notebook(str(ipynb), str(running), parameters=given,
-                                           kernel_name="python3", language="python", progress_bar=False,
+                                           kernel_name="python3", language="python", progress_bar=progress,
                                            cwd=str(NOTEBOOK_DIR), kernel_manager_class=_kernel_manager(log))
             ok = True
         finally:  # a notebook that stopped in a cell is written up to it: scrub that one too
@@ -377,6 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1,
                         help="notebooks executed at once, each in a process of its own with one torch thread "
                              "(default 1; make book gives 2, one per core of the 2-core machine it was timed on)")
+    parser.add_argument("--html", action="store_true",
+                        help="then build the book's HTML from the chapters executed so far and print the page's path "
+                             "(with the default --out-dir)")
     parser.add_argument("--force", action="store_true",
                         help="execute every named chapter, even one whose page is up to date (execution_key)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one notebook of a --jobs run
@@ -423,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"up to date, not executed again: {', '.join(fresh)} (--force executes them)", file=sys.stderr)
         names = [n for n in names if n not in fresh]
         if not names:
-            return 0
+            return _html(args, fresh) if args.html else 0
     if not args.child:  # a --jobs child's parent has named them already
         report_damaged_archive()
         if any(n in ARCHIVE_CHAPTERS for n in names):
@@ -439,12 +487,15 @@ def main(argv: list[str] | None = None) -> int:
         status = run_parallel(names, child_args, jobs=args.jobs)
         if status == 0:
             _keep_keys(names, given, out_dir)
+            if args.html:
+                return _html(args, names)
         return status
     for name in names:
         t0 = time.perf_counter()
         try:
             with interrupt_silences_logging():
-                out = execute(name, profile=args.profile, parameters=params, out_dir=out_dir)
+                out = execute(name, profile=args.profile, parameters=params, out_dir=out_dir,
+                              progress=not args.child and sys.stderr.isatty())
         except KeyboardInterrupt:
             print(f"\nmaskfed.book.notebooks: interrupted while executing {name}; the book's page {name}.ipynb "
                   f"is unchanged (finished runs are kept: run the same command again to go on)", file=sys.stderr)
@@ -462,6 +513,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"executed {name} ({args.profile}) in {time.perf_counter() - t0:.1f} s -> {out.name}", file=sys.stderr)
     if not args.child:
         _keep_keys(names, given, out_dir)
+        if args.html:
+            return _html(args, names)
+    return 0
+
+
+def _html(args, names: list[str]) -> int:
+    """``--html``: build the pages executed so far (:func:`build_html`) and print where ``names``' pages are."""
+    if Path(args.out_dir).expanduser().absolute() != OUT_DIR:
+        print(f"maskfed.book.notebooks: error: --html builds the book from {_shown(OUT_DIR)}; drop --out-dir",
+              file=sys.stderr)
+        return 2
+    html = build_html(OUT_DIR)
+    for name in names:
+        print(f"open {_shown(html / 'nb' / f'{name}.html')}", file=sys.stderr)
     return 0
 
 

@@ -39,9 +39,11 @@ class Source:
     rounds: int | None = None
 
 
-def sources(experiment: str, live_name: str, live_results: list, found: list[archive.ArchivedSummary]) -> list[Source]:
+def sources(experiment: str, live_name: str, live_results: list, found: list[archive.ArchivedSummary],
+            live_first: bool = False) -> list[Source]:
     """The table's sources, closest to the paper's setting first: each archived profile (in the
-    order of ``found``), then this build's profile.
+    order of ``found``), then this build's profile; with ``live_first`` (a reader's own run, with settings
+    of their own) this build's profile leads and the archived ones follow beside it.
 
     Args:
         experiment: "table1" or "table2".
@@ -62,7 +64,8 @@ def sources(experiment: str, live_name: str, live_results: list, found: list[arc
         return Source(name, table, low, high, n_seeds, results[0].config.rounds)
 
     out = [one(archive.column_name(a.profile), a.results, a.table) for a in found]
-    return out + [one(archive.column_name(live_name, archived=False), live_results, summarise(live_results))]
+    live = one(archive.column_name(live_name, archived=False), live_results, summarise(live_results))
+    return [live, *out] if live_first else [*out, live]
 
 
 def with_range(median: float, low: float | None, high: float | None, fmt: str = ".2f") -> str:
@@ -115,31 +118,32 @@ def full_table(srcs: list[Source], paper: pd.DataFrame) -> pd.DataFrame:
 
 
 def matched_values(profile_name: str, keys, prefix: str) -> dict:
-    """The claims ``keys`` judged at matched stage from ``profile_name``'s archived stage study and α-cross
-    (:func:`maskfed.book.evidence.matched_stage_verdicts`, the verdict page's rule over its checkpoints).
+    """Whether ``profile_name``'s archive has what the matched-stage view needs: ``{prefix}_m_study`` (a stage study
+    and Table I runs, a truth value) and ``{prefix}_m_cross`` (the α-cross's trajectory α besides the main one,
+    largest first, as a tuple; empty without a cross). ``keys``: the claims the page judges (:func:`matched_table`)."""
+    study = archive.load_stage_study(profile_name)
+    loaded = archive.load_alpha_cross(profile_name)
+    return {f"{prefix}_m_study": study is not None and bool(evidence.source_runs(profile_name)["table1"]),
+            f"{prefix}_m_cross": tuple(evidence.cross_alphas(None if loaded is None else loaded.table))}
 
-    Returns:
-        Per claim c: ``{prefix}_m_{c}`` (its verdict word), ``{prefix}_m_{c}_n`` (checkpoints judged),
-        ``_held``, ``_part``, ``_not`` (checkpoints where it holds, holds in part, does not hold);
-        ``{prefix}_m_cross`` (the α-cross's trajectory α besides the main one, largest first, as a tuple;
-        empty without a cross); ``{prefix}_m_study`` (whether the archive has a stage study, a truth value).
-    """
+
+def matched_table(profile_name: str, keys) -> pd.DataFrame | None:
+    """The claims ``keys`` judged at matched stage from ``profile_name``'s archived stage study and α-cross, by the
+    verdict page's rule (:func:`maskfed.book.evidence.matched_stage_verdicts` with the paper's accuracy floor):
+    one row per claim (its title), columns ``verdict`` and the checkpoints that ``vote``, ``hold``, hold ``in part``,
+    fail ``within tolerance`` (inside the seeds' range), fail (``against``), and lie ``before`` the floor (shown,
+    not counted). None without a stage study."""
     study = archive.load_stage_study(profile_name)
     runs = evidence.source_runs(profile_name)["table1"]
+    if study is None or not runs:
+        return None
     loaded = archive.load_alpha_cross(profile_name)
-    cross = None if loaded is None else loaded.table
-    values = {f"{prefix}_m_study": study is not None and bool(runs),
-              f"{prefix}_m_cross": tuple(evidence.cross_alphas(cross))}
-    if not values[f"{prefix}_m_study"]:
-        return values
     main_alpha, steps = load_profile(profile_name).table1.alpha, experiments.table1(runs)["T_mean"]
     chosen = tuple(c for c in claims.CLAIMS if c.key in keys)
-    m = evidence.matched_stage_verdicts(study.table, steps, chosen, cross=cross, main_alpha=main_alpha)
-    at = evidence.stage_evidence_at(study.table, steps)
-    at = {**at, **evidence.cross_evidence_at(cross, main_alpha)} if at else at
-    for c in chosen:  # the checkpoints' own verdicts, counted as matched_stage_verdicts counts them
-        found = [v for v in (c.evaluate(ev).verdict for ev in at.values()) if v != "not measured here"]
-        k = f"{prefix}_m_{c.key}"
-        values |= {k: m.loc[c.key, "verdict"], k + "_n": int(m.loc[c.key, "n"]), k + "_held": int(m.loc[c.key, "n_holds"]),
-                   k + "_part": found.count("partly"), k + "_not": found.count("does not hold")}
-    return values
+    m = evidence.matched_stage_verdicts(study.table, steps, chosen, cross=None if loaded is None else loaded.table,
+                                        main_alpha=main_alpha, min_acc=evidence.paper_accuracy_floor())
+    out = m[["verdict", "n", "n_holds", "n_partly", "n_tolerance", "n_fail", "n_before"]].astype(
+        {k: int for k in ("n", "n_holds", "n_partly", "n_tolerance", "n_fail", "n_before")})
+    out.columns = ["verdict", "vote", "hold", "in part", "within tolerance", "against", "before"]
+    out.index = pd.Index([c.title for c in chosen], name="claim")
+    return out

@@ -199,9 +199,10 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     results = experiments.run(prof, "table1", workers=workers, progress=False)
     paper = summary.paper_table("table1")
     found, notes = archive.summaries("table1", live=prof.name, profiles=archived, whole=True)
-    srcs = tables.sources("table1", prof.name, results, found)
+    own = bool(overrides)  # a reader's own settings: their run leads the page, the archived evidence beside it
+    srcs = tables.sources("table1", prof.name, results, found, live_first=own)
     first = srcs[0]
-    first_results = found[0].results if found else results
+    first_results = found[0].results if found and not own else results
     k_c = first_results[0].config.cohort_size  # the closest source's K_c (the ceiling drawn and used in eq. 12)
     t = first.table
     reps = uncertainty.replicate_tables(first_results, BY, n_boot=uncertainty.N_BOOT)

@@ -249,11 +249,13 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     spread["cv"] *= 100  # percent
     found, notes = archive.summaries("table2", live=prof.name, profiles=archived, whole=True)
     found1, _ = archive.summaries("table1", live=prof.name, profiles=[a.profile for a in found])
-    srcs = tables.sources("table2", prof.name, results, found)
+    own = bool(overrides)  # a reader's own settings: their run leads the page, the archived evidence beside it
+    srcs = tables.sources("table2", prof.name, results, found, live_first=own)
     first = srcs[0]
-    first_results = found[0].results if found else results
+    first_results = found[0].results if found and not own else results
     live_t1 = experiments.run(prof, "table1", workers=workers, progress=False)
-    first_t1_results = found1[0].results if found and found1 and found1[0].profile == found[0].profile else live_t1
+    first_t1_results = (found1[0].results if found and found1 and found1[0].profile == found[0].profile and not own
+                        else live_t1)
     t2f, t1f = first.table, experiments.table1(first_t1_results)
     reps2 = uncertainty.replicate_tables(first_results, ["alpha"])
     reps1 = uncertainty.replicate_tables(first_t1_results, ["batch_size", "local_epochs"])
