@@ -23,6 +23,7 @@ def test_profile_value():
     assert theory.profile_value("paper", 1, 2, 3) == 3
     assert theory.profile_value("cpu-long", 1, 2, 3) == 2  # longer FedAvg runs, the cpu derivation settings
     assert theory.profile_value("cpu-paper", 1, 2, 3) == 2  # the paper's protocol with the cpu model: the same
+    assert theory.profile_value("cpu-masked", 1, 2, 3) == 2  # every profile has a value (it raised KeyError before)
     with pytest.raises(ValueError, match="profile"):
         theory.profile_value("gpu", 1, 2)
 

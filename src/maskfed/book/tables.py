@@ -17,11 +17,11 @@ import pandas as pd
 
 from maskfed.analysis import claims, summary, uncertainty
 from maskfed.book import evidence
-from maskfed.engine.config import load_profile
+from maskfed.engine.config import CPU_PAPER, load_profile
 from maskfed.studies import archive, experiments
 
 #: The archived profile whose stage study, α-cross and trend test the two chapters' fixed sentences describe.
-ARCHIVED = "cpu-paper"
+ARCHIVED = CPU_PAPER
 
 #: The settings that name a row of each table.
 BY = {"table1": ["batch_size", "local_epochs"], "table2": ["alpha"]}

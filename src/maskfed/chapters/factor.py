@@ -24,12 +24,12 @@ import torch
 from maskfed import book, provenance
 from maskfed.analysis.summary import paper_table, tail_window
 from maskfed.book.plots import cohort_size, own_trajectory, recovery_vs_parameters, step_size
-from maskfed.engine.config import load_profile, Profile
+from maskfed.engine.config import CPU_PAPER, load_profile, Profile
 from maskfed.studies import archive, stage
 from maskfed.studies import factor_axes as fa
 
 #: The archived profile whose model-size studies the chapter reads unless told otherwise.
-MODELS_FROM = "cpu-paper"
+MODELS_FROM = CPU_PAPER
 #: Test-accuracy gap (fraction) beyond which two θ are not at the same stage of training (ours).
 STAGE_GAP = 0.05
 #: Largest |ratio of means / eq. 12 − 1| (fraction) within which a departure of the median from eq. 12 is
@@ -118,7 +118,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
     workers = prof.workers if workers is None else workers
     # the θ of the two axes: an archived trajectory where one is asked for and exists, else this profile's own
-    wanted = {"auto": "cpu-paper" if prof.base.get("dataset", "cifar10") == "cifar10" else None, "own": None}.get(
+    wanted = {"auto": CPU_PAPER if prof.base.get("dataset", "cifar10") == "cifar10" else None, "own": None}.get(
         theta_from, theta_from)
     trajectory = archive.ladder_trajectories(wanted).get(load_profile(wanted).seeds[0]) if wanted else None
     theta_prof = load_profile(wanted, data_path=data_path) if trajectory is not None else prof

@@ -25,7 +25,7 @@ from maskfed import provenance
 from maskfed.analysis import summary
 from maskfed.book import evidence, number, plots
 from maskfed.book.plots import against_stage, branches
-from maskfed.engine.config import load_profile, Profile, RunConfig
+from maskfed.engine.config import CPU_PAPER, load_profile, Profile, RunConfig
 from maskfed.studies import archive, stage
 
 #: The paper's argument for sampling (Sec. IV-C): full batch τ = 5 against batch 128 with τ = 1 and 2.
@@ -135,7 +135,7 @@ def source_values(spec: stage.StageSpec, source_profile: str | None) -> dict:
 
 
 def findings(profile: str, *, data_path=None, overrides: dict | None = None, workers: int | None = None,
-             ladder_from: str | None = "cpu-paper", stages: int | None = None, stage_rounds: list | None = None,
+             ladder_from: str | None = CPU_PAPER, stages: int | None = None, stage_rounds: list | None = None,
              target_accuracies: list | None = None, extra_rounds: list | None = None, pool_size: int | None = None,
              num_cohorts: int | None = None, branch_rounds: int | None = None) -> Findings:
     """The chapter's findings, from its parameters (see the chapter's parameters cell for each).

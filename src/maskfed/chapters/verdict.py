@@ -22,7 +22,7 @@ import pandas as pd
 from maskfed import book, provenance
 from maskfed.analysis import claims, summary, uncertainty
 from maskfed.book import evidence, plots
-from maskfed.engine.config import Profile, load_profile
+from maskfed.engine.config import CPU_PAPER, Profile, load_profile
 from maskfed.engine.models import build_model, num_parameters
 from maskfed.studies import archive, experiments, factor_axes as fa
 
@@ -507,7 +507,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     measured = verdicts[verdicts["from"] != "–"]
     checks = claims.verdict_table(sources, claims.CODE_CHECKS).iloc[0]
     mcp = evidence.matched_checkpoints(stage_table, floor)
-    factor_tables = {p: getattr(archive.load_factor_study("cpu-paper", p), "table", None)
+    factor_tables = {p: getattr(archive.load_factor_study(CPU_PAPER, p), "table", None)
                      for p in ("models", "resnet", "resnet-fedavg")}
     # claims whose verdict at matched stage differs from the one at the paper's protocols (both measured)
     differ = [k for k in verdicts.index if "not measured here" not in (verdicts.loc[k, "verdict"], matched.loc[k, "verdict"])
@@ -532,7 +532,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         "v_code": provenance.code_hash(),
         # the paper's model measured on CPU: at FedAvg θ, at centralised θ, and the small CNN both ways
         **resnet_values(factor_tables.values()),
-        "v_protocol": fa.trajectory_protocol(load_profile("cpu-paper")),
+        "v_protocol": fa.trajectory_protocol(load_profile(CPU_PAPER)),
     }
     images = book.images_for(prof.run(prof.seeds[0]))
     prints = fingerprint_table([r for runs in archived_runs.values() for r in runs], images)
@@ -542,7 +542,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     closest_prof = load_profile(profile_of[closest.name])
     closest_run = closest_prof.run(closest_prof.seeds[0])
     resnet = resnet_cliffs([factor_tables["resnet"], factor_tables["resnet-fedavg"]])
-    own = getattr(archive.load_factor_study("cpu-paper", "resnet-fedavg"), "trajectory", None)
+    own = getattr(archive.load_factor_study(CPU_PAPER, "resnet-fedavg"), "trajectory", None)
     resnet["rounds"] = int(own["round"].max()) if own is not None and len(own) else 0  # its trajectory's rounds so far
     if HEADLINE_SETTING not in against.index:
         raise RuntimeError(f"the closest source, {closest.name}, lacks the paper's headline cell ({HEADLINE_SETTING} "

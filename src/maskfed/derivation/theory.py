@@ -33,20 +33,23 @@ from maskfed.core.masking import (
 )
 
 Tensor = torch.Tensor
-from maskfed.engine.config import PROFILES  # noqa: E402  (one list of profile names)
+from maskfed.engine.config import PAPER, PROFILES  # noqa: E402  (one list of profile names)
 
 
 def profile_value(profile: str, smoke, cpu, paper=None):
     """Pick a setting by run profile: ``smoke``, ``cpu`` or ``paper``.
 
-    ``paper`` defaults to the ``cpu`` value; ``cpu-long`` and ``cpu-paper`` take the ``cpu`` value.
+    ``paper`` defaults to the ``cpu`` value; every other profile (``cpu-long``, ``cpu-paper``, ``cpu-masked``) takes
+    the ``cpu`` value.
 
     Raises:
         ValueError: on an unknown profile.
     """
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {PROFILES}; got profile = {profile!r}")
-    return {"smoke": smoke, "cpu": cpu, "cpu-long": cpu, "cpu-paper": cpu, "paper": cpu if paper is None else paper}[profile]
+    if profile == "smoke":
+        return smoke
+    return paper if profile == PAPER and paper is not None else cpu
 
 
 # --------------------------------------------------------------------------- statistics

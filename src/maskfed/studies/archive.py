@@ -26,7 +26,7 @@ import pandas as pd
 from maskfed import provenance
 
 from maskfed.analysis import uncertainty
-from maskfed.engine.config import load_profile, NOT_IN_KEY, PROFILES, RunConfig
+from maskfed.engine.config import CPU_LONG, CPU_PAPER, load_profile, NOT_IN_KEY, PAPER, PROFILES, RunConfig
 from maskfed.engine.runner import DamagedRun, load_run, RunResult
 from maskfed.paths import env_path, REPO_ROOT
 from maskfed.studies import experiments
@@ -43,7 +43,7 @@ REQUIRED_COLUMNS = ("round", "recovery_unweighted", "recovery_weighted", "mu2_ha
 WHERE_FIELDS = ("data_path", "device", *NOT_IN_KEY)
 #: Profiles the book looks for in the archive, in column order: closest to the paper's setting first
 #: (the paper profile on a GPU, then its protocol on the CPU with a small model, then 100 rounds).
-BOOK_PROFILES = ("paper", "cpu-paper", "cpu-long")
+BOOK_PROFILES = (PAPER, CPU_PAPER, CPU_LONG)
 
 
 def archive_dir() -> Path:

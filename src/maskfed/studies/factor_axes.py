@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from maskfed.core import diversity
 from maskfed.engine import checkpoint, runner
-from maskfed.engine.config import BatchSize, ConfigError, make_settings, Profile, RunConfig
+from maskfed.engine.config import BatchSize, ConfigError, CPU_PAPER, make_settings, Profile, RunConfig
 from maskfed.paths import results_dir
 from maskfed.studies import central, stage
 from maskfed.studies.pool_gram import measure_many, parameter_count, protocol_config, Task, task_cost, theta_digest
@@ -493,7 +493,7 @@ AXES_DEFAULTS = {
     "smoke": {"target": 0.3, "cohort_sizes": (2, 5, 10), "cohort_draws": 20, "lr_pool": 6, "lr_cohorts": 20, "ref_kc": 5},
     "cpu": {"target": 0.35},
     "cpu-long": {"target": 0.45},
-    "cpu-paper": {"target": 0.45},
+    CPU_PAPER: {"target": 0.45},
     "paper": {"target": 0.45, "lr_pool": 12},
 }
 
@@ -669,7 +669,7 @@ MODEL_DEFAULTS = {
                                         targets=(0.05, 0.99), protocols=(("full", 1), (64, 1)), pool_size=3,
                                         num_cohorts=3),
     },
-    "cpu-paper": {
+    CPU_PAPER: {
         "models": ModelStudySpec(models=(ModelSpec(model="small_cnn_gn", width=8, source="fedavg"),
                                          ModelSpec(model="small_cnn_gn", width=8),
                                          ModelSpec(model="small_cnn_gn", width=16),

@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 
 from maskfed.engine import checkpoint, cohort as cohort_mod, fedavg, runner, store
-from maskfed.engine.config import ConfigError, make_settings, Profile, RunConfig
+from maskfed.engine.config import ConfigError, CPU_PAPER, make_settings, Profile, RunConfig
 from maskfed.engine.models import build_model
 from maskfed.paths import results_dir
 
@@ -91,7 +91,7 @@ PROFILE_DEFAULTS = {
     "smoke": {"stages": 3, "pool_size": 4, "num_cohorts": 4, "branch_rounds": 1},
     "cpu": {"stages": 5, "pool_size": 16, "num_cohorts": 50, "branch_rounds": 0, "candidate_every": 2},
     "cpu-long": {"stages": 5, "pool_size": 16, "num_cohorts": 50, "branch_rounds": 0, "candidate_every": 5},
-    "cpu-paper": {"stages": 6, "pool_size": 20, "num_cohorts": 100, "branch_rounds": 0,
+    CPU_PAPER: {"stages": 6, "pool_size": 20, "num_cohorts": 100, "branch_rounds": 0,
                   "candidate_rounds": (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 18, 20, 25, 30, 35, 40, 50, 60, 70, 80,
                                        100, 120, 140, 160, 180),
                   # the accuracy-placed checkpoints leave rounds 60 to 200 empty: 100 and the two kept rounds
