@@ -364,8 +364,7 @@ def paper_numbers() -> dict:
             "below_bs": str(bs), "below_tau": int(tau)}
 
 
-# The statements below quote the paper's numbers as the criteria list of chapters.verdict.criteria_html shows them;
-# notebooks/verdict.md's table of the claims glues paper_numbers() instead.
+# The claims in the paper's words and their criteria are notebooks/verdict.md's table, which glues paper_numbers().
 CLAIMS: tuple[Claim, ...] = (
     Claim("cliff", "The cliff", "Sec. IV-B, Table I", _cliff),
     Claim("floor", "Minibatch floor", "Sec. IV-B", _floor),

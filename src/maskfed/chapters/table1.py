@@ -40,7 +40,7 @@ class Findings:
     prof: Profile                  # this build's profile (the banner's)
     srcs: list[tables.Source]      # every source, closest to the paper's setting first; the live one last
     found: list                    # archive.summaries: the archived profiles that have Table I runs
-    archive_notes: list[str]       # archive.summaries' notes on the archived profiles without runs (archive.book_note)
+    archive_notes: list[str]       # archive.summaries' notes on the archived profiles without runs (archive.archive_table)
     first_results: list            # the closest source's runs (RunResult)
     k_c: int                       # the closest source's cohort size K_c (the ceiling on 1/Δ_S)
     paper: pd.DataFrame            # the paper's Table I (summary.paper_table)

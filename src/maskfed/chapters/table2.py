@@ -46,7 +46,7 @@ class Findings:
     spread: pd.DataFrame         # both conventions' shard sizes: alpha, convention, min, max (samples), cv (%)
     srcs: list[tables.Source]    # every source, closest to the paper's setting first; the live one last
     found: list                  # archive.summaries: the archived profiles that have Table II runs
-    archive_notes: list[str]     # archive.summaries' notes on the archived profiles without runs (archive.book_note)
+    archive_notes: list[str]     # archive.summaries' notes on the archived profiles without runs (archive.archive_table)
     paper: pd.DataFrame          # the paper's Table II (summary.paper_table)
     main: pd.DataFrame           # tables.main_table of the closest source
     full: pd.DataFrame           # tables.full_table of every source

@@ -956,8 +956,6 @@ def archive_table(found: list[ArchivedSummary], notes: list[AbsentArchive] = ())
     return table.drop(columns=empty)
 
 
-#: Old name of :func:`archive_table` (it returned HTML prose), kept so that chapters not yet moved still run.
-book_note = archive_table
 
 
 # --------------------------------------------------------------------------- archived stage studies
