@@ -410,3 +410,12 @@ def test_masked_runs_have_their_own_key_and_label():
     plain, masked = make_run_config(), make_run_config(mask_keep_prob=0.5, mask_mode="shared")
     assert plain.key() != masked.key()
     assert masked.label().endswith("-p0.5-shared-s0") and "-p" not in plain.label().split("-t2")[1]
+
+
+def test_the_profiles_names_have_one_home_in_step_with_the_config():
+    # engine.config lists the names itself (its bytes are part of every run's code hash); maskfed.names is their home
+    from maskfed import names
+    from maskfed.engine import config
+
+    assert config.PROFILES == names.ALL
+    assert (names.CPU_PAPER, names.PAPER) == ("cpu-paper", "paper")

@@ -17,7 +17,8 @@ import pandas as pd
 
 from maskfed.analysis import claims, summary, uncertainty
 from maskfed.book import evidence
-from maskfed.engine.config import CPU_PAPER, load_profile
+from maskfed.engine.config import load_profile
+from maskfed.names import CPU_PAPER
 from maskfed.studies import archive, experiments
 
 #: The archived profile whose stage study, α-cross and trend test the two chapters' fixed sentences describe.

@@ -24,7 +24,8 @@ import torch
 from maskfed import book, provenance
 from maskfed.analysis.summary import paper_table, tail_window
 from maskfed.book.plots import cohort_size, own_trajectory, recovery_vs_parameters, step_size
-from maskfed.engine.config import CPU_PAPER, load_profile, Profile
+from maskfed.engine.config import load_profile, Profile
+from maskfed.names import CPU_PAPER
 from maskfed.studies import archive, stage
 from maskfed.studies import factor_axes as fa
 

@@ -25,7 +25,8 @@ from maskfed import provenance
 from maskfed.analysis import summary
 from maskfed.book import evidence, number, plots
 from maskfed.book.plots import against_stage, branches
-from maskfed.engine.config import CPU_PAPER, load_profile, Profile, RunConfig
+from maskfed.engine.config import load_profile, Profile, RunConfig
+from maskfed.names import CPU_PAPER
 from maskfed.studies import archive, stage
 
 #: The paper's argument for sampling (Sec. IV-C): full batch τ = 5 against batch 128 with τ = 1 and 2.

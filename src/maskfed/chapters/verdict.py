@@ -22,7 +22,8 @@ import pandas as pd
 from maskfed import book, provenance
 from maskfed.analysis import claims, summary, uncertainty
 from maskfed.book import evidence, plots
-from maskfed.engine.config import CPU_PAPER, Profile, load_profile
+from maskfed.engine.config import Profile, load_profile
+from maskfed.names import CPU_PAPER
 from maskfed.engine.models import build_model, num_parameters
 from maskfed.studies import archive, experiments, factor_axes as fa
 

@@ -33,7 +33,8 @@ from maskfed.core.masking import (
 )
 
 Tensor = torch.Tensor
-from maskfed.engine.config import PAPER, PROFILES  # noqa: E402  (one list of profile names)
+from maskfed.engine.config import PROFILES
+from maskfed.names import PAPER
 
 
 def profile_value(profile: str, smoke, cpu, paper=None):

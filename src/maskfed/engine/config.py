@@ -24,11 +24,7 @@ BatchSize = Union[int, Literal["full"]]
 #: Profile names (``profiles/<name>.yaml``); ``cpu-long`` is the cpu profile run 4x longer and ``cpu-paper``
 #: the paper's protocol (200 rounds, 3 seeds) with the cpu profile's model, both meant to be archived;
 #: ``cpu-masked`` holds only the masked-training runs at cpu-paper's settings (archived, not a book profile).
-#: The archived profiles' names, one constant each: the small GroupNorm CNN at the paper's protocol for its 200
-#: rounds (cpu-paper: not the paper's model), the same for 100 rounds (cpu-long), masked training (cpu-masked), and
-#: the paper's own setting on a GPU (paper).
-CPU_PAPER, CPU_LONG, CPU_MASKED, PAPER = "cpu-paper", "cpu-long", "cpu-masked", "paper"
-PROFILES = ("smoke", "cpu", CPU_LONG, CPU_PAPER, CPU_MASKED, PAPER)
+PROFILES = ("smoke", "cpu", "cpu-long", "cpu-paper", "cpu-masked", "paper")
 #: Experiments a profile can name (:attr:`Profile.experiments`; :mod:`maskfed.studies.experiments` builds their runs).
 EXPERIMENT_NAMES = ("table1", "table2", "control", "masked")
 #: RunConfig fields that change no result and so stay out of :meth:`RunConfig.key`.

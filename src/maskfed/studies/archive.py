@@ -26,7 +26,8 @@ import pandas as pd
 from maskfed import provenance
 
 from maskfed.analysis import uncertainty
-from maskfed.engine.config import CPU_LONG, CPU_PAPER, load_profile, NOT_IN_KEY, PAPER, PROFILES, RunConfig
+from maskfed.engine.config import load_profile, NOT_IN_KEY, PROFILES, RunConfig
+from maskfed.names import CPU_LONG, CPU_PAPER, PAPER
 from maskfed.engine.runner import DamagedRun, load_run, RunResult
 from maskfed.paths import env_path, REPO_ROOT
 from maskfed.studies import experiments

@@ -31,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from maskfed.core import diversity
 from maskfed.engine import checkpoint, runner
-from maskfed.engine.config import BatchSize, ConfigError, CPU_PAPER, make_settings, Profile, RunConfig
+from maskfed.engine.config import BatchSize, ConfigError, make_settings, Profile, RunConfig
+from maskfed.names import CPU_PAPER
 from maskfed.paths import results_dir
 from maskfed.studies import central, stage
 from maskfed.studies.pool_gram import measure_many, parameter_count, protocol_config, Task, task_cost, theta_digest

@@ -38,7 +38,8 @@ from tqdm import tqdm
 
 
 from maskfed.engine import checkpoint, cohort as cohort_mod, fedavg, runner, store
-from maskfed.engine.config import ConfigError, CPU_PAPER, make_settings, Profile, RunConfig
+from maskfed.engine.config import ConfigError, make_settings, Profile, RunConfig
+from maskfed.names import CPU_PAPER
 from maskfed.engine.models import build_model
 from maskfed.paths import results_dir
 
