@@ -1,16 +1,9 @@
 """Findings of the chapter "Stage or sampling? Every protocol at the same checkpoints"
-(``notebooks/stage_or_sampling.md``).
-
-The chapter measures every local protocol of Table I (and Table II's protocol under each Dirichlet α)
-at the same checkpoints θ_s of reference FedAvg trajectories (the "ladders") with the stage study
-(:mod:`maskfed.studies.stage`, read from the archive or measured through
-:func:`maskfed.book.evidence.stage_study`), and asks whether the spread of the recovery factor 1/Δ_S
-(eq. 3 and 8 of the paper) follows the checkpoint ("stage") or exact against sampled local gradients
-("sampling"). :func:`findings` gathers the glued values (numbers and verdict words; the chapter's
-Markdown holds the sentences), the tables and the figures' inputs; the ``table_...`` and ``figure_...``
-functions give what the chapter shows. The design (ladder, pool, paired cohorts, the variance split and
-its threshold) is ours; the quantities are the paper's (Yan et al. 2026, eq. 3, 8, 12-14, Table I and
-Sec. IV-C).
+(``notebooks/stage_or_sampling.md``): the stage study (:mod:`maskfed.studies.stage`, through
+:func:`maskfed.book.evidence.stage_study`) asks whether the spread of 1/Δ_S (eq. 3, 8) follows the
+checkpoint ("stage") or exact against sampled local gradients ("sampling"). :func:`findings` gathers the
+glued values, tables and figures' inputs; the ``table_...`` and ``figure_...`` functions give what the
+chapter shows.
 """
 
 from __future__ import annotations
@@ -25,14 +18,14 @@ from maskfed import provenance
 from maskfed.analysis import summary
 from maskfed.book import evidence, number, plots
 from maskfed.book.plots import against_stage, branches
-from maskfed.engine.config import load_profile, Profile, RunConfig
+from maskfed.engine.config import load_profile, Profile
 from maskfed.names import CPU_PAPER
 from maskfed.studies import archive, stage
 
 #: The paper's argument for sampling (Sec. IV-C): full batch τ = 5 against batch 128 with τ = 1 and 2.
 F5_PAIRS = {"128_1": ("128", 1), "128_2": ("128", 2)}
 
-#: The rows of :func:`table_verdicts` that are numbers, each with the name of its value in :func:`half_values`.
+#: The rows of :func:`table_verdicts` that are numbers, each with its value's name in :func:`half_values`.
 VERDICT_ROWS = {"stage share (%)": "stage", "between seeds (%)": "seed", "sampling share (%)": "sampling",
                 "protocol share (%)": "protocol", "full / minibatch (×)": "sampling_effect",
                 "highest / lowest checkpoint (×)": "stage_effect"}
@@ -40,28 +33,21 @@ VERDICT_ROWS = {"stage share (%)": "stage", "between seeds (%)": "seed", "sampli
 
 @dataclass(frozen=True)
 class Findings:
-    """What the chapter shows.
-
-    ``values`` maps each glue name (``st_...``) to a number, a verdict word or a truth value (for the
-    chapter's checks); the rest are the frames and settings the tables and figures are drawn from.
-    """
+    """What the chapter shows: ``values`` maps each glue name (``st_...``) to a number, a verdict word or a
+    truth value (for the chapter's checks); the rest are what the tables and figures are drawn from."""
 
     values: dict
     study: evidence.BookStudy   # the stage study (table, checkpoints, branches)
-    spec: stage.StageSpec       # the stage settings it was measured with
     shown_profile: Profile      # the profile whose trajectories were measured (for the banner)
-    ref: RunConfig              # the first seed's trajectory configuration
     t1: pd.DataFrame            # study rows of Table I's protocols
     t2: pd.DataFrame            # study rows of Table II's protocol under each α
-    checkpoints: pd.DataFrame   # seed, stage, round, test_acc (fraction), test_loss (nats)
     seeds: list                 # the ladders' seeds, sorted
     cliffs: pd.DataFrame        # seed, stage, cliff, round, test_acc (see cliff_table)
     by_range: dict              # stage.verdict_by_range of t1: {"early": {...}, "late": {...}}
     paper_cliff: float          # the paper's Table I cliff (stage.paper_cliff)
 
     @property
-    def has_branches(self) -> bool:
-        """Whether the study ran branches (M > 0 rounds of real FedAvg from each checkpoint)."""
+    def has_branches(self) -> bool:  # M > 0 rounds of real FedAvg from each checkpoint
         return not self.study.branches.empty
 
 
@@ -71,18 +57,9 @@ def percent(share: float) -> float | int:
 
 
 def cliff_table(t1: pd.DataFrame, checkpoints: pd.DataFrame) -> pd.DataFrame:
-    """The cliff (smallest full-batch over largest minibatch median 1/Δ_S, :func:`stage.cliff_by_stage`)
-    at every checkpoint of every seed.
-
-    Args:
-        t1: stage-study rows of Table I's protocols (``seed``, ``stage``, ``batch_size``,
-            ``recovery_unweighted``, ...).
-        checkpoints: one row per (seed, stage) with ``round`` and ``test_acc`` (fraction).
-
-    Returns:
-        One row per (seed, stage): ``stage``, ``cliff`` (dimensionless), ``seed``, ``round``,
-        ``test_acc``; a (seed, stage) missing from ``checkpoints`` is dropped.
-    """
+    """The cliff (:func:`maskfed.studies.stage.cliff_by_stage`) at every checkpoint of every seed: one row per
+    (seed, stage) of ``checkpoints`` (``round``, ``test_acc``) with ``stage``, ``cliff``, ``seed``, ``round``,
+    ``test_acc``, from ``t1``, stage-study rows of Table I's protocols."""
     cliffs = pd.concat([stage.cliff_by_stage(g.drop(columns="seed")).rename("cliff").to_frame().assign(seed=s)
                         for s, g in t1.groupby("seed")]).reset_index()
     return cliffs.merge(checkpoints[["seed", "stage", "round", "test_acc"]], on=["seed", "stage"])
@@ -100,29 +77,22 @@ def f5_spans(t1: pd.DataFrame) -> dict[str, pd.Series]:
 
 
 def half_values(name: str, v: dict | None) -> dict:
-    """The glued values of one half (or range) of training (one entry of
+    """The glued values of one half (or range) of training (an entry of
     :func:`maskfed.studies.stage.verdict_by_range`, None where no checkpoint falls in it): ``st_<name>_label``
-    (the verdict word, "not reached" for None), the stage, between-seeds, sampling and protocol shares as
-    whole percentages, the two effects (×, two decimals) and the checkpoints' accuracy range (two decimals;
-    NaN for None)."""
-    nan = float("nan")
-    v = v or {"verdict": "not reached", **{k: nan for k in ("stage", "seed", "sampling", "protocol", "sampling_effect",
-                                                              "stage_effect", "acc_min", "acc_max")}}
-    return {f"st_{name}_label": v["verdict"], f"st_{name}_stage": percent(v["stage"]),
-            f"st_{name}_seed": percent(v["seed"]), f"st_{name}_sampling": percent(v["sampling"]),
-            f"st_{name}_protocol": percent(v["protocol"]),
-            f"st_{name}_sampling_effect": round(v["sampling_effect"], 2),
-            f"st_{name}_stage_effect": round(v["stage_effect"], 2),
-            f"st_{name}_acc_min": round(v["acc_min"], 2), f"st_{name}_acc_max": round(v["acc_max"], 2)}
+    (the verdict word, "not reached" for None), the shares as whole percentages, the two effects (×) and the
+    accuracy range to two decimals (NaN for None)."""
+    shares, rest = ("stage", "seed", "sampling", "protocol"), ("sampling_effect", "stage_effect", "acc_min", "acc_max")
+    v = v or {"verdict": "not reached", **dict.fromkeys(shares + rest, float("nan"))}
+    return {f"st_{name}_label": v["verdict"], **{f"st_{name}_{k}": percent(v[k]) for k in shares},
+            **{f"st_{name}_{k}": round(v[k], 2) for k in rest}}
 
 
 def source_values(spec: stage.StageSpec, source_profile: str | None) -> dict:
-    """Where :func:`maskfed.book.evidence.stage_study` takes the study from: ``st_origin`` is "archived" when
-    ``source_profile``'s archive holds a study with these very settings and no branches are asked for,
-    "archived trajectories" when only its trajectories are archived (measured in this build), "own run" without
-    ``source_profile``; ``st_measured`` (the archived study's date, else "this build"), ``st_code`` (its run code
-    hash, else this checkout's), ``st_trajectories`` (the archived trajectories' run folders, else "–") and
-    ``st_changed`` (the archived study's files changed since archived, else "none")."""
+    """Where :func:`maskfed.book.evidence.stage_study` takes the study from: ``st_origin`` ("archived": the
+    archive of ``source_profile`` holds a study with these settings and no branches are asked for; "archived
+    trajectories": only its trajectories; "own run": no ``source_profile``), ``st_measured`` (date or "this
+    build"), ``st_code`` (run code hash), ``st_trajectories`` (run folders, else "–") and ``st_changed`` (the
+    archived study's files changed since, else "none")."""
     arch = archive.load_stage_study(source_profile) if source_profile else None
     if arch is not None and arch.spec == spec and not spec.branch_rounds:
         return {"st_origin": "archived", "st_measured": arch.provenance["finished_utc"][:10],
@@ -144,19 +114,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     The ladders are ``ladder_from``'s archived trajectories when its archive holds them
     (:func:`maskfed.book.evidence.stage_source`), else ``profile``'s own run; the stage settings are
     :func:`maskfed.studies.stage.make_spec` of that profile with the given fields. The study is read
-    from the archive when it holds one with these settings, else measured (cached; minutes at the cpu
-    profiles, more with branches).
-
-    Returns:
-        :class:`Findings`; its ``values`` hold, among others, the verdict words and variance shares per half
-        of training (``st_early_label``, ``st_early_stage`` in whole percent, ...), the cliff along training
-        (``st_cliff_min``, ..., dimensionless, two decimals), the most cohorts with 1/Δ_S < 1
-        (``st_below_one``, whole percent), the paper's numbers beside them (``st_paper_cliff``,
-        ``st_paper_acc``, a fraction) and truth values for the chapter's checks (``st_labels_without_effect``,
-        ``st_paper_floor_full_1``).
-
-    Raises:
-        ValueError: the study's branches disagree with its ``branch_rounds``.
+    from the archive when it holds one with these settings, else measured (cached).
     """
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
     source_profile = evidence.stage_source(ladder_from)
@@ -164,10 +122,6 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
                            target_accuracies=target_accuracies, extra_rounds=extra_rounds, pool_size=pool_size,
                            num_cohorts=num_cohorts, branch_rounds=branch_rounds)
     study = evidence.stage_study(prof, spec, ladder_from=source_profile, workers=workers)
-    has_branches = not study.branches.empty
-    if has_branches != (spec.branch_rounds > 0):
-        raise ValueError(f"the study has {'' if has_branches else 'no '}branches with "
-                         f"branch_rounds = {spec.branch_rounds}")
     ref = study.ref
     t1 = study.table[study.table.experiment == "table1"]
     t2 = study.table[study.table.experiment == "table2"]
@@ -198,10 +152,11 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         values |= half_values(name, by_range.get(name))
     # the split the verdict page judges the claim on: the paper's accuracy range (from its Table I's lowest) and
     # before; a range no checkpoint reaches (a short smoke ladder stays below the paper's range) is "not reached"
-    in_range = stage.verdict_by_range(t1, split_acc=evidence.paper_accuracy_floor())
+    floor = evidence.paper_accuracy_floor()
+    in_range = stage.verdict_by_range(t1, split_acc=floor)
     values |= half_values("range", in_range.get("late")) | half_values("before", in_range.get("early"))
     values |= {
-        "st_paper_floor": round(evidence.paper_accuracy_floor(), 3),
+        "st_paper_floor": round(floor, 3),
         "st_paper_floor_full_1": paper_t1["test_acc"].idxmin() == ("full", 1),
         "st_paper_cliff": round(p_cliff, 2),
         "st_cliff_min": round(later["cliff"].min(), 2), "st_cliff_max": round(later["cliff"].max(), 2),
@@ -216,16 +171,15 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         "st_M": spec.branch_rounds, "st_M_origin": "parameter" if branch_rounds is not None else "default",
         "st_seed0": seeds[0],
     }
-    return Findings(values, study, spec, load_profile(study.profile, data_path=data_path), ref, t1, t2, ckpts, seeds,
-                    cliffs, by_range, p_cliff)
+    return Findings(values, study, load_profile(study.profile, data_path=data_path), t1, t2, seeds, cliffs, by_range,
+                    p_cliff)
 
 
 # --------------------------------------------------------------------------- tables
 
-
 def table_checkpoints(f: Findings) -> pd.DataFrame:
     """The ladders' checkpoints: index (seed, stage); round, test accuracy (fraction), test loss (nats)."""
-    return (f.checkpoints.set_index(["seed", "stage"])[["round", "test_acc", "test_loss"]]
+    return (f.study.checkpoints.set_index(["seed", "stage"])[["round", "test_acc", "test_loss"]]
             .rename(columns={"test_acc": "test accuracy", "test_loss": "test loss (nats)"}))
 
 
@@ -237,11 +191,9 @@ def table_cliffs(f: Findings) -> pd.DataFrame:
 
 
 def table_verdicts(f: Findings) -> pd.DataFrame:
-    """The verdict per half of training, one column per half ("early", "late"), one row per quantity: its
-    checkpoints, their accuracy range, the stage share of the variance and the part of it between seeds, the
-    sampling and protocol shares (whole percent), the two effect sizes (×, two decimals) and the verdict
-    (:func:`maskfed.studies.stage.verdict_by_range`, rounded by :func:`half_values` as the text reads them; a
-    column a half, so that the table fits the page)."""
+    """The verdict per half of training (:func:`maskfed.studies.stage.verdict_by_range`), a column a half
+    ("early", "late"), a row per quantity: checkpoints, accuracy range, :data:`VERDICT_ROWS` rounded by
+    :func:`half_values` as the text reads them, and the verdict."""
     def column(k: str, v: dict) -> dict:
         h = half_values(k, v)
         return {"checkpoints (stage)": ", ".join(map(str, v["stages"])),
@@ -262,13 +214,12 @@ def table_alpha(f: Findings) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- figures (finish them with plots.finish)
 
-
 def figure_recovery(f: Findings) -> plt.Figure:
     """One panel per seed: 1/Δ_S of the nine local protocols against the checkpoint's test accuracy
     (:func:`maskfed.book.plots.against_stage`, with the ceiling K_c); the caption is the chapter's."""
     fig, axes = plt.subplots(len(f.seeds), 1, figsize=(6.4, 2.9 * len(f.seeds) + 1.6), sharex=True, squeeze=False)
     for i, (ax, s) in enumerate(zip(axes[:, 0], f.seeds)):
-        against_stage(f.t1[f.t1.seed == s], ax=ax, k_c=f.ref.cohort_size, legend=i == len(f.seeds) - 1,
+        against_stage(f.t1[f.t1.seed == s], ax=ax, k_c=f.study.ref.cohort_size, legend=i == len(f.seeds) - 1,
                       title=f"seed {s}")
     return fig
 
@@ -277,10 +228,9 @@ def figure_noise_signal(f: Findings) -> plt.Figure:
     """σ̂² (eq. 13) above and ‖μ̂‖² (eq. 14) below, at the checkpoints of the first seed."""
     fig, axes = plt.subplots(2, 1, figsize=(6.4, 7.4), sharex=True)
     s0 = f.seeds[0]
-    against_stage(f.t1[f.t1.seed == s0], "sigma2_hat", ax=axes[0], label="σ̂² (eq. 13)", legend=False,
-                  title=f"σ̂², seed {s0}")
-    against_stage(f.t1[f.t1.seed == s0], "mu2_hat", ax=axes[1], label="‖μ̂‖² (eq. 14)",
-                  title=f"‖μ̂‖², seed {s0}")
+    rows = f.t1[f.t1.seed == s0]
+    against_stage(rows, "sigma2_hat", ax=axes[0], label="σ̂² (eq. 13)", legend=False, title=f"σ̂², seed {s0}")
+    against_stage(rows, "mu2_hat", ax=axes[1], label="‖μ̂‖² (eq. 14)", title=f"‖μ̂‖², seed {s0}")
     return fig
 
 
@@ -292,21 +242,14 @@ def figure_cliff(f: Findings) -> plt.Figure:
         ax.plot(g["test_acc"], g["cliff"], marker="o", label=f"seed {s}")
     ax.axhline(f.paper_cliff, color="0.45", ls="--", lw=1, label="paper's Table I")
     ax.axhline(1, color="0.6", ls=":", lw=1)
-    ax.set_xlabel("checkpoint test accuracy")
-    ax.set_ylabel("cliff")
-    ax.set_title("cliff along training")
+    ax.set(xlabel="checkpoint test accuracy", ylabel="cliff", title="cliff along training")
     plots.legend_outside(ax, "below", ncol=4)
     return fig
 
 
 def figure_branches(f: Findings) -> plt.Figure:
-    """The first seed's branches of Table I's protocols (:func:`maskfed.book.plots.branches`).
-
-    Raises:
-        ValueError: the study has no branches (:attr:`Findings.has_branches`).
-    """
-    if not f.has_branches:
-        raise ValueError("the study has no branches (branch_rounds = 0)")
+    """The first seed's branches of Table I's protocols (:func:`maskfed.book.plots.branches`), where
+    :attr:`Findings.has_branches`."""
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     b1 = f.study.branches[f.study.branches.experiment == "table1"]
     branches(b1[b1.seed == f.seeds[0]], ax=ax)

@@ -9,14 +9,13 @@ the pool; pool, shuffles and cohorts are the same for every protocol (a paired c
 each of Table II's α the same pool ids hold that α's shards. Optional *branches* run M rounds of
 real FedAvg from each θ_s.
 
-Results are cached in the result store (:mod:`maskfed.engine.store`) under ``results/stages/``, keyed
-by configuration, the run code plus :data:`STAGE_MODULES` and the data fingerprint. The design (pool, paired cohorts, variance split, the thresholds) is ours; the
-quantities are the paper's (eq. 3, 8, 13-14; Yan et al. 2026).
+Results are cached in the result store (:mod:`maskfed.engine.store`) under ``results/stages/``, keyed by
+configuration, the run code plus :data:`STAGE_MODULES` and the data fingerprint. The design (pool, paired
+cohorts, variance split, the thresholds) is ours; the quantities are the paper's (eq. 3, 8, 13-14).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
 import json
@@ -35,7 +34,6 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch.nn.utils import parameters_to_vector
 from tqdm import tqdm
-
 
 from maskfed.engine import checkpoint, cohort as cohort_mod, fedavg, runner, store
 from maskfed.engine.config import ConfigError, make_settings, Profile, RunConfig
@@ -61,12 +59,8 @@ class StageSpec(BaseModel):
     num_cohorts: int = Field(50, ge=1)              # cohorts of K_c drawn from the pool
     branch_rounds: int = Field(0, ge=0)             # M, rounds of real FedAvg from each checkpoint (0: none)
     candidate_every: int = Field(1, ge=1)           # rounds between ladder rounds tested (and kept as candidates)
-    # explicit candidate rounds (0 and the last round added), replacing candidate_every: denser early
-    # in training, where accuracy climbs fastest
-    candidate_rounds: tuple[int, ...] | None = None  # rounds tested (and kept) as ladder candidates; None: every candidate_every
-    # rounds added to the checkpoints `stages` or `target_accuracies` place (each a tested ladder round), for
-    # a closer look where the accuracy-spaced checkpoints leave a long gap late in training
-    extra_rounds: tuple[int, ...] | None = None
+    candidate_rounds: tuple[int, ...] | None = None  # explicit candidates (0, last added); replaces candidate_every
+    extra_rounds: tuple[int, ...] | None = None     # ladder rounds added to those `stages`/`target_accuracies` place
 
     @model_validator(mode="after")
     def _one_way_to_place_stages(self) -> "StageSpec":
@@ -75,12 +69,10 @@ class StageSpec(BaseModel):
         if self.extra_rounds is not None and self.rounds is not None:
             raise ValueError("extra_rounds adds to the checkpoints that stages or target_accuracies place; "
                              "with explicit rounds, list them all in rounds")
-        if self.extra_rounds is not None and (len(self.extra_rounds) < 1 or min(self.extra_rounds) < 0):
-            raise ValueError(f"extra_rounds must be a non-empty list of rounds >= 0; got {self.extra_rounds}")
-        if self.rounds is not None and (len(self.rounds) < 1 or min(self.rounds) < 0):
-            raise ValueError(f"rounds must be a non-empty list of rounds >= 0 (0 = initialisation); got {self.rounds}")
-        if self.candidate_rounds is not None and (len(self.candidate_rounds) < 1 or min(self.candidate_rounds) < 0):
-            raise ValueError(f"candidate_rounds must be a non-empty list of rounds >= 0; got {self.candidate_rounds}")
+        for name in ("rounds", "extra_rounds", "candidate_rounds"):
+            got = getattr(self, name)
+            if got is not None and (len(got) < 1 or min(got) < 0):
+                raise ValueError(f"{name} must be a non-empty list of rounds >= 0 (0 = initialisation); got {got}")
         if self.target_accuracies is not None and not all(0 <= a <= 1 for a in self.target_accuracies):
             raise ValueError(f"target_accuracies must be fractions in [0, 1]; got {self.target_accuracies}")
         return self
@@ -102,18 +94,18 @@ PROFILE_DEFAULTS = {
 }
 
 
+def _keep(spec: StageSpec) -> int | tuple[int, ...]:
+    return spec.candidate_rounds if spec.candidate_rounds is not None else spec.candidate_every
+
+
 def candidates(spec: StageSpec, rounds: int) -> list[int]:
-    """The ladder's candidate rounds for a trajectory of ``rounds`` rounds: ``spec.candidate_rounds``
-    (those up to ``rounds``) or every ``spec.candidate_every``-th round, with 0 and ``rounds``
-    always included (:func:`maskfed.engine.runner.kept_rounds`)."""
-    return runner.kept_rounds(rounds, spec.candidate_rounds if spec.candidate_rounds is not None
-                              else spec.candidate_every)
+    """The ladder's candidate rounds of a ``rounds``-round trajectory (0 and ``rounds`` included;
+    :func:`maskfed.engine.runner.kept_rounds`)."""
+    return runner.kept_rounds(rounds, _keep(spec))
 
 
 def check_rounds(spec: StageSpec, rounds: int) -> None:
-    """Refuse checkpoint rounds the ladder will not test, before any training: ``spec.rounds`` and
-    ``spec.extra_rounds`` must be among :func:`candidates` for a trajectory of ``rounds`` rounds
-    (the rounds :func:`pick_rounds` can choose from).
+    """Refuse, before any training, ``spec.rounds`` and ``spec.extra_rounds`` not among :func:`candidates`.
 
     Raises:
         ConfigError: naming the field, the rounds not tested and the allowed rounds.
@@ -127,11 +119,8 @@ def check_rounds(spec: StageSpec, rounds: int) -> None:
 
 
 def make_spec(profile: str, **fields) -> StageSpec:
-    """The profile's :data:`PROFILE_DEFAULTS` with ``fields`` (None: not given) replacing them.
-
-    Raises:
-        ConfigError: unknown fields or invalid values, naming the parameter and what is allowed.
-    """
+    """The profile's :data:`PROFILE_DEFAULTS` with ``fields`` (None: not given) replacing them; ConfigError
+    (naming the parameter and what is allowed) for unknown fields or invalid values."""
     return make_settings(StageSpec, PROFILE_DEFAULTS.get(profile, {}), fields, "stage settings")
 
 
@@ -148,45 +137,31 @@ def pick_rounds(acc_by_round: pd.Series, spec: StageSpec) -> list[int]:
 
     Args:
         acc_by_round: test accuracy (fraction) by round (0 = θ_0), tested rounds only.
-        spec: the stage settings.
 
     Raises:
         ValueError: an explicit round that the ladder did not test (naming the allowed ones).
     """
     acc = acc_by_round.sort_index()
-    first, last = int(acc.index[0]), int(acc.index[-1])
-    if spec.rounds is not None:
-        bad = [r for r in spec.rounds if r not in acc.index]
+    for name in ("rounds", "extra_rounds"):
+        bad = [r for r in getattr(spec, name) or () if r not in acc.index]
         if bad:
-            raise ValueError(f"rounds {bad} are not ladder rounds; allowed: {list(map(int, acc.index))}")
+            raise ValueError(f"{name} {bad} are not ladder rounds; allowed: {list(map(int, acc.index))}")
+    if spec.rounds is not None:
         return sorted(set(int(r) for r in spec.rounds))
-    if spec.target_accuracies is not None:
-        targets = list(spec.target_accuracies)
-    else:
-        targets = list(np.linspace(acc.iloc[0], acc.iloc[-1], spec.stages)[1:-1])
-    chosen = {first, last}
+    targets = (spec.target_accuracies if spec.target_accuracies is not None
+               else np.linspace(acc.iloc[0], acc.iloc[-1], spec.stages)[1:-1])
+    chosen = {int(acc.index[0]), int(acc.index[-1])}
     for t in targets:
         reached = acc.index[acc.to_numpy() >= t]
-        chosen.add(int(reached[0]) if len(reached) else last)
-    extra = list(spec.extra_rounds or ())
-    bad = [r for r in extra if r not in acc.index]
-    if bad:
-        raise ValueError(f"extra_rounds {bad} are not ladder rounds; allowed: {list(map(int, acc.index))}")
-    return sorted(chosen | set(map(int, extra)))
+        chosen.add(int(reached[0]) if len(reached) else int(acc.index[-1]))
+    return sorted(chosen | set(map(int, spec.extra_rounds or ())))
 
 
 def pool_and_cohorts(num_clients: int, pool_size: int, cohort_size: int, num_cohorts: int,
                      seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """A seeded pool of ``pool_size`` of the K = ``num_clients`` client ids, and ``num_cohorts`` cohorts of
-    K_c = ``cohort_size`` distinct pool members drawn from it (the same for every protocol; ``seed``:
-    the run's).
-
-    Returns:
-        ``(pool [pool_size] client ids, sorted; cohorts [num_cohorts, K_c] positions in the pool)``.
-
-    Raises:
-        ValueError: pool larger than K, or K_c larger than the pool.
-    """
+    """A seeded pool of ``pool_size`` of the K = ``num_clients`` client ids (sorted) and ``num_cohorts`` cohorts of
+    K_c = ``cohort_size`` distinct pool positions, [num_cohorts, K_c]: the same for every protocol.
+    ValueError: pool larger than K, or K_c larger than the pool."""
     if not 1 <= pool_size <= num_clients:
         raise ValueError(f"pool_size = {pool_size} must be between 1 and num_clients (K = {num_clients})")
     if not 1 <= cohort_size <= pool_size:
@@ -198,22 +173,13 @@ def pool_and_cohorts(num_clients: int, pool_size: int, cohort_size: int, num_coh
 
 
 def cohort_table(deltas_PxD: torch.Tensor, n_P, cohorts_CxK: np.ndarray) -> pd.DataFrame:
-    """The paper's per-round measurements (:func:`maskfed.engine.fedavg.round_metrics`) for each cohort.
-
-    Args:
-        deltas_PxD: updates Δ_k of the pool's clients, [pool_size, P].
-        n_P: shard sizes of the pool's clients, [pool_size].
-        cohorts_CxK: cohorts as positions in the pool, [num_cohorts, K_c].
-
-    Returns:
-        One row per cohort: ``cohort`` (positions, space-separated) and the metrics.
-    """
+    """The paper's per-round measurements (:func:`maskfed.engine.fedavg.round_metrics`) of each cohort (positions
+    in the pool, [num_cohorts, K_c]) from the pool's updates [pool_size, P] and shard sizes [pool_size]: one row per
+    cohort, ``cohort`` (positions, space-separated) and the metrics."""
     n_P = np.asarray(n_P)
-    rows = []
-    for c in cohorts_CxK:
-        idx = torch.as_tensor(c, dtype=torch.long)
-        rows.append({"cohort": " ".join(map(str, c)), **fedavg.round_metrics(deltas_PxD[idx], n_P[c])})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"cohort": " ".join(map(str, c)),
+                          **fedavg.round_metrics(deltas_PxD[torch.as_tensor(c, dtype=torch.long)], n_P[c])}
+                         for c in cohorts_CxK])
 
 
 def summarise_cohorts(cohorts: pd.DataFrame) -> dict:
@@ -231,16 +197,10 @@ def variance_shares(table: pd.DataFrame, *, value: str = "recovery_unweighted") 
     """Share of the variance of log(value) across the (stage, protocol) grid explained by each factor. Ours.
 
     Main effects of a balanced two-way layout: the sum of squares of the stage means, of the protocol
-    means and of the sampling means (full batch vs minibatch), each over the total sum of squares.
-
-    Args:
-        table: one row per (stage, protocol): ``stage``, ``batch_size``, ``local_epochs``, ``value``; with a
-            ``seed`` column, stages nested in seeds.
-
-    Returns:
-        ``{"stage": share, "protocol": share, "sampling": share}``, each in [0, 1]; with ``seed``, also
-        ``"seed"``: the part of the stage share that lies between the seeds' means (the rest is position
-        along each trajectory).
+    means and of the sampling means (full batch vs minibatch), each over the total sum of squares. ``table``:
+    one row per (stage, protocol), ``stage``, ``batch_size``, ``local_epochs``, ``value``. Returns ``{"stage",
+    "protocol", "sampling"}``, each in [0, 1]; with a ``seed`` column (stages nested in seeds) also ``"seed"``,
+    the part of the stage share between the seeds' means.
     """
     y = np.log(table[value].astype(float))
     proto = table["batch_size"].astype(str) + "/" + table["local_epochs"].astype(str)
@@ -257,36 +217,21 @@ def variance_shares(table: pd.DataFrame, *, value: str = "recovery_unweighted") 
     return out
 
 
-#: A factor counts as an explanation when it explains at least this share of the variance of
-#: log 1/Δ_S across the grid (ours: a third).
+#: A factor counts as an explanation when it explains at least this share of the variance of log 1/Δ_S
+#: across the grid (ours: a third), with an effect (:func:`effect_sizes`) at least EFFECT_MIN as well
+#: (ours, from 2026-12-05): a large share of a small spread is no explanation of a large one.
 EXPLAINS = 1 / 3
-
-
-#: A factor counts as an explanation only where its effect is at least this large as well (ours, from
-#: 2026-12-05): full batch recovers at least 1.5 times what minibatch recovers (sampling), or the
-#: highest checkpoint's median 1/Δ_S is at least 1.5 times the lowest's (stage). A large share of a
-#: small spread is no explanation of a large one.
 EFFECT_MIN = 1.5
 
 
 def effect_sizes(table: pd.DataFrame, *, value: str = "recovery_unweighted") -> dict:
-    """The size of each factor's effect on ``value`` across a (checkpoint, protocol) grid. Ours.
-
-    Args:
-        table: one row per (checkpoint, protocol): ``stage`` (the checkpoint), ``batch_size``, ``value``.
-
-    Returns:
-        ``sampling_effect``: the median over checkpoints of (median ``value`` of the full-batch protocols /
-        median of the minibatch ones) at that checkpoint (NaN where a checkpoint lacks one kind);
-        ``stage_effect``: the largest checkpoint median of ``value`` (over its protocols) over the smallest.
-        Both dimensionless, ≥ 0.
-    """
+    """The size of each factor's effect on ``value`` across a (checkpoint = ``stage``, protocol) grid. Ours.
+    ``sampling_effect``: the median over checkpoints of (median ``value`` of the full-batch protocols / median
+    of the minibatch ones; NaN without both); ``stage_effect``: the largest checkpoint median over the smallest."""
     full = table["batch_size"].astype(str) == "full"
-    by_ck = table.groupby("stage")
     ratio = (table[full].groupby("stage")[value].median() / table[~full].groupby("stage")[value].median()).dropna()
-    medians = by_ck[value].median()
-    return {"sampling_effect": float(ratio.median()) if len(ratio) else float("nan"),
-            "stage_effect": float(medians.max() / medians.min())}
+    medians = table.groupby("stage")[value].median()
+    return {"sampling_effect": float(ratio.median()), "stage_effect": float(medians.max() / medians.min())}
 
 
 def verdict(shares: dict, threshold: float = EXPLAINS, effect_min: float = EFFECT_MIN) -> str:
@@ -297,8 +242,8 @@ def verdict(shares: dict, threshold: float = EXPLAINS, effect_min: float = EFFEC
         effect = shares.get(f"{factor}_effect")
         return shares[factor] >= threshold and (effect is None or effect >= effect_min)
 
-    s, t = explains("sampling"), explains("stage")
-    return {(True, True): "both", (True, False): "sampling", (False, True): "stage", (False, False): "neither"}[(s, t)]
+    return {(True, True): "both", (True, False): "sampling", (False, True): "stage",
+            (False, False): "neither"}[(explains("sampling"), explains("stage"))]
 
 
 def cliff_by_stage(table: pd.DataFrame) -> pd.Series:
@@ -315,108 +260,72 @@ UpdateFn = Callable[[torch.Tensor, int, torch.Generator], torch.Tensor]
 
 
 def pool_updates(update_fn: UpdateFn, theta_P: torch.Tensor, pool, seeds) -> torch.Tensor:
-    """Train every pool client once from the same θ, without aggregating; returns Δ_k stacked, [pool_size, P].
-
-    Args:
-        update_fn: ``(θ [P], client id, generator) -> Δ_k [P]`` (e.g. wrapping
-            :func:`maskfed.engine.cohort.client_update`).
-        theta_P: the checkpoint θ_s, [P].
-        pool: client ids, [pool_size].
-        seeds: one shuffling seed per pool client, [pool_size].
-    """
+    """Train every pool client (ids, with one shuffling seed each) once from the same θ_s [P], without
+    aggregating: Δ_k stacked, [pool_size, P]. ``update_fn``: ``(θ [P], client id, generator) -> Δ_k [P]``."""
     return torch.stack([update_fn(theta_P, int(k), torch.Generator().manual_seed(int(s))) for k, s in zip(pool, seeds)])
 
 
-#: Fields of a :func:`maskfed.engine.fedavg.run_fedavg` record that :func:`fedavg_from` leaves out (its
-#: records hold the round, the round's metrics and, at tested rounds, the test result).
+#: Fields of a :func:`maskfed.engine.fedavg.run_fedavg` record that :func:`fedavg_from` leaves out.
 _LOOP_ONLY = ("cohort", "n_k", "T_mean", "T_min", "T_max", "train_loss", "wall_s", "test_acc", "test_loss")
 
 
 def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConfig, *, start_round: int,
-                rounds: int, test_every: int | None = None, test_at=None,
-                progress=None) -> tuple[list[dict], dict[int, torch.Tensor]]:
+                rounds: int, test_at=None, progress=None) -> tuple[list[dict], dict[int, torch.Tensor]]:
     """``rounds`` FedAvg rounds from θ with the cohorts and shuffles of rounds ``start_round, ...`` of a run
-    with ``cfg``: the loop of :func:`maskfed.engine.fedavg.run_fedavg` (sequential engine), θ kept at the
-    tested rounds.
+    with ``cfg``: the loop of :func:`maskfed.engine.fedavg.run_fedavg` (sequential engine).
 
     Args:
         model: scratch network on the data's device.
-        data: client shards and test set.
-        theta_P: starting parameters, [P].
-        cfg: the protocol (batch size, τ, lr, K_c, aggregation, seed).
         start_round: rounds already done (0-based index of the first round).
-        rounds: rounds to run.
-        test_every: test and keep θ every this many rounds (counted from round 0), and before the first
-            and after the last; None: never.
-        test_at: instead, the rounds (counted from round 0) after which to test and keep θ; the last
-            round is always tested.
-        progress: optional tqdm-like bar (``update(1)``, ``set_postfix``).
+        test_at: the rounds (counted from round 0) after which to test and keep θ, the last round
+            included; None: never.
 
     Returns:
         ``(records, kept)``: one dict per round (``round`` since θ_0, the round metrics, and
         ``test_acc``/``test_loss`` at tested rounds), and ``{round: θ (CPU copy)}`` of the tested rounds.
 
     Raises:
-        ValueError: both ``test_every`` and ``test_at``.
         maskfed.engine.fedavg.TrainingDiverged: a client's loss or update is not finite.
     """
-    if test_at is not None:
-        if test_every is not None:
-            raise ValueError("give test_every or test_at, not both")
-        at = {int(r) for r in test_at}
-    elif test_every is not None:
-        at = {r for r in range(start_round, start_round + rounds + 1) if r % test_every == 0}
-    else:
-        at = None
-    if at is not None:
-        at.add(start_round + rounds)
+    at = set() if test_at is None else {int(r) for r in test_at} | {start_round + rounds}
     records, kept = [], {}
-    if at is not None and start_round in at:
+    if start_round in at:
         kept[start_round] = theta_P.cpu()
         acc, loss = fedavg.evaluate(model, theta_P, data.x_test, data.y_test)
         records.append({"round": start_round, "test_acc": acc, "test_loss": loss})
 
     def keep(done, theta, _records):
-        if at is not None and done in at:
+        if done in at:
             kept[done] = theta.cpu()
 
     loop = fedavg.run_fedavg(
         model, data, rounds=start_round + rounds, cohort_size=cfg.cohort_size, local_epochs=cfg.local_epochs,
         batch_size=cfg.batch_size, lr=cfg.lr, aggregation=cfg.aggregation, seed=cfg.seed,
         identical_client_seeds=cfg.identical_client_seeds, engine="sequential", precision=cfg.precision,
-        eval_at=set() if at is None else {r - 1 for r in at}, start_round=start_round, theta_P=theta_P,
+        eval_at={r - 1 for r in at}, start_round=start_round, theta_P=theta_P,
         # placeholders for the rounds before the branch: no earlier evaluation for the collapse rule to compare with
         records=[{"test_loss": float("nan")}] * start_round, on_state=keep, progress=progress)[start_round:]
     for rec in loop:
-        out = {k: v for k, v in rec.items() if k not in _LOOP_ONLY}
-        if at is not None and rec["round"] in at:
-            out["test_acc"], out["test_loss"] = rec["test_acc"], rec["test_loss"]
-        records.append(out)
+        records.append({k: v for k, v in rec.items() if k not in _LOOP_ONLY}
+                       | ({"test_acc": rec["test_acc"], "test_loss": rec["test_loss"]} if rec["round"] in at else {}))
     return records, kept
 
 
 # --------------------------------------------------------------------------- cached work
 
-#: RunConfig fields the normalised images depend on (:func:`maskfed.engine.runner.prepare_data`); the
-#: local protocol (batch size, τ, lr) is not among them, so every protocol shares one copy.
+#: RunConfig fields the normalised images (:func:`maskfed.engine.runner.prepare_data`), the partition besides
+#: them (:func:`maskfed.engine.runner.partition_for`) and the scratch model depend on.
 IMAGE_FIELDS = ("dataset", "data_path", "train_subset", "test_subset", "synthetic_train", "synthetic_test", "device")
-#: RunConfig fields the client partition depends on besides the images (:func:`maskfed.engine.runner.partition_for`).
 PARTITION_FIELDS = ("num_clients", "partition", "alpha", "seed", "dirichlet_convention")
-#: RunConfig fields the scratch model depends on.
 MODEL_FIELDS = ("model", "gn_groups", "width", "device", "dataset", "data_path", "synthetic_train", "synthetic_test")
-
-
 _DATA_CACHE: dict[tuple, fedavg.FedData] = {}
 _MODEL_CACHE: dict[tuple, torch.nn.Module] = {}
 
 
 def prepared_for(cfg: RunConfig) -> tuple[fedavg.FedData, torch.nn.Module]:
-    """Prepared data and a scratch model for a config, once per process.
-
-    One normalised copy of the images is shared by every protocol and every α: another partition
-    only redraws the shards (the channel statistics are the training split's), so its tensors equal
-    :func:`maskfed.engine.runner.prepare_data`'s bit for bit.
-    """
+    """Prepared data and a scratch model for a config, once per process. One normalised copy of the images
+    serves every protocol and α (another partition only redraws the shards), equal to
+    :func:`maskfed.engine.runner.prepare_data`'s bit for bit."""
     ikey = tuple(getattr(cfg, f) for f in IMAGE_FIELDS)
     dkey, mkey = ikey + tuple(getattr(cfg, f) for f in PARTITION_FIELDS), tuple(getattr(cfg, f) for f in MODEL_FIELDS)
     if dkey not in _DATA_CACHE:
@@ -428,9 +337,8 @@ def prepared_for(cfg: RunConfig) -> tuple[fedavg.FedData, torch.nn.Module]:
             parts = runner.partition_for(cfg, same_images.y_train.cpu())
             _DATA_CACHE[dkey] = dataclasses.replace(same_images, parts=parts)
     if mkey not in _MODEL_CACHE:
-        images = runner.images_for(cfg)
-        _MODEL_CACHE[mkey] = build_model(cfg.model, num_classes=len(images.classes), gn_groups=cfg.gn_groups,
-                                         width=cfg.width).to(runner.resolve_device(cfg.device))
+        _MODEL_CACHE[mkey] = build_model(cfg.model, num_classes=len(runner.images_for(cfg).classes),
+                                         gn_groups=cfg.gn_groups, width=cfg.width).to(runner.resolve_device(cfg.device))
     return _DATA_CACHE[dkey], _MODEL_CACHE[mkey]
 
 
@@ -470,15 +378,14 @@ def ladder_path(cfg: RunConfig, spec: StageSpec, trajectory: Path | None = None)
     are read from, see :func:`build_ladder`)."""
     blob = {"ladder": cfg.key(), "rounds": spec.rounds, "targets": spec.target_accuracies,
             "stages": spec.stages, "every": spec.candidate_every}
-    if spec.candidate_rounds is not None:  # only then, so the keys of ladders without it are unchanged
+    # each only when set, so that the keys of ladders without it are unchanged
+    if spec.candidate_rounds is not None:
         blob["candidates"] = candidates(spec, cfg.rounds)
-    if spec.extra_rounds is not None:  # likewise
+    if spec.extra_rounds is not None:
         blob["extra"] = list(spec.extra_rounds)
     if trajectory is not None:
         blob["trajectory"] = Path(trajectory).name
     return results_dir() / "stages" / f"ladder-{cfg.label()}-{_key(blob, cfg)}"
-
-
 
 
 def load_ladder(path: Path) -> Ladder:
@@ -490,13 +397,10 @@ def load_ladder(path: Path) -> Ladder:
 def ladder_snapshots(profile: Profile, configs: list[RunConfig],
                      spec: StageSpec | None = None) -> dict[RunConfig, int | tuple[int, ...]]:
     """``{ladder run: its candidate rounds}`` for each seed whose stage-ladder run (:func:`ladder_config`)
-    is among ``configs``, else ``{}``: the ``keep_every`` a sweep passes to
-    :func:`maskfed.engine.runner.run_many`, so that :func:`build_ladder` reads those θ instead of training
-    the trajectory again. Values: ``spec.candidate_every`` or ``spec.candidate_rounds`` (``spec`` None:
-    the profile's defaults)."""
+    is among ``configs``: the ``keep_every`` a sweep passes to :func:`maskfed.engine.runner.run_many`, so that
+    :func:`build_ladder` reads those θ instead of training again (``spec`` None: the profile's defaults)."""
     t1, t2 = profile.table1, profile.table2
-    spec = spec or make_spec(profile.name)
-    keep = spec.candidate_rounds if spec.candidate_rounds is not None else spec.candidate_every
+    keep = _keep(spec or make_spec(profile.name))
     out = {}
     for seed in profile.seeds:
         try:  # the run ladder_config picks, built directly: a `maskfed run` whose flags set batch size
@@ -510,29 +414,24 @@ def ladder_snapshots(profile: Profile, configs: list[RunConfig],
     return out
 
 
-def _from_run(cfg: RunConfig) -> tuple[str, dict[int, torch.Tensor]] | None:
-    """(run folder name, θ snapshots) of the finished run of ``cfg`` if it kept any, else None."""
-    found = runner.find_run(cfg)
-    thetas = None if found is None else runner.load_thetas(found.path)
-    return None if thetas is None else (found.path.name, thetas)
-
-
 #: Settings that say where a run ran, not what it computed (a folder of another place still holds ``cfg``).
 WHERE_IT_RAN = {"data_path": None, "device": "auto", "checkpoint_every": 0}
 
 
 def holds(folder: Path, cfg: RunConfig) -> bool:
-    """Whether the run folder ``folder`` (its ``config.json``) holds ``cfg``, up to :data:`WHERE_IT_RAN`.
-
-    Raises:
-        FileNotFoundError: ``folder`` has no ``config.json``.
-    """
+    """Whether the run folder ``folder`` (its ``config.json``, else FileNotFoundError) holds ``cfg``, up to
+    :data:`WHERE_IT_RAN`."""
     held = RunConfig(**json.loads((Path(folder) / "config.json").read_text()))
     return held.model_copy(update=WHERE_IT_RAN) == cfg.model_copy(update=WHERE_IT_RAN)
 
 
-def _from_folder(cfg: RunConfig, folder: Path, wanted: list[int]) -> tuple[str, dict[int, torch.Tensor]]:
-    """(folder name, θ snapshots) of a run folder checked against ``cfg``; ValueError if it does not match."""
+def _kept(cfg: RunConfig, trajectory: Path | None, wanted: list[int]) -> tuple[str | None, dict[int, torch.Tensor]]:
+    """(run folder name, θ snapshots) of the finished run of ``cfg`` (``{}`` without one), or of the folder
+    ``trajectory``, checked against ``cfg`` and ``wanted`` (ValueError if it does not match)."""
+    if trajectory is None:
+        found = runner.find_run(cfg)
+        return (None, {}) if found is None else (found.path.name, runner.load_thetas(found.path) or {})
+    folder = Path(trajectory)
     if not holds(folder, cfg):
         held = RunConfig(**json.loads((folder / "config.json").read_text()))
         raise ValueError(f"trajectory {folder} holds run {held.label()}, not {cfg.label()}")
@@ -549,35 +448,30 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True,
 
     The trajectory is the one :func:`maskfed.engine.runner.run` trains for ``cfg``, tested at the candidate
     rounds; :func:`pick_rounds` then chooses the stages. If the finished run kept θ at every candidate
-    round (:func:`ladder_snapshots`), those θ are tested and nothing is trained; otherwise
-    :func:`fedavg_from` trains it. Both give the same θ bit for bit on one machine (a test checks it);
-    ``provenance.json`` says which.
+    round (:func:`ladder_snapshots`), those θ are tested; otherwise :func:`fedavg_from` trains it. Both give
+    the same θ bit for bit on one machine; ``provenance.json`` says which.
 
     Args:
         cfg: the trajectory's run configuration (:func:`ladder_config`).
-        spec: stage settings.
-        progress: tqdm bar while training.
         trajectory: a finished run folder of ``cfg`` elsewhere (e.g. ``results/archive/<profile>/<run>/``)
             whose ``thetas.pt`` holds the candidate rounds, read instead of ``results/runs``.
 
     Raises:
-        ValueError: explicit rounds beyond the trajectory, or a ``trajectory`` folder of another
-            configuration or without θ at every candidate round.
+        ConfigError: explicit rounds the trajectory does not test (:func:`check_rounds`).
+        ValueError: a ``trajectory`` folder of another configuration or without θ at every candidate round.
     """
     path = ladder_path(cfg, spec, trajectory)
     if store.is_finished(path):
         return load_ladder(path)
-    if spec.rounds is not None and max(spec.rounds) > cfg.rounds:
-        raise ValueError(f"rounds {list(spec.rounds)} go beyond the ladder's {cfg.rounds} rounds; "
-                         f"allowed: 0..{cfg.rounds}")
+    check_rounds(spec, cfg.rounds)
     t0 = time.perf_counter()
     data, model = prepared_for(cfg)
     wanted = candidates(spec, cfg.rounds)
-    run = _from_run(cfg) if trajectory is None else _from_folder(cfg, Path(trajectory), wanted)
+    name, thetas = _kept(cfg, trajectory, wanted)
     with cohort_mod.precision_context(cfg.precision, data.x_train.device) as precision:
-        if run is not None and set(wanted) <= set(run[1]):
-            source = f"θ kept by run {run[0]}" + ("" if trajectory is None else f" (read from {Path(trajectory).parent.name}/)")
-            kept = {r: run[1][r] for r in wanted}
+        if set(wanted) <= set(thetas):
+            source = f"θ kept by run {name}" + ("" if trajectory is None else f" (read from {Path(trajectory).parent.name}/)")
+            kept = {r: thetas[r] for r in wanted}
             records = [{"round": r, **dict(zip(("test_acc", "test_loss"), fedavg.evaluate(
                 model, kept[r].to(data.x_train.device), data.x_test, data.y_test)))} for r in wanted]
         else:
@@ -616,12 +510,11 @@ def measure_path(cfg: RunConfig, ladder: Ladder | Path, stage: int, spec: StageS
 def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec, *, at_init: RunConfig | None = None) -> Path:
     """Measure protocol ``cfg`` at θ_stage of a ladder (or reuse the folder); returns the folder.
 
-    Each pool client (:func:`pool_and_cohorts`) trains once from θ_s
-    (:func:`maskfed.engine.cohort.client_update`) with the shuffling seed of the stage's round, the same
-    for every protocol; ``cohorts.csv`` holds :func:`cohort_table`. With ``spec.branch_rounds`` = M > 0,
-    ``branch.csv`` holds M rounds of FedAvg of ``cfg`` from θ_s (the cohorts of the rounds after it).
-    ``at_init``: the ladder's config, so stage 0 (θ_0) is measured without reading the ladder, which may
-    still be training.
+    Each pool client (:func:`pool_and_cohorts`) trains once from θ_s with the shuffling seed of the stage's
+    round, the same for every protocol; ``cohorts.csv`` holds :func:`cohort_table`. With
+    ``spec.branch_rounds`` = M > 0, ``branch.csv`` holds M rounds of FedAvg of ``cfg`` from θ_s.
+    ``at_init``: the ladder's config, so stage 0 (θ_0) is measured without reading the ladder (which may
+    still be training).
 
     Raises:
         ValueError: ``at_init`` with a stage other than 0.
@@ -645,8 +538,8 @@ def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec, *, at_
     def update(th, k, gen):
         idx = torch.as_tensor(data.parts[k], device=data.x_train.device)
         return cohort_mod.client_update(model, th, data.x_train[idx], data.y_train[idx], lr=cfg.lr,
-                                    batch_size=cfg.batch_size, local_epochs=cfg.local_epochs, generator=gen,
-                                    precision=cfg.precision)[0]
+                                        batch_size=cfg.batch_size, local_epochs=cfg.local_epochs, generator=gen,
+                                        precision=cfg.precision)[0]
 
     with cohort_mod.precision_context(cfg.precision, data.x_train.device) as precision:
         deltas = pool_updates(update, theta, pool, seeds)
@@ -662,12 +555,6 @@ def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec, *, at_
     return path
 
 
-def _measure_in_worker(cfg_json: str, ladder_dir: str, stage: int, spec_json: str, init_json: str | None = None) -> str:
-    at_init = None if init_json is None else RunConfig(**json.loads(init_json))
-    return str(measure(RunConfig(**json.loads(cfg_json)), ladder_dir, stage, StageSpec(**json.loads(spec_json)),
-                       at_init=at_init))
-
-
 # --------------------------------------------------------------------------- the study
 
 @dataclass
@@ -678,12 +565,6 @@ class StageStudy:
     ladders: dict[int, Ladder]  # seed -> its trajectory's ladder
     table: pd.DataFrame      # seed, experiment, stage, round, stage_acc, batch_size, local_epochs, alpha, summaries
     branches: pd.DataFrame   # seed, experiment, stage, batch_size, local_epochs, alpha, round, recovery_unweighted, ...
-    spec: StageSpec
-
-    @property
-    def ladder(self) -> Ladder:
-        """The first seed's ladder."""
-        return self.ladders[min(self.ladders)]
 
 
 def ladder_config(profile: Profile, seed: int | None = None, alpha: float | None = None) -> RunConfig:
@@ -731,27 +612,13 @@ def study_configs(profile: Profile, seed: int | None = None,
     return {e: [c for c in profile.experiment_configs(e) if c.seed == seed] for e in experiments}
 
 
-@contextlib.contextmanager
-def _stop_on_interrupt(pool: ProcessPoolExecutor):
-    """Inside ``with pool``: end the workers at once on Ctrl-C (or SIGTERM / SIGHUP), as
-    :func:`maskfed.engine.runner.run_many` does."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        runner.stop_workers(pool)
-        raise
-
-
 def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, progress: bool = True,
               seeds: list[int] | None = None, trajectories: dict[int, Path] | None = None,
               ladder_alpha: float | None = None, experiments: tuple[str, ...] = EXPERIMENTS) -> StageStudy:
     """Build the ladders (one per seed), then measure every protocol at every stage (cached), in worker processes.
 
     Args:
-        profile: the book's profile.
-        spec: stage settings (:func:`make_spec`).
         workers: worker processes (spawn, one torch thread each); None: the profile's.
-        progress: tqdm bars.
         seeds: seeds whose trajectories (:func:`ladder_config`) are measured with their own partition,
             pool, cohorts and shuffles; None: the profile's first seed.
         trajectories: ``{seed: run folder}`` whose ``thetas.pt`` gives that seed's ladder
@@ -760,9 +627,8 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
         experiments: whose protocols are measured (:func:`study_configs`).
 
     Raises:
-        ConfigError: a pool larger than K, K_c larger than the pool, Table I without Table II's
-            protocol, a seed not among the profile's, or a run that cannot work with its data
-            (:func:`maskfed.engine.preflight.check_runs`), before any training.
+        ConfigError: before any training, a pool larger than K, K_c larger than the pool, Table I without
+            Table II's protocol, a seed not the profile's, or a run that cannot work with its data.
         FileNotFoundError, DataUnavailableError, DataReadError: the data cannot be found or read.
         ValueError: a trajectory folder of another run or without θ at the candidate rounds.
     """
@@ -808,16 +674,20 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
             early = spec.rounds is None or 0 in spec.rounds
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=runner.worker_init,
-                                     initargs=(os.getpid(),)) as pool, _stop_on_interrupt(pool):
-                futs = [pool.submit(_measure_in_worker, c.model_dump_json(), str(lpaths[s]), 0, spec.model_dump_json(),
-                                    refs[s].model_dump_json()) for s in seeds for c, _ in (todo(s, [0]) if early else [])]
-                for s in seeds:
-                    ladders[s] = build_ladder(refs[s], spec, progress=progress, trajectory=trajectories.get(s))
-                    futs += [pool.submit(_measure_in_worker, c.model_dump_json(), str(lpaths[s]), st,
-                                         spec.model_dump_json())
-                             for c, st in todo(s, range(1 if early else 0, len(ladders[s].checkpoints)))]
-                for fut in tqdm(as_completed(futs), total=len(futs), desc="stage measurements", disable=not progress):
-                    fut.result()
+                                     initargs=(os.getpid(),)) as pool:
+                try:
+                    futs = [pool.submit(measure, c, str(lpaths[s]), 0, spec, at_init=refs[s])
+                            for s in seeds for c, _ in (todo(s, [0]) if early else [])]
+                    for s in seeds:
+                        ladders[s] = build_ladder(refs[s], spec, progress=progress, trajectory=trajectories.get(s))
+                        futs += [pool.submit(measure, c, str(lpaths[s]), st, spec)
+                                 for c, st in todo(s, range(1 if early else 0, len(ladders[s].checkpoints)))]
+                    for fut in tqdm(as_completed(futs), total=len(futs), desc="stage measurements",
+                                    disable=not progress):
+                        fut.result()
+                except KeyboardInterrupt:  # also SIGTERM / SIGHUP: end the workers at once, as runner.run_many does
+                    runner.stop_workers(pool)
+                    raise
         else:
             for s in seeds:
                 ladders[s] = build_ladder(refs[s], spec, progress=progress, trajectory=trajectories.get(s))
@@ -844,23 +714,22 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
                         b = pd.read_csv(path / "branch.csv")
                         branches.append(b.assign(steps=b["round"] - key["round"], stage_round=key["round"],
                                                  **{k: v for k, v in key.items() if k != "round"}))
-    return StageStudy(ladders, pd.DataFrame(rows), pd.concat(branches) if branches else pd.DataFrame(), spec)
+    return StageStudy(ladders, pd.DataFrame(rows), pd.concat(branches) if branches else pd.DataFrame())
 
 
 def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
                      threshold: float = EXPLAINS, split_acc: float | None = None) -> dict[str, dict]:
     """The stage-or-sampling verdict in the early and the late half of training, across seeds. Ours.
 
-    Each ladder is split at the middle stage (early: stages 0..⌈S/2⌉-1; stages are spaced by accuracy,
-    so "early" is the lower half of the accuracy climb). Where the table has an ``extra`` column (checkpoints
-    added by :attr:`StageSpec.extra_rounds`), the split is made on the other checkpoints of each seed, and an
-    added one is late from the round of that seed's first late checkpoint on. Within each half, :func:`variance_shares` runs
-    over every (seed, stage, protocol) row with each (seed, stage) as its own checkpoint, so "stage"
-    covers differences along one trajectory and across seeds.
+    Each ladder is split at the middle stage (early: stages 0..⌈S/2⌉-1, the lower half of the accuracy climb).
+    Where the table has an ``extra`` column (checkpoints added by :attr:`StageSpec.extra_rounds`), the split is
+    made on the other checkpoints of each seed, and an added one is late from the round of that seed's first
+    late checkpoint on. Within each half, :func:`variance_shares` runs over every (seed, stage, protocol) row
+    with each (seed, stage) as its own checkpoint, so "stage" covers differences along one trajectory and
+    across seeds.
 
     Args:
-        table: :attr:`StageStudy.table` rows of one experiment (``seed`` column optional).
-        value: the measured quantity.
+        table: :attr:`StageStudy.table` rows of one experiment.
         threshold: share a factor must explain (:data:`EXPLAINS`); its effect must reach :data:`EFFECT_MIN`.
         split_acc: split by the checkpoints' test accuracy instead (a fraction): "early" holds those below it,
             "late" those at or above it (the verdict page: the lowest accuracy of the paper's Table I, so that
@@ -871,8 +740,6 @@ def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
         "sampling_effect", "stage_effect", "stages", "acc_min", "acc_max"}, "late": {...}}``.
     """
     t = table.reset_index(drop=True)
-    if "seed" not in t:
-        t["seed"] = 0
     if split_acc is not None:
         late = t["stage_acc"] >= split_acc
     elif "extra" in t:
@@ -926,12 +793,6 @@ def cross_ratios(cross: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-
-
-
-
-
-
 def paper_cliff() -> float:
     """The paper's cliff: :func:`cliff_by_stage` applied to its Table I (via
     :func:`maskfed.analysis.summary.paper_table`)."""
@@ -952,123 +813,78 @@ def parameter_ratio(cfg: RunConfig, other_model: str) -> float:
 
 # --------------------------------------------------------------------------- matched stage: the claims at the same θ
 
-#: Values of the stage table carried into each checkpoint's tables (:func:`checkpoint_tables`).
-MATCHED_VALUES = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
+def _tables(g: pd.DataFrame, steps: pd.Series) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """Table I (with ``T_mean`` from ``steps``) and Table II of one checkpoint's rows (None where it has none),
+    medians over their seeds."""
+    t1, t2 = (g[g["experiment"] == e] for e in EXPERIMENTS)
+    if len(t1):
+        t1 = t1.groupby(["batch_size", "local_epochs"], sort=False)[list(COHORT_METRICS)].median()
+        t1["T_mean"] = steps.reindex(t1.index).to_numpy()
+    return (t1 if len(t1) else None,
+            t2.groupby("alpha", sort=False)[list(COHORT_METRICS)].median() if len(t2) else None)
 
 
-def _tables(g: pd.DataFrame, steps: pd.Series | None) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
-    """Table I (with ``T_mean`` from ``steps``) and Table II of one checkpoint's rows, medians over their seeds."""
-    values = list(MATCHED_VALUES)
-    t1, t2 = None, None
-    if "experiment" not in g or (g["experiment"] == "table1").any():
-        rows = g[g["experiment"] == "table1"] if "experiment" in g else g
-        t1 = rows.groupby(["batch_size", "local_epochs"], sort=False)[values].median()
-        if steps is not None:
-            t1["T_mean"] = steps.reindex(t1.index).to_numpy()
-    if "experiment" in g and (g["experiment"] == "table2").any():
-        t2 = g[g["experiment"] == "table2"].groupby("alpha", sort=False)[values].median()
-    return t1, t2
-
-
-def checkpoint_tables(table: pd.DataFrame, steps: pd.Series | None, *, cross: pd.DataFrame | None = None,
-                      main_alpha: float = 100.0) -> list[dict]:
-    """Every checkpoint of a stage study after θ_0 as Table I and Table II measured at its θ: the median over seeds
-    and each seed's own, so that a claim is judged at matched stage with its seed range
-    (:func:`matched_votes`); then, for the claims on Table II alone, every checkpoint of each α-cross trajectory
-    other than ``main_alpha``'s.
-
-    Args:
-        table: :attr:`StageStudy.table` with ``seed``, ``experiment``, ``stage``, ``stage_acc``, ``batch_size``,
-            ``local_epochs``, ``alpha`` and :data:`MATCHED_VALUES`.
-        steps: local steps T per protocol (index batch size as text, τ), e.g. Table I's ``T_mean``; None: none.
-        cross: the α-cross's table (:attr:`maskfed.studies.archive.ArchivedCross.table`, with
-            ``trajectory_alpha``), or None.
-        main_alpha: the stage study's trajectories' α.
-
-    Returns:
-        One dict per checkpoint: ``trajectory_alpha`` (``main_alpha`` for the stage study's own), ``stage``,
-        ``acc`` (median test accuracy of its θ over seeds), ``median`` and ``seeds`` (a list): each a pair
-        (Table I or None, Table II or None).
-    """
-    if steps is not None:
-        steps = steps.copy()
-        steps.index = pd.MultiIndex.from_arrays([steps.index.get_level_values(0).astype(str),
-                                                 steps.index.get_level_values(1)], names=["batch_size", "local_epochs"])
-    parts = [(float(main_alpha), table)]
-    if cross is not None and len(cross):
-        parts += [(float(a), c) for a, c in cross[cross["trajectory_alpha"] != main_alpha].groupby("trajectory_alpha")]
-    out = []
-    for traj, t in parts:
-        t = t.assign(batch_size=t["batch_size"].astype(str)) if "batch_size" in t else t
-        for s, g in t[t["stage"] > 0].groupby("stage"):
-            if traj != float(main_alpha):  # an α-cross trajectory: Table II only
-                g = g.assign(experiment="table2")
-            seeds = [_tables(gs, steps) for _, gs in g.groupby("seed")] if "seed" in g else []
-            out.append({"trajectory_alpha": traj, "stage": int(s),
-                        "acc": float(g.drop_duplicates("seed")["stage_acc"].median() if "seed" in g
-                                     else g["stage_acc"].median()),
-                        "median": _tables(g, steps), "seeds": seeds})
-    return out
-
-
-def matched_votes(table: pd.DataFrame, steps: pd.Series | None, claim_list: tuple | None = None, *,
+def matched_votes(table: pd.DataFrame, steps: pd.Series, claim_list: tuple | None = None, *,
                   cross: pd.DataFrame | None = None, main_alpha: float = 100.0,
                   min_acc: float | None = None) -> pd.DataFrame:
-    """Each claim's vote at every matched-stage checkpoint (:func:`maskfed.analysis.claims.checkpoint_vote`: the
-    criterion on the median over seeds, a failure counting against the claim only where the seed range excludes
-    the claim's side), with the checkpoint's weight: 1 at or above ``min_acc`` (the paper's accuracy range), 0
-    below it (shown, not counted).
+    """Each claim's vote at every matched-stage checkpoint: every checkpoint after θ_0 of the stage study as
+    Table I and Table II measured at its θ, then, for the claims on Table II alone, every checkpoint of each
+    α-cross trajectory other than ``main_alpha``'s. The vote (:func:`maskfed.analysis.claims.checkpoint_vote`)
+    is the criterion on the median over seeds, a failure counting against the claim only where the seed range
+    excludes the claim's side; the checkpoint's weight is 1 at or above ``min_acc``, 0 below it (shown, not counted).
 
     Args:
-        table, steps, cross, main_alpha: as :func:`checkpoint_tables`.
+        table: :attr:`StageStudy.table` (``seed``, ``experiment``, ``stage``, ``stage_acc``, ``batch_size``,
+            ``local_epochs``, ``alpha`` and :data:`COHORT_METRICS`).
+        steps: local steps T per protocol (index batch size, τ), e.g. Table I's ``T_mean``.
         claim_list: the claims (default :data:`maskfed.analysis.claims.CLAIMS`); those of
             :data:`maskfed.analysis.claims.NOT_AT_MATCHED_STAGE` are left out.
+        cross: the α-cross's table (:attr:`maskfed.studies.archive.ArchivedCross.table`), or None.
+        main_alpha: the stage study's trajectories' α.
         min_acc: the lowest checkpoint accuracy that counts (a fraction; None: every checkpoint after θ_0).
 
     Returns:
         One row per (claim, checkpoint) the claim can be judged at: ``claim``, ``trajectory_alpha``, ``stage``,
-        ``acc``, ``weight``, ``strict`` (the criterion on the median alone) and ``vote``.
+        ``acc`` (median over seeds), ``weight``, ``strict`` (the criterion on the median alone) and ``vote``.
     """
     from maskfed.analysis import claims
 
-    claim_list = claims.CLAIMS if claim_list is None else claim_list
+    judged = [c for c in (claims.CLAIMS if claim_list is None else claim_list)
+              if c.key not in claims.NOT_AT_MATCHED_STAGE]
+    steps = steps.copy()
+    steps.index = pd.MultiIndex.from_arrays([steps.index.get_level_values(0).astype(str),
+                                             steps.index.get_level_values(1)], names=["batch_size", "local_epochs"])
+    parts = [(float(main_alpha), table)]
+    if cross is not None and len(cross):  # an α-cross trajectory: Table II only
+        parts += [(float(a), c.assign(experiment="table2"))
+                  for a, c in cross[cross["trajectory_alpha"] != main_alpha].groupby("trajectory_alpha")]
     rows = []
-    for ck in checkpoint_tables(table, steps, cross=cross, main_alpha=main_alpha):
-        median = claims.Evidence("median", *ck["median"])
-        seeds = [claims.Evidence(f"seed {i}", *s) for i, s in enumerate(ck["seeds"])]
-        weight = 1.0 if min_acc is None or ck["acc"] >= min_acc else 0.0
-        for c in claim_list:
-            if c.key in claims.NOT_AT_MATCHED_STAGE:
-                continue
-            strict = c.evaluate(median).verdict
-            if strict == "not measured here":
-                continue
-            rows.append({"claim": c.key, "trajectory_alpha": ck["trajectory_alpha"], "stage": ck["stage"],
-                         "acc": ck["acc"], "weight": weight, "strict": strict,
-                         "vote": claims.checkpoint_vote(c, median, seeds)})
+    for traj, t in parts:
+        t = t.assign(batch_size=t["batch_size"].astype(str))
+        for st, g in t[t["stage"] > 0].groupby("stage"):
+            median = claims.Evidence("median", *_tables(g, steps))
+            seeds = [claims.Evidence(f"seed {i}", *_tables(gs, steps)) for i, (_, gs) in enumerate(g.groupby("seed"))]
+            acc = float(g.drop_duplicates("seed")["stage_acc"].median())
+            for c in judged:
+                strict = c.evaluate(median).verdict
+                if strict == "not measured here":
+                    continue
+                rows.append({"claim": c.key, "trajectory_alpha": traj, "stage": int(st), "acc": acc,
+                             "weight": 1.0 if min_acc is None or acc >= min_acc else 0.0, "strict": strict,
+                             "vote": claims.checkpoint_vote(c, median, seeds)})
     return pd.DataFrame(rows, columns=["claim", "trajectory_alpha", "stage", "acc", "weight", "strict", "vote"])
 
 
 def matched_verdicts(votes: pd.DataFrame, claim_list: tuple | None = None) -> pd.DataFrame:
-    """Each claim's matched-stage verdict over its checkpoints' weighted votes
-    (:func:`maskfed.analysis.claims.over_checkpoints`).
-
-    Args:
-        votes: :func:`matched_votes`.
-        claim_list: the claims to list (default :data:`maskfed.analysis.claims.CLAIMS`): one without votes is
-            "not measured here".
-
-    Returns:
-        Index ``claim``; columns ``verdict``, ``n`` (checkpoints counted), ``n_holds``, ``n_partly``,
-        ``n_tolerance``, ``n_fail``, ``fail_share``, ``weight`` and ``n_before`` (checkpoints shown but not
-        counted, below the accuracy floor).
-    """
+    """Each claim's matched-stage verdict over the weighted votes of :func:`matched_votes`
+    (:func:`maskfed.analysis.claims.over_checkpoints`) for ``claim_list`` (default: all; one without votes is "not
+    measured here"): index ``claim``; ``verdict``, ``n`` (checkpoints counted), ``n_holds``, ``n_partly``,
+    ``n_tolerance``, ``n_fail``, ``fail_share``, ``weight``, ``n_before`` (shown, not counted: below the floor)."""
     from maskfed.analysis import claims
 
-    claim_list = claims.CLAIMS if claim_list is None else claim_list
     rows = []
-    for c in claim_list:
+    for c in claims.CLAIMS if claim_list is None else claim_list:
         v = votes[votes["claim"] == c.key]
-        found = claims.over_checkpoints(v["vote"], v["weight"])
-        rows.append({"claim": c.key, **found, "n_before": int((v["weight"] == 0).sum())})
+        rows.append({"claim": c.key, **claims.over_checkpoints(v["vote"], v["weight"]),
+                     "n_before": int((v["weight"] == 0).sum())})
     return pd.DataFrame(rows).set_index("claim")
