@@ -44,7 +44,7 @@ class Findings:
     seeds: list                 # the ladders' seeds, sorted
     cliffs: pd.DataFrame        # seed, stage, cliff, round, test_acc (see cliff_table)
     by_range: dict              # stage.verdict_by_range of t1: {"early": {...}, "late": {...}}
-    paper_cliff: float          # the paper's Table I cliff (stage.paper_cliff)
+    paper_cliff: float          # the paper's Table I cliff
 
     @property
     def has_branches(self) -> bool:  # M > 0 rounds of real FedAvg from each checkpoint
@@ -128,7 +128,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     ckpts = study.checkpoints
     seeds = sorted(ckpts["seed"].unique())
     by_range = stage.verdict_by_range(t1)
-    p_cliff = stage.paper_cliff()
+    p_cliff = float(stage.cliff_by_stage(summary.paper_table("table1").reset_index().assign(stage=0)).iloc[0])
     cliffs = cliff_table(t1, ckpts)
     later = cliffs[cliffs["stage"] > 0]  # θ_0 is the same untrained model's accuracy in every seed
     last_acc = ckpts.groupby("seed")["test_acc"].last()

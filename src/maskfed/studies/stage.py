@@ -256,10 +256,8 @@ def cliff_by_stage(table: pd.DataFrame) -> pd.Series:
 
 # --------------------------------------------------------------------------- training pieces
 
-UpdateFn = Callable[[torch.Tensor, int, torch.Generator], torch.Tensor]
-
-
-def pool_updates(update_fn: UpdateFn, theta_P: torch.Tensor, pool, seeds) -> torch.Tensor:
+def pool_updates(update_fn: Callable[[torch.Tensor, int, torch.Generator], torch.Tensor], theta_P: torch.Tensor,
+                 pool, seeds) -> torch.Tensor:
     """Train every pool client (ids, with one shuffling seed each) once from the same θ_s [P], without
     aggregating: Δ_k stacked, [pool_size, P]. ``update_fn``: ``(θ [P], client id, generator) -> Δ_k [P]``."""
     return torch.stack([update_fn(theta_P, int(k), torch.Generator().manual_seed(int(s))) for k, s in zip(pool, seeds)])
@@ -368,8 +366,7 @@ class Ladder:
     checkpoints: pd.DataFrame     # one row per stage: stage, round, test_acc, test_loss
     thetas_SxP: torch.Tensor      # θ at each stage, [S, P], float32
 
-    def theta(self, stage: int) -> torch.Tensor:
-        """θ_s of stage ``stage`` (0 = initialisation), flat [P]."""
+    def theta(self, stage: int) -> torch.Tensor:  # θ_s, flat [P] (stage 0: initialisation)
         return self.thetas_SxP[stage]
 
 
@@ -791,14 +788,6 @@ def cross_ratios(cross: pd.DataFrame) -> pd.DataFrame:
     out.insert(0, "acc", acc.groupby(level=["trajectory_alpha", "stage"]).median().reindex(out.index))
     out["seeds"] = ratio.groupby(level=["trajectory_alpha", "stage"]).size()
     return out
-
-
-def paper_cliff() -> float:
-    """The paper's cliff: :func:`cliff_by_stage` applied to its Table I (via
-    :func:`maskfed.analysis.summary.paper_table`)."""
-    from maskfed.analysis.summary import paper_table
-
-    return float(cliff_by_stage(paper_table("table1").reset_index().assign(stage=0)).iloc[0])
 
 
 def parameter_ratio(cfg: RunConfig, other_model: str) -> float:
