@@ -135,11 +135,8 @@ def pick_rounds(acc_by_round: pd.Series, spec: StageSpec) -> list[int]:
     ``spec.rounds``: those rounds. ``spec.extra_rounds`` are added to the first two. Duplicates are dropped,
     so fewer stages than asked for can come back.
 
-    Args:
-        acc_by_round: test accuracy (fraction) by round (0 = θ_0), tested rounds only.
-
-    Raises:
-        ValueError: an explicit round that the ladder did not test (naming the allowed ones).
+    ``acc_by_round``: test accuracy (fraction) by tested round (0 = θ_0). ValueError: an explicit round that the
+    ladder did not test (naming the allowed ones).
     """
     acc = acc_by_round.sort_index()
     for name in ("rounds", "extra_rounds"):
@@ -400,8 +397,7 @@ def ladder_snapshots(profile: Profile, configs: list[RunConfig],
     keep = _keep(spec or make_spec(profile.name))
     out = {}
     for seed in profile.seeds:
-        try:  # the run ladder_config picks, built directly: a `maskfed run` whose flags set batch size
-            # and τ (so Table I's grid cannot be formed) still asks for snapshots when it is that run
+        try:  # ladder_config's run, built directly: also when flags set its protocol (no Table I grid then)
             ref = profile.run(seed, batch_size=t2.batch_size, local_epochs=t2.local_epochs,
                               alpha=t1.alpha, partition="dirichlet")
         except ConfigError:  # e.g. an IID or identical partition asked for: not the ladder's run
@@ -448,10 +444,8 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True,
     round (:func:`ladder_snapshots`), those θ are tested; otherwise :func:`fedavg_from` trains it. Both give
     the same θ bit for bit on one machine; ``provenance.json`` says which.
 
-    Args:
-        cfg: the trajectory's run configuration (:func:`ladder_config`).
-        trajectory: a finished run folder of ``cfg`` elsewhere (e.g. ``results/archive/<profile>/<run>/``)
-            whose ``thetas.pt`` holds the candidate rounds, read instead of ``results/runs``.
+    ``trajectory``: a finished run folder of ``cfg`` elsewhere (e.g. ``results/archive/<profile>/<run>/``) whose
+    ``thetas.pt`` holds the candidate rounds, read instead of ``results/runs``.
 
     Raises:
         ConfigError: explicit rounds the trajectory does not test (:func:`check_rounds`).
@@ -596,12 +590,8 @@ EXPERIMENTS = ("table1", "table2")
 
 def study_configs(profile: Profile, seed: int | None = None,
                   experiments: tuple[str, ...] = EXPERIMENTS) -> dict[str, list[RunConfig]]:
-    """The protocols measured at every stage: Table I's nine and Table II's α (or those of ``experiments``),
-    at ``seed`` (None: the profile's first seed).
-
-    Raises:
-        ConfigError: an experiment outside :data:`EXPERIMENTS`.
-    """
+    """The protocols measured at every stage: Table I's nine and Table II's α (or those of ``experiments``;
+    ConfigError for one outside :data:`EXPERIMENTS`), at ``seed`` (None: the profile's first seed)."""
     bad = [e for e in experiments if e not in EXPERIMENTS]
     if bad or not experiments:
         raise ConfigError(f"experiments must be a non-empty subset of {list(EXPERIMENTS)}; got {list(experiments)}")
@@ -616,12 +606,10 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
 
     Args:
         workers: worker processes (spawn, one torch thread each); None: the profile's.
-        seeds: seeds whose trajectories (:func:`ladder_config`) are measured with their own partition,
+        seeds: seeds whose trajectories (:func:`ladder_config`) are measured, each with its own partition,
             pool, cohorts and shuffles; None: the profile's first seed.
-        trajectories: ``{seed: run folder}`` whose ``thetas.pt`` gives that seed's ladder
-            (:func:`build_ladder`); other seeds read their run in ``results/runs`` or train it.
-        ladder_alpha: the trajectories' Dirichlet α (:func:`ladder_config`; None: Table I's).
-        experiments: whose protocols are measured (:func:`study_configs`).
+        trajectories: ``{seed: run folder}`` whose ``thetas.pt`` gives that seed's ladder (:func:`build_ladder`).
+        ladder_alpha: the trajectories' Dirichlet α (None: Table I's); ``experiments``: :func:`study_configs`.
 
     Raises:
         ConfigError: before any training, a pool larger than K, K_c larger than the pool, Table I without
@@ -647,8 +635,7 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
     check_writable(results_dir() / "stages", "MASKFED_RESULTS_DIR")
     threads = torch.get_num_threads()
     if runner.resolve_device(ref0.device).type == "cpu":
-        # the small CPU models run several times faster on one thread than on two contended ones
-        # (docs/measurements.md); restored below
+        # several times faster than two contended threads for the small CPU models (docs/measurements.md)
         torch.set_num_threads(1)
     every = {s: list(dict.fromkeys(c for cs in cfgs[s].values() for c in cs)) for s in seeds}
     lpaths = {s: ladder_path(refs[s], spec, trajectories.get(s)) for s in seeds}
@@ -728,9 +715,8 @@ def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
     Args:
         table: :attr:`StageStudy.table` rows of one experiment.
         threshold: share a factor must explain (:data:`EXPLAINS`); its effect must reach :data:`EFFECT_MIN`.
-        split_acc: split by the checkpoints' test accuracy instead (a fraction): "early" holds those below it,
-            "late" those at or above it (the verdict page: the lowest accuracy of the paper's Table I, so that
-            "late" is the range the paper measures). None: the split by stage above.
+        split_acc: split by the checkpoints' test accuracy instead (a fraction): "early" below it, "late" at or
+            above it (the verdict page: the lowest accuracy of the paper's Table I). None: the split above.
 
     Returns:
         ``{"early": {"verdict", "stage", "sampling", "protocol", "seed" (of the stage share, between seeds),
@@ -762,16 +748,10 @@ def cross_ratios(cross: pd.DataFrame) -> pd.DataFrame:
     """The α-cross read as Table II's ratio: at θ from each α's trajectory and each checkpoint, 1/Δ_S at the
     smallest α over 1/Δ_S at the largest α, both measured at that same θ (per seed, then the median over seeds).
 
-    Args:
-        cross: rows of Table II's protocols measured along each α's trajectory, columns ``trajectory_alpha``,
-            ``seed``, ``stage``, ``stage_acc``, ``alpha``, ``recovery_unweighted``, ``recovery_weighted``.
-
-    Returns:
-        Index (``trajectory_alpha``, ``stage``); columns ``acc`` (median test accuracy of the θ over seeds),
-        ``unweighted`` and ``weighted`` (median ratios), ``seeds`` (how many seeds gave a ratio).
-
-    Raises:
-        ValueError: ``cross`` lacks a column, or holds fewer than two α.
+    ``cross``: Table II's protocols measured along each α's trajectory (``trajectory_alpha``, ``seed``, ``stage``,
+    ``stage_acc``, ``alpha``, ``recovery_unweighted``, ``recovery_weighted``; ValueError if a column is missing
+    or fewer than two α). Returns index (``trajectory_alpha``, ``stage``); columns ``acc`` (median test accuracy
+    of the θ over seeds), ``unweighted`` and ``weighted`` (median ratios), ``seeds`` (seeds that gave a ratio).
     """
     need = {"trajectory_alpha", "seed", "stage", "stage_acc", "alpha", "recovery_unweighted", "recovery_weighted"}
     if need - set(cross.columns):
