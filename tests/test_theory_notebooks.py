@@ -41,7 +41,7 @@ def test_notebook_structure(name):
     assert "parameters" in code[0].metadata.get("tags", [])
     assert re.search(r'^profile: Profile = "cpu"', code[0].source, re.M)
     text = (ROOT / "notebooks" / f"{name}.md").read_text()
-    assert re.search(r"```\{prf:(proposition|corollary)\}", text)
+    assert re.search(r"```\{prf:(proposition|corollary|lemma)\}", text)
     assert "```{prf:proof}" in text
     n_ex = len(re.findall(r"```\{exercise\}", text))
     n_sol = len(re.findall(r"```\{solution\} [\w-]+\n:class: dropdown", text))
@@ -55,6 +55,7 @@ def test_glue_keys_are_defined_in_the_same_notebook(name):
     text = (ROOT / "notebooks" / f"{name}.md").read_text()
     used = set(re.findall(r"\{glue:text\}`([A-Za-z0-9_]+)", text))
     defined = set(re.findall(r"glue\(\"([A-Za-z0-9_]+)\"", text))
+    defined |= set(re.findall(r"\"(t\d_[A-Za-z0-9_]+)\"\s*:", text))  # keys of a dict glued at once (book.glue_numbers)
     prefix = "t" + name.split("_")[1][-1] + "_"
     assert used, "the prose should show at least one live number"
     assert used <= defined, f"glued in prose but never defined: {sorted(used - defined)}"
