@@ -364,15 +364,17 @@ def test_archive_command_refuses_mixed_modes(capsys):
     assert "no model-size study is defined for profile 'cpu'" in capsys.readouterr().err
 
 
-def test_lr_shape_names_a_dip_a_rise_and_a_flat_cell():
+def test_lr_shape_names_a_dip_a_peak_a_rise_and_a_flat_cell_and_measures_the_spread():
     def rows(bs, values):
         return [{"batch_size": bs, "local_epochs": 1, "lr": lr, "recovery_unweighted": v}
                 for lr, v in zip((0.0025, 0.005, 0.01, 0.02), values)]
     t = pd.DataFrame(rows("32", [2.65, 1.33, 2.0, 3.94]) + rows("128", [1.1, 1.2, 1.3, 1.4]) + rows("full", [5, 5, 5, 5.01]))
     dip = fa.lr_shape(t, "32", 1)
-    assert (dip["shape"], dip["at"]) == ("dips", 0.005)
-    assert dip["text"] == "falls and then rises again (2.65, 1.33, 2.00, 3.94), lowest at lr = 0.005"
+    assert (dip["shape"], dip["values"].idxmin(), dip["values"].idxmax()) == ("dips", 0.005, 0.02)
+    assert dip["values"].tolist() == [2.65, 1.33, 2.0, 3.94] and dip["spread"] == pytest.approx(3.94 / 1.33)
+    assert fa.lr_shape(t.assign(recovery_unweighted=-t["recovery_unweighted"]), "32", 1)["shape"] == "peaks"
     assert fa.lr_shape(t, "128", 1)["shape"] == "rises" and fa.lr_shape(t, "full", 1)["shape"] == "flat"
+    assert fa.lr_shape(t.assign(recovery_unweighted=-t["recovery_unweighted"]), "128", 1)["shape"] == "falls"
     with pytest.raises(ValueError, match="need 2 or more"):
         fa.lr_shape(t[t["lr"] == 0.01], "32", 1)
 
