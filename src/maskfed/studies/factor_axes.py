@@ -69,12 +69,8 @@ def cohort_metrics(gram_PxP, n_P, cohorts_CxK) -> pd.DataFrame:
 
 
 def draw_cohorts(pool_size: int, k_c: int, num_cohorts: int, seed: int) -> np.ndarray:
-    """``num_cohorts`` cohorts of ``k_c`` distinct pool positions (sorted), seeded by (seed,
-    :data:`COHORT_STREAM`, k_c); a cohort of the whole pool is drawn once.
-
-    Raises:
-        ValueError: ``k_c`` outside 2..pool_size.
-    """
+    """``num_cohorts`` cohorts of ``k_c`` distinct pool positions (sorted), seeded by (seed, :data:`COHORT_STREAM`,
+    k_c); the whole pool once. ValueError: ``k_c`` outside 2..pool_size."""
     if not 2 <= k_c <= pool_size:
         raise ValueError(f"k_c (K_c = {k_c}) must be between 2 and the pool size {pool_size}")
     if k_c == pool_size:
@@ -278,22 +274,24 @@ def fedavg_checkpoints(cfg: RunConfig, targets, candidates, *, trajectory: Path 
     acc = ladder.accuracy.set_index("round")["test_acc"]
     where = (Path(trajectory).name if trajectory is not None else
              json.loads((ladder.path / "provenance.json").read_text())["trajectory"])
+    rounds = ladder.checkpoints["round"].to_numpy()
+    return _first_reaching(cfg, targets, acc, where, lambda r, t: ladder.theta(int(np.flatnonzero(rounds == r)[0])),
+                           last_if_unreached), ladder.accuracy
 
-    def at(r: int, t: float, reached: bool) -> Checkpoint:
-        s = int(np.flatnonzero(ladder.checkpoints["round"].to_numpy() == r)[0])
-        return Checkpoint(cfg.model, _width(cfg), "fedavg", t, reached, float(acc.loc[r]), r, _fedavg_images(cfg, r),
-                          where, ladder.theta(s).clone())
 
+def _first_reaching(cfg: RunConfig, targets, acc: pd.Series, where: str, theta_of, last_if_unreached: bool = False
+                    ) -> list[Checkpoint]:
+    """Per target, the FedAvg :class:`Checkpoint` at the first round of ``acc`` (round -> test accuracy) reaching
+    it, θ ``theta_of(round, target)``; an unreached target gets the last round (``last_if_unreached``; pick_rounds
+    keeps it as a checkpoint) or none."""
     out = []
     for t in targets:
         hit = acc.index[acc.to_numpy() >= t]
-        if len(hit):
-            out.append(at(int(hit[0]), t, True))
-        elif last_if_unreached:  # pick_rounds keeps the last round as a checkpoint
-            out.append(at(int(acc.index.max()), t, False))
-        else:
-            out.append(_missed(cfg, "fedavg", t, where))
-    return out, ladder.accuracy
+        r = int(hit[0]) if len(hit) else int(acc.index.max()) if last_if_unreached else None
+        out.append(_missed(cfg, "fedavg", t, where) if r is None else Checkpoint(
+            cfg.model, _width(cfg), "fedavg", t, bool(len(hit)), float(acc.loc[r]), r, _fedavg_images(cfg, r), where,
+            theta_of(r, t).clone()))
+    return out
 
 
 def _model_config(base: RunConfig, m: "ModelSpec", **fields) -> RunConfig:
@@ -329,21 +327,16 @@ def evaluated_checkpoints(cfg: RunConfig, targets, folder: Path) -> tuple[list[C
         raise ValueError(f"trajectory {folder} holds another run than {cfg.label()}")
     metrics = pd.read_csv(folder / "metrics.csv")
     acc = metrics.loc[metrics["test_acc"].notna(), ["round", "test_acc", "test_loss"]].reset_index(drop=True)
-    thetas = None
-    out = []
-    for t in targets:
-        hit = acc.loc[acc["test_acc"] >= t, "round"]
-        if not len(hit):
-            out.append(_missed(cfg, "fedavg", t, folder.name))
-            continue
-        r = int(hit.iloc[0])
-        if thetas is None:
-            thetas = runner.load_thetas(folder) or {}
+    thetas = {}
+
+    def theta_of(r: int, t: float) -> torch.Tensor:
+        if not thetas:
+            thetas.update(runner.load_thetas(folder) or {})
         if r not in thetas:
             raise ValueError(f"trajectory {folder} keeps no θ at round {r} (first reaching {t}); it keeps {sorted(thetas)}")
-        out.append(Checkpoint(cfg.model, _width(cfg), "fedavg", t, True, float(acc.set_index("round").loc[r, "test_acc"]),
-                              r, _fedavg_images(cfg, r), folder.name, thetas[r].clone()))
-    return out, acc
+        return thetas[r]
+
+    return _first_reaching(cfg, targets, acc.set_index("round")["test_acc"], folder.name, theta_of), acc
 
 
 def _fedavg_images(cfg: RunConfig, rounds: int) -> int:
@@ -359,11 +352,8 @@ def _width(cfg: RunConfig) -> int | None:
 
 def central_checkpoints(cfg: RunConfig, spec: central.CentralSpec, *, progress: bool = False
                         ) -> tuple[list[Checkpoint], pd.DataFrame]:
-    """θ of centralised SGD (:func:`maskfed.studies.central.train`, cached and resumable) at each target.
-
-    Returns:
-        (one :class:`Checkpoint` per target, the path's accuracy log: step, epochs, images, test_acc, test_loss).
-    """
+    """θ of centralised SGD (:func:`maskfed.studies.central.train`, cached) at each target, and the path's
+    accuracy log (step, epochs, images, test_acc, test_loss)."""
     res = central.train(cfg, spec, progress=progress)
     out = []
     for _, r in res.checkpoints.iterrows():
@@ -412,20 +402,13 @@ AXES_DEFAULTS = {
 
 
 def make_axes_spec(profile: str, **fields) -> AxesSpec:
-    """:data:`AXES_DEFAULTS` of ``profile`` with ``fields`` (None: not given) replacing them.
-
-    Raises:
-        ConfigError: unknown fields or invalid values, naming the parameter and what is allowed.
-    """
+    """:data:`AXES_DEFAULTS` of ``profile`` with ``fields`` (None: not given) replacing them; ConfigError on
+    unknown fields or invalid values."""
     return make_settings(AxesSpec, AXES_DEFAULTS.get(profile, {}), fields, "axis settings")
 
 
 def minibatches(profile: Profile) -> tuple[int, int]:
-    """(small, large) minibatch sizes of the axes: Table II's batch size and 4 times it (images).
-
-    Raises:
-        ConfigError: Table II's batch size is "full".
-    """
+    """(small, large) minibatch sizes of the axes: Table II's batch size and 4 times it; ConfigError if "full"."""
     small = profile.table2.batch_size
     if small == "full":
         raise ConfigError("the step-size axis needs a minibatch size in table2.batch_size; got 'full'")
@@ -440,11 +423,8 @@ def _kept(profile: Profile):
 
 def axes_theta(profile: Profile, spec: AxesSpec, *, trajectory: Path | None = None,
                progress: bool = False) -> tuple[Checkpoint, pd.DataFrame]:
-    """The one θ of the cohort-size and step-size axes, and the accuracy of every kept round: the first kept
-    round of the profile's stage-ladder trajectory (first seed) reaching ``spec.target``, else its last
-    (``reached`` False). ``trajectory``: an archived folder of that run; None: its run in ``results/runs``,
-    trained when missing.
-    """
+    """The one θ of the cohort-size and step-size axes (:func:`fedavg_checkpoints` of the profile's stage-ladder
+    run at ``spec.target``, else its last kept round) and the accuracy of every kept round."""
     (ck,), acc = fedavg_checkpoints(stage.ladder_config(profile), [spec.target], _kept(profile),
                                     trajectory=trajectory, last_if_unreached=True, progress=progress)
     return ck, acc
@@ -594,12 +574,8 @@ PART_NAMES = {"models": "The small-CNN study", "resnet": "ResNet-18-GN at centra
 
 
 def model_spec(profile: str, part: str, *, all_protocols: bool = False) -> ModelStudySpec:
-    """The default :class:`ModelStudySpec` of a profile's ``part`` (:data:`MODEL_PARTS`);
-    ``all_protocols`` adds every protocol of the profile's Table I grid.
-
-    Raises:
-        ConfigError: a profile or part without defaults (naming those that have them).
-    """
+    """The default :class:`ModelStudySpec` of a profile's ``part`` (:data:`MODEL_PARTS`); ``all_protocols`` adds
+    the profile's Table I grid. ConfigError: a profile or part without defaults."""
     if profile not in MODEL_DEFAULTS:
         raise ConfigError(f"no model-size study is defined for profile {profile!r}; defined for: "
                           f"{', '.join(MODEL_DEFAULTS)}")
@@ -839,11 +815,7 @@ def paper_at_matched_accuracy(table: pd.DataFrame, paper: pd.DataFrame, *, model
 
 
 def cliff_verdict(overview: pd.DataFrame) -> dict:
-    """Does the paper's cliff (full batch above every minibatch protocol) hold? A stated rule, ours: it
-    "holds" at a θ whose :func:`cliff` (:func:`model_overview` rows) exceeds 1.
-
-    Returns:
-        ``{"holds": θ with cliff > 1, "measured": θ with a cliff, "min", "max"}`` over the rows given.
-    """
+    """Does the paper's cliff hold? A stated rule, ours: at a θ whose :func:`cliff` exceeds 1. ``{"holds",
+    "measured"}`` (θ with cliff > 1, with a cliff) and the cliff's ``min``, ``max`` over ``overview``."""
     c = overview["cliff"].dropna()
     return {"holds": int((c > 1).sum()), "measured": int(len(c)), "min": float(c.min()), "max": float(c.max())}
