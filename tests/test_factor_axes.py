@@ -156,9 +156,12 @@ def test_path_check_and_model_tables_on_a_hand_case():
     table = pd.DataFrame([row("fedavg", "full", 6.0, 5.0, 7.0, 0.46), row("fedavg", "32", 1.2, 1.1, 1.3, 0.46),
                           row("centralised", "full", 6.5, 5.5, 7.5, 0.45), row("centralised", "32", 1.5, 1.4, 1.6, 0.45)])
     # execute
-    check = fa.path_check(table, model="small_cnn_gn", width=8).set_index("batch_size")
+    (check,) = fa.path_checks(table).values()
+    check = check.set_index("batch_size")
     overview = fa.model_overview(table)
     # assert: |6.5 − 6.0| <= 2 (within), |1.5 − 1.2| > 0.2 (not); cliffs 6/1.2 and 6.5/1.5
+    assert list(fa.path_checks(table)) == ["small CNN, width 8"]
+    assert fa.path_checks(table[table["source"] == "fedavg"]) == {}            # measured one way only
     assert check.loc["full", "within"] and not check.loc["32", "within"]
     assert check.loc["32", "difference"] == pytest.approx(0.3) and check.loc["32", "iqr_fedavg"] == pytest.approx(0.2)
     assert list(overview.columns) == ["full, τ 1", "bs 32, τ 1", "cliff"]

@@ -60,7 +60,7 @@ class Findings:
     mckpts: pd.DataFrame | None = None     # where each θ of the study came from
     overview: pd.DataFrame | None = None   # fa.model_overview(mtable)
     paper_row: pd.DataFrame | None = None  # fa.paper_overview()
-    checks: dict = field(default_factory=dict)    # model label -> fa.path_check table
+    checks: dict = field(default_factory=dict)    # fa.path_checks(mtable)
     matched: dict = field(default_factory=dict)   # "fedavg"/"centralised" -> fa.paper_at_matched_accuracy rows
     own: object = None                     # archived ResNet-18-GN own-trajectory study (with its trajectory), or None
     p32: pd.Series | None = None           # the paper's Table I row of the trajectory's protocol, or None
@@ -236,8 +236,7 @@ def model_parts(live: Profile | None, models_from: str, *, workers: int = 1) -> 
             rows[key] = {"from": "missing", "profile": models_from}
             continue
         parts[part] = (found.table, found.checkpoints)
-        p = found.provenance
-        machine = p["machine"]
+        p, machine = found.provenance, found.provenance["machine"]
         rows[key] = {"from": "archive", "profile": models_from, "computed": p["finished_utc"][:10],
                      "device": machine.get("device", "?"),
                      "processor": machine.get("cuda_device") or machine.get("cpu_model") or machine.get("processor"),
@@ -409,9 +408,8 @@ def table_by_model(found: Findings) -> tuple[pd.DataFrame, dict]:
         "holds": "cliff > 1", "measured": "θ measured", "cliff_min": "cliff min", "cliff_max": "cliff max",
         "ref_min": "reference min", "ref_max": "reference max"})
     routes = {name: fa.route_summary(c) for name, c in found.checks.items() if len(c)}
-    route = pd.DataFrame.from_dict(routes, orient="index", columns=["cells", "beyond", "min", "median", "max"])
-    route = route.rename(columns={"cells": "cells both ways", "beyond": "cells beyond spread", "min": "route min",
-                                  "median": "route median", "max": "route max"})
+    route = pd.DataFrame.from_dict(routes, orient="index", columns=["cells", "beyond", "min", "median", "max"]).rename(
+        columns={"cells": "cells both ways", "beyond": "cells beyond spread"} | {k: f"route {k}" for k in ("min", "median", "max")})
     shown = by.join(route).rename_axis("model")
     return shown, {c: TWO_DECIMALS for c in shown.columns if c.endswith(("min", "max", "median"))}
 
@@ -427,7 +425,7 @@ def table_signal_noise(found: Findings) -> tuple[pd.DataFrame, list, dict]:
 
 
 def tables_path_checks(found: Findings) -> dict[str, pd.DataFrame]:
-    """Per model measured at θ reached both ways (its name, capitalised): :func:`fa.path_check` with headers."""
+    """Per model measured at θ reached both ways (its name, capitalised): :func:`fa.path_checks` with headers."""
     names = {"acc_fedavg": "acc, FedAvg θ", "acc_centralised": "acc, central θ", "fedavg": "1/Δ_S, FedAvg θ",
              "centralised": "1/Δ_S, central θ", "difference": "difference", "iqr_fedavg": "IQR, FedAvg θ",
              "within": "within IQR"}

@@ -188,40 +188,34 @@ def cliff(table: pd.DataFrame) -> float:
     return float(stage.cliff_by_stage(table.assign(stage=0)).iloc[0])
 
 
-def path_check(table: pd.DataFrame, *, model: str, width: int | None) -> pd.DataFrame:
-    """Does the way θ was reached change the measurement? A stated rule, ours: for ``model``/``width`` (None
-    for ResNet-18-GN) at FedAvg and centralised-SGD θ of the same targets in ``table``
-    (:attr:`ModelStudy.table`), it does not where the medians of 1/Δ_S differ by at most the FedAvg θ's IQR.
+def path_checks(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Does the way θ was reached change the measurement? A stated rule, ours: for a model of ``table``
+    (:attr:`ModelStudy.table`) at FedAvg and centralised-SGD θ of the same targets, it does not where the
+    medians of 1/Δ_S differ by at most the FedAvg θ's IQR.
 
     Returns:
-        One row per (target, batch_size, local_epochs) measured both ways: ``acc_fedavg``,
-        ``acc_centralised``, ``fedavg``, ``centralised``, ``difference``, ``iqr_fedavg``, ``within``."""
-    t = table[(table["model"] == model) & (table["width"].fillna(-1) == (-1 if width is None else width))]
-    keys = ["target", "batch_size", "local_epochs"]
-    f = t[t["source"] == "fedavg"].set_index(keys)
-    c = t[t["source"] == "centralised"].set_index(keys)
-    both = f.index.intersection(c.index)
-    out = pd.DataFrame({"acc_fedavg": f.loc[both, "test_acc"], "acc_centralised": c.loc[both, "test_acc"],
-                        "fedavg": f.loc[both, "recovery_unweighted"], "centralised": c.loc[both, "recovery_unweighted"]})
-    out["difference"] = out["centralised"] - out["fedavg"]
-    out["iqr_fedavg"] = f.loc[both, "recovery_unweighted_q3"] - f.loc[both, "recovery_unweighted_q1"]
-    out["within"] = out["difference"].abs() <= out["iqr_fedavg"]
-    return out.reset_index()
-
-
-def path_checks(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """:func:`path_check` for every model of ``table`` measured at θ reached both ways, keyed by
-    :func:`model_label` (in the table's order); models measured one way only are left out."""
-    out = {}
-    for (model, width), g in table.groupby(["model", "width"], dropna=False, sort=False):
-        if g["source"].nunique() > 1:
-            w = None if pd.isna(width) else int(width)
-            out[model_label(model, w)] = path_check(table, model=model, width=w)
+        Per model measured both ways (:func:`model_label`, in the table's order), one row per (target,
+        batch_size, local_epochs) measured both ways: ``acc_fedavg``, ``acc_centralised``, ``fedavg``,
+        ``centralised``, ``difference``, ``iqr_fedavg``, ``within``."""
+    keys, out = ["target", "batch_size", "local_epochs"], {}
+    for (model, width), t in table.groupby(["model", "width"], dropna=False, sort=False):
+        if t["source"].nunique() < 2:
+            continue
+        f = t[t["source"] == "fedavg"].set_index(keys)
+        c = t[t["source"] == "centralised"].set_index(keys)
+        both = f.index.intersection(c.index)
+        check = pd.DataFrame({"acc_fedavg": f.loc[both, "test_acc"], "acc_centralised": c.loc[both, "test_acc"],
+                              "fedavg": f.loc[both, "recovery_unweighted"],
+                              "centralised": c.loc[both, "recovery_unweighted"]})
+        check["difference"] = check["centralised"] - check["fedavg"]
+        check["iqr_fedavg"] = f.loc[both, "recovery_unweighted_q3"] - f.loc[both, "recovery_unweighted_q1"]
+        check["within"] = check["difference"].abs() <= check["iqr_fedavg"]
+        out[model_label(model, width)] = check.reset_index()
     return out
 
 
 def route_summary(check: pd.DataFrame) -> dict:
-    """How much the way θ was reached moves 1/Δ_S in one :func:`path_check` table: ``min``, ``median``,
+    """How much the way θ was reached moves 1/Δ_S in one :func:`path_checks` table: ``min``, ``median``,
     ``max`` of the ratio centralised / FedAvg over its cells, ``cells``, and ``beyond`` (cells whose
     difference exceeds the FedAvg θ's interquartile range)."""
     ratio = check["centralised"] / check["fedavg"]
