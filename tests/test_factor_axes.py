@@ -92,6 +92,22 @@ def _cell(bs, lr, med, q1, q3):
             "recovery_unweighted_q1": q1, "recovery_unweighted_q3": q3}
 
 
+def test_lr_verdict_names_the_closest_pair_and_is_clear_only_when_the_others_lie_beyond_the_spread():
+    # prepare: A = bs 32 at 0.01 (IQR 0.4), B = bs 128 at 0.01, C = bs 128 at 0.04; a τ = 2 cell to be ignored
+    cells = [_cell(32, 0.01, 2.0, 1.8, 2.2), _cell(128, 0.01, 2.1, 2.0, 2.2), _cell(128, 0.04, 3.0, 2.9, 3.1)]
+    table = pd.DataFrame(cells + [{**_cell(32, 0.01, 9.0, 9.0, 9.0), "local_epochs": 2}])
+    # execute
+    v = fa.lr_verdict(table, small_bs=32, large_bs=128, lr=0.01, factor=4)
+    # assert: |A − B| = 0.1 within A's IQR, |A − C| = 1.0 and |B − C| = 0.9 beyond it
+    assert (v["reference"], v["same_lr"], v["same_ratio"], v["closer"], v["clear"]) == (2.0, 2.1, 3.0, "step size", True)
+    assert v["differences"] == pytest.approx({"step size": 0.1, "lr/bs": 1.0, "batch size": 0.9})
+    assert v["iqr"] == pytest.approx(0.4)
+    # C at 2.3: |A − C| = 0.3 is within the IQR too, so the step size is closer but not clear
+    cells[2] = _cell(128, 0.04, 2.3, 2.2, 2.4)
+    v = fa.lr_verdict(pd.DataFrame(cells), small_bs=32, large_bs=128, lr=0.01, factor=4)
+    assert (v["closer"], v["clear"]) == ("step size", False)
+    with pytest.raises(KeyError, match="no τ = 1 cell with batch size 128 at lr 0.04"):
+        fa.lr_verdict(pd.DataFrame(cells[:2]), small_bs=32, large_bs=128, lr=0.01, factor=4)
 
 
 def test_lr_cells_are_the_issues_grid():
