@@ -90,9 +90,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     the first kept round reaching ``theta_accuracy``. The model-size study is computed in this build where
     ``models_live`` (None: at the smoke profile only), else read part by part from the ``archived``
     profile's archive (None: :data:`MODELS_FROM`). Sets torch to one thread (the workers parallelise).
-
-    Raises:
-        ConfigError: axis settings the study does not accept, or a profile without a minibatch size."""
+    ConfigError: axis settings the study does not accept, or a profile without a minibatch size."""
     t_start = time.perf_counter()
     torch.set_num_threads(1)
     archived = archived or MODELS_FROM
@@ -189,11 +187,9 @@ def cohort_values(eq12: dict[str, pd.DataFrame], ref_kc: int, sizes: list[int]) 
 
 def lr_values(lr_table: pd.DataFrame, theta_prof: Profile, spec: fa.AxesSpec, lr: float) -> dict:
     """The step-size section's numbers and verdict words: spreads across lr (two decimals), the small batch's
-    shape (:func:`fa.lr_shape`, :data:`SHAPES`), the rule of :func:`fa.lr_verdict` and ``wf_full1_dev``, the
-    largest relative move of the full-batch τ = 1 median across lr (two significant digits).
-
-    Raises:
-        KeyError: a cell of the rule missing from ``lr_table``."""
+    shape (:func:`fa.lr_shape`, :data:`SHAPES`), the rule of :func:`fa.lr_verdict` (KeyError: a cell missing)
+    and ``wf_full1_dev``, the largest relative move of the full-batch τ = 1 median across lr (two
+    significant digits)."""
     small_bs, large_bs = fa.minibatches(theta_prof)
     verdict = fa.lr_verdict(lr_table, small_bs=small_bs, large_bs=large_bs, lr=lr, factor=large_bs / small_bs)
     full1 = lr_table[(lr_table.batch_size == "full") & (lr_table.local_epochs == 1)]
@@ -216,12 +212,9 @@ def lr_values(lr_table: pd.DataFrame, theta_prof: Profile, spec: fa.AxesSpec, lr
 
 def model_parts(live: Profile | None, models_from: str, *, workers: int = 1) -> tuple[dict, pd.DataFrame, list]:
     """The parts of the model-size study (:data:`fa.MODEL_PARTS`) this build shows: the small-CNN study of
-    ``live`` computed now (None: every part read), the others read from ``models_from``'s archive.
-
-    Returns:
-        ``(parts, where, unfinished)``: part -> (table, checkpoints); per part, where it came from ("this
-        build", "archive" or "missing", with an archived part's provenance); and (model, rounds done, budget)
-        of an own trajectory read while still going."""
+    ``live`` computed now (None: every part read), the others read from ``models_from``'s archive. Returns
+    part -> (table, checkpoints); per part, where it came from ("this build", "archive" or "missing", with an
+    archived part's provenance); and (model, rounds done, budget) of an own trajectory still going."""
     parts, rows, unfinished = {}, {}, []
     for part in fa.MODEL_PARTS:
         key = (part, fa.PART_NAMES[part])

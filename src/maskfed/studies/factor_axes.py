@@ -38,17 +38,11 @@ METRICS = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
 # --------------------------------------------------------------------------- pure pieces
 
 def cohort_metrics(gram_PxP, n_P, cohorts_CxK) -> pd.DataFrame:
-    """Per-cohort measurements from the pool's Gram matrix, equal to
-    :func:`maskfed.engine.fedavg.round_metrics` on the cohort's updates.
-
-    Args:
-        gram_PxP: [pool, pool] float64; n_P: shard sizes, [pool]; cohorts_CxK: pool positions, [C, K_c >= 2].
-
-    Returns:
-        One row per cohort: ``k_c``, ``cohort`` (positions, space-separated), :data:`METRICS`, ``A``, ``B``.
-
-    Raises:
-        ValueError: a cohort of fewer than 2 clients or a position outside the pool."""
+    """Per-cohort measurements from the pool's Gram matrix ``gram_PxP`` ([pool, pool], float64; shard sizes
+    ``n_P``, [pool]) of ``cohorts_CxK`` (pool positions, [C, K_c >= 2]), equal to
+    :func:`maskfed.engine.fedavg.round_metrics` on the cohort's updates: one row per cohort, ``k_c``,
+    ``cohort`` (positions, space-separated), :data:`METRICS`, ``A``, ``B``. ValueError: a cohort of fewer than
+    2 clients or a position outside the pool."""
     g = torch.as_tensor(gram_PxP, dtype=torch.float64)
     n = np.asarray(n_P, dtype=np.float64)
     c = np.asarray(cohorts_CxK)
@@ -98,15 +92,11 @@ def signal_to_noise(cohorts: pd.DataFrame) -> float:
 
 def eq12_table(cohorts: pd.DataFrame, ref_kc: int) -> pd.DataFrame:
     """Measured 1/Δ_S at each K_c of ``cohorts`` (:func:`cohort_size_table` rows of one protocol at one θ)
-    against eq. 12 with r̂ (:func:`signal_to_noise`) from the cohorts of size ``ref_kc``.
+    against eq. 12 with r̂ (:func:`signal_to_noise`) from the cohorts of size ``ref_kc`` (ValueError: none).
 
-    Returns:
-        One row per K_c: ``k_c``, ``cohorts``, ``median``/``q1``/``q3`` of unweighted 1/Δ_S, ``share``
-        (median/K_c; ``share_q1``, ``share_q3``), ``predicted`` (K_c r̂ + 1)/(r̂ + 1), ``predicted_share``,
-        ``ratio_of_means`` (K_c·mean B / mean A), ``rel_dev`` (median/predicted − 1), ``within_iqr``, ``r``.
-
-    Raises:
-        ValueError: no cohorts of size ``ref_kc``."""
+    One row per K_c: ``k_c``, ``cohorts``, ``median``/``q1``/``q3`` of unweighted 1/Δ_S, ``share``
+    (median/K_c; ``share_q1``, ``share_q3``), ``predicted`` (K_c r̂ + 1)/(r̂ + 1), ``predicted_share``,
+    ``ratio_of_means`` (K_c·mean B / mean A), ``rel_dev`` (median/predicted − 1), ``within_iqr``, ``r``."""
     ref = cohorts[cohorts["k_c"] == ref_kc]
     if ref.empty:
         raise ValueError(f"ref_kc = {ref_kc} has no cohorts; sizes measured: {sorted(cohorts['k_c'].unique())}")
@@ -134,14 +124,9 @@ def lr_verdict(table: pd.DataFrame, *, small_bs: int, large_bs: int, lr: float, 
     Three minibatch cells of ``table`` (:func:`lr_axis` rows) at τ = 1: A, ``small_bs`` at ``lr``; B,
     ``large_bs`` at ``lr``; C, ``large_bs`` at ``factor``·lr (A's lr/bs). The pair whose medians lie
     closest names the cause (A ≈ B "step size", A ≈ C "lr/bs", B ≈ C "batch size"); "clear" when that
-    pair's difference is within A's interquartile range and the other two are not.
-
-    Returns:
-        ``reference``, ``same_lr``, ``same_ratio`` (medians of A, B, C), ``differences`` (by cause),
-        ``iqr`` (A's), ``closer`` and ``clear``.
-
-    Raises:
-        KeyError: a cell missing from ``table``."""
+    pair's difference is within A's interquartile range and the other two are not. Returns ``reference``,
+    ``same_lr``, ``same_ratio`` (medians of A, B, C), ``differences`` (by cause), ``iqr`` (A's), ``closer``
+    and ``clear``; KeyError: a cell missing from ``table``."""
     t = table[table["local_epochs"] == 1].set_index(["batch_size", "lr"])
 
     def cell(bs, step):
@@ -163,11 +148,8 @@ def lr_verdict(table: pd.DataFrame, *, small_bs: int, large_bs: int, lr: float, 
 def lr_shape(table: pd.DataFrame, batch_size: str, local_epochs: int) -> dict:
     """How one cell's median 1/Δ_S moves as lr rises (:func:`lr_axis` rows): ``values`` (Series, lr ->
     median), ``spread`` (largest over smallest; 1: lr changes nothing) and ``shape``: "flat" (within 1 % of
-    its first value), "rises", "falls", else "dips" (lowest at an inner lr) or "peaks".
-
-    Raises:
-        ValueError: the cell has fewer than two step sizes.
-    """
+    its first value), "rises", "falls", else "dips" (lowest at an inner lr) or "peaks". ValueError: fewer
+    than two step sizes."""
     g = table[(table["batch_size"].astype(str) == str(batch_size)) & (table["local_epochs"] == local_epochs)]
     if len(g) < 2:
         raise ValueError(f"batch size {batch_size}, τ {local_epochs} has {len(g)} step size(s); need 2 or more")
@@ -191,12 +173,9 @@ def cliff(table: pd.DataFrame) -> float:
 def path_checks(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Does the way θ was reached change the measurement? A stated rule, ours: for a model of ``table``
     (:attr:`ModelStudy.table`) at FedAvg and centralised-SGD θ of the same targets, it does not where the
-    medians of 1/Δ_S differ by at most the FedAvg θ's IQR.
-
-    Returns:
-        Per model measured both ways (:func:`model_label`, in the table's order), one row per (target,
-        batch_size, local_epochs) measured both ways: ``acc_fedavg``, ``acc_centralised``, ``fedavg``,
-        ``centralised``, ``difference``, ``iqr_fedavg``, ``within``."""
+    medians of 1/Δ_S differ by at most the FedAvg θ's IQR. Per model measured both ways (:func:`model_label`,
+    in the table's order), one row per (target, batch_size, local_epochs) measured both ways:
+    ``acc_fedavg``, ``acc_centralised``, ``fedavg``, ``centralised``, ``difference``, ``iqr_fedavg``, ``within``."""
     keys, out = ["target", "batch_size", "local_epochs"], {}
     for (model, width), t in table.groupby(["model", "width"], dropna=False, sort=False):
         if t["source"].nunique() < 2:
@@ -254,11 +233,8 @@ def fedavg_checkpoints(cfg: RunConfig, targets, candidates, *, trajectory: Path 
                        last_if_unreached: bool = False, progress: bool = False) -> tuple[list[Checkpoint], pd.DataFrame]:
     """θ of ``cfg``'s FedAvg trajectory (the folder ``trajectory``, else its run in ``results/runs``, trained
     when missing, keeping θ at ``candidates``: rounds, or every n-th as an int) at the first kept round
-    reaching each target, tested by :func:`maskfed.studies.stage.build_ladder`. ``last_if_unreached``: an
-    unreached target gets the last round's θ (``reached`` False).
-
-    Returns:
-        (one :class:`Checkpoint` per target, the accuracy of every kept round: round, test_acc, test_loss)."""
+    reaching each target, tested by :func:`maskfed.studies.stage.build_ladder`; and the accuracy of every
+    kept round (round, test_acc, test_loss). ``last_if_unreached``: see :func:`_first_reaching`."""
     if trajectory is None and runner.find_run(cfg) is None:
         runner.run(cfg, progress=progress, keep_every=candidates)
     every = candidates if isinstance(candidates, int) else 1
@@ -309,13 +285,9 @@ def trajectory_protocol(profile: Profile) -> str:
 
 def evaluated_checkpoints(cfg: RunConfig, targets, folder: Path) -> tuple[list[Checkpoint], pd.DataFrame]:
     """θ of a finished FedAvg run ``folder`` of ``cfg`` at the first evaluated round whose test accuracy (its
-    own ``metrics.csv``) reaches each target; θ from its ``thetas.pt``.
-
-    Returns:
-        (one :class:`Checkpoint` per target, the accuracy at every evaluated round: round, test_acc, test_loss).
-
-    Raises:
-        ValueError: the folder holds another configuration, or keeps no θ at a round that reached a target."""
+    own ``metrics.csv``) reaches each target, θ from its ``thetas.pt``; and the accuracy at every evaluated
+    round (round, test_acc, test_loss). ValueError: the folder holds another configuration, or keeps no θ at
+    a round that reached a target."""
     folder = Path(folder)
     if not stage.holds(folder, cfg):
         raise ValueError(f"trajectory {folder} holds another run than {cfg.label()}")
@@ -603,10 +575,8 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
     θ (:func:`fedavg_checkpoints`; ``trajectory`` for the base model), or a model's own run (``rounds``:
     :func:`find_own_trajectory` in ``own_trajectories``, else trained; :func:`evaluated_checkpoints`).
     "centralised" θ: :func:`central_checkpoints`. Every (θ, protocol) trains the same seeded pool, scored on
-    the same cohorts. Cached and resumable.
-
-    Raises:
-        ConfigError: a pool larger than K, or an invalid protocol, before any training."""
+    the same cohorts. Cached and resumable. ConfigError (before any training): a pool larger than K or an
+    invalid protocol."""
     base = stage.ladder_config(profile)
     try:
         pool, cohorts = stage.pool_and_cohorts(base.num_clients, spec.pool_size, base.cohort_size, spec.num_cohorts,
@@ -670,10 +640,8 @@ def unfinished_trajectory(partial: Path, cfg: RunConfig, dest: Path) -> Path:
     """A run folder at ``dest`` (replaced) of what ``cfg``'s unfinished run has done so far, read without change
     from its ``.partial-<run folder>`` folder ``partial`` (:func:`maskfed.engine.checkpoint.partial_dir`):
     ``config.json``, ``metrics.csv`` and ``thetas.pt`` up to the last checkpoint, and ``provenance.json``
-    (``unfinished``, ``rounds_done``, ``rounds``, run key, wall time so far).
-
-    Raises:
-        ValueError: no checkpoint in ``partial``, or one of another run."""
+    (``unfinished``, ``rounds_done``, ``rounds``, run key, wall time so far). ValueError: no checkpoint in
+    ``partial``, or one of another run."""
     import shutil
 
     partial = Path(partial)
@@ -789,10 +757,8 @@ def paper_at_matched_accuracy(table: pd.DataFrame, paper: pd.DataFrame, *, model
                               source: str | None = None) -> pd.DataFrame:
     """The paper's Table I (``paper``, :func:`maskfed.analysis.summary.paper_table`) beside the θ of ``model``
     in ``table`` (reached by ``source``; None: any) nearest each row's test accuracy (ties: the lower). Ours.
-
-    Returns:
-        One row per protocol in the paper's order (index :func:`protocol_label`): ``paper_acc``, ``paper``,
-        ``acc``, ``measured`` (median 1/Δ_S) and ``ratio`` (measured / paper); empty without ``model``."""
+    One row per protocol in the paper's order (index :func:`protocol_label`): ``paper_acc``, ``paper``,
+    ``acc``, ``measured`` (median 1/Δ_S) and ``ratio`` (measured / paper); empty without ``model``."""
     t = table[(table["model"] == model) & ((table["source"] == source) if source is not None else True)]
     rows = {}
     for (bs, tau), p in paper.iterrows():
