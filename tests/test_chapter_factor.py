@@ -52,11 +52,6 @@ def test_cohort_values_name_the_finite_draw_where_the_ratio_of_means_departs_fro
     assert v["wf_departure"] == "skew and draw"
 
 
-def test_significant_rounds_to_significant_digits():
-    assert chapter.significant(2.6849e-07, 2) == pytest.approx(2.7e-07)
-    assert chapter.significant(0.0, 2) == 0.0 and math.isnan(chapter.significant(float("nan"), 2))
-
-
 def test_without_a_model_size_study_the_findings_glue_dashes():
     # prepare: no study table, no path checks
     found = found_with()

@@ -92,6 +92,22 @@ def _cell(bs, lr, med, q1, q3):
             "recovery_unweighted_q1": q1, "recovery_unweighted_q3": q3}
 
 
+def test_lr_verdict_names_the_closest_pair_and_is_clear_only_when_the_others_lie_beyond_the_spread():
+    # prepare: A = bs 32 at 0.01 (IQR 0.4), B = bs 128 at 0.01, C = bs 128 at 0.04; a τ = 2 cell to be ignored
+    cells = [_cell(32, 0.01, 2.0, 1.8, 2.2), _cell(128, 0.01, 2.1, 2.0, 2.2), _cell(128, 0.04, 3.0, 2.9, 3.1)]
+    table = pd.DataFrame(cells + [{**_cell(32, 0.01, 9.0, 9.0, 9.0), "local_epochs": 2}])
+    # execute
+    v = fa.lr_verdict(table, small_bs=32, large_bs=128, lr=0.01, factor=4)
+    # assert: |A − B| = 0.1 within A's IQR, |A − C| = 1.0 and |B − C| = 0.9 beyond it
+    assert (v["reference"], v["same_lr"], v["same_ratio"], v["closer"], v["clear"]) == (2.0, 2.1, 3.0, "step size", True)
+    assert v["differences"] == pytest.approx({"step size": 0.1, "lr/bs": 1.0, "batch size": 0.9})
+    assert v["iqr"] == pytest.approx(0.4)
+    # C at 2.3: |A − C| = 0.3 is within the IQR too, so the step size is closer but not clear
+    cells[2] = _cell(128, 0.04, 2.3, 2.2, 2.4)
+    v = fa.lr_verdict(pd.DataFrame(cells), small_bs=32, large_bs=128, lr=0.01, factor=4)
+    assert (v["closer"], v["clear"]) == ("step size", False)
+    with pytest.raises(KeyError, match="no τ = 1 cell with batch size 128 at lr 0.04"):
+        fa.lr_verdict(pd.DataFrame(cells[:2]), small_bs=32, large_bs=128, lr=0.01, factor=4)
 
 
 def test_lr_cells_are_the_issues_grid():
@@ -156,9 +172,12 @@ def test_path_check_and_model_tables_on_a_hand_case():
     table = pd.DataFrame([row("fedavg", "full", 6.0, 5.0, 7.0, 0.46), row("fedavg", "32", 1.2, 1.1, 1.3, 0.46),
                           row("centralised", "full", 6.5, 5.5, 7.5, 0.45), row("centralised", "32", 1.5, 1.4, 1.6, 0.45)])
     # execute
-    check = fa.path_check(table, model="small_cnn_gn", width=8).set_index("batch_size")
+    (check,) = fa.path_checks(table).values()
+    check = check.set_index("batch_size")
     overview = fa.model_overview(table)
     # assert: |6.5 − 6.0| <= 2 (within), |1.5 − 1.2| > 0.2 (not); cliffs 6/1.2 and 6.5/1.5
+    assert list(fa.path_checks(table)) == ["small CNN, width 8"]
+    assert fa.path_checks(table[table["source"] == "fedavg"]) == {}            # measured one way only
     assert check.loc["full", "within"] and not check.loc["32", "within"]
     assert check.loc["32", "difference"] == pytest.approx(0.3) and check.loc["32", "iqr_fedavg"] == pytest.approx(0.2)
     assert list(overview.columns) == ["full, τ 1", "bs 32, τ 1", "cliff"]
@@ -364,15 +383,17 @@ def test_archive_command_refuses_mixed_modes(capsys):
     assert "no model-size study is defined for profile 'cpu'" in capsys.readouterr().err
 
 
-def test_lr_shape_names_a_dip_a_rise_and_a_flat_cell():
+def test_lr_shape_names_a_dip_a_peak_a_rise_and_a_flat_cell_and_measures_the_spread():
     def rows(bs, values):
         return [{"batch_size": bs, "local_epochs": 1, "lr": lr, "recovery_unweighted": v}
                 for lr, v in zip((0.0025, 0.005, 0.01, 0.02), values)]
     t = pd.DataFrame(rows("32", [2.65, 1.33, 2.0, 3.94]) + rows("128", [1.1, 1.2, 1.3, 1.4]) + rows("full", [5, 5, 5, 5.01]))
     dip = fa.lr_shape(t, "32", 1)
-    assert (dip["shape"], dip["at"]) == ("dips", 0.005)
-    assert dip["text"] == "falls and then rises again (2.65, 1.33, 2.00, 3.94), lowest at lr = 0.005"
+    assert (dip["shape"], dip["values"].idxmin(), dip["values"].idxmax()) == ("dips", 0.005, 0.02)
+    assert dip["values"].tolist() == [2.65, 1.33, 2.0, 3.94] and dip["spread"] == pytest.approx(3.94 / 1.33)
+    assert fa.lr_shape(t.assign(recovery_unweighted=-t["recovery_unweighted"]), "32", 1)["shape"] == "peaks"
     assert fa.lr_shape(t, "128", 1)["shape"] == "rises" and fa.lr_shape(t, "full", 1)["shape"] == "flat"
+    assert fa.lr_shape(t.assign(recovery_unweighted=-t["recovery_unweighted"]), "128", 1)["shape"] == "falls"
     with pytest.raises(ValueError, match="need 2 or more"):
         fa.lr_shape(t[t["lr"] == 0.01], "32", 1)
 

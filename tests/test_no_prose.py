@@ -62,7 +62,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("book/plots.py", "trajectories"): "a figure's title, built before it is set",
     # prose still to move into the chapters
     ("analysis/claims.py", "trend_bearing"): "the pairs column of the trend table: to become numbers",
-    ("studies/factor_axes.py", "lr_shape"): "the shape of lr's effect as a phrase: to become a word and numbers",
     ("perf/bench.py", "latest_or_tiny"): "the benchmark's source as a sentence: to become a word",
 }
 

@@ -1,14 +1,9 @@
 """The chapter "What sets the recovery factor?" (``notebooks/what_sets_the_factor.md``): what it shows.
 
-The chapter varies the three settings the paper holds fixed, each at a fixed model θ
-(:mod:`maskfed.studies.factor_axes`): the cohort size K_c (against eq. 12,
-1/Δ_S = (K_c r + 1)/(r + 1) with r = ‖μ‖²/σ²), the step size (the rule of
-:func:`~maskfed.studies.factor_axes.lr_verdict`) and the model size (θ matched by test accuracy,
-:func:`~maskfed.studies.factor_axes.model_study`, or archived studies). :func:`findings` runs or reads
-all three and returns the numbers and verdict words the chapter glues (:attr:`Findings.values`), the
-frames of its tables (``table_...``) and its figures (``figure_...``). The sentences are the chapter's
-Markdown; the quantities are the paper's (1/Δ_S, eq. 3, 8; σ̂², ‖μ̂‖², eq. 13-14).
-"""
+The chapter varies the cohort size K_c (against eq. 12), the step size and the model size, each at a fixed
+θ (:mod:`maskfed.studies.factor_axes`). :func:`findings` runs or reads all three and returns the numbers
+and verdict words the chapter glues (:attr:`Findings.values`); ``table_...`` and ``figure_...`` build its
+tables and figures. The sentences are the chapter's Markdown."""
 
 from __future__ import annotations
 
@@ -26,6 +21,7 @@ from maskfed.analysis.summary import paper_table, tail_window
 from maskfed.book.plots import cohort_size, own_trajectory, recovery_vs_parameters, step_size
 from maskfed.engine.config import load_profile, Profile
 from maskfed.names import CPU_PAPER
+from maskfed.chapters.control import significant
 from maskfed.studies import archive, stage
 from maskfed.studies import factor_axes as fa
 
@@ -52,8 +48,7 @@ def theta_names() -> dict:
 @dataclass
 class Findings:
     """What the chapter shows: ``glued`` (glue name -> number or verdict word; read through :attr:`values`)
-    and the inputs of its tables and figures (None / empty where the build has no model-size study,
-    :attr:`mtable` None)."""
+    and the inputs of its tables and figures (None / empty without a model-size study)."""
 
     glued: dict
     started: float                         # time.perf_counter() when findings() began (s)
@@ -65,7 +60,7 @@ class Findings:
     mckpts: pd.DataFrame | None = None     # where each θ of the study came from
     overview: pd.DataFrame | None = None   # fa.model_overview(mtable)
     paper_row: pd.DataFrame | None = None  # fa.paper_overview()
-    checks: dict = field(default_factory=dict)    # model label -> fa.path_check table
+    checks: dict = field(default_factory=dict)    # fa.path_checks(mtable)
     matched: dict = field(default_factory=dict)   # "fedavg"/"centralised" -> fa.paper_at_matched_accuracy rows
     own: object = None                     # archived ResNet-18-GN own-trajectory study (with its trajectory), or None
     p32: pd.Series | None = None           # the paper's Table I row of the trajectory's protocol, or None
@@ -75,9 +70,7 @@ class Findings:
 
     @property
     def values(self) -> dict:
-        """Every value the chapter glues (:func:`maskfed.book.glue_numbers`): :attr:`glued` and ``wf_seconds``,
-        the whole seconds since :func:`findings` began, at the moment this is read (glued at the end of the
-        page, the whole page's time)."""
+        """:attr:`glued` and ``wf_seconds``, whole seconds since :func:`findings` began, read when glued."""
         return self.glued | {"wf_seconds": round(time.perf_counter() - self.started)}
 
     @property
@@ -92,27 +85,12 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
              models_live: bool | None = None) -> Findings:
     """Run or read everything the chapter shows (its parameters, as the parameters cell names them).
 
-    The axes' θ is the first-seed trajectory of ``theta_from`` ("auto": the archived cpu-paper one
-    where it exists and ``profile`` uses CIFAR-10; "own": this profile's run; or an archived profile's
-    name), at the first kept round reaching ``theta_accuracy``; the cohort-size and step-size axes train
-    at it (:func:`fa.cohort_axis`, :func:`fa.lr_axis`). The model-size study is computed in this build
-    where ``models_live`` (None: at the smoke profile only) and otherwise read from the ``archived``
-    profile's archive (None: :data:`MODELS_FROM`), part by part (:data:`fa.MODEL_PARTS`). Sets torch to
-    one thread (the workers parallelise).
-
-    Args:
-        profile: the live profile's name; data_path, overrides: as :func:`maskfed.engine.config.load_profile`.
-        workers: worker processes (None: the profile's).
-        archived: the archived profile whose model-size studies are read (the chapter's ``models_from``).
-
-    Returns:
-        :class:`Findings`; its ``values`` hold every ``wf_...`` name the chapter's Markdown uses, with
-        ``wf_axes_seconds`` (the two axes' wall time, whole s) and ``wf_seconds`` (since this call began).
-
-    Raises:
-        ConfigError: axis settings the study does not accept (:func:`fa.make_axes_spec`), or a
-            profile without a minibatch size for the step-size axis (:func:`fa.minibatches`).
-    """
+    The axes' θ is the first-seed trajectory of ``theta_from`` ("auto": the archived cpu-paper one where
+    it exists and ``profile`` uses CIFAR-10; "own": this profile's run; or an archived profile's name), at
+    the first kept round reaching ``theta_accuracy``. The model-size study is computed in this build where
+    ``models_live`` (None: at the smoke profile only), else read part by part from the ``archived``
+    profile's archive (None: :data:`MODELS_FROM`). Sets torch to one thread (the workers parallelise).
+    ConfigError: axis settings the study does not accept, or a profile without a minibatch size."""
     t_start = time.perf_counter()
     torch.set_num_threads(1)
     archived = archived or MODELS_FROM
@@ -173,10 +151,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
 # --------------------------------------------------------------------------- the values, section by section
 
 def theta_values(theta_prof: Profile, ck: fa.Checkpoint, spec: fa.AxesSpec, base, trajectory: Path | None) -> dict:
-    """Where the axes' θ comes from: profile, the run that kept it (archived or this build's), round, test
-    accuracy and whether the target was reached; the reference run's setting (``base``: its
-    :class:`~maskfed.engine.config.RunConfig`) and the sizes the axes use (clients K, parameters of θ, lr,
-    K_c; the paper's ResNet-18-GN over the small CNN in parameters, whole)."""
+    """Where the axes' θ comes from (profile, run, round, test accuracy, target reached), the reference
+    run's setting (``base``) and the sizes the axes use."""
     return {
         "wf_theta_profile": theta_prof.name,
         "wf_theta_origin": "the archived" if trajectory is not None else "this build's",
@@ -191,13 +167,10 @@ def theta_values(theta_prof: Profile, ck: fa.Checkpoint, spec: fa.AxesSpec, base
 
 def cohort_values(eq12: dict[str, pd.DataFrame], ref_kc: int, sizes: list[int]) -> dict:
     """The cohort-size section's numbers and verdict word, from ``eq12`` (protocol -> :func:`fa.eq12_table`
-    rows, at least one K_c besides ``ref_kc``, the K_c whose cohorts gave r; ``sizes``: the K_c drawn, ascending):
-        ``wf_n_protocols``; ``wf_n_falls`` / ``wf_n_rises`` (protocols whose share (1/Δ_S)/K_c falls, whose
-        median rises, at every step up in K_c); ``wf_dev_max`` (largest |median / eq. 12 − 1| away from
-        ``ref_kc``, %, one decimal); ``wf_rom_dev`` (largest |ratio of means / eq. 12 − 1|, %, one decimal)
-        and ``wf_departure``, what a departure of the median comes from (:data:`ROM_TOLERANCE`);
-        ``wf_within`` of ``wf_cells_away`` (cells with eq. 12 inside the interquartile range); ``wf_sizes``,
-        ``wf_ref_kc``."""
+    rows; ``ref_kc`` gave r; ``sizes``: the K_c drawn, ascending): protocols whose share falls / median rises
+    at every step up in K_c; the largest |median / eq. 12 − 1| and |ratio of means / eq. 12 − 1| away from
+    ``ref_kc`` (%, one decimal) and what a departure comes from (:data:`ROM_TOLERANCE`); cells with eq. 12
+    inside the IQR."""
     devs = pd.concat(eq12.values(), ignore_index=True)
     away = devs[devs["k_c"] != ref_kc]
     rom_dev = float((away["ratio_of_means"] / away["predicted"] - 1).abs().max())
@@ -213,29 +186,22 @@ def cohort_values(eq12: dict[str, pd.DataFrame], ref_kc: int, sizes: list[int]) 
 
 
 def lr_values(lr_table: pd.DataFrame, theta_prof: Profile, spec: fa.AxesSpec, lr: float) -> dict:
-    """The step-size section's numbers and verdict words: the cells trained, the spreads across lr
-    (:func:`fa.lr_spread`, two decimals), how the small batch's factor moves with lr (:func:`fa.lr_shape`:
-    ``wf_small_shape`` from :data:`SHAPES`, the lr where it is highest and lowest), the rule of
-    :func:`fa.lr_verdict` (its medians A, B, C as ``wf_v_reference``, ``wf_v_same_lr``, ``wf_v_same_ratio``,
-    A's interquartile range ``wf_v_iqr``, the pair it points to ``wf_v_closer`` and ``wf_v_clear``) and
-    ``wf_full1_dev``, the largest relative move of the full-batch τ = 1 median across lr (two significant
-    digits; float32 rounding where under 1e-3, since one full-batch step scales every update alike).
-
-    Raises:
-        KeyError: a cell of the rule missing from ``lr_table``.
-    """
+    """The step-size section's numbers and verdict words: spreads across lr (two decimals), the small batch's
+    shape (:func:`fa.lr_shape`, :data:`SHAPES`), the rule of :func:`fa.lr_verdict` (KeyError: a cell missing)
+    and ``wf_full1_dev``, the largest relative move of the full-batch τ = 1 median across lr (two
+    significant digits)."""
     small_bs, large_bs = fa.minibatches(theta_prof)
     verdict = fa.lr_verdict(lr_table, small_bs=small_bs, large_bs=large_bs, lr=lr, factor=large_bs / small_bs)
     full1 = lr_table[(lr_table.batch_size == "full") & (lr_table.local_epochs == 1)]
     full1_dev = float((full1["recovery_unweighted"] / full1["recovery_unweighted"].iloc[0] - 1).abs().max())
     shape = fa.lr_shape(lr_table, str(small_bs), 1)
-    by_lr = pd.Series(shape["values"])
+    by_lr = shape["values"]
     return {
         "wf_lrs": ", ".join(book.number(v) for v in spec.lrs), "wf_lr_pool": spec.lr_pool,
         "wf_lr_cohorts": spec.lr_cohorts, "wf_small_bs": small_bs, "wf_large_bs": large_bs,
         "wf_large_lr": lr * large_bs / small_bs,
-        "wf_spread_full2": round(fa.lr_spread(lr_table, "full", 2), 2),
-        "wf_spread_small": round(fa.lr_spread(lr_table, str(small_bs), 1), 2),
+        "wf_spread_full2": round(fa.lr_shape(lr_table, "full", 2)["spread"], 2),
+        "wf_spread_small": round(shape["spread"], 2),
         "wf_small_shape": SHAPES[shape["shape"]],
         "wf_small_top_lr": float(by_lr.idxmax()), "wf_small_bottom_lr": float(by_lr.idxmin()),
         **{f"wf_v_{k}": round(float(verdict[k]), 2) for k in ("reference", "same_lr", "same_ratio", "iqr")},
@@ -244,28 +210,11 @@ def lr_values(lr_table: pd.DataFrame, theta_prof: Profile, spec: fa.AxesSpec, lr
     }
 
 
-def significant(x: float, digits: int) -> float:
-    """``x`` rounded to ``digits`` significant digits (2.68e-07 -> 2.7e-07 at two); 0 and NaN as they are."""
-    if x == 0 or not np.isfinite(x):
-        return x
-    return round(x, digits - 1 - int(np.floor(np.log10(abs(x)))))
-
-
 def model_parts(live: Profile | None, models_from: str, *, workers: int = 1) -> tuple[dict, pd.DataFrame, list]:
-    """The parts of the model-size study (:data:`fa.MODEL_PARTS`) this build shows.
-
-    Args:
-        live: the profile whose small-CNN study is computed now (:func:`fa.model_study` with
-            :func:`fa.model_spec`, on its first seed's ladder trajectory); None: every part is read.
-        models_from: the archived profile the other parts are read from (:func:`archive.load_factor_study`).
-        workers: worker processes of a live study.
-
-    Returns:
-        ``(parts, where, unfinished)``: part -> (table, checkpoints); per part, where it came from ("this
-        build", "archive" or "missing"; for an archived part its date, machine, commit, run code and whether
-        it is this checkout's, hours of compute, files changed since archived); and (model, rounds done,
-        budget) of an own trajectory read while still going.
-    """
+    """The parts of the model-size study (:data:`fa.MODEL_PARTS`) this build shows: the small-CNN study of
+    ``live`` computed now (None: every part read), the others read from ``models_from``'s archive. Returns
+    part -> (table, checkpoints); per part, where it came from ("this build", "archive" or "missing", with an
+    archived part's provenance); and (model, rounds done, budget) of an own trajectory still going."""
     parts, rows, unfinished = {}, {}, []
     for part in fa.MODEL_PARTS:
         key = (part, fa.PART_NAMES[part])
@@ -280,8 +229,7 @@ def model_parts(live: Profile | None, models_from: str, *, workers: int = 1) -> 
             rows[key] = {"from": "missing", "profile": models_from}
             continue
         parts[part] = (found.table, found.checkpoints)
-        p = found.provenance
-        machine = p["machine"]
+        p, machine = found.provenance, found.provenance["machine"]
         rows[key] = {"from": "archive", "profile": models_from, "computed": p["finished_utc"][:10],
                      "device": machine.get("device", "?"),
                      "processor": machine.get("cuda_device") or machine.get("cpu_model") or machine.get("processor"),
@@ -298,11 +246,9 @@ def model_parts(live: Profile | None, models_from: str, *, workers: int = 1) -> 
 
 
 def model_values(found: Findings) -> dict:
-    """The model-size section's numbers (NaN without a study): ``wf_n_models`` and their parameter range;
-    the cliff over every θ (:func:`fa.cliff_verdict`: ``wf_cliff_holds`` of ``wf_cliff_measured``, its range,
-    two decimals) beside the paper's (``wf_paper_cliff``) and the paper's Table I test accuracies; the θ
-    kept below their target (``wf_ckpt_below`` of ``wf_ckpt_kept``); and the first own trajectory read
-    while still going (``wf_unf_model``, ``wf_unf_done`` rounds of ``wf_unf_budget``)."""
+    """The model-size section's numbers (NaN without a study): models and their parameter range, the cliff
+    (:func:`fa.cliff_verdict`, two decimals) beside the paper's, the paper's accuracies, θ kept below their
+    target, and the first own trajectory read while still going."""
     t1, nan = paper_table("table1"), float("nan")
     unf = found.unfinished[0] if found.unfinished else ("–", nan, nan)
     out = {"wf_ref_label": found.ref_label, "wf_paper_cliff": round(float(fa.paper_overview()["cliff"].iloc[0]), 2),
@@ -321,13 +267,10 @@ def model_values(found: Findings) -> dict:
 
 
 def resnet_values(found: Findings) -> dict:
-    """What the way θ was reached does to the paper's model (NaN or 0 where not measured; two decimals where
-    not a count): :func:`fa.route_summary` of its :attr:`Findings.checks` (``wf_rn_route_min``, ``_median``,
-    ``_max``, ``wf_rn_beyond`` of ``wf_rn_cells``); the route to the paper (a comparison of ours, on
-    :attr:`Findings.matched`): per protocol at both sources, whether FedAvg θ bring 1/Δ_S nearer the paper's
-    Table I than centralised θ (smaller |log ratio|), ``wf_rn_nearer`` of ``wf_rn_both``, the median ratios
-    ``wf_rn_fed_median``, ``wf_rn_cen_median``; and the minibatch protocols at FedAvg θ: ratio, test
-    accuracy and the paper's (``wf_rn_mini_ratio_min``/``_max``, ``_acc_``, ``_paper_``)."""
+    """What the way θ was reached does to the paper's model (NaN or 0 where not measured; two decimals):
+    :func:`fa.route_summary` of its path check; per protocol at both sources, whether FedAvg θ are nearer the
+    paper's Table I than centralised θ (smaller |log ratio|, ours) and the median ratios; and the minibatch
+    protocols at FedAvg θ (ratio, accuracy, the paper's accuracy)."""
     nan, empty = float("nan"), pd.DataFrame(columns=["paper_acc", "paper", "acc", "measured", "ratio"], dtype=float)
     check = found.checks.get("ResNet-18-GN")
     route = fa.route_summary(check) if check is not None and len(check) else {"cells": 0, "beyond": 0}
@@ -345,17 +288,10 @@ def resnet_values(found: Findings) -> dict:
 
 
 def own_values(own, base, paper_row: pd.Series | None) -> dict:
-    """ResNet-18-GN's own FedAvg trajectory beside the paper's Table I value of its protocol (NaN where
-    the trajectory or the paper's row is not in this build; ``wf_own_read``: "read" or "not read").
-
-    ``base``: the trajectory's run configuration (its protocol). Its rounds ``wf_own_rounds`` of a budget of
-    ``wf_own_budget``; the median and interquartile range of its per-round 1/Δ_S over its last quarter
-    (``wf_own_window`` rounds, :func:`maskfed.analysis.summary.tail_window`); its last evaluated test
-    accuracy and round; the paper's value and accuracy (the median over its last 50 of 200 rounds); and,
-    where the study measured that protocol at θ of the trajectory, its last such round, cohorts, pool and
-    median 1/Δ_S over cohorts. Two decimals where not a count; ``wf_own_gap``: the accuracy gap to the
-    paper's, a fraction (compare :data:`STAGE_GAP`).
-    """
+    """ResNet-18-GN's own FedAvg trajectory beside the paper's Table I row of its protocol (``base``'s), NaN
+    where either is missing: rounds, budget, median and IQR of 1/Δ_S over its last quarter
+    (:func:`maskfed.analysis.summary.tail_window`), last evaluated accuracy, the paper's values, the accuracy
+    gap (a fraction, compare :data:`STAGE_GAP`) and the study's last θ of that trajectory."""
     nan = float("nan")
     keys = ("rounds", "budget", "window", "median", "q1", "q3", "acc", "acc_round", "paper", "paper_acc", "gap",
             "at_round", "cohorts", "pool", "at_median")
@@ -385,29 +321,30 @@ def own_values(own, base, paper_row: pd.Series | None) -> dict:
 
 # --------------------------------------------------------------------------- tables
 
-#: Main columns of the cohort-size table (the others go to its details box).
-COHORT_MAIN = ["1/Δ_S, median [IQR]", "share (1/Δ_S)/K_c", "eq. 12", "median / eq. 12 − 1", "eq. 12 within IQR"]
+MEDIAN_IQR = "1/Δ_S, median [IQR]"
+
+
+def _median_iqr(med, q1, q3) -> list[str]:
+    """``"median [q1, q3]"`` per row, two decimals."""
+    return [f"{m:.2f} [{a:.2f}, {b:.2f}]" for m, a, b in zip(med, q1, q3)]
 
 
 def table_cohort_size(found: Findings) -> tuple[pd.DataFrame, list[str]]:
-    """Eq. 12 against the measurement, one row per (protocol, K_c), with reader headers; and
-    :data:`COHORT_MAIN`, for :func:`maskfed.book.fitted`."""
+    """Eq. 12 against the measurement, one row per (protocol, K_c), and the main columns."""
     devs = pd.concat([t.assign(protocol=name) for name, t in found.eq12.items()], ignore_index=True)
-    shown = devs.assign(**{"1/Δ_S, median [IQR]": [f"{m:.2f} [{a:.2f}, {b:.2f}]" for m, a, b in
-                                                     zip(devs["median"], devs["q1"], devs["q3"])]})
-    shown = shown[["protocol", "k_c", "1/Δ_S, median [IQR]", "share", "predicted", "rel_dev", "within_iqr",
+    shown = devs.assign(**{MEDIAN_IQR: _median_iqr(devs["median"], devs["q1"], devs["q3"])})
+    shown = shown[["protocol", "k_c", MEDIAN_IQR, "share", "predicted", "rel_dev", "within_iqr",
                    "cohorts", "ratio_of_means", "predicted_share", "median", "q1", "q3"]].rename(columns={
         "k_c": "K_c", "share": "share (1/Δ_S)/K_c", "ratio_of_means": "ratio of means", "predicted": "eq. 12",
         "predicted_share": "eq. 12 share", "rel_dev": "median / eq. 12 − 1", "within_iqr": "eq. 12 within IQR",
         "median": "1/Δ_S median", "q1": "1/Δ_S lower quartile", "q3": "1/Δ_S upper quartile"})
-    return shown.set_index(["protocol", "K_c"]), COHORT_MAIN
+    main = [MEDIAN_IQR, "share (1/Δ_S)/K_c", "eq. 12", "median / eq. 12 − 1", "eq. 12 within IQR"]
+    return shown.set_index(["protocol", "K_c"]), main
 
 
 def table_cohort_protocols(found: Findings, ref_kc: int) -> tuple[pd.DataFrame, dict]:
-    """One row per protocol of the cohort-size axis: r measured at ``ref_kc``, the share (1/Δ_S)/K_c at the
-    smallest and the largest K_c, the largest |median / eq. 12 − 1| away from ``ref_kc`` (%), and whether
-    the median rises and the share falls at every step up in K_c; and the formats, for
-    :func:`maskfed.book.styled` (r to three significant digits, shares to two decimals, the gap to one)."""
+    """One row per protocol of the cohort-size axis: r, the share at the smallest and largest K_c, the largest
+    |median / eq. 12 − 1| away from ``ref_kc`` (%), whether the median rises and the share falls; and formats."""
     rows = {}
     for name, t in found.eq12.items():
         t = t.sort_values("k_c")
@@ -421,11 +358,8 @@ def table_cohort_protocols(found: Findings, ref_kc: int) -> tuple[pd.DataFrame, 
 
 
 def table_resnet(found: Findings) -> tuple[pd.DataFrame, dict]:
-    """The paper's model in the model-size study, one row per θ source ("FedAvg θ": its own trajectory,
-    with the rounds of its θ; "centralised θ"): the test accuracy range of its θ, the θ with cliff > 1 of
-    those measured (:func:`fa.cliff_verdict`) and the cliff's range, and the range of the ratio to the
-    paper's Table I at the θ nearest in accuracy to each row (:attr:`Findings.matched`); and the formats
-    (two decimals). Empty without ResNet-18-GN."""
+    """ResNet-18-GN per θ source: its θ's accuracy range, the cliff (:func:`fa.cliff_verdict`) and the ratio to
+    the paper's Table I at matched accuracy; and formats. Empty without ResNet-18-GN."""
     rows, t = {}, found.mtable if found.mtable is not None else pd.DataFrame(columns=["model", "source"])
     for src, name in (("fedavg", "FedAvg θ"), ("centralised", "centralised θ")):
         theta = t[(t["model"] == "resnet18_gn") & (t["source"] == src)]
@@ -441,21 +375,18 @@ def table_resnet(found: Findings) -> tuple[pd.DataFrame, dict]:
 
 
 def table_step_size(found: Findings) -> tuple[pd.DataFrame, dict]:
-    """One row per step-size cell (batch size, τ, lr): median 1/Δ_S [IQR] over cohorts, σ̂², ‖μ̂‖²
-    and the percentage of cohorts below 1; and the formats, for :func:`maskfed.book.styled`."""
+    """One row per step-size cell: median 1/Δ_S [IQR], σ̂², ‖μ̂‖², % of cohorts below 1; and formats."""
     t = found.lr_table
-    shown = t.assign(**{"1/Δ_S, median [IQR]": [f"{m:.2f} [{a:.2f}, {b:.2f}]" for m, a, b in zip(
-        t["recovery_unweighted"], t["recovery_unweighted_q1"], t["recovery_unweighted_q3"])]})
+    shown = t.assign(**{MEDIAN_IQR: _median_iqr(*(t[f"recovery_unweighted{q}"] for q in ("", "_q1", "_q3")))})
     shown = (shown.set_index(["batch_size", "local_epochs", "lr"])
-             [["1/Δ_S, median [IQR]", "sigma2_hat", "mu2_hat", "pct_cohorts_below_one"]]
+             [[MEDIAN_IQR, "sigma2_hat", "mu2_hat", "pct_cohorts_below_one"]]
              .rename(columns={"pct_cohorts_below_one": "cohorts with 1/Δ_S < 1 (%)"}))
     return shown, {"sigma2_hat": book.scientific, "mu2_hat": book.scientific}
 
 
 def table_models(found: Findings) -> tuple[pd.DataFrame, list]:
-    """One row per θ of the model-size study and the paper's Table I row: parameters, accuracy
-    reached, median 1/Δ_S per protocol and the cliff; and the main columns (the trajectory's protocol
-    first, then as many as fit, :func:`maskfed.book.main_columns`). Needs :attr:`Findings.mtable`."""
+    """One row per θ of the model-size study and the paper's Table I row: parameters, accuracy, median
+    1/Δ_S per protocol and the cliff; and the main columns. Needs :attr:`Findings.mtable`."""
     paper = found.paper_row[[c for c in found.overview.columns if c in found.paper_row.columns]]
     ov = pd.concat([found.overview, paper]).reset_index(["params", "test_acc"]).rename(index=theta_names())
     protocols = found.protocols
@@ -465,25 +396,19 @@ def table_models(found: Findings) -> tuple[pd.DataFrame, list]:
 
 
 def table_by_model(found: Findings) -> tuple[pd.DataFrame, dict]:
-    """Per model of the study (in order of parameter count): its parameters; θ with cliff > 1 of those
-    with a cliff and the cliff's range (:func:`fa.by_model`); the range of the trajectory's protocol
-    (:attr:`Findings.ref_label`); and, for a model measured at θ reached both ways (:func:`fa.route_summary`),
-    the cells beyond the FedAvg θ's spread and the ratio centralised / FedAvg θ (NaN where not measured);
-    and the formats (:data:`TWO_DECIMALS`). Needs :attr:`Findings.mtable`."""
+    """Per model: :func:`fa.by_model` and, where measured both ways, :func:`fa.route_summary`; and formats."""
     by = fa.by_model(found.overview, found.ref_label).rename(columns={
         "holds": "cliff > 1", "measured": "θ measured", "cliff_min": "cliff min", "cliff_max": "cliff max",
         "ref_min": "reference min", "ref_max": "reference max"})
     routes = {name: fa.route_summary(c) for name, c in found.checks.items() if len(c)}
-    route = pd.DataFrame.from_dict(routes, orient="index", columns=["cells", "beyond", "min", "median", "max"])
-    route = route.rename(columns={"cells": "cells both ways", "beyond": "cells beyond spread", "min": "route min",
-                                  "median": "route median", "max": "route max"})
+    route = pd.DataFrame.from_dict(routes, orient="index", columns=["cells", "beyond", "min", "median", "max"]).rename(
+        columns={"cells": "cells both ways", "beyond": "cells beyond spread"} | {k: f"route {k}" for k in ("min", "median", "max")})
     shown = by.join(route).rename_axis("model")
     return shown, {c: TWO_DECIMALS for c in shown.columns if c.endswith(("min", "max", "median"))}
 
 
 def table_signal_noise(found: Findings) -> tuple[pd.DataFrame, list, dict]:
-    """σ̂² and ‖μ̂‖² (medians over cohorts) per protocol (side by side) at each θ, rows as
-    :func:`table_models`; the main columns and the formats (scientific). Needs :attr:`Findings.mtable`."""
+    """σ̂² and ‖μ̂‖² per protocol at each θ, rows as :func:`table_models`; main columns and formats."""
     protocols = found.protocols
     sn = fa.model_signal_noise(found.mtable).droplevel(["params", "test_acc"]).rename(index=theta_names())
     sn = sn.swaplevel(axis=1).reindex(columns=pd.MultiIndex.from_product([protocols, ["sigma2_hat", "mu2_hat"]]))
@@ -493,8 +418,7 @@ def table_signal_noise(found: Findings) -> tuple[pd.DataFrame, list, dict]:
 
 
 def tables_path_checks(found: Findings) -> dict[str, pd.DataFrame]:
-    """Per model measured at θ reached both ways (its name, capitalised, as the heading): the
-    :func:`fa.path_check` table with reader headers."""
+    """Per model measured at θ reached both ways (its name, capitalised): :func:`fa.path_checks` with headers."""
     names = {"acc_fedavg": "acc, FedAvg θ", "acc_centralised": "acc, central θ", "fedavg": "1/Δ_S, FedAvg θ",
              "centralised": "1/Δ_S, central θ", "difference": "difference", "iqr_fedavg": "IQR, FedAvg θ",
              "within": "within IQR"}
@@ -502,9 +426,8 @@ def tables_path_checks(found: Findings) -> dict[str, pd.DataFrame]:
 
 
 def table_model_thetas(found: Findings) -> pd.DataFrame | None:
-    """Where each θ of the model-size study came from, one row per (model, source, target); None
-    without a study. A target not reached shows "–" for its round or step and training images (the
-    archive stores -1 there)."""
+    """Where each θ of the model-size study came from, one row per (model, source, target), "–" where not
+    reached; None without a study."""
     c = found.mckpts
     if c is None:
         return None
@@ -516,8 +439,7 @@ def table_model_thetas(found: Findings) -> pd.DataFrame | None:
 
 
 def table_paper_beside(found: Findings) -> tuple[pd.DataFrame, dict]:
-    """Each protocol of the paper's Table I beside ResNet-18-GN's θ nearest in test accuracy, per θ
-    source (:attr:`Findings.matched`, not empty); and the formats (ratios to two decimals)."""
+    """The paper's Table I beside ResNet-18-GN's θ nearest in test accuracy, per θ source; and formats."""
     names = {"fedavg": "FedAvg θ", "centralised": "central θ"}
     first = found.matched[next(iter(found.matched))]
     beside = [m[["acc", "measured", "ratio"]].rename(columns={
@@ -531,7 +453,7 @@ def table_paper_beside(found: Findings) -> tuple[pd.DataFrame, dict]:
 # --------------------------------------------------------------------------- figures (captions: the chapter's)
 
 def figure_cohort_size(found: Findings) -> plt.Figure:
-    """1/Δ_S and its share against K_c per protocol, with eq. 12 (:func:`maskfed.book.plots.cohort_size`)."""
+    """1/Δ_S and its share against K_c per protocol, with eq. 12."""
     fig, axes = plt.subplots(2, 1, figsize=(6.4, 8.4), sharex=True)
     cohort_size(found.eq12, axes=axes)
     return fig
@@ -545,8 +467,7 @@ def figure_step_size(found: Findings) -> plt.Figure:
 
 
 def figure_models(found: Findings) -> plt.Figure:
-    """1/Δ_S against the parameter count, one panel per target accuracy (its title), the paper's Table I in
-    the last (:func:`maskfed.book.plots.recovery_vs_parameters`). Needs :attr:`Findings.mtable`."""
+    """1/Δ_S against the parameter count, one panel per target accuracy, the paper's Table I in the last."""
     targets = sorted(found.mtable["target"].unique())
     fig, axes = plt.subplots(len(targets), 1, figsize=(6.4, 3.4 * len(targets) + 1.6), sharex=True, sharey=True,
                              squeeze=False)
@@ -559,8 +480,7 @@ def figure_models(found: Findings) -> plt.Figure:
 
 
 def figure_own_trajectory(found: Findings) -> plt.Figure | None:
-    """ResNet-18-GN's own FedAvg trajectory, 1/Δ_S round by round beside the paper's Table I value
-    (:func:`maskfed.book.plots.own_trajectory`); None without that trajectory or without a Table I row."""
+    """ResNet-18-GN's own trajectory beside the paper's Table I value; None without either."""
     if found.own is None or found.p32 is None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.0))

@@ -1,20 +1,12 @@
 """What sets the recovery factor? Cohort size, step size and model size, each at a fixed θ.
 
-The measurement is the stage study's (:mod:`maskfed.studies.stage`): at a fixed θ every client of a
-seeded pool trains once under a local protocol, nothing is aggregated, and the same cohorts are drawn
-from the pool for every protocol (a paired comparison). Each (θ, protocol) keeps the Gram matrix
-G_kl = ⟨Δ_k, Δ_l⟩ of the pool's updates (float64): the recovery factor (eq. 3, 8) and the signal-noise
-split (eq. 13-14) of any cohort need only G's submatrix and the shard sizes.
-
-Three axes the paper fixes: cohort size (:func:`cohort_size_table`, :func:`eq12_table`, against eq. 12),
-step size (:func:`lr_verdict`) and model size (:func:`model_study`: the small CNN at several widths and
-ResNet-18-GN, at θ of matched test accuracy from FedAvg or from centralised SGD,
-:mod:`maskfed.studies.central`).
-
-Gram matrices are cached by :mod:`maskfed.studies.pool_gram`, whose key does not hash this module. The
-design (pools, paired cohorts, θ matched by accuracy, every rule and threshold) is ours; the quantities
-are the paper's.
-"""
+As in :mod:`maskfed.studies.stage`: at a fixed θ every client of a seeded pool trains once under a local
+protocol, nothing is aggregated, and the same cohorts are drawn for every protocol (paired). Each
+(θ, protocol) keeps the Gram matrix G_kl = ⟨Δ_k, Δ_l⟩ of the pool's updates (float64, cached by
+:mod:`maskfed.studies.pool_gram`): 1/Δ_S (eq. 3, 8) and σ̂², ‖μ̂‖² (eq. 13-14) of any cohort need only G's
+submatrix and the shard sizes. Axes: cohort size (:func:`eq12_table`, against eq. 12), step size
+(:func:`lr_verdict`) and model size (:func:`model_study`, θ of matched test accuracy from FedAvg or
+centralised SGD). The design, rules and thresholds are ours; the quantities are the paper's."""
 
 from __future__ import annotations
 
@@ -31,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from maskfed.core import diversity
 from maskfed.engine import checkpoint, runner
-from maskfed.engine.config import BatchSize, ConfigError, make_settings, Profile, RunConfig
+from maskfed.engine.config import BatchSize, ConfigError, load_profile, make_settings, Profile, RunConfig
 from maskfed.names import CPU_PAPER
 from maskfed.paths import results_dir
 from maskfed.studies import central, stage
@@ -46,22 +38,11 @@ METRICS = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat")
 # --------------------------------------------------------------------------- pure pieces
 
 def cohort_metrics(gram_PxP, n_P, cohorts_CxK) -> pd.DataFrame:
-    """The paper's per-round measurements of each cohort, from the pool's Gram matrix.
-
-    Equal to :func:`maskfed.engine.fedavg.round_metrics` on the cohort's updates for the recovery factor
-    (eq. 3, 8; unweighted and n_k-weighted) and the split σ̂², ‖μ̂‖² with A and B (eq. 13-14).
-
-    Args:
-        gram_PxP: Gram matrix of the pool's updates, [pool, pool], float64.
-        n_P: shard sizes n_k of the pool's clients, [pool].
-        cohorts_CxK: cohorts as positions in the pool, [C, K_c] (K_c >= 2).
-
-    Returns:
-        One row per cohort: ``k_c``, ``cohort`` (positions, space-separated), :data:`METRICS`, ``A``, ``B``.
-
-    Raises:
-        ValueError: a cohort of fewer than 2 clients or a position outside the pool.
-    """
+    """Per-cohort measurements from the pool's Gram matrix ``gram_PxP`` ([pool, pool], float64; shard sizes
+    ``n_P``, [pool]) of ``cohorts_CxK`` (pool positions, [C, K_c >= 2]), equal to
+    :func:`maskfed.engine.fedavg.round_metrics` on the cohort's updates: one row per cohort, ``k_c``,
+    ``cohort`` (positions, space-separated), :data:`METRICS`, ``A``, ``B``. ValueError: a cohort of fewer than
+    2 clients or a position outside the pool."""
     g = torch.as_tensor(gram_PxP, dtype=torch.float64)
     n = np.asarray(n_P, dtype=np.float64)
     c = np.asarray(cohorts_CxK)
@@ -82,16 +63,10 @@ def cohort_metrics(gram_PxP, n_P, cohorts_CxK) -> pd.DataFrame:
 
 
 def draw_cohorts(pool_size: int, k_c: int, num_cohorts: int, seed: int) -> np.ndarray:
-    """``num_cohorts`` cohorts of ``k_c`` distinct pool positions (sorted), seeded by (seed,
-    :data:`COHORT_STREAM`, k_c); a cohort of the whole pool is drawn once (every draw is the same).
-
-    Raises:
-        ValueError: ``k_c`` outside 2..pool_size or ``num_cohorts`` < 1.
-    """
+    """``num_cohorts`` cohorts of ``k_c`` distinct pool positions (sorted), seeded by (seed, :data:`COHORT_STREAM`,
+    k_c); the whole pool once. ValueError: ``k_c`` outside 2..pool_size."""
     if not 2 <= k_c <= pool_size:
         raise ValueError(f"k_c (K_c = {k_c}) must be between 2 and the pool size {pool_size}")
-    if num_cohorts < 1:
-        raise ValueError(f"num_cohorts must be >= 1; got {num_cohorts}")
     if k_c == pool_size:
         return np.arange(pool_size)[None, :]
     rng = np.random.default_rng([seed, COHORT_STREAM, k_c])
@@ -99,11 +74,7 @@ def draw_cohorts(pool_size: int, k_c: int, num_cohorts: int, seed: int) -> np.nd
 
 
 def cohort_size_table(gram_PxP, n_P, sizes, num_cohorts: int, seed: int) -> pd.DataFrame:
-    """:func:`cohort_metrics` of cohorts of every size in ``sizes`` drawn from the pool (:func:`draw_cohorts`).
-
-    Raises:
-        ValueError: a size outside 2..pool size (naming it and the pool size).
-    """
+    """:func:`cohort_metrics` of cohorts of every size in ``sizes`` (:func:`draw_cohorts`)."""
     pool = torch.as_tensor(gram_PxP).shape[0]
     return pd.concat([cohort_metrics(gram_PxP, n_P, draw_cohorts(pool, int(k), num_cohorts, seed)) for k in sizes],
                      ignore_index=True)
@@ -120,21 +91,12 @@ def signal_to_noise(cohorts: pd.DataFrame) -> float:
 
 
 def eq12_table(cohorts: pd.DataFrame, ref_kc: int) -> pd.DataFrame:
-    """Measured 1/Δ_S at each K_c against eq. 12 with r̂ measured at ``ref_kc`` (:func:`signal_to_noise`).
+    """Measured 1/Δ_S at each K_c of ``cohorts`` (:func:`cohort_size_table` rows of one protocol at one θ)
+    against eq. 12 with r̂ (:func:`signal_to_noise`) from the cohorts of size ``ref_kc`` (ValueError: none).
 
-    Args:
-        cohorts: :func:`cohort_size_table` of one protocol at one θ.
-        ref_kc: the K_c whose cohorts give r̂ (the paper's K_c = 10).
-
-    Returns:
-        One row per K_c: ``k_c``, ``cohorts``, ``median``/``q1``/``q3`` of unweighted 1/Δ_S over cohorts,
-        ``share`` = median/K_c (with ``share_q1``, ``share_q3``), ``predicted`` = (K_c r̂ + 1)/(r̂ + 1),
-        ``predicted_share``, ``ratio_of_means`` = K_c·mean B / mean A, ``rel_dev`` = median/predicted − 1,
-        ``within_iqr`` (prediction inside the quartiles) and ``r`` (the r̂ used).
-
-    Raises:
-        ValueError: no cohorts of size ``ref_kc``.
-    """
+    One row per K_c: ``k_c``, ``cohorts``, ``median``/``q1``/``q3`` of unweighted 1/Δ_S, ``share``
+    (median/K_c; ``share_q1``, ``share_q3``), ``predicted`` (K_c r̂ + 1)/(r̂ + 1), ``predicted_share``,
+    ``ratio_of_means`` (K_c·mean B / mean A), ``rel_dev`` (median/predicted − 1), ``within_iqr``, ``r``."""
     ref = cohorts[cohorts["k_c"] == ref_kc]
     if ref.empty:
         raise ValueError(f"ref_kc = {ref_kc} has no cohorts; sizes measured: {sorted(cohorts['k_c'].unique())}")
@@ -156,36 +118,15 @@ def share_falls(eq12: pd.DataFrame) -> bool:
     return bool(np.all(np.diff(s) < 0))
 
 
-def summarise(cohorts: pd.DataFrame) -> dict:
-    """Median and quartiles over cohorts of each metric and the share with 1/Δ_S < 1
-    (:func:`maskfed.studies.stage.summarise_cohorts`)."""
-    return stage.summarise_cohorts(cohorts)
-
-
 def lr_verdict(table: pd.DataFrame, *, small_bs: int, large_bs: int, lr: float, factor: float) -> dict:
     """Is it the batch size or the step size that sets 1/Δ_S? A stated rule, ours.
 
-    Three minibatch cells at τ = 1: A, ``small_bs`` at ``lr`` (the reference); B, ``large_bs`` at ``lr``
-    (the same step); C, ``large_bs`` at ``factor``·lr (the same lr/bs as A). The pair whose medians of
-    1/Δ_S lie closest names the cause: A ≈ B "step size", A ≈ C "lr/bs", B ≈ C "batch size". The answer
-    is "clear" when that pair's difference is within A's interquartile range over cohorts and the other
-    two are not.
-
-    Args:
-        table: one row per cell with ``batch_size`` (text), ``local_epochs``, ``lr`` and the
-            :func:`summarise` columns.
-        small_bs, large_bs: the two batch sizes (images).
-        lr: the reference step size.
-        factor: large_bs / small_bs (the lr multiplier that keeps lr/bs).
-
-    Returns:
-        ``reference``, ``same_lr``, ``same_ratio`` (medians of A, B, C), ``differences``
-        (``{"step size": |A − B|, "lr/bs": |A − C|, "batch size": |B − C|}``), ``iqr`` (A's),
-        ``closer`` (key of the smallest difference) and ``clear`` (bool).
-
-    Raises:
-        KeyError: a cell missing from ``table``.
-    """
+    Three minibatch cells of ``table`` (:func:`lr_axis` rows) at τ = 1: A, ``small_bs`` at ``lr``; B,
+    ``large_bs`` at ``lr``; C, ``large_bs`` at ``factor``·lr (A's lr/bs). The pair whose medians lie
+    closest names the cause (A ≈ B "step size", A ≈ C "lr/bs", B ≈ C "batch size"); "clear" when that
+    pair's difference is within A's interquartile range and the other two are not. Returns ``reference``,
+    ``same_lr``, ``same_ratio`` (medians of A, B, C), ``differences`` (by cause), ``iqr`` (A's), ``closer``
+    and ``clear``; KeyError: a cell missing from ``table``."""
     t = table[table["local_epochs"] == 1].set_index(["batch_size", "lr"])
 
     def cell(bs, step):
@@ -204,46 +145,23 @@ def lr_verdict(table: pd.DataFrame, *, small_bs: int, large_bs: int, lr: float, 
             "clear": bool(diffs[closer] <= iqr and all(d > iqr for d in others))}
 
 
-
-
 def lr_shape(table: pd.DataFrame, batch_size: str, local_epochs: int) -> dict:
-    """How one cell's median 1/Δ_S moves as lr rises (:func:`lr_axis` rows): ``values`` (lr -> median),
-    ``shape`` ("rises", "falls", "flat" within 1 % of its first value, or "dips"/"peaks" with the turning
-    lr in ``at``) and ``text``, one clause.
-
-    Raises:
-        ValueError: the cell has fewer than two step sizes.
-    """
+    """How one cell's median 1/Δ_S moves as lr rises (:func:`lr_axis` rows): ``values`` (Series, lr ->
+    median), ``spread`` (largest over smallest; 1: lr changes nothing) and ``shape``: "flat" (within 1 % of
+    its first value), "rises", "falls", else "dips" (lowest at an inner lr) or "peaks". ValueError: fewer
+    than two step sizes."""
     g = table[(table["batch_size"].astype(str) == str(batch_size)) & (table["local_epochs"] == local_epochs)]
-    g = g.sort_values("lr")
     if len(g) < 2:
         raise ValueError(f"batch size {batch_size}, τ {local_epochs} has {len(g)} step size(s); need 2 or more")
-    v = g.set_index("lr")["recovery_unweighted"]
+    v = g.sort_values("lr").set_index("lr")["recovery_unweighted"]
     steps = np.sign(np.diff(v.to_numpy()))
-    at = None
     if (np.abs(v / v.iloc[0] - 1) <= 0.01).all():
         shape = "flat"
-    elif (steps > 0).all():
-        shape = "rises"
-    elif (steps < 0).all():
-        shape = "falls"
+    elif (steps > 0).all() or (steps < 0).all():
+        shape = "rises" if steps[0] > 0 else "falls"
     else:
-        low, high = v.idxmin(), v.idxmax()
-        inner_low = low not in (v.index[0], v.index[-1])
-        shape, at = ("dips", low) if inner_low else ("peaks", high)
-    values = ", ".join(f"{x:.2f}" for x in v)
-    text = {"flat": f"stays at {v.iloc[0]:.2f}", "rises": f"rises ({values})", "falls": f"falls ({values})",
-            "dips": f"falls and then rises again ({values}), lowest at lr = {at or 0:g}",
-            "peaks": f"rises and then falls again ({values}), highest at lr = {at or 0:g}"}[shape]
-    return {"values": v.to_dict(), "shape": shape, "at": at, "text": text}
-
-
-
-
-def lr_spread(table: pd.DataFrame, batch_size: str, local_epochs: int) -> float:
-    """Largest over smallest median 1/Δ_S across the step sizes of one protocol (1 = lr changes nothing)."""
-    r = table[(table["batch_size"] == batch_size) & (table["local_epochs"] == local_epochs)]["recovery_unweighted"]
-    return float(r.max() / r.min())
+        shape = "dips" if v.idxmin() not in (v.index[0], v.index[-1]) else "peaks"
+    return {"values": v, "shape": shape, "spread": float(v.max() / v.min())}
 
 
 def cliff(table: pd.DataFrame) -> float:
@@ -252,47 +170,31 @@ def cliff(table: pd.DataFrame) -> float:
     return float(stage.cliff_by_stage(table.assign(stage=0)).iloc[0])
 
 
-def path_check(table: pd.DataFrame, *, model: str, width: int | None) -> pd.DataFrame:
-    """Does the way θ was reached change the measurement? A stated rule, ours.
-
-    For one model measured at FedAvg and at centralised-SGD θ of the same target accuracies, the path
-    "changes the measurement by less than its spread" where the difference of the medians of 1/Δ_S over
-    cohorts is at most the FedAvg θ's interquartile range.
-
-    Args:
-        table: :attr:`ModelStudy.table` rows.
-        model, width: the model measured both ways (width None for ResNet-18-GN).
-
-    Returns:
-        One row per (target, batch_size, local_epochs) measured both ways: ``acc_fedavg``,
-        ``acc_centralised``, ``fedavg``, ``centralised``, ``difference``, ``iqr_fedavg``, ``within``.
-    """
-    t = table[(table["model"] == model) & (table["width"].fillna(-1) == (-1 if width is None else width))]
-    keys = ["target", "batch_size", "local_epochs"]
-    f = t[t["source"] == "fedavg"].set_index(keys)
-    c = t[t["source"] == "centralised"].set_index(keys)
-    both = f.index.intersection(c.index)
-    out = pd.DataFrame({"acc_fedavg": f.loc[both, "test_acc"], "acc_centralised": c.loc[both, "test_acc"],
-                        "fedavg": f.loc[both, "recovery_unweighted"], "centralised": c.loc[both, "recovery_unweighted"]})
-    out["difference"] = out["centralised"] - out["fedavg"]
-    out["iqr_fedavg"] = f.loc[both, "recovery_unweighted_q3"] - f.loc[both, "recovery_unweighted_q1"]
-    out["within"] = out["difference"].abs() <= out["iqr_fedavg"]
-    return out.reset_index()
-
-
 def path_checks(table: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """:func:`path_check` for every model of ``table`` measured at θ reached both ways, keyed by
-    :func:`model_label` (in the table's order); models measured one way only are left out."""
-    out = {}
-    for (model, width), g in table.groupby(["model", "width"], dropna=False, sort=False):
-        if g["source"].nunique() > 1:
-            w = None if pd.isna(width) else int(width)
-            out[model_label(model, w)] = path_check(table, model=model, width=w)
+    """Does the way θ was reached change the measurement? A stated rule, ours: for a model of ``table``
+    (:attr:`ModelStudy.table`) at FedAvg and centralised-SGD θ of the same targets, it does not where the
+    medians of 1/Δ_S differ by at most the FedAvg θ's IQR. Per model measured both ways (:func:`model_label`,
+    in the table's order), one row per (target, batch_size, local_epochs) measured both ways:
+    ``acc_fedavg``, ``acc_centralised``, ``fedavg``, ``centralised``, ``difference``, ``iqr_fedavg``, ``within``."""
+    keys, out = ["target", "batch_size", "local_epochs"], {}
+    for (model, width), t in table.groupby(["model", "width"], dropna=False, sort=False):
+        if t["source"].nunique() < 2:
+            continue
+        f = t[t["source"] == "fedavg"].set_index(keys)
+        c = t[t["source"] == "centralised"].set_index(keys)
+        both = f.index.intersection(c.index)
+        check = pd.DataFrame({"acc_fedavg": f.loc[both, "test_acc"], "acc_centralised": c.loc[both, "test_acc"],
+                              "fedavg": f.loc[both, "recovery_unweighted"],
+                              "centralised": c.loc[both, "recovery_unweighted"]})
+        check["difference"] = check["centralised"] - check["fedavg"]
+        check["iqr_fedavg"] = f.loc[both, "recovery_unweighted_q3"] - f.loc[both, "recovery_unweighted_q1"]
+        check["within"] = check["difference"].abs() <= check["iqr_fedavg"]
+        out[model_label(model, width)] = check.reset_index()
     return out
 
 
 def route_summary(check: pd.DataFrame) -> dict:
-    """How much the way θ was reached moves 1/Δ_S in one :func:`path_check` table: ``min``, ``median``,
+    """How much the way θ was reached moves 1/Δ_S in one :func:`path_checks` table: ``min``, ``median``,
     ``max`` of the ratio centralised / FedAvg over its cells, ``cells``, and ``beyond`` (cells whose
     difference exceeds the FedAvg θ's interquartile range)."""
     ratio = check["centralised"] / check["fedavg"]
@@ -318,31 +220,21 @@ class Checkpoint:
     theta: torch.Tensor | None = field(default=None, repr=False)
 
     def row(self) -> dict:
-        """The checkpoint as a table row (θ left out)."""
-        return {"model": self.model, "width": self.width, "source": self.source, "target": self.target,
-                "reached": self.reached, "test_acc": self.test_acc, "when": self.when, "images": self.images,
-                "where": self.where, "theta": theta_digest(self.theta) if self.theta is not None else ""}
+        """The checkpoint as a table row (θ as its digest)."""
+        return vars(self) | {"theta": theta_digest(self.theta) if self.theta is not None else ""}
+
+
+def _missed(cfg: RunConfig, source: str, target: float, where: str) -> Checkpoint:
+    """The :class:`Checkpoint` of a target never reached."""
+    return Checkpoint(cfg.model, _width(cfg), source, target, False, float("nan"), -1, -1, where)
 
 
 def fedavg_checkpoints(cfg: RunConfig, targets, candidates, *, trajectory: Path | None = None,
                        last_if_unreached: bool = False, progress: bool = False) -> tuple[list[Checkpoint], pd.DataFrame]:
-    """θ of a FedAvg trajectory at the first kept round reaching each target accuracy.
-
-    The trajectory is ``cfg``'s run keeping θ at ``candidates``: the folder ``trajectory``, else the run in
-    ``results/runs``, trained when missing (:func:`maskfed.engine.runner.run`). Kept θ are tested by
-    :func:`maskfed.studies.stage.build_ladder` (cached).
-
-    Args:
-        cfg: the trajectory's run configuration (the stage ladder's: bs 32, τ 2 at Table I's α).
-        targets: test accuracies (fractions).
-        candidates: rounds whose θ the run keeps (a list, or every n-th round as an int).
-        trajectory: an archived run folder of ``cfg`` with ``thetas.pt``, or None.
-        last_if_unreached: give an unreached target the last round's θ (``reached`` stays False).
-        progress: tqdm bars.
-
-    Returns:
-        (one :class:`Checkpoint` per target, the accuracy of every kept round: round, test_acc, test_loss).
-    """
+    """θ of ``cfg``'s FedAvg trajectory (the folder ``trajectory``, else its run in ``results/runs``, trained
+    when missing, keeping θ at ``candidates``: rounds, or every n-th as an int) at the first kept round
+    reaching each target, tested by :func:`maskfed.studies.stage.build_ladder`; and the accuracy of every
+    kept round (round, test_acc, test_loss). ``last_if_unreached``: see :func:`_first_reaching`."""
     if trajectory is None and runner.find_run(cfg) is None:
         runner.run(cfg, progress=progress, keep_every=candidates)
     every = candidates if isinstance(candidates, int) else 1
@@ -352,84 +244,65 @@ def fedavg_checkpoints(cfg: RunConfig, targets, candidates, *, trajectory: Path 
     acc = ladder.accuracy.set_index("round")["test_acc"]
     where = (Path(trajectory).name if trajectory is not None else
              json.loads((ladder.path / "provenance.json").read_text())["trajectory"])
+    rounds = ladder.checkpoints["round"].to_numpy()
+    return _first_reaching(cfg, targets, acc, where, lambda r, t: ladder.theta(int(np.flatnonzero(rounds == r)[0])),
+                           last_if_unreached), ladder.accuracy
 
-    def at(r: int, t: float, reached: bool) -> Checkpoint:
-        s = int(np.flatnonzero(ladder.checkpoints["round"].to_numpy() == r)[0])
-        return Checkpoint(cfg.model, _width(cfg), "fedavg", t, reached, float(acc.loc[r]), r, _fedavg_images(cfg, r),
-                          where, ladder.theta(s).clone())
 
+def _first_reaching(cfg: RunConfig, targets, acc: pd.Series, where: str, theta_of, last_if_unreached: bool = False
+                    ) -> list[Checkpoint]:
+    """Per target, the FedAvg :class:`Checkpoint` at the first round of ``acc`` (round -> test accuracy) reaching
+    it, θ ``theta_of(round, target)``; an unreached target gets the last round (``last_if_unreached``; pick_rounds
+    keeps it as a checkpoint) or none."""
     out = []
     for t in targets:
         hit = acc.index[acc.to_numpy() >= t]
-        if len(hit):
-            out.append(at(int(hit[0]), t, True))
-        elif last_if_unreached:  # pick_rounds keeps the last round as a checkpoint
-            out.append(at(int(acc.index.max()), t, False))
-        else:
-            out.append(Checkpoint(cfg.model, _width(cfg), "fedavg", t, False, float("nan"), -1, -1, where))
-    return out, ladder.accuracy
+        r = int(hit[0]) if len(hit) else int(acc.index.max()) if last_if_unreached else None
+        out.append(_missed(cfg, "fedavg", t, where) if r is None else Checkpoint(
+            cfg.model, _width(cfg), "fedavg", t, bool(len(hit)), float(acc.loc[r]), r, _fedavg_images(cfg, r), where,
+            theta_of(r, t).clone()))
+    return out
+
+
+def _model_config(base: RunConfig, m: "ModelSpec", **fields) -> RunConfig:
+    """``base`` with ``m``'s model (and width) and ``fields``."""
+    return protocol_config(base, model=m.model, **({} if m.width is None else {"width": m.width}), **fields)
 
 
 def trajectory_config(base: RunConfig, m: "ModelSpec") -> RunConfig:
-    """Run configuration of model ``m``'s own FedAvg trajectory: ``base`` (the stage-ladder run) with
-    ``m``'s model, rounds and evaluation interval (also in the last quarter).
-
-    Raises:
-        ValueError: ``m`` has no trajectory of its own (``rounds`` is None).
-    """
-    if m.rounds is None:
-        raise ValueError(f"model {m.model} has no trajectory of its own (rounds is None)")
-    return protocol_config(base, model=m.model, **({} if m.width is None else {"width": m.width}), rounds=m.rounds,
-                           eval_every=m.eval_every, eval_every_tail=m.eval_every,
-                           # a checkpoint every 2 rounds at most, so an interruption loses little (not part of the key)
-                           checkpoint_every=min(m.keep_every, 2))
+    """Run configuration of model ``m``'s own FedAvg trajectory (``m.rounds`` set): ``base`` (the stage-ladder
+    run) with ``m``'s model, rounds and evaluation interval (also in the last quarter)."""
+    # a checkpoint every 2 rounds at most, so an interruption loses little (not part of the key)
+    return _model_config(base, m, rounds=m.rounds, eval_every=m.eval_every, eval_every_tail=m.eval_every,
+                         checkpoint_every=min(m.keep_every, 2))
 
 
 def trajectory_protocol(profile: Profile) -> str:
-    """The protocol of ``profile``'s FedAvg trajectory that gives the model-size study its θ (its stage-ladder
-    run, :func:`maskfed.studies.stage.ladder_config`), as :func:`protocol_label` writes it ("bs 32, τ 2")."""
+    """The protocol of ``profile``'s stage-ladder run (the model-size study's θ), as :func:`protocol_label`."""
     base = stage.ladder_config(profile)
     return protocol_label(base.batch_size, base.local_epochs)
 
 
 def evaluated_checkpoints(cfg: RunConfig, targets, folder: Path) -> tuple[list[Checkpoint], pd.DataFrame]:
-    """θ of a finished FedAvg run at the first evaluated round whose test accuracy reaches each target.
-
-    The accuracies are the run's own (``test_acc`` in ``metrics.csv``, at
-    :func:`maskfed.engine.fedavg.eval_rounds`), so "first reaches" has the run's evaluation interval as
-    resolution; θ comes from its ``thetas.pt``. A target never reached gives ``reached`` False.
-
-    Args:
-        cfg: the run's configuration; ``folder``'s ``config.json`` must hold the same (up to where it ran).
-        targets: test accuracies (fractions).
-        folder: the finished run folder.
-
-    Returns:
-        (one :class:`Checkpoint` per target, the accuracy at every evaluated round: round, test_acc, test_loss).
-
-    Raises:
-        ValueError: the folder holds another configuration, or keeps no θ at a round that reached a target.
-    """
+    """θ of a finished FedAvg run ``folder`` of ``cfg`` at the first evaluated round whose test accuracy (its
+    own ``metrics.csv``) reaches each target, θ from its ``thetas.pt``; and the accuracy at every evaluated
+    round (round, test_acc, test_loss). ValueError: the folder holds another configuration, or keeps no θ at
+    a round that reached a target."""
     folder = Path(folder)
     if not stage.holds(folder, cfg):
         raise ValueError(f"trajectory {folder} holds another run than {cfg.label()}")
     metrics = pd.read_csv(folder / "metrics.csv")
     acc = metrics.loc[metrics["test_acc"].notna(), ["round", "test_acc", "test_loss"]].reset_index(drop=True)
-    thetas = None
-    out = []
-    for t in targets:
-        hit = acc.loc[acc["test_acc"] >= t, "round"]
-        if not len(hit):
-            out.append(Checkpoint(cfg.model, _width(cfg), "fedavg", t, False, float("nan"), -1, -1, folder.name))
-            continue
-        r = int(hit.iloc[0])
-        if thetas is None:
-            thetas = runner.load_thetas(folder) or {}
+    thetas = {}
+
+    def theta_of(r: int, t: float) -> torch.Tensor:
+        if not thetas:
+            thetas.update(runner.load_thetas(folder) or {})
         if r not in thetas:
             raise ValueError(f"trajectory {folder} keeps no θ at round {r} (first reaching {t}); it keeps {sorted(thetas)}")
-        out.append(Checkpoint(cfg.model, _width(cfg), "fedavg", t, True, float(acc.set_index("round").loc[r, "test_acc"]),
-                              r, _fedavg_images(cfg, r), folder.name, thetas[r].clone()))
-    return out, acc
+        return thetas[r]
+
+    return _first_reaching(cfg, targets, acc.set_index("round")["test_acc"], folder.name, theta_of), acc
 
 
 def _fedavg_images(cfg: RunConfig, rounds: int) -> int:
@@ -445,20 +318,15 @@ def _width(cfg: RunConfig) -> int | None:
 
 def central_checkpoints(cfg: RunConfig, spec: central.CentralSpec, *, progress: bool = False
                         ) -> tuple[list[Checkpoint], pd.DataFrame]:
-    """θ of centralised SGD (:func:`maskfed.studies.central.train`, cached and resumable) at each target.
-
-    Returns:
-        (one :class:`Checkpoint` per target, the path's accuracy log: step, epochs, images, test_acc, test_loss).
-    """
+    """θ of centralised SGD (:func:`maskfed.studies.central.train`, cached) at each target, and the path's
+    accuracy log (step, epochs, images, test_acc, test_loss)."""
     res = central.train(cfg, spec, progress=progress)
     out = []
     for _, r in res.checkpoints.iterrows():
         t = float(r["target"])
-        if not bool(r["reached"]):
-            out.append(Checkpoint(cfg.model, _width(cfg), "centralised", t, False, float("nan"), -1, -1, res.path.name))
-            continue
         out.append(Checkpoint(cfg.model, _width(cfg), "centralised", t, True, float(r["test_acc"]), int(r["step"]),
-                              int(r["images"]), res.path.name, res.thetas[t].clone()))
+                              int(r["images"]), res.path.name, res.thetas[t].clone()) if bool(r["reached"])
+                   else _missed(cfg, "centralised", t, res.path.name))
     return out, res.accuracy
 
 
@@ -500,40 +368,31 @@ AXES_DEFAULTS = {
 
 
 def make_axes_spec(profile: str, **fields) -> AxesSpec:
-    """:data:`AXES_DEFAULTS` of ``profile`` with ``fields`` (None: not given) replacing them.
-
-    Raises:
-        ConfigError: unknown fields or invalid values, naming the parameter and what is allowed.
-    """
+    """:data:`AXES_DEFAULTS` of ``profile`` with ``fields`` (None: not given) replacing them; ConfigError on
+    unknown fields or invalid values."""
     return make_settings(AxesSpec, AXES_DEFAULTS.get(profile, {}), fields, "axis settings")
 
 
 def minibatches(profile: Profile) -> tuple[int, int]:
-    """(small, large) minibatch sizes of the axes: Table II's batch size and 4 times it (images).
-
-    Raises:
-        ConfigError: Table II's batch size is "full".
-    """
+    """(small, large) minibatch sizes of the axes: Table II's batch size and 4 times it; ConfigError if "full"."""
     small = profile.table2.batch_size
     if small == "full":
         raise ConfigError("the step-size axis needs a minibatch size in table2.batch_size; got 'full'")
     return small, 4 * small
 
 
+def _kept(profile: Profile):
+    """The rounds of ``profile``'s stage-ladder trajectory whose θ it keeps (a list, or every n-th as an int)."""
+    sspec = stage.make_spec(profile.name)
+    return sspec.candidate_rounds if sspec.candidate_rounds is not None else sspec.candidate_every
+
+
 def axes_theta(profile: Profile, spec: AxesSpec, *, trajectory: Path | None = None,
                progress: bool = False) -> tuple[Checkpoint, pd.DataFrame]:
-    """The one θ of the cohort-size and step-size axes, and the accuracy of every kept round.
-
-    θ is the first kept round of the profile's stage-ladder trajectory
-    (:func:`maskfed.studies.stage.ladder_config`, first seed) reaching ``spec.target``, else its last kept
-    round (``reached`` False). ``trajectory``: an archived folder of that run; None: its run in
-    ``results/runs``, trained when missing.
-    """
-    cfg = stage.ladder_config(profile)
-    sspec = stage.make_spec(profile.name)
-    keep = sspec.candidate_rounds if sspec.candidate_rounds is not None else sspec.candidate_every
-    (ck,), acc = fedavg_checkpoints(cfg, [spec.target], keep, trajectory=trajectory, last_if_unreached=True,
-                                    progress=progress)
+    """The one θ of the cohort-size and step-size axes (:func:`fedavg_checkpoints` of the profile's stage-ladder
+    run at ``spec.target``, else its last kept round) and the accuracy of every kept round."""
+    (ck,), acc = fedavg_checkpoints(stage.ladder_config(profile), [spec.target], _kept(profile),
+                                    trajectory=trajectory, last_if_unreached=True, progress=progress)
     return ck, acc
 
 
@@ -547,12 +406,8 @@ def cohort_protocols(profile: Profile) -> dict[str, Protocol]:
 
 def cohort_axis(profile: Profile, ck: Checkpoint, spec: AxesSpec, *, workers: int = 1,
                 progress: bool = False) -> pd.DataFrame:
-    """1/Δ_S at every cohort size of ``spec`` (those up to K) for :func:`cohort_protocols`, at θ of
-    ``ck``, with a pool of every client.
-
-    Returns:
-        :func:`cohort_size_table` rows with a ``protocol`` column.
-    """
+    """:func:`cohort_size_table` rows (with a ``protocol`` column) at every cohort size of ``spec`` up to K
+    for :func:`cohort_protocols`, at θ of ``ck``, with a pool of every client."""
     base = stage.ladder_config(profile)
     pool = list(range(base.num_clients))
     sizes = [k for k in spec.cohort_sizes if k <= base.num_clients]
@@ -577,11 +432,8 @@ def lr_cells(profile: Profile, spec: AxesSpec) -> list[tuple[BatchSize, int, flo
 def lr_axis(profile: Profile, ck: Checkpoint, spec: AxesSpec, *, workers: int = 1,
             progress: bool = False) -> pd.DataFrame:
     """1/Δ_S, σ̂² and ‖μ̂‖² (medians and quartiles over cohorts of K_c from a seeded pool of
-    ``spec.lr_pool`` clients) in every cell of :func:`lr_cells`, at θ of ``ck``.
-
-    Returns:
-        One row per cell: ``batch_size`` (text), ``local_epochs``, ``lr`` and the :func:`summarise` columns.
-    """
+    ``spec.lr_pool`` clients) in every cell of :func:`lr_cells`, at θ of ``ck``: one row per cell,
+    ``batch_size`` (text), ``local_epochs``, ``lr`` and :func:`maskfed.studies.stage.summarise_cohorts`."""
     base = stage.ladder_config(profile)
     pool, cohorts = stage.pool_and_cohorts(base.num_clients, spec.lr_pool, min(base.cohort_size, spec.lr_pool),
                                            spec.lr_cohorts, base.seed)
@@ -589,9 +441,9 @@ def lr_axis(profile: Profile, ck: Checkpoint, spec: AxesSpec, *, workers: int = 
     tasks = [Task(protocol_config(base, batch_size=bs, local_epochs=tau, lr=lr), ck.theta, list(pool), _label(ck),
                   cost=tau * (1 if bs == "full" else 3)) for bs, tau, lr in cells]
     grams = measure_many(tasks, workers=workers, progress=progress)
-    rows = [{"batch_size": str(bs), "local_epochs": tau, "lr": lr, **summarise(cohort_metrics(g.gram, g.n, cohorts))}
-            for (bs, tau, lr), g in zip(cells, grams)]
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"batch_size": str(bs), "local_epochs": tau, "lr": lr,
+                          **stage.summarise_cohorts(cohort_metrics(g.gram, g.n, cohorts))}
+                         for (bs, tau, lr), g in zip(cells, grams)])
 
 
 def _label(ck: Checkpoint) -> str:
@@ -627,14 +479,8 @@ class ModelSpec(BaseModel):
         return self
 
     def kept(self) -> list[int]:
-        """Rounds whose θ the model's own trajectory keeps: 0, every ``keep_every`` from ``keep_from``, and
-        the last (:func:`maskfed.engine.runner.kept_rounds`).
-
-        Raises:
-            ValueError: no trajectory of its own (``rounds`` is None).
-        """
-        if self.rounds is None:
-            raise ValueError("this model's θ come from the profile's trajectory; it keeps no rounds of its own")
+        """Rounds whose θ the model's own trajectory (``rounds`` set) keeps: 0, every ``keep_every`` from
+        ``keep_from``, and the last (:func:`maskfed.engine.runner.kept_rounds`)."""
         return runner.kept_rounds(self.rounds, [0, *range(max(self.keep_from, 1), self.rounds + 1, self.keep_every)])
 
 
@@ -694,12 +540,8 @@ PART_NAMES = {"models": "The small-CNN study", "resnet": "ResNet-18-GN at centra
 
 
 def model_spec(profile: str, part: str, *, all_protocols: bool = False) -> ModelStudySpec:
-    """The default :class:`ModelStudySpec` of a profile's ``part`` (:data:`MODEL_PARTS`);
-    ``all_protocols`` adds every protocol of the profile's Table I grid.
-
-    Raises:
-        ConfigError: a profile or part without defaults (naming those that have them).
-    """
+    """The default :class:`ModelStudySpec` of a profile's ``part`` (:data:`MODEL_PARTS`); ``all_protocols`` adds
+    the profile's Table I grid. ConfigError: a profile or part without defaults."""
     if profile not in MODEL_DEFAULTS:
         raise ConfigError(f"no model-size study is defined for profile {profile!r}; defined for: "
                           f"{', '.join(MODEL_DEFAULTS)}")
@@ -707,8 +549,6 @@ def model_spec(profile: str, part: str, *, all_protocols: bool = False) -> Model
         raise ConfigError(f"part must be one of {list(MODEL_DEFAULTS[profile])}; got {part!r}")
     spec = MODEL_DEFAULTS[profile][part]
     if all_protocols:
-        from maskfed.engine.config import load_profile
-
         t1 = load_profile(profile).table1
         grid = [(bs, tau) for bs in t1.batch_sizes for tau in t1.local_epochs]
         spec = spec.model_copy(update={"protocols": tuple(dict.fromkeys([*spec.protocols, *grid]))})
@@ -729,52 +569,45 @@ class ModelStudy:
 
 def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | None = None, workers: int = 1,
                 progress: bool = False, own_trajectories: Sequence[Path] = ()) -> ModelStudy:
-    """Measure every protocol of ``spec`` at θ of every model of ``spec`` at every target accuracy reached.
+    """Every protocol of ``spec`` at θ of every model of ``spec`` at every target accuracy reached.
 
-    The base configuration is the profile's stage-ladder run (:func:`maskfed.studies.stage.ladder_config`,
-    first seed) with the model replaced. θ from "fedavg": that run's kept θ (:func:`fedavg_checkpoints`;
-    ``trajectory`` for the base model), or, for a model with ``rounds``, its own run
-    (:func:`trajectory_config`, :func:`find_own_trajectory` in ``own_trajectories``, else trained) at the
-    first evaluated round reaching each target (:func:`evaluated_checkpoints`). θ from "centralised":
-    :func:`central_checkpoints` with the base's lr and batch size. Every (θ, protocol) trains the same
-    seeded pool and is scored on the same cohorts (:func:`maskfed.studies.stage.pool_and_cohorts`). Every
-    part is cached and resumable.
-
-    Raises:
-        ConfigError: a pool larger than K, or an invalid protocol, before any training.
-    """
+    Base: the profile's stage-ladder run (first seed) with the model replaced. "fedavg" θ: that run's kept
+    θ (:func:`fedavg_checkpoints`; ``trajectory`` for the base model), or a model's own run (``rounds``:
+    :func:`find_own_trajectory` in ``own_trajectories``, else trained; :func:`evaluated_checkpoints`).
+    "centralised" θ: :func:`central_checkpoints`. Every (θ, protocol) trains the same seeded pool, scored on
+    the same cohorts. Cached and resumable. ConfigError (before any training): a pool larger than K or an
+    invalid protocol."""
     base = stage.ladder_config(profile)
     try:
         pool, cohorts = stage.pool_and_cohorts(base.num_clients, spec.pool_size, base.cohort_size, spec.num_cohorts,
                                                base.seed)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    sspec = stage.make_spec(profile.name)
-    keep = sspec.candidate_rounds if sspec.candidate_rounds is not None else sspec.candidate_every
     cspec = central.make_spec(targets=spec.targets, eval_every=spec.eval_every, max_steps=spec.max_steps,
                               eval_images=spec.eval_images)
-    cfgs = {m: protocol_config(base, model=m.model, **({} if m.width is None else {"width": m.width})) for m in spec.models}
-    for m in spec.models:  # every protocol validated before any training
-        for bs, tau in spec.protocols:
-            protocol_config(cfgs[m], batch_size=bs, local_epochs=tau)
+    cfgs = {m: _model_config(base, m) for m in spec.models}
+    # every protocol validated before any training
+    pcfgs = {(m, bs, tau): protocol_config(cfgs[m], batch_size=bs, local_epochs=tau)
+             for m in spec.models for bs, tau in spec.protocols}
     threads = torch.get_num_threads()
     ckpts, logs, own_wall, own_folders, owner = [], [], 0.0, [], {}
     try:
         for m in spec.models:
-            if m.rounds is not None:
-                tcfg = trajectory_config(base, m)
-                folder = find_own_trajectory(tcfg, own_trajectories)
-                if folder is None:
-                    folder = runner.run(tcfg, progress=progress, keep_every=m.kept()).path
-                own_folders.append(folder)
-                own_wall += json.loads((folder / "provenance.json").read_text())["wall_s"]
-                got, acc = evaluated_checkpoints(tcfg, spec.targets, folder)
-                acc = acc.rename(columns={"round": "when"}).assign(images=[_fedavg_images(tcfg, r) for r in acc["round"]])
-            elif m.source == "fedavg":
-                # the archived trajectory is the base run's; another width trains (or reads) its own run
-                own = trajectory if (m.model, m.width or base.width) == (base.model, base.width) else None
-                got, acc = fedavg_checkpoints(cfgs[m], spec.targets, keep, trajectory=own, progress=progress)
-                acc = acc.rename(columns={"round": "when"}).assign(images=[_fedavg_images(cfgs[m], r) for r in acc["round"]])
+            if m.source == "fedavg":
+                if m.rounds is not None:
+                    cfg = trajectory_config(base, m)
+                    folder = find_own_trajectory(cfg, own_trajectories)
+                    if folder is None:
+                        folder = runner.run(cfg, progress=progress, keep_every=m.kept()).path
+                    own_folders.append(folder)
+                    own_wall += json.loads((folder / "provenance.json").read_text())["wall_s"]
+                    got, acc = evaluated_checkpoints(cfg, spec.targets, folder)
+                else:
+                    # the archived trajectory is the base run's; another width trains (or reads) its own run
+                    cfg = cfgs[m]
+                    own = trajectory if (m.model, m.width or base.width) == (base.model, base.width) else None
+                    got, acc = fedavg_checkpoints(cfg, spec.targets, _kept(profile), trajectory=own, progress=progress)
+                acc = acc.rename(columns={"round": "when"}).assign(images=[_fedavg_images(cfg, r) for r in acc["round"]])
             else:
                 # one path at a time; ResNet-18-GN on every thread the workers would use, the small CNNs on
                 # one (faster there); float sums depend on the count, which provenance.json records
@@ -788,19 +621,14 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
     finally:
         torch.set_num_threads(threads)
     reached = [c for c in ckpts if c.reached]
-    tasks, keys = [], []
-    for bs, tau in spec.protocols:  # protocols in order of priority: the first ones finish first
-        for c in reached:
-            cfg = protocol_config(cfgs[owner[id(c)]], batch_size=bs,
-                                  local_epochs=tau)
-            tasks.append(Task(cfg, c.theta, list(pool), _label(c), cost=task_cost(cfg, len(pool))))
-            keys.append((c, bs, tau))
+    keys = [(c, bs, tau) for bs, tau in spec.protocols for c in reached]  # in order of priority: the first finish first
+    tasks = [Task(cfg, c.theta, list(pool), _label(c), cost=task_cost(cfg, len(pool)))
+             for c, bs, tau in keys for cfg in [pcfgs[owner[id(c)], bs, tau]]]
     grams = measure_many(tasks, workers=workers, progress=progress)
-    rows = []
-    for (c, bs, tau), g in zip(keys, grams):
-        rows.append({"model": c.model, "width": c.width, "params": int(g.provenance["num_parameters"]), "source": c.source,
-                     "target": c.target, "test_acc": c.test_acc, "when": c.when, "images": c.images,
-                     "batch_size": str(bs), "local_epochs": tau, **summarise(cohort_metrics(g.gram, g.n, cohorts))})
+    rows = [{"model": c.model, "width": c.width, "params": int(g.provenance["num_parameters"]), "source": c.source,
+             "target": c.target, "test_acc": c.test_acc, "when": c.when, "images": c.images, "batch_size": str(bs),
+             "local_epochs": tau, **stage.summarise_cohorts(cohort_metrics(g.gram, g.n, cohorts))}
+            for (c, bs, tau), g in zip(keys, grams)]
     compute = own_wall + sum(g.provenance["train_s"] for g in grams) + sum(
         json.loads((results_dir() / "central" / c.where / "provenance.json").read_text())["wall_s"]
         for c in {c.where: c for c in ckpts if c.source == "centralised"}.values())
@@ -809,42 +637,33 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
 
 
 def unfinished_trajectory(partial: Path, cfg: RunConfig, dest: Path) -> Path:
-    """A run folder at ``dest`` of what an unfinished run has done so far (the θ it has reached).
-
-    Reads, without changing it, the run's partial folder (:func:`maskfed.engine.checkpoint.partial_dir`).
-    ``dest`` gets ``config.json`` (the full round budget), ``metrics.csv`` (rounds up to the last
-    checkpoint's), ``thetas.pt`` (snapshots up to that round) and ``provenance.json`` (``unfinished``:
-    true, ``rounds_done``, ``rounds``, the run key, the wall time so far).
-
-    Args:
-        partial: the run's hidden ``.partial-<run folder>`` folder.
-        cfg: the run's configuration (its run key must be the folder's).
-        dest: the folder to write (replaced if it exists).
-
-    Raises:
-        ValueError: no checkpoint in ``partial``, or one of another run (its key is not the folder's).
-    """
+    """A run folder at ``dest`` (replaced) of what ``cfg``'s unfinished run has done so far, read without change
+    from its ``.partial-<run folder>`` folder ``partial`` (:func:`maskfed.engine.checkpoint.partial_dir`):
+    ``config.json``, ``metrics.csv`` and ``thetas.pt`` up to the last checkpoint, and ``provenance.json``
+    (``unfinished``, ``rounds_done``, ``rounds``, run key, wall time so far). ValueError: no checkpoint in
+    ``partial``, or one of another run."""
     import shutil
 
-    if not (Path(partial) / "checkpoint.pt").is_file():
+    partial = Path(partial)
+    if not (partial / "checkpoint.pt").is_file():
         raise ValueError(f"{partial} holds no checkpoint.pt: not the partial folder of a running run")
-    key = Path(partial).name.rsplit("-", 1)[-1]
-    state = checkpoint.load(Path(partial), key)  # checks its format and that its run key is the folder's
+    key = partial.name.rsplit("-", 1)[-1]
+    state = checkpoint.load(partial, key)  # checks its format and that its run key is the folder's
     if state is None:
         raise ValueError(f"{partial}/checkpoint.pt is not a usable checkpoint of run key {key}")
-    done, records = state.rounds_done, state.records
-    snaps = sorted(int(f.stem[1:]) for f in (Path(partial) / "thetas").glob("r*.pt") if int(f.stem[1:]) <= done)
+    done = state.rounds_done
+    snaps = sorted(int(f.stem[1:]) for f in (partial / "thetas").glob("r*.pt") if int(f.stem[1:]) <= done)
     dest = Path(dest)
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     (dest / "config.json").write_text(json.dumps(cfg.model_dump(mode="json"), indent=2))
-    pd.DataFrame(records).to_csv(dest / "metrics.csv", index=False)
+    pd.DataFrame(state.records).to_csv(dest / "metrics.csv", index=False)
     torch.save({"rounds": snaps, "thetas_RxP": torch.stack(
-        [torch.load(Path(partial) / "thetas" / f"r{r:05d}.pt", weights_only=True) for r in snaps])},
+        [torch.load(partial / "thetas" / f"r{r:05d}.pt", weights_only=True) for r in snaps])},
         dest / runner.THETAS)
     (dest / "provenance.json").write_text(json.dumps(
         {"unfinished": True, "rounds_done": done, "rounds": cfg.rounds, "run_key": key, "label": cfg.label(),
-         "wall_s": state.wall_s, "read_from": Path(partial).name}, indent=2))
+         "wall_s": state.wall_s, "read_from": partial.name}, indent=2))
     return dest
 
 
@@ -865,9 +684,7 @@ def find_own_trajectory(cfg: RunConfig, folders: Sequence[Path]) -> Path | None:
 
 def model_label(model: str, width) -> str:
     """A reader's name for a model: ``"small CNN, width 8"`` or ``"ResNet-18-GN"``."""
-    if model == "resnet18_gn":
-        return "ResNet-18-GN"
-    return f"small CNN, width {int(width)}"
+    return "ResNet-18-GN" if model == "resnet18_gn" else f"small CNN, width {int(width)}"
 
 
 def protocol_label(batch_size, local_epochs) -> str:
@@ -879,12 +696,17 @@ def protocol_label(batch_size, local_epochs) -> str:
 THETA_KEYS = ["model", "params", "source", "target", "test_acc"]
 
 
+def _labelled(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with :func:`model_label` as ``model`` and a :func:`protocol_label` column ``protocol``."""
+    return table.assign(model=[model_label(m, w) for m, w in zip(table["model"], table["width"])],
+                        protocol=[protocol_label(b, e) for b, e in zip(table["batch_size"], table["local_epochs"])])
+
+
 def model_overview(table: pd.DataFrame) -> pd.DataFrame:
     """One row per θ of a model-size study (index :data:`THETA_KEYS`): the median 1/Δ_S over cohorts of
     every protocol (in the order measured) and the :func:`cliff` (NaN without both a full-batch and a
     minibatch protocol). ``table``: :attr:`ModelStudy.table` (or archived ones, several studies allowed)."""
-    t = table.assign(model=[model_label(m, w) for m, w in zip(table["model"], table["width"])],
-                     protocol=[protocol_label(b, e) for b, e in zip(table["batch_size"], table["local_epochs"])])
+    t = _labelled(table)
     wide = t.pivot_table(index=THETA_KEYS, columns="protocol", values="recovery_unweighted", sort=False)
     wide = wide[list(dict.fromkeys(t["protocol"]))]
     cliffs = {k: (cliff(g) if (g["batch_size"] == "full").any() and (g["batch_size"] != "full").any() else float("nan"))
@@ -896,11 +718,9 @@ def model_overview(table: pd.DataFrame) -> pd.DataFrame:
 def model_signal_noise(table: pd.DataFrame) -> pd.DataFrame:
     """σ̂² and ‖μ̂‖² (medians over cohorts) of every protocol at every θ: two-level columns
     (quantity, protocol), rows as :func:`model_overview`."""
-    t = table.assign(model=[model_label(m, w) for m, w in zip(table["model"], table["width"])],
-                     protocol=[protocol_label(b, e) for b, e in zip(table["batch_size"], table["local_epochs"])])
-    order = list(dict.fromkeys(t["protocol"]))
+    t = _labelled(table)
     wide = t.pivot_table(index=THETA_KEYS, columns="protocol", values=["sigma2_hat", "mu2_hat"], sort=False)
-    return wide.reindex(columns=pd.MultiIndex.from_product([["sigma2_hat", "mu2_hat"], order]))
+    return wide.reindex(columns=pd.MultiIndex.from_product([["sigma2_hat", "mu2_hat"], list(dict.fromkeys(t["protocol"]))]))
 
 
 def paper_overview() -> pd.DataFrame:
@@ -920,11 +740,8 @@ def paper_overview() -> pd.DataFrame:
 def by_model(overview: pd.DataFrame, reference: str) -> pd.DataFrame:
     """Per model (index: its name, in order of parameter count): :func:`cliff_verdict` over its θ
     (``holds``, ``measured``, ``cliff_min``, ``cliff_max``), ``params``, and the range ``ref_min``,
-    ``ref_max`` of the ``reference`` protocol's median 1/Δ_S (NaN where not measured).
-
-    Args:
-        overview: :func:`model_overview` rows.
-        reference: a protocol column of ``overview`` (:func:`protocol_label`), e.g. ``"bs 32, τ 2"``.
+    ``ref_max`` of the ``reference`` protocol's (a :func:`protocol_label` column of the :func:`model_overview`
+    rows ``overview``) median 1/Δ_S (NaN where not measured).
     """
     rows = {}
     for (model, params), g in overview.groupby(level=["model", "params"], sort=False):
@@ -932,30 +749,16 @@ def by_model(overview: pd.DataFrame, reference: str) -> pd.DataFrame:
         ref = g[reference].dropna() if reference in g else pd.Series(dtype=float)
         rows[model] = {"params": int(params), "holds": v["holds"], "measured": v["measured"],
                        "cliff_min": v["min"], "cliff_max": v["max"],
-                       "ref_min": float(ref.min()) if len(ref) else float("nan"),
-                       "ref_max": float(ref.max()) if len(ref) else float("nan")}
+                       "ref_min": float(ref.min()), "ref_max": float(ref.max())}
     return pd.DataFrame.from_dict(rows, orient="index").sort_values("params", kind="stable")
 
 
 def paper_at_matched_accuracy(table: pd.DataFrame, paper: pd.DataFrame, *, model: str = "resnet18_gn",
                               source: str | None = None) -> pd.DataFrame:
-    """The paper's Table I beside this study's θ of the same model nearest to each row's test accuracy.
-
-    The paper measures each protocol at the end of its own 200-round FedAvg trajectory; here every
-    protocol is measured at fixed θ. Per protocol, the θ whose test accuracy is closest to the paper's
-    (ties: the lower) is set beside it. A comparison rule of ours.
-
-    Args:
-        table: :attr:`ModelStudy.table` rows (or an archived one).
-        paper: :func:`maskfed.analysis.summary.paper_table` ``("table1")``.
-        model: the model of ``table`` to compare (default the paper's ResNet-18-GN).
-        source: only θ reached this way ("fedavg" or "centralised"); None: any.
-
-    Returns:
-        One row per protocol in the paper's order (index :func:`protocol_label`): ``paper_acc``,
-        ``paper``, ``acc`` (of the nearest θ), ``measured`` (its median 1/Δ_S) and ``ratio``
-        (measured / paper). Empty when ``model`` (from ``source``) is not in ``table``.
-    """
+    """The paper's Table I (``paper``, :func:`maskfed.analysis.summary.paper_table`) beside the θ of ``model``
+    in ``table`` (reached by ``source``; None: any) nearest each row's test accuracy (ties: the lower). Ours.
+    One row per protocol in the paper's order (index :func:`protocol_label`): ``paper_acc``, ``paper``,
+    ``acc``, ``measured`` (median 1/Δ_S) and ``ratio`` (measured / paper); empty without ``model``."""
     t = table[(table["model"] == model) & ((table["source"] == source) if source is not None else True)]
     rows = {}
     for (bs, tau), p in paper.iterrows():
@@ -972,12 +775,7 @@ def paper_at_matched_accuracy(table: pd.DataFrame, paper: pd.DataFrame, *, model
 
 
 def cliff_verdict(overview: pd.DataFrame) -> dict:
-    """Does the paper's cliff (full batch above every minibatch protocol) hold for every model? A
-    stated rule, ours: "holds" at a θ whose :func:`cliff` (:func:`model_overview`) exceeds 1.
-
-    Returns:
-        ``{"holds": θ with cliff > 1, "measured": θ with a cliff, "min", "max"}`` over the rows given.
-    """
+    """Does the paper's cliff hold? A stated rule, ours: at a θ whose :func:`cliff` exceeds 1. ``{"holds",
+    "measured"}`` (θ with cliff > 1, with a cliff) and the cliff's ``min``, ``max`` over ``overview``."""
     c = overview["cliff"].dropna()
-    return {"holds": int((c > 1).sum()), "measured": int(len(c)), "min": float(c.min()) if len(c) else float("nan"),
-            "max": float(c.max()) if len(c) else float("nan")}
+    return {"holds": int((c > 1).sum()), "measured": int(len(c)), "min": float(c.min()), "max": float(c.max())}
