@@ -321,8 +321,8 @@ def test_a_model_with_its_own_trajectory_is_trained_archived_and_read_from_a_giv
     glued = {o["metadata"]["scrapbook"]["name"]: next(iter(o["data"].values()))
              for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", [])
              if "scrapbook" in o.get("metadata", {})}
-    assert "The paper's Table I has no row for bs 16, τ 2" in glued["wf_own_text"]  # smoke's protocol
-    assert "at θ of its own FedAvg trajectory (bs 16, τ 2; test accuracy" in glued["wf_paper_text"]
+    text = {k: str(v).strip("'\"") for k, v in glued.items()}
+    assert (text["wf_ref_bs"], text["wf_ref_tau"], text["wf_models_from"]) == ("16", "2", "smoke")  # smoke's protocol
 
 
 # ---------------------------------------------------------------- the axes and the model-size study at smoke size
@@ -356,15 +356,9 @@ def test_the_smoke_axes_and_study_run_and_are_archived_and_read_back(dirs):
     glued = {o["metadata"]["scrapbook"]["name"]: next(iter(o["data"].values()))
              for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", [])
              if "scrapbook" in o.get("metadata", {})}
-    assert "read from the smoke archive, finished " in glued["wf_models_where"]  # archive.ArchivedFactor.text
-    assert "maskfed archive --profile smoke --factor resnet" in glued["wf_models_missing"]
-    assert "of the 3 θ" in glued["wf_found_model"]                 # widths 4 (both ways) and 2 at one accuracy
-    # model by model, smallest first: width 2 (one θ), then width 4 (θ reached both ways)
-    per_model = glued["wf_found_model"].split("Model by model: ")[1]
-    assert per_model.index("small CNN, width 2") < per_model.index("small CNN, width 4")
-    assert "of 1 θ" in per_model and "of 2 θ" in per_model
-    assert glued["wf_paper_text"].strip("'\"").startswith("ResNet-18-GN is not in this build")  # no smoke ResNet study
-    assert glued["wf_check_within"].strip("'").endswith(" of 3")  # the θ-path check: three protocols
+    text = {k: str(v).strip("'\"") for k, v in glued.items()}
+    assert text["wf_models_from"] == "smoke" and int(text["wf_n_models"]) >= 1
+    assert text["wf_cliff_measured"] == "3"     # widths 4 (θ reached both ways) and 2 at one accuracy: three θ
     # a damaged study is skipped with a warning; none at all is None
     (archive.factor_dir("smoke", "models") / "spec.json").unlink()
     with pytest.warns(UserWarning, match="malformed factor study factor-models"):
