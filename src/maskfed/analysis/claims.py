@@ -342,15 +342,10 @@ DRIFT_T, TREND_FDR = 2.0, 0.05
 
 
 def not_settled(bearing: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
-    """Which verdicts a longer run could still change (issue 40): one that holds, in whole or in part, with a gap
-    moving against it, or one that does not hold with a gap moving toward it.
-
-    Args:
-        bearing: :func:`trend_bearing` of the source that gave the verdicts; verdicts: :func:`verdict_table`.
-
-    Returns:
-        Index ``claim`` (``bearing``'s); ``settled`` (bool), ``rate`` (the drift toward the boundary, percent of the
-        gap per round) and ``meet`` (rounds until a closing gap meets, for a claim that holds); NaN where settled.
+    """Which verdicts (:func:`verdict_table`) a longer run could still change (issue 40), by :func:`trend_bearing`:
+    one that holds, at least in part, with a gap moving against it, or one that does not hold with a gap moving
+    toward it. Index ``claim``; ``settled``, ``rate`` (percent of the gap per round) and ``meet`` (rounds until a
+    closing gap meets, for a claim that holds); NaN where settled.
     """
     rows = []
     for key, b in bearing.iterrows():
@@ -385,19 +380,15 @@ def trend_pairs(t1: pd.DataFrame, key: str) -> list[tuple]:
 
 def trend_bearing(t1: pd.DataFrame, trends: pd.DataFrame) -> pd.DataFrame:
     """Would a longer run change the claims of :data:`TREND_CLAIMS`? Per pair (:func:`trend_pairs`), the gap
-    g = log(larger-wanted / other) of 1/Δ_S and its drift d = the difference of the two cells' slopes of log 1/Δ_S
-    per round. A drift moves ("toward" the claim for d > 0, "against" it for d < 0) where |d| / se(d) >
-    :data:`DRIFT_T` and Benjamini-Hochberg at :data:`TREND_FDR` over every pair of every claim keeps it; a gap that
-    holds and closes meets in g / |d| rounds (a straight line in log; ours).
-
-    Args:
-        t1: a Table I summary with ``recovery_unweighted`` and ``T_mean``; trends: the same index, columns
-            ``falling``, ``runs``, ``slope`` and ``se`` (:func:`maskfed.book.evidence.cell_trends`).
+    g = log(larger-wanted / other) of 1/Δ_S and its drift d (the difference of the cells' ``slope`` in ``trends``,
+    :func:`maskfed.book.evidence.cell_trends`) move "toward" the claim (d > 0) or "against" it where |d| / se(d) >
+    :data:`DRIFT_T` and Benjamini-Hochberg at :data:`TREND_FDR` over every pair keeps it; a gap that holds and
+    closes meets in g / |d| rounds (a straight line in log; ours).
 
     Returns:
-        Index ``claim``; ``n_still`` of ``n_cells`` (cells most of whose runs still fall, of those compared; ``still``
-        as text), ``way`` ("against", "toward", "both ways" or "steady"), ``meet`` (fewest rounds; NaN if none),
-        ``against_rate`` / ``toward_rate`` (fastest drift, percent of the gap per round) and ``pairs`` (as text).
+        Index ``claim``; ``n_still`` of ``n_cells`` (cells most of whose runs still fall; ``still`` as text),
+        ``way`` ("against", "toward", "both ways", "steady"), ``meet`` (fewest rounds), ``against_rate`` /
+        ``toward_rate`` (fastest drift, percent of the gap per round) and ``pairs`` (as text).
 
     Raises:
         ValueError: ``trends`` lacks a cell of ``t1``.
@@ -510,13 +501,11 @@ _RANK = {"holds": 0, "partly": 1, "does not hold": 2}
 
 
 def pair_votes(median: pd.DataFrame, seeds: list[pd.DataFrame], key: str) -> pd.DataFrame:
-    """Each pair of cells a claim of :data:`PAIR_CLAIMS` orders, with d = log(cell wanted larger / the other) on
-    the median table (a Table I at one checkpoint) and on each seed's own table: "for" where d > 0 on the median,
-    else "against" only where every seed has d ≤ 0 (or there are no seeds), else "within tolerance".
-
-    Returns:
-        One row per pair: ``larger``, ``smaller`` (index tuples), ``group`` (batch size for τ, "full"/"minibatch"
-        for T), ``d``, ``d_low``, ``d_high`` (the seeds' range; NaN without seeds) and ``vote``.
+    """Each pair of cells a claim of :data:`PAIR_CLAIMS` orders in a checkpoint's median Table I, with d =
+    log(cell wanted larger / the other) there (``d``) and its range over ``seeds``' own tables (``d_low``,
+    ``d_high``): ``vote`` "for" where d > 0, else "against" only where every seed has d ≤ 0 (or there are no
+    seeds), else "within tolerance"; ``larger``, ``smaller`` (index tuples), ``group`` (the batch size, or
+    "full"/"minibatch" for T).
     """
     recipe, column, rising = PAIR_CLAIMS[key]
     rows = []
@@ -561,13 +550,9 @@ def checkpoint_vote(claim: Claim, median: Evidence, seeds: list[Evidence]) -> st
 
 def over_checkpoints(votes: pd.Series, weights: pd.Series | None = None) -> dict:
     """A claim's matched-stage verdict from its checkpoints' votes (:func:`checkpoint_vote`) and weights (None: 1
-    each; weight 0, before the paper's accuracy range: shown, not counted): "holds" if every counted checkpoint
-    holds; "does not hold" if those voting so carry more than half the counted weight; else "partly" ("within
-    tolerance" counts for neither).
-
-    Returns:
-        ``{"verdict", "weight" (counted), "n" (counted), "n_holds", "n_partly", "n_tolerance", "n_fail",
-        "fail_share" (weight of "does not hold" over the counted; NaN when none)}``.
+    each; 0: shown, not counted): "holds" if every counted checkpoint holds; "does not hold" if those voting so carry
+    more than half the counted weight; else "partly" ("within tolerance" counts for neither). Returns the verdict
+    with the counted ``weight``, ``n``, ``n_holds``, ``n_partly``, ``n_tolerance``, ``n_fail`` and ``fail_share``.
     """
     w = pd.Series(1.0, index=votes.index) if weights is None else weights.reindex(votes.index).astype(float)
     counted = (w > 0) & (votes != "not measured here")

@@ -105,14 +105,6 @@ def profile_evidence(name: str, table1: list[RunResult], table2: list[RunResult]
                            stage=None if stage_table is None else stage_evidence(stage_table), note=note)
 
 
-def run_facts(results: list[RunResult]) -> dict:
-    """``{"seeds", "rounds" (joined by "/" where runs differ), "model", "parameters" (None if not recorded)}``."""
-    c = results[0]
-    return {"seeds": len({r.config.seed for r in results}),
-            "rounds": "/".join(map(str, sorted({r.config.rounds for r in results}))),
-            "model": c.config.model, "parameters": c.provenance.get("num_parameters")}
-
-
 def archived_evidence(profile_name: str, *, stage_table: pd.DataFrame | None = None,
                       n_boot: int = uncertainty.N_BOOT) -> claims.Evidence | None:
     """The :class:`maskfed.analysis.claims.Evidence` of one archived profile, or None when it has no archive."""
@@ -324,16 +316,11 @@ def cell_trends(runs: list[RunResult]) -> pd.DataFrame:
 
 
 def stage_subset_verdicts(stage_table: pd.DataFrame, claim: claims.Claim) -> dict[str, str]:
-    """The stage claim judged on each subset of :data:`STAGE_SUBSETS` of a stage study's rows: name -> verdict
-    ("not measured here" where the subset has no rows)."""
-    out = {}
+    """The stage claim judged on each subset of :data:`STAGE_SUBSETS` of a stage study's rows: name -> verdict."""
     key = list(zip(stage_table["batch_size"].astype(str), stage_table["local_epochs"].astype(int)))
-    for name, protocols in STAGE_SUBSETS.items():
-        sub = stage_table[[k in protocols for k in key]]
-        st = stage_evidence(sub) if len(sub) else None
-        out[name] = ("not measured here" if st is None else
-                     claims.verdict_table([claims.Evidence(name, stage=st)], (claim,)).loc[claim.key, "verdict"])
-    return out
+    subs = {name: stage_table[[k in protocols for k in key]] for name, protocols in STAGE_SUBSETS.items()}
+    return {name: claim.evaluate(claims.Evidence(name, stage=stage_evidence(sub) if len(sub) else None)).verdict
+            for name, sub in subs.items()}
 
 
 def loses_test(claim: claims.Claim, table1: pd.DataFrame | None, table2: pd.DataFrame | None, lost: set) -> bool:
@@ -384,7 +371,7 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
         judged[v] = {}
         for c in claim_list:  # a variant can leave a claim without the settings it compares
             try:
-                judged[v][c.key] = claims.verdict_table([ev], (c,)).loc[c.key, "verdict"]
+                judged[v][c.key] = c.evaluate(ev).verdict
             except ValueError:
                 judged[v][c.key] = "not measured here"
     rows = []

@@ -27,8 +27,7 @@ from maskfed.studies import archive, experiments, factor_axes as fa
 
 @dataclass(frozen=True)
 class Findings:
-    """What the chapter shows: ``values`` maps each glue name (``v_...``) to a number or a verdict word; the rest
-    are the frames the page displays."""
+    """What the chapter shows: ``values`` (glue name -> number or verdict word) and the frames the page displays."""
 
     values: dict
     profile: Profile                 # this build's profile (the banner's)
@@ -95,15 +94,12 @@ def paper_breaks(verdicts: pd.DataFrame) -> pd.DataFrame:
 
 def verdict_table(verdicts: pd.DataFrame, matched: pd.DataFrame | None = None, stable: pd.DataFrame | None = None,
                   trend: pd.DataFrame | None = None, details: bool = False) -> pd.DataFrame:
-    """One short row per claim, index ``claim`` (title).
-
-    Without ``details``: ``where``, ``paper`` and ``paper verdict`` (the criterion on the paper's tables), ``ours``
-    (the deciding source's value, "–" where none), ``from``, ``matched`` ("–" without ``matched``), ``verdict`` and
-    ``marks`` ("stable" or "fragile" from ``stable``, "not settled" by :func:`maskfed.analysis.claims.not_settled`
-    of ``trend``, joined by " · "). With ``details``, what the marks rest on: ``protocols`` (the verdict before the
-    matched view), ``checkpoints``, ``hold``, ``in part``, ``not`` (matched-stage checkpoints; 0 where none),
-    ``fragile under``, ``cannot test``, ``drift`` (percent of a gap per round toward the boundary, two decimals)
-    and ``meet`` (rounds until a closing gap meets); both NaN where settled.
+    """One short row per claim (index: title): ``where``, ``paper`` and ``paper verdict`` (the criterion on the
+    paper's tables), ``ours`` and ``from`` (the deciding source), ``matched``, ``verdict`` and ``marks`` ("stable" or
+    "fragile" from ``stable``; "not settled" by :func:`maskfed.analysis.claims.not_settled` of ``trend``). With
+    ``details``, what those rest on: ``protocols`` (the verdict before the matched view), the matched-stage
+    ``checkpoints`` and how many ``hold``, hold ``in part`` or ``not``, ``fragile under``, ``cannot test``, and for
+    a verdict not settled its ``drift`` (percent of a gap per round, two decimals) and ``meet`` (rounds).
 
     Args:
         verdicts: :func:`maskfed.analysis.claims.verdict_table`; matched:
@@ -192,23 +188,15 @@ def headline_coverage(table1_runs: list, *, n_sims: int = COVERAGE_SIMS, seed: i
 
 def bottom_line(verdicts: pd.DataFrame, closest: claims.Evidence, against: pd.DataFrame, *, n_seeds: int,
                 rounds: int, model: str, resnet: dict) -> dict:
-    """The numbers and verdict words of the verdict page's bottom line.
+    """The numbers and verdict words of the verdict page's "In short" box (``b_...``; ``b_rn_*``: ``resnet``).
 
     Args:
         verdicts: :func:`maskfed.analysis.claims.verdict_table`; closest: the closest source (its Table I and
             replicates give the cliff); against: :func:`maskfed.book.evidence.against_paper` of its runs;
             n_seeds, rounds, model: its seeds per setting, rounds and model; resnet: :func:`resnet_cliffs`.
 
-    Returns:
-        ``b_headline`` (:func:`maskfed.book.evidence.headline_verdict` as :data:`maskfed.analysis.claims.VERDICT_WORDS`
-        writes it); the headline cell ``b_head_paper``, ``b_head_ours``, ``b_head_low`` / ``_high`` (seed range),
-        ``b_head_where`` (:func:`where_in`); the cliff ``b_cliff`` with its interval ``b_cliff_low`` / ``_high``, the
-        paper's ``b_cliff_paper`` and ``b_cliff_where``; ``b_inside`` of ``b_settings`` (the paper's value in our
-        seed range); the claim counts ``b_n_*``; ``b_source``, ``b_seeds``, ``b_rounds``, ``b_is_resnet``; ``b_cov``
-        (:func:`maskfed.analysis.uncertainty.seed_range_coverage`, percent); ``b_rn_*`` (``resnet``).
-
     Raises:
-        KeyError: ``against`` lacks the headline cell.
+        KeyError: ``against`` lacks the headline cell (:data:`HEADLINE_SETTING`).
     """
     head = against.loc[HEADLINE_SETTING]
     cl = claims.interval_of(claims.cliff, [closest.table1], [closest.reps1])
@@ -234,8 +222,12 @@ def bottom_line(verdicts: pd.DataFrame, closest: claims.Evidence, against: pd.Da
 
 
 def source_facts(sources: list, runs_of: dict) -> pd.DataFrame:
-    """:func:`maskfed.book.evidence.run_facts` per source with runs (``runs_of``: name -> runs), closest first."""
-    rows = [{"source": ev.name, **evidence.run_facts(runs_of[ev.name])} for ev in sources if runs_of.get(ev.name)]
+    """What each source's runs are (``runs_of``: name -> runs; a source without runs left out), closest first:
+    ``seeds``, ``rounds`` (joined by "/" where runs differ), ``model``, ``parameters`` (None if not recorded)."""
+    rows = [{"source": ev.name, "seeds": len({r.config.seed for r in rs}),
+             "rounds": "/".join(map(str, sorted({r.config.rounds for r in rs}))),
+             "model": rs[0].config.model, "parameters": rs[0].provenance.get("num_parameters")}
+            for ev in sources if (rs := runs_of.get(ev.name))]
     return pd.DataFrame(rows, columns=["source", "seeds", "rounds", "model", "parameters"]).set_index("source")
 
 
@@ -245,18 +237,10 @@ def _sig(x: float, digits: int) -> float:
 
 
 def archive_facts(archived_runs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Where and when each archived profile's runs were made, and what re-running some with this checkout's code
-    gave (:func:`maskfed.studies.archive.label` and its newest verification).
-
-    Args:
-        archived_runs: profile name -> its runs (profiles without runs left out).
-
-    Returns:
-        Per archive (index ``archive``): ``runs``, ``devices``, ``first`` / ``last`` (UTC dates), ``commits``, ``run
-        code``, ``changed``, ``re-run`` (the outcome, "–" without one), ``re-runs``, ``re-run on``, ``re-run date``,
-        ``summary off`` / ``1/Δ_S off`` (largest relative difference, three significant digits; NaN where
-        bit-identical) and ``tolerance``; per re-run that differed (index ``run``) where it first did: ``metric``,
-        ``round``, ``archived`` (four significant digits), ``off`` (relative, two).
+    """Per archive (``archived_runs``: profile -> runs), where and when its runs were made and what re-running some
+    with this checkout's code gave (:func:`maskfed.studies.archive.label` and its newest verification; relative
+    differences to three significant digits, NaN where bit-identical); and per re-run that differed, where it
+    first did (``archived`` to four significant digits, ``off`` relative to two).
     """
     rows, diffs = [], []
     for name, runs in archived_runs.items():
@@ -300,14 +284,11 @@ def fingerprint_table(runs: list, images) -> pd.DataFrame:
 
 
 def resnet_values(tables, paper: pd.DataFrame | None = None) -> dict:
-    """The paper's ResNet-18-GN measured on this CPU, by way θ was reached (``fedavg``, ``centralised``), rounded to
-    two decimals: ``r_<way>_acc_low`` / ``_high`` (θ's test accuracy), ``r_fedavg_rounds`` (text),
-    ``r_<way>_holds`` of ``r_<way>_measured`` and ``r_<way>_cliff_low`` / ``_high``
-    (:func:`maskfed.studies.factor_axes.cliff_verdict`), ``r_<way>_ratio_low`` / ``_high`` (1/Δ_S over the paper's at
-    the nearest accuracy, :func:`maskfed.studies.factor_axes.paper_at_matched_accuracy`); ``r_paper_cliff``; with
-    both ways, ``r_nearer`` of ``r_both`` (protocols where FedAvg θ are nearer the paper's in |log ratio|),
-    ``r_fed_median`` / ``r_cen_median``, and for the minibatch protocols at FedAvg θ ``r_mini_acc_*``,
-    ``r_mini_paper_acc_*``, ``r_mini_low`` / ``_high`` (ratio). ``r_ways``: ways measured (0: nothing else given).
+    """The paper's ResNet-18-GN measured on this CPU, per way θ was reached (``r_fedavg_*``, ``r_centralised_*``:
+    accuracy, cliff by :func:`maskfed.studies.factor_axes.cliff_verdict`, ratio to the paper's 1/Δ_S at the nearest
+    accuracy by :func:`maskfed.studies.factor_axes.paper_at_matched_accuracy`) and, with both ways, the protocols
+    where FedAvg θ are nearer the paper's (``r_nearer`` of ``r_both``), the median ratios and the minibatch
+    protocols at FedAvg θ (``r_mini_*``); two decimals. ``r_ways``: ways measured (0: nothing else is given).
 
     Args:
         tables: model-size study tables (None entries skipped); paper: the paper's Table I (default: its own).
@@ -379,10 +360,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     """Judge every claim on every source this build has.
 
     Args:
-        profile: the live profile's name; data_path, overrides: as :func:`maskfed.engine.config.load_profile`.
-        workers: worker processes for the live runs (None: the profile's).
-        archived: archived profiles to read (None: :data:`maskfed.studies.archive.BOOK_PROFILES` less the live one).
-        n_boot: bootstrap replicates per source.
+        profile, data_path, overrides: as :func:`maskfed.engine.config.load_profile`; workers: for the live runs;
+        archived: profiles to read (None: :data:`maskfed.studies.archive.BOOK_PROFILES` less the live one).
 
     Raises:
         ValueError, ConfigError: a bad parameter. FileNotFoundError, DataUnavailableError: no data for the
