@@ -48,11 +48,7 @@ class Evidence:
 @dataclass(frozen=True)
 class Finding:
     """A claim measured on one :class:`Evidence`: ``value`` (the verdict table's short cell), ``verdict`` (one of
-    :data:`VERDICTS`) and ``numbers`` (every number behind them, by name; NaN ends where there is no interval).
-
-    Raises:
-        ValueError: an unknown verdict.
-    """
+    :data:`VERDICTS`, else ValueError) and ``numbers`` (every number behind them, by name)."""
 
     value: str
     verdict: str
@@ -175,8 +171,7 @@ def _floor(ev: Evidence) -> Finding:
 
 def _falling(t1: pd.DataFrame, column: str = "recovery_unweighted") -> tuple[int, int]:
     """(batch sizes whose ``column`` falls strictly as τ grows, batch sizes with two or more τ)."""
-    o = summary.protocol_orderings(t1, column)
-    return o["n_falling"], o["n_groups"]
+    return tuple(summary.protocol_orderings(t1, column)[k] for k in ("n_falling", "n_groups"))
 
 
 def _tau(ev: Evidence) -> Finding:
@@ -191,16 +186,13 @@ def _tau(ev: Evidence) -> Finding:
 def _monotone_t(ev: Evidence) -> Finding:
     t1 = _need(ev.table1)
     inv = summary.t_inversions(t1)
-    if not inv:
-        return Finding("no inversion", "holds", {"inversions": 0, "within_rounding": 0, "clear": 0})
     # a rise of one printed unit can come from true values any small distance apart: "within rounding"
-    if ev.print_unit is not None:
-        rec = t1["recovery_unweighted"]
-        beyond = [(a, b) for a, b in inv if rec.loc[b] - rec.loc[a] > ev.print_unit * (1 + 1e-9)]
-        if not beyond:
-            return Finding(f"{len(inv)} within rounding", "holds",
-                           {"inversions": 0, "within_rounding": len(inv), "clear": 0})
-        inv = beyond
+    beyond = inv if ev.print_unit is None else [(a, b) for a, b in inv if t1.loc[b, "recovery_unweighted"]
+                                                 - t1.loc[a, "recovery_unweighted"] > ev.print_unit * (1 + 1e-9)]
+    if not beyond:
+        return Finding(f"{len(inv)} within rounding" if inv else "no inversion", "holds",
+                       {"inversions": 0, "within_rounding": len(inv), "clear": 0})
+    inv = beyond
     clear = inv
     if ev.reps1 is not None:  # an inversion within the bootstrap spread of the two cells is not clear
         def cell(p):

@@ -219,24 +219,15 @@ def source_runs(profile_name: str, live: dict[str, list[RunResult]] | None = Non
 def matched_stage_verdicts(table: pd.DataFrame | None, steps: pd.Series | None,
                            claim_list: tuple = claims.CLAIMS, cross: pd.DataFrame | None = None,
                            main_alpha: float = 100.0, min_acc: float | None = None) -> pd.DataFrame:
-    """Each claim judged at matched stage (:func:`maskfed.studies.stage.matched_votes`, then
-    :func:`maskfed.studies.stage.matched_verdicts`); the claims of
-    :data:`maskfed.analysis.claims.NOT_AT_MATCHED_STAGE`, and every claim without a stage study, "not measured here".
-
-    Args:
-        table: a stage study's table, or None; steps: local steps T per protocol (Table I's ``T_mean``).
-        cross: the α-cross's table (:attr:`maskfed.studies.archive.ArchivedCross.table`), or None.
-        main_alpha: the α of the stage study's trajectories.
-        min_acc: only checkpoints whose median accuracy reaches it vote (None: every one after θ_0).
-    """
-    judged = tuple(c for c in claim_list if c.key not in claims.NOT_AT_MATCHED_STAGE)
+    """Each claim judged at matched stage: :func:`maskfed.studies.stage.matched_votes` of a stage study's ``table``
+    (None: every claim "not measured here") with ``steps`` (Table I's ``T_mean``), the α-cross's table ``cross``,
+    the trajectories' ``main_alpha`` and the lowest accuracy that votes ``min_acc``, then
+    :func:`maskfed.studies.stage.matched_verdicts`."""
     if table is None or steps is None or not len(table):
         votes = pd.DataFrame(columns=["claim", "vote", "weight"])
     else:
-        votes = stage.matched_votes(table, steps, judged, cross=cross, main_alpha=main_alpha, min_acc=min_acc)
-    out = stage.matched_verdicts(votes, claim_list)
-    out.loc[[c.key for c in claim_list if c.key in claims.NOT_AT_MATCHED_STAGE], "verdict"] = "not measured here"
-    return out
+        votes = stage.matched_votes(table, steps, claim_list, cross=cross, main_alpha=main_alpha, min_acc=min_acc)
+    return stage.matched_verdicts(votes, claim_list)
 
 
 def matched_checkpoints(table: pd.DataFrame | None, min_acc: float | None = None) -> dict:

@@ -65,11 +65,10 @@ class Findings:
 
 
 def coverage_values(n_seeds: int) -> dict:
-    """What a seed interval is worth with ``n_seeds`` seeds a setting (:mod:`maskfed.analysis.uncertainty`):
-    ``v_n_seeds``; ``v_cov_range`` (percent of the time the seed range covers the median, two decimals);
-    ``v_other_seeds`` / ``v_cov_other`` (the same at 3 seeds, or 5 when ``n_seeds`` is 3); ``v_p_lowest`` (percent
-    probability that a redraw's median is the lowest seed, one decimal; NaN for an even count); ``v_end`` (percent
-    at each end of the interval); ``v_seeds_odd``; ``v_ends_at_seeds`` (``v_p_lowest`` > ``v_end``).
+    """What a seed interval is worth with ``n_seeds`` seeds a setting (percent): the seed range's coverage of the
+    median ``v_cov_range`` (two decimals) and at ``v_other_seeds`` seeds ``v_cov_other``; ``v_p_lowest``, the chance
+    that a redraw's median is the lowest seed (one decimal; NaN for an even count), against ``v_end`` at each end
+    of the interval (``v_ends_at_seeds``).
 
     Raises:
         ValueError: ``n_seeds`` < 1.
@@ -172,9 +171,8 @@ COVERAGE_SIMS = 400
 
 
 def headline_coverage(table1_runs: list, *, n_sims: int = COVERAGE_SIMS, seed: int = 0) -> dict:
-    """How often the page's intervals cover the true median, simulated on data drawn like the headline cell's runs
-    (:func:`maskfed.analysis.uncertainty.simulated_coverage`): ``b_cov_boot`` and ``b_cov_range`` (percent),
-    ``b_sim_n``, ``b_sim_between`` / ``b_sim_within`` (the fitted standard deviations).
+    """How often the page's intervals cover the true median (percent), simulated on data drawn like the headline
+    cell's runs (:func:`maskfed.analysis.uncertainty.simulated_coverage`), and the noise fitted to them.
 
     Raises:
         ValueError: fewer than two runs of the headline cell.
@@ -400,9 +398,6 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     trends = evidence.cell_trends(closest_runs["table1"]) if closest_runs["table1"] else None
     trend = None if trends is None else claims.trend_bearing(experiments.table1(closest_runs["table1"]), trends)
     n_seeds = len(closest_prof.seeds)
-    # the parameter count of the closest evidence's own model (its runs' provenance), not the live profile's
-    n_small = (closest_runs["table1"] or live["table1"])[0].provenance["num_parameters"]
-    n_resnet = num_parameters(build_model("resnet18_gn", num_classes=10))
     archived_runs = {name: archive.require_complete(name) for name in names}
     runs_of = {ev.name: archived_runs.get(profile_of[ev.name]) or live["table1"] for ev in sources}
     measured = verdicts[verdicts["from"] != "–"]
@@ -428,7 +423,9 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         "v_check_from": checks["from"], "v_check_value": checks[checks["from"]] if checks["from"] != "–" else "–",
         **coverage_values(n_seeds),
         "v_block": uncertainty.BLOCK, "v_level": round(100 * uncertainty.LEVEL), "v_n_boot": n_boot,
-        "v_n_params": f"{n_small:,}", "v_n_resnet": f"{n_resnet:,}", "v_data": book.data_note(prof),
+        # the parameter count of the closest evidence's own model (its runs' provenance), not the live profile's
+        "v_n_params": f"{(closest_runs['table1'] or live['table1'])[0].provenance['num_parameters']:,}",
+        "v_n_resnet": f"{num_parameters(build_model('resnet18_gn', num_classes=10)):,}", "v_data": book.data_note(prof),
         "v_n_breaks": int(verdicts["paper_verdict"].isin(["partly", "does not hold"]).sum()),
         "v_code": provenance.code_hash(),
         **resnet_values(factor_tables.values()),
