@@ -430,8 +430,7 @@ PAPER_PRINT_UNIT = 0.01
 
 def paper_evidence() -> Evidence:
     """The paper's own Tables I and II as :class:`Evidence`, compared at :data:`PAPER_PRINT_UNIT`."""
-    return Evidence("paper's tables", summary.paper_table("table1"), summary.paper_table("table2"),
-                    print_unit=PAPER_PRINT_UNIT)
+    return Evidence("paper's tables", *map(summary.paper_table, ("table1", "table2")), print_unit=PAPER_PRINT_UNIT)
 
 
 def verdict_table(evidence: list[Evidence], claims: tuple[Claim, ...] = CLAIMS) -> pd.DataFrame:

@@ -336,9 +336,8 @@ def loses_test(claim: claims.Claim, table1: pd.DataFrame | None, table2: pd.Data
 
 def _settings(runs: list[RunResult], experiment: str) -> set:
     """The settings of ``runs``: ``("table1", (batch size as text, τ))`` or ``("table2", α)``."""
-    if experiment == "table1":
-        return {("table1", (str(r.config.batch_size), r.config.local_epochs)) for r in runs}
-    return {("table2", float(r.config.alpha)) for r in runs}
+    return {(experiment, (str(r.config.batch_size), r.config.local_epochs) if experiment == "table1"
+             else float(r.config.alpha)) for r in runs}
 
 
 def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boot: int = uncertainty.N_BOOT,

@@ -156,10 +156,9 @@ def resnet_cliffs(tables) -> dict:
     (test accuracy of those θ); ``n_theta`` 0 and NaN bounds without such θ."""
     nan = math.nan
     tables = [t[t["model"] == "resnet18_gn"] for t in tables if t is not None and len(t)]
-    tables = [t for t in tables if len(t)]
-    if not tables:
+    if not any(len(t) for t in tables):
         return {"n_theta": 0, "cliff_low": nan, "cliff_high": nan, "acc_low": nan, "acc_high": nan}
-    table = pd.concat(tables, ignore_index=True)
+    table = pd.concat([t for t in tables if len(t)], ignore_index=True)
     c = fa.model_overview(table)["cliff"].dropna()
     acc = table.drop_duplicates(["source", "target", "when"])["test_acc"]
     return {"n_theta": int(len(c)), "cliff_low": float(c.min()) if len(c) else nan,
