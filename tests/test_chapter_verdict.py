@@ -7,10 +7,6 @@ from maskfed.analysis import claims
 from maskfed.chapters import verdict as chapter
 
 
-def _claim(key, title, criterion):
-    return claims.Claim(key=key, title=title, where="Sec. IV", measure=lambda ev: claims.NOT_MEASURED)
-
-
 def test_coverage_values_by_the_order_statistic_argument():
     # execute
     three, four, five, seven = (chapter.coverage_values(n) for n in (3, 4, 5, 7))

@@ -1,12 +1,9 @@
 """Findings of the chapter "Does the paper hold?" (``notebooks/verdict.md``).
 
-Each claim of the paper's Sec. IV (:data:`maskfed.analysis.claims.CLAIMS`) is judged by its stated
-criterion on every source this build has: the paper's own Tables I and II, each archived profile and
-the live profile. :func:`findings` gathers the sources (:mod:`maskfed.book.evidence`), the overall
-verdict table (closest source first), the matched-stage view from the archived stage study, the
-stability marks under the analysis's own variants, and the numbers and verdict words the page's
-sentences glue; the sentences themselves are written in the chapter. The tables the page shows
-(:func:`verdict_table`, :func:`source_table`, :func:`details_table`) are DataFrames of short values; :func:`figure_against` draws the summary figure.
+Each claim of the paper's Sec. IV (:data:`maskfed.analysis.claims.CLAIMS`) is judged on every source this build
+has (the paper's own tables, each archived profile, the live profile; :mod:`maskfed.book.evidence`).
+:func:`findings` returns the verdict tables, the matched-stage view, the stability marks, and the numbers and
+verdict words the page's sentences glue; the sentences are written in the chapter.
 """
 
 from __future__ import annotations
@@ -27,17 +24,10 @@ from maskfed.names import CPU_PAPER
 from maskfed.engine.models import build_model, num_parameters
 from maskfed.studies import archive, experiments, factor_axes as fa
 
-#: The live experiments every verdict reads (Table I, Table II and the control).
-EXPERIMENTS = ("table1", "table2", "control")
-
 
 @dataclass(frozen=True)
 class Findings:
-    """What the chapter shows.
-
-    ``values`` maps each glue name (``v_...``) to a number or a verdict word (the page writes the sentences);
-    the rest are the frames the page displays.
-    """
+    """What the chapter shows: ``values`` (glue name -> number or verdict word) and the frames the page displays."""
 
     values: dict
     profile: Profile                 # this build's profile (the banner's)
@@ -46,7 +36,7 @@ class Findings:
     matched: Optional[pd.DataFrame]  # evidence.matched_stage_verdicts (None without a stage study)
     matched_from: str                # the profile whose stage study gave the matched view ("none")
     stable: pd.DataFrame             # evidence.stability of the closest source
-    bottom: dict                     # bottom_line(): the numbers and verdict words of the page's "In short" box
+    bottom: dict                     # bottom_line(): the numbers and verdict words of the "In short" box
     against: pd.DataFrame            # evidence.against_paper of the closest source's runs
     trend: Optional[pd.DataFrame] = None  # claims.trend_bearing of the closest source's Table I runs
     facts: Optional[pd.DataFrame] = None  # source_facts: what each source's runs are
@@ -58,36 +48,27 @@ class Findings:
     resnet: Optional[pd.DataFrame] = None  # resnet_ways: the paper's model at FedAvg and centralised θ
 
     def table(self) -> pd.DataFrame:
-        """The verdict table, one short row per claim (:func:`verdict_table`)."""
         return verdict_table(self.verdicts, self.matched, self.stable, self.trend)
 
     def details(self) -> pd.DataFrame:
-        """What each claim's marks rest on (:func:`details_table`)."""
         return details_table(self.verdicts, self.matched, self.stable, self.trend)
 
     def trends(self) -> pd.DataFrame:
-        """Per claim the trend test bears on (index ``claim``, its title): the columns ``still``, ``way`` and ``pairs``
-        of :func:`maskfed.analysis.claims.trend_bearing` (empty without a trend)."""
+        """:func:`maskfed.analysis.claims.trend_bearing`'s ``still``, ``way`` and ``pairs`` by claim title."""
         if self.trend is None:
             return pd.DataFrame(columns=["still", "way", "pairs"])
         cols = [c for c in ("still", "way", "pairs") if c in self.trend]
         return self.trend[cols].rename(index=self.verdicts["title"]).rename_axis("claim")
 
     def by_source(self) -> pd.DataFrame:
-        """Every source's value and verdict of each claim (:func:`source_table`)."""
         return source_table(self.verdicts, self.sources)
 
 
 def coverage_values(n_seeds: int) -> dict:
-    """What a seed interval is worth with ``n_seeds`` seeds a setting (:mod:`maskfed.analysis.uncertainty`).
-
-    Returns:
-        ``v_n_seeds``; ``v_cov_range``: the percent of the time the seed range [min, max] covers the median
-        (1 − 2 (1/2)^n, rounded to two decimals); ``v_other_seeds`` and ``v_cov_other``: the same at the paper's 3
-        seeds (at 5 when ``n_seeds`` is 3); ``v_p_lowest``: the percent probability that the median of a redraw of
-        the seeds is the lowest seed, one decimal (NaN for an even count, whose median is no single seed);
-        ``v_end``: the (1 − LEVEL)/2 percent at each end of the interval; ``v_seeds_odd`` and ``v_ends_at_seeds``
-        (the probability exceeds ``v_end``, so the interval's ends sit near the extreme seeds).
+    """What a seed interval is worth with ``n_seeds`` seeds a setting (percent): the seed range's coverage of the
+    median ``v_cov_range`` (two decimals) and at ``v_other_seeds`` seeds ``v_cov_other``; ``v_p_lowest``, the chance
+    that a redraw's median is the lowest seed (one decimal; NaN for an even count), against ``v_end`` at each end
+    of the interval (``v_ends_at_seeds``).
 
     Raises:
         ValueError: ``n_seeds`` < 1.
@@ -104,80 +85,60 @@ def coverage_values(n_seeds: int) -> dict:
 
 
 def paper_breaks(verdicts: pd.DataFrame) -> pd.DataFrame:
-    """The claims the paper's own tables break in part or whole: index ``claim`` (title), columns ``paper`` (its
-    value on the paper's tables) and ``verdict`` (``verdicts``: :func:`maskfed.analysis.claims.verdict_table`)."""
+    """The claims the paper's own tables break in part or whole: index ``claim`` (title); ``paper``, ``verdict``."""
     own = verdicts[verdicts["paper_verdict"].isin(["partly", "does not hold"])]
     return pd.DataFrame({"paper": own["paper"].to_numpy(), "verdict": own["paper_verdict"].to_numpy()},
                         index=pd.Index(own["title"].to_numpy(), name="claim"))
 
 
-def _unsettled(verdicts: pd.DataFrame, trend: pd.DataFrame | None) -> pd.DataFrame | None:
-    """:func:`maskfed.analysis.claims.not_settled` of the overall verdicts, or None without a trend."""
-    return None if trend is None else claims.not_settled(trend, verdicts)
-
-
 def verdict_table(verdicts: pd.DataFrame, matched: pd.DataFrame | None = None, stable: pd.DataFrame | None = None,
-                  trend: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One short row per claim: index ``claim`` (its title); columns ``where`` (the paper's section), ``paper`` and
-    ``paper verdict`` (the criterion on the paper's own tables), ``ours`` (the value of the source that gives the
-    verdict, "–" where none measures it), ``from`` (that source), ``matched`` (the verdict at matched stage; "–"
-    without ``matched``), ``verdict`` (overall) and ``marks`` ("stable" or "fragile" from ``stable``, and "not
-    settled" where :func:`maskfed.analysis.claims.not_settled` of ``trend`` says so, joined by " · "; "" for none).
+                  trend: pd.DataFrame | None = None, details: bool = False) -> pd.DataFrame:
+    """One short row per claim (index: title): ``where``, ``paper`` and ``paper verdict`` (the criterion on the
+    paper's tables), ``ours`` and ``from`` (the deciding source), ``matched``, ``verdict`` and ``marks`` ("stable" or
+    "fragile" from ``stable``; "not settled" by :func:`maskfed.analysis.claims.not_settled` of ``trend``). With
+    ``details``, what those rest on: ``protocols`` (the verdict before the matched view), the matched-stage
+    ``checkpoints`` and how many ``hold``, hold ``in part`` or ``not``, ``fragile under``, ``cannot test``, and for
+    a verdict not settled its ``drift`` (percent of a gap per round, two decimals) and ``meet`` (rounds).
 
     Args:
-        verdicts: :func:`maskfed.analysis.claims.verdict_table` (after :func:`maskfed.analysis.claims.with_matched_view`
-            or not); matched: :func:`maskfed.book.evidence.matched_stage_verdicts`; stable:
-            :func:`maskfed.book.evidence.stability`; trend: :func:`maskfed.analysis.claims.trend_bearing`.
+        verdicts: :func:`maskfed.analysis.claims.verdict_table`; matched:
+            :func:`maskfed.book.evidence.matched_stage_verdicts`; stable: :func:`maskfed.book.evidence.stability`;
+            trend: :func:`maskfed.analysis.claims.trend_bearing`.
     """
-    unsettled = _unsettled(verdicts, trend)
-    rows = []
-    for key, r in verdicts.iterrows():
-        marks = []
-        if stable is not None and key in stable.index and stable.loc[key, "mark"] != "–":
-            marks.append(stable.loc[key, "mark"])
-        if unsettled is not None and key in unsettled.index and not unsettled.loc[key, "settled"]:
-            marks.append("not settled")
-        rows.append({"claim": r["title"], "where": r["where"], "paper": r["paper"], "paper verdict": r["paper_verdict"],
-                     "ours": "–" if r["from"] == "–" else r[r["from"]], "from": r["from"],
-                     "matched": matched.loc[key, "verdict"] if matched is not None and key in matched.index else "–",
-                     "verdict": r["verdict"], "marks": " · ".join(marks)})
-    return pd.DataFrame(rows).set_index("claim")
-
-
-def source_table(verdicts: pd.DataFrame, sources: list) -> pd.DataFrame:
-    """Each source's value and verdict of every claim: index ``claim`` (title), two columns per source, its name
-    and ``<name> verdict``, closest source first (``sources``: the :class:`maskfed.analysis.claims.Evidence` in the
-    table's order)."""
-    cols = [c for ev in sources for c in (ev.name, f"{ev.name} verdict")]
-    return verdicts.set_index("title")[cols].rename_axis("claim")
-
-
-def details_table(verdicts: pd.DataFrame, matched: pd.DataFrame | None = None, stable: pd.DataFrame | None = None,
-                  trend: pd.DataFrame | None = None) -> pd.DataFrame:
-    """What each claim's marks and matched-stage verdict rest on: index ``claim`` (title); columns ``protocols``
-    (the verdict at the paper's protocols, before the matched view is weighed), ``checkpoints``, ``hold``,
-    ``in part`` and ``not`` (matched-stage checkpoints that judge it and how they read; 0 where none),
-    ``fragile under`` (the variants that change the verdict, each with the verdict it gives), ``cannot test`` (the
-    variants that drop a setting the claim compares), ``drift`` (percent of a gap per round by which a longer run
-    moves a not-settled verdict toward its boundary, two decimals; NaN where settled) and ``meet`` (rounds until a
-    closing gap meets, rounded; NaN where none).
-    """
-    unsettled = _unsettled(verdicts, trend)
-    nan = float("nan")
+    unsettled = None if trend is None else claims.not_settled(trend, verdicts)
     rows = []
     for key, r in verdicts.iterrows():
         m = matched.loc[key] if matched is not None and key in matched.index else None
         st = stable.loc[key] if stable is not None and key in stable.index else None
         u = unsettled.loc[key] if unsettled is not None and key in unsettled.index else None
         moving = u is not None and not u["settled"]
-        rows.append({"claim": r["title"], "protocols": r.get("protocol_verdict", r["verdict"]),
-                     "checkpoints": 0 if m is None else int(m["n"]), "hold": 0 if m is None else int(m["n_holds"]),
-                     "in part": 0 if m is None else int(m["n_partly"]), "not": 0 if m is None else int(m["n_fail"]),
-                     "fragile under": "" if st is None else st["flips"],
-                     "cannot test": "" if st is None else st.get("cannot_test", ""),
-                     "drift": round(float(u["rate"]), 2) if moving else nan,
-                     "meet": float(round(u["meet"])) if moving and u["meet"] == u["meet"] else nan})
+        if details:
+            rows.append({"claim": r["title"], "protocols": r.get("protocol_verdict", r["verdict"]),
+                         **{col: 0 if m is None else int(m[n]) for col, n in (
+                             ("checkpoints", "n"), ("hold", "n_holds"), ("in part", "n_partly"), ("not", "n_fail"))},
+                         "fragile under": "" if st is None else st["flips"],
+                         "cannot test": "" if st is None else st.get("cannot_test", ""),
+                         "drift": round(float(u["rate"]), 2) if moving else math.nan,
+                         "meet": float(round(u["meet"])) if moving and u["meet"] == u["meet"] else math.nan})
+            continue
+        marks = [st["mark"]] if st is not None and st["mark"] != "–" else []
+        rows.append({"claim": r["title"], "where": r["where"], "paper": r["paper"], "paper verdict": r["paper_verdict"],
+                     "ours": "–" if r["from"] == "–" else r[r["from"]], "from": r["from"],
+                     "matched": "–" if m is None else m["verdict"], "verdict": r["verdict"],
+                     "marks": " · ".join(marks + (["not settled"] if moving else []))})
     return pd.DataFrame(rows).set_index("claim")
+
+
+def details_table(verdicts: pd.DataFrame, matched: pd.DataFrame | None = None, stable: pd.DataFrame | None = None,
+                  trend: pd.DataFrame | None = None) -> pd.DataFrame:
+    """What each claim's marks and matched-stage verdict rest on (:func:`verdict_table` with ``details``)."""
+    return verdict_table(verdicts, matched, stable, trend, details=True)
+
+
+def source_table(verdicts: pd.DataFrame, sources: list) -> pd.DataFrame:
+    """Each source's value and ``<name> verdict`` of every claim (index: title), in the order of ``sources``."""
+    cols = [c for ev in sources for c in (ev.name, f"{ev.name} verdict")]
+    return verdicts.set_index("title")[cols].rename_axis("claim")
 
 
 #: The headline cell of the paper (Sec. IV-B, Table I): bs 32, τ 2 at α = 100, "out of a possible" K_c = 10.
@@ -185,33 +146,23 @@ HEADLINE_SETTING = "bs 32, τ 2"
 
 
 def where_in(value: float, low: float, high: float) -> str:
-    """Where ``value`` falls against the range [``low``, ``high``]: "inside", "below" or "above"."""
+    """Where ``value`` falls against [``low``, ``high``]: "inside", "below" or "above"."""
     return "below" if value < low else "above" if value > high else "inside"
 
 
 def resnet_cliffs(tables) -> dict:
-    """The cliff (:func:`maskfed.studies.factor_axes.cliff`) of the paper's ResNet-18-GN measured on this CPU, over
-    every θ of the archived model-size studies that hold it (FedAvg and centralised θ together).
-
-    Args:
-        tables: model-size study tables (:attr:`maskfed.studies.factor_axes.ModelStudy.table`); None entries skipped.
-
-    Returns:
-        ``{"n_theta", "cliff_low", "cliff_high", "acc_low", "acc_high"}`` (test accuracy of those θ as fractions);
-        ``n_theta`` 0 and NaN bounds when no table holds ResNet-18-GN with both a full-batch and a minibatch protocol.
-    """
-    nan = float("nan")
+    """The cliff (:func:`maskfed.studies.factor_axes.cliff`) of ResNet-18-GN over every θ of the model-size study
+    ``tables`` (None entries skipped) that hold it: ``n_theta``, ``cliff_low`` / ``_high``, ``acc_low`` / ``_high``
+    (test accuracy of those θ); ``n_theta`` 0 and NaN bounds without such θ."""
+    nan = math.nan
     tables = [t[t["model"] == "resnet18_gn"] for t in tables if t is not None and len(t)]
-    tables = [t for t in tables if len(t)]
-    if not tables:
+    if not any(len(t) for t in tables):
         return {"n_theta": 0, "cliff_low": nan, "cliff_high": nan, "acc_low": nan, "acc_high": nan}
-    table = pd.concat(tables, ignore_index=True)
-    ov = fa.model_overview(table)
-    c = ov["cliff"].dropna()
+    table = pd.concat([t for t in tables if len(t)], ignore_index=True)
+    c = fa.model_overview(table)["cliff"].dropna()
     acc = table.drop_duplicates(["source", "target", "when"])["test_acc"]
     return {"n_theta": int(len(c)), "cliff_low": float(c.min()) if len(c) else nan,
-            "cliff_high": float(c.max()) if len(c) else nan,
-            "acc_low": float(acc.min()), "acc_high": float(acc.max())}
+            "cliff_high": float(c.max()) if len(c) else nan, "acc_low": float(acc.min()), "acc_high": float(acc.max())}
 
 
 #: Data sets the verdict page's coverage simulation draws (:func:`headline_coverage`); its time: docs/measurements.md.
@@ -219,12 +170,8 @@ COVERAGE_SIMS = 400
 
 
 def headline_coverage(table1_runs: list, *, n_sims: int = COVERAGE_SIMS, seed: int = 0) -> dict:
-    """How often the page's intervals cover the true median, measured by simulation on data drawn like the headline
-    cell's runs (:data:`HEADLINE_SETTING`; :func:`maskfed.analysis.uncertainty.simulated_coverage`).
-
-    Returns:
-        ``b_cov_boot`` and ``b_cov_range`` (percent: the bootstrap interval, the seed range), ``b_sim_n`` (data sets),
-        ``b_sim_between`` / ``b_sim_within`` (the fitted standard deviations between seeds and between rounds).
+    """How often the page's intervals cover the true median (percent), simulated on data drawn like the headline
+    cell's runs (:func:`maskfed.analysis.uncertainty.simulated_coverage`), and the noise fitted to them.
 
     Raises:
         ValueError: fewer than two runs of the headline cell.
@@ -238,40 +185,24 @@ def headline_coverage(table1_runs: list, *, n_sims: int = COVERAGE_SIMS, seed: i
 
 def bottom_line(verdicts: pd.DataFrame, closest: claims.Evidence, against: pd.DataFrame, *, n_seeds: int,
                 rounds: int, model: str, resnet: dict) -> dict:
-    """The numbers and verdict words of the verdict page's bottom line (the page writes the sentences).
+    """The numbers and verdict words of the verdict page's "In short" box (``b_...``; ``b_rn_*``: ``resnet``).
 
     Args:
-        verdicts: :func:`maskfed.analysis.claims.verdict_table` of the claims, closest source first.
-        closest: the source closest to the paper's setting (its Table I and bootstrap replicates give the cliff).
-        against: :func:`maskfed.book.evidence.against_paper` of the closest source's runs (1/Δ_S per setting, ours
-            with its seed range beside the paper's).
-        n_seeds, rounds, model: the closest source's seeds per setting, rounds and model name.
-        resnet: :func:`resnet_cliffs` of the archived ResNet-18-GN measurements.
-
-    Returns:
-        ``b_headline`` (:func:`maskfed.book.evidence.headline_verdict`'s word, "partly" written "holds in part");
-        the headline cell (:data:`HEADLINE_SETTING`): ``b_head_paper``, ``b_head_ours``, ``b_head_low``,
-        ``b_head_high`` (seed range), ``b_head_where`` (the paper's value against that range: :func:`where_in`);
-        the cliff (smallest full-batch over largest minibatch 1/Δ_S): ``b_cliff`` with its bootstrap interval
-        ``b_cliff_low`` / ``b_cliff_high``, the paper's ``b_cliff_paper`` and ``b_cliff_where``; ``b_inside`` of
-        ``b_settings`` settings whose paper value lies in our seed range; the claim counts ``b_n_claims``,
-        ``b_n_holds``, ``b_n_partly``, ``b_n_fail``, ``b_n_confounded``, ``b_n_unmeasured``; ``b_source``, ``b_seeds``, ``b_rounds``,
-        ``b_is_resnet`` (the closest source trains the paper's model); ``b_cov`` (percent of the time the seed
-        range covers the median, :func:`maskfed.analysis.uncertainty.seed_range_coverage`); ``b_rn_*`` (``resnet``).
+        verdicts: :func:`maskfed.analysis.claims.verdict_table`; closest: the closest source (its Table I and
+            replicates give the cliff); against: :func:`maskfed.book.evidence.against_paper` of its runs;
+            n_seeds, rounds, model: its seeds per setting, rounds and model; resnet: :func:`resnet_cliffs`.
 
     Raises:
-        KeyError: ``against`` lacks the headline cell.
+        KeyError: ``against`` lacks the headline cell (:data:`HEADLINE_SETTING`).
     """
     head = against.loc[HEADLINE_SETTING]
-    t1 = closest.table1
-    cl = claims.interval_of(claims.cliff, [t1], [closest.reps1])
+    cl = claims.interval_of(claims.cliff, [closest.table1], [closest.reps1])
     cl_low, cl_high = (cl.estimate, cl.estimate) if math.isnan(cl.low) else (cl.low, cl.high)  # no replicates: the point
     paper_cliff = claims.cliff(summary.paper_table("table1"))
     inside = sum(where_in(p, lo, hi) == "inside" for p, lo, hi in zip(against["paper"], against["low"], against["high"]))
     n = claims.counts(verdicts)
-    head_word = evidence.headline_verdict(verdicts)
     return {
-        "b_headline": claims.VERDICT_WORDS[head_word],
+        "b_headline": claims.VERDICT_WORDS[evidence.headline_verdict(verdicts)],
         "b_head_paper": float(head["paper"]), "b_head_ours": float(head["ours"]),
         "b_head_low": float(head["low"]), "b_head_high": float(head["high"]),
         "b_head_where": where_in(float(head["paper"]), float(head["low"]), float(head["high"])),
@@ -288,10 +219,12 @@ def bottom_line(verdicts: pd.DataFrame, closest: claims.Evidence, against: pd.Da
 
 
 def source_facts(sources: list, runs_of: dict) -> pd.DataFrame:
-    """What each source's runs are (:func:`maskfed.book.evidence.run_facts`): index ``source`` (its name, closest
-    first); columns ``seeds``, ``rounds``, ``model``, ``parameters``. ``runs_of``: source name -> its runs (a
-    source without runs is left out)."""
-    rows = [{"source": ev.name, **evidence.run_facts(runs_of[ev.name])} for ev in sources if runs_of.get(ev.name)]
+    """What each source's runs are (``runs_of``: name -> runs; a source without runs left out), closest first:
+    ``seeds``, ``rounds`` (joined by "/" where runs differ), ``model``, ``parameters`` (None if not recorded)."""
+    rows = [{"source": ev.name, "seeds": len({r.config.seed for r in rs}),
+             "rounds": "/".join(map(str, sorted({r.config.rounds for r in rs}))),
+             "model": rs[0].config.model, "parameters": rs[0].provenance.get("num_parameters")}
+            for ev in sources if (rs := runs_of.get(ev.name))]
     return pd.DataFrame(rows, columns=["source", "seeds", "rounds", "model", "parameters"]).set_index("source")
 
 
@@ -301,20 +234,10 @@ def _sig(x: float, digits: int) -> float:
 
 
 def archive_facts(archived_runs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Where and when each archived profile's runs were made, and what re-running some of them with this checkout's
-    code gave (:func:`maskfed.studies.archive.label` and its newest verification record).
-
-    Args:
-        archived_runs: profile name -> its runs (profiles without runs left out).
-
-    Returns:
-        Per archive (index ``archive``, its column name): ``runs``, ``devices``, ``first`` / ``last`` (finish dates,
-        UTC), ``commits``, ``run code`` (hashes), ``changed`` (files that differ from their manifest), ``re-run``
-        (the newest verification's outcome: "bit-identical", "within tolerance", "neither"; "–" without one),
-        ``re-runs``, ``re-run on`` (its machine) and ``re-run date``, ``summary off`` / ``1/Δ_S off`` (the largest
-        relative difference of the book's summary cells and of 1/Δ_S, three significant digits; NaN where
-        bit-identical or not recorded) and ``tolerance``; and per re-run that differed (index ``run``) where it first
-        did: ``metric``, ``round``, ``archived`` (four significant digits) and ``off`` (relative, two).
+    """Per archive (``archived_runs``: profile -> runs), where and when its runs were made and what re-running some
+    with this checkout's code gave (:func:`maskfed.studies.archive.label` and its newest verification; relative
+    differences to three significant digits, NaN where bit-identical); and per re-run that differed, where it
+    first did (``archived`` to four significant digits, ``off`` relative to two).
     """
     rows, diffs = [], []
     for name, runs in archived_runs.items():
@@ -347,13 +270,8 @@ def archive_facts(archived_runs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def fingerprint_table(runs: list, images) -> pd.DataFrame:
-    """The data fingerprints archived ``runs`` recorded against this build's data, each compared by the kind it
-    recorded (:func:`maskfed.engine.runner.recorded_fingerprint`): one row per (kind, recorded value); columns
-    ``kind``, ``archived``, ``this build`` and ``same``. Empty without runs.
-
-    Args:
-        runs: archived runs (any profiles); images: this build's :class:`maskfed.engine.data.ImageData`.
-    """
+    """The data fingerprints archived ``runs`` recorded, each against this build's ``images`` fingerprinted the same
+    kind (:func:`maskfed.engine.runner.recorded_fingerprint`): columns ``kind``, ``archived``, ``this build``, ``same``."""
     from maskfed.engine.runner import fingerprint_of_kind, recorded_fingerprint
 
     prints = sorted({recorded_fingerprint(r.provenance) for r in runs})
@@ -363,22 +281,14 @@ def fingerprint_table(runs: list, images) -> pd.DataFrame:
 
 
 def resnet_values(tables, paper: pd.DataFrame | None = None) -> dict:
-    """The paper's ResNet-18-GN measured on this CPU, as the page's paragraph on it reads them: per way θ was
-    reached (``fedavg``: its own FedAvg trajectory; ``centralised``: centralised SGD), the θ's test accuracy
-    ``r_<way>_acc_low`` / ``_acc_high``, the rounds of those θ ``r_<way>_rounds`` (text, FedAvg only), the θ where a
-    full-batch protocol recovers more than every minibatch one ``r_<way>_holds`` of ``r_<way>_measured`` and that
-    factor ``r_<way>_cliff_low`` / ``_cliff_high`` (:func:`maskfed.studies.factor_axes.cliff_verdict`), and at the θ
-    nearest in accuracy to each Table I row the ratio to the paper's 1/Δ_S ``r_<way>_ratio_low`` / ``_ratio_high``
-    (:func:`maskfed.studies.factor_axes.paper_at_matched_accuracy`); ``r_paper_cliff``; where both ways are measured,
-    the protocols where FedAvg θ sit nearer the paper's value (|log ratio| smaller) ``r_nearer`` of ``r_both``, the
-    median ratios ``r_fed_median`` / ``r_cen_median``, and at FedAvg θ the minibatch protocols' ratio
-    ``r_mini_low`` / ``r_mini_high``, accuracy ``r_mini_acc_low`` / ``r_mini_acc_high`` and the paper's
-    ``r_mini_paper_acc_low`` / ``r_mini_paper_acc_high``. Ratios and accuracies rounded to two decimals as the page
-    writes them. ``r_ways``: how many ways were measured (0: no table holds ResNet-18-GN, and nothing else is given).
+    """The paper's ResNet-18-GN measured on this CPU, per way θ was reached (``r_fedavg_*``, ``r_centralised_*``:
+    accuracy, cliff by :func:`maskfed.studies.factor_axes.cliff_verdict`, ratio to the paper's 1/Δ_S at the nearest
+    accuracy by :func:`maskfed.studies.factor_axes.paper_at_matched_accuracy`) and, with both ways, the protocols
+    where FedAvg θ are nearer the paper's (``r_nearer`` of ``r_both``), the median ratios and the minibatch
+    protocols at FedAvg θ (``r_mini_*``); two decimals. ``r_ways``: ways measured (0: nothing else is given).
 
     Args:
-        tables: model-size study tables (:attr:`maskfed.studies.factor_axes.ModelStudy.table`); None entries skipped.
-        paper: the paper's Table I (default :func:`maskfed.analysis.summary.paper_table` ``("table1")``).
+        tables: model-size study tables (None entries skipped); paper: the paper's Table I (default: its own).
     """
     tables = [t for t in tables if t is not None and len(t)]
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame({"model": []})
@@ -413,18 +323,15 @@ def resnet_values(tables, paper: pd.DataFrame | None = None) -> dict:
                     "r_cen_median": round(float(cen["ratio"].median()), 2)})
         mini = fed[[not str(i).startswith("full") for i in fed.index]]
         if len(mini):
-            out.update({f"r_mini_{k}_{end}": round(float(getattr(mini[col], end_fn)()), 2)
-                        for k, col in (("ratio", "ratio"), ("acc", "acc"), ("paper_acc", "paper_acc"))
-                        for end, end_fn in (("low", "min"), ("high", "max"))})
+            out.update({f"r_mini_{k}_{end}": round(float(getattr(mini[k], fn)()), 2)
+                        for k in ("acc", "paper_acc", "ratio") for end, fn in (("low", "min"), ("high", "max"))})
             out["r_mini_low"], out["r_mini_high"] = out.pop("r_mini_ratio_low"), out.pop("r_mini_ratio_high")
     return out
 
 
 def resnet_ways(r: dict) -> pd.DataFrame:
-    """:func:`resnet_values`' numbers per way θ was reached, one row each (index ``θ from``: "FedAvg",
-    "centralised SGD"): ``accuracy from`` / ``to``, ``rounds`` (FedAvg only), ``cliff holds`` of ``θ`` (where a
-    full-batch protocol recovers more than every minibatch one), ``cliff from`` / ``to``, and ``× paper from`` / ``to``
-    (1/Δ_S at the θ nearest in accuracy to each Table I row over the paper's). Empty where neither was measured."""
+    """:func:`resnet_values` per way θ was reached (index ``θ from``: "FedAvg", "centralised SGD"); "–" where a
+    value is missing; empty where neither was measured."""
     cols = {"acc_low": "accuracy from", "acc_high": "to", "rounds": "rounds", "holds": "cliff holds",
             "measured": "θ", "cliff_low": "cliff from", "cliff_high": "cliff to", "ratio_low": "× paper from",
             "ratio_high": "× paper to"}
@@ -434,10 +341,9 @@ def resnet_ways(r: dict) -> pd.DataFrame:
 
 
 def route_table(tables) -> pd.DataFrame:
-    """What the way θ was reached does to 1/Δ_S, per model measured at θ reached both ways at the same target
-    accuracy (:func:`maskfed.studies.factor_axes.route_summary`): index ``model``; columns ``low``, ``median``,
-    ``high`` (centralised over FedAvg θ, two decimals), ``beyond`` (cells whose difference exceeds the spread over
-    cohorts) and ``cells``. Empty without such a model."""
+    """Centralised over FedAvg θ's 1/Δ_S per model measured both ways at the same target accuracy
+    (:func:`maskfed.studies.factor_axes.route_summary`): index ``model``; ``low``, ``median``, ``high`` (two
+    decimals), ``beyond`` (cells beyond the spread over cohorts) and ``cells``."""
     tables = [t for t in tables if t is not None and len(t)]
     checks = fa.path_checks(pd.concat(tables, ignore_index=True)) if tables else {}
     rows = [{"model": name, "low": round(r["min"], 2), "median": round(r["median"], 2), "high": round(r["max"], 2),
@@ -451,10 +357,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     """Judge every claim on every source this build has.
 
     Args:
-        profile: the live profile's name; data_path, overrides: as :func:`maskfed.engine.config.load_profile`.
-        workers: worker processes for the live runs (None: the profile's).
-        archived: archived profiles to read (None: :data:`maskfed.studies.archive.BOOK_PROFILES` less the live one).
-        n_boot: bootstrap replicates per source (:func:`maskfed.analysis.uncertainty`).
+        profile, data_path, overrides: as :func:`maskfed.engine.config.load_profile`; workers: for the live runs;
+        archived: profiles to read (None: :data:`maskfed.studies.archive.BOOK_PROFILES` less the live one).
 
     Raises:
         ValueError, ConfigError: a bad parameter. FileNotFoundError, DataUnavailableError: no data for the
@@ -462,47 +366,37 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     """
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
     names = archived if archived is not None else [p for p in archive.BOOK_PROFILES if p != prof.name]
+    studies = {name: archive.load_stage_study(name) for name in names}
     sources, profile_of = [], {}  # profile_of: evidence name -> the profile it measures
     for name in names:
-        study = archive.load_stage_study(name)
-        ev = evidence.archived_evidence(name, stage_table=None if study is None else study.table, n_boot=n_boot)
+        ev = evidence.archived_evidence(name, stage_table=getattr(studies[name], "table", None), n_boot=n_boot)
         if ev is not None:
             sources.append(ev)
             profile_of[ev.name] = name
-    live = {e: experiments.run(prof, e, workers=workers, progress=False) for e in EXPERIMENTS}
-    sources.append(evidence.profile_evidence(f"{prof.name} (this build)", live["table1"], live["table2"],
-                                             live["control"], n_boot=n_boot))
+    live = {e: experiments.run(prof, e, workers=workers, progress=False) for e in evidence.EXPERIMENTS}
+    sources.append(evidence.profile_evidence(f"{prof.name} (this build)", *live.values(), n_boot=n_boot))
     profile_of[sources[-1].name] = prof.name
     verdicts = claims.verdict_table(sources)
-    if sum(claims.counts(verdicts).values()) != len(claims.CLAIMS):
-        raise RuntimeError(f"the verdict table counts {claims.counts(verdicts)}, not {len(claims.CLAIMS)} claims")
-    # the matched-stage view: every claim at the stage study's checkpoints (protocols and α at the same θ)
-    matched_from = next((n for n in names if archive.load_stage_study(n) is not None), None)
-    matched_study = archive.load_stage_study(matched_from) if matched_from else None
-    stage_table = None if matched_study is None else matched_study.table
+    # the matched-stage view: every claim at the stage study's checkpoints in the paper's accuracy range (issue 40)
+    matched_from = next((n for n in names if studies[n] is not None), None)
+    stage_table = getattr(studies.get(matched_from), "table", None)
     matched_steps = next((ev.table1["T_mean"] for ev in sources if profile_of[ev.name] == matched_from), None)
-    cross = archive.load_alpha_cross(matched_from) if matched_from else None
-    cross_table = None if cross is None else cross.table
-    # checkpoints in the paper's accuracy range vote (issue 40): early training, before the protocols separate, does not
+    cross_table = getattr(archive.load_alpha_cross(matched_from) if matched_from else None, "table", None)
     floor = evidence.paper_accuracy_floor()
     matched = evidence.matched_stage_verdicts(stage_table, matched_steps, cross=cross_table,
                                               main_alpha=load_profile(matched_from).table1.alpha if matched_from else 100.0,
                                               min_acc=floor)
     matched_from = matched_from or "none"
     closest = sources[0]
+    closest_prof = load_profile(profile_of[closest.name])
     closest_runs = evidence.source_runs(profile_of[closest.name], live)
-    # the overall verdicts again under the analysis's own choices, from the closest source's runs; the stage
-    # verdict on protocol subsets of the stage study it came from
+    # the verdicts again under the analysis's own choices; the stage verdict on the subsets of its stage study
     stage_from = stage_table if verdicts.loc["stage", "from"] == archive.column_name(matched_from) else None
     stable = evidence.stability(verdicts, closest_runs, n_boot=n_boot, stage_table=stage_from)
     against = evidence.against_paper(closest_runs["table1"], closest_runs["table2"])
-    # the trend test reaches the claims it bears on: their cells still falling, and which way that moves them
     trends = evidence.cell_trends(closest_runs["table1"]) if closest_runs["table1"] else None
     trend = None if trends is None else claims.trend_bearing(experiments.table1(closest_runs["table1"]), trends)
-    n_seeds = len(load_profile(profile_of[closest.name]).seeds)  # seeds per setting of the closest source
-    # the parameter count of the closest evidence's own model (its runs' provenance), not the live profile's
-    n_small = (closest_runs["table1"] or live["table1"])[0].provenance["num_parameters"]
-    n_resnet = num_parameters(build_model("resnet18_gn", num_classes=10))
+    n_seeds = len(closest_prof.seeds)
     archived_runs = {name: archive.require_complete(name) for name in names}
     runs_of = {ev.name: archived_runs.get(profile_of[ev.name]) or live["table1"] for ev in sources}
     measured = verdicts[verdicts["from"] != "–"]
@@ -528,19 +422,19 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         "v_check_from": checks["from"], "v_check_value": checks[checks["from"]] if checks["from"] != "–" else "–",
         **coverage_values(n_seeds),
         "v_block": uncertainty.BLOCK, "v_level": round(100 * uncertainty.LEVEL), "v_n_boot": n_boot,
-        "v_n_params": f"{n_small:,}", "v_n_resnet": f"{n_resnet:,}", "v_data": book.data_note(prof),
+        # the parameter count of the closest evidence's own model (its runs' provenance), not the live profile's
+        "v_n_params": f"{(closest_runs['table1'] or live['table1'])[0].provenance['num_parameters']:,}",
+        "v_n_resnet": f"{num_parameters(build_model('resnet18_gn', num_classes=10)):,}", "v_data": book.data_note(prof),
         "v_n_breaks": int(verdicts["paper_verdict"].isin(["partly", "does not hold"]).sum()),
         "v_code": provenance.code_hash(),
-        # the paper's model measured on CPU: at FedAvg θ, at centralised θ, and the small CNN both ways
         **resnet_values(factor_tables.values()),
         "v_protocol": fa.trajectory_protocol(load_profile(CPU_PAPER)),
     }
-    images = book.images_for(prof.run(prof.seeds[0]))
-    prints = fingerprint_table([r for runs in archived_runs.values() for r in runs], images)
+    prints = fingerprint_table([r for runs in archived_runs.values() for r in runs],
+                               book.images_for(prof.run(prof.seeds[0])))
     values["v_prints"] = "the same" if len(prints) and prints["same"].all() else "not the same"
     # where the matched-stage view disagrees in direction with the protocol view, it decides: "confounded by stage"
     verdicts = claims.with_matched_view(verdicts, matched)
-    closest_prof = load_profile(profile_of[closest.name])
     closest_run = closest_prof.run(closest_prof.seeds[0])
     resnet = resnet_cliffs([factor_tables["resnet"], factor_tables["resnet-fedavg"]])
     own = getattr(archive.load_factor_study(CPU_PAPER, "resnet-fedavg"), "trajectory", None)
@@ -552,10 +446,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
                             model=closest_run.model, resnet=resnet),
               "b_paper_ran": "paper" in profile_of.values(),
               **headline_coverage(closest_runs["table1"]),
-              # the paper's own pair (full batch τ 5 against bs 128 τ 1) at the protocols and at matched θ
               **{f"b_pair_{k}": v for k, v in evidence.paper_pair(
                   closest.table1, stage_table if matched_from == profile_of[closest.name] else None, floor).items()},
-              # verdicts a longer run could still change (claims.not_settled), from the closest source's trends
               "b_n_unsettled": 0 if trend is None else int((~claims.not_settled(trend, verdicts)["settled"]).sum())}
     archives, reruns = archive_facts(archived_runs)
     return Findings(values=values, profile=prof, verdicts=verdicts, sources=sources, matched=matched,
@@ -566,8 +458,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
 
 
 def figure_against(found: Findings) -> plt.Figure | None:
-    """The summary figure: the closest source's 1/Δ_S against the paper's per setting, with seed ranges
-    and y = x (:func:`maskfed.book.plots.ours_against_paper`); None when no setting is in both."""
+    """The closest source's 1/Δ_S against the paper's per setting, with seed ranges and y = x
+    (:func:`maskfed.book.plots.ours_against_paper`); None when no setting is in both."""
     if not len(found.against):
         return None
     plots.use_book_style()
