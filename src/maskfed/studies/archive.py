@@ -57,14 +57,10 @@ def _check_profile(profile_name: str) -> None:
 
 
 def archive_runs(results: list[RunResult], profile_name: str) -> list[Path]:
-    """Copy finished run folders (:data:`FILES`, and :data:`OPTIONAL_FILES` where present) into
-    ``archive_dir()/<profile_name>/<run-folder>/``, each through a temporary name (:func:`install`), replacing
-    a folder of the same name; returns the archived folders in the order of ``results``.
-
-    Raises:
-        ValueError: unknown profile name, or a run folder lacking one of :data:`FILES` (checked for
-            every run before anything is copied).
-    """
+    """Copy finished run folders (:data:`FILES`, :data:`OPTIONAL_FILES` where present) into
+    ``archive_dir()/<profile_name>/<run-folder>/`` through a temporary name (:func:`install`), replacing a
+    folder of the same name; returns the archived folders. ValueError: unknown profile, or a run folder
+    lacking one of :data:`FILES` (checked for every run before anything is copied)."""
     _check_profile(profile_name)
     for r in results:
         missing = [f for f in FILES if not (r.path / f).is_file()]
@@ -194,11 +190,7 @@ def clean_leftovers(root: Path) -> list[str]:
 
 def add_manifests(profile_name: str) -> list[Path]:
     """Write a manifest into every folder of a profile's archive (runs and studies) that has none, from its
-    files as they are; returns the folders written.
-
-    Raises:
-        ValueError: unknown profile name.
-    """
+    files as they are; returns the folders written. ValueError: unknown profile name."""
     _check_profile(profile_name)
     root = archive_dir() / profile_name
     done = [f for f in (sorted(root.iterdir()) if root.is_dir() else [])
@@ -206,6 +198,8 @@ def add_manifests(profile_name: str) -> list[Path]:
     for folder in done:
         write_manifest(folder)
     return done
+
+
 def _read(folder: Path) -> RunResult:
     """Read one archived folder; ValueError with the reason if it is malformed."""
     missing = [f for f in FILES if not (folder / f).is_file()]
@@ -255,34 +249,31 @@ def _folders(profile_name: str) -> list[Path]:
 
 
 def damaged_folders(profile_name: str) -> list[DamagedFolder]:
-    """The archived run folders of a profile that :func:`load_archive` skips as malformed, with the reason.
+    """The archived run folders of a profile that :func:`load_archive` skips as malformed, with the reason."""
+    return [d for d in _scan(profile_name) if isinstance(d, DamagedFolder)]
 
-    Raises:
-        ValueError: unknown profile name.
-    """
-    damaged = []
+
+def _scan(profile_name: str) -> list[RunResult | DamagedFolder]:
+    """:func:`_read` of every run folder of a profile (ValueError: unknown profile name)."""
+    out = []
     for folder in _folders(profile_name):
         try:
-            _read(folder)
+            out.append(_read(folder))
         except ValueError as exc:
-            damaged.append(DamagedFolder(folder, str(exc)))
-    return damaged
+            out.append(DamagedFolder(folder, str(exc)))
+    return out
 
 
 def load_archive(profile_name: str) -> list[RunResult]:
     """The archived runs of one profile, sorted by folder name; [] when there are none. Malformed folders
     (:func:`damaged_folders`) are skipped with a :class:`UserWarning`; of several folders holding the same
     configuration up to :data:`WHERE_FIELDS`, only the most recently finished is kept, with a warning.
-
-    Raises:
-        ValueError: unknown profile name.
-    """
+    ValueError: unknown profile name."""
     newest: dict[RunConfig, RunResult] = {}
-    for folder in _folders(profile_name):
-        try:
-            r = _read(folder)
-        except ValueError as exc:
-            warnings.warn(f"archive {profile_name}: skipping malformed run folder {folder.name}: {exc}", stacklevel=2)
+    for r in _scan(profile_name):
+        if isinstance(r, DamagedFolder):
+            warnings.warn(f"archive {profile_name}: skipping malformed run folder {r.folder.name}: {r.reason}",
+                          stacklevel=2)
             continue
         key = _what(r.config)  # the same run, wherever its data lay and whichever device ran it
         if key in newest:
@@ -319,13 +310,10 @@ def missing_frame(profile_name: str, results: list[RunResult] | None = None) -> 
     have = {_what(r.config) for r in results}
     damaged = {d.label: d for d in damaged_folders(profile_name)}
     prof = load_profile(profile_name)
-    rows = []
-    for e in prof.experiments:
-        for c in experiments.configs(prof, e):
-            if _what(c) not in have:
-                d = damaged.get(c.label())
-                rows.append({"experiment": e, "run": c.label(), "seed": c.seed,
-                             "folder": d.folder.name if d else "", "reason": d.reason if d else "not archived"})
+    rows = [{"experiment": e, "run": c.label(), "seed": c.seed, "folder": d.folder.name if d else "",
+             "reason": d.reason if d else "not archived"}
+            for e in prof.experiments for c in experiments.configs(prof, e) if _what(c) not in have
+            for d in [damaged.get(c.label())]]
     return pd.DataFrame(rows, columns=["experiment", "run", "seed", "folder", "reason"]).drop_duplicates("run")
 
 
@@ -351,12 +339,8 @@ class IncompleteArchive(ValueError):
 
 
 def require_complete(profile_name: str, results: list[RunResult] | None = None) -> list[RunResult]:
-    """A profile's archived runs (``results``, default :func:`load_archive`; [] when it has none), refusing a
-    partial archive, so that the book's seed counts and intervals are the profile's.
-
-    Raises:
-        IncompleteArchive: some of the profile's runs (:func:`missing_frame`) are absent or damaged.
-    """
+    """A profile's archived runs (``results``, default :func:`load_archive`; [] when it has none); raises
+    :class:`IncompleteArchive` when some of its runs (:func:`missing_frame`) are absent or damaged."""
     results = load_archive(profile_name) if results is None else results
     if not results:
         return results
@@ -465,9 +449,7 @@ class ArchiveLabel:
 
 def _significant(x: float, digits: int = 3) -> float:
     """``x`` rounded to ``digits`` significant digits (0, NaN and infinities unchanged)."""
-    if not math.isfinite(x) or x == 0:
-        return x
-    return round(x, digits - 1 - math.floor(math.log10(abs(x))))
+    return x if not math.isfinite(x) or x == 0 else round(x, digits - 1 - math.floor(math.log10(abs(x))))
 
 
 def machine_text(record: dict) -> str:
@@ -476,10 +458,8 @@ def machine_text(record: dict) -> str:
     m = record.get("machine_id")
     if not m:
         return record["machine"]
-    detail = ", ".join([str(m.get("cpu_capability")), f"torch {m.get('torch')}", f"identity {m.get('id')}"])
-    if record["machine"].endswith(")"):
-        return f"{record['machine'][:-1]}; {detail})"
-    return f"{record['machine']} ({detail})"
+    head, detail = record["machine"], f"{m.get('cpu_capability')}, torch {m.get('torch')}, identity {m.get('id')}"
+    return f"{head[:-1]}; {detail})" if head.endswith(")") else f"{head} ({detail})"
 
 
 def verification_outcome(record: dict) -> str:
@@ -510,11 +490,8 @@ def _device(p: dict) -> str:
 
 
 def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
-    """The provenance label of a profile's archived runs, each folder checked against its manifest now.
-
-    Raises:
-        ValueError: ``results`` is empty.
-    """
+    """The provenance label of a profile's archived runs, each folder checked against its manifest now
+    (ValueError: ``results`` is empty)."""
     if not results:
         raise ValueError(f"no archived runs of profile {profile_name!r} to label")
     provs = [r.provenance for r in results]
@@ -524,8 +501,12 @@ def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
     hashed = {r.path.name: _hashed_files(r.path) for r in results}  # every file hashed once
     changed = [f"{r.path.name}: {c}" for r in results for c in manifest_changes(r.path, hashed[r.path.name])]
     digests = {r.path.name: content_digest(r.path, hashed[r.path.name]) for r in results}
-    verification = None if changed else latest_verification(profile_name, current, digests)
-    ours = [v for v in _verifications(profile_name) if v.get("code_hash") == current]
+    records = _verifications(profile_name)
+    ours = [v for v in records if v.get("code_hash") == current]
+    # the newest check of this code (passed or failed) whose contents hold every run's digest now: a record on
+    # other bytes, or without some run's digest, never counts; a newer failure is never shadowed by an older pass
+    verification = None if changed else next((v for v in reversed(ours) if all(
+        (v.get("contents") or {}).get(n) == d for n, d in digests.items())), None)
     newest = (ours[-1].get("contents") or {}) if ours else {}
     unverified = [] if verification is not None else [n for n in sorted(digests) if newest.get(n) != digests[n]]
     return ArchiveLabel(
@@ -534,7 +515,7 @@ def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
         commits=sorted({p["commit"][:10] + ("+dirty" if p.get("dirty") else "") for p in provs}),
         code_hashes=hashes, current_code_hash=current, changed=changed, verification=verification,
         unverified=unverified, checked_before=bool(ours),
-        own_code_check=next((v for v in reversed(_verifications(profile_name)) if v.get("code_hash") in hashes), None),
+        own_code_check=next((v for v in reversed(records) if v.get("code_hash") in hashes), None),
         same_code_runs=sum(p["code_hash"] == current for p in provs), labels=[r.config.label() for r in results])
 
 
@@ -551,16 +532,6 @@ def _verifications(profile_name: str) -> list[dict]:
     except json.JSONDecodeError as exc:
         warnings.warn(f"archive {profile_name}: {VERIFIED} is unreadable ({exc}); ignoring it", stacklevel=2)
         return []
-
-
-def latest_verification(profile_name: str, code_hash: str, digests: dict[str, str]) -> dict | None:
-    """The newest verification (passed or failed) of ``code_hash`` whose ``contents`` hold every run's
-    :func:`content_digest` now (``digests``: ``{run folder: digest}``), else None: a record on other bytes, or
-    without some run's digest, never counts, and a newer failure is never shadowed by an older pass."""
-    for v in reversed(_verifications(profile_name) if digests else []):
-        if v.get("code_hash") == code_hash and all((v.get("contents") or {}).get(n) == d for n, d in digests.items()):
-            return v
-    return None
 
 
 def default_sample(results: list[RunResult], profile_name: str) -> list[RunResult]:
@@ -648,23 +619,13 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
     in a scratch results folder (``scratch``, None: a temporary one), compare them with the archived metrics
     bit for bit (:func:`same_metrics`, :func:`first_difference`) and to :data:`SUMMARY_RTOL`
     (:func:`compare_summaries`), and append the record to ``archive_dir()/<profile>/verified.json`` whatever
-    the outcome, with every archived run's :func:`content_digest`. ``workers`` is used when the archived runs
-    recorded one torch thread each; otherwise runs go one by one with the thread count they recorded.
-
-    Returns:
-        The record appended: ``code_hash``, ``commit``, ``utc``, ``machine``, ``machine_id``
-        (:func:`maskfed.provenance.machine_identity`), ``archived_code_hashes``, ``identical``,
-        ``within_tolerance``, ``summary_rtol``, ``outcome`` (:func:`verification_outcome`), ``runs`` (one entry
-        per re-run) and ``contents`` (``{run folder: content_digest}`` of every archived run).
-
-    Raises:
-        ValueError: unknown profile, no archive, or a label not in the archive (naming those it has).
-    """
+    the outcome, with every archived run's :func:`content_digest` (``contents``), and return it. ``workers`` is
+    used when the archived runs recorded one torch thread each; else runs go one by one with their thread count.
+    ValueError: unknown profile, no archive, or a label not in the archive (naming those it has)."""
     import torch
 
     from maskfed.engine import runner
 
-    _check_profile(profile_name)
     results = load_archive(profile_name)
     if not results:
         raise ValueError(f"profile {profile_name!r} has no archived runs to verify ({how_to_make(profile_name)})")
@@ -905,13 +866,9 @@ def _load_study(profile_name: str, root: Path, files: tuple, what: str, read):
 
 
 def archive_stage_study(profile_name: str, *, workers: int | None = None, progress: bool = True) -> Path:
-    """Run the stage study (:func:`maskfed.studies.stage.run_study`, the profile's settings) on a
-    profile's archived ladder trajectories (:func:`ladder_trajectories`) and keep it in
-    ``archive_dir()/<profile>/stage/`` (:data:`STAGE_FILES`), replacing an older one.
-
-    Raises:
-        ValueError: the archive holds no ladder run with θ snapshots.
-    """
+    """Run the stage study (:func:`maskfed.studies.stage.run_study`) on a profile's archived ladder trajectories
+    (:func:`ladder_trajectories`) and keep it in ``archive_dir()/<profile>/stage/`` (:data:`STAGE_FILES`),
+    replacing an older one. ValueError: the archive holds no ladder run with θ snapshots."""
     from maskfed.studies import stage
 
     trajectories = ladder_trajectories(profile_name)
@@ -953,22 +910,14 @@ CROSS_FILES = ("table.csv", "checkpoints.csv", "spec.json", "provenance.json")
 
 def alpha_trajectories(profile_name: str, *, workers: int = 2,
                        progress: bool = True) -> tuple[dict[float, dict[int, Path]], dict[str, str]]:
-    """``{α: {seed: run folder with θ snapshots}}`` for the trajectory of every Table II α
-    (:func:`maskfed.studies.stage.ladder_config`), and a report of how each was got.
+    """``({α: {seed: run folder with θ snapshots}}, report)`` for the trajectory of every Table II α
+    (:func:`maskfed.studies.stage.ladder_config`; ValueError: the archive lacks one).
 
-    An archived run without ``thetas.pt`` is run again (:func:`maskfed.engine.runner.run_many`, in
-    ``results/runs``) keeping θ at the stage ladder's candidate rounds: if its metrics equal the archived ones
-    bit for bit (:func:`same_metrics`), its ``thetas.pt`` joins the archived folder (manifest rewritten),
-    otherwise the rerun's own folder is the trajectory.
-
-    Returns:
-        ``(trajectories, report)``; ``report``: archived run folder -> "kept" (θ kept as it trained), "rerun
-        identical", or ``{"outcome": "rerun differs", "max_abs_diff", "round", "column"}``; a run that has
-        ``thetas.pt`` already keeps the entry an earlier α-cross recorded for it.
-
-    Raises:
-        ValueError: the archive lacks one of these runs.
-    """
+    An archived run without ``thetas.pt`` is run again in ``results/runs`` keeping θ at the stage ladder's
+    candidate rounds: if its metrics equal the archived ones bit for bit (:func:`same_metrics`), its
+    ``thetas.pt`` joins the archived folder (manifest rewritten), else the rerun's folder is the trajectory.
+    ``report``: archived run folder -> "kept" (or the entry an earlier α-cross recorded for it), "rerun
+    identical", or ``{"outcome": "rerun differs", "max_abs_diff", "round", "column"}``."""
     from maskfed.engine import runner
     from maskfed.studies import stage
 
@@ -1010,12 +959,8 @@ def alpha_trajectories(profile_name: str, *, workers: int = 2,
 
 def archive_alpha_cross(profile_name: str, *, workers: int = 2, progress: bool = True) -> Path:
     """Measure Table II's α at θ from every α's trajectory (:func:`alpha_trajectories`; the stage study's
-    settings, its checkpoints placed by accuracy along each trajectory) and keep it in
-    ``archive_dir()/<profile>/stage-cross/`` (:data:`CROSS_FILES`), replacing an older one.
-
-    Raises:
-        ValueError: the archive lacks a Table II run (:func:`alpha_trajectories`).
-    """
+    settings) and keep it in ``archive_dir()/<profile>/stage-cross/`` (:data:`CROSS_FILES`), replacing an older
+    one. ValueError: the archive lacks a Table II run."""
     from maskfed.studies import stage
 
     t0 = time.perf_counter()
@@ -1087,9 +1032,7 @@ class ArchivedFactor:
     trajectory: pd.DataFrame | None = None  # metrics.csv of a model's own FedAvg trajectory (TRAJECTORY_FILES), if kept
 
     def record(self) -> dict:
-        """The study's provenance as values: ``finished`` (date), ``device``, ``commit``, ``run code`` (its
-        hash), ``this code`` (this checkout's), ``code changed`` (bool), ``compute h`` (hours of compute in
-        all), ``wall h`` (hours of the last command) and ``changed`` (files that differ from the manifest)."""
+        """The study's provenance as values (``compute h``: hours of compute in all; ``wall h``: of the last command)."""
         p = self.provenance
         return {"finished": p["finished_utc"][:10], "device": _device({"machine": p["machine"]}),
                 "commit": p["commit"], "run code": p["code_hash"], "this code": provenance.code_hash(),
@@ -1100,19 +1043,13 @@ class ArchivedFactor:
 def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, progress: bool = True,
                          all_protocols: bool = False, data_path: str | None = None,
                          own_trajectories=()) -> Path:
-    """Compute a profile's model-size study ``part`` (:func:`maskfed.studies.factor_axes.model_study`,
-    :func:`maskfed.studies.factor_axes.model_spec`; cached, so a killed command resumes) and keep it in
-    :func:`factor_dir` (:data:`FACTOR_FILES`), replacing an older one.
+    """Compute a profile's model-size study ``part`` (:func:`maskfed.studies.factor_axes.model_study`; cached,
+    so a killed command resumes) and keep it in :func:`factor_dir` (:data:`FACTOR_FILES`), replacing an older one.
 
-    θ of a "fedavg" model come from the archived stage-ladder trajectory of the first seed
-    (:func:`ladder_trajectories`), else from ``results/runs``. A model with a trajectory of its own reads
-    it from ``own_trajectories`` or ``results/runs`` (trained when missing); its folder is kept without θ
-    (:data:`TRAJECTORY_FILES`), and ``checkpoints.csv`` holds a sha256 prefix of each θ measured.
-
-    Raises:
-        ConfigError: a profile or part without a study (naming those defined).
-        ValueError: the study has more than one trajectory of its own.
-    """
+    θ of a "fedavg" model come from the archived ladder trajectory of the first seed (:func:`ladder_trajectories`),
+    else from ``results/runs``. A model's own trajectory (``own_trajectories`` or ``results/runs``, trained when
+    missing) is kept without θ (:data:`TRAJECTORY_FILES`). ConfigError: a profile or part without a study;
+    ValueError: the study has more than one trajectory of its own."""
     from maskfed.studies import central, factor_axes, pool_gram
     from maskfed.engine import runner
 
