@@ -735,14 +735,14 @@ def summaries(experiment: str, *, live: str | None = None, profiles: list[str] |
         cfgs = experiments.configs(load_profile(name), experiment)
         runs = select(require_complete(name) if whole else load_archive(name), cfgs)
         have = {_what(r.config) for r in runs}
-        damaged = [d for d in damaged_folders(name) if d.label in {c.label() for c in cfgs if _what(c) not in have}]
-        if not runs:
-            notes.append(AbsentArchive(name, experiment, damaged))
-            continue
+        lacking = [c.label() for c in cfgs if _what(c) not in have]
+        damaged = [d for d in damaged_folders(name) if d.label in lacking]
         bad = {d.label for d in damaged}
-        found.append(ArchivedSummary(name, runs, tables[experiment](runs), label(runs, name),
-                                     [c.label() for c in cfgs if _what(c) not in have and c.label() not in bad],
-                                     damaged))
+        if runs:
+            found.append(ArchivedSummary(name, runs, tables[experiment](runs), label(runs, name),
+                                         [x for x in lacking if x not in bad], damaged))
+        else:
+            notes.append(AbsentArchive(name, experiment, damaged))
     return found, notes
 
 
