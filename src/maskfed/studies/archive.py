@@ -46,6 +46,12 @@ WHERE_FIELDS = ("data_path", "device", *NOT_IN_KEY)
 BOOK_PROFILES = (PAPER, CPU_PAPER, CPU_LONG)
 
 
+def _require(folder: Path, files: tuple, context: str = "") -> None:
+    missing = [f for f in files if not (folder / f).is_file()]
+    if missing:
+        raise ValueError(f"{context}missing {missing}")
+
+
 def archive_dir() -> Path:
     """The archive root: ``$MASKFED_ARCHIVE_DIR`` or ``<repo>/results/archive``."""
     return env_path("MASKFED_ARCHIVE_DIR", REPO_ROOT / "results" / "archive")
@@ -63,9 +69,7 @@ def archive_runs(results: list[RunResult], profile_name: str) -> list[Path]:
     lacking one of :data:`FILES` (checked for every run before anything is copied)."""
     _check_profile(profile_name)
     for r in results:
-        missing = [f for f in FILES if not (r.path / f).is_file()]
-        if missing:
-            raise ValueError(f"run folder {r.path} is not a finished run: missing {missing}")
+        _require(r.path, FILES, f"run folder {r.path} is not a finished run: ")
     dest_root = archive_dir() / profile_name
     dest_root.mkdir(parents=True, exist_ok=True)
     clean_leftovers(dest_root)
@@ -202,9 +206,7 @@ def add_manifests(profile_name: str) -> list[Path]:
 
 def _read(folder: Path) -> RunResult:
     """Read one archived folder; ValueError with the reason if it is malformed."""
-    missing = [f for f in FILES if not (folder / f).is_file()]
-    if missing:
-        raise ValueError(f"missing {missing}")
+    _require(folder, FILES)
     try:
         r = load_run(folder)
     except DamagedRun as exc:  # a file cut short or unparsable, or metrics of the wrong shape
@@ -856,9 +858,7 @@ def _load_study(profile_name: str, root: Path, files: tuple, what: str, read):
     if not root.is_dir():
         return None
     try:
-        missing = [f for f in files if not (root / f).is_file()]
-        if missing:
-            raise ValueError(f"missing {missing}")
+        _require(root, files)
         return read(root)
     except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
         warnings.warn(f"archive {profile_name}: skipping malformed {what} {root.name}: {exc}", stacklevel=3)
