@@ -124,9 +124,8 @@ def content_digest(folder: Path, hashed: dict[str, str] | None = None) -> str:
 
 
 def manifest_changes(folder: Path, now: dict[str, str] | None = None) -> list[str]:
-    """How ``folder``'s files (``now``: :func:`_hashed_files` already computed) differ from its manifest
-    ([] when all match): ``"<file> changed"``, ``"<file> missing"``, ``"<file> extra"``, ``"no manifest.json"``
-    or ``"manifest.json unreadable"``."""
+    """How ``folder``'s files (``now``: :func:`_hashed_files`) differ from its manifest ([] when all match):
+    ``"<file> changed"``, ``"<file> missing"``, ``"<file> extra"``, ``"no manifest.json"`` or ``"... unreadable"``."""
     now = _hashed_files(folder) if now is None else now
     path = folder / MANIFEST
     if not path.is_file():
@@ -706,8 +705,7 @@ class ArchivedSummary:
     damaged: list[DamagedFolder] = field(default_factory=list)  # its runs' folders that are malformed (not used)
 
     def trends(self) -> dict:
-        """How many runs' recovery factor was still falling, flat or rising over the second half of their
-        rounds (:func:`maskfed.analysis.uncertainty.trend_counts`)."""
+        """:func:`maskfed.analysis.uncertainty.trend_counts` of the runs (1/Δ_S over their second half)."""
         return uncertainty.trend_counts(self.results)
 
 
@@ -716,15 +714,8 @@ def summaries(experiment: str, *, live: str | None = None, profiles: list[str] |
     """Archived summaries of ``experiment`` ("table1" or "table2") for each of ``profiles`` (None:
     :data:`BOOK_PROFILES` less ``live``), each profile's runs matched to its own configurations (:func:`select`),
     never pooled. ``whole``: refuse a partial archive (:func:`require_complete`), as the book's chapters do.
-
-    Returns:
-        ``(found, notes)``: an :class:`ArchivedSummary` per profile with runs, an :class:`AbsentArchive` per
-        profile without any.
-
-    Raises:
-        ValueError: experiment other than "table1"/"table2", or an unknown profile.
-        IncompleteArchive: with ``whole``, a profile's archive lacks some of its runs.
-    """
+    Returns ``(found, notes)``: an :class:`ArchivedSummary` per profile with runs, an :class:`AbsentArchive` per
+    profile without any. ValueError: another experiment, or an unknown profile."""
     tables = {"table1": experiments.table1, "table2": experiments.table2}
     if experiment not in tables:
         raise ValueError(f"experiment must be one of {sorted(tables)}; got {experiment!r}")
