@@ -46,10 +46,10 @@ WHERE_FIELDS = ("data_path", "device", *NOT_IN_KEY)
 BOOK_PROFILES = (PAPER, CPU_PAPER, CPU_LONG)
 
 
-def _require(folder: Path, files: tuple, context: str = "") -> None:
+def _require(folder: Path, files: tuple) -> None:
     missing = [f for f in files if not (folder / f).is_file()]
     if missing:
-        raise ValueError(f"{context}missing {missing}")
+        raise ValueError(f"missing {missing}")
 
 
 def archive_dir() -> Path:
@@ -69,7 +69,9 @@ def archive_runs(results: list[RunResult], profile_name: str) -> list[Path]:
     lacking one of :data:`FILES` (checked for every run before anything is copied)."""
     _check_profile(profile_name)
     for r in results:
-        _require(r.path, FILES, f"run folder {r.path} is not a finished run: ")
+        missing = [f for f in FILES if not (r.path / f).is_file()]
+        if missing:
+            raise ValueError(f"run folder {r.path} is not a finished run: missing {missing}")
     dest_root = archive_dir() / profile_name
     dest_root.mkdir(parents=True, exist_ok=True)
     clean_leftovers(dest_root)
