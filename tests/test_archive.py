@@ -49,14 +49,12 @@ def fake_run(folder, cfg, *, recovery, acc=0.5, code_hash=None, finished="2026-1
 
 
 def test_archive_runs_copies_small_files_and_reads_back(dirs_in_tmp):
-    # prepare: two real (tiny) runs, one with an extra file in its folder that must not be archived
+    # two real (tiny) runs, one with an extra file in its folder that must not be archived
     cfgs = [make_run_config(**TINY), make_run_config(**{**TINY, "batch_size": "full"})]
     results = runner.run_many(cfgs, workers=1, progress=False, keep_every={cfgs[1]: 1})  # the second keeps θ
     (results[0].path / "scratch.bin").write_bytes(b"x" * 10)
-    # execute
     folders = archive.archive_runs(results, "smoke")
     back = archive.load_archive("smoke")
-    # assert
     assert [f.parent for f in folders] == [dirs_in_tmp / "archive" / "smoke"] * 2
     assert [f.name for f in folders] == [r.path.name for r in results]
     assert sorted(p.name for p in folders[0].iterdir()) == sorted(archive.FILES + (archive.MANIFEST,))
@@ -86,10 +84,7 @@ def test_archive_runs_refuses_unfinished_folders_and_unknown_profiles(dirs_in_tm
         archive.archive_runs([], "laptop")
     with pytest.raises(ValueError, match="profile_name must be one of"):
         archive.load_archive("laptop")
-
-
-def test_load_archive_without_archive_is_empty():
-    assert archive.load_archive("cpu-long") == []
+    assert archive.load_archive("cpu-long") == []  # no archive: empty
 
 
 def test_load_archive_skips_malformed_folders_with_a_warning(dirs_in_tmp):
@@ -178,7 +173,7 @@ def test_select_ignores_where_a_run_ran_but_not_what_it_computed():
 
 @pytest.mark.slow
 def test_summaries_per_profile_never_pooled_and_notes_for_absent_archives(dirs_in_tmp):
-    # prepare: a full cpu-long Table I archive with 1/Δ_S = 2 everywhere except bs 32, τ 1 (= 5),
+    # a full cpu-long Table I archive with 1/Δ_S = 2 everywhere except bs 32, τ 1 (= 5),
     # a second run of that setting in the *paper* archive with 1/Δ_S = 9, and one extra cpu-long
     # run that belongs to no Table I setting (α = 1: a Table II run).
     long = load_profile("cpu-long")
@@ -190,9 +185,8 @@ def test_summaries_per_profile_never_pooled_and_notes_for_absent_archives(dirs_i
     paper_cfg = experiments.configs(load_profile("paper"), "table1")[0]  # bs 32, τ 1, seed 0
     fake_run(dirs_in_tmp / "archive" / "paper" / paper_cfg.label(), paper_cfg, recovery=9.0, device="cuda",
              cuda="NVIDIA H200")
-    # execute
     found, notes = archive.summaries("table1", live="cpu")
-    # assert: one summary per profile, each from its own runs only
+    # one summary per profile, each from its own runs only
     assert [a.profile for a in found] == ["paper", "cpu-long"]  # closest to the paper's setting first
     found = found[::-1]
     long_t, paper_t = found[0].table, found[1].table
@@ -224,9 +218,9 @@ def test_summaries_per_profile_never_pooled_and_notes_for_absent_archives(dirs_i
 
 
 def test_summaries_without_archive_say_how_to_make_one():
-    # execute: no archive at all (the test's own empty archive folder)
+    # no archive at all (the test's own empty archive folder)
     found, notes = archive.summaries("table1", live="smoke")
-    # assert: one absent-archive record per book profile, each with the commands that make its archive
+    # one absent-archive record per book profile, each with the commands that make its archive
     assert found == []
     assert [(n.profile, n.experiment, n.status) for n in notes] == [
         ("paper", "table1", "not archived"), ("cpu-paper", "table1", "not archived"),
@@ -266,12 +260,12 @@ def test_cli_archive_refuses_until_every_run_has_finished(dirs_in_tmp, monkeypat
 
 
 def test_cli_archive_seeds_adds_only_those_seeds_runs(dirs_in_tmp, monkeypatch, capsys):
-    # prepare: a one-run "profile" per seed; seed 0 archived earlier, seed 3 (added later) finished now
+    # a one-run "profile" per seed; seed 0 archived earlier, seed 3 (added later) finished now
     monkeypatch.setattr(cli.experiments, "all_configs",
                         lambda profile: [make_run_config(**{**TINY, "seed": s}) for s in profile.seeds])
     first = make_run_config(**{**TINY, "seed": 0})
     fake_run(dirs_in_tmp / "archive" / "smoke" / first.label(), first, recovery=2.0)
-    # execute / assert: seed 3 is not finished: refused, naming the sweep of that seed only
+    # seed 3 is not finished: refused, naming the sweep of that seed only
     assert cli.main(["archive", "--profile", "smoke", "--seeds", "3"]) == 2
     err = capsys.readouterr().err
     assert "1 of the 1 runs" in err and "maskfed sweep --profile smoke --seeds 3`" in err
@@ -289,11 +283,9 @@ def test_cli_archive_seeds_adds_only_those_seeds_runs(dirs_in_tmp, monkeypatch, 
     assert "--seeds is used when archiving runs only" in capsys.readouterr().err
 
 
-
-
 @pytest.mark.slow
 def test_verify_relabels_only_when_every_rerun_metric_is_bit_identical(dirs_in_tmp, monkeypatch):
-    # prepare: two tiny runs archived by "old" code; this checkout's code hash is another one
+    # two tiny runs archived by "old" code; this checkout's code hash is another one
     cfgs = [make_run_config(**TINY), make_run_config(**{**TINY, "batch_size": "full"})]
     archive.archive_runs(runner.run_many(cfgs, workers=1, progress=False), "smoke")
     old = provenance.code_hash()
@@ -301,9 +293,9 @@ def test_verify_relabels_only_when_every_rerun_metric_is_bit_identical(dirs_in_t
     runs = archive.load_archive("smoke")
     assert archive.label(runs, "smoke").code_changed is True
     labels = [c.label() for c in cfgs]
-    # execute: the re-runs reproduce the archive (the code changed only in name)
+    # the re-runs reproduce the archive (the code changed only in name)
     record = archive.verify_archive("smoke", labels=labels)
-    # assert: recorded, and the label now says the current code reproduces the runs
+    # recorded, and the label now says the current code reproduces the runs
     assert record["identical"] is True and [r["identical"] for r in record["runs"]] == [True, True]
     assert record["code_hash"] == "feedfacefeedface" and record["archived_code_hashes"] == [old]
     assert record["within_tolerance"] is True and record["outcome"] == "bit-identical"
@@ -343,6 +335,15 @@ def test_same_metrics_ignores_wall_time_and_treats_nan_as_equal():
     assert archive.same_metrics(a, a.assign(wall_s=[9.0, 9.0])) == (True, 0.0)
     assert archive.same_metrics(a, a.assign(test_acc=[np.nan, 0.25])) == (False, 0.25)
     assert archive.same_metrics(a, a.drop(columns="test_acc"))[0] is False
+    # first_difference: the first round, then column
+    a = pd.DataFrame({"round": [1, 2, 3], "x": [1.0, 2.0, float("nan")], "y": [0.0, 5.0, 6.0], "wall_s": [1, 2, 3]})
+    b = a.copy()
+    assert archive.first_difference(a, b) is None
+    b.loc[2, "x"] = 9.0          # round 3, column x
+    b.loc[1, "y"] = 5.5          # round 2, column y: the first in round order
+    b["wall_s"] = [7, 8, 9]      # timing is not a result
+    assert archive.first_difference(a, b) == {"column": "y", "round": 2, "archived": 5.0, "rerun": 5.5}
+    assert archive.first_difference(a, b.drop(columns="y"))["round"] is None
 
 
 def test_default_sample_is_one_run_per_experiment(dirs_in_tmp):
@@ -359,16 +360,15 @@ def test_default_sample_is_one_run_per_experiment(dirs_in_tmp):
 def test_stage_study_from_archived_trajectories_is_archived_and_read_back(dirs_in_tmp):
     from maskfed.studies import stage
 
-    # prepare: the smoke profile's ladder run, with θ snapshots, archived
+    # the smoke profile's ladder run, with θ snapshots, archived
     smoke = load_profile("smoke")
     ref = stage.ladder_config(smoke)
     keep = stage.ladder_snapshots(smoke, [ref])
     archive.archive_runs(runner.run_many([ref], progress=False, keep_every=keep), "smoke")
     assert archive.ladder_trajectories("smoke") == {0: dirs_in_tmp / "archive" / "smoke" / runner.identify(ref).path.name}
-    # execute
     dest = archive.archive_stage_study("smoke", workers=1, progress=False)
     back = archive.load_stage_study("smoke")
-    # assert: every protocol of both tables at every checkpoint of the one trajectory, read back as written
+    # every protocol of both tables at every checkpoint of the one trajectory, read back as written
     assert sorted(p.name for p in dest.iterdir()) == sorted(archive.STAGE_FILES + (archive.MANIFEST,))
     n_stages = len(back.checkpoints)
     n_protocols = len(stage.study_configs(smoke)["table1"]) + len(stage.study_configs(smoke)["table2"])
@@ -385,18 +385,17 @@ def test_stage_study_from_archived_trajectories_is_archived_and_read_back(dirs_i
 
 @pytest.mark.slow
 def test_a_damaged_archived_run_is_shown_as_damaged_not_as_never_archived(dirs_in_tmp, capsys):
-    # prepare: the cpu-long Table II runs archived, one of them with its metrics cut to 3 rows
+    # the cpu-long Table II runs archived, one of them with its metrics cut to 3 rows
     long = load_profile("cpu-long")
     cfgs = experiments.configs(long, "table2")
     root = dirs_in_tmp / "archive" / "cpu-long"
     folders = [fake_run(root / f"{c.label()}-0123456789abcdef", c, recovery=2.0) for c in cfgs]
     pd.read_csv(folders[0] / "metrics.csv").head(3).to_csv(folders[0] / "metrics.csv", index=False)
-    # execute
     with pytest.warns(UserWarning, match="skipping malformed"):
         found, notes = archive.summaries("table2", profiles=["cpu-long"])
     from maskfed.book import notebooks
     notebooks.report_damaged_archive()  # what the build's output says
-    # assert: named as damaged with its reason, on the page and in the build's output; not "not yet archived"
+    # named as damaged with its reason, on the page and in the build's output; not "not yet archived"
     (a,) = found
     assert a.missing == [] and [d.folder for d in a.damaged] == [folders[0]]
     row = archive.archive_table(found, notes).loc["cpu-long (archived)"]
@@ -416,7 +415,7 @@ def test_a_damaged_archived_run_is_shown_as_damaged_not_as_never_archived(dirs_i
 
 
 def test_the_studies_folders_beside_the_runs_are_not_run_folders(dirs_in_tmp):
-    # prepare: one archived run beside a stage study and a model-size study folder (no run files)
+    # one archived run beside a stage study and a model-size study folder (no run files)
     long = load_profile("cpu-long")
     cfg = experiments.configs(long, "table2")[0]
     root = dirs_in_tmp / "archive" / "cpu-long"
@@ -424,7 +423,7 @@ def test_the_studies_folders_beside_the_runs_are_not_run_folders(dirs_in_tmp):
     for study in (archive.STAGE_DIR, "factor-models", "factor-resnet"):
         (root / study).mkdir()
         (root / study / "table.csv").write_text("a\n1\n")
-    # execute / assert: one run, nothing damaged
+    # one run, nothing damaged
     assert len(archive.load_archive("cpu-long")) == 1
     assert archive.damaged_folders("cpu-long") == []
 
@@ -441,7 +440,7 @@ def _two_archived_runs(monkeypatch):
 
 @pytest.mark.slow
 def test_runs_added_with_this_code_need_a_verification_that_covers_them(dirs_in_tmp, monkeypatch):
-    # prepare: two runs of old code verified with this checkout's code, then a seed added with this code
+    # two runs of old code verified with this checkout's code, then a seed added with this code
     cfgs, runs = _two_archived_runs(monkeypatch)
     assert archive.verify_archive("smoke", labels=[c.label() for c in cfgs])["identical"] is True
     added = make_run_config(**{**TINY, "seed": 1})
@@ -449,15 +448,15 @@ def test_runs_added_with_this_code_need_a_verification_that_covers_them(dirs_in_
     runs = archive.load_archive("smoke")
     assert sorted(r.provenance["code_hash"] for r in runs).count("feedfacefeedface") == 1
     added_folder = next(r.path.name for r in runs if r.provenance["code_hash"] == "feedfacefeedface")
-    # execute / assert: the verification holds no digest of the added run, so it covers the archive no longer
+    # the verification holds no digest of the added run, so it covers the archive no longer
     lab = archive.label(runs, "smoke")
     assert lab.verified is False and lab.code_changed is True and lab.unverified == [added_folder]
     assert lab.status == "code changed" and lab.record()["unverified"] == added_folder
-    # execute: verified again, the record covering every run's files
+    # verified again, the record covering every run's files
     record = archive.verify_archive("smoke", labels=[c.label() for c in cfgs])
     assert sorted(record["contents"]) == sorted(r.path.name for r in runs)
     lab = archive.label(runs, "smoke")
-    # assert: the text says which runs are which
+    # the text says which runs are which
     assert lab.verified is True and lab.code_changed is False and lab.same_code_runs == 1 and lab.unverified == []
     assert lab.status == "reproduced" and (lab.runs, lab.same_code_runs) == (3, 1)
     assert [lab.record()[k] for k in ("re-run", "re-run here", "re-run other")] == [2, 2, 0]
@@ -475,7 +474,7 @@ def test_runs_added_with_this_code_need_a_verification_that_covers_them(dirs_in_
 
 @pytest.mark.slow
 def test_an_edited_archived_file_is_named_by_the_label_and_never_called_reproduced(dirs_in_tmp, monkeypatch):
-    # prepare: a passed verification, then one value of one archived metrics.csv changed by 1e-3
+    # a passed verification, then one value of one archived metrics.csv changed by 1e-3
     cfgs, runs = _two_archived_runs(monkeypatch)
     labels = [c.label() for c in cfgs]
     assert archive.verify_archive("smoke", labels=labels)["identical"] is True
@@ -485,9 +484,9 @@ def test_an_edited_archived_file_is_named_by_the_label_and_never_called_reproduc
     m = pd.read_csv(path)
     m.loc[1, "recovery_unweighted"] += 1e-3
     m.to_csv(path, index=False)
-    # execute: the label is computed from the files on disk, before any check runs
+    # the label is computed from the files on disk, before any check runs
     lab = archive.label(archive.load_archive("smoke"), "smoke")
-    # assert: which run and which file, and no "reproduced"
+    # which run and which file, and no "reproduced"
     assert lab.changed == [f"{runs[0].path.name}: metrics.csv changed"]
     assert lab.code_changed is True and lab.verified is False
     assert lab.status == "files changed" and lab.record()["changed"] == lab.changed[0]
@@ -545,7 +544,7 @@ def test_manifest_changes_names_changed_missing_and_extra_files(tmp_path):
     assert archive.manifest_changes(folder) == ["no manifest.json"] and archive.manifest_digest(folder) is None
 
 
-def test_add_manifests_writes_only_missing_ones(dirs_in_tmp):
+def test_add_manifests_writes_only_missing_ones(dirs_in_tmp, capsys):
     root = dirs_in_tmp / "archive" / "smoke"
     cfg = make_run_config(**TINY)
     a = fake_run(root / "a", cfg, recovery=2.0)
@@ -554,21 +553,17 @@ def test_add_manifests_writes_only_missing_ones(dirs_in_tmp):
     before = (a / archive.MANIFEST).read_bytes()
     assert archive.add_manifests("smoke") == [b]
     assert (a / archive.MANIFEST).read_bytes() == before and archive.manifest_changes(b) == []
-
-
-def test_first_difference_gives_the_first_round_then_column():
-    a = pd.DataFrame({"round": [1, 2, 3], "x": [1.0, 2.0, float("nan")], "y": [0.0, 5.0, 6.0], "wall_s": [1, 2, 3]})
-    b = a.copy()
-    assert archive.first_difference(a, b) is None
-    b.loc[2, "x"] = 9.0          # round 3, column x
-    b.loc[1, "y"] = 5.5          # round 2, column y: the first in round order
-    b["wall_s"] = [7, 8, 9]      # timing is not a result
-    assert archive.first_difference(a, b) == {"column": "y", "round": 2, "archived": 5.0, "rerun": 5.5}
-    assert archive.first_difference(a, b.drop(columns="y"))["round"] is None
+    # the command
+    (a / archive.MANIFEST).unlink()
+    assert cli.main(["archive", "--profile", "smoke", "--manifests"]) == 0
+    assert "into 1 folder(s)" in capsys.readouterr().err and archive.manifest_changes(a) == []
+    assert cli.main(["archive", "--profile", "smoke", "--manifests"]) == 0
+    assert "into 0 folder(s)" in capsys.readouterr().err
+    assert cli.main(["archive", "--profile", "smoke", "--manifests", "--verify"]) == 2
 
 
 def test_replacing_an_archived_run_killed_between_the_renames_loses_nothing(dirs_in_tmp, monkeypatch):
-    # prepare: one archived run; then archive it again, killed after the old folder was moved aside
+    # one archived run; then archive it again, killed after the old folder was moved aside
     cfg = make_run_config(**TINY)
     results = runner.run_many([cfg], workers=1, progress=False)
     dest = archive.archive_runs(results, "smoke")[0]
@@ -590,9 +585,9 @@ def test_replacing_an_archived_run_killed_between_the_renames_loses_nothing(dirs
     # the pid of the leftovers is this live process's: pretend it died, as a killed command does
     for p in list(root.iterdir()):
         p.rename(root / (p.name.rpartition("-")[0] + "-999999999"))
-    # execute: the next archive command tidies up first
+    # the next archive command tidies up first
     done = archive.clean_leftovers(root)
-    # assert: the old run is back whole, nothing hidden is left, and the book reads it
+    # the old run is back whole, nothing hidden is left, and the book reads it
     assert sorted(done) == [f"removed .tmp-{dest.name}-999999999", f"restored {dest.name}"]
     assert [p.name for p in root.iterdir()] == [dest.name] and archive.manifest_changes(dest) == []
     assert [r.path for r in archive.load_archive("smoke")] == [dest]
@@ -600,33 +595,20 @@ def test_replacing_an_archived_run_killed_between_the_renames_loses_nothing(dirs
     assert [p.name for p in root.iterdir()] == [dest.name]
 
 
-def test_the_manifests_command_writes_only_missing_ones(dirs_in_tmp, capsys):
-    root = dirs_in_tmp / "archive" / "smoke"
-    cfg = make_run_config(**TINY)
-    fake_run(root / "a", cfg, recovery=2.0)
-    (root / "a" / archive.MANIFEST).unlink()
-    assert cli.main(["archive", "--profile", "smoke", "--manifests"]) == 0
-    assert "into 1 folder(s)" in capsys.readouterr().err and archive.manifest_changes(root / "a") == []
-    assert cli.main(["archive", "--profile", "smoke", "--manifests"]) == 0
-    assert "into 0 folder(s)" in capsys.readouterr().err
-    assert cli.main(["archive", "--profile", "smoke", "--manifests", "--verify"]) == 2
-
-
 @pytest.mark.slow
 def test_alpha_cross_reruns_the_table_two_runs_with_snapshots_and_measures_every_alpha_at_every_theta(dirs_in_tmp):
     from maskfed.studies import stage
 
-    # prepare: the smoke ladder run with θ snapshots and Table II's other α runs without, all archived
+    # the smoke ladder run with θ snapshots and Table II's other α runs without, all archived
     smoke = load_profile("smoke")
     ref = stage.ladder_config(smoke)
     others = [stage.ladder_config(smoke, alpha=a) for a in smoke.table2.alphas if a != smoke.table1.alpha]
     archive.archive_runs(runner.run_many([ref], progress=False, keep_every=stage.ladder_snapshots(smoke, [ref])), "smoke")
     archive.archive_runs(runner.run_many(others, progress=False), "smoke")
     shutil.rmtree(dirs_in_tmp / "results" / "runs")  # the reruns must train again
-    # execute
     dest = archive.archive_alpha_cross("smoke", workers=1, progress=False)
     back = archive.load_alpha_cross("smoke")
-    # assert: each rerun reproduced its archived run on this machine, so its θ joined the archived folder;
+    # each rerun reproduced its archived run on this machine, so its θ joined the archived folder;
     # the ladder run kept its θ as it trained
     rep = back.provenance["reproduction"]
     ref_name = runner.identify(ref).path.name
@@ -665,19 +647,18 @@ def _full_archive(root, profile_name):
 
 
 def test_a_run_moved_out_of_the_archive_stops_the_book_naming_it_and_the_sweep_command(dirs_in_tmp, capsys):
-    # prepare: the whole cpu-paper archive (5 seeds), then one seed-3 run moved out of it
+    # the whole cpu-paper archive (5 seeds), then one seed-3 run moved out of it
     root = dirs_in_tmp / "archive" / "cpu-paper"
     folders = _full_archive(root, "cpu-paper")
     assert len(archive.require_complete("cpu-paper")) == len(folders)
     label = next(k for k in folders if k.endswith("-s3") and "bs128-t1" in k)
     shutil.move(folders[label], dirs_in_tmp / "moved")
-    # execute
     with pytest.raises(archive.IncompleteArchive) as caught:
         archive.require_complete("cpu-paper")
     from maskfed.book import evidence, notebooks
     code = notebooks.main(["--profile", "cpu", "--out-dir", str(dirs_in_tmp / "nb"), "verdict"])
     err = capsys.readouterr().err
-    # assert: the missing run and its seed are data; the message names them and the command that restores them
+    # the missing run and its seed are data; the message names them and the command that restores them
     exc = caught.value
     assert list(exc.missing["run"]) == [label] and exc.seeds == [3] and exc.profile == "cpu-paper"
     assert exc.total == len(folders)
@@ -710,7 +691,7 @@ def _verification_record(results, **extra):
 
 
 def test_a_run_of_this_code_edited_with_its_manifest_is_never_called_reproduced(dirs_in_tmp):
-    # prepare: one run of older code, one of this checkout's; a passed check of this code covering both
+    # one run of older code, one of this checkout's; a passed check of this code covering both
     root = dirs_in_tmp / "archive" / "smoke"
     cfg = make_run_config(**TINY)
     fake_run(root / "older", cfg, recovery=2.0, code_hash="0123456789abcdef")
@@ -720,13 +701,13 @@ def test_a_run_of_this_code_edited_with_its_manifest_is_never_called_reproduced(
     lab = archive.label(runs, "smoke")
     assert lab.verified is True and lab.outcome == "bit-identical" and lab.unverified == []
     assert lab.status == "reproduced"
-    # execute: this code's run edited consistently, its manifest rewritten to match
+    # this code's run edited consistently, its manifest rewritten to match
     m = pd.read_csv(root / "ours" / "metrics.csv")
     m.loc[0, "recovery_unweighted"] = 2.5
     m.to_csv(root / "ours" / "metrics.csv", index=False)
     archive.write_manifest(root / "ours")
     lab = archive.label(archive.load_archive("smoke"), "smoke")
-    # assert: the manifest agrees, but the verification no longer covers that run: not reproduced, and named
+    # the manifest agrees, but the verification no longer covers that run: not reproduced, and named
     assert lab.changed == [] and lab.verification is None and lab.verified is False and lab.outcome is None
     assert lab.unverified == ["ours"] and lab.code_changed is True
     assert lab.status == "code changed" and lab.record()["unverified"] == "ours"
@@ -738,23 +719,25 @@ def test_a_run_of_this_code_edited_with_its_manifest_is_never_called_reproduced(
 
 
 def test_summary_cells_within_tolerance_when_metrics_differ_in_the_last_digits():
-    # prepare: 8 rounds, the last quarter (rounds 7-8) summarised; a copy 1e-9 off, another 1e-3 off
+    # 8 rounds, the last quarter (rounds 7-8) summarised; a copy 1e-9 off, another 1e-3 off
     m = pd.DataFrame({"round": range(1, 9), "recovery_unweighted": [3.0, 0.5, 2, 2, 2, 2, 4.0, 6.0],
                       "recovery_weighted": 2.0, "mu2_hat": 1.0, "sigma2_hat": 2.0, "test_acc": 0.5,
                       "T_mean": 4.0, "train_loss": 1.0})
     near, far = m.copy(), m.copy()
     near["recovery_unweighted"] *= 1 + 1e-9
     far.loc[7, "recovery_unweighted"] *= 1 + 1e-3
-    # execute
     cells = archive.summary_cells(m)
     a, b = archive.compare_summaries(m, near), archive.compare_summaries(m, far)
-    # assert: the cells' values, and which comparison holds
+    # the cells' values, and which comparison holds
     assert cells == {"recovery_unweighted": 5.0, "recovery_weighted": 2.0, "sigma2_hat": 2.0, "mu2_hat": 1.0,
                      "test_acc": 0.5, "share_below_one": 1 / 8}
     assert archive.same_metrics(m, near)[0] is False
     assert a["within_tolerance"] is True and 0 < a["max_rel_diff"] < archive.SUMMARY_RTOL
     assert a["worst"] == "recovery_unweighted"
     assert b["within_tolerance"] is False and b["worst"] == "recovery_unweighted" and b["max_rel_diff"] > 1e-4
+    blank = m.assign(test_acc=np.nan)  # NaN agrees with NaN only
+    assert archive.compare_summaries(blank, blank)["max_rel_diff"] == 0.0
+    assert archive.compare_summaries(m, blank)["max_rel_diff"] == np.inf and archive.compare_summaries(m, blank)["worst"] == "test_acc"
     assert archive.verification_outcome({"identical": True}) == "bit-identical"
     assert archive.verification_outcome({"identical": False, "within_tolerance": True}) == "within tolerance"
     assert archive.verification_outcome({"identical": False}) == "neither"
@@ -777,7 +760,7 @@ def test_label_says_within_tolerance_and_on_which_machine_identity(dirs_in_tmp):
 
 
 def test_label_of_a_verification_where_neither_held_gives_the_summary_differences(dirs_in_tmp):
-    # prepare: a re-run whose 1/Δ_S summary differs by 2 % (1.64 -> 1.6072) and whose share below 1 by 1/6
+    # a re-run whose 1/Δ_S summary differs by 2 % (1.64 -> 1.6072) and whose share below 1 by 1/6
     root = dirs_in_tmp / "archive" / "smoke"
     fake_run(root / "older", make_run_config(**TINY), recovery=2.0, code_hash="0123456789abcdef")
     runs = archive.load_archive("smoke")
@@ -787,10 +770,9 @@ def test_label_of_a_verification_where_neither_held_gives_the_summary_difference
                        "first_difference": {"column": "train_loss", "round": 1, "archived": 2.3190696582902626,
                                             "rerun": 2.319069657676738}}
     (root / archive.VERIFIED).write_text(json.dumps([rec]))
-    # execute
     lab = archive.label(runs, "smoke")
     rec = lab.record()
-    # assert: the outcome, both relative differences of the summaries (1/6; |1.6072/1.64 - 1| = 0.02), and the
+    # the outcome, both relative differences of the summaries (1/6; |1.6072/1.64 - 1| = 0.02), and the
     # first difference as a relative gap (2.3190696582902626 against 2.319069657676738: 2.6e-10)
     assert lab.outcome == "neither" and lab.verified is False and lab.status == "not reproduced"
     assert rec["max rel. diff"] == 0.167 and rec["1/Δ_S rel. diff"] == 0.02  # 1/6 and 0.02 to 3 significant digits

@@ -1,13 +1,9 @@
 """An archive of finished runs kept in git: ``results/archive/<profile>/<run-folder>/``.
 
-For profiles too long to recompute in every ``make book`` (``cpu-long``; ``paper``, which needs a
-GPU), the finished run folders are copied here once, small files only (:data:`FILES`), committed and
-read back by the book beside the live profile's numbers. Each profile's archive carries a provenance
-label (device, dates, commits, run-code hashes) that says when the run code has changed since.
-Archived runs are never pooled across profiles.
-
-``results/runs/`` stays a git-ignored cache; only ``results/archive/`` is tracked.
-``$MASKFED_ARCHIVE_DIR`` moves the archive (tests use this).
+Profiles too long for every ``make book`` (``cpu-long``; ``paper``, which needs a GPU) keep their finished
+run folders here (small files only, :data:`FILES`), read back beside the live profile's numbers with a
+provenance label (device, dates, commits, run-code hashes); never pooled across profiles.
+``results/runs/`` stays a git-ignored cache. ``$MASKFED_ARCHIVE_DIR`` moves the archive (tests use this).
 """
 
 from __future__ import annotations
@@ -16,11 +12,17 @@ import hashlib
 import json
 import math
 import os
+import re
+import shlex
 import shutil
+import tempfile
+import time
 import warnings
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from maskfed import provenance
@@ -34,17 +36,20 @@ from maskfed.studies import experiments
 
 #: The files of a run folder that are archived (all small).
 FILES = ("metrics.csv", "config.json", "partition.json", "provenance.json")
-#: Files archived when the run has them: θ snapshots of a stage-ladder run (:data:`maskfed.engine.runner.THETAS`),
-#: read back by the stage chapter.
+#: Archived when present: θ snapshots of a stage-ladder run (:data:`maskfed.engine.runner.THETAS`).
 OPTIONAL_FILES = ("thetas.pt",)
 #: Columns a metrics.csv must have to be read back.
 REQUIRED_COLUMNS = ("round", "recovery_unweighted", "recovery_weighted", "mu2_hat", "sigma2_hat", "test_acc")
-#: RunConfig fields that say where or how a run ran, not what it computed: ignored when matching
-#: archived runs to a profile's configurations (``checkpoint_every`` is :data:`~maskfed.engine.config.NOT_IN_KEY`).
+#: RunConfig fields that say where or how a run ran, not what it computed: ignored when matching runs.
 WHERE_FIELDS = ("data_path", "device", *NOT_IN_KEY)
-#: Profiles the book looks for in the archive, in column order: closest to the paper's setting first
-#: (the paper profile on a GPU, then its protocol on the CPU with a small model, then 100 rounds).
+#: Profiles the book looks for in the archive, in column order (closest to the paper's setting first).
 BOOK_PROFILES = (PAPER, CPU_PAPER, CPU_LONG)
+
+
+def _require(folder: Path, files: tuple) -> None:
+    missing = [f for f in files if not (folder / f).is_file()]
+    if missing:
+        raise ValueError(f"missing {missing}")
 
 
 def archive_dir() -> Path:
@@ -58,23 +63,10 @@ def _check_profile(profile_name: str) -> None:
 
 
 def archive_runs(results: list[RunResult], profile_name: str) -> list[Path]:
-    """Copy finished run folders into ``archive_dir()/<profile_name>/<run-folder>/``.
-
-    Only :data:`FILES` (and :data:`OPTIONAL_FILES` where present) are copied, each folder through a
-    temporary name (:func:`install`), so an archived folder is always complete; a folder of the same
-    name (the same run) is replaced.
-
-    Args:
-        results: finished runs (:class:`~maskfed.engine.runner.RunResult`).
-        profile_name: one of :data:`maskfed.engine.config.PROFILES`.
-
-    Returns:
-        The archived folders, in the order of ``results``.
-
-    Raises:
-        ValueError: unknown profile name, or a run folder lacking one of :data:`FILES` (checked for
-            every run before anything is copied).
-    """
+    """Copy finished run folders (:data:`FILES`, :data:`OPTIONAL_FILES` where present) into
+    ``archive_dir()/<profile_name>/<run-folder>/`` through a temporary name (:func:`install`), replacing a
+    folder of the same name; returns the archived folders. ValueError: unknown profile, or a run folder
+    lacking one of :data:`FILES` (checked for every run before anything is copied)."""
     _check_profile(profile_name)
     for r in results:
         missing = [f for f in FILES if not (r.path / f).is_file()]
@@ -85,32 +77,26 @@ def archive_runs(results: list[RunResult], profile_name: str) -> list[Path]:
     clean_leftovers(dest_root)
     out = []
     for r in results:
-        dest = dest_root / r.path.name
-        tmp = _scratch(dest)
+        tmp = _scratch(dest_root / r.path.name)
         for f in FILES + tuple(o for o in OPTIONAL_FILES if (r.path / o).is_file()):
             shutil.copy2(r.path / f, tmp / f)
-        install(tmp, dest)
-        out.append(dest)
+        install(tmp, dest_root / r.path.name)
+        out.append(dest_root / r.path.name)
     return out
 
 
 # --------------------------------------------------------------------------- manifests and folder writes
 
-#: File in every archived run and study folder: the sha256 of each of its other files, written last
-#: (:func:`write_manifest`); the labels compare it with the files on disk at every build.
+#: File in every archived run and study folder: the sha256 of each of its other files, written last.
 MANIFEST = "manifest.json"
-#: Name prefixes of a folder being written (``.tmp-``) and of the folder it replaces, kept until the new
-#: one is in place (``.old-``); both hidden from the book, cleaned up by the next archive command.
+#: Name prefixes of a folder being written and of the folder it replaces (kept until the new one is in place).
 TMP_PREFIX, OLD_PREFIX = ".tmp-", ".old-"
 
 
 def file_sha256(path: Path) -> str:
-    """sha256 of a file's bytes, 64 hex digits (read in 1 MiB chunks)."""
-    h = hashlib.sha256()
+    """sha256 of a file's bytes, 64 hex digits."""
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def _hashed_files(folder: Path) -> dict[str, str]:
@@ -119,15 +105,10 @@ def _hashed_files(folder: Path) -> dict[str, str]:
 
 def write_manifest(folder: Path) -> str:
     """Write ``folder/manifest.json`` (``{"kind": "sha256", "files": {name: sha256}}`` over every other
-    file, atomically); returns :func:`manifest_digest`.
-
-    Raises:
-        OSError: the folder cannot be read or written.
-    """
+    file, atomically); returns :func:`manifest_digest`."""
     body = json.dumps({"kind": "sha256", "files": _hashed_files(folder)}, indent=1, sort_keys=True) + "\n"
-    tmp = folder / f"{MANIFEST}.tmp"
-    tmp.write_text(body)
-    os.replace(tmp, folder / MANIFEST)
+    (folder / f"{MANIFEST}.tmp").write_text(body)
+    os.replace(folder / f"{MANIFEST}.tmp", folder / MANIFEST)
     return manifest_digest(folder)
 
 
@@ -137,25 +118,17 @@ def manifest_digest(folder: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
 
 
-def content_digest(folder: Path) -> str:
+def content_digest(folder: Path, hashed: dict[str, str] | None = None) -> str:
     """sha256 (16 hex digits) of the names and sha256 of every file of ``folder`` but its manifest, as they
-    are now; a verification record (:func:`verify_archive`) holds it per run, so it speaks only for
-    those bytes."""
-    return _digest(_hashed_files(folder))
-
-
-def _digest(hashed: dict[str, str]) -> str:
+    are now (``hashed``: :func:`_hashed_files` already computed); a verification record holds it per run."""
+    hashed = _hashed_files(folder) if hashed is None else hashed
     return hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def manifest_changes(folder: Path) -> list[str]:
-    """How ``folder``'s files differ from its manifest, one short entry each ([] when all match): ``"<file>
-    changed"`` (its bytes differ from the manifest's sha256), ``"<file> missing"``, ``"<file> extra"`` (not in
-    the manifest), ``"no manifest.json"`` or ``"manifest.json unreadable"``."""
-    return _changes(folder, _hashed_files(folder))
-
-
-def _changes(folder: Path, now: dict[str, str]) -> list[str]:
+def manifest_changes(folder: Path, now: dict[str, str] | None = None) -> list[str]:
+    """How ``folder``'s files (``now``: :func:`_hashed_files`) differ from its manifest ([] when all match):
+    ``"<file> changed"``, ``"<file> missing"``, ``"<file> extra"``, ``"no manifest.json"`` or ``"... unreadable"``."""
+    now = _hashed_files(folder) if now is None else now
     path = folder / MANIFEST
     if not path.is_file():
         return [f"no {MANIFEST}"]
@@ -165,8 +138,7 @@ def _changes(folder: Path, now: dict[str, str]) -> list[str]:
         return [f"{MANIFEST} unreadable"]
     out = [f"{n} changed" for n in sorted(recorded) if n in now and now[n] != recorded[n]]
     out += [f"{n} missing" for n in sorted(recorded) if n not in now]
-    out += [f"{n} extra" for n in sorted(now) if n not in recorded]
-    return out
+    return out + [f"{n} extra" for n in sorted(now) if n not in recorded]
 
 
 def _scratch(dest: Path) -> Path:
@@ -196,18 +168,16 @@ def _pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
 def clean_leftovers(root: Path) -> list[str]:
     """Tidy what killed archive commands left in ``root`` (a profile's archive folder); returns one entry
-    per action (``"restored <name>"``, ``"removed <folder>"``). A ``.old-<name>-<pid>`` whose ``<name>`` is gone is renamed back, any other removed;
-    ``.tmp-*`` folders of processes no longer running are removed."""
+    per action (``"restored <name>"``, ``"removed <folder>"``). A ``.old-<name>-<pid>`` whose ``<name>`` is gone
+    is renamed back, any other removed; ``.tmp-*`` folders of processes no longer running are removed."""
     done = []
-    if not root.is_dir():
-        return done
-    for p in sorted(root.iterdir()):
+    for p in sorted(root.iterdir()) if root.is_dir() else []:
         if not p.is_dir() or not p.name.startswith((TMP_PREFIX, OLD_PREFIX)):
             continue
         prefix = TMP_PREFIX if p.name.startswith(TMP_PREFIX) else OLD_PREFIX
@@ -215,8 +185,8 @@ def clean_leftovers(root: Path) -> list[str]:
         if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
             continue  # another archive command is writing it now
         if prefix == OLD_PREFIX and name and not (root / name).exists():
-            os.replace(p, root / name)
-            done.append(f"restored {name}")  # its replacement was interrupted
+            os.replace(p, root / name)  # its replacement was interrupted
+            done.append(f"restored {name}")
         else:
             shutil.rmtree(p, ignore_errors=True)
             done.append(f"removed {p.name}")
@@ -225,27 +195,19 @@ def clean_leftovers(root: Path) -> list[str]:
 
 def add_manifests(profile_name: str) -> list[Path]:
     """Write a manifest into every folder of a profile's archive (runs and studies) that has none, from its
-    files as they are (check them in git first, then ``maskfed archive --verify``); returns the folders
-    written.
-
-    Raises:
-        ValueError: unknown profile name.
-    """
+    files as they are; returns the folders written. ValueError: unknown profile name."""
     _check_profile(profile_name)
     root = archive_dir() / profile_name
-    done = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []:
-        if not (folder / MANIFEST).is_file():
-            write_manifest(folder)
-            done.append(folder)
+    done = [f for f in (sorted(root.iterdir()) if root.is_dir() else [])
+            if f.is_dir() and not f.name.startswith(".") and not (f / MANIFEST).is_file()]
+    for folder in done:
+        write_manifest(folder)
     return done
 
 
 def _read(folder: Path) -> RunResult:
     """Read one archived folder; ValueError with the reason if it is malformed."""
-    missing = [f for f in FILES if not (folder / f).is_file()]
-    if missing:
-        raise ValueError(f"missing {missing}")
+    _require(folder, FILES)
     try:
         r = load_run(folder)
     except DamagedRun as exc:  # a file cut short or unparsable, or metrics of the wrong shape
@@ -273,8 +235,8 @@ class DamagedFolder:
     @property
     def label(self) -> str:
         """The run label its name starts with (the folder is ``<label>-<16 hex digit key>``)."""
-        head, _, key = self.folder.name.rpartition("-")
-        return head if len(key) == 16 and all(c in "0123456789abcdef" for c in key) else self.folder.name
+        m = re.fullmatch(r"(.*)-[0-9a-f]{16}", self.folder.name)
+        return m.group(1) if m else self.folder.name
 
     def text(self) -> str:
         return f"{self.folder.name} ({self.reason})"
@@ -290,36 +252,31 @@ def _folders(profile_name: str) -> list[Path]:
 
 
 def damaged_folders(profile_name: str) -> list[DamagedFolder]:
-    """The archived run folders of a profile that :func:`load_archive` skips as malformed, with the reason.
+    """The archived run folders of a profile that :func:`load_archive` skips as malformed, with the reason."""
+    return [d for d in _scan(profile_name) if isinstance(d, DamagedFolder)]
 
-    Raises:
-        ValueError: unknown profile name.
-    """
-    damaged = []
+
+def _scan(profile_name: str) -> list[RunResult | DamagedFolder]:
+    """:func:`_read` of every run folder of a profile (ValueError: unknown profile name)."""
+    out = []
     for folder in _folders(profile_name):
         try:
-            _read(folder)
+            out.append(_read(folder))
         except ValueError as exc:
-            damaged.append(DamagedFolder(folder, str(exc)))
-    return damaged
+            out.append(DamagedFolder(folder, str(exc)))
+    return out
 
 
 def load_archive(profile_name: str) -> list[RunResult]:
-    """The archived runs of one profile, sorted by folder name; [] when there are none.
-
-    Malformed folders (:func:`damaged_folders`) are skipped with a :class:`UserWarning` naming the folder
-    and the reason. Of several folders holding the same configuration up to :data:`WHERE_FIELDS`, only
-    the most recently finished is kept, with a warning.
-
-    Raises:
-        ValueError: unknown profile name.
-    """
+    """The archived runs of one profile, sorted by folder name; [] when there are none. Malformed folders
+    (:func:`damaged_folders`) are skipped with a :class:`UserWarning`; of several folders holding the same
+    configuration up to :data:`WHERE_FIELDS`, only the most recently finished is kept, with a warning.
+    ValueError: unknown profile name."""
     newest: dict[RunConfig, RunResult] = {}
-    for folder in _folders(profile_name):
-        try:
-            r = _read(folder)
-        except ValueError as exc:
-            warnings.warn(f"archive {profile_name}: skipping malformed run folder {folder.name}: {exc}", stacklevel=2)
+    for r in _scan(profile_name):
+        if isinstance(r, DamagedFolder):
+            warnings.warn(f"archive {profile_name}: skipping malformed run folder {r.folder.name}: {r.reason}",
+                          stacklevel=2)
             continue
         key = _what(r.config)  # the same run, wherever its data lay and whichever device ran it
         if key in newest:
@@ -327,9 +284,8 @@ def load_archive(profile_name: str) -> list[RunResult]:
             keep, drop = (r, old) if r.provenance["finished_utc"] > old.provenance["finished_utc"] else (old, r)
             warnings.warn(f"archive {profile_name}: {drop.path.name} and {keep.path.name} hold the same run; "
                           f"using the newer {keep.path.name}", stacklevel=2)
-            newest[key] = keep
-        else:
-            newest[key] = r
+            r = keep
+        newest[key] = r
     return sorted(newest.values(), key=lambda r: r.path.name)
 
 
@@ -337,18 +293,16 @@ def _what(cfg: RunConfig) -> RunConfig:
     return cfg.model_copy(update={f: RunConfig.model_fields[f].default for f in WHERE_FIELDS})
 
 
-def select(results: list[RunResult], configs: list[RunConfig]) -> list[RunResult]:
-    """The runs among ``results`` whose configuration is one of ``configs`` (compared on every field but
-    :data:`WHERE_FIELDS`), in the order of ``configs``; configurations without a run are left out."""
-    by_what = {_what(r.config): r for r in results}
-    return [by_what[_what(c)] for c in configs if _what(c) in by_what]
-
-
 def select_keyed(results: list[RunResult], configs: dict) -> dict:
-    """``{key: run}`` for every entry of ``configs`` (``{key: RunConfig}``) whose configuration has a run
-    among ``results``, compared as :func:`select` does; entries without a run are left out."""
+    """``{key: run}`` for every entry of ``configs`` (``{key: RunConfig}``) with a run among ``results``
+    (compared on every field but :data:`WHERE_FIELDS`); entries without a run are left out."""
     by_what = {_what(r.config): r for r in results}
     return {k: by_what[_what(c)] for k, c in configs.items() if _what(c) in by_what}
+
+
+def select(results: list[RunResult], configs: list[RunConfig]) -> list[RunResult]:
+    """The runs among ``results`` of ``configs`` (as :func:`select_keyed`), in the order of ``configs``."""
+    return list(select_keyed(results, dict(enumerate(configs))).values())
 
 
 def missing_frame(profile_name: str, results: list[RunResult] | None = None) -> pd.DataFrame:
@@ -359,39 +313,28 @@ def missing_frame(profile_name: str, results: list[RunResult] | None = None) -> 
     have = {_what(r.config) for r in results}
     damaged = {d.label: d for d in damaged_folders(profile_name)}
     prof = load_profile(profile_name)
-    rows = []
-    for e in prof.experiments:
-        for c in experiments.configs(prof, e):
-            if _what(c) not in have:
-                d = damaged.get(c.label())
-                rows.append({"experiment": e, "run": c.label(), "seed": c.seed,
-                             "folder": d.folder.name if d else "", "reason": d.reason if d else "not archived"})
+    rows = [{"experiment": e, "run": c.label(), "seed": c.seed, "folder": d.folder.name if d else "",
+             "reason": d.reason if d else "not archived"}
+            for e in prof.experiments for c in experiments.configs(prof, e) if _what(c) not in have
+            for d in [damaged.get(c.label())]]
     return pd.DataFrame(rows, columns=["experiment", "run", "seed", "folder", "reason"]).drop_duplicates("run")
 
 
-def restore_commands(profile_name: str, seeds) -> str:
-    """The commands that make and archive a profile's runs of ``seeds`` again."""
-    s = [str(int(x)) for x in sorted(set(seeds))]
-    return _commands(["sweep", "--profile", profile_name, "--seeds", *s],
-                     ["archive", "--profile", profile_name, "--seeds", *s])
-
-
-def _commands(*argvs: list[str]) -> str:
-    """``maskfed`` command lines (each an argument list after ``maskfed``), quoted for a shell and joined by ``&&``."""
-    import shlex
-
-    return " && ".join(shlex.join(["maskfed", *a]) for a in argvs)
+def how_to_make(profile_name: str, seeds=()) -> str:
+    """The ``maskfed`` commands (shell-quoted, joined by ``&&``) that make and archive a profile's runs
+    (of ``seeds`` only, when given)."""
+    s = ["--seeds", *(str(int(x)) for x in sorted(set(seeds)))] if len(seeds) else []
+    return " && ".join(shlex.join(["maskfed", c, "--profile", profile_name, *s]) for c in ("sweep", "archive"))
 
 
 class IncompleteArchive(ValueError):
-    """A profile's archive holds some of its runs but not all (:func:`require_complete`): the book would
-    count fewer seeds than it says, so it stops. ``missing`` is :func:`missing_frame`; ``seeds`` the seeds
-    of the runs it lacks; ``command`` what restores them (:func:`restore_commands`)."""
+    """A profile's archive holds some of its runs but not all (:func:`require_complete`). ``missing`` is
+    :func:`missing_frame`; ``seeds`` the seeds of the runs it lacks; ``command`` what restores them."""
 
     def __init__(self, profile_name: str, missing: pd.DataFrame, total: int):
         self.profile, self.missing, self.total = profile_name, missing, total
         self.seeds = sorted({int(s) for s in missing["seed"]})
-        self.command = restore_commands(profile_name, self.seeds)
+        self.command = how_to_make(profile_name, self.seeds)
         runs = "; ".join(r.run + (f" (folder {r.folder}: {r.reason})" if r.folder else "")
                          for r in missing.itertuples())
         super().__init__(f"the {profile_name} archive lacks {len(missing)} of its {total} runs: {runs}; "
@@ -399,16 +342,8 @@ class IncompleteArchive(ValueError):
 
 
 def require_complete(profile_name: str, results: list[RunResult] | None = None) -> list[RunResult]:
-    """A profile's archived runs (``results``, default :func:`load_archive`), refusing a partial archive: the
-    book reads an archive whole or not at all, so that its seed counts and intervals are the profile's.
-
-    Returns:
-        The runs; [] when the profile has no archived run.
-
-    Raises:
-        IncompleteArchive: some of the profile's runs (:func:`missing_frame`) are absent or damaged, naming
-            each and the commands that restore them.
-    """
+    """A profile's archived runs (``results``, default :func:`load_archive`; [] when it has none); raises
+    :class:`IncompleteArchive` when some of its runs (:func:`missing_frame`) are absent or damaged."""
     results = load_archive(profile_name) if results is None else results
     if not results:
         return results
@@ -442,67 +377,55 @@ class ArchiveLabel:
     code_hashes: list[str]      # run-code hashes (provenance.code_hash) of the runs
     current_code_hash: str      # provenance.code_hash() of this checkout
     verification: dict | None = None  # the newest check of this code on exactly these files (verify_archive)
-    changed: list[str] = field(default_factory=list)  # "<run folder>: <file> differs from its manifest", ...
+    changed: list[str] = field(default_factory=list)  # "<run folder>: <manifest_changes entry>", ...
     own_code_check: dict | None = None  # the newest verification made with the runs' own run code, if any
-    same_code_runs: int = 0     # runs made with this checkout's run code (seeds added later, say)
-    labels: list[str] = field(default_factory=list)  # the runs' labels (RunConfig.label), to name re-runs among them
-    #: run folders whose files as they are now no verification of this code covers (every one when no check
-    #: of this code exists; [] when :attr:`verification` covers every run): never called reproduced
+    same_code_runs: int = 0     # runs made with this checkout's run code
+    labels: list[str] = field(default_factory=list)  # the runs' labels (RunConfig.label)
+    #: run folders no verification of this code covers as they are now ([] when :attr:`verification` covers all)
     unverified: list[str] = field(default_factory=list)
-    checked_before: bool = False  # some verification of this checkout's code exists (on these files or others)
+    checked_before: bool = False  # some verification of this checkout's code exists (on any files)
 
     @property
     def verified(self) -> bool:
-        """True when the newest verification of this checkout's code on these very files passed."""
+        """True when the newest verification of this checkout's code on these very files was bit-identical."""
         return bool(self.verification and self.verification.get("identical") is True)
 
     @property
     def outcome(self) -> str | None:
-        """What the verification on these files found (:func:`verification_outcome`): "bit-identical",
-        "within tolerance", "neither", or None when none covers them."""
+        """:func:`verification_outcome` of :attr:`verification`, or None without one."""
         return None if self.verification is None else verification_outcome(self.verification)
 
     @property
     def machine_id(self) -> dict | None:
-        """The machine identity (:func:`maskfed.provenance.machine_identity`) of that verification, when recorded."""
+        """:func:`maskfed.provenance.machine_identity` of :attr:`verification`, when recorded."""
         return None if self.verification is None else self.verification.get("machine_id")
 
     @property
     def code_changed(self) -> bool:
-        """True when some run was made by other run code than this checkout's and no passed verification
-        (:func:`verify_archive`) of exactly these files shows this code reproducing them."""
+        """Some run was made by other run code than this checkout's, and :attr:`verified` is False."""
         return any(h != self.current_code_hash for h in self.code_hashes) and not self.verified
 
     @property
     def status(self) -> str:
-        """What the book may say of these runs' numbers, as a verdict word, the first that applies:
-        "files unchecked" (every changed entry is a folder without a manifest), "files changed" (a file differs
-        from its manifest: nothing is then called reproduced), "within tolerance" or "not reproduced" (the newest
-        verification of this code on these files was not bit-identical: :attr:`outcome` "within tolerance" or
-        "neither"), "code changed" (:attr:`code_changed`), "reproduced" (other run code, but that verification
-        reproduced every metric bit for bit), "same code" (every run made with this checkout's run code)."""
-        unchecked = [c for c in self.changed if c.endswith(f": no {MANIFEST}")]
+        """The first that applies: "files unchecked" (every changed entry is a folder without a manifest),
+        "files changed", "within tolerance" or "not reproduced" (:attr:`verification` not bit-identical),
+        "code changed" (:attr:`code_changed`), "reproduced" (other run code, :attr:`verified`), "same code"."""
         if self.changed:
-            return "files unchecked" if len(unchecked) == len(self.changed) else "files changed"
+            unchecked = all(c.endswith(f": no {MANIFEST}") for c in self.changed)
+            return "files unchecked" if unchecked else "files changed"
         if self.verification is not None and not self.verified:
             return "within tolerance" if self.outcome == "within tolerance" else "not reproduced"
         if self.code_changed:
             return "code changed"
-        if self.verification is not None and any(h != self.current_code_hash for h in self.code_hashes):
-            return "reproduced"
-        return "same code"
+        other = any(h != self.current_code_hash for h in self.code_hashes)
+        return "reproduced" if self.verification is not None and other else "same code"
 
     def record(self) -> dict:
-        """The label as values for a table row (:func:`archive_table`): ``runs``, ``device``, ``first finished``,
-        ``last finished`` (dates), ``commit``, ``run code`` (the runs' hashes), ``this code`` (this checkout's),
-        ``status`` (:attr:`status`), ``verified`` (date of :attr:`verification`, "" without one), ``verified on``
-        (its machine, :func:`machine_text`), ``re-run`` (runs it re-ran), ``re-run here`` and ``re-run other`` (those
-        of them among these runs and among the rest of the archive), ``max rel. diff`` and ``1/Δ_S rel. diff`` (the largest relative difference of a re-run's summary
-        cells, :func:`summary_cells`, and of its unweighted 1/Δ_S cell, from the archived ones, to 3 significant
-        digits; NaN without a record of them), ``tolerance`` (that comparison's, :data:`SUMMARY_RTOL`),
-        ``first difference`` (:func:`difference_text` of each re-run that differed), ``own code`` (outcome of the
-        newest re-run with the runs' own run code, "" without one), ``changed`` (:attr:`changed`) and
-        ``unverified`` (:attr:`unverified`, when some verification of this code exists)."""
+        """The label as values for a row of :func:`archive_table`: dates, commits, hashes, :attr:`status`, the
+        verification's date and machine (:func:`machine_text`), the runs it re-ran (among these runs or the rest
+        of the archive), the largest relative difference of their :func:`summary_cells` and of their 1/Δ_S cell
+        (3 significant digits, NaN without a record), the tolerance, :func:`difference_text` of each that
+        differed, ``own code`` (outcome with the runs' own run code), :attr:`changed` and :attr:`unverified`."""
         v = self.verification or {}
         runs = v.get("runs", [])
         reran, own = [r["label"] for r in runs], self.own_code_check
@@ -522,17 +445,14 @@ class ArchiveLabel:
                 "unverified": ", ".join(self.unverified) if self.checked_before else ""}
 
     def text(self) -> str:
-        """Deprecated alias kept for callers not yet moved to :meth:`record`: the record's non-empty entries as
-        ``name value`` pairs joined by "; " (no sentence; the chapter's Markdown says what they mean)."""
+        """The record's non-empty entries as ``name value`` pairs joined by "; "."""
         return "; ".join(f"{k} {v}" for k, v in self.record().items() if v != "" and not
                          (isinstance(v, float) and math.isnan(v)))
 
 
 def _significant(x: float, digits: int = 3) -> float:
     """``x`` rounded to ``digits`` significant digits (0, NaN and infinities unchanged)."""
-    if not math.isfinite(x) or x == 0:
-        return x
-    return round(x, digits - 1 - math.floor(math.log10(abs(x))))
+    return x if not math.isfinite(x) or x == 0 else round(x, digits - 1 - math.floor(math.log10(abs(x))))
 
 
 def machine_text(record: dict) -> str:
@@ -541,25 +461,21 @@ def machine_text(record: dict) -> str:
     m = record.get("machine_id")
     if not m:
         return record["machine"]
-    detail = ", ".join([str(m.get("cpu_capability")), f"torch {m.get('torch')}", f"identity {m.get('id')}"])
-    if record["machine"].endswith(")"):
-        return f"{record['machine'][:-1]}; {detail})"
-    return f"{record['machine']} ({detail})"
+    head, detail = record["machine"], f"{m.get('cpu_capability')}, torch {m.get('torch')}, identity {m.get('id')}"
+    return f"{head[:-1]}; {detail})" if head.endswith(")") else f"{head} ({detail})"
 
 
 def verification_outcome(record: dict) -> str:
-    """"bit-identical" when every re-run metric equalled the archived one bit for bit; "within tolerance" when
-    not, but every re-run's summary cells (:func:`summary_cells`) agreed within the record's relative tolerance;
-    "neither" otherwise (a record made before summary cells were compared is "neither" unless bit-identical)."""
+    """"bit-identical" (every re-run metric equalled the archived one), "within tolerance" (every re-run's
+    :func:`summary_cells` agreed within the record's tolerance) or "neither"."""
     if record.get("identical") is True:
         return "bit-identical"
     return "within tolerance" if record.get("within_tolerance") is True else "neither"
 
 
 def difference_text(run: dict) -> str:
-    """Where a verified run first differed, from a :func:`verify_archive` record's run entry, as a short record:
-    ``"run-a: train_loss, round 1, archived 2.319, rel. 2.6e-10"`` (the relative gap, not the re-run's value:
-    they agree to many digits); ``"run-a: |diff| 0.5"`` (the largest) without a recorded first difference."""
+    """Where a :func:`verify_archive` record's run entry first differed: ``"run-a: train_loss, round 1, archived
+    2.319, rel. 2.6e-10"``, or ``"run-a: |diff| 0.5"`` (the largest) without a recorded first difference."""
     d = run.get("first_difference")
     if not d:
         return f"{run['label']}: |diff| {run['max_abs_diff']:.3g}"
@@ -577,11 +493,8 @@ def _device(p: dict) -> str:
 
 
 def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
-    """The provenance label of a profile's archived runs, each folder checked against its manifest now.
-
-    Raises:
-        ValueError: ``results`` is empty.
-    """
+    """The provenance label of a profile's archived runs, each folder checked against its manifest now
+    (ValueError: ``results`` is empty)."""
     if not results:
         raise ValueError(f"no archived runs of profile {profile_name!r} to label")
     provs = [r.provenance for r in results]
@@ -589,10 +502,14 @@ def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
     current = provenance.code_hash()
     hashes = sorted({p["code_hash"] for p in provs})
     hashed = {r.path.name: _hashed_files(r.path) for r in results}  # every file hashed once
-    changed = [f"{r.path.name}: {c}" for r in results for c in _changes(r.path, hashed[r.path.name])]
-    digests = {name: _digest(h) for name, h in hashed.items()}
-    verification = None if changed else latest_verification(profile_name, current, results, digests)
-    ours = [v for v in _verifications(profile_name) if v.get("code_hash") == current]
+    changed = [f"{r.path.name}: {c}" for r in results for c in manifest_changes(r.path, hashed[r.path.name])]
+    digests = {r.path.name: content_digest(r.path, hashed[r.path.name]) for r in results}
+    records = _verifications(profile_name)
+    ours = [v for v in records if v.get("code_hash") == current]
+    # the newest check of this code (passed or failed) whose contents hold every run's digest now: a record on
+    # other bytes, or without some run's digest, never counts; a newer failure is never shadowed by an older pass
+    verification = None if changed else next((v for v in reversed(ours) if all(
+        (v.get("contents") or {}).get(n) == d for n, d in digests.items())), None)
     newest = (ours[-1].get("contents") or {}) if ours else {}
     unverified = [] if verification is not None else [n for n in sorted(digests) if newest.get(n) != digests[n]]
     return ArchiveLabel(
@@ -601,7 +518,7 @@ def label(results: list[RunResult], profile_name: str) -> ArchiveLabel:
         commits=sorted({p["commit"][:10] + ("+dirty" if p.get("dirty") else "") for p in provs}),
         code_hashes=hashes, current_code_hash=current, changed=changed, verification=verification,
         unverified=unverified, checked_before=bool(ours),
-        own_code_check=next((v for v in reversed(_verifications(profile_name)) if v.get("code_hash") in hashes), None),
+        own_code_check=next((v for v in reversed(records) if v.get("code_hash") in hashes), None),
         same_code_runs=sum(p["code_hash"] == current for p in provs), labels=[r.config.label() for r in results])
 
 
@@ -620,28 +537,8 @@ def _verifications(profile_name: str) -> list[dict]:
         return []
 
 
-def latest_verification(profile_name: str, code_hash: str, results: list[RunResult],
-                        digests: dict[str, str] | None = None) -> dict | None:
-    """The newest verification (passed or failed) of ``code_hash`` made on exactly these files (its
-    ``contents`` match the :func:`content_digest` now of every run, whatever run code made it: a run made
-    with ``code_hash`` itself and edited since, manifest and all, is not covered), else None. A record on
-    other bytes, or without a digest of some run (one archived after it, or a record made before digests
-    existed), never counts, and a newer failure is never shadowed by an older pass. ``digests``
-    (``{run folder: content_digest}``) saves hashing the files again."""
-    if not results:
-        return None
-    now = ({r.path.name: digests[r.path.name] for r in results} if digests is not None
-           else {r.path.name: content_digest(r.path) for r in results})
-    for v in reversed(_verifications(profile_name)):
-        digests = v.get("contents") or {}
-        if v.get("code_hash") == code_hash and all(digests.get(name) == d for name, d in now.items()):
-            return v
-    return None
-
-
 def default_sample(results: list[RunResult], profile_name: str) -> list[RunResult]:
-    """The runs :func:`verify_archive` re-runs by default: each experiment's cheapest archived run
-    (:func:`maskfed.engine.runner.run_cost`, then the lowest seed)."""
+    """Each experiment's cheapest archived run (:func:`maskfed.engine.runner.run_cost`, then lowest seed)."""
     from maskfed.engine.runner import run_cost
 
     prof = load_profile(profile_name)
@@ -656,19 +553,16 @@ def default_sample(results: list[RunResult], profile_name: str) -> list[RunResul
 
 #: Per-round columns that are measurements of time, not results: left out of the comparison.
 TIMING_COLUMNS = ("wall_s",)
-#: Relative tolerance (ours, issue 42) within which a re-run's summary cells (:func:`summary_cells`) count as the
-#: archived run's when its metrics are not bit-identical (another machine's float32 rounding): far below the seed
-#: spread (percents) and the book's printed digits (3 or 4 significant), above float32's relative precision (6e-8).
-#: A 200-round run that drifts apart from round 1 on another machine can miss it; the record then says "neither".
+#: Relative tolerance (ours, issue 42) within which a re-run's :func:`summary_cells` count as the archived run's:
+#: far below the seed spread and the book's printed digits, above float32's relative precision (6e-8).
 SUMMARY_RTOL = 1e-6
 #: The per-run values the book's Table I and II cells are medians over seeds of (:func:`summary_cells`).
 SUMMARY_CELLS = ("recovery_unweighted", "recovery_weighted", "sigma2_hat", "mu2_hat", "test_acc", "share_below_one")
 
 
 def summary_cells(metrics: pd.DataFrame) -> dict[str, float]:
-    """A run's values that the book's table cells are medians of: the last-quarter medians of
-    :data:`SUMMARY_CELLS` (:func:`maskfed.analysis.summary.summarize_run`) and ``share_below_one``, the
-    fraction of its rounds with unweighted 1/Δ_S < 1 (the cells' ``pct_rounds_below_one`` pools these)."""
+    """The last-quarter medians of :data:`SUMMARY_CELLS` (:func:`maskfed.analysis.summary.summarize_run`) and
+    ``share_below_one``, the fraction of rounds with unweighted 1/Δ_S < 1."""
     from maskfed.analysis import summary
 
     s = summary.summarize_run(metrics)
@@ -682,16 +576,11 @@ def compare_summaries(archived: pd.DataFrame, rerun: pd.DataFrame, rtol: float =
     "worst": cell name or None, "archived": {...}, "rerun": {...}}``; a cell agrees when
     |a − b| <= rtol · max(|a|, |b|) (both NaN agree; one NaN does not: max_rel_diff inf)."""
     a, b = summary_cells(archived), summary_cells(rerun)
-    rel = {}
-    for c in a:
-        x, y = a[c], b[c]
-        if pd.isna(x) and pd.isna(y):
-            rel[c] = 0.0
-        elif pd.isna(x) or pd.isna(y):
-            rel[c] = float("inf")
-        else:
-            scale = max(abs(x), abs(y))
-            rel[c] = 0.0 if scale == 0 else abs(x - y) / scale
+    x, y = np.array([a[c] for c in a], float), np.array([b[c] for c in a], float)
+    scale = np.maximum(np.abs(x), np.abs(y))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.where(scale == 0, 0.0, np.abs(x - y) / scale)
+    rel = dict(zip(a, np.where(np.isnan(x) & np.isnan(y), 0.0, np.where(np.isnan(x) | np.isnan(y), np.inf, r))))
     worst = max(rel, key=rel.get) if rel else None
     top = rel[worst] if worst else 0.0
     return {"within_tolerance": bool(top <= rtol), "max_rel_diff": float(top), "worst": worst if top > 0 else None,
@@ -718,54 +607,28 @@ def first_difference(archived: pd.DataFrame, rerun: pd.DataFrame) -> dict | None
     if list(archived.columns) != list(rerun.columns) or archived.shape != rerun.shape:
         return {"column": f"shape {archived.shape} / {rerun.shape}",  # or other columns
                 "round": None, "archived": None, "rerun": None}
-    cols = [c for c in archived.columns if c not in TIMING_COLUMNS]
-    for i in range(len(archived)):
-        for c in cols:
-            x, y = archived[c].iloc[i], rerun[c].iloc[i]
-            if not (x == y or (pd.isna(x) and pd.isna(y))):
-                rnd = archived["round"].iloc[i] if "round" in archived.columns else i + 1
-                return {"column": c, "round": int(rnd), "archived": float(x), "rerun": float(y)}
-    return None
+    a, b = (t[[c for c in archived.columns if c not in TIMING_COLUMNS]].reset_index(drop=True) for t in (archived, rerun))
+    where = np.argwhere(~((a == b) | (a.isna() & b.isna())).to_numpy())  # row-major: round, then column
+    if not len(where):
+        return None
+    i, j = where[0]
+    rnd = archived["round"].iloc[i] if "round" in archived.columns else i + 1
+    return {"column": a.columns[j], "round": int(rnd), "archived": float(a.iat[i, j]), "rerun": float(b.iat[i, j])}
 
 
 def verify_archive(profile_name: str, *, labels: list[str] | None = None, workers: int = 1,
                    scratch: Path | None = None, progress: bool = False) -> dict:
-    """Re-run a sample of an archive's runs with this checkout's code and compare every metric.
-
-    The sample is recomputed from round 1 in a scratch results folder (the archive and ``results/runs``
-    are untouched) and compared with the archived ``metrics.csv`` bit for bit (:func:`same_metrics`,
-    :func:`first_difference`), and its summary cells, the values the book's table cells are medians of, to
-    :data:`SUMMARY_RTOL` (:func:`compare_summaries`): both outcomes are recorded per run. The record is appended to ``archive_dir()/<profile>/verified.json``
-    whatever the outcome, with every archived run's :func:`content_digest`; :func:`label` trusts only a
-    record on the files as they are now. Float32 sums differ between CPU models, so a check on another
-    machine may fail without any code change (the record names the machine).
-
-    Args:
-        profile_name: a profile with an archive.
-        labels: run labels (``RunConfig.label()``) to re-run; None: :func:`default_sample`.
-        workers: worker processes, used when the archived runs recorded one torch thread each;
-            otherwise the runs go one by one with the thread count they recorded.
-        scratch: folder for the re-runs (None: a temporary folder, removed afterwards).
-        progress: tqdm bars.
-
-    Returns:
-        The record appended: ``code_hash``, ``commit``, ``utc``, ``machine`` (text), ``machine_id``
-        (:func:`maskfed.provenance.machine_identity`: CPU model and flags hash, torch's CPU capability, version
-        and build-config hash), ``archived_code_hashes``, ``identical`` (every run's metrics bit for bit),
-        ``within_tolerance`` (every run's :func:`summary_cells` within ``summary_rtol``, :data:`SUMMARY_RTOL`),
-        ``outcome`` (:func:`verification_outcome`), ``runs`` (label, folder, identical, max_abs_diff,
-        first_difference, within_tolerance, summary_max_rel_diff, summary_worst, summary_archived,
-        summary_rerun, changed_files, outcome), ``contents`` (``{run folder: content_digest}`` of every
-        archived run, whatever code made it).
-
-    Raises:
-        ValueError: unknown profile, no archive, or a label not in the archive (naming those it has).
-    """
-    import tempfile
+    """Re-run a sample of an archive's runs (``labels``, None: :func:`default_sample`) with this checkout's code
+    in a scratch results folder (``scratch``, None: a temporary one), compare them with the archived metrics
+    bit for bit (:func:`same_metrics`, :func:`first_difference`) and to :data:`SUMMARY_RTOL`
+    (:func:`compare_summaries`), and append the record to ``archive_dir()/<profile>/verified.json`` whatever
+    the outcome, with every archived run's :func:`content_digest` (``contents``), and return it. ``workers`` is
+    used when the archived runs recorded one torch thread each; else runs go one by one with their thread count.
+    ValueError: unknown profile, no archive, or a label not in the archive (naming those it has)."""
+    import torch
 
     from maskfed.engine import runner
 
-    _check_profile(profile_name)
     results = load_archive(profile_name)
     if not results:
         raise ValueError(f"profile {profile_name!r} has no archived runs to verify ({how_to_make(profile_name)})")
@@ -780,22 +643,16 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
         if unknown:
             raise ValueError(f"runs {unknown} are not in the {profile_name} archive; it has: {', '.join(sorted(by_label))}")
         sample = [by_label[x] for x in dict.fromkeys(labels)]
-    import torch
-
     # float32 sums depend on the thread count: re-run with the threads the archived runs recorded
     threads = {r.provenance.get("machine", {}).get("torch_threads") for r in sample}
     threads = threads.pop() if len(threads) == 1 and None not in threads else None
-    own = scratch is None
-    old, old_threads = os.environ.get("MASKFED_RESULTS_DIR"), torch.get_num_threads()
+    own, old, old_threads = scratch is None, os.environ.get("MASKFED_RESULTS_DIR"), torch.get_num_threads()
     try:  # the scratch folder is made inside, so a signal at any point removes it
         scratch = Path(tempfile.mkdtemp(prefix="maskfed-verify-")) if own else Path(scratch)
         os.environ["MASKFED_RESULTS_DIR"] = str(scratch)
-        if threads == 1 and workers > 1:  # one-thread worker processes, as a sweep's
-            fresh = runner.run_many([r.config for r in sample], workers=workers, progress=progress)
-        else:
-            if threads is not None:
-                torch.set_num_threads(threads)
-            fresh = runner.run_many([r.config for r in sample], workers=1, progress=progress)
+        if threads is not None and not (threads == 1 and workers > 1):  # else one-thread workers, as a sweep's
+            torch.set_num_threads(threads)
+        fresh = runner.run_many([r.config for r in sample], workers=workers if threads == 1 else 1, progress=progress)
     finally:
         torch.set_num_threads(old_threads)
         if old is None:
@@ -816,13 +673,10 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
                         "summary_rerun": near["rerun"], "changed_files": changed,
                         "outcome": verification_outcome({"identical": same and not changed,
                                                          "within_tolerance": near["within_tolerance"] and not changed})})
-    git = provenance.git_state()
-    device = fresh[0].provenance["machine"].get("device", "cpu")
-    record = {"code_hash": provenance.code_hash(), "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
-              "torch_threads": threads,
-              "utc": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
-              "machine": _device({"machine": fresh[0].provenance["machine"]}),
-              "machine_id": provenance.machine_identity(device),
+    machine = fresh[0].provenance["machine"]
+    record = {"code_hash": provenance.code_hash(), "commit": _commit(), "torch_threads": threads,
+              "utc": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"), "machine": _device({"machine": machine}),
+              "machine_id": provenance.machine_identity(machine.get("device", "cpu")),
               "archived_code_hashes": sorted({r.provenance["code_hash"] for r in results}),
               "identical": all(c["identical"] and not c["changed_files"] for c in checked),
               "within_tolerance": all(c["within_tolerance"] and not c["changed_files"] for c in checked),
@@ -834,18 +688,11 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
     return record
 
 
-def how_to_make(profile_name: str) -> str:
-    """The commands that create (or refresh) a profile's archive."""
-    return _commands(["sweep", "--profile", profile_name], ["archive", "--profile", profile_name])
-
-
 def column_name(profile_name: str, *, archived: bool = True) -> str:
     """Header of a profile's column in the book's tables: ``"cpu-long (archived)"``, or the bare name for the
     live profile; ``paper`` becomes ``"paper profile ..."`` so as not to collide with the paper's column."""
     name = f"{profile_name}{' profile' if profile_name == 'paper' else ''}"
     return f"{name} (archived)" if archived else name
-
-
 
 
 @dataclass
@@ -860,35 +707,17 @@ class ArchivedSummary:
     damaged: list[DamagedFolder] = field(default_factory=list)  # its runs' folders that are malformed (not used)
 
     def trends(self) -> dict:
-        """How many runs' recovery factor was still falling, flat or rising over the second half of their
-        rounds (:func:`maskfed.analysis.uncertainty.trend_counts`)."""
+        """:func:`maskfed.analysis.uncertainty.trend_counts` of the runs (1/Δ_S over their second half)."""
         return uncertainty.trend_counts(self.results)
 
 
 def summaries(experiment: str, *, live: str | None = None, profiles: list[str] | tuple[str, ...] | None = None,
               whole: bool = False) -> tuple[list[ArchivedSummary], list[str]]:
-    """Archived summaries of one experiment for every profile in ``profiles`` that has archived runs.
-
-    Each profile's runs are matched to its own configurations (:func:`select`) and summarised on their
-    own; profiles are never pooled.
-
-    Args:
-        experiment: "table1" or "table2".
-        live: the profile the book is built with; left out of :data:`BOOK_PROFILES` when ``profiles``
-            is None.
-        profiles: profiles to look for, in column order, used as given; None: :data:`BOOK_PROFILES`
-            less ``live``.
-        whole: refuse a profile whose archive holds some of its runs but not all (:func:`require_complete`),
-            as the book's chapters do.
-
-    Returns:
-        ``(found, notes)``: an :class:`ArchivedSummary` per profile with runs, and an :class:`AbsentArchive`
-        per profile without any (its damaged folders and the command that makes its archive).
-
-    Raises:
-        ValueError: experiment other than "table1"/"table2", or an unknown profile.
-        IncompleteArchive: with ``whole``, a profile's archive lacks some of its runs.
-    """
+    """Archived summaries of ``experiment`` ("table1" or "table2") for each of ``profiles`` (None:
+    :data:`BOOK_PROFILES` less ``live``), each profile's runs matched to its own configurations (:func:`select`),
+    never pooled. ``whole``: refuse a partial archive (:func:`require_complete`), as the book's chapters do.
+    Returns ``(found, notes)``: an :class:`ArchivedSummary` per profile with runs, an :class:`AbsentArchive` per
+    profile without any. ValueError: another experiment, or an unknown profile."""
     tables = {"table1": experiments.table1, "table2": experiments.table2}
     if experiment not in tables:
         raise ValueError(f"experiment must be one of {sorted(tables)}; got {experiment!r}")
@@ -901,14 +730,14 @@ def summaries(experiment: str, *, live: str | None = None, profiles: list[str] |
         cfgs = experiments.configs(load_profile(name), experiment)
         runs = select(require_complete(name) if whole else load_archive(name), cfgs)
         have = {_what(r.config) for r in runs}
-        damaged = [d for d in damaged_folders(name) if d.label in {c.label() for c in cfgs if _what(c) not in have}]
-        if not runs:
-            notes.append(AbsentArchive(name, experiment, damaged))
-            continue
+        lacking = [c.label() for c in cfgs if _what(c) not in have]
+        damaged = [d for d in damaged_folders(name) if d.label in lacking]
         bad = {d.label for d in damaged}
-        found.append(ArchivedSummary(name, runs, tables[experiment](runs), label(runs, name),
-                                     [c.label() for c in cfgs if _what(c) not in have and c.label() not in bad],
-                                     damaged))
+        if runs:
+            found.append(ArchivedSummary(name, runs, tables[experiment](runs), label(runs, name),
+                                         [x for x in lacking if x not in bad], damaged))
+        else:
+            notes.append(AbsentArchive(name, experiment, damaged))
     return found, notes
 
 
@@ -928,20 +757,15 @@ class AbsentArchive:
 
 def archive_table(found: list[ArchivedSummary], notes: list[AbsentArchive] = ()) -> pd.DataFrame:
     """The provenance of a book table's archived columns, one row per profile (``found``, then ``notes``),
-    indexed by the column's header (:func:`column_name`): the :meth:`ArchiveLabel.record` of its runs, their
-    ``rounds`` and number of ``seeds``, the trend counts ``falling``, ``flat``, ``rising`` and ``too short``
-    (:meth:`ArchivedSummary.trends`: runs whose 1/Δ_S was still falling, flat or rising over the second half
-    of their rounds), ``missing`` (labels of the experiment's runs not yet archived), ``damaged`` (its
-    unreadable folders, :meth:`DamagedFolder.text`) and ``make with`` (the command that makes the archive,
-    for a profile whose archive is damaged or absent). A profile without runs has ``runs`` 0 and
-    :attr:`AbsentArchive.status` as its ``status``. A column empty (or NaN) in every row is left out."""
+    indexed by :func:`column_name`: :meth:`ArchiveLabel.record`, ``rounds``, ``seeds``, the trend counts
+    (:meth:`ArchivedSummary.trends`), ``missing`` runs, ``damaged`` folders and ``make with`` (for a damaged or
+    absent archive); a profile without runs has ``runs`` 0. A column empty (or NaN) in every row is left out."""
     rows = {}
     for a in found:
-        t = a.trends()
         rows[column_name(a.profile)] = {
             **a.label.record(), "rounds": max(r.config.rounds for r in a.results),
-            "seeds": len({r.config.seed for r in a.results}), "falling": t["falling"], "flat": t["flat"],
-            "rising": t["rising"], "too short": t["too short"], "missing": ", ".join(a.missing),
+            "seeds": len({r.config.seed for r in a.results}),
+            **{k: v for k, v in a.trends().items() if k != "runs"}, "missing": ", ".join(a.missing),
             "damaged": "; ".join(d.text() for d in a.damaged), "make with": how_to_make(a.profile) if a.damaged else ""}
     for n in notes:
         rows[column_name(n.profile)] = {"runs": 0, "status": n.status,
@@ -957,13 +781,10 @@ def archive_table(found: list[ArchivedSummary], notes: list[AbsentArchive] = ())
     return table.drop(columns=empty)
 
 
+# --------------------------------------------------------------------------- archived studies
 
-
-# --------------------------------------------------------------------------- archived stage studies
-
-#: Folder of a profile's archived stage study: ``archive_dir()/<profile>/STAGE_DIR/``.
+#: Folder of a profile's archived stage study: ``archive_dir()/<profile>/STAGE_DIR/``, and its files.
 STAGE_DIR = "stage"
-#: Its files (all small CSV and JSON).
 STAGE_FILES = ("table.csv", "checkpoints.csv", "accuracy.csv", "spec.json", "provenance.json")
 
 
@@ -979,11 +800,6 @@ class ArchivedStudy:
     provenance: dict           # code hashes, commit, machine, wall time, trajectories
     changed: list[str] = field(default_factory=list)  # its files that differ from its manifest (manifest_changes)
 
-    def changed_text(self) -> str:
-        """Deprecated alias for callers not yet moved to :attr:`changed`: '' when its files are those archived,
-        else ``"; changed: "`` and the changed entries."""
-        return f"; changed: {'; '.join(self.changed)}" if self.changed else ""
-
 
 def ladder_trajectories(profile_name: str) -> dict[int, Path]:
     """``{seed: archived run folder}`` of the stage-ladder run (:func:`maskfed.studies.stage.ladder_config`)
@@ -993,65 +809,76 @@ def ladder_trajectories(profile_name: str) -> dict[int, Path]:
 
     prof = load_profile(profile_name)
     runs = load_archive(profile_name)
-    out = {}
-    for s in prof.seeds:
-        found = select(runs, [stage.ladder_config(prof, s)])
-        if found and (found[0].path / runner.THETAS).is_file():
-            out[s] = found[0].path
-    return out
+    found = {s: select(runs, [stage.ladder_config(prof, s)]) for s in prof.seeds}
+    return {s: f[0].path for s, f in found.items() if f and (f[0].path / runner.THETAS).is_file()}
 
 
-def _study_provenance(profile_name: str, t0: float, **extra) -> dict:
-    """The provenance record of an archived stage study (``t0``: its ``time.perf_counter()`` start): profile,
-    run and stage code hashes, commit, packages, machine, ``extra``, wall time and the finishing time."""
-    import time
-    from datetime import datetime, timezone
-
-    from maskfed.studies import stage
-
+def _commit() -> str:
     git = provenance.git_state()
+    return git["commit"][:10] + ("+dirty" if git["dirty"] else "")
+
+
+def _study_provenance(profile_name: str, t0: float, hashes: dict, device: str = "cpu", **extra) -> dict:
+    """The provenance record of an archived study (``t0``: its ``time.perf_counter()`` start): profile, run code
+    hash and ``hashes`` (``{key: modules}`` for :func:`maskfed.provenance.code_hash_with`), commit, packages,
+    machine, ``extra``, wall time and the finishing time."""
     return {"profile": profile_name, "code_hash": provenance.code_hash(),
-            "stage_code_hash": provenance.code_hash_with(*stage.STAGE_MODULES),
-            "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
-            "packages": provenance.package_versions(), "machine": provenance.machine("cpu"), **extra,
+            **{k: provenance.code_hash_with(*m) for k, m in hashes.items()}, "commit": _commit(),
+            "packages": provenance.package_versions(), "machine": provenance.machine(device), **extra,
             "wall_s": time.perf_counter() - t0,
             "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
+def _keep_study(dest: Path, csvs: dict[str, pd.DataFrame], spec, prov: dict, copies: dict | None = None) -> Path:
+    """Write a study folder ``dest`` (``csvs``: ``{file name: frame}``, ``spec.json``, ``provenance.json`` and
+    ``copies``: ``{file name: source path}``) through a temporary name (:func:`install`)."""
+    clean_leftovers(dest.parent)
+    tmp = _scratch(dest)
+    for name, frame in csvs.items():
+        frame.to_csv(tmp / name, index=False)
+    (tmp / "spec.json").write_text(spec.model_dump_json(indent=2))
+    (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
+    for name, src in (copies or {}).items():
+        shutil.copy2(src, tmp / name)
+    install(tmp, dest)
+    return dest
+
+
+def _load_study(profile_name: str, root: Path, files: tuple, what: str, read):
+    """``read(root)`` of a profile's archived study folder ``root``, or None when there is none; a folder
+    missing one of ``files`` or failing to read is skipped with a :class:`UserWarning` naming ``what``."""
+    _check_profile(profile_name)
+    if not root.is_dir():
+        return None
+    try:
+        _require(root, files)
+        return read(root)
+    except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
+        warnings.warn(f"archive {profile_name}: skipping malformed {what} {root.name}: {exc}", stacklevel=3)
+        return None
+
+
 def archive_stage_study(profile_name: str, *, workers: int | None = None, progress: bool = True) -> Path:
-    """Run the stage study (:func:`maskfed.studies.stage.run_study`, the profile's settings) on a
-    profile's archived ladder trajectories (:func:`ladder_trajectories`) and keep it in
-    ``archive_dir()/<profile>/stage/`` (:data:`STAGE_FILES`), replacing an older one.
-
-    Raises:
-        ValueError: the archive holds no ladder run with θ snapshots.
-    """
-    import time
-
+    """Run the stage study (:func:`maskfed.studies.stage.run_study`) on a profile's archived ladder trajectories
+    (:func:`ladder_trajectories`) and keep it in ``archive_dir()/<profile>/stage/`` (:data:`STAGE_FILES`),
+    replacing an older one. ValueError: the archive holds no ladder run with θ snapshots."""
     from maskfed.studies import stage
 
     trajectories = ladder_trajectories(profile_name)
     if not trajectories:
         raise ValueError(f"the {profile_name} archive holds no stage-ladder run with θ snapshots "
                          f"({how_to_make(profile_name)} keeps them)")
-    prof = load_profile(profile_name)
     spec = stage.make_spec(profile_name)
     t0 = time.perf_counter()
-    study = stage.run_study(prof, spec, workers=workers, progress=progress, seeds=sorted(trajectories),
-                            trajectories=trajectories)
+    study = stage.run_study(load_profile(profile_name), spec, workers=workers, progress=progress,
+                            seeds=sorted(trajectories), trajectories=trajectories)
     checkpoints = pd.concat([ld.checkpoints.assign(seed=s) for s, ld in study.ladders.items()])
     accuracy = pd.concat([ld.accuracy.assign(seed=s) for s, ld in study.ladders.items()])
-    prov = _study_provenance(profile_name, t0, trajectories={str(s): p.name for s, p in trajectories.items()})
-    dest = archive_dir() / profile_name / STAGE_DIR
-    clean_leftovers(dest.parent)
-    tmp = _scratch(dest)
-    study.table.to_csv(tmp / "table.csv", index=False)
-    checkpoints[["seed", "stage", "round", "test_acc", "test_loss"]].to_csv(tmp / "checkpoints.csv", index=False)
-    accuracy[["seed", "round", "test_acc", "test_loss"]].to_csv(tmp / "accuracy.csv", index=False)
-    (tmp / "spec.json").write_text(spec.model_dump_json(indent=2))
-    (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
-    install(tmp, dest)
-    return dest
+    prov = _study_provenance(profile_name, t0, {"stage_code_hash": stage.STAGE_MODULES},
+                             trajectories={str(s): p.name for s, p in trajectories.items()})
+    return _keep_study(archive_dir() / profile_name / STAGE_DIR, {
+        "table.csv": study.table, "checkpoints.csv": checkpoints[["seed", "stage", "round", "test_acc", "test_loss"]],
+        "accuracy.csv": accuracy[["seed", "round", "test_acc", "test_loss"]]}, spec, prov)
 
 
 def load_stage_study(profile_name: str) -> ArchivedStudy | None:
@@ -1059,28 +886,12 @@ def load_stage_study(profile_name: str) -> ArchivedStudy | None:
     with a :class:`UserWarning` naming the reason)."""
     from maskfed.studies import stage
 
-    return _load_study(profile_name, STAGE_DIR, STAGE_FILES, "stage study", lambda root: ArchivedStudy(
+    root = archive_dir() / profile_name / STAGE_DIR
+    return _load_study(profile_name, root, STAGE_FILES, "stage study", lambda root: ArchivedStudy(
         profile_name, pd.read_csv(root / "table.csv", dtype={"batch_size": str}),
         pd.read_csv(root / "checkpoints.csv"), pd.read_csv(root / "accuracy.csv"),
         stage.StageSpec(**json.loads((root / "spec.json").read_text())),
         json.loads((root / "provenance.json").read_text()), [f"{STAGE_DIR}/: {c}" for c in manifest_changes(root)]))
-
-
-def _load_study(profile_name: str, folder: str, files: tuple, what: str, read):
-    """``read(root)`` of a profile's archived study folder ``folder``, or None when there is none; a folder
-    missing one of ``files`` or failing to read is skipped with a :class:`UserWarning` naming ``what``."""
-    _check_profile(profile_name)
-    root = archive_dir() / profile_name / folder
-    if not root.is_dir():
-        return None
-    try:
-        missing = [f for f in files if not (root / f).is_file()]
-        if missing:
-            raise ValueError(f"missing {missing}")
-        return read(root)
-    except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
-        warnings.warn(f"archive {profile_name}: skipping malformed {what} {root}: {exc}", stacklevel=3)
-        return None
 
 
 # --------------------------------------------------------------------------- the α-cross of the stage study
@@ -1092,24 +903,14 @@ CROSS_FILES = ("table.csv", "checkpoints.csv", "spec.json", "provenance.json")
 
 def alpha_trajectories(profile_name: str, *, workers: int = 2,
                        progress: bool = True) -> tuple[dict[float, dict[int, Path]], dict[str, str]]:
-    """``{α: {seed: run folder with θ snapshots}}`` for the trajectory of every Table II α
-    (:func:`maskfed.studies.stage.ladder_config`), and what was done to get them.
+    """``({α: {seed: run folder with θ snapshots}}, report)`` for the trajectory of every Table II α
+    (:func:`maskfed.studies.stage.ladder_config`; ValueError: the archive lacks one).
 
-    An archived run without ``thetas.pt`` is run again here with θ kept at the stage ladder's candidate rounds
-    (:func:`maskfed.engine.runner.run_many`, in ``results/runs``). If the rerun's metrics equal the archived
-    ones bit for bit (:func:`same_metrics`), its ``thetas.pt`` joins the archived folder (manifest rewritten);
-    otherwise the rerun's own folder is the trajectory and the report says where they first differ (another
-    CPU model gives other rounding). A run that has ``thetas.pt`` already keeps the sentence an earlier
-    α-cross recorded for it (its reproduction check), or else "kept".
-
-    Returns:
-        ``(trajectories, report)``; ``report``: archived run folder -> for every trajectory, "kept" (θ kept as
-        it trained), "rerun identical", or ``{"outcome": "rerun differs", "max_abs_diff", "round", "column"}``
-        (an earlier α-cross's entry is kept as it recorded it).
-
-    Raises:
-        ValueError: the archive lacks one of these runs.
-    """
+    An archived run without ``thetas.pt`` is run again in ``results/runs`` keeping θ at the stage ladder's
+    candidate rounds: if its metrics equal the archived ones bit for bit (:func:`same_metrics`), its
+    ``thetas.pt`` joins the archived folder (manifest rewritten), else the rerun's folder is the trajectory.
+    ``report``: archived run folder -> "kept" (or the entry an earlier α-cross recorded for it), "rerun
+    identical", or ``{"outcome": "rerun differs", "max_abs_diff", "round", "column"}``."""
     from maskfed.engine import runner
     from maskfed.studies import stage
 
@@ -1119,11 +920,10 @@ def alpha_trajectories(profile_name: str, *, workers: int = 2,
     runs = load_archive(profile_name)
     earlier = load_alpha_cross(profile_name)
     earlier = {} if earlier is None else earlier.provenance.get("reproduction", {})
-    out: dict[float, dict[int, Path]] = {}
+    out: dict[float, dict[int, Path]] = {a: {} for a in prof.table2.alphas}
     todo: dict[RunConfig, tuple[float, int, RunResult]] = {}
     report = {}
     for a in prof.table2.alphas:
-        out[a] = {}
         for s in prof.seeds:
             cfg = stage.ladder_config(prof, s, a)
             found = select(runs, [cfg])
@@ -1131,38 +931,29 @@ def alpha_trajectories(profile_name: str, *, workers: int = 2,
                 raise ValueError(f"the {profile_name} archive lacks the run {cfg.label()} ({how_to_make(profile_name)})")
             if (found[0].path / runner.THETAS).is_file():
                 out[a][s] = found[0].path
-                name = found[0].path.name
-                report[name] = earlier.get(name, "kept")  # its one run gave both its metrics and its θ
+                report[found[0].path.name] = earlier.get(found[0].path.name, "kept")
             else:
                 todo[cfg] = (a, s, found[0])
-    if todo:
-        reruns = runner.run_many(list(todo), workers=workers, progress=progress, keep_every={c: keep for c in todo})
-        for cfg, rerun in zip(todo, reruns):
-            a, s, arch = todo[cfg]
-            same, diff = same_metrics(arch.metrics, rerun.metrics)
-            if same:
-                shutil.copy2(rerun.path / runner.THETAS, arch.path / runner.THETAS)
-                write_manifest(arch.path)
-                out[a][s] = arch.path
-                report[arch.path.name] = "rerun identical"  # bit for bit: its θ joined the archived folder
-            else:
-                d = first_difference(arch.metrics, rerun.metrics) or {}
-                out[a][s] = rerun.path
-                report[arch.path.name] = {"outcome": "rerun differs", "max_abs_diff": diff,
-                                          "round": d.get("round"), "column": d.get("column")}  # its θ: the rerun's
+    reruns = runner.run_many(list(todo), workers=workers, progress=progress,
+                             keep_every={c: keep for c in todo}) if todo else []
+    for (a, s, arch), rerun in zip(todo.values(), reruns):
+        same, diff = same_metrics(arch.metrics, rerun.metrics)
+        if same:  # bit for bit: its θ joins the archived folder
+            shutil.copy2(rerun.path / runner.THETAS, arch.path / runner.THETAS)
+            write_manifest(arch.path)
+            out[a][s], report[arch.path.name] = arch.path, "rerun identical"
+        else:
+            d = first_difference(arch.metrics, rerun.metrics) or {}
+            out[a][s] = rerun.path
+            report[arch.path.name] = {"outcome": "rerun differs", "max_abs_diff": diff,
+                                      "round": d.get("round"), "column": d.get("column")}
     return out, report
 
 
 def archive_alpha_cross(profile_name: str, *, workers: int = 2, progress: bool = True) -> Path:
-    """Measure Table II's α at θ from every α's trajectory (the α-cross: the stage study's settings, its
-    checkpoints placed by accuracy along each trajectory) and keep it in ``archive_dir()/<profile>/stage-cross/``
-    (:data:`CROSS_FILES`), replacing an older one. The trajectories come from :func:`alpha_trajectories`.
-
-    Raises:
-        ValueError: the archive lacks a Table II run (:func:`alpha_trajectories`).
-    """
-    import time
-
+    """Measure Table II's α at θ from every α's trajectory (:func:`alpha_trajectories`; the stage study's
+    settings) and keep it in ``archive_dir()/<profile>/stage-cross/`` (:data:`CROSS_FILES`), replacing an older
+    one. ValueError: the archive lacks a Table II run."""
     from maskfed.studies import stage
 
     t0 = time.perf_counter()
@@ -1175,18 +966,11 @@ def archive_alpha_cross(profile_name: str, *, workers: int = 2, progress: bool =
                              ladder_alpha=a, experiments=("table2",))
         tables.append(st.table.assign(trajectory_alpha=a))
         ckpts.append(pd.concat([ld.checkpoints.assign(seed=s) for s, ld in st.ladders.items()]).assign(trajectory_alpha=a))
-    prov = _study_provenance(profile_name, t0, reproduction=report,
+    prov = _study_provenance(profile_name, t0, {"stage_code_hash": stage.STAGE_MODULES}, reproduction=report,
                              trajectories={f"{a:g}": {str(s): p.name for s, p in t.items()} for a, t in trajectories.items()})
-    dest = archive_dir() / profile_name / CROSS_DIR
-    clean_leftovers(dest.parent)
-    tmp = _scratch(dest)
-    pd.concat(tables).to_csv(tmp / "table.csv", index=False)
-    pd.concat(ckpts)[["trajectory_alpha", "seed", "stage", "round", "test_acc", "test_loss"]].to_csv(
-        tmp / "checkpoints.csv", index=False)
-    (tmp / "spec.json").write_text(spec.model_dump_json(indent=2))
-    (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
-    install(tmp, dest)
-    return dest
+    cols = ["trajectory_alpha", "seed", "stage", "round", "test_acc", "test_loss"]
+    return _keep_study(archive_dir() / profile_name / CROSS_DIR,
+                       {"table.csv": pd.concat(tables), "checkpoints.csv": pd.concat(ckpts)[cols]}, spec, prov)
 
 
 @dataclass
@@ -1203,7 +987,8 @@ class ArchivedCross:
 def load_alpha_cross(profile_name: str) -> ArchivedCross | None:
     """A profile's archived α-cross, or None when there is none (a malformed one is skipped with a
     :class:`UserWarning` naming the reason)."""
-    return _load_study(profile_name, CROSS_DIR, CROSS_FILES, "α-cross", lambda root: ArchivedCross(
+    root = archive_dir() / profile_name / CROSS_DIR
+    return _load_study(profile_name, root, CROSS_FILES, "α-cross", lambda root: ArchivedCross(
         profile_name, pd.read_csv(root / "table.csv", dtype={"batch_size": str}), pd.read_csv(root / "checkpoints.csv"),
         json.loads((root / "provenance.json").read_text()), [f"{CROSS_DIR}/: {c}" for c in manifest_changes(root)]))
 
@@ -1212,14 +997,10 @@ def load_alpha_cross(profile_name: str) -> ArchivedCross | None:
 
 #: Files of an archived model-size study (:func:`archive_factor_study`), all small CSV and JSON.
 FACTOR_FILES = ("table.csv", "checkpoints.csv", "accuracy.csv", "spec.json", "provenance.json")
-
-
 #: Files of a model's own FedAvg trajectory kept with a model-size study (its run folder but ``thetas.pt``),
 #: each named with :data:`TRAJECTORY_PREFIX` (``trajectory-metrics.csv``, ...).
 TRAJECTORY_FILES = ("config.json", "metrics.csv", "partition.json", "provenance.json")
 TRAJECTORY_PREFIX = "trajectory-"
-
-
 #: Name prefix of the folders of a profile's archived model-size studies (never run folders).
 FACTOR_PREFIX = "factor-"
 
@@ -1227,8 +1008,6 @@ FACTOR_PREFIX = "factor-"
 def factor_dir(profile_name: str, part: str) -> Path:
     """Folder of a profile's archived model-size study ``part``: ``archive_dir()/<profile>/factor-<part>/``."""
     return archive_dir() / profile_name / f"{FACTOR_PREFIX}{part}"
-
-
 
 
 @dataclass
@@ -1246,43 +1025,24 @@ class ArchivedFactor:
     trajectory: pd.DataFrame | None = None  # metrics.csv of a model's own FedAvg trajectory (TRAJECTORY_FILES), if kept
 
     def record(self) -> dict:
-        """The study's provenance as values: ``finished`` (date), ``device``, ``commit``, ``run code`` (its
-        hash), ``this code`` (this checkout's), ``code changed`` (bool), ``compute h`` (hours of compute in
-        all), ``wall h`` (hours of the last command) and ``changed`` (files that differ from the manifest)."""
+        """The study's provenance as values (``compute h``: hours of compute in all; ``wall h``: of the last command)."""
         p = self.provenance
         return {"finished": p["finished_utc"][:10], "device": _device({"machine": p["machine"]}),
                 "commit": p["commit"], "run code": p["code_hash"], "this code": provenance.code_hash(),
                 "code changed": p["code_hash"] != provenance.code_hash(), "compute h": p["compute_s"] / 3600,
                 "wall h": p["wall_s"] / 3600, "changed": "; ".join(self.changed)}
 
-    def text(self) -> str:
-        """Deprecated alias for callers not yet moved to :meth:`record`: its entries as ``name value`` pairs
-        joined by "; " (hours to one decimal, a truth value as yes/no)."""
-        def value(v):
-            return ("yes" if v else "no") if isinstance(v, bool) else round(v, 1) if isinstance(v, float) else v
-
-        return "; ".join(f"{k} {value(v)}" for k, v in self.record().items() if v != "")
-
 
 def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, progress: bool = True,
                          all_protocols: bool = False, data_path: str | None = None,
                          own_trajectories=()) -> Path:
-    """Compute a profile's model-size study ``part`` (:func:`maskfed.studies.factor_axes.model_study`,
-    :func:`maskfed.studies.factor_axes.model_spec`; cached, so a killed command resumes) and keep it in
-    :func:`factor_dir` (:data:`FACTOR_FILES`), replacing an older one.
+    """Compute a profile's model-size study ``part`` (:func:`maskfed.studies.factor_axes.model_study`; cached,
+    so a killed command resumes) and keep it in :func:`factor_dir` (:data:`FACTOR_FILES`), replacing an older one.
 
-    θ of a "fedavg" model come from the archived stage-ladder trajectory of the first seed
-    (:func:`ladder_trajectories`), else from ``results/runs``. A model with a trajectory of its own reads
-    it from ``own_trajectories`` or ``results/runs`` (trained when missing); its folder is kept without θ
-    (:data:`TRAJECTORY_FILES`), and ``checkpoints.csv`` holds a sha256 prefix of each θ measured.
-
-    Raises:
-        ConfigError: a profile or part without a study (naming those defined).
-        ValueError: the study has more than one trajectory of its own.
-    """
-    import time
-    from datetime import datetime, timezone
-
+    θ of a "fedavg" model come from the archived ladder trajectory of the first seed (:func:`ladder_trajectories`),
+    else from ``results/runs``. A model's own trajectory (``own_trajectories`` or ``results/runs``, trained when
+    missing) is kept without θ (:data:`TRAJECTORY_FILES`). ConfigError: a profile or part without a study;
+    ValueError: the study has more than one trajectory of its own."""
     from maskfed.studies import central, factor_axes, pool_gram
     from maskfed.engine import runner
 
@@ -1293,32 +1053,17 @@ def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, prog
     t0 = time.perf_counter()
     study = factor_axes.model_study(prof, spec, trajectory=trajectory, workers=workers, progress=progress,
                                     own_trajectories=own_trajectories)
-    git = provenance.git_state()
-    prov = {"profile": profile_name, "part": part, "code_hash": provenance.code_hash(),
-            "gram_code_hash": provenance.code_hash_with(*pool_gram.GRAM_MODULES),
-            "central_code_hash": provenance.code_hash_with(*central.CENTRAL_MODULES),
-            "commit": git["commit"][:10] + ("+dirty" if git["dirty"] else ""),
-            "packages": provenance.package_versions(),
-            "machine": provenance.machine(str(runner.resolve_device(prof.run(prof.seeds[0]).device))), "workers": workers,
-            "trajectory": None if trajectory is None else trajectory.name,
-            "wall_s": time.perf_counter() - t0, "compute_s": study.compute_s,
-            "finished_utc": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    dest = factor_dir(profile_name, part)
-    clean_leftovers(dest.parent)
-    tmp = _scratch(dest)
-    study.table.to_csv(tmp / "table.csv", index=False)
-    study.checkpoints.to_csv(tmp / "checkpoints.csv", index=False)
-    study.accuracy.to_csv(tmp / "accuracy.csv", index=False)
-    (tmp / "spec.json").write_text(spec.model_dump_json(indent=2))
-    (tmp / "provenance.json").write_text(json.dumps(prov, indent=2))
     if len(study.own_trajectories) > 1:
         raise ValueError(f"a factor study keeps one trajectory of its own; {part} has {len(study.own_trajectories)}")
-    for folder in study.own_trajectories:  # the run's record, without its θ (45 MB each for ResNet-18-GN)
-        for f in TRAJECTORY_FILES:
-            if (folder / f).is_file():  # an unfinished run (factor_axes.unfinished_trajectory) has no partition.json
-                shutil.copy2(folder / f, tmp / f"{TRAJECTORY_PREFIX}{f}")
-    install(tmp, dest)
-    return dest
+    prov = _study_provenance(profile_name, t0, {"gram_code_hash": pool_gram.GRAM_MODULES,
+                                                "central_code_hash": central.CENTRAL_MODULES},
+                             str(runner.resolve_device(prof.run(prof.seeds[0]).device)), part=part, workers=workers,
+                             trajectory=None if trajectory is None else trajectory.name, compute_s=study.compute_s)
+    # the run's record without its θ (45 MB each for ResNet-18-GN); an unfinished run has no partition.json
+    copies = {f"{TRAJECTORY_PREFIX}{f}": d / f for d in study.own_trajectories for f in TRAJECTORY_FILES
+              if (d / f).is_file()}
+    return _keep_study(factor_dir(profile_name, part), {"table.csv": study.table, "checkpoints.csv": study.checkpoints,
+                                                        "accuracy.csv": study.accuracy}, spec, prov, copies)
 
 
 def load_factor_study(profile_name: str, part: str) -> ArchivedFactor | None:
@@ -1326,14 +1071,7 @@ def load_factor_study(profile_name: str, part: str) -> ArchivedFactor | None:
     is skipped with a :class:`UserWarning` naming the folder and the reason)."""
     from maskfed.studies import factor_axes
 
-    _check_profile(profile_name)
-    root = factor_dir(profile_name, part)
-    if not root.is_dir():
-        return None
-    try:
-        missing = [f for f in FACTOR_FILES if not (root / f).is_file()]
-        if missing:
-            raise ValueError(f"missing {missing}")
+    def read(root: Path) -> ArchivedFactor:
         prov = json.loads((root / "provenance.json").read_text())
         absent = [k for k in ("code_hash", "commit", "machine", "finished_utc", "wall_s", "compute_s") if k not in prov]
         if absent:
@@ -1349,6 +1087,5 @@ def load_factor_study(profile_name: str, part: str) -> ArchivedFactor | None:
                               factor_axes.ModelStudySpec(**json.loads((root / "spec.json").read_text())), prov,
                               [f"{root.name}/: {c}" for c in manifest_changes(root)],
                               pd.read_csv(own) if own.is_file() else None)
-    except (ValueError, TypeError, OSError, pd.errors.ParserError) as exc:
-        warnings.warn(f"archive {profile_name}: skipping malformed factor study {root.name}: {exc}", stacklevel=2)
-        return None
+
+    return _load_study(profile_name, factor_dir(profile_name, part), FACTOR_FILES, "factor study", read)
