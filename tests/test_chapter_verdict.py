@@ -61,8 +61,7 @@ def test_verdict_table_keeps_one_short_row_per_claim_with_its_marks():
     # execute
     t = chapter.verdict_table(table, matched, stable, trend)
     # assert: ours is the deciding source's value; the marks are words; an unmeasured claim has none
-    assert t.loc["The cliff"].to_dict() == {"where": "Sec. IV-B", "paper": "2.91", "paper verdict": "holds",
-                                            "ours": "1.67", "from": "src", "matched": "does not hold",
+    assert t.loc["The cliff"].to_dict() == {"paper": "2.91", "ours": "1.67", "matched": "does not hold",
                                             "verdict": "confounded by stage", "marks": "stable · not settled"}
     assert (t.loc["Trade-off", "ours"], t.loc["Trade-off", "marks"]) == ("–", "")
     assert chapter.verdict_table(table).loc["The cliff", ["matched", "marks"]].tolist() == ["–", ""]
@@ -76,9 +75,11 @@ def test_details_table_gives_what_the_marks_rest_on_as_numbers():
     # assert: the protocol verdict before the matched view, the checkpoint counts, the variant that cannot test it,
     # the drift rounded to two decimals and the rounds until the gap meets
     row = d.loc["The cliff"]
-    assert (row["protocols"], row["checkpoints"], row["hold"], row["in part"], row["not"]) == ("partly", 8, 2, 1, 5)
+    assert (row["where"], row["paper verdict"], row["from"]) == ("Sec. IV-B", "holds", "src")
+    assert (row["protocols"], row["votes"], row["hold"], row["in part"], row["within tolerance"], row["not"]) == (
+        "partly", 8, 2, 1, 0, 5)
     assert (row["cannot test"], row["fragile under"], row["drift"], row["meet"]) == ("falling out", "", 0.47, 108.0)
-    assert d.loc["Trade-off", "checkpoints"] == 0 and d.loc["Trade-off", "drift"] != d.loc["Trade-off", "drift"]
+    assert d.loc["Trade-off", "votes"] == 0 and d.loc["Trade-off", "drift"] != d.loc["Trade-off", "drift"]
 
 
 def test_source_table_gives_each_sources_value_and_verdict():

@@ -9,7 +9,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 #: The package's layers, lowest first: a module may import from its own layer and the layers below.
 LAYERS = (
-    ("paths", "provenance"),                 # where things live; what a run's code and packages are
+    ("paths", "provenance", "names"),        # where things live; what a run's code and packages are; profiles' names
     ("core",),                               # the paper's equations on tensors, no I/O
     ("engine",),                             # config, data, partition, models, cohort, FedAvg, runner
     ("analysis",),                           # summaries, intervals, claims

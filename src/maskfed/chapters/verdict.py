@@ -93,12 +93,13 @@ def paper_breaks(verdicts: pd.DataFrame) -> pd.DataFrame:
 
 def verdict_table(verdicts: pd.DataFrame, matched: pd.DataFrame | None = None, stable: pd.DataFrame | None = None,
                   trend: pd.DataFrame | None = None, details: bool = False) -> pd.DataFrame:
-    """One short row per claim (index: title): ``where``, ``paper`` and ``paper verdict`` (the criterion on the
-    paper's tables), ``ours`` and ``from`` (the deciding source), ``matched``, ``verdict`` and ``marks`` ("stable" or
-    "fragile" from ``stable``; "not settled" by :func:`maskfed.analysis.claims.not_settled` of ``trend``). With
-    ``details``, what those rest on: ``protocols`` (the verdict before the matched view), the matched-stage
-    ``checkpoints`` and how many ``hold``, hold ``in part`` or ``not``, ``fragile under``, ``cannot test``, and for
-    a verdict not settled its ``drift`` (percent of a gap per round, two decimals) and ``meet`` (rounds).
+    """One short row per claim (index: title): ``paper`` (its value on the paper's tables), ``ours`` (the deciding
+    source's), ``matched``, ``verdict`` and ``marks`` ("stable" or "fragile" from ``stable``; "not settled" by
+    :func:`maskfed.analysis.claims.not_settled` of ``trend``). With ``details``, what those rest on: ``where`` the
+    paper makes it, the ``paper verdict`` (the criterion on the paper's tables), ``from`` (the deciding source),
+    ``protocols`` (the verdict before the matched view), the matched-stage ``votes`` and how many ``hold``, hold
+    ``in part``, fail ``within tolerance`` or fail (``not``), ``fragile under``, ``cannot test``, and for a verdict
+    not settled its ``drift`` (percent of a gap per round, two decimals) and ``meet`` (rounds).
 
     Args:
         verdicts: :func:`maskfed.analysis.claims.verdict_table`; matched:
@@ -113,17 +114,18 @@ def verdict_table(verdicts: pd.DataFrame, matched: pd.DataFrame | None = None, s
         u = unsettled.loc[key] if unsettled is not None and key in unsettled.index else None
         moving = u is not None and not u["settled"]
         if details:
-            rows.append({"claim": r["title"], "protocols": r.get("protocol_verdict", r["verdict"]),
-                         **{col: 0 if m is None else int(m[n]) for col, n in (
-                             ("checkpoints", "n"), ("hold", "n_holds"), ("in part", "n_partly"), ("not", "n_fail"))},
+            rows.append({"claim": r["title"], "where": r["where"], "paper verdict": r["paper_verdict"], "from": r["from"],
+                         "protocols": r.get("protocol_verdict", r["verdict"]),
+                         **{col: 0 if m is None else int(m.get(n, 0)) for col, n in (
+                             ("votes", "n"), ("hold", "n_holds"), ("in part", "n_partly"),
+                             ("within tolerance", "n_tolerance"), ("not", "n_fail"))},
                          "fragile under": "" if st is None else st["flips"],
                          "cannot test": "" if st is None else st.get("cannot_test", ""),
                          "drift": round(float(u["rate"]), 2) if moving else math.nan,
                          "meet": float(round(u["meet"])) if moving and u["meet"] == u["meet"] else math.nan})
             continue
         marks = [st["mark"]] if st is not None and st["mark"] != "–" else []
-        rows.append({"claim": r["title"], "where": r["where"], "paper": r["paper"], "paper verdict": r["paper_verdict"],
-                     "ours": "–" if r["from"] == "–" else r[r["from"]], "from": r["from"],
+        rows.append({"claim": r["title"], "paper": r["paper"], "ours": "–" if r["from"] == "–" else r[r["from"]],
                      "matched": "–" if m is None else m["verdict"], "verdict": r["verdict"],
                      "marks": " · ".join(marks + (["not settled"] if moving else []))})
     return pd.DataFrame(rows).set_index("claim")
