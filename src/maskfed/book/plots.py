@@ -165,7 +165,15 @@ def describe(fig: plt.Figure) -> str:
     for ax in fig.axes:
         what = " against ".join(t for t in (ax.get_ylabel(), ax.get_xlabel()) if t)
         parts.append(": ".join(t for t in (ax.get_title(), what) if t))
-    return "; ".join(dict.fromkeys(p.replace("$", "") for p in parts if p)) or "figure"
+    plain = {"$": "", "\\Delta": "Δ", "\\mu": "μ", "\\sigma": "σ", "\\tau": "τ", "\\theta": "θ",
+             "\\alpha": "α", "\\lVert": "‖", "\\rVert": "‖", "\\hat": "", "\\,": " "}
+
+    def words(text: str) -> str:   # mathtext as a reader says it: $1/\Delta_S$ -> 1/Δ_S
+        for tex, char in plain.items():
+            text = text.replace(tex, char)
+        return text
+
+    return "; ".join(dict.fromkeys(words(p) for p in parts if p)) or "figure"
 
 
 def finish(fig: plt.Figure | None = None, alt: str | None = None) -> None:
