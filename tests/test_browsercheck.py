@@ -68,6 +68,9 @@ PAGES = {
                  {"desktop": {"alt-path"}, "phone": {"alt-path"}}),
     "doubled": ("<p>The headline holds in <em>part</em> part.</p><table><tr><td>1 1</td></tr></table>",
                 {"desktop": {"doubled-word"}, "phone": {"doubled-word"}}),
+    "math_between": ("<p>write g and <span class='math'><mjx-container style='display:inline-block'>x</mjx-container>"
+                     "</span> and expand; see arXiv:1909.06335 and doi 10.1080/03610918</p>",
+                     {"desktop": set(), "phone": set()}),
     "nan": ("<ul><li>the cliff is nan against 2.91</li></ul><pre>nan</pre>",
             {"desktop": {"nan-shown"}, "phone": {"nan-shown"}}),
     "long_number": ("<p>the factor is 1.186234 here</p><table><tr><td>1.186234</td></tr></table>",

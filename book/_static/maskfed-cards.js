@@ -1,4 +1,4 @@
-/* On a phone, a table of the book reads as stacked rows ("cards"): each body row becomes a block
+/* On a phone, and at any width where it does not fit its column, a table of the book reads as stacked rows ("cards"): each body row becomes a block
    headed by its row labels, and each cell shows its column's header before its value, so that a
    comparison (Table I's paper column, the verdict) is read without sideways scrolling. This script
    only labels the cells (data-label) and marks the table; maskfed.css lays the cards out below 600 px,
@@ -67,6 +67,8 @@
       if (names.length) tr.setAttribute('data-rowlabel', names.join(' · '));
     }
     table.classList.add('maskfed-cards');
+    // wider than its column at this width: stacked rows here too (a phone stacks every table by CSS alone)
+    if (table.scrollWidth > table.clientWidth + 1) table.classList.add('maskfed-cards-stack');
   }
   function run() {
     document.querySelectorAll('article table').forEach(label);

@@ -306,23 +306,25 @@ async ({desktop, terms, minFontPt}) => {
     const line = (el.innerText || '').split('\n').find(l => devComment.test(l));
     if (line) add('developer-comment', el, `"${Array.from(line.trim()).slice(0, 60).join('')}"`);
   }
-  // running text (paragraphs and list items, not tables, code or math): doubled words, "nan", long numbers
-  const prose = document.createTreeWalker(main, NodeFilter.SHOW_TEXT, {
-    acceptNode: (n) => n.parentElement && n.parentElement.closest('p, li, dd, figcaption, caption') &&
-      !n.parentElement.closest('table, code, pre, kbd, script, style, mjx-container, .cell_input, .highlight, svg')
-      ? NodeFilter.FILTER_ACCEPT : NodeFilter.FILTER_REJECT});
+  // running text (paragraphs and list items, not tables, code, math or the bibliography): doubled words, "nan",
+  // long numbers; a formula or code inside a paragraph stands as a token, so "and [formula] and" is no doubled word
+  const skipInline = 'code, pre, kbd, script, style, mjx-container, .math, .cell_input, .highlight, svg';
+  const proseText = (el) => {
+    let t = '';
+    for (const c of el.childNodes) {
+      if (c.nodeType === Node.TEXT_NODE) t += c.textContent;
+      else if (c.nodeType === Node.ELEMENT_NODE) t += c.matches(skipInline) ? ' \u00a7 ' : proseText(c);
+    }
+    return t;
+  };
   const doubled = /(?<![\p{L}\p{N}])(\p{L}{2,})\s+\1(?![\p{L}\p{N}])/iu;
   const nanWord = /(?<![\p{L}])(nan|NaN)(?![\p{L}])/u;
-  const decimals = /(?<![\p{L}\p{N}.,_-])\d[\d,]*\.\d+(?:e[-+]?\d+)?(?![\p{L}\p{N}.])/giu;
+  const decimals = /(?<![\p{L}\p{N}.,_:\/-])\d[\d,]*\.\d+(?:e[-+]?\d+)?(?![\p{L}\p{N}.\/])/giu;
   const sig = (t) => t.replace(/e.*$/i, '').replace(/[,.]/g, '').replace(/^0+/, '').length;
-  const texts = [];
-  for (let n = prose.nextNode(); n; n = prose.nextNode()) texts.push(n);
-  const blocks = new Map();   // a paragraph's text across its inline elements, so "in part partly" is read whole
-  for (const n of texts) {
-    const b = n.parentElement.closest('p, li, dd, figcaption, caption');
-    blocks.set(b, (blocks.get(b) || '') + n.textContent);
-  }
-  for (const [b, t] of blocks) {
+  for (const b of main.querySelectorAll('p, li, dd, figcaption, caption')) {
+    if (b.closest('table, .citation, .bibliography, .cell_input, .highlight, pre')) continue;
+    if (b.querySelector('p, li, dd')) continue;   // the innermost block only: its text is read once
+    const t = proseText(b);
     const d = t.match(doubled);
     if (d) add('doubled-word', b, `"${d[0]}"`);
     const m = t.match(nanWord);
