@@ -1,7 +1,7 @@
 /* On a phone, and at any width where it does not fit its column, a table of the book reads as stacked rows ("cards"): each body row becomes a block
    headed by its row labels, and each cell shows its column's header before its value, so that a
    comparison (Table I's paper column, the verdict) is read without sideways scrolling. This script
-   only labels the cells (data-label) and marks the table; maskfed.css lays the cards out below 600 px,
+   only labels the cells (data-label) and marks the table to stack (on a phone, or where it is wider than its column); maskfed.css lays the cards out,
    so a desktop reader sees the table unchanged. Multi-row headers (pandas' column levels) are joined
    with " · ", and row labels spanning several rows (pandas' sparse index) are repeated on each card. */
 (function () {
@@ -35,6 +35,7 @@
     }
     return names;
   }
+  const phone = window.matchMedia('(max-width: 600px)').matches;
   function label(table) {
     if (table.closest('.highlight, mjx-container, .maskfed-nocards') || !table.tBodies.length) return;
     const labels = headerLabels(table);
@@ -67,8 +68,8 @@
       if (names.length) tr.setAttribute('data-rowlabel', names.join(' · '));
     }
     table.classList.add('maskfed-cards');
-    // wider than its column at this width: stacked rows here too (a phone stacks every table by CSS alone)
-    if (table.scrollWidth > table.clientWidth + 1) table.classList.add('maskfed-cards-stack');
+    // on a phone, or wider than its column at this width: stacked rows (maskfed.css has the one layout)
+    if (phone || table.scrollWidth > table.clientWidth + 1) table.classList.add('maskfed-cards-stack');
   }
   function run() {
     document.querySelectorAll('article table').forEach(label);
