@@ -1,4 +1,5 @@
-/* On a phone, and at any width where it does not fit its column, a table of the book reads as stacked rows ("cards"): each body row becomes a block
+/* On a phone, and at any width where it does not fit its column even with its text cells wrapped, a table of the book
+   reads as stacked rows ("cards"): each body row becomes a block
    headed by its row labels, and each cell shows its column's header before its value, so that a
    comparison (Table I's paper column, the verdict) is read without sideways scrolling. This script
    only labels the cells (data-label) and marks the table to stack (on a phone, or where it is wider than its column); maskfed.css lays the cards out,
@@ -68,8 +69,34 @@
       if (names.length) tr.setAttribute('data-rowlabel', names.join(' · '));
     }
     table.classList.add('maskfed-cards');
-    // on a phone, or wider than its column at this width: stacked rows (maskfed.css has the one layout)
-    if (phone || table.scrollWidth > table.clientWidth + 1) table.classList.add('maskfed-cards-stack');
+    // On a phone: stacked rows. Wider than its column at this width: first let its text cells wrap (a number or a
+    // range such as 1.10–1.36 stays whole); only a table still too wide reads as stacked rows (maskfed.css).
+    if (!phone && tooWide(table)) {
+      keepWhole(table);
+      table.classList.add('maskfed-wrap');
+      if (tooWide(table)) table.classList.remove('maskfed-wrap');
+    }
+    if (phone || tooWide(table)) table.classList.add('maskfed-cards-stack');
+  }
+  function tooWide(table) {
+    return table.scrollWidth > table.clientWidth + 1;
+  }
+  function keepWhole(table) {  // a token with a hyphen or dash (1.1e-08, 1.10–1.36, -0.52) never breaks inside itself
+    for (const td of Array.from(table.querySelectorAll('td'))) {
+      if (td.children.length || !/[-–]/.test(td.textContent)) continue;
+      const parts = td.textContent.split(/(\s+)/);
+      const body = document.createElement('span');  // one box: a stacked row's cell stays label + value
+      for (const part of parts) {
+        if (/[-–]/.test(part)) {
+          const span = document.createElement('span');
+          span.className = 'maskfed-whole';
+          span.textContent = part;
+          body.appendChild(span);
+        } else body.appendChild(document.createTextNode(part));
+      }
+      td.textContent = '';
+      td.appendChild(body);
+    }
   }
   function run() {
     document.querySelectorAll('article table').forEach(label);

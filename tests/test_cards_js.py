@@ -1,0 +1,84 @@
+"""The book's table layout script (book/_static/maskfed-cards.js with maskfed.css) in headless Chromium: on a wide
+screen a table that fits stays as it is, one whose text cells can wrap to fit its column wraps (a number or range
+stays whole), and only one still too wide reads as stacked rows; on a phone every table stacks.
+
+Needs Debian's Chromium and Playwright, like tests/test_browsercheck.py (skipped with the reason otherwise)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from maskfed.book import browsercheck
+from maskfed.paths import REPO_ROOT
+
+pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install -e '.[book]')")
+if not any(shutil.which(b) for b in ("chromium", "chromium-browser")):
+    pytest.skip("no Chromium (apt-get install -y chromium)", allow_module_level=True)
+
+STATIC = REPO_ROOT / "book" / "_static"
+
+
+def _table(tid: str, head: list[str], rows: list[list[str]]) -> str:
+    th = "".join(f"<th class='col_heading'>{h}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<div class='cell_output'><table id='{tid}'><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>"
+
+
+#: article 700 px wide (a 1400 px window's text column); on the phone 370 px
+PAGE = ("<!doctype html><html><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<style>{(STATIC / 'maskfed.css').read_text()}</style></head>"
+        "<body style='margin:0;font:16px sans-serif'><article style='max-width:700px;width:95vw'>"
+        + _table("fits", ["bs", "τ", "1/Δ_S"], [["32", "2", "1.19"], ["128", "5", "1.05"]])
+        + _table("wraps", ["claim", "paper", "ours", "verdict"],
+                 [["Rounds below 1", "max 4.5% (bs 128, τ 1); noisiest 3: 0.0, 0.0, 0.0%",
+                   "max 5.9% (bs 32, τ 5); noisiest 3: 5.9, 1.5, 2.0%", "does not hold"],
+                  ["Minibatch floor", "1.10–1.36", "1.06–1.62 and then some more words to wrap here", "confounded by stage"]])
+        + _table("stacks", [f"c{i}" for i in range(12)], [[f"{i}.123456e-08" for i in range(12)]])
+        + f"<script>{(STATIC / 'maskfed-cards.js').read_text()}</script></article></body></html>")
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory):
+    from playwright.sync_api import sync_playwright
+
+    page_path = tmp_path_factory.mktemp("cards") / "page.html"
+    page_path.write_text(PAGE)
+    out = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=browsercheck.chromium_path(), headless=True,
+                                     args=list(browsercheck.CHROMIUM_FLAGS))
+        for width in (1400, 390):
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.goto(page_path.as_uri())
+            out[width] = page.evaluate("""() => Object.fromEntries(['fits', 'wraps', 'stacks'].map(id => {
+                const t = document.getElementById(id);
+                const whole = Array.from(t.querySelectorAll('span.maskfed-whole'));
+                return [id, {cls: Array.from(t.classList).sort(), wider: t.scrollWidth > t.clientWidth + 1,
+                             whole: whole.map(s => s.textContent),
+                             wholeOneLine: whole.every(s => s.getClientRects().length === 1)}];
+            }))""")
+            page.close()
+        browser.close()
+    return out
+
+
+@pytest.mark.slow
+def test_wide_screen_keeps_a_fitting_table_wraps_a_text_table_and_stacks_only_the_widest(layouts):
+    got = layouts[1400]
+    assert got["fits"]["cls"] == ["maskfed-cards"]
+    assert got["wraps"]["cls"] == ["maskfed-cards", "maskfed-wrap"] and not got["wraps"]["wider"]
+    assert got["stacks"]["cls"] == ["maskfed-cards", "maskfed-cards-stack"] and not got["stacks"]["wider"]
+
+
+@pytest.mark.slow
+def test_a_wrapped_table_keeps_each_range_and_number_whole(layouts):
+    wraps = layouts[1400]["wraps"]
+    assert {"1.10–1.36", "1.06–1.62"} <= set(wraps["whole"]) and wraps["wholeOneLine"]
+
+
+@pytest.mark.slow
+def test_on_a_phone_every_table_stacks(layouts):
+    assert all("maskfed-cards-stack" in v["cls"] and not v["wider"] for v in layouts[390].values())
