@@ -44,7 +44,7 @@ KEYS_FILE = ".execution-keys.json"
 
 def _tree_digest(root: Path, pattern: str = "*") -> str:
     """SHA-256 over the relative path, size and modification time of every file under ``root`` matching
-    ``pattern``, hidden files and folders (a run in progress, locks) left out; "" when ``root`` is absent."""
+    ``pattern``, hidden files and folders left out."""
     h = hashlib.sha256()
     if root.is_dir():
         for path in sorted(root.rglob(pattern)):
@@ -56,8 +56,7 @@ def _tree_digest(root: Path, pattern: str = "*") -> str:
 
 
 def _results_digest() -> str:
-    """:func:`_tree_digest` of the results the chapters read: the run folders (:func:`maskfed.paths.results_dir`)
-    and the run archive (``$MASKFED_ARCHIVE_DIR``, when it lies outside them)."""
+    """:func:`_tree_digest` of the run folders and the run archive (where it lies outside them)."""
     from maskfed.studies.archive import archive_dir
 
     roots = [results_dir()] + [r for r in [archive_dir()] if not r.is_relative_to(results_dir())]
@@ -112,9 +111,8 @@ def _toc_files() -> tuple[dict, list[str]]:
 
 
 def toc_of_pages(out_dir: Path = OUT_DIR) -> dict:
-    """``book/_toc.yml`` cut to the chapters executed so far (``out_dir/<name>.ipynb``; the book's other pages,
-    such as the glossary, stay): the table of contents of a book that can be built before every chapter has run.
-    Its root is the book's own where that has run, else the first executed chapter.
+    """``book/_toc.yml`` cut to the chapters executed so far (the book's other pages stay), its root the first
+    executed chapter where the book's own has not run.
 
     Raises:
         FileNotFoundError: no chapter of the table of contents has been executed.
@@ -567,8 +565,8 @@ ARCHIVE_CHAPTERS = ("verdict", "table1_local_protocol", "table2_heterogeneity", 
 
 
 def incomplete_archives(live: str) -> list:
-    """:class:`maskfed.studies.archive.IncompleteArchive` of every archive the book reads (the archived book
-    profiles other than ``live``, and ``cpu-masked``) that holds some of its profile's runs but not all."""
+    """:class:`maskfed.studies.archive.IncompleteArchive` of every archive the book reads (but ``live``'s) that
+    holds some of its profile's runs but not all."""
     from maskfed.studies import archive
 
     out = []

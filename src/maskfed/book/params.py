@@ -235,20 +235,13 @@ def coerce(name: str, value: Any, annotation: Any) -> Any:
                          f"({type(value).__name__}) [{where}]") from None
 
 
-def _hidden_names() -> set[str]:
-    try:
-        from IPython import get_ipython
-    except ImportError:  # plain Python: no kernel names to hide
-        return set(KERNEL_NAMES)
-    shell = get_ipython()
-    return set(KERNEL_NAMES) | (set(shell.user_ns_hidden) if shell is not None else set())
-
-
 def user_names(namespace: dict) -> list[str]:
-    """Names in ``namespace`` that a parameters cell or papermill could have bound: not private
-    (``_x``), not kernel names, and not modules, functions, classes or ``typing`` names such as
-    ``Optional`` (imported for the annotations; papermill injects only literals)."""
-    hidden = _hidden_names()
+    """Names in ``namespace`` that a parameters cell or papermill could have bound: not private, not the kernel's,
+    and not modules, functions, classes or ``typing`` names (papermill injects only literals)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    hidden = set(KERNEL_NAMES) | (set(shell.user_ns_hidden) if shell is not None else set())
     return sorted(k for k, v in namespace.items()
                   if not k.startswith("_") and k not in hidden and type(v).__module__ != "typing"
                   and not isinstance(v, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)))

@@ -82,16 +82,8 @@ def run_values(cfg: RunConfig, profile: Profile) -> dict:
 
 
 def settings_table(profile: str | None = None) -> pd.DataFrame:
-    """Every setting, its value at the paper's scale, whose setting it is, and where the code applies it.
-
-    Args:
-        profile: ``None`` for the paper profile alone; a scaled-down profile name (``smoke``,
-            ``cpu``) adds a column ``"<name> profile"`` with the value that profile uses, which is
-            not the paper's wherever it differs.
-
-    Returns:
-        DataFrame indexed by setting name with columns ``value`` (the ``paper`` profile's first
-        seed), ``whose``, ``where`` and, for another profile, ``"<name> profile"``.
+    """Every setting: its ``value`` at the paper's scale, ``whose`` it is, ``where`` the code applies it and, for
+    another ``profile``, its value there (column ``"<name> profile"``); indexed by setting.
 
     Raises:
         ConfigError: unknown profile name (listing the allowed ones).
