@@ -42,9 +42,8 @@ def closed_forms(k_c: float, r: float, p: float) -> dict[str, float]:
 
 
 def points_from_table(table, k_c: int) -> list[dict]:
-    """Measured points for the explorer from a Table I summary (:func:`maskfed.studies.experiments.table1`):
-    one ``{"label", "r", "recovery"}`` per protocol with r = ‖μ̂‖²/σ̂² (medians over seeds, so the point
-    need not lie on eq. 12's curve exactly), at the run's ``k_c``; rows with σ̂² <= 0 are left out."""
+    """Measured points for the explorer from a Table I summary: one ``{"label", "r", "recovery", "k_c"}`` per
+    protocol with r = ‖μ̂‖²/σ̂² (medians over seeds); rows with ‖μ̂‖² or σ̂² <= 0 are left out."""
     out = []
     for key, row in table.iterrows():
         bs, tau = key if isinstance(key, tuple) else (key, "")

@@ -329,9 +329,7 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
 
 
 def _kernel_manager(log):
-    """A kernel manager whose kernel writes its own log lines to the open file ``log`` instead of this
-    process's stderr: the kernel's TCP warning, and after Ctrl-C the traceback of a socket closed under
-    it, are not the chapter's output (a cell's own output and errors reach the notebook either way)."""
+    """A kernel manager whose kernel writes its own log lines to the open file ``log``, not this process's stderr."""
     from jupyter_client.manager import AsyncKernelManager, KernelManager
 
     class QuietKernelManager(AsyncKernelManager):

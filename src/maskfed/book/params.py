@@ -122,8 +122,7 @@ def _bounds(meta: Any) -> list[str]:
 
 
 def type_name(annotation: Any) -> str:
-    """A reader's name for a type annotation with its range: ``int``, ``list[int >= 1]``,
-    ``float > 0 and <= 1 | None``, ``one of 'smoke', 'cpu'``."""
+    """A reader's name for a type annotation with its range: ``list[int >= 1]``, ``one of 'smoke', 'cpu'``."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is Annotated:
         base, *meta = args

@@ -333,12 +333,9 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
     """Figure 1: recovery factor 1/Δ_S against test accuracy (fraction) for the local protocols: marker shape is
     the batch size, the label beside each marker τ; filled markers ours, hollow grey ones the paper's.
 
-    Args:
-        ours, paper: summaries indexed by (batch_size, local_epochs) with columns ``recovery_unweighted`` and
-            ``test_acc``.
-        k_c: cohort size, drawn as the ceiling of 1/Δ_S.
-        others: further summaries ``{legend label: summary}``, each filled in its own colour.
-        ranges: ``{legend label: (low, high)}``: a source's seed ranges, drawn as bars in both directions.
+    ``ours``, ``paper`` and the ``others`` (``{legend label: summary}``, each in its own colour) are summaries indexed
+    by (batch_size, local_epochs) with ``recovery_unweighted`` and ``test_acc``; ``ranges``: ``{legend label: (low,
+    high)}`` seed ranges, drawn as bars; ``k_c``: the ceiling of 1/Δ_S.
     """
     ax = ax or plt.subplots(figsize=(6.4, 5.2))[1]
     sources = [(ours, ours_label, dict(color="C0"))]

@@ -38,15 +38,9 @@ SOURCE = Path(__file__).with_name("settings.yaml")
 
 @dataclass(frozen=True)
 class Setting:
-    """One row of the settings table.
-
-    Attributes:
-        name: what is set.
-        value: the value as text: fixed, or a template whose ``{names}`` are :func:`run_values`.
-        whose: ``"paper, Sec. ..."`` when the paper states it, else ``"ours, following <ref>"``.
-        where: the code that applies it (module.function or config field, dotted under ``maskfed``).
-        other_model: where given, the value (a template as ``value``) for a model other than ResNet-18-GN.
-    """
+    """One row of the settings table: ``name``; ``value`` (text, or a template of :func:`run_values` names);
+    ``whose`` ("paper, Sec. ..." or "ours, following <ref>"); ``where`` the code applies it (dotted under
+    ``maskfed``); ``other_model``: the value for a model other than ResNet-18-GN (None: ``value``)."""
 
     name: str
     value: str
