@@ -1,8 +1,7 @@
 """Book helpers. This module: what every page shares (banners, table styling, numbers, glue).
 
-Submodules: ``notebooks`` (executes the chapters with papermill), ``params`` (checks a chapter's
-parameters), ``plots`` (the figures), ``settings`` (whose setting is whose), ``archive``
-(archived runs of the cpu-long and paper profiles).
+Submodules: ``notebooks`` (executes the chapters), ``params`` (their parameters), ``plots``, ``tables``,
+``evidence``, ``settings``, ``explorer``, ``browsercheck`` (``make book-check``).
 """
 
 from __future__ import annotations
@@ -58,22 +57,14 @@ _ABS_PATH = re.compile(r"(?<![\w.~])(?:/[^\s/()'\",;:]+)+/([^\s/()'\",;:]+)")
 
 
 def without_paths(value):
-    """``value`` with every absolute path in it replaced by the path's last component, so that a
-    page never shows where the machine that built it keeps its files; non-strings are returned
-    unchanged (so it can be mapped over a table).
-
-    ``"archive /work/shared/data/cifar10-jpeg.tar.gz (JPEG)"`` -> ``"archive cifar10-jpeg.tar.gz (JPEG)"``.
-    """
+    """``value`` with every absolute path in it replaced by its last component (``/a/b/c.tar.gz`` -> ``c.tar.gz``);
+    non-strings unchanged."""
     return _ABS_PATH.sub(r"\1", value) if isinstance(value, str) else value
 
 
 def number(x, digits: int = 4) -> str:
-    """A number as a reader writes it: ``0.1``, ``100``, ``1e-06``, ``12.35`` (``digits`` significant
-    digits, no trailing zeros); integers in full with thousands separators (``17,034``); a truth value as ``yes``/``no``; anything else
-    unchanged (as ``str``).
-
-    Used as the default cell and index format of :func:`styled` (pandas' Styler writes 0.100000).
-    """
+    """A number as a reader writes it: ``0.1``, ``100``, ``1e-06``, ``12.35`` (``digits`` significant digits);
+    integers with thousands separators (``17,034``); a truth value as ``yes``/``no``; anything else as ``str``."""
     if isinstance(x, (bool, np.bool_)):
         return "yes" if x else "no"
     if not isinstance(x, numbers.Real):
@@ -89,19 +80,10 @@ def number(x, digits: int = 4) -> str:
 
 
 def column_format(values, digits: int = 3):
-    """The format a reader would give a whole column of numbers: one number of decimals for every
-    row, ``digits`` significant digits at the column's median magnitude (``0.938``, ``1.003``;
-    ``2.42``, ``12.3``; ``4309``), or :func:`scientific` for a column spanning more than four
-    decades or smaller than 1e-3 (``2.2e-16``, ``0``). A column of integers, or of values with at most
-    two significant digits (settings: α = 100, 1, 0.1), keeps :func:`number`; no nonzero value is
-    rounded to 0.
-
-    Args:
-        values: the column (any iterable of numbers; NaN and infinities are ignored).
-        digits: significant digits at the median magnitude (>= 1).
-
-    Returns:
-        A callable writing one cell (NaN as "–").
+    """A callable writing one cell of the column ``values`` as a reader would: the same decimals in every row,
+    ``digits`` significant digits at the median magnitude (``0.938``, ``1.003``), or :func:`scientific` for a
+    column spanning more than four decades or below 1e-3; integers, or values of at most two significant digits
+    (α = 100, 1, 0.1), keep :func:`number`; no nonzero value is rounded to 0; NaN as "–".
 
     Raises:
         ValueError: ``digits`` < 1.
@@ -133,11 +115,8 @@ def column_format(values, digits: int = 3):
 
 
 def scientific(x, digits: int = 2) -> str:
-    """A small or large number in scientific notation as a reader writes it: ``3e-15``, ``1.2e-09``
-    (``digits`` significant digits, no trailing zeros, no padded exponent); zero as ``0``; NaN as "–".
-
-    For deviations whose point is their order of magnitude (the control's 1e-12 agreement), where
-    fixed decimals would show ``10.000000000000`` and hide the deviation.
+    """A number in scientific notation as a reader writes it: ``3e-15``, ``1.2e-9`` (``digits`` significant
+    digits, no trailing zeros, no padded exponent); zero as ``0``; NaN as "–".
 
     Raises:
         ValueError: ``digits`` < 1.
@@ -156,14 +135,8 @@ def scientific(x, digits: int = 2) -> str:
 
 
 def signed(decimals: int):
-    """A cell format for a signed deviation, ``+0.041`` / ``-0.090``, that writes a value rounding to
-    zero as ``0.000`` (``"{:+.3f}"`` writes a rounding-level -1e-17 as ``-0.000``).
-
-    Args:
-        decimals: decimal places (>= 0).
-
-    Returns:
-        A callable writing one cell; non-numbers (and NaN) go to :func:`number`.
+    """A cell format for a signed deviation with ``decimals`` places, ``+0.041`` / ``-0.090``, that writes a value
+    rounding to zero as ``0.000``; non-numbers (and NaN) go to :func:`number`.
 
     Raises:
         ValueError: ``decimals`` < 0.
@@ -181,13 +154,8 @@ def signed(decimals: int):
 
 
 def with_error(mean, se) -> str:
-    """A Monte Carlo estimate as a reader writes it: the standard error to two significant digits
-    and the mean to the same decimal place (``68.101988 ± 0.942150`` -> ``"68.10 ± 0.94"``); a
-    zero, missing or infinite standard error leaves the mean to :func:`number`.
-
-    Args:
-        mean: the estimate (any real).
-        se: its standard error (same units, >= 0).
+    """A Monte Carlo estimate as a reader writes it: the standard error ``se`` to two significant digits and the
+    ``mean`` to the same decimal place (``"68.10 ± 0.94"``); a zero or infinite ``se`` leaves both to :func:`number`.
 
     Raises:
         ValueError: a negative ``se``.
@@ -217,48 +185,37 @@ def span(low, high, decimals: int = 2) -> str:
 
 
 def without_comment_lines(text: str) -> str:
-    """``text`` (YAML, e.g. CITATION.cff) without its whole-line ``#`` comments, which are notes for
-    the file's maintainers, not for a reader of the page; every other line is kept as it is."""
+    """``text`` (YAML, e.g. CITATION.cff) without its whole-line ``#`` comments."""
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")) + "\n"
 
 
 def data_source(profile: Profile) -> dict:
-    """The data a profile's runs use: ``data`` (the kind of source and the file or folder name, the JPEG
-    caveat included, never its path on this machine) and ``fingerprint``, the content fingerprint that the runs'
-    cache keys use (:func:`maskfed.engine.runner.data_fingerprint`: sha256 over every byte of the images and labels)."""
+    """The data a profile's runs use: ``data`` (its source without paths) and ``fingerprint``
+    (:func:`maskfed.engine.runner.data_fingerprint`, which the runs' cache keys use)."""
     images = images_for(profile.run(profile.seeds[0]))
     return {"data": without_paths(images.source), "fingerprint": data_fingerprint(images)}
 
 
 def data_note(profile: Profile) -> str:
-    """Deprecated alias for callers not yet moved to :func:`data_source`: its two values joined by "; "."""
+    """:func:`data_source`'s two values joined by "; "."""
     d = data_source(profile)
     return f"{d['data']}; fingerprint {d['fingerprint']}"
 
 
 def profile_changes(profile: Profile) -> dict:
-    """The base fields a page set differently from the profile's own file (``load_profile(name,
-    rounds=2)`` -> ``{"rounds": 2}``), in the order given; the data location is left to
-    :func:`data_source`, and a value equal to the file's is not a change."""
+    """The base fields a page set differently from the profile's own file (``rounds=2`` -> ``{"rounds": 2}``),
+    the data location aside."""
     if not profile.overrides:
         return {}
     default = load_profile(profile.name).base
     return {k: v for k, v in profile.overrides.items() if k != "data_path" and default.get(k) != v}
 
 
-def banner(profile: Profile, *, source: str | None = None, changes: dict | None = None,
-           what: str | None = None) -> pd.DataFrame:
-    """What produced a page's numbers, as a table of values (one column ``value``, one row per field) that the
-    chapter shows under a fixed sentence or admonition of its own saying which numbers it describes.
-
-    Fields: ``profile``; ``scaled down`` (True: not the paper's setting); ``model``, ``rounds`` and ``cohort
-    K_c`` of its first seed's run; ``seeds`` (the seeds, comma-separated); ``description`` (the profile's own);
-    ``changes`` (what the page set differently: the base fields of :func:`profile_changes`, then ``changes``,
-    setting -> value such as ``{"cohort_size (K_c)": 5}``, which take precedence over a field of the same name;
-    "" for none); ``data`` and ``fingerprint`` (:func:`data_source`); ``lead source`` (``source``: the name of
-    the source the page's lead numbers come from, e.g. an archived profile's column; the profile's name when
-    None). ``what`` is ignored (the chapter's Markdown says it); kept so that older calls still run.
-    """
+def banner(profile: Profile, *, source: str | None = None, changes: dict | None = None) -> pd.DataFrame:
+    """What produced a page's numbers, as a table (one column ``value``): ``profile``, ``scaled down``, ``model``,
+    ``rounds``, ``cohort K_c``, ``seeds``, ``description``, ``changes`` (:func:`profile_changes`, overridden by
+    ``changes``, e.g. ``{"cohort_size (K_c)": 5}``), ``data`` and ``fingerprint`` (:func:`data_source`) and
+    ``lead source`` (``source``, the profile's name when None)."""
     explicit = changes or {}
     changes = {k: v for k, v in profile_changes(profile).items()
                if not any(name == k or name.startswith(f"{k} ") for name in explicit)} | explicit
@@ -272,9 +229,8 @@ def banner(profile: Profile, *, source: str | None = None, changes: dict | None 
 
 
 def _cell_writers(table: pd.DataFrame, formats: dict | None) -> dict:
-    """``{column: format}`` for :func:`styled`: the column's own entry in ``formats`` or
-    :data:`FORMATS` (a format string or a callable), for a (quantity, source) column else its
-    quantity's, else :func:`column_format` for a float column and :func:`number` for any other."""
+    """``{column: format}`` for :func:`styled`: the column's (or its quantity's) entry in ``formats`` or
+    :data:`FORMATS`, else :func:`column_format` for a float column and :func:`number` for any other."""
     formats_by_name = {**FORMATS, **(formats or {})}
 
     def fmt_for(col):
@@ -328,20 +284,10 @@ class OneHeaderRowStyler(Styler):
 
 
 def styled(table: pd.DataFrame, formats: dict | None = None):
-    """A pandas Styler with the paper's number formats and headers; works on plain and
-    (quantity, source) column tables, with the paper's symbols as headers and index names
-    (α, bs, τ) and reader names for the other known columns (:data:`HEADERS`). A float column
-    without a format of its own gets one for the whole column (:func:`column_format`: the same
-    decimals in every row); other cells and the index labels are written by :func:`number`
-    (``0.1``, ``100``, ``yes``), and missing values as "–". A default 0, 1, 2, ... index is hidden (it means nothing to a
-    reader); text is never truncated, and a long-text column (:data:`WRAP_OVER_CHARS`) wraps in a
-    left-aligned column at least :data:`WRAP_MIN_EM` wide while numbers stay on one line.
-
-    Args:
-        table: the table to show.
-        formats: further ``{column: format}`` entries (format strings or callables), on top of
-            :data:`FORMATS`; a two-level column takes its own ``(a, b)`` entry, else that of ``a``.
-    """
+    """A pandas Styler of a plain or (quantity, source) table with the book's headers (:data:`HEADERS`,
+    :data:`INDEX_NAMES`) and cell formats (:func:`_cell_writers`; ``formats``: further ``{column: format}``
+    entries), the index by :func:`number`, missing values as "–"; a default index is hidden, and a long-text
+    column (:data:`WRAP_OVER_CHARS`) wraps at least :data:`WRAP_MIN_EM` wide."""
     shown = table.copy()
     shown.columns = (pd.MultiIndex.from_tuples([_header(c) for c in table.columns])
                      if isinstance(table.columns, pd.MultiIndex) else [_header(c) for c in table.columns])
@@ -368,17 +314,13 @@ def styled(table: pd.DataFrame, formats: dict | None = None):
 COLUMN_CHARS = 90
 #: Width (characters) of a cell's padding (0.45 em each side) and of a wrapping text column.
 _PAD_CHARS, _WRAP_CHARS = 2, 2 * WRAP_MIN_EM
-#: Characters kept free when columns are chosen or packed automatically (:func:`main_columns`, the
-#: other tables of :func:`fitted`): a table of many narrow numeric columns can measure wider than
-#: its estimate.
+#: Characters kept free when columns are chosen or packed automatically (:func:`main_columns`, :func:`fitted`).
 _SLACK_CHARS = 4
 
 
 def table_chars(table: pd.DataFrame, formats: dict | None = None) -> int:
-    """Estimated width of :func:`styled` ``(table)`` in characters of body text: per column the
-    longest written cell or the longest word of its header (headers wrap), a long-text column
-    :data:`WRAP_MIN_EM` em, each with its padding; the row labels likewise. An estimate for laying
-    out a table (:func:`fitted`); the browser check (``make book-check``) measures the page."""
+    """Estimated width of :func:`styled` ``(table)`` in characters of body text: per column and index level the
+    longest written cell or header word (a long-text column :data:`WRAP_MIN_EM` em), with its padding."""
     def word(text) -> int:
         return max((len(w) for w in str(text).split()), default=0)
 
@@ -404,10 +346,8 @@ def table_chars(table: pd.DataFrame, formats: dict | None = None) -> int:
 
 
 def csv_link(table: pd.DataFrame, name: str, text: str | None = None) -> str:
-    """An HTML link that downloads ``table`` as ``<name>.csv`` with every number at full precision
-    (a ``data:`` address in the page itself: no file to copy, nothing fetched from a host).
-
-    Two-level columns are written as ``quantity | source``; the index becomes the first columns.
+    """An HTML link that downloads ``table`` as ``<name>.csv`` at full precision (a ``data:`` address); two-level
+    columns are written as ``quantity | source``, the index as the first columns.
 
     Raises:
         ValueError: ``name`` is not a plain file stem (letters, digits, ``-``, ``_``).
@@ -427,17 +367,8 @@ def csv_link(table: pd.DataFrame, name: str, text: str | None = None) -> str:
 
 
 def main_columns(table: pd.DataFrame, first: list, more: list, formats: dict | None = None) -> list:
-    """The main columns of :func:`fitted` for a table with many comparable columns: ``first``, then
-    each column of ``more`` (in that order) that keeps the table within the text column
-    (:data:`COLUMN_CHARS` less a slack of 4, measured by :func:`table_chars`), returned in the table's own column order
-    (for a two-level table, the first level's names).
-
-    Args:
-        table: the full table.
-        first: columns always kept (the page's point).
-        more: candidate columns, most wanted first.
-        formats: number formats as for :func:`styled`.
-    """
+    """The main columns of :func:`fitted`: ``first``, then each column of ``more`` (most wanted first) that keeps
+    the table within :data:`COLUMN_CHARS` less the slack, in the table's own column order (first-level names)."""
     chosen = list(dict.fromkeys(first))
     for col in more:
         if col not in chosen and table_chars(table[chosen + [col]], formats) <= COLUMN_CHARS - _SLACK_CHARS:
@@ -447,28 +378,13 @@ def main_columns(table: pd.DataFrame, first: list, more: list, formats: dict | N
 
 def fitted(table: pd.DataFrame, main: list, *, name: str, formats: dict | None = None,
            detail: str | None = None, collapsed: bool = True, max_chars: int = COLUMN_CHARS) -> "IPython.display.HTML":
-    """A wide table as a reader can take it in: a main table with the columns that carry the
-    page's point, the other columns in tables of their own (inside a toggled ``<details>`` box,
-    or shown below the main one; for a (quantity, source) table each quantity not wholly in the
-    main table is shown whole, with every source), each no wider than the text column at a 1400 px window
-    (:data:`COLUMN_CHARS`), and a link that downloads every column at full precision
-    (:func:`csv_link`). Every table repeats the index, so put what names a row (protocol, round)
-    in the index. On a phone each table scrolls sideways in its own box (book/_static/maskfed.css).
-
-    Args:
-        table: the full table (plain or (quantity, source) columns; its index labels every row).
-        main: the columns of the main table, in order: column keys (a ``(quantity, source)``
-            tuple for a two-level table) or, for a two-level table, a quantity name meaning all
-            its sources.
-        name: the CSV's file stem (``table1``).
-        formats: number formats as for :func:`styled`.
-        detail: the summary line of the toggled box (default: "Every source: <quantities>" or
-            "More columns: <columns>").
-        collapsed: the other columns in a toggled box (True) or in tables shown below (False).
-        max_chars: the width budget of each table, in characters (:func:`table_chars`).
+    """A wide table as a reader can take it in: a main table of the columns ``main`` (column keys or, for a
+    two-level table, quantity names meaning all their sources), the other columns (whole quantities) packed into
+    tables no wider than ``max_chars`` (:func:`table_chars`) in a toggled box with summary ``detail`` (or shown
+    below it: ``collapsed`` False), and a full-precision CSV link (:func:`csv_link`, file stem ``name``).
 
     Returns:
-        An ``IPython.display.HTML`` (the last expression of a cell shows it).
+        An ``IPython.display.HTML``.
 
     Raises:
         ValueError: a ``main`` entry that is not a column of ``table``, an empty ``main``, or a
@@ -492,9 +408,7 @@ def fitted(table: pd.DataFrame, main: list, *, name: str, formats: dict | None =
     if width > max_chars:
         raise ValueError(f"main: the main table is about {width} characters wide, over the {max_chars} that fit "
                          f"the text column at a 1400 px window; choose fewer main columns")
-    # the rest: for a (quantity, source) table every quantity not wholly in the main table, with all
-    # its sources (a quantity reads best whole); for a plain table the columns not in it
-    if two_level:
+    if two_level:  # every quantity not wholly in the main table, with all its sources
         partial = [q for q in dict.fromkeys(table.columns.get_level_values(0))
                    if any(c not in chosen for c in table.columns if c[0] == q)]
         rest = [c for c in table.columns if c[0] in partial]
@@ -542,8 +456,7 @@ def profile_table() -> pd.DataFrame:
 
 
 def _glue(key: str, value, display: bool = False) -> None:
-    """``myst_nb.glue`` for numbers and strings, converting numpy scalars to Python ones
-    (numpy 2 prints ``np.float64(...)``, which MyST-NB's ``{glue:text}`` cannot format)."""
+    """``myst_nb.glue`` with numpy scalars as Python ones (MyST-NB cannot format ``np.float64(...)``)."""
     from myst_nb import glue as myst_glue
 
     if isinstance(value, np.generic):
@@ -559,47 +472,35 @@ def glue(key: str, value, display: bool = False) -> None:
         print(key, "=", value.item() if isinstance(value, np.generic) else value)
 
 
-#: True while the notebook runner builds a chapter into the book (its hidden setup cell sets it). Outside the
-#: build (a chapter run top to bottom in JupyterLab, where ``{glue:text}`` placeholders stay placeholders),
+#: True while the notebook runner builds a chapter into the book (its hidden setup cell sets it); outside it
 #: :func:`glue_all` and :func:`glue_numbers` also show the values they glue as a table.
 IN_BOOK_BUILD = False
 
 
-def _show_values(glued: dict) -> None:
-    """Outside the book build, display ``glued`` (name -> value as glued) as a one-column table."""
-    if IN_BOOK_BUILD or not glued:
+def glue_all(values: dict) -> None:
+    """:func:`_glue` every item of ``values`` (name -> number or string); outside the book build
+    (:data:`IN_BOOK_BUILD`), also display them as a table."""
+    for key, value in values.items():
+        _glue(key, value)
+    if IN_BOOK_BUILD or not values:
         return
     from IPython.display import display
 
     with pd.option_context("display.max_rows", None, "display.max_colwidth", None):  # every value, whole
-        display(pd.DataFrame({"glued value": [str(v) for v in glued.values()]},
-                             index=pd.Index(list(glued), name="glue name")))
-
-
-def glue_all(values: dict) -> None:
-    """Glue every named value of a chapter's findings (:func:`glue` on each item of ``values``, a dict
-    of name to number or string), so a chapter glues in one call; outside the book build, show them
-    (:data:`IN_BOOK_BUILD`)."""
-    for key, value in values.items():
-        _glue(key, value)
-    _show_values(values)
+        display(pd.DataFrame({"glued value": [str(v) for v in values.values()]},
+                             index=pd.Index(list(values), name="glue name")))
 
 
 def glue_numbers(values: dict, digits: int = 3) -> None:
-    """Glue a chapter's numbers and words for its Markdown: a float is written by :func:`number` with
-    ``digits`` significant digits (the book's one number format), an integer or a string as it is; a truth
-    value is not glued (it is for the chapter's checks, not its text). Outside the book build, show them."""
-    glued = {key: number(value, digits) if isinstance(value, (float, np.floating)) else value
-             for key, value in values.items() if not isinstance(value, (bool, np.bool_))}
-    for key, value in glued.items():
-        _glue(key, value)
-    _show_values(glued)
+    """:func:`glue_all` of ``values`` with each float written by :func:`number` to ``digits`` significant digits
+    and the truth values left out (they are for the chapter's checks)."""
+    glue_all({key: number(value, digits) if isinstance(value, (float, np.floating)) else value
+              for key, value in values.items() if not isinstance(value, (bool, np.bool_))})
 
 
 def provenance_record() -> pd.DataFrame:
-    """When and from what a chapter was executed, as a one-row table for its last cell: ``executed (UTC)``,
-    ``commit`` (10 hex digits), ``src/ changed`` (True when ``src/`` had uncommitted changes), ``run code``
-    (:func:`maskfed.provenance.code_hash`) and ``packages`` (name and version of each, comma-separated)."""
+    """When and from what a chapter was executed, as a one-row table: ``executed (UTC)``, ``commit``, ``src/
+    changed``, ``run code`` (:func:`maskfed.provenance.code_hash`) and ``packages``."""
     from datetime import datetime, timezone
 
     from maskfed import provenance
@@ -610,9 +511,3 @@ def provenance_record() -> pd.DataFrame:
                           "run code": provenance.code_hash(),
                           "packages": ", ".join(f"{k} {v}" for k, v in provenance.package_versions().items() if v)}])
 
-
-def provenance_note(name: str | None = None, namespace: dict | None = None) -> pd.DataFrame:
-    """Deprecated alias of :func:`provenance_record` (``name`` and ``namespace`` are ignored: a chapter shows its
-    command with :func:`maskfed.book.params.run_command` and its parameters with
-    :func:`maskfed.book.params.parameter_table`), kept so that chapters not yet moved still run."""
-    return provenance_record()

@@ -1,51 +1,19 @@
 """``make book-check``: read every page of the built book in headless Chromium, as a reader would.
 
-Each page is served from a local HTTP server and opened at a desktop width (1400 px) and a phone
-width (390 px) in Debian's Chromium, driven by Playwright (``executable_path`` the system
-Chromium; Playwright downloads no browser). After MathJax has typeset the page and every toggled
-box a reader could open is opened (``<details>``, hidden solutions), the probe
-(:data:`PROBE_JS`) reports, per page and width:
+Each page is served locally and opened at a desktop (1400 px) and a phone (390 px) width in the system
+Chromium, driven by Playwright (which downloads no browser). Once MathJax has typeset it and every toggled
+box is open, the probe (:data:`PROBE_JS`) reports per page and width each breach of :data:`RULES`: errors
+(``js-error``; ``other-host``, a request off the local server, aborted; ``missing-file``); layout
+(``wider-than-column``, ``clipped``, ``scrolls-at-desktop``, ``equation-clipped``); images
+(``image-resolution``, under 2 px per CSS px; ``figure-shrunk``; ``image-missing``; ``alt-path``;
+``figure-text-small``, a figure's :data:`MIN_FONT_PT` text below that size at phone width); markup or text
+left for later (``raw-latex``, ``punctuation-wrapped``, ``debug-line``, ``word-broken``, ``placeholder``,
+``developer-comment``); links that book/_ext makes (``eq-unlinked``, ``term-unlinked``, ``term-undefined``);
+and in running text ``doubled-word``, ``nan-shown`` and ``long-number`` (over four significant digits).
 
-- ``js-error``: an uncaught JavaScript exception or a ``console.error`` message;
-- ``other-host``: a request to any host but the local server (it is aborted, so a page that
-  needs the network shows it here, not as a hang);
-- ``missing-file``: a local request that failed (404);
-- ``wider-than-column``: an element reaching past the right edge of the article column with no
-  scroll box of its own around it; ``clipped``: one cut off by a box that hides its overflow;
-- ``scrolls-at-desktop``: a scroll box (a wide table) that still needs sideways scrolling at the
-  desktop width (at phone width a table may scroll in its own box);
-- ``equation-clipped``: a MathJax container wider than its box (the display scrolls or is cut)
-  or reaching past the column;
-- ``image-resolution``: a raster image with fewer than 2 pixels per displayed CSS pixel;
-  ``figure-shrunk``: at desktop width, an SVG figure shown smaller than it was drawn (its text
-  then falls below the size :mod:`maskfed.book.plots` drew it at); ``image-missing``: an image
-  that did not load;
-- ``raw-latex``: LaTeX or MyST markup left as text (``\\frac``, ``$x$``, ``{glue:text}``, a `literal`) or a
-  MathJax error box;
-- ``punctuation-wrapped``: a full stop or comma after inline math that starts the next line;
-- ``debug-line``: a run-time line such as "chapter 3 executed in 2.1 s at profile 'cpu'";
-- ``word-broken``: a word of a table cell split over two lines ("Miniba / tch");
-- ``placeholder``: text left for later, such as ``<repository URL>``, "TODO", "lorem ipsum";
-- ``developer-comment``: a comment for the project's developers in a code cell a reader sees
-  (``# noqa``, ``papermill``, ``TODO``, ``type: ignore``);
-- ``eq-unlinked``: a mention of an equation in prose ("eq. (11)") that is not a link to it
-  (book/_ext/equation_links.py links every equation a page marks; titles, toggles' labels, figures,
-  tables and code are not read);
-- ``term-unlinked``: the first use on a page of a term the glossary page (``glossary.html``) defines
-  is not a link to its entry (book/_ext/glossary_links.py links them; uses in titles, tables, code,
-  math and a cell's HTML output are not read, nor terms under three letters);
-  ``term-undefined``: a glossary reference (``{term}``) to a term the glossary does not define;
-- in running text (paragraphs, list items, captions; not tables, code or math): ``doubled-word``, a word
-  written twice in a row ("in part part"); ``nan-shown``, "nan" where a number should be; ``long-number``, a
-  decimal number printed with more than four significant digits (a count such as 17,034 is exact, not read);
-- ``alt-path``: an image whose alt text is its file name or path, not a description;
-- ``figure-text-small``: at the phone width, an SVG figure shown so much narrower than drawn that its
-  smallest text (:data:`MIN_FONT_PT`) reads below that size.
-
-``python -m maskfed.book.browsercheck [HTML_DIR]`` prints one line per finding and exits 1 if
-there is any, 2 when Chromium or Playwright is missing, 0 otherwise.
-
-Chromium: ``apt-get install -y chromium`` (Debian); ``MASKFED_CHROMIUM`` names another binary.
+``python -m maskfed.book.browsercheck [HTML_DIR]`` prints one line per finding and exits 1 if there is any,
+2 when Chromium or Playwright is missing, 0 otherwise. Chromium: ``apt-get install -y chromium``
+(Debian); ``MASKFED_CHROMIUM`` names another binary.
 """
 
 from __future__ import annotations
@@ -53,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import html
 import http.server
 import os
 import re
@@ -79,7 +48,7 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 GLOSSARY_PAGE = "glossary.html"
 #: Seconds a page may take to load and typeset.
 PAGE_TIMEOUT_S = 60
-#: Every rule the probe can report, in the order of the module docstring.
+#: Every rule the probe can report.
 RULES = ("js-error", "other-host", "missing-file", "wider-than-column", "clipped", "scrolls-at-desktop",
          "equation-clipped", "image-resolution", "figure-shrunk", "image-missing", "raw-latex",
          "punctuation-wrapped", "debug-line", "word-broken", "placeholder", "developer-comment", "eq-unlinked",
@@ -93,14 +62,8 @@ class BrowserMissing(RuntimeError):
 
 @dataclass(frozen=True)
 class Finding:
-    """One problem on one page at one width.
-
-    Attributes:
-        page: the page's path relative to the book's HTML folder (``nb/intro.html``).
-        width: ``"desktop"`` or ``"phone"`` (:data:`WIDTHS`).
-        rule: one of :data:`RULES`.
-        detail: what and where (an element's tag, id or classes and its sizes; the error text).
-    """
+    """One problem (``rule`` of :data:`RULES`, ``detail``: what and where) on one ``page`` (relative to the HTML
+    folder) at one ``width`` (:data:`WIDTHS`)."""
 
     page: str
     width: str
@@ -112,11 +75,10 @@ class Finding:
 
 
 def chromium_path(explicit: str | None = None) -> str:
-    """The Chromium binary: ``explicit`` if given, else ``$MASKFED_CHROMIUM`` if set, else
-    ``chromium`` or ``chromium-browser`` on PATH.
+    """The Chromium binary: ``explicit``, else ``$MASKFED_CHROMIUM``, else ``chromium`` or ``chromium-browser``.
 
     Raises:
-        BrowserMissing: none found (the message names the Debian package).
+        BrowserMissing: none found.
     """
     given = explicit or os.environ.get("MASKFED_CHROMIUM")
     for candidate in ([given] if given else ["chromium", "chromium-browser"]):
@@ -128,8 +90,7 @@ def chromium_path(explicit: str | None = None) -> str:
 
 @contextlib.contextmanager
 def serve(root: Path) -> Iterator[str]:
-    """Serve the folder ``root`` over HTTP on 127.0.0.1 (a free port) for the duration of the
-    ``with`` block; yields the base URL (``http://127.0.0.1:PORT/``)."""
+    """Serve the folder ``root`` over HTTP on 127.0.0.1 (a free port) inside the ``with`` block; yields the base URL."""
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):  # one line per request would bury the findings
             pass
@@ -377,9 +338,8 @@ _REDIRECT = re.compile(r'\s*<meta http-equiv="refresh"[^>]*>\s*$', re.I)
 
 
 def _pages(html_dir: Path, pages: Sequence[str] | None) -> list[str]:
-    """The pages to read: ``pages`` as given, else every ``*.html`` under ``html_dir`` but Sphinx's
-    own (search, genindex), the theme's (``_static``) and redirects (the book's ``index.html`` only
-    forwards to the first chapter, which is read itself)."""
+    """The pages to read: ``pages`` as given, else every ``*.html`` under ``html_dir`` but Sphinx's own, the
+    theme's and redirects."""
     if pages:
         return list(pages)
     skip = {"search.html", "genindex.html", "py-modindex.html"}
@@ -390,16 +350,8 @@ def _pages(html_dir: Path, pages: Sequence[str] | None) -> list[str]:
 
 def check_book(html_dir: Path | str, *, pages: Sequence[str] | None = None,
                widths: Sequence[str] = tuple(WIDTHS), chromium: str | None = None) -> list[Finding]:
-    """Read the pages of a built book in headless Chromium and return every finding.
-
-    Args:
-        html_dir: the built book (``book/_build/html``) or any folder of HTML pages.
-        pages: paths relative to ``html_dir``; None: every page (:func:`_pages`).
-        widths: names from :data:`WIDTHS`.
-        chromium: the browser binary; None: :func:`chromium_path`.
-
-    Returns:
-        The findings, page by page, desktop before phone; empty when every page passes.
+    """Read the ``pages`` (:func:`_pages`) of the built book ``html_dir`` at ``widths`` in headless Chromium
+    (:func:`chromium_path`) and return every finding, desktop before phone.
 
     Raises:
         FileNotFoundError: ``html_dir`` is not a folder or holds no page.
@@ -444,38 +396,13 @@ def check_book(html_dir: Path | str, *, pages: Sequence[str] | None = None,
 
 def glossary_terms(html_dir: Path) -> list[str]:
     """The terms the built glossary page (``GLOSSARY_PAGE`` anywhere under ``html_dir``) defines: the text of
-    each ``<dt id="term-…">``, without its permalink sign; [] when the book has no glossary page."""
-    from html.parser import HTMLParser
-
-    class _Terms(HTMLParser):
-        def __init__(self):
-            super().__init__()
-            self.terms, self._in, self._skip = [], False, False
-
-        def handle_starttag(self, tag, attrs):
-            a = dict(attrs)
-            if tag == "dt" and (a.get("id") or "").startswith("term-"):
-                self._in, self._buf = True, ""
-            elif self._in and tag == "a":
-                self._skip = True
-
-        def handle_endtag(self, tag):
-            if tag == "a":
-                self._skip = False
-            elif tag == "dt" and self._in:
-                self.terms.append(self._buf.strip())
-                self._in = False
-
-        def handle_data(self, data):
-            if self._in and not self._skip:
-                self._buf += data
-
+    each ``<dt id="term-…">``, without its permalink; [] when the book has no glossary page."""
     pages = sorted(Path(html_dir).rglob(GLOSSARY_PAGE))
     if not pages:
         return []
-    parser = _Terms()
-    parser.feed(pages[0].read_text(errors="replace"))
-    return [t for t in parser.terms if t]
+    dts = re.findall(r"<dt\b[^>]*\bid=[\"']term-[^>]*>(.*?)</dt>", pages[0].read_text(errors="replace"), re.S)
+    terms = (html.unescape(re.sub(r"<[^>]*>", "", re.sub(r"<a\b.*?</a>", "", dt, flags=re.S))).strip() for dt in dts)
+    return [t for t in terms if t]
 
 
 def _check_page(context, base: str, local: str, name: str, width: str, terms: Sequence[str] = ()) -> list[Finding]:

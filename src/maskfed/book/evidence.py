@@ -42,10 +42,9 @@ PAPER_PAIR = (("full", 5), ("128", 1))
 
 
 def paper_pair(table1: pd.DataFrame, stage_table: pd.DataFrame | None, min_acc: float) -> dict:
-    """The ratio of :data:`PAPER_PAIR`'s 1/Δ_S at the protocols and at matched θ: ``protocol`` (in ``table1``),
-    ``matched_low`` / ``_median`` / ``_high`` (range and median over the stage study's checkpoints from ``min_acc``
-    on of the per-checkpoint median over seeds), ``n`` (those checkpoints) and ``stage_share`` (1 − log(matched
-    median) / log(protocol): the share of the gap the same θ remove). NaN where a part is missing."""
+    """The ratio of :data:`PAPER_PAIR`'s 1/Δ_S at the protocols (``protocol``, in ``table1``) and at matched θ
+    (``matched_low`` / ``_median`` / ``_high`` over the stage study's ``n`` checkpoints from ``min_acc`` on, each the
+    median over seeds), and ``stage_share`` (1 − log(matched median) / log(protocol)); NaN where a part is missing."""
     nan = float("nan")
     a, b = PAPER_PAIR
     rec = pd.Series(table1["recovery_unweighted"].to_numpy(), index=pd.MultiIndex.from_arrays(
@@ -76,9 +75,8 @@ def paper_pair(table1: pd.DataFrame, stage_table: pd.DataFrame | None, min_acc: 
 
 def stage_evidence(table: pd.DataFrame) -> dict | None:
     """The stage-or-sampling verdict of a stage study's Table I rows (:func:`maskfed.studies.stage.verdict_by_range`
-    split at :func:`paper_accuracy_floor`, issue 40), or None without rows: ``{"by_range": {range: verdict} of the
-    paper's accuracy range, "before": {range: verdict} below it (shown, not counted)}``, each range named by its
-    test accuracy ("accuracy 0.31–0.55")."""
+    split at :func:`paper_accuracy_floor`), or None without rows: ``{"by_range": {range: verdict}, "before": {range:
+    verdict} below the paper's range (not counted)}``, each range named by its accuracy ("accuracy 0.31–0.55")."""
     t1 = table[table["experiment"] == "table1"] if "experiment" in table else table
     if t1.empty:
         return None
@@ -135,10 +133,8 @@ def stage_source(ladder_from: str | None) -> str | None:
 
 
 def stage_study(profile, spec, *, ladder_from: str | None, workers: int | None = None) -> BookStudy:
-    """The stage study of the book's chapter: with ``ladder_from`` (an archived profile), its archived study when
-    one exists with settings ``spec``, else the study measured here (cached) on its archived trajectories; without
-    it, or without archived trajectories, the study of ``profile`` (a :class:`maskfed.engine.config.Profile`) on its
-    first seed (:func:`maskfed.studies.stage.run_study`)."""
+    """The stage study of the book's chapter: ``ladder_from``'s archived study with settings ``spec``, else one
+    measured here on its archived trajectories, else on ``profile``'s own (:func:`maskfed.studies.stage.run_study`)."""
     from maskfed.engine.config import load_profile
 
     def measured(prof, origin, **kw):
@@ -160,9 +156,7 @@ def stage_study(profile, spec, *, ladder_from: str | None, workers: int | None =
 
 # --------------------------------------------------------------------------- the bottom line
 
-#: The claims that make up the paper's headline (ours: its abstract's finding, that 1/Δ_S sits near its floor of 1
-#: under minibatch sampling and far above it with exact gradients, set by sampling noise rather than heterogeneity
-#: or training stage).
+#: The claims that make up the paper's headline (ours: its abstract's finding).
 HEADLINE = ("floor", "cliff", "spans", "alpha_span", "stage")
 
 
@@ -180,10 +174,9 @@ def headline_verdict(verdicts: pd.DataFrame) -> str:
 
 
 def against_paper(table1_runs: list[RunResult], table2_runs: list[RunResult]) -> pd.DataFrame:
-    """Each setting of the paper's Tables I and II these runs measure (either list may be empty), ours beside the
-    paper's 1/Δ_S: index "bs 32, τ 2", ..., "α = 1"; columns ``paper``, ``ours`` (median over seeds), ``low`` /
-    ``high`` (the seed range) and ``table`` ("I" or "II"). Table II's α = 100 is left out where Table I has it (the
-    same runs)."""
+    """Each setting of the paper's Tables I and II these runs measure, ours beside the paper's 1/Δ_S: index "bs 32,
+    τ 2", ..., "α = 1"; columns ``paper``, ``ours`` (median over seeds), ``low`` / ``high`` (seed range), ``table``
+    ("I" or "II"); Table II's α = 100 is left out where Table I has it."""
     rows = {}
     for runs, name, table in ((table1_runs, "table1", "I"), (table2_runs, "table2", "II")):
         if not runs:
@@ -219,10 +212,8 @@ def source_runs(profile_name: str, live: dict[str, list[RunResult]] | None = Non
 def matched_stage_verdicts(table: pd.DataFrame | None, steps: pd.Series | None,
                            claim_list: tuple = claims.CLAIMS, cross: pd.DataFrame | None = None,
                            main_alpha: float = 100.0, min_acc: float | None = None) -> pd.DataFrame:
-    """Each claim judged at matched stage: :func:`maskfed.studies.stage.matched_votes` of a stage study's ``table``
-    (None: every claim "not measured here") with ``steps`` (Table I's ``T_mean``), the α-cross's table ``cross``,
-    the trajectories' ``main_alpha`` and the lowest accuracy that votes ``min_acc``, then
-    :func:`maskfed.studies.stage.matched_verdicts`."""
+    """Each claim judged at matched stage: :func:`maskfed.studies.stage.matched_verdicts` of the
+    :func:`maskfed.studies.stage.matched_votes` of a stage study's ``table`` (None: none) and the rest."""
     if table is None or steps is None or not len(table):
         votes = pd.DataFrame(columns=["claim", "vote", "weight"])
     else:
@@ -251,8 +242,7 @@ def cross_alphas(cross: pd.DataFrame | None, main_alpha: float = 100.0) -> list[
 # --------------------------------------------------------------------------- verdicts under the analysis's choices
 
 #: The analysis choices each verdict is recomputed under (ours): the summary window halved, and the runs still
-#: falling over their second half (:func:`maskfed.analysis.uncertainty.trend_test`) left out, by the plain test,
-#: with 3× its HAC lag, and by Benjamini-Hochberg at 5 % across the runs.
+#: falling (:func:`maskfed.analysis.uncertainty.trend_test`) left out by three tests.
 VARIANTS = ("half window", "falling out", "falling out, 3× lag", "falling out, BH 5 %")
 LAG_FACTOR, FDR = 3.0, 0.05
 
@@ -285,10 +275,8 @@ def variant_runs(runs: list[RunResult], variant: str) -> list[RunResult]:
 
 
 def cell_trends(runs: list[RunResult]) -> pd.DataFrame:
-    """Per Table I cell, its runs' trend at their end (:func:`maskfed.analysis.uncertainty.trend_test`; a run too
-    short to test counts as flat, slope 0): index as :func:`maskfed.studies.experiments.table1`; columns ``falling``
-    (runs still falling), ``runs``, ``tested``, ``slope`` (mean slope of log 1/Δ_S per round) and ``se`` (sqrt(Σ se²)
-    / runs)."""
+    """Per Table I cell, its runs' trend at their end (:func:`maskfed.analysis.uncertainty.trend_test`; too short:
+    flat): columns ``falling``, ``runs``, ``tested``, ``slope`` (mean, log 1/Δ_S per round) and ``se``."""
     rows = []
     for r in runs:
         try:
@@ -342,10 +330,9 @@ def _settings(runs: list[RunResult], experiment: str) -> set:
 
 def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boot: int = uncertainty.N_BOOT,
               claim_list: tuple = claims.CLAIMS, stage_table: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Is each claim's verdict stable under the analysis variants (:data:`VARIANTS`)? The closest source's ``runs``
-    (by experiment) are re-summarised under each and every claim judged again; the stage claim is judged again on
-    the subsets of :data:`STAGE_SUBSETS` of ``stage_table`` (None: no mark). A variant that drops a whole setting
-    whose absence alone changes the claim (:func:`loses_test`) cannot test it and never counts as a flip.
+    """Is each claim's verdict stable under the analysis variants (:data:`VARIANTS`) of the closest source's ``runs``
+    (the stage claim: under :data:`STAGE_SUBSETS` of ``stage_table``)? A variant that cannot test a claim
+    (:func:`loses_test`) never counts as a flip.
 
     Returns:
         Index ``claim``; columns ``mark`` ("stable", "fragile", or "–" where the base is not measured), ``flips``
@@ -381,9 +368,8 @@ def stability(verdicts: pd.DataFrame, runs: dict[str, list[RunResult]], *, n_boo
 
 
 def variant_sizes(runs: dict[str, list[RunResult]]) -> pd.DataFrame:
-    """What each variant of :data:`VARIANTS` keeps of a source's Table I and II runs: index ``variant``; columns
-    ``runs`` and ``settings`` kept, ``of_runs`` and ``of_settings`` in all (a run in both tables counts once, a
-    setting is (batch size, τ, α))."""
+    """What each variant of :data:`VARIANTS` keeps of a source's Table I and II runs: columns ``runs``, ``of_runs``,
+    ``settings`` and ``of_settings`` (a run in both tables counts once)."""
     every = runs.get("table1", []) + runs.get("table2", [])
 
     def count(rs):
@@ -397,9 +383,8 @@ def variant_sizes(runs: dict[str, list[RunResult]]) -> pd.DataFrame:
 
 
 def stability_counts(stable: pd.DataFrame) -> dict:
-    """The counts of :func:`stability` the verdict page glues: ``n_variants``, ``n_judged`` (verdicts with a mark),
-    ``n_fragile``, ``n_untestable`` (claims some variant cannot test), ``stage_subsets`` (the stage verdict judged
-    on :data:`STAGE_SUBSETS`)."""
+    """The counts of :func:`stability` the verdict page glues: ``n_variants``, ``n_judged``, ``n_fragile``,
+    ``n_untestable`` and ``stage_subsets``."""
     judged = stable[stable["mark"] != "–"]
     return {"n_variants": len(VARIANTS), "n_judged": int(len(judged)), "n_fragile": int((judged["mark"] == "fragile").sum()),
             "n_untestable": int((judged["cannot_test"] != "").sum()),

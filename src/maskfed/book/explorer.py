@@ -42,9 +42,8 @@ def closed_forms(k_c: float, r: float, p: float) -> dict[str, float]:
 
 
 def points_from_table(table, k_c: int) -> list[dict]:
-    """Measured points for the explorer from a Table I summary (:func:`maskfed.studies.experiments.table1`):
-    one ``{"label", "r", "recovery"}`` per protocol with r = ‖μ̂‖²/σ̂² (medians over seeds, so the point
-    need not lie on eq. 12's curve exactly), at the run's ``k_c``; rows with σ̂² <= 0 are left out."""
+    """Measured points for the explorer from a Table I summary: one ``{"label", "r", "recovery", "k_c"}`` per
+    protocol with r = ‖μ̂‖²/σ̂² (medians over seeds); rows with ‖μ̂‖² or σ̂² <= 0 are left out."""
     out = []
     for key, row in table.iterrows():
         bs, tau = key if isinstance(key, tuple) else (key, "")
@@ -62,15 +61,9 @@ SCRIPT = Path(__file__).with_name("explorer.js").read_text()
 
 
 def explorer_html(points: list[dict], *, k_c: int = 10, r: float = 0.1, p: float = 0.5, ident: str = "maskfed-explorer") -> str:
-    """The explorer as one HTML block (sliders for K_c, r and p; two SVG panels; a readout), its script
-    inline, so it runs offline in the built page.
-
-    Args:
-        points: measured points (:func:`points_from_table`) drawn on eq. 12's panel.
-        k_c, r, p: the sliders' starting values (clipped to :data:`K_RANGE`, :data:`LOG_R_RANGE`,
-            :data:`P_RANGE`).
-        ident: the block's HTML id (one explorer per page).
-    """
+    """The explorer as one HTML block with id ``ident`` (sliders for K_c, r and p starting at the given values,
+    clipped to their ranges; two SVG panels, eq. 12's with ``points`` from :func:`points_from_table`; a readout),
+    its script inline."""
     k_c = int(min(max(k_c, K_RANGE[0]), K_RANGE[1]))
     log_r = min(max(math.log10(max(r, 1e-12)), LOG_R_RANGE[0]), LOG_R_RANGE[1])
     p = min(max(p, P_RANGE[0]), P_RANGE[1])

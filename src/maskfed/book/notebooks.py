@@ -10,10 +10,8 @@ with the given profile (and any other parameters).
     python -m maskfed.book.notebooks --profile smoke --out-dir /tmp/nb theory_02_prop1 -p n_scales 5
     python -m maskfed.book.notebooks --profile cpu --jobs 2          # two at a time, as make book runs them
 
-A chapter is executed again only when something it depends on has changed (:func:`execution_key`: its
-source, its parameters, the package's code and versions, or the results on disk); ``--force`` executes it
-anyway. A refused parameter, a diverged run, a damaged run folder, an archive lacking some of its runs or an
-``--out-dir`` that cannot be written ends as one error line (exit status 2), Ctrl-C as one line (exit status 130); the kernel's own log lines are kept out of the output.
+A chapter is executed again only when something it depends on has changed (:func:`execution_key`);
+``--force`` executes it anyway. Bad input ends as one error line (exit status 2), Ctrl-C as one line (130).
 """
 
 from __future__ import annotations
@@ -40,15 +38,13 @@ from maskfed.paths import absolute_env, REPO_ROOT, results_dir
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 OUT_DIR = REPO_ROOT / "book" / "nb"
-
-
 #: Where the runner keeps each chapter's :func:`execution_key` from its last successful execution (in the out dir).
 KEYS_FILE = ".execution-keys.json"
 
 
 def _tree_digest(root: Path, pattern: str = "*") -> str:
     """SHA-256 over the relative path, size and modification time of every file under ``root`` matching
-    ``pattern``, hidden files and folders (a run in progress, locks) left out; "" when ``root`` is absent."""
+    ``pattern``, hidden files and folders left out."""
     h = hashlib.sha256()
     if root.is_dir():
         for path in sorted(root.rglob(pattern)):
@@ -60,8 +56,7 @@ def _tree_digest(root: Path, pattern: str = "*") -> str:
 
 
 def _results_digest() -> str:
-    """:func:`_tree_digest` of the results the chapters read: the run folders (:func:`maskfed.paths.results_dir`)
-    and the run archive (``$MASKFED_ARCHIVE_DIR``, when it lies outside them)."""
+    """:func:`_tree_digest` of the run folders and the run archive (where it lies outside them)."""
     from maskfed.studies.archive import archive_dir
 
     roots = [results_dir()] + [r for r in [archive_dir()] if not r.is_relative_to(results_dir())]
@@ -69,16 +64,9 @@ def _results_digest() -> str:
 
 
 def execution_key(name: str, parameters: dict, *, results: str | None = None) -> str:
-    """What a chapter's executed page depends on, as one SHA-256 (hex): the chapter's source
-    (``notebooks/<name>.md``), the parameters it is given (profile included), the package's code (every
-    file under ``src/maskfed``) and the installed versions of the packages that shape the numbers, and the
-    results on disk (every run folder and archive file under :func:`maskfed.paths.results_dir`).
-
-    Args:
-        name: notebook stem.
-        parameters: the parameters given to it (JSON-serialisable; order does not matter).
-        results: a precomputed digest of the results (:func:`_tree_digest`); None: computed now.
-    """
+    """What a chapter's executed page depends on, as one SHA-256 (hex): its source, the ``parameters`` it is
+    given, the package's code and the installed versions of the packages, and the results on disk (``results``:
+    a precomputed :func:`_results_digest`; None: computed now)."""
     from maskfed import provenance
 
     h = hashlib.sha256()
@@ -98,14 +86,6 @@ def read_keys(out_dir: Path) -> dict:
         return {}
 
 
-def write_keys(out_dir: Path, keys: dict) -> None:
-    """Merge ``keys`` (name -> execution key) into ``out_dir``'s :data:`KEYS_FILE` (written whole, then renamed)."""
-    merged = read_keys(out_dir) | keys
-    tmp = out_dir / (KEYS_FILE + ".tmp")
-    tmp.write_text(json.dumps(merged, indent=1, sort_keys=True))
-    os.replace(tmp, out_dir / KEYS_FILE)
-
-
 def up_to_date(names: list[str], given: dict, out_dir: Path) -> list[str]:
     """The chapters of ``names`` whose executed page in ``out_dir`` was made from what they depend on now
     (their :func:`execution_key` with parameters ``given`` equals the one kept at their last execution)."""
@@ -116,28 +96,33 @@ def up_to_date(names: list[str], given: dict, out_dir: Path) -> list[str]:
 
 def _given_to(name: str, given: dict) -> dict:
     """The parameters a chapter is given: ``given`` less the book-wide ones (:data:`BOOK_WIDE`) the chapter does
-    not declare (read from its parameters cell without executing it)."""
-    text = (NOTEBOOK_DIR / f"{name}.md").read_text()
-    cell = re.search(r"```\{code-cell\}[^\n]*\n:tags: \[[^\]]*parameters[^\]]*\]\n(.*?)```", text, re.S)
+    not declare (read from its parameters cell, :data:`maskfed.book.params.PARAMETERS_CELL`, without executing it)."""
+    from maskfed.book.params import PARAMETERS_CELL
+
+    cell = PARAMETERS_CELL.search((NOTEBOOK_DIR / f"{name}.md").read_text())
     declared = set(re.findall(r"^(\w+)\s*[:=]", cell.group(1), re.M)) if cell else set()
     return {k: v for k, v in given.items() if k in declared or k not in BOOK_WIDE}
 
 
+def _toc_files() -> tuple[dict, list[str]]:
+    """``book/_toc.yml`` and its files in order, the root first."""
+    toc = yaml.safe_load((REPO_ROOT / "book" / "_toc.yml").read_text())
+    return toc, [toc["root"]] + [ch["file"] for part in toc.get("parts", []) for ch in part["chapters"]]
+
+
 def toc_of_pages(out_dir: Path = OUT_DIR) -> dict:
-    """``book/_toc.yml`` cut to the chapters executed so far (``out_dir/<name>.ipynb``; the book's other pages,
-    such as the glossary, stay): the table of contents of a book that can be built before every chapter has run.
-    Its root is the book's own where that has run, else the first executed chapter.
+    """``book/_toc.yml`` cut to the chapters executed so far (the book's other pages stay), its root the first
+    executed chapter where the book's own has not run.
 
     Raises:
         FileNotFoundError: no chapter of the table of contents has been executed.
     """
-    toc = yaml.safe_load((REPO_ROOT / "book" / "_toc.yml").read_text())
+    toc, files = _toc_files()
     book = REPO_ROOT / "book"
 
     def present(f: str) -> bool:
         return (book / f"{f}.ipynb").exists() or (book / f"{f}.md").exists()
 
-    files = [toc["root"]] + [ch["file"] for part in toc.get("parts", []) for ch in part["chapters"]]
     executed = [f for f in files if f.startswith("nb/") and present(f)]
     if not executed:
         raise FileNotFoundError(f"no executed chapter in {_shown(out_dir)}: run one first")
@@ -148,8 +133,7 @@ def toc_of_pages(out_dir: Path = OUT_DIR) -> dict:
 
 
 def build_html(out_dir: Path = OUT_DIR) -> Path:
-    """Build the book's HTML from the chapters executed so far (:func:`toc_of_pages`), so that one chapter run on a
-    fresh checkout can be read as a page; returns the HTML folder (``book/_build/html``).
+    """Build the book's HTML from the chapters executed so far (:func:`toc_of_pages`); returns the HTML folder.
 
     Raises:
         FileNotFoundError: no executed chapter; subprocess.CalledProcessError: the build failed.
@@ -168,20 +152,12 @@ def build_html(out_dir: Path = OUT_DIR) -> Path:
 
 def book_order() -> list[str]:
     """Notebook names in the order of ``book/_toc.yml`` (the root first)."""
-    toc = yaml.safe_load((REPO_ROOT / "book" / "_toc.yml").read_text())
-    files = [toc["root"]] + [ch["file"] for part in toc.get("parts", []) for ch in part["chapters"]]
-    return [Path(f).name for f in files if (NOTEBOOK_DIR / f"{Path(f).name}.md").exists()]
+    return [Path(f).name for f in _toc_files()[1] if (NOTEBOOK_DIR / f"{Path(f).name}.md").exists()]
 
 
 def hide_injected_parameters(nb) -> None:
-    """Hide papermill's injected-parameters cell, in place: it gets the ``remove-cell`` tag, so no
-    page shows it as a stray code box. Where the chapter shows its parameters cell (the derivation
-    chapters), the values given for this build are appended to that cell as a comment instead, so
-    the one box shown still says what ran; a hidden parameters cell is left as it is.
-
-    Args:
-        nb: an executed notebook (``nbformat.NotebookNode``).
-    """
+    """Tag papermill's injected-parameters cell of ``nb`` (an ``nbformat.NotebookNode``) ``remove-cell``, in place;
+    where the chapter shows its parameters cell, append the values given for this build to it as a comment."""
     def tags(cell):
         return cell.setdefault("metadata", {}).setdefault("tags", [])
 
@@ -198,8 +174,6 @@ def hide_injected_parameters(nb) -> None:
                                 + "\n".join(f"# {line}" for line in given))
 
 
-#: The first cell of every executed chapter, hidden: the book's figure defaults (SVG, text sizes).
-#: It binds no public name, so a chapter's parameter check does not see it.
 #: The hidden first cell of every chapter the runner executes: the figure defaults, and the flag that tells
 #: :func:`maskfed.book.glue_all` the chapter is being built into the book (so it shows no table of its values).
 SETUP_SOURCE = ("from maskfed.book.plots import use_book_style as _use_book_style\n_use_book_style()\n"
@@ -207,34 +181,28 @@ SETUP_SOURCE = ("from maskfed.book.plots import use_book_style as _use_book_styl
 
 
 def add_book_setup(nb) -> None:
-    """Insert, in place, the hidden :data:`SETUP_SOURCE` cell before a chapter's first cell, so
-    that every figure of every chapter follows :mod:`maskfed.book.plots`' defaults."""
+    """Insert, in place, the hidden :data:`SETUP_SOURCE` cell before a chapter's first cell."""
     import nbformat
 
-    cell = nbformat.v4.new_code_cell(SETUP_SOURCE, metadata={"tags": ["remove-cell"]})
-    nb.cells.insert(0, cell)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(SETUP_SOURCE, metadata={"tags": ["remove-cell"]}))
 
 
 def _only_glue(source: str) -> bool:
-    """True when every statement of a code cell's source is a ``glue(...)`` call (``glue`` or
-    ``something.glue``); False for an empty or unparsable cell."""
+    """True when every statement of a code cell's source is a ``glue(...)`` or ``x.glue(...)`` call; False for an
+    empty or unparsable cell."""
     import ast
 
     try:
         body = ast.parse(source).body
     except SyntaxError:
         return False
-    return bool(body) and all(
-        isinstance(st, ast.Expr) and isinstance(st.value, ast.Call)
-        and ((isinstance(st.value.func, ast.Name) and st.value.func.id == "glue")
-             or (isinstance(st.value.func, ast.Attribute) and st.value.func.attr == "glue"))
-        for st in body)
+    return bool(body) and all(isinstance(st, ast.Expr) and isinstance(st.value, ast.Call)
+                              and getattr(st.value.func, "id", getattr(st.value.func, "attr", None)) == "glue"
+                              for st in body)
 
 
 def hide_glue_only_cells(nb) -> int:
-    """Tag, in place, every code cell made only of ``glue(...)`` calls ``remove-cell``: it hands
-    numbers to the prose and shows nothing a reader needs (the glued values still reach the
-    prose). Returns how many cells it hid."""
+    """Tag, in place, every code cell made only of ``glue(...)`` calls ``remove-cell``; returns how many."""
     hidden = 0
     for cell in nb.cells:
         tags = cell.setdefault("metadata", {}).setdefault("tags", [])
@@ -258,20 +226,10 @@ def _only_warnings(text: str) -> bool:
 
 
 def scrub_machine_paths(nb, *, name: str) -> None:
-    """Remove from an executed notebook, in place, what tells where the building machine keeps its
-    files, as the published ``.ipynb`` (the launch buttons open it) shows it:
-
-    - papermill's metadata keeps the parameters, with paths reduced to their last component
-      (:func:`maskfed.book.without_paths`), and names the input and output relative to the repository;
-    - stderr streams are dropped from cells whose outputs no page shows (progress bars, library
-      logs) and, in shown cells, where they hold only Python warnings; other stderr and stdout
-      text, and error tracebacks, get :func:`~maskfed.book.without_paths`;
-    - finally any remaining mention of the repository root becomes a relative path.
-
-    Args:
-        nb: an executed notebook (``nbformat.NotebookNode``).
-        name: its notebook stem (``notebooks/<name>.md``).
-    """
+    """Remove from an executed notebook ``nb`` (chapter ``name``), in place, what tells where the building machine
+    keeps its files: paths in papermill's parameters, stream and error outputs go to their last component
+    (:func:`maskfed.book.without_paths`); stderr of hidden cells, or holding only Python warnings, is dropped; any
+    other mention of the repository root becomes a relative path."""
     from maskfed.book import without_paths
 
     meta = nb.metadata.get("papermill")
@@ -318,15 +276,8 @@ BOOK_WIDE = ("profile", "data_path")
 
 def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dict | None = None,
             progress: bool = False) -> Path:
-    """Execute ``notebooks/<name>.md`` into ``out_dir/<name>.ipynb``.
-
-    Args:
-        name: notebook stem, e.g. "table1_local_protocol".
-        profile: one of :data:`maskfed.engine.config.PROFILES`.
-        out_dir: where the executed notebook goes.
-        parameters: further papermill parameters (e.g. ``{"data_path": "..."}``). ``profile`` and
-            ``data_path`` (:data:`BOOK_WIDE`) reach only the notebooks that declare them.
-        progress: show papermill's bar of the cells executed (a chapter run at a terminal).
+    """Execute ``notebooks/<name>.md`` with ``profile`` and further papermill ``parameters`` (:func:`_given_to`)
+    into ``out_dir/<name>.ipynb``; ``progress``: papermill's bar of the cells executed.
 
     Raises:
         ValueError: unknown profile or notebook (before anything runs);
@@ -353,12 +304,8 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
         add_book_setup(nb)
         hide_glue_only_cells(nb)
         jupytext.write(nb, ipynb)
-        declared = papermill.inspect_notebook(str(ipynb))
-        given = {"profile": profile, **(parameters or {})}
-        # the book-wide parameters go to the notebooks that read them (a page that computes nothing,
-        # like the citation page, declares none); any other parameter goes as given, and the
-        # notebook's own check refuses it if it does not declare it
-        given = {k: v for k, v in given.items() if k in declared or k not in BOOK_WIDE}
+        # any parameter but the book-wide ones goes as given: the notebook's own check refuses an undeclared one
+        given = _given_to(name, {"profile": profile, **(parameters or {})})
         ok = False
         kernel_log = Path(tmp) / "kernel-stderr.log"
         try:
@@ -382,9 +329,7 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
 
 
 def _kernel_manager(log):
-    """A kernel manager whose kernel writes its own log lines to the open file ``log`` instead of this
-    process's stderr: the kernel's TCP warning, and after Ctrl-C the traceback of a socket closed under
-    it, are not the chapter's output (a cell's own output and errors reach the notebook either way)."""
+    """A kernel manager whose kernel writes its own log lines to the open file ``log``, not this process's stderr."""
     from jupyter_client.manager import AsyncKernelManager, KernelManager
 
     class QuietKernelManager(AsyncKernelManager):
@@ -396,21 +341,14 @@ def _kernel_manager(log):
 
 
 def failed_path(name: str, out_dir: Path = OUT_DIR) -> Path:
-    """Where :func:`execute` keeps a notebook that stopped in a cell: ``out_dir/<name>.failed.ipynb``
-    (the book's own ``<name>.ipynb``, from the last run that finished, stays as it was)."""
+    """Where :func:`execute` keeps a notebook that stopped in a cell (the book's page stays as it was)."""
     return out_dir / f"{name}.failed.ipynb"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Execute notebooks; bad input (profile, notebook name) or a failed cell ends as one message.
-
-    Exit status: 0 all executed; 2 a bad profile or notebook name, a path variable set but empty
-    (``MASKFED_RESULTS_DIR=``), an ``--out-dir`` that is a file or cannot be written, or an archive the chosen
-    chapters read that lacks some of its runs (:func:`incomplete_archives`; all checked before any runs), or a
-    cell stopped on bad input (ConfigError, ValueError, ...) or on a run that diverged or could not
-    be written; 1 a cell failed otherwise; 130 Ctrl-C (one line: which notebook was stopped).
-    Damaged folders of the run archive are named on stderr before the first notebook runs.
-    """
+    """Execute notebooks; bad input or a failed cell ends as one message. Exit status: 0 all executed; 2 bad input
+    (checked before any runs: profile, names, paths, ``--out-dir``, :func:`incomplete_archives`) or a cell stopped on
+    bad input (:data:`_INPUT_ERROR_NAMES`); 1 a cell failed otherwise; 130 Ctrl-C."""
     parser = argparse.ArgumentParser(prog="python -m maskfed.book.notebooks", description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", help="notebooks to run (default: all, in book order)")
     parser.add_argument("--profile", default="cpu", help=f"one of {', '.join(PROFILES)}")
@@ -501,8 +439,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"is unchanged (finished runs are kept: run the same command again to go on)", file=sys.stderr)
             return 130
         except Exception as exc:
-            failed = _cell_failure(exc)
-            if failed is None:
+            if (failed := _cell_failure(exc)) is None:
                 raise
             ename, evalue = failed
             print(f"maskfed.book.notebooks: error: {name} stopped: {ename}: {evalue}\n"
@@ -531,19 +468,19 @@ def _html(args, names: list[str]) -> int:
 
 
 def _keep_keys(names: list[str], given: dict, out_dir: Path) -> None:
-    """Record the execution keys of the chapters just executed, from the results as they are once all have
-    finished (a chapter that wrote runs of its own is then up to date at the next build)."""
+    """Merge the execution keys of the chapters just executed, from the results as they are once all have
+    finished, into ``out_dir``'s :data:`KEYS_FILE` (written whole, then renamed)."""
     results = _results_digest()
-    write_keys(out_dir, {n: execution_key(n, _given_to(n, given), results=results) for n in names})
+    merged = read_keys(out_dir) | {n: execution_key(n, _given_to(n, given), results=results) for n in names}
+    tmp = out_dir / (KEYS_FILE + ".tmp")
+    tmp.write_text(json.dumps(merged, indent=1, sort_keys=True))
+    os.replace(tmp, out_dir / KEYS_FILE)
 
 
 def run_parallel(names: list[str], child_args: list[str], *, jobs: int) -> int:
     """Execute ``names`` with up to ``jobs`` at once, each by ``python -m maskfed.book.notebooks <child_args> <name>``
-    in a process of its own (one torch and BLAS thread: two contended threads run these models several times
-    slower than one, docs/measurements.md). A notebook's lines reach stderr when it ends, whole.
-
-    Started in book order; after a notebook fails, no further one starts, the running ones finish, and the
-    first failure's exit status is returned (:func:`main`'s: 2 bad input, 1 another failure, 130 Ctrl-C).
+    in a process of its own with one torch and BLAS thread; its lines reach stderr when it ends. After a failure no
+    further one starts, and the first failure's exit status (:func:`main`'s) is returned.
 
     Raises:
         ValueError: ``jobs`` below 1.
@@ -578,17 +515,9 @@ def run_parallel(names: list[str], child_args: list[str], *, jobs: int) -> int:
 
 @contextlib.contextmanager
 def interrupt_silences_logging():
-    """While inside, Ctrl-C (SIGINT) first turns all logging off, then raises KeyboardInterrupt as usual.
-
-    Ctrl-C at a terminal reaches the whole foreground process group, so the notebook's kernel gets it
-    too and may die; what nbclient and asyncio then log of that death while the interrupted run unwinds,
-    or when the process exits ("Kernel died while waiting for execute reply", "Task exception was never
-    retrieved" with a DeadKernelError traceback), would follow the one line that :func:`main` prints.
-    Logging stays off after such an interrupt (the process is ending: the unretrieved task's message
-    comes at its exit); without one, nothing changes. In a thread other than the main one (where no
-    signal handler can be set), or where SIGINT is ignored (a job started in the background), this
-    does nothing.
-    """
+    """While inside, Ctrl-C (SIGINT) first turns all logging off (what nbclient and asyncio log of the kernel's
+    death would follow :func:`main`'s one line), then raises KeyboardInterrupt; nothing outside the main thread or
+    where SIGINT is ignored."""
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         yield
         return
@@ -617,8 +546,7 @@ _INPUT_ERROR_NAMES = ("ParameterError", "ConfigError", "ValueError", "FileNotFou
 
 
 def out_dir_problem(out_dir: Path) -> str | None:
-    """Why executed notebooks cannot be written into ``out_dir`` (made if absent), e.g. "not a folder" or
-    "cannot write there (Read-only file system)"; None when they can."""
+    """Why executed notebooks cannot be written into ``out_dir`` (made if absent); None when they can."""
     if out_dir.exists() and not out_dir.is_dir():
         return "not a folder"
     try:
@@ -635,8 +563,8 @@ ARCHIVE_CHAPTERS = ("verdict", "table1_local_protocol", "table2_heterogeneity", 
 
 
 def incomplete_archives(live: str) -> list:
-    """:class:`maskfed.studies.archive.IncompleteArchive` of every archive the book reads (the archived book
-    profiles other than ``live``, and ``cpu-masked``) that holds some of its profile's runs but not all."""
+    """:class:`maskfed.studies.archive.IncompleteArchive` of every archive the book reads (but ``live``'s) that
+    holds some of its profile's runs but not all."""
     from maskfed.studies import archive
 
     out = []
@@ -649,8 +577,7 @@ def incomplete_archives(live: str) -> list:
 
 
 def report_damaged_archive() -> None:
-    """Name on stderr every malformed folder of the run archive the book reads (:data:`maskfed.studies.archive.BOOK_PROFILES`),
-    with the reason: the chapters that read an archive stop on it (:func:`incomplete_archives`), naming it too."""
+    """Name on stderr every malformed folder of the run archive the book reads, with the reason."""
     from maskfed.studies import archive
 
     for profile in archive.BOOK_PROFILES:

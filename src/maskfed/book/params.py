@@ -1,37 +1,20 @@
 """Check and coerce a notebook's papermill parameters, once, before any compute.
 
 Each notebook's parameters cell declares its parameters with type annotations that carry their
-allowed range (the types below: :data:`PositiveInt`, :data:`Probability`, :data:`Profile` ...),
+allowed range (the types below), e.g. ``n_draws: Optional[PositiveInt] = None`` (papermill reads
+``Optional[int]``, not ``int | None``), and the cell after it calls ``params.check_parameters(globals())``,
+with ``rules=[Rule(...)]`` for what ties parameters together. A chapter reads ``None`` as "the default",
+never ``n_draws or ...``, which would turn a given 0 into the default.
 
-    from typing import Optional       # papermill --help-notebook reads Optional[int], not int | None
-    from maskfed.book.params import PositiveInt, Probability, Profile
-    profile: Profile = "cpu"          # smoke | cpu | paper
-    block_sizes: list[PositiveInt] = [3, 4, 5]
-    n_draws: Optional[PositiveInt] = None
-
-and the cell right after it (after the cell papermill injects) calls
-
-    from maskfed.book import params
-    params.check_parameters(globals())
-
-adding ``rules=[Rule(...)]`` for what ties parameters together (``log10_scale_min <
-log10_scale_max``; a profile's ``overrides``: :func:`run_settings_rule`). A value outside its range
-is refused there with its name, never replaced by a default: a chapter reads ``None`` as "the
-default" (``n_draws if n_draws is not None else ...``), never ``n_draws or ...``, which would turn a
-given 0 into the default.
-
-``papermill -p`` passes lists, dicts and numbers it cannot parse itself as strings
-(``-p block_sizes "[4, 4, 4]"`` arrives as the string ``"[4, 4, 4]"``); those are parsed
-as a Python literal or else as YAML (``yaml.safe_load``) and validated against the annotation with pydantic in strict
-mode (an int is accepted for a float; nothing else is converted). A value of the wrong
-type or out of its range, a failed rule, or a name papermill injected that the notebook does not
-declare, stops the notebook with one :class:`ParameterError` naming every bad parameter and what
-is allowed.
+``papermill -p`` passes lists, dicts and some numbers as strings; those are parsed as a Python literal or
+else as YAML and validated with pydantic in strict mode (an int is accepted for a float). A bad value, a
+failed rule or an undeclared name stops the notebook with one :class:`ParameterError` naming each.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -55,9 +38,7 @@ class ParameterError(ValueError):
 
 
 class Refuses:
-    """Metadata of a type whose range a plain bound cannot say (an existing path, a profile's run
-    settings): values it refuses, for the tests (``tests/test_params.py`` gives every parameter of
-    every chapter such a value and expects the check to refuse it)."""
+    """Metadata of a type whose range a plain bound cannot say: values it refuses, for ``tests/test_params.py``."""
 
     def __init__(self, *values: Any):
         self.values = values
@@ -121,11 +102,8 @@ def _field_type(model: type, name: str) -> Any:
     return Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
 
 
-#: A chapter parameter named like a run's size (a :class:`~maskfed.engine.config.RunConfig` integer field
-#: with an upper bound, such as ``rounds``, ``cohort_size`` or ``hessian_batch``, or the profile's
-#: ``workers`` and ``seeds``) is checked against that field's range as well as its declared type, so the
-#: bounds have one home (:mod:`maskfed.engine.config`: ``MAX_ROUNDS``, ``MAX_WORKERS`` ...) for the
-#: command line and the chapters alike: ``-p rounds 10**22`` is refused naming ``rounds`` before any compute.
+#: A chapter parameter named like a bounded RunConfig integer field (``rounds``, ``cohort_size`` ...) or the
+#: profile's ``workers`` and ``seeds`` is checked against that field's range too (one home for the bounds).
 SIZE_TWINS: dict[str, Any] = {
     **{name: _field_type(RunConfig, name) for name, f in RunConfig.model_fields.items()
        if f.annotation in (int, int | None) and any(hasattr(m, "le") for m in f.metadata) and name != "seed"},
@@ -144,8 +122,7 @@ def _bounds(meta: Any) -> list[str]:
 
 
 def type_name(annotation: Any) -> str:
-    """A reader's name for a type annotation with its range: ``int``, ``list[int >= 1]``,
-    ``float > 0 and <= 1 | None``, ``one of 'smoke', 'cpu'``."""
+    """A reader's name for a type annotation with its range: ``list[int >= 1]``, ``one of 'smoke', 'cpu'``."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is Annotated:
         base, *meta = args
@@ -170,12 +147,8 @@ def type_name(annotation: Any) -> str:
 
 @dataclass
 class Rule:
-    """A condition that ties parameters together, checked after each has passed its own range.
-
-    ``holds(*values)`` gets the named parameters' values in order and returns True when they fit
-    together; it may instead raise ValueError with its own message. ``says`` is the condition in
-    words, e.g. ``"log10_scale_min < log10_scale_max"``.
-    """
+    """A condition tying parameters together, checked after each has passed its own range: ``holds(*values)`` of
+    the named parameters returns True when they fit (or raises ValueError); ``says`` is the condition in words."""
 
     names: tuple[str, ...]
     holds: Callable[..., bool]
@@ -198,12 +171,8 @@ class Rule:
 
 
 def run_settings_rule(*experiments: str) -> Rule:
-    """The rule of a chapter with ``profile``, ``data_path`` and ``overrides``: the profile loads with
-    them (every override a RunConfig field, or ``seeds``/``table1``/``table2``, with an allowed value,
-    read by the runs) and builds the runs of ``experiments`` ("table1", "table2", "control": an
-    override that an experiment's grid sets is refused), so that ``overrides = {"rounds": 0}`` is
-    refused at the check, naming it.
-    """
+    """The rule of a chapter with ``profile``, ``data_path`` and ``overrides``: the profile loads with them and
+    builds its first run and the runs of ``experiments`` ("table1", "table2", "control")."""
     def holds(profile: str, data_path: str | None, overrides: dict) -> bool:
         prof = load_profile(profile, data_path=data_path, **overrides)  # ConfigError (a ValueError) names the field
         prof.run(prof.seeds[0])  # a field the runs would not read is refused too
@@ -240,18 +209,8 @@ def parse_text(name: str, text: str, annotation: Any) -> Any:
 
 
 def coerce(name: str, value: Any, annotation: Any) -> Any:
-    """``value`` checked against ``annotation``; a string the annotation does not accept is
-    first parsed (:func:`parse_text`; this is how ``papermill -p`` hands over lists, dicts and
-    some numbers).
-
-    Args:
-        name: the parameter's name (for the message).
-        value: the value found in the notebook's namespace.
-        annotation: the declared type, e.g. ``int``, ``list[int]``, ``float | None``,
-            ``dict[str, Any]``.
-
-    Returns:
-        The value, converted where the type allows it losslessly (int to float; a parsed string).
+    """``value`` of parameter ``name`` checked against ``annotation`` (pydantic, strict); a string it does not
+    accept is first parsed (:func:`parse_text`). Returns the value, converted where lossless (int to float).
 
     Raises:
         ParameterError: the value (after parsing, for a string) does not have the declared type.
@@ -275,50 +234,28 @@ def coerce(name: str, value: Any, annotation: Any) -> Any:
                          f"({type(value).__name__}) [{where}]") from None
 
 
-def _hidden_names() -> set[str]:
-    try:
-        from IPython import get_ipython
-    except ImportError:  # plain Python: no kernel names to hide
-        return set(KERNEL_NAMES)
-    shell = get_ipython()
-    return set(KERNEL_NAMES) | (set(shell.user_ns_hidden) if shell is not None else set())
-
-
 def user_names(namespace: dict) -> list[str]:
-    """Names in ``namespace`` that a parameters cell or papermill could have bound: not private
-    (``_x``), not kernel names, and not modules, functions, classes or ``typing`` names such as
-    ``Optional`` (imported for the annotations; papermill injects only literals)."""
-    hidden = _hidden_names()
+    """Names in ``namespace`` that a parameters cell or papermill could have bound: not private, not the kernel's,
+    and not modules, functions, classes or ``typing`` names (papermill injects only literals)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    hidden = set(KERNEL_NAMES) | (set(shell.user_ns_hidden) if shell is not None else set())
     return sorted(k for k, v in namespace.items()
                   if not k.startswith("_") and k not in hidden and type(v).__module__ != "typing"
                   and not isinstance(v, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)))
 
 
 def check_parameters(namespace: dict, rules: list[Rule] = ()) -> dict[str, Any]:
-    """Check a notebook's parameters against its parameters cell and rebind the coerced values.
-
-    Call it first thing in the cell after the parameters cell, before any import that binds
-    a plain value or any compute, as ``params.check_parameters(globals())``. The first call refuses
-    every bound name the parameters cell does not declare; a later call in the same kernel (a chapter
-    run again in JupyterLab) checks the declared values only, since later cells have bound names of
-    their own by then.
-
-    Args:
-        namespace: the notebook's globals. The declared parameters are its ``__annotations__``
-            (the annotated assignments of the parameters cell); their current values are those
-            of the parameters cell or, where given, papermill's injected cell.
-        rules: conditions tying parameters together (:class:`Rule`), checked once each named
-            parameter has passed its own type and range.
+    """Check a notebook's parameters (``namespace``: its globals, whose ``__annotations__`` declare them) and
+    rebind the coerced values; ``rules`` (:class:`Rule`) are checked once each parameter passed its own range.
+    The first call in a kernel also refuses every bound name the parameters cell does not declare.
 
     Returns:
-        The checked parameters, name to value, in declaration order (also rebound in ``namespace``).
+        The checked parameters, name to value, in declaration order.
 
     Raises:
-        ParameterError: a name bound in the namespace that the
-            parameters cell does not declare (e.g. ``papermill -p alpha 0.5`` on a notebook without
-            ``alpha``), with the list of declared parameters; or values of the wrong type or out of
-            their range, each with its name and its type and range; or a rule that fails. All
-            problems are reported in one message.
+        ParameterError: undeclared names, values of the wrong type or range, or failed rules, all in one message.
     """
     declared = dict(namespace.get("__annotations__") or {})
     problems = []
@@ -357,23 +294,22 @@ GIVEN = "_maskfed_parameters"
 CHECKED = "_maskfed_parameters_checked"
 
 
+#: A jupytext MyST notebook's code cell tagged ``parameters``; group 1: its source.
+PARAMETERS_CELL = re.compile(r"```\{code-cell\}[^\n]*\n:tags: \[[^\]]*\bparameters\b[^\]]*\]\n(.*?)\n?```", re.S)
+
+
 def declared_in(source: str) -> list[dict]:
     """The parameters a chapter's parameters cell declares, read from its MyST source text: one dict per
     annotated assignment, in order, with ``name``, ``default`` (the value's source text) and ``meaning``
-    (the line's comment, "" without one). Lines that are not annotated assignments (imports) are skipped.
-
-    Args:
-        source: a jupytext MyST notebook (``notebooks/<name>.md``) as text.
+    (the line's comment, "" without one).
 
     Raises:
         ValueError: the text has no code cell tagged ``parameters``.
     """
-    import ast
     import io
-    import re
     import tokenize
 
-    match = re.search(r"```\{code-cell\}[^\n]*\n:tags: \[[^\]]*\bparameters\b[^\]]*\]\n(.*?)\n```", source, re.S)
+    match = PARAMETERS_CELL.search(source)
     if match is None:
         raise ValueError("the notebook has no code cell tagged 'parameters'")
     cell = match.group(1)
@@ -408,13 +344,8 @@ def _given(name: str, namespace: dict | None) -> tuple[list[dict], dict, dict]:
 
 
 def run_command(name: str, namespace: dict | None = None) -> str:
-    """The shell command that executes chapter ``name`` with this build's parameters where they differ from the
-    chapter's defaults (each value quoted for a shell), from a checkout whose environment is ``.venv/``.
-
-    Args:
-        name: the chapter (``notebooks/<name>.md``).
-        namespace: the executed notebook's globals (its checked parameters give this build's values); None:
-            the defaults only.
+    """The shell command that executes chapter ``name`` with this build's parameters (from ``namespace``, the
+    executed notebook's globals; None: the defaults) where they differ from the chapter's defaults.
 
     Raises:
         FileNotFoundError: no such chapter.

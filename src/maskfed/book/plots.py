@@ -1,17 +1,11 @@
 """Figures of the book (matplotlib), and the one place for their defaults.
 
-:func:`use_book_style` sets what every figure of the book shares (SVG output, text sizes, the
-default size); ``maskfed.book.notebooks`` runs it first in every chapter. :func:`finish` checks a
-finished figure against the book's rules and raises :class:`FigureError` naming each breach, so a
-chapter whose figure breaks one stops (and ``make book`` with it):
-
-- no wider than :data:`MAX_WIDTH_IN` (it then shows at its drawn size in the text column at a
-  1400 px window) and no text smaller than :data:`MIN_FONT_PT` at that size;
-- a label on every axis that shows tick labels (panels sharing an axis take its label from the one
-  panel that shows the ticks), and a title on every panel (or one for the figure);
-- legends that hide no data point or bar, and annotations that do not overlap;
-- a log axis wherever more than :data:`SQUASHED_SHARE` of the positive values on a linear axis lie
-  below 1/:data:`MAX_LINEAR_SPAN` of the largest (they would be squashed onto the axis).
+:func:`use_book_style` sets what every figure shares (``maskfed.book.notebooks`` runs it first in every
+chapter); :func:`finish` checks a finished figure against the book's rules and raises :class:`FigureError`
+naming each breach: no wider than :data:`MAX_WIDTH_IN`, no text below :data:`MIN_FONT_PT`, a label on every
+axis showing tick labels and a title on every panel (or the figure), legends hiding no data, annotations not
+overlapping, and a log axis wherever more than :data:`SQUASHED_SHARE` of the positive values on a linear axis
+lie below 1/:data:`MAX_LINEAR_SPAN` of the largest.
 """
 
 from __future__ import annotations
@@ -27,14 +21,11 @@ MARKERS = {"32": "o", "128": "s", "full": "^"}
 
 #: Smallest text of a figure (points) at its drawn size.
 MIN_FONT_PT = 9.0
-#: Widest figure (inches) that the book's text column (784 px at a 1400 px window, 96 px an inch)
-#: shows at its drawn size; a wider one is scaled down and its text with it.
+#: Widest figure (inches) that the book's text column (784 px at a 1400 px window) shows at its drawn size.
 MAX_WIDTH_IN = 8.0
-#: Largest ratio of the largest to the smallest positive value on a linear axis; beyond it (two
-#: decades) small values become invisible and the axis must be logarithmic.
+#: Values below 1/MAX_LINEAR_SPAN of the largest are squashed onto a linear axis ...
 MAX_LINEAR_SPAN = 100.0
-#: Share of the positive values on a linear axis that may lie below 1/MAX_LINEAR_SPAN of the largest
-#: (squashed onto the axis, like the bs-16 bars beside full-batch ones) before a log axis is required.
+#: ... and more than this share of them squashed requires a log axis.
 SQUASHED_SHARE = 0.25
 #: The defaults of every figure in the book (matplotlib rcParams).
 STYLE = {
@@ -51,8 +42,7 @@ class FigureError(ValueError):
 
 
 def use_book_style() -> None:
-    """Apply :data:`STYLE` and, inside IPython (a chapter being executed), make the inline backend
-    write SVG: figures are vectors, sharp at any zoom and any screen density."""
+    """Apply :data:`STYLE` and, inside IPython, make the inline backend write SVG."""
     plt.rcParams.update(STYLE)
     try:
         from IPython import get_ipython
@@ -91,8 +81,7 @@ def _data_points(ax: plt.Axes) -> np.ndarray:
 
 
 def _positive_values(ax: plt.Axes, axis: str) -> np.ndarray:
-    """The positive finite data values of ``ax`` along ``axis`` ("x" or "y"): lines, markers and
-    bars, not the ends of error bars."""
+    """The positive finite data values of ``ax`` along ``axis`` ("x" or "y"), error-bar ends aside."""
     i = 0 if axis == "x" else 1
     caps = {id(cap) for c in ax.containers if isinstance(c, plt.matplotlib.container.ErrorbarContainer)
             for cap in c.lines[1]}   # the ends of error bars are no values
@@ -109,10 +98,7 @@ def _positive_values(ax: plt.Axes, axis: str) -> np.ndarray:
 
 
 def figure_problems(fig: plt.Figure) -> list[str]:
-    """What in ``fig`` breaks the book's figure rules (see the module docstring); empty if nothing.
-
-    Draws the figure once to measure its text and legends.
-    """
+    """What in ``fig`` breaks the book's figure rules (see the module docstring); empty if nothing."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     problems = []
@@ -159,8 +145,7 @@ def figure_problems(fig: plt.Figure) -> list[str]:
 
 
 def describe(fig: plt.Figure) -> str:
-    """A figure's own words, for its alt text: its title, then each panel's title with what it plots
-    (the y label against the x label), e.g. ``"the factor by round: 1/Δ_S against round"``."""
+    """A figure's alt text: its title, then each panel's title with its y label against its x label."""
     parts = [fig._suptitle.get_text()] if getattr(fig, "_suptitle", None) is not None else []
     for ax in fig.axes:
         what = " against ".join(t for t in (ax.get_ylabel(), ax.get_xlabel()) if t)
@@ -177,13 +162,11 @@ def describe(fig: plt.Figure) -> str:
 
 
 def finish(fig: plt.Figure | None = None, alt: str | None = None) -> None:
-    """Check a finished figure (default: the current one) against the book's rules, lay it out and, in a
-    chapter being executed, show it as SVG with its alt text (``alt``, else :func:`describe`), which the
-    book's ``figure_alt`` extension gives the page's image (the SVG's title), then close it.
+    """Lay out a finished figure (default: the current one), check it against the book's rules and, in a kernel,
+    show it as SVG whose title is ``alt`` (else :func:`describe`), then close it.
 
     Raises:
-        FigureError: the figure breaks a rule; the message lists every breach
-            (:func:`figure_problems`).
+        FigureError: the figure breaks a rule; the message lists every breach (:func:`figure_problems`).
     """
     fig = fig if fig is not None else plt.gcf()
     for _ in range(2):   # the layout moves the axes: legends below them and placed labels follow
@@ -203,8 +186,7 @@ def finish(fig: plt.Figure | None = None, alt: str | None = None) -> None:
 
 
 def _show_with_alt(fig: plt.Figure, alt: str) -> None:
-    """Inside an IPython kernel, display ``fig`` as SVG whose title is ``alt`` and close it (so the inline
-    backend does not show it a second time); elsewhere (tests, scripts) do nothing."""
+    """Inside an IPython kernel, display ``fig`` as SVG whose title is ``alt`` and close it; elsewhere nothing."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -223,8 +205,7 @@ def _show_with_alt(fig: plt.Figure, alt: str) -> None:
 
 
 def legend_outside(ax: plt.Axes, where: str = "right", **kwargs) -> None:
-    """A legend outside the plotting area, so that it hides no data: to the right of ``ax`` or
-    below it (in columns).
+    """A legend outside the plotting area: to the right of ``ax`` or below it (in columns).
 
     Raises:
         ValueError: ``where`` is not "right" or "below".
@@ -240,8 +221,7 @@ def legend_outside(ax: plt.Axes, where: str = "right", **kwargs) -> None:
 
 
 def _below_labels(ax: plt.Axes) -> None:
-    """Move a legend placed by :func:`legend_outside` (below) just under the axes' tick labels and
-    x label, which it must not cover (their height depends on the figure's current layout)."""
+    """Move a legend placed below by :func:`legend_outside` just under the axes' tick labels and x label."""
     legend = ax.get_legend()
     if legend is None or not getattr(legend, "_book_below", False):
         return
@@ -261,15 +241,9 @@ LABEL_OFFSETS = tuple((round(1.8 * r * math.cos(a), 1), round(r * math.sin(a), 1
 
 
 def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]], offsets=LABEL_OFFSETS) -> None:
-    """Annotate data points so that no two labels overlap: each label takes the first offset
-    (points, from its data point to the label's centre) at which its box lies inside the axes and
-    meets no label placed before it and no marker; failing that, the first at which it lies inside
-    and meets no label.
-
-    Args:
-        points: ``(x, y, text, style)`` in data coordinates; ``style`` goes to ``ax.annotate``.
-        offsets: candidate offsets in points, tried in order (:data:`LABEL_OFFSETS`).
-    """
+    """Annotate ``points`` (``(x, y, text, style)``, data coordinates; ``style`` goes to ``ax.annotate``): each
+    label takes the first of ``offsets`` (points) at which it lies inside the axes and meets no earlier label and
+    no marker, failing that no earlier label."""
     ax.figure.canvas.draw()   # the final axes limits and size
     renderer = ax.figure.canvas.get_renderer()
     r = 4 * ax.figure.dpi / 72   # a marker's half width (4 points): labels keep off the markers too
@@ -300,14 +274,8 @@ def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]], off
 
 
 def plain_log_ticks(ax: plt.Axes, axis: str = "y") -> None:
-    """Label a log axis's ticks as a reader writes numbers (3, 0.5, 100), not as ``3×10⁰``, which
-    matplotlib uses when the axis spans less than a decade. On an axis spanning less than a decade
-    every minor tick is labelled; on a longer one only 2 and 5 times a power of ten, so that the
-    labels never run into each other.
-
-    Args:
-        ax: the axes.
-        axis: "x" or "y".
+    """Label a log ``axis`` ("x" or "y") as a reader writes numbers (3, 0.5, 100), not ``3×10⁰``: every minor tick
+    within a decade, only 2 and 5 times a power of ten on a longer axis.
 
     Raises:
         ValueError: ``axis`` is not "x" or "y".
@@ -328,11 +296,33 @@ def plain_log_ticks(ax: plt.Axes, axis: str = "y") -> None:
 
 
 def _plain_if_short(ax: plt.Axes) -> None:
-    """:func:`plain_log_ticks` on a log y axis spanning less than a decade (where matplotlib writes
-    3×10⁰); a longer axis keeps matplotlib's powers of ten and unlabelled minor ticks."""
+    """:func:`plain_log_ticks` on a log y axis spanning less than a decade."""
     low, high = ax.get_ylim()
     if low > 0 and high / low < 10:
         plain_log_ticks(ax, "y")
+
+
+def _labelled(ax: plt.Axes, *, xlabel: str, ylabel: str, title: str | None = None, ncol: int | None = None) -> plt.Axes:
+    """Set ``ax``'s axis labels and ``title`` (None: none) and, with ``ncol``, a legend below it in that many columns."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    if ncol:
+        legend_outside(ax, "below", ncol=ncol)
+    return ax
+
+
+def _by_protocol(table: pd.DataFrame):
+    """``(i, batch size, τ, rows)`` of each local protocol of ``table``, in order of appearance."""
+    for i, ((bs, tau), g) in enumerate(table.groupby(["batch_size", "local_epochs"], sort=False)):
+        yield i, bs, tau, g
+
+
+def _iqr_line(ax: plt.Axes, x, g: pd.DataFrame, value: str, **style):
+    """Medians ``g[value]`` against ``x`` with their interquartile range (``<value>_q1``, ``_q3``) as bars."""
+    v = g[value]
+    return ax.errorbar(x, v, yerr=[v - g[f"{value}_q1"], g[f"{value}_q3"] - v], ms=5, capsize=2, **style)
 
 
 def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, *, k_c: int = 10,
@@ -340,25 +330,14 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
                          others: dict[str, pd.DataFrame] | None = None,
                          ranges: dict[str, tuple[pd.DataFrame, pd.DataFrame]] | None = None,
                          title: str | None = "Recovery factor against test accuracy, nine local protocols") -> plt.Axes:
-    """Figure 1: recovery factor 1/Δ_S against test accuracy for the local protocols.
+    """Figure 1: recovery factor 1/Δ_S against test accuracy (fraction) for the local protocols: marker shape is
+    the batch size, the label beside each marker τ; filled markers ours, hollow grey ones the paper's.
 
-    Marker shape encodes the batch size, the label beside each marker the local epochs τ (placed so
-    that no two labels overlap); filled markers are ours, hollow grey ones the paper's (if given).
-    Accuracy is a fraction on the axis as in the book's tables and prose (one convention on every
-    page). The legend sits below the axes, where it hides no point.
-
-    Args:
-        ours, paper: summaries indexed by (batch_size, local_epochs) with
-            columns ``recovery_unweighted`` and ``test_acc`` (fraction).
-        k_c: cohort size, drawn as the ceiling of 1/Δ_S.
-        others: further summaries of the same protocols (e.g. archived profiles),
-            ``{legend label: summary}``, each drawn filled in its own colour.
-        ranges: ``{legend label: (low, high)}``: seed ranges of a source (min and max over seeds,
-            :func:`maskfed.analysis.uncertainty.seed_range`), drawn as bars in both directions.
-        title: the panel's title (None: none).
+    ``ours``, ``paper`` and the ``others`` (``{legend label: summary}``, each in its own colour) are summaries indexed
+    by (batch_size, local_epochs) with ``recovery_unweighted`` and ``test_acc``; ``ranges``: ``{legend label: (low,
+    high)}`` seed ranges, drawn as bars; ``k_c``: the ceiling of 1/Δ_S.
     """
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 5.2))
+    ax = ax or plt.subplots(figsize=(6.4, 5.2))[1]
     sources = [(ours, ours_label, dict(color="C0"))]
     sources += [(df, label, dict(color=f"C{i}")) for i, (label, df) in enumerate((others or {}).items(), start=1)]
     if paper is not None:
@@ -382,11 +361,8 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
     ax.axhline(1, color="0.6", ls=":", lw=1)
     ax.set_yscale("log")
     plain_log_ticks(ax, "y")
-    ax.set_xlabel("test accuracy (fraction), median over the summary window")
-    ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
-    if title:
-        ax.set_title(title)
-    legend_outside(ax, "below")
+    _labelled(ax, xlabel="test accuracy (fraction), median over the summary window",
+              ylabel="recovery factor 1/Δ_S (unweighted)", title=title, ncol=2)
     place_labels(ax, labels)
     return ax
 
@@ -394,76 +370,47 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
 def against_stage(table: pd.DataFrame, value: str = "recovery_unweighted", *, ax: plt.Axes | None = None,
                   label: str = "1/Δ_S (unweighted)", k_c: int | None = None, legend: bool = True,
                   title: str | None = None) -> plt.Axes:
-    """A stage-study quantity against the checkpoint's test accuracy, one line per local protocol.
-
-    Markers are medians over cohorts, bars their interquartile range (columns ``<value>``,
-    ``<value>_q1``, ``<value>_q3``, see :func:`maskfed.studies.stage.summarise_cohorts`); solid lines are
-    full-batch protocols, dashed ones minibatch; marker shape is the batch size. Log scale.
-
-    Args:
-        table: one row per (stage, protocol) with ``stage_acc`` (fraction), ``batch_size``,
-            ``local_epochs`` and the value columns.
-        k_c: if given, drawn as the ceiling of 1/Δ_S.
-        legend: a legend below the axes (:func:`legend_outside`), where it hides no point.
-        title: the panel's title (None: none).
-    """
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 4.2))
-    for i, ((bs, tau), g) in enumerate(table.groupby(["batch_size", "local_epochs"], sort=False)):
+    """A stage-study quantity ``value`` (medians over cohorts, bars their interquartile range) against the
+    checkpoint's test accuracy ``stage_acc``, one line per local protocol (solid: full batch), log scale;
+    ``k_c``: drawn as the ceiling of 1/Δ_S."""
+    ax = ax or plt.subplots(figsize=(6.4, 4.2))[1]
+    for i, bs, tau, g in _by_protocol(table):
         g = g.sort_values("stage_acc")
-        x = g["stage_acc"]
-        ax.errorbar(x, g[value], yerr=[g[value] - g[f"{value}_q1"], g[f"{value}_q3"] - g[value]],
-                    marker=MARKERS.get(str(bs), "D"), ms=5, lw=1.2, capsize=2, color=f"C{i}",
-                    ls="-" if str(bs) == "full" else "--", label=f"bs={bs}, τ={tau}")
+        _iqr_line(ax, g["stage_acc"], g, value, marker=MARKERS.get(str(bs), "D"), lw=1.2, color=f"C{i}",
+                  ls="-" if str(bs) == "full" else "--", label=f"bs={bs}, τ={tau}")
     if k_c is not None:
         ax.axhline(k_c, color="0.6", ls="--", lw=1)
     ax.set_yscale("log")
     _plain_if_short(ax)
-    ax.set_xlabel("test accuracy of the checkpoint θ_s (fraction)")
-    ax.set_ylabel(label)
-    if title:
-        ax.set_title(title)
-    if legend:
-        legend_outside(ax, "below", ncol=3)
-    return ax
+    return _labelled(ax, xlabel="test accuracy of the checkpoint θ_s (fraction)", ylabel=label, title=title,
+                     ncol=3 if legend else None)
 
 
 def branches(branch: pd.DataFrame, *, ax: plt.Axes | None = None, legend: bool = True) -> plt.Axes:
-    """Per-round recovery factor of the short FedAvg branches of the stage study, one colour per
-    protocol, one line per (protocol, checkpoint); solid: full batch. Log scale.
-
-    Args:
-        branch: rows of :attr:`maskfed.studies.stage.StageStudy.branches` (``round``, ``stage``, ``batch_size``,
-            ``local_epochs``, ``recovery_unweighted``).
-        legend: a legend below the axes (:func:`legend_outside`), where it hides no point.
-    """
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 3.6))
-    for i, ((bs, tau), g) in enumerate(branch.groupby(["batch_size", "local_epochs"], sort=False)):
+    """Per-round recovery factor of the stage study's FedAvg branches
+    (:attr:`maskfed.studies.stage.StageStudy.branches`), one colour per protocol, one line per (protocol,
+    checkpoint); solid: full batch. Log scale."""
+    ax = ax or plt.subplots(figsize=(6.4, 3.6))[1]
+    for i, bs, tau, g in _by_protocol(branch):
         for j, (_, gs) in enumerate(g.groupby("stage")):
             ax.plot(gs["round"], gs["recovery_unweighted"], color=f"C{i}", marker=".", ls="-" if str(bs) == "full" else "--",
                     label=f"bs={bs}, τ={tau}" if j == 0 else None)
     ax.set_yscale("log")
     _plain_if_short(ax)
     ax.xaxis.set_major_locator(plt.matplotlib.ticker.MaxNLocator(integer=True))  # rounds are whole numbers
-    ax.set_xlabel("round (ladder round + branch round)")
-    ax.set_ylabel("1/Δ_S (one cohort a round)")
-    if legend:
-        legend_outside(ax, "below", ncol=3)
-    return ax
+    return _labelled(ax, xlabel="round (ladder round + branch round)", ylabel="1/Δ_S (one cohort a round)",
+                     ncol=3 if legend else None)
 
 
 def cohort_size(eq12: dict[str, pd.DataFrame], *, axes=None, legend: bool = True):
     """The cohort-size axis: measured 1/Δ_S (first panel) and its share of the ceiling, (1/Δ_S)/K_c
     (second panel), against K_c on log axes, one colour per protocol: markers are medians over
-    cohorts, bars their interquartile range, lines eq. 12 with r measured at one K_c; the grey
-    dashed line of the first panel is K_c itself, that of the second a share of 1. Each panel has
-    its title; the legend (every series of both panels) sits below the second panel.
+    cohorts, bars their interquartile range, lines eq. 12 with r measured at one K_c; grey dashed: K_c
+    itself and a share of 1. The legend of both panels sits below the second.
 
     Args:
         eq12: ``{protocol name: maskfed.studies.factor_axes.eq12_table(...)}``.
-        axes: two matplotlib axes (None: a new figure, the two panels stacked, 6.4 in wide).
-        legend: a legend below the second panel (:func:`legend_outside`), where it hides no point.
+        axes: two matplotlib axes (None: a new figure, the two panels stacked).
 
     Returns:
         The two axes.
@@ -503,47 +450,29 @@ def cohort_size(eq12: dict[str, pd.DataFrame], *, axes=None, legend: bool = True
 
 def step_size(table: pd.DataFrame, *, ax: plt.Axes | None = None, legend: bool = True,
               title: str | None = None) -> plt.Axes:
-    """The step-size axis: median 1/Δ_S over cohorts (bars: interquartile range) against lr, log
-    axes with a tick at every lr measured, one line per (batch size, τ); solid lines are full batch,
-    and the large-minibatch cells (measured at two lr only) are markers without a line.
-
-    Args:
-        table: :func:`maskfed.studies.factor_axes.lr_axis` output.
-        legend: a legend below the axes (:func:`legend_outside`), where it hides no point.
-        title: the panel's title (None: none).
-    """
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 4.0))
-    for i, ((bs, tau), g) in enumerate(table.groupby(["batch_size", "local_epochs"], sort=False)):
+    """The step-size axis (:func:`maskfed.studies.factor_axes.lr_axis`): median 1/Δ_S over cohorts (bars:
+    interquartile range) against lr, log axes with a tick at every lr measured, one line per (batch size, τ);
+    solid lines are full batch, and cells measured at two lr only are markers without a line."""
+    ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+    for i, bs, tau, g in _by_protocol(table):
         g = g.sort_values("lr")
-        v = g["recovery_unweighted"]
-        ax.errorbar(g["lr"], v, yerr=[v - g["recovery_unweighted_q1"], g["recovery_unweighted_q3"] - v],
-                    marker=MARKERS.get(str(bs), "D"), ms=5, capsize=2, color=f"C{i}",
-                    ls=("-" if str(bs) == "full" else "--") if len(g) > 2 else "none", label=f"bs={bs}, τ={tau}")
+        _iqr_line(ax, g["lr"], g, "recovery_unweighted", marker=MARKERS.get(str(bs), "D"), color=f"C{i}",
+                  ls=("-" if str(bs) == "full" else "--") if len(g) > 2 else "none", label=f"bs={bs}, τ={tau}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     lrs = sorted(table["lr"].unique())
     ax.set_xticks(lrs, [f"{v:g}" for v in lrs])   # the step sizes measured, written plainly
     ax.set_xticks([], minor=True)
     _plain_if_short(ax)
-    ax.set_xlabel("SGD step size lr")
-    ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
-    if title:
-        ax.set_title(title)
-    if legend:
-        legend_outside(ax, "below", ncol=2)
-    return ax
+    return _labelled(ax, xlabel="SGD step size lr", ylabel="recovery factor 1/Δ_S (unweighted)", title=title,
+                     ncol=2 if legend else None)
 
 
 def ours_against_paper(table: pd.DataFrame, *, ax: plt.Axes | None = None, title: str | None = None) -> plt.Axes:
-    """Our 1/Δ_S against the paper's, one point per setting (bars: our seed range), log axes, with the line
-    y = x where the two agree; Table I settings as circles, Table II's as squares, each labelled.
-
-    Args:
-        table: :func:`maskfed.book.evidence.against_paper` (columns paper, ours, low, high, table).
-    """
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 5.0))
+    """Our 1/Δ_S against the paper's, one labelled point per setting (bars: our seed range), log axes, with the
+    line y = x; Table I settings as circles, Table II's as squares. ``table``:
+    :func:`maskfed.book.evidence.against_paper`."""
+    ax = ax or plt.subplots(figsize=(6.4, 5.0))[1]
     for t, marker, colour in (("I", "o", "C0"), ("II", "s", "C1")):
         g = table[table["table"] == t]
         if len(g):
@@ -559,33 +488,22 @@ def ours_against_paper(table: pd.DataFrame, *, ax: plt.Axes | None = None, title
     plain_log_ticks(ax, "x")
     plain_log_ticks(ax, "y")
     place_labels(ax, [(p, o, name, {"fontsize": 9}) for name, p, o in zip(table.index, table["paper"], table["ours"])])
-    ax.set_xlabel("the paper's 1/Δ_S (ResNet-18-GN)")
-    ax.set_ylabel("ours: 1/Δ_S, median over seeds")
-    if title:
-        ax.set_title(title)
-    legend_outside(ax, "below", ncol=2)
-    return ax
+    return _labelled(ax, xlabel="the paper's 1/Δ_S (ResNet-18-GN)", ylabel="ours: 1/Δ_S, median over seeds",
+                     title=title, ncol=2)
 
 
 def own_trajectory(metrics: pd.DataFrame, *, paper: float, thetas=(), window: int = 5, ax: plt.Axes | None = None,
                    title: str | None = None) -> plt.Axes:
-    """A FedAvg trajectory's recovery factor round by round (points; line: rolling median over ``window``
-    rounds), log scale, beside the paper's value for its protocol (dashed line), with the rounds whose θ
-    were measured marked.
-
-    Args:
-        metrics: the run's ``metrics.csv`` (columns ``round``, ``recovery_unweighted``).
-        paper: the paper's Table I value of the run's protocol (1/Δ_S, unweighted).
-        thetas: rounds whose θ a study measured (vertical dotted lines).
-        window: rounds of the rolling median (>= 1).
+    """A FedAvg run's recovery factor round by round (``metrics``: its ``metrics.csv``; points, and a rolling
+    median over ``window`` rounds), log scale, beside the paper's Table I value ``paper`` (dashed), with the
+    rounds ``thetas`` whose θ were measured marked.
 
     Raises:
         ValueError: ``window`` < 1.
     """
     if window < 1:
         raise ValueError(f"window must be >= 1 round; got {window}")
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 4.0))
+    ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
     r, v = metrics["round"], metrics["recovery_unweighted"]
     ax.plot(r, v, ".", ms=3, color="C0", alpha=0.5, label="1/Δ_S of each round")
     ax.plot(r, v.rolling(window, min_periods=1).median(), color="C0", lw=1.5, label=f"rolling median of {window} rounds")
@@ -594,42 +512,26 @@ def own_trajectory(metrics: pd.DataFrame, *, paper: float, thetas=(), window: in
         ax.axvline(t, color="C3", ls=":", lw=1.2, label="θ measured" if i == 0 else None)
     ax.set_yscale("log")
     plain_log_ticks(ax, "y")
-    ax.set_xlabel("FedAvg round")
-    ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
-    if title:
-        ax.set_title(title)
-    legend_outside(ax, "below", ncol=2)
-    return ax
+    return _labelled(ax, xlabel="FedAvg round", ylabel="recovery factor 1/Δ_S (unweighted)", title=title, ncol=2)
 
 
 def recovery_vs_parameters(table: pd.DataFrame, *, ax: plt.Axes | None = None, paper: pd.Series | None = None,
                            target: float | None = None, legend: bool = True, title: str | None = None) -> plt.Axes:
-    """Median 1/Δ_S over cohorts against the model's parameter count (log axes) at θ of one target
-    accuracy, one colour per protocol (solid lines: full batch); hollow markers are θ reached by
-    FedAvg, filled ones by centralised SGD. ``paper``: the row of
-    :func:`maskfed.studies.factor_axes.paper_overview` (its name holds ResNet-18-GN's parameter count; index:
-    protocol labels), without its cliff, drawn as grey crosses at that count (each protocol at its own
-    accuracy).
-
-    Args:
-        table: rows of :attr:`maskfed.studies.factor_axes.ModelStudy.table` (one or several studies).
-        target: the target accuracy shown (None: every row of ``table``).
-        legend: a legend below the axes (:func:`legend_outside`), where it hides no point.
-        title: the panel's title (None: none).
-    """
+    """Median 1/Δ_S over cohorts against the model's parameter count (log axes) at θ of accuracy ``target``
+    (None: every row of ``table``, rows of :attr:`maskfed.studies.factor_axes.ModelStudy.table`), one colour per
+    protocol (solid: full batch); hollow markers are θ reached by FedAvg, filled ones by centralised SGD.
+    ``paper``: a row of :func:`maskfed.studies.factor_axes.paper_overview` (its name holds ResNet-18-GN's parameter
+    count), drawn as grey crosses at that count."""
     from maskfed.studies.factor_axes import protocol_label
 
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax = ax or plt.subplots(figsize=(6.4, 4.2))[1]
     t = table if target is None else table[table["target"] == target]
-    for i, ((bs, tau), g) in enumerate(t.groupby(["batch_size", "local_epochs"], sort=False)):
+    for i, bs, tau, g in _by_protocol(t):
         for source, gs in g.groupby("source"):
             gs = gs.sort_values("params")
-            v = gs["recovery_unweighted"]
-            ax.errorbar(gs["params"], v, yerr=[v - gs["recovery_unweighted_q1"], gs["recovery_unweighted_q3"] - v],
-                        marker=MARKERS.get(str(bs), "D"), ms=5, capsize=2, color=f"C{i}",
-                        mfc="none" if source == "fedavg" else f"C{i}", ls="-" if str(bs) == "full" else "--",
-                        label=protocol_label(bs, tau) if source == "centralised" or g["source"].nunique() == 1 else None)
+            _iqr_line(ax, gs["params"], gs, "recovery_unweighted", marker=MARKERS.get(str(bs), "D"), color=f"C{i}",
+                      mfc="none" if source == "fedavg" else f"C{i}", ls="-" if str(bs) == "full" else "--",
+                      label=protocol_label(bs, tau) if source == "centralised" or g["source"].nunique() == 1 else None)
     if paper is not None:
         x = paper.name[1] if isinstance(paper.name, tuple) else paper.name  # paper_overview's row: its parameter count
         ax.scatter([x] * len(paper), paper.to_numpy(), marker="x", color="0.45", s=30, zorder=3,
@@ -637,13 +539,8 @@ def recovery_vs_parameters(table: pd.DataFrame, *, ax: plt.Axes | None = None, p
     ax.set_xscale("log")
     ax.set_yscale("log")
     plain_log_ticks(ax, "y")
-    ax.set_xlabel("parameters P (count)")
-    ax.set_ylabel("recovery factor 1/Δ_S (unweighted)")
-    if title:
-        ax.set_title(title)
-    if legend:
-        legend_outside(ax, "below", ncol=2)
-    return ax
+    return _labelled(ax, xlabel="parameters P (count)", ylabel="recovery factor 1/Δ_S (unweighted)", title=title,
+                     ncol=2 if legend else None)
 
 
 def trajectories(results, *, ax=None, window: int = 3,
@@ -652,8 +549,7 @@ def trajectories(results, *, ax=None, window: int = 3,
     with the summary window (last quarter of rounds) shaded and the legend below the axes."""
     from maskfed.analysis.summary import tail_window
 
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 4.6))
+    ax = ax or plt.subplots(figsize=(6.4, 4.6))[1]
     for r in results:
         m = r.metrics
         ax.plot(m["round"], m["recovery_unweighted"].rolling(window, min_periods=1).median(),
@@ -663,26 +559,15 @@ def trajectories(results, *, ax=None, window: int = 3,
     ax.axvspan(rounds - tail_window(rounds) + 0.5, rounds + 0.5, color="0.9", zorder=0)
     ax.set_yscale("log")
     plain_log_ticks(ax, "y")
-    ax.set_xlabel("round")
-    ax.set_ylabel(f"1/Δ_S (rolling median of {window})")
-    if title:
-        ax.set_title(title)
-    legend_outside(ax, "below", ncol=3)
-    return ax
+    return _labelled(ax, xlabel="round", ylabel=f"1/Δ_S (rolling median of {window})", title=title, ncol=3)
 
 
 def throughput(df: pd.DataFrame, ax=None):
-    """Bar chart of images/s by protocol (groups) and path (bars) on a log axis (a full-batch round
-    moves a hundred times the images a second of a bs-16 one: on a linear axis the slow bars vanish),
-    with the legend below the bars.
-
-    Args:
-        df: ``make bench`` rows (:data:`maskfed.perf.bench.COLUMNS`).
-    """
+    """Bar chart of images/s by protocol (groups) and path (bars) on a log axis, legend below; ``df``: ``make
+    bench`` rows (:data:`maskfed.perf.bench.COLUMNS`)."""
     from maskfed.perf.bench import PATH_LABELS, PATHS
 
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 4.4))
+    ax = ax or plt.subplots(figsize=(6.4, 4.4))[1]
     piv = df.assign(protocol=lambda d: "bs " + d["batch_size"].astype(str) + ", τ " + d["local_epochs"].astype(str)
                     + ((", " + d["precision"]) if d["precision"].nunique() > 1 else "")) \
         .pivot_table(index="protocol", columns="path", values="images_per_s", sort=False)
@@ -690,24 +575,15 @@ def throughput(df: pd.DataFrame, ax=None):
     piv.plot.bar(ax=ax, rot=0, width=0.8, legend=False)
     ax.set_yscale("log")
     plain_log_ticks(ax, "y")
-    ax.set_ylabel("images / s (higher is faster, log scale)")
-    ax.set_xlabel("local protocol (batch size bs, local epochs τ)")
-    ax.set_title("Training throughput of one FedAvg round, by path")
-    legend_outside(ax, "below")
-    return ax
+    return _labelled(ax, xlabel="local protocol (batch size bs, local epochs τ)",
+                     ylabel="images / s (higher is faster, log scale)",
+                     title="Training throughput of one FedAvg round, by path", ncol=2)
 
 
 def masks_across_clients(rng: np.random.Generator, *, k_c: int = 5, blocks: int = 8, p: float = 0.5) -> plt.Figure:
-    """Concept figure: independent against shared block masks across a cohort (Propositions 2 and 3).
-
-    Left, each of ``k_c`` clients draws its own mask: block b of client k is kept (dark) with probability ``p``;
-    right, one mask drawn per round is shared by every client. The row below each grid is the aggregate's
-    kept share of each block (the mean over clients of the kept indicators): independent masks average it
-    toward p, which dilutes the masking noise by the cohort (eq. 6); a shared mask keeps it at 0 or 1 (eq. 7).
-
-    Args:
-        rng: the generator every mask is drawn from (seeded by the chapter).
-        k_c: clients in the cohort; blocks: parameter blocks B; p: keep probability, in (0, 1].
+    """Concept figure (Propositions 2 and 3): each of ``k_c`` clients' own mask over ``blocks`` blocks (left) against
+    one mask shared by all (right), each block kept (dark) with probability ``p`` (masks drawn from ``rng``); the
+    row below each grid is the aggregate's kept share of each block (eq. 6 and eq. 7).
 
     Raises:
         ValueError: ``k_c`` or ``blocks`` below 1, or ``p`` outside (0, 1].
@@ -743,16 +619,9 @@ def masks_across_clients(rng: np.random.Generator, *, k_c: int = 5, blocks: int 
 
 
 def coherent_incoherent(rng: np.random.Generator, *, k_c: int = 6, spread_deg: float = 15.0):
-    """Concept figure: coherent against incoherent addition of a cohort's updates (eq. 3 and eq. 12).
-
-    Unit-length updates Δ_k in the plane, drawn head to tail, and their sum from the origin (thick): left, the
-    directions spread ``spread_deg`` degrees around a shared one (signal dominates, ‖Σ_k Δ_k‖² near K_c²); right,
-    independent uniform directions (noise dominates, ‖Σ_k Δ_k‖² near Σ_k ‖Δ_k‖² = K_c). Each panel's title gives
-    its recovery factor 1/Δ_S (:func:`maskfed.core.diversity.recovery_factor`).
-
-    Args:
-        rng: the generator the directions are drawn from.
-        k_c: clients in the cohort (>= 1); spread_deg: the coherent cohort's standard deviation of angles (degrees).
+    """Concept figure (eq. 3 and eq. 12): ``k_c`` unit updates in the plane drawn head to tail and their sum (thick),
+    directions spread ``spread_deg`` degrees around a shared one (left) or uniform (right), drawn from ``rng``;
+    each panel's title gives its 1/Δ_S.
 
     Returns:
         ``(figure, {"coherent": 1/Δ_S, "incoherent": 1/Δ_S})``.

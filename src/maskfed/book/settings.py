@@ -38,15 +38,9 @@ SOURCE = Path(__file__).with_name("settings.yaml")
 
 @dataclass(frozen=True)
 class Setting:
-    """One row of the settings table.
-
-    Attributes:
-        name: what is set.
-        value: the value as text: fixed, or a template whose ``{names}`` are :func:`run_values`.
-        whose: ``"paper, Sec. ..."`` when the paper states it, else ``"ours, following <ref>"``.
-        where: the code that applies it (module.function or config field, dotted under ``maskfed``).
-        other_model: where given, the value (a template as ``value``) for a model other than ResNet-18-GN.
-    """
+    """One row of the settings table: ``name``; ``value`` (text, or a template of :func:`run_values` names);
+    ``whose`` ("paper, Sec. ..." or "ours, following <ref>"); ``where`` the code applies it (dotted under
+    ``maskfed``); ``other_model``: the value for a model other than ResNet-18-GN (None: ``value``)."""
 
     name: str
     value: str
@@ -82,16 +76,8 @@ def run_values(cfg: RunConfig, profile: Profile) -> dict:
 
 
 def settings_table(profile: str | None = None) -> pd.DataFrame:
-    """Every setting, its value at the paper's scale, whose setting it is, and where the code applies it.
-
-    Args:
-        profile: ``None`` for the paper profile alone; a scaled-down profile name (``smoke``,
-            ``cpu``) adds a column ``"<name> profile"`` with the value that profile uses, which is
-            not the paper's wherever it differs.
-
-    Returns:
-        DataFrame indexed by setting name with columns ``value`` (the ``paper`` profile's first
-        seed), ``whose``, ``where`` and, for another profile, ``"<name> profile"``.
+    """Every setting: its ``value`` at the paper's scale, ``whose`` it is, ``where`` the code applies it and, for
+    another ``profile``, its value there (column ``"<name> profile"``); indexed by setting.
 
     Raises:
         ConfigError: unknown profile name (listing the allowed ones).

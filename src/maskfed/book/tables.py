@@ -1,11 +1,8 @@
 """Tables I and II as the book shows them: the closest evidence first, each cell with its seed range.
 
-The book can hold several sources for one table: archived profiles (:data:`maskfed.studies.archive.BOOK_PROFILES`,
-closest to the paper's setting first), the profile the book was built with, and the paper's own
-values. :func:`sources` puts them in that order; :func:`main_table` is the narrow table a reader
-sees first (the closest source beside the paper's, with seed ranges), :func:`full_table` every
-quantity of every source (shown in a toggle and offered as CSV); :func:`matched_values`, both chapters'
-claims judged again at matched stage.
+:func:`sources` orders a table's sources (archived profiles, closest to the paper's setting first, then the
+build's profile); :func:`main_table` is the narrow table a reader sees first, :func:`full_table` every quantity
+of every source; :func:`matched_table`, the chapters' claims judged again at matched stage.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from maskfed.studies import archive, experiments
 ARCHIVED = CPU_PAPER
 
 #: The settings that name a row of each table.
-BY = {"table1": ["batch_size", "local_epochs"], "table2": ["alpha"]}
+BY = evidence.BY
 
 
 @dataclass
@@ -42,15 +39,9 @@ class Source:
 
 def sources(experiment: str, live_name: str, live_results: list, found: list[archive.ArchivedSummary],
             live_first: bool = False) -> list[Source]:
-    """The table's sources, closest to the paper's setting first: each archived profile (in the
-    order of ``found``), then this build's profile; with ``live_first`` (a reader's own run, with settings
-    of their own) this build's profile leads and the archived ones follow beside it.
-
-    Args:
-        experiment: "table1" or "table2".
-        live_name: the profile the book was built with.
-        live_results: its runs of the experiment.
-        found: :func:`maskfed.studies.archive.summaries` output.
+    """The table's sources: each archived profile of ``found`` (:func:`maskfed.studies.archive.summaries`), then
+    this build's profile ``live_name`` with its runs ``live_results`` of ``experiment``, or, with ``live_first``,
+    this build's profile first.
 
     Raises:
         ValueError: unknown experiment.
@@ -88,17 +79,9 @@ NAMES = {"recovery_unweighted": "1/Δ_S", "recovery_weighted": "1/Δ_S (n_k-wtd.
 
 
 def main_table(experiment: str, first: Source, paper: pd.DataFrame) -> pd.DataFrame:
-    """The narrow table a reader sees first: per row, the local steps T (Table I), and for each main
-    quantity the closest source's median over seeds with its min–max range beside the paper's value.
-
-    Args:
-        experiment: "table1" or "table2".
-        first: the closest source (:func:`sources`' first).
-        paper: the paper's table (:func:`maskfed.analysis.summary.paper_table`).
-
-    Returns:
-        Text cells, indexed like ``first.table``; columns ``(quantity, source)``.
-    """
+    """The narrow table a reader sees first: per row, the local steps T (Table I), and for each main quantity the
+    closest source ``first``'s median over seeds with its range beside the ``paper``'s value; text cells, columns
+    ``(quantity, source)``."""
     t = first.table
     cols = {}
     if experiment == "table1":
