@@ -119,7 +119,7 @@ def test_check_identity_compares_config_run_key_and_folder_name(results_in_tmp):
     runner.check_identity(done, cfg, key)
     assert done.provenance["config_key"] == cfg.key()
     # a provenance.json of another key (a file copied from another run of the same config)
-    with pytest.raises(runner.RunMismatch, match=r"run key.*0123456789abcdef, not" + key):
+    with pytest.raises(runner.RunMismatch, match=r"run key.*0123456789abcdef, not " + key):
         runner.check_identity(runner.RunResult(cfg, done.path, done.metrics,
                                                {**done.provenance, "run_key": "0123456789abcdef"}), cfg, key)
     # a folder renamed to another name: used by its name, it is refused; read on its own, it is not

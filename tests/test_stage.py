@@ -47,8 +47,7 @@ def test_check_rounds_refuses_untested_rounds_before_training(results):
     # prepare: candidates every 2 rounds of a 10-round trajectory: 0, 2, 4, 6, 8, 10
     spec = stage.StageSpec(stages=3, candidate_every=2, extra_rounds=(4, 5, 7))
     # execute / assert: 5 and 7 are not tested, so not allowed; the message names the field and the allowed rounds
-    with pytest.raises(ConfigError, match=r"extra_rounds \[5, 7\] .*ladder.*10-round "
-                                          r"trajectory; allowed: \[0, 2, 4, 6, 8, 10\]"):
+    with pytest.raises(ConfigError, match=r"extra_rounds \[5, 7\] .*10-round .*allowed: \[0, 2, 4, 6, 8, 10\]"):
         stage.check_rounds(spec, 10)
     with pytest.raises(ConfigError, match=r"^rounds \[3\] .*ladder"):
         stage.check_rounds(stage.StageSpec(rounds=(0, 3), candidate_rounds=(1, 2)), 4)
