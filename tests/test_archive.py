@@ -80,9 +80,9 @@ def test_archive_runs_refuses_unfinished_folders_and_unknown_profiles(dirs_in_tm
     with pytest.raises(ValueError, match="provenance.json"):
         archive.archive_runs([r], "smoke")
     assert not (dirs_in_tmp / "archive" / "smoke").exists()  # nothing copied
-    with pytest.raises(ValueError, match="profile_name must be one of"):
+    with pytest.raises(ValueError, match=r"^profile_name .*'smoke'.*'laptop'"):
         archive.archive_runs([], "laptop")
-    with pytest.raises(ValueError, match="profile_name must be one of"):
+    with pytest.raises(ValueError, match=r"^profile_name .*'smoke'.*'laptop'"):
         archive.load_archive("laptop")
     assert archive.load_archive("cpu-long") == []  # no archive: empty
 
@@ -119,7 +119,7 @@ def test_load_archive_keeps_the_newest_of_duplicate_runs(dirs_in_tmp):
     fake_run(root / "old", cfg, recovery=2.0, finished="2026-12-01T10:00:00+00:00", code_hash="0" * 16)
     fake_run(root / "new", cfg.model_copy(update={"device": "cuda"}), recovery=3.0,
              finished="2026-12-02T10:00:00+00:00")  # the same run made on another device
-    with pytest.warns(UserWarning, match="using the newer new"):
+    with pytest.warns(UserWarning, match=r"newer new$"):
         back = archive.load_archive("smoke")
     assert [r.path.name for r in back] == ["new"]
 
@@ -213,7 +213,7 @@ def test_summaries_per_profile_never_pooled_and_notes_for_absent_archives(dirs_i
     assert list(t2_found[0].table.index) == [100.0, 1.0]
     assert t2_found[0].table.loc[1.0, "recovery_unweighted"] == 100.0
     assert t2_found[0].missing == [experiments.configs(long, "table2")[2].label()]
-    with pytest.raises(ValueError, match="experiment must be one of"):
+    with pytest.raises(ValueError, match=r"^experiment .*'table1'.*got 'control'"):
         archive.summaries("control")
 
 
@@ -249,14 +249,15 @@ def test_cli_archive_refuses_until_every_run_has_finished(dirs_in_tmp, monkeypat
 
     assert cli.main(["archive", "--profile", "smoke"]) == 2
     err = capsys.readouterr().err
-    assert "1 of the 2 runs" in err and cfgs[1].label() in err and "maskfed sweep --profile smoke" in err
+    assert "1 of the 2 runs" in err and cfgs[1].label() in err and "sweep --profile smoke" in err
     assert not (dirs_in_tmp / "archive").exists()
 
     runner.run(cfgs[1], progress=False)
     assert cli.main(["archive", "--profile", "smoke"]) == 0
     assert len(archive.load_archive("smoke")) == 2
     assert cli.main(["archive", "--profile", "laptop"]) == 2
-    assert "profile must be one of" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "profile" in err and "'laptop'" in err and "'smoke'" in err  # the name refused, the names allowed
 
 
 def test_cli_archive_seeds_adds_only_those_seeds_runs(dirs_in_tmp, monkeypatch, capsys):
@@ -268,7 +269,7 @@ def test_cli_archive_seeds_adds_only_those_seeds_runs(dirs_in_tmp, monkeypatch, 
     # seed 3 is not finished: refused, naming the sweep of that seed only
     assert cli.main(["archive", "--profile", "smoke", "--seeds", "3"]) == 2
     err = capsys.readouterr().err
-    assert "1 of the 1 runs" in err and "maskfed sweep --profile smoke --seeds 3`" in err
+    assert "1 of the 1 runs" in err and "sweep" in err and "--profile smoke --seeds 3`" in err
     later = make_run_config(**{**TINY, "seed": 3})
     fake_run(dirs_in_tmp / "runs" / later.label(), later, recovery=3.0)
     monkeypatch.setattr(cli.runner, "find_run", lambda c: runner.RunResult(c, dirs_in_tmp / "runs" / c.label(),
@@ -280,7 +281,8 @@ def test_cli_archive_seeds_adds_only_those_seeds_runs(dirs_in_tmp, monkeypatch, 
     assert cli.main(["archive", "--profile", "smoke", "--seeds", "-1"]) == 2
     assert "--seeds -1" in capsys.readouterr().err
     assert cli.main(["archive", "--profile", "smoke", "--verify", "--seeds", "3"]) == 2
-    assert "--seeds is used when archiving runs only" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.count("--seeds") == 1 and "--verify" in err  # the flag refused, and with what
 
 
 @pytest.mark.slow
@@ -326,7 +328,7 @@ def test_verify_relabels_only_when_every_rerun_metric_is_bit_identical(dirs_in_t
     assert 0 < lab.record()["max rel. diff"] <= archive.SUMMARY_RTOL
     assert archive.label(archive.load_archive("smoke"), "smoke").code_changed is True
     assert len(json.loads((dirs_in_tmp / "archive" / "smoke" / archive.VERIFIED).read_text())) == 2
-    with pytest.raises(ValueError, match="not in the smoke archive"):
+    with pytest.raises(ValueError, match=r"\['nope'\] .*smoke"):
         archive.verify_archive("smoke", labels=["nope"])
 
 
@@ -399,11 +401,13 @@ def test_a_damaged_archived_run_is_shown_as_damaged_not_as_never_archived(dirs_i
     (a,) = found
     assert a.missing == [] and [d.folder for d in a.damaged] == [folders[0]]
     row = archive.archive_table(found, notes).loc["cpu-long (archived)"]
-    assert row["damaged"] == f"{folders[0].name} (metrics.csv has 3 rows for a 100-round run)"
+    damaged = row["damaged"]  # the folder, the file, the rows it has and the rounds the run needs
+    assert damaged.startswith(f"{folders[0].name} (") and "metrics.csv" in damaged and " 3 rows" in damaged \
+        and "100-round" in damaged
     assert row["make with"] == archive.how_to_make("cpu-long")
     assert "missing" not in row.index  # nothing "not yet archived"
     err = capsys.readouterr().err
-    assert f"archived run folder {folders[0]} is damaged (metrics.csv has 3 rows for a 100-round run)" in err
+    assert f" {folders[0]} " in err and "damaged" in err and "metrics.csv" in err and " 3 rows" in err and "100-round" in err
     # every run of the experiment damaged: the note says so instead of "no archived run exists"
     for f in folders[1:]:
         (f / "provenance.json").write_text("{cut")
@@ -517,7 +521,9 @@ def test_a_newer_failed_verification_is_shown_not_shadowed_by_an_older_pass(dirs
     lab = archive.label(runs, "smoke")
     assert lab.verified is False and lab.code_changed is True
     assert lab.status == "within tolerance" and lab.record()["verified on"].startswith("cpu (Other CPU")  # summary cells agreed
-    assert lab.record()["first difference"] == f"{ok['runs'][0]['label']}: test_acc, round 3, archived 0.25, rel. 2.0e+00"
+    first = lab.record()["first difference"]  # the run, the column, the round, the archived value, the gap
+    assert first.startswith(f"{ok['runs'][0]['label']}: test_acc,") and "round 3," in first and " 0.25," in first \
+        and first.endswith(" 2.0e+00")
     # the runs' own code failing on that machine too says the difference is not the code's
     own = {**failed, "code_hash": runs[0].provenance["code_hash"], "utc": "2099-01-02T00:00:00+00:00"}
     path.write_text(json.dumps(json.loads(path.read_text()) + [own]))
@@ -662,7 +668,7 @@ def test_a_run_moved_out_of_the_archive_stops_the_book_naming_it_and_the_sweep_c
     exc = caught.value
     assert list(exc.missing["run"]) == [label] and exc.seeds == [3] and exc.profile == "cpu-paper"
     assert exc.total == len(folders)
-    assert label in str(exc) and "maskfed sweep --profile cpu-paper --seeds 3" in str(exc)
+    assert label in str(exc) and "sweep" in str(exc) and "--profile cpu-paper --seeds 3" in str(exc)
     assert list(archive.missing_frame("cpu-paper")["reason"]) == ["not archived"]
     for read in (lambda: evidence.archived_evidence("cpu-paper"), lambda: evidence.source_runs("cpu-paper"),
                  lambda: archive.summaries("table1", profiles=["cpu-paper"], whole=True)):
@@ -756,7 +762,9 @@ def test_label_says_within_tolerance_and_on_which_machine_identity(dirs_in_tmp):
     lab = archive.label(runs, "smoke")
     assert lab.outcome == "within tolerance" and lab.verified is False and lab.machine_id["id"] == "0123456789ab"
     assert lab.status == "within tolerance"
-    assert lab.record()["verified on"] == "cpu (Intel(R) Xeon(R) Processor; AVX2, torch 2.14.1, identity 0123456789ab)"
+    where = lab.record()["verified on"]  # the device, the processor, its vector unit, torch and the machine's id
+    assert where.startswith("cpu (") and "Xeon(R)" in where
+    assert "AVX2" in where and "torch 2.14.1" in where and where.endswith(" 0123456789ab)")
 
 
 def test_label_of_a_verification_where_neither_held_gives_the_summary_differences(dirs_in_tmp):
@@ -776,4 +784,5 @@ def test_label_of_a_verification_where_neither_held_gives_the_summary_difference
     # first difference as a relative gap (2.3190696582902626 against 2.319069657676738: 2.6e-10)
     assert lab.outcome == "neither" and lab.verified is False and lab.status == "not reproduced"
     assert rec["max rel. diff"] == 0.167 and rec["1/Δ_S rel. diff"] == 0.02  # 1/6 and 0.02 to 3 significant digits
-    assert rec["first difference"].endswith("train_loss, round 1, archived 2.319, rel. 2.6e-10")
+    first = rec["first difference"]
+    assert "train_loss," in first and "round 1," in first and " 2.319," in first and first.endswith(" 2.6e-10")

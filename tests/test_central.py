@@ -33,11 +33,11 @@ def test_union_order_and_images_are_what_they_say():
 
 
 def test_bad_settings_are_refused_before_training(results):
-    with pytest.raises(ConfigError, match="targets must be a non-empty list of accuracies in"):
+    with pytest.raises(ConfigError, match=r"targets .*accuracies in \(0, 1\]"):
         central.make_spec(targets=(1.5,))
     with pytest.raises(ConfigError, match="eval_every"):
         central.make_spec(targets=(0.5,), eval_every=0)
-    with pytest.raises(ValueError, match="eval_images = 500 exceeds the 100 test images"):
+    with pytest.raises(ValueError, match=r"eval_images = 500 .*100 test"):
         central.train(make_run_config(**TINY), central.make_spec(targets=(0.5,), eval_images=500))
     assert not (results / "a" / "central").exists() or not any((results / "a" / "central").glob("central-*"))
 

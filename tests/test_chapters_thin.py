@@ -46,10 +46,12 @@ def sentence(line: str) -> bool:
 
 
 def test_sentence_tells_words_from_markup():
-    assert sentence('glue("x", f"the run took {s} s, more than {t}")')
+    glued = 'glue("x", f"the run took {s} s, more than {t}")'  # code, read as the scan reads a cell
+    assert sentence(glued)
     assert not sentence('display(Markdown(f"**{title}**"))')
     assert not sentence('HTML(f"<li><b>{name}</b>: {text}</li>")')
-    assert not sentence('x = "plain text, not built"')
+    plain = 'x = "plain text, not built"'  # no f-string: nothing is built
+    assert not sentence(plain)
 
 
 @pytest.mark.parametrize("name", sorted(CHAPTERS))

@@ -101,7 +101,8 @@ def test_claim_waits_for_the_holder_and_removes_a_finished_folder(tmp_path, caps
     holder.release()
     t.join(timeout=10)
     assert entered and entered[0] >= released
-    assert "another process is computing this run" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "another process" in err and "computing" in err
     assert not folder.exists()  # no checkpoint inside: the folder is cleaned up
     assert checkpoint.lock_path(folder).exists()  # the lock file outlives it, for the next waiter
 
@@ -126,8 +127,7 @@ def test_a_failing_write_names_the_folder_and_keeps_the_previous_checkpoint(tmp_
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(Path, "write_bytes", full_disk)
-    with pytest.raises(checkpoint.WriteFailed, match=r"cannot write the run's checkpoint in .*No space left on "
-                                                     r"device \(errno 28\).*intact") as info:
+    with pytest.raises(checkpoint.WriteFailed, match=r"checkpoint .*space.*\(errno 28\).*intact") as info:
         checkpoint.save(tmp_path, _state(4), run_key="k")
     assert str(tmp_path) in str(info.value)
     monkeypatch.undo()

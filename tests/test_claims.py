@@ -178,7 +178,7 @@ def test_bootstrap_replicates_widen_a_verdict_into_an_interval():
 
 
 def test_finding_refuses_an_unknown_verdict():
-    with pytest.raises(ValueError, match="verdict must be one of"):
+    with pytest.raises(ValueError, match=r"verdict .*'maybe'"):
         claims.Finding("1", "maybe")
 
 
@@ -206,7 +206,7 @@ def test_trend_pairs_are_the_cells_each_claim_compares():
                                                     (("128", 1), ("128", 2)), (("128", 2), ("32", 1)),
                                                     (("32", 1), ("128", 5)), (("128", 5), ("32", 2)),
                                                     (("32", 2), ("32", 5))]
-    with pytest.raises(ValueError, match="key must be one of"):
+    with pytest.raises(ValueError, match=r"key .*'floor'"):
         claims.trend_pairs(t1, "floor")
 
 
@@ -219,8 +219,9 @@ def test_trend_bearing_a_falling_full_batch_cell_closes_the_cliff_and_opens_the_
     assert out.loc["cliff", "way"] == "against" and out.loc["cliff", "still"] == "1 of 2 cells"
     assert out.loc["cliff", ["n_still", "n_cells"]].tolist() == [1, 2]
     assert out.loc["cliff", "meet"] == pytest.approx(math.log(4.0 / 1.4) / 0.01)
-    assert out.loc["cliff", "pairs"] == ("full batch, τ 5 over bs 128, τ 1: ×2.86, against at -1.00 % a round, "
-                                         "meeting in about 105 rounds")
+    pairs = out.loc["cliff", "pairs"]  # which cells, the ratio, the way, the slope, where they meet
+    assert pairs.startswith("full batch, τ 5 ") and " bs 128, τ 1: ×2.86, " in pairs and "against" in pairs
+    assert " -1.00 % " in pairs and pairs.endswith(" 105 rounds")
     # falls with τ and monotone in T: full τ 2 over full τ 5 widens (d = 0 - (-0.01) = +0.01): toward, no meeting
     for key in ("tau", "monotone_t"):
         assert out.loc[key, "way"] == "toward" and math.isnan(out.loc[key, "meet"])
@@ -244,7 +245,7 @@ def test_trend_bearing_ignores_drifts_within_their_error_and_sees_both_ways():
     # a cell still falling counts when most of its runs do (2 of 3), not when one does
     counted = claims.trend_bearing(t1, _trends({}, falling={("full", 5): 2, ("128", 1): 1}))
     assert counted.loc["cliff", "still"] == "1 of 2 cells" and counted.loc["cliff", "way"] == "steady"
-    with pytest.raises(ValueError, match="trends lacks the cells"):
+    with pytest.raises(ValueError, match=r"trends lacks.*cells"):
         claims.trend_bearing(t1, _trends({}).iloc[:-1])
 
 

@@ -41,11 +41,14 @@ def test_help_names_each_flags_allowed_values(capsys):
         cli.main(["run", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     # what each flag means (its unit comment in RunConfig) and what it accepts
-    assert "--rounds VALUE communication rounds [200]. Allowed: an integer >= 1" in out
-    assert "--precision VALUE arithmetic of local training" in out and "Allowed: one of 'fp32', 'tf32', 'bf16'" in out
-    assert "Allowed: an integer >= 100 and <= 10000000, or none" in out  # train_subset
+    def flag(name: str) -> str:  # the text of one flag's help entry, up to the next flag
+        return out.split(f"{name} VALUE ", 1)[1].split(" --")[0]
+
+    assert "[200]" in flag("--rounds") and ">= 1" in flag("--rounds")      # the paper's value, the bound
+    assert "arithmetic" in flag("--precision") and all(f"'{p}'" in flag("--precision") for p in ("fp32", "tf32", "bf16"))
+    assert ">= 100" in flag("--train-subset") and "<= 10000000" in flag("--train-subset") and "none" in flag("--train-subset")
     assert "Allowed: a number > 0 and <= 1" in out             # mask_keep_prob
-    assert "Allowed: a positive integer or 'full'" in out      # batch_size (the validator's own words)
+    assert "positive integer" in flag("--batch-size") and "'full'" in flag("--batch-size")  # the validator's values
     assert "Allowed: a finite number > 0" in out               # lr, alpha
     assert "Literal" not in out and "Union" not in out
     assert set(cli.field_notes()) == set(cli.RunConfig.model_fields)  # every field has its comment
@@ -85,7 +88,8 @@ def test_run_prints_a_summary_and_the_run_folders(capsys, tmp_path, monkeypatch)
     assert "recovery_unweighted" in out
     assert out.count(str(tmp_path / "runs")) == 2
     assert cli.main(["run", *TINY, "--seeds", "0", "1", "2", "--workers", "1"]) == 0  # two of three finished
-    assert "3 run(s), 2 finished before and reused (--force recomputes)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "3 run(s)" in err and "2 finished" in err and "reused" in err and "--force" in err
 
 
 # ----------------------------------------------------------------------------- errors after validation
@@ -160,8 +164,8 @@ def test_an_input_error_during_the_runs_keeps_finished_runs(capsys, results, mon
     code = cli.main(["run", *TINY, "--seeds", "0", "1", "--workers", "1"])
     err = capsys.readouterr().err
 
-    assert code == 2 and "maskfed: error: num_clients = 4 exceeds" in err and "Traceback" not in err
-    assert "finished runs are kept" in err
+    assert code == 2 and "maskfed: error:" in err and "num_clients = 4" in err and "Traceback" not in err
+    assert "kept" in err  # the finished run is said to be kept (and is, below)
     finished = [p for p in (results / "runs").iterdir() if (p / "provenance.json").exists()]
     assert len(finished) == 1 and finished[0].name.startswith("synthetic-small_cnn_gn-dirichlet-a100-bs32-t2-s0")
 
@@ -218,7 +222,7 @@ def test_a_damaged_run_folder_is_named_with_the_reason_and_force_recomputes_it(c
 @pytest.mark.slow
 def test_diverging_training_is_one_error_line_and_never_stored(capsys, results, workers):
     line = _one_line_error(capsys, ["run", *TINY, "--lr", "1e6", "--seeds", "0", "1", "--workers", workers])
-    assert "training diverged at round 1: client" in line and "lr = 1e+06" in line and "smaller lr" in line
+    assert "diverged" in line and "round 1:" in line and "lr = 1e+06" in line and "smaller lr" in line
     assert "2 of 2 run(s) failed" in line  # which runs: every one here
     assert not [p for p in (results / "runs").iterdir() if not p.name.startswith(".")]  # nothing stored as finished
 
@@ -247,7 +251,7 @@ def test_a_full_disk_at_a_checkpoint_is_one_error_line_and_keeps_the_previous_on
                   lambda p: p.name.startswith(".checkpoint.pt") and saved.append(p) is None and len(saved) == 2)
     line = _one_line_error(capsys, argv)
     (partial,) = (results / "runs").glob(".partial-*")
-    assert f"cannot write the run's checkpoint in {partial}: No space left on device (errno 28)" in line
+    assert "checkpoint" in line and f"{partial}:" in line and "errno 28" in line
     assert "intact" in line
     monkeypatch.undo()
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(results))
@@ -262,7 +266,7 @@ def test_a_full_disk_when_writing_the_run_folder_is_one_error_line(capsys, resul
     argv = ["run", *TINY, "--rounds", "3", "--seeds", "0", "--workers", "1"]
     _full_disk_at(monkeypatch, "write_bytes", lambda p: p.parent.name.startswith(".tmp-"))
     line = _one_line_error(capsys, argv)
-    assert f"cannot write the finished run's folder in {results / 'runs'}: No space left on device" in line
+    assert f"run's folder in {results / 'runs'}:" in line and "No space left" in line
     assert not [p for p in (results / "runs").iterdir() if not p.name.startswith(".partial-") and p.name != ".locks"]
     monkeypatch.undo()
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(results))
@@ -308,8 +312,9 @@ def test_notebook_runner_refuses_bad_names_and_profiles_before_running(capsys):
 def test_notebook_cell_failure_is_named():
     from papermill.exceptions import PapermillExecutionError
 
-    err = PapermillExecutionError(3, 1, "ConfigError: alpha ...", "ConfigError", "alpha = 0.5 would be ignored", [])
-    assert notebooks._cell_failure(err) == ("ConfigError", "alpha = 0.5 would be ignored")
+    message = "alpha = 0.5 would be ignored"  # the cell's exception message, passed through as it is
+    err = PapermillExecutionError(3, 1, "ConfigError: alpha ...", "ConfigError", message, [])
+    assert notebooks._cell_failure(err) == ("ConfigError", message)
     assert notebooks._cell_failure(RuntimeError("x")) is None
 
 
@@ -389,7 +394,8 @@ def test_cli_image_folder_without_a_path_and_a_test_only_class_are_refused(image
     write_image_folder(image_dirs["three"], classes=("d",), names={"test": ["0000.jpg"]})
     assert cli.main(["run", "--profile", "smoke", "--dataset", "image_folder", "--data-path",
                      str(image_dirs["three"]), *IMAGE_TINY]) == 2
-    assert "test/ has classes the train split lacks: ['d']" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "test/" in err and "['d']" in err and "train" in err
     assert not (image_dirs["results"] / "runs").exists()
 
 
@@ -487,8 +493,8 @@ def test_archive_verify_stopped_by_a_signal_is_one_line_leaves_no_scratch_and_re
     err = proc.communicate(timeout=60)[1]
     # assert: one line (not the scratch folder's resume hint), the signal's status, no scratch, nothing recorded
     assert proc.returncode == status, err[-2000:]
-    assert _only_line(err) == (f"maskfed: {says} the verification recorded nothing and its scratch folder is removed; "
-                               "rerun the same command to start it again")
+    line = _only_line(err)
+    assert line.startswith(f"maskfed: {says}") and "scratch" in line and "rerun" in line and str(tmp_path) not in line
     assert list(scratch.glob("maskfed-verify-*")) == []
     assert not (tmp_path / "archive" / "smoke" / archive.VERIFIED).exists()
     # the same command again runs to its end and records its outcome
@@ -525,8 +531,9 @@ def test_archive_stage_stopped_with_workers_ends_them_at_once_and_resumes(tmp_pa
     err = proc.communicate(timeout=60)[1]
     # assert: the workers were ended, not left to measure every queued protocol and stage first
     assert proc.returncode == 143, err[-2000:]
-    assert _only_line(err) == (f"maskfed: interrupted by SIGTERM; rerun the same command to resume: every finished "
-                               f"ladder and stage measurement is kept in {stages} and only the missing ones are computed")
+    line = _only_line(err)
+    assert line.startswith("maskfed:") and "SIGTERM;" in line and "rerun" in line and line.endswith(" computed")
+    assert f" {stages} " in line  # where the finished measurements are kept
     kept = {p: p.stat().st_mtime_ns for p in stages.glob("measure-*/provenance.json")}
     assert not (tmp_path / "archive" / "smoke" / archive.STAGE_DIR).exists()
     # the same command again measures the missing ones only and archives the study
@@ -589,7 +596,8 @@ def test_stop_on_signals_is_in_force_in_every_archive_form(monkeypatch, capsys, 
 
             monkeypatch.setattr(cli if name == "archive_profile" else cli.archive, name, hang_up)
             assert cli.main(["archive", "--profile", "smoke", *branch]) == 129, branch
-            assert "maskfed: interrupted by SIGHUP; " in capsys.readouterr().err
+            err = capsys.readouterr().err
+            assert "maskfed: interrupted" in err and "SIGHUP;" in err
     finally:
         signal.signal(signal.SIGHUP, previous)
 
@@ -661,10 +669,12 @@ def test_a_path_variable_set_but_empty_is_refused_naming_it(var, capsys, monkeyp
         err = capsys.readouterr().err
         default = paths.DEFAULTS[var]
         what = "file" if var == "MASKFED_SHARED_ARCHIVE" else "folder"
-        assert err == f"maskfed: error: {var} is set but empty; unset it to use {default} or set it to a {what}\n"
+        assert err.startswith(f"maskfed: error: {var} ") and err.endswith(f" {what}\n") and f" {default} " in err
+        assert err.count("\n") == 1 and "empty" in err
     assert notebooks.main(["--profile", "smoke", "intro"]) == 2
-    assert capsys.readouterr().err == (f"python -m maskfed.book.notebooks: error: {var} is set but empty; unset it "
-                                       f"to use {paths.DEFAULTS[var]} or set it to a {what}\n")
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m maskfed.book.notebooks: error: {var} ") and err.endswith(f" {what}\n")
+    assert f" {paths.DEFAULTS[var]} " in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []  # nothing written here
     monkeypatch.setenv(var, "   ")
     with pytest.raises(paths.EmptyPathVariable, match=var):
@@ -677,7 +687,8 @@ def test_a_seed_out_of_range_is_refused_naming_seeds_before_any_run(command, see
     code = cli.main([command, *TINY, "--seeds", "0", str(seed), "--workers", "1"])
     err = capsys.readouterr().err
     assert code == 2
-    assert err == f"maskfed: error: --seeds {seed}: a seed must be an integer from 0 to 9223372036854775807 (2**63 - 1)\n"
+    assert err.startswith(f"maskfed: error: --seeds {seed}:") and err.count("\n") == 1
+    assert "0 to 9223372036854775807" in err
     assert not (results / "runs").exists()  # nothing ran
 
 
@@ -720,7 +731,8 @@ def test_archive_workers_and_seed_count_are_bounded(capsys, tmp_path, monkeypatc
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path))
     # execute / assert: maskfed archive's --workers, and more seeds than a command may run
     assert cli.main(["archive", "--profile", "smoke", "--verify", "--workers", "1000"]) == 2
-    assert "--workers must be an integer from 1 to 256" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--workers" in err and "1 to 256" in err
     assert cli.main(["run", "--profile", "smoke", "--seeds", *map(str, range(1001))]) == 2
     assert "--seeds" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()

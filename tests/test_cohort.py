@@ -270,13 +270,13 @@ def test_resolve_engine_and_precision_validation():
     assert C.resolve_engine("sequential", "cuda") == "sequential"
     assert C.resolve_engine("auto", "cpu") == C.AUTO_ENGINE["cpu"]
     assert C.resolve_engine("auto", "cuda") == "batched"
-    with pytest.raises(ValueError, match="engine must be one of"):
+    with pytest.raises(ValueError, match=r"engine .*'fast'"):
         C.resolve_engine("fast", "cpu")
     C.check_precision("fp32", "cpu")
     for p in ("tf32", "bf16"):
         with pytest.raises(ValueError, match="precision.*CUDA"):
             C.check_precision(p, "cpu")
-    with pytest.raises(ValueError, match="precision must be one of"):
+    with pytest.raises(ValueError, match=r"precision .*'fp16'"):
         C.check_precision("fp16", "cuda")
 
 
@@ -318,7 +318,7 @@ def test_config_fields_validated_before_compute():
         make_run_config(engine="fast")
     with pytest.raises(ConfigError, match="precision"):
         make_run_config(precision="fp16")
-    with pytest.raises(ConfigError, match="precision = 'bf16' needs device 'cuda'"):
+    with pytest.raises(ConfigError, match=r"precision = 'bf16' .*'cuda'"):
         make_run_config(precision="bf16", device="cpu")
     assert make_run_config().engine == "auto" and make_run_config().precision == "fp32"
 
@@ -351,7 +351,7 @@ def test_precision_context_sets_and_restores_tf32_settings():
         assert (C.tf32_settings()["matmul"], C.tf32_settings()["cudnn_conv"]) == ("tf32", "tf32")
     with C.precision_context("bf16", "cuda") as state:  # bf16: TF32 off, autocast only where training runs
         assert (C.tf32_settings()["matmul"], C.tf32_settings()["cudnn_conv"]) == ("ieee", "ieee")
-        assert "forward pass and loss" in state["autocast"]
+        assert "forward pass" in state["autocast"] and "loss" in state["autocast"]
     assert C.tf32_settings() == before
     with C.precision_context("fp32", "cpu") as state:
         assert C.tf32_settings() == before and state == {"precision": "fp32", "device_type": "cpu", "autocast": None}
@@ -389,7 +389,7 @@ def test_precision_context_uses_the_api_this_torch_has(monkeypatch):
 def test_client_update_refuses_reduced_precision_off_cuda():
     model, theta, x, y, parts = _problem(torch.float32)
     idx = torch.as_tensor(parts[0])
-    with pytest.raises(ValueError, match="precision = 'bf16' needs a CUDA device"):
+    with pytest.raises(ValueError, match=r"precision = 'bf16' .*CUDA"):
         C.client_update(model, theta, x[idx], y[idx], lr=0.1, batch_size=16, local_epochs=1,
                         generator=torch.Generator().manual_seed(0), precision="bf16")
 

@@ -113,7 +113,7 @@ def test_profile_workers_and_seed_count_are_bounded():
         Profile(name="x", description="", scaled_down=True, base={}, workers=C.MAX_WORKERS + 1)
     with pytest.raises(ConfigError, match="seeds"):
         load_profile("smoke", seeds=list(range(C.MAX_SEEDS + 1)))
-    with pytest.raises(ConfigError, match=r"--workers must be an integer from 1 to 256; got 257"):
+    with pytest.raises(ConfigError, match=r"--workers .*1 to 256; got 257"):
         C.check_workers(257, "--workers")
     with pytest.raises(ConfigError, match="workers"):
         C.check_workers(0)
@@ -258,11 +258,12 @@ def test_allowed_values_and_accepts_none_read_the_annotations():
     from maskfed.engine.config import RunConfig, accepts_none, allowed_values
 
     assert [f for f in RunConfig.model_fields if accepts_none(f)] == ["data_path", "train_subset", "test_subset"]
-    assert allowed_values("train_subset") == "an integer >= 100 and <= 10000000, or none"
+    subset = allowed_values("train_subset")
+    assert "integer" in subset and ">= 100" in subset and "<= 10000000" in subset and subset.endswith("or none")
     assert allowed_values("mask_keep_prob") == "a number > 0 and <= 1"
     assert allowed_values("lr") == "a finite number > 0"
-    assert allowed_values("aggregation") == "one of 'weighted', 'uniform'"
-    with pytest.raises(ConfigError, match="batch_size must be a positive integer or 'full'"):  # one home
+    assert allowed_values("aggregation").endswith(" 'weighted', 'uniform'")
+    with pytest.raises(ConfigError, match=r"batch_size .*positive integer.*'full'"):  # one home
         make_run_config(batch_size=0)
 
 
@@ -270,7 +271,7 @@ def test_a_none_given_is_applied_or_refused_except_the_books_data_path():
     # a notebook's overrides {test_subset: null} clears the field; {rounds: null} or a misspelt key
     # (YAML reads "{rounds:0}" as {"rounds:0": None}) is refused, not dropped
     assert load_profile("cpu", test_subset=None).run(0).test_subset is None
-    with pytest.raises(ConfigError, match="rounds = None.*allowed: an integer >= 1"):
+    with pytest.raises(ConfigError, match=r"rounds = None.*integer >= 1"):
         load_profile("smoke", rounds=None)
     with pytest.raises(ConfigError, match="rounds:0"):
         load_profile("smoke", **{"rounds:0": None})
@@ -369,7 +370,7 @@ def test_gn_groups_must_divide_the_channels(fields, allowed):
 
 
 def test_repeated_seeds_are_refused():
-    with pytest.raises(ConfigError, match=r"seeds must be distinct; got \[0, 0\]"):
+    with pytest.raises(ConfigError, match=r"seeds .*distinct; got \[0, 0\]"):
         load_profile("smoke", seeds=[0, 0])
 
 
@@ -398,10 +399,10 @@ def test_masked_training_fields_are_checked_and_refused_when_unused():
     with pytest.raises(ConfigError, match="mask_mode"):
         make_run_config(mask_keep_prob=0.5, mask_mode="per_block")
     profile = load_profile("smoke", mask_mode="shared")
-    with pytest.raises(ConfigError, match="mask_mode = 'shared' would be ignored: mask_keep_prob = 1 masks nothing"):
+    with pytest.raises(ConfigError, match=r"mask_mode = 'shared' .*mask_keep_prob = 1 "):
         profile.run(0)
     assert load_profile("smoke", mask_keep_prob=0.5, mask_mode="shared").run(0).mask_mode == "shared"
-    with pytest.raises(ConfigError, match="hessian_batch = 64 would be ignored"):
+    with pytest.raises(ConfigError, match=r"hessian_batch = 64 .*ignored"):
         load_profile("smoke", hessian_batch=64).run(0)
     assert load_profile("smoke", hessian_every=2, hessian_batch=64).run(0).hessian_batch == 64
 

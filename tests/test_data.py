@@ -163,7 +163,7 @@ def test_cifar10_class_names_trigger_the_full_check(tmp_path, tmp_cache):
     folder = tmp_path / "tiny_cifar"
     write_image_folder(folder, classes=data.CIFAR10_CLASSES, names={"train": ["0000.jpg"], "test": ["0000.jpg"]})
 
-    with pytest.raises(ValueError, match="not the full CIFAR-10"):
+    with pytest.raises(ValueError, match="full CIFAR-10"):
         data.load_cifar10(folder, cache=False)
 
 
@@ -200,7 +200,7 @@ def test_unavailable_reports_the_download_error(tmp_path, tmp_cache, monkeypatch
 
     msg = str(err.value)
     assert str(missing) in msg and "data_path=" in msg
-    assert "simulated: no network on this machine" in msg and "torchvision" in msg
+    assert "simulated: no network" in msg and "torchvision" in msg  # the download's own error, and who raised it
 
 
 def test_channel_stats_and_normalize_hand_case():
@@ -313,7 +313,7 @@ def test_undecodable_image_and_unreadable_torchvision_folder_are_named(tmp_path,
     folder = tmp_path / "broken"
     write_image_folder(folder)
     (folder / "train" / "a" / "0001.jpg").write_bytes(b"not a jpeg")
-    with pytest.raises(data.DataReadError, match="train/a/0001.jpg cannot be decoded"):
+    with pytest.raises(data.DataReadError, match=r"train/a/0001.jpg .*decoded"):
         data.load_cifar10(folder, cache=False)
 
     tv = tmp_path / "cifar-10-batches-py"
@@ -348,7 +348,7 @@ def test_a_full_cache_disk_costs_a_warning_not_the_load(tmp_path, tmp_cache, mon
         raise failure
 
     monkeypatch.setattr(data.torch, "save", full_disk)
-    with pytest.warns(UserWarning, match=r"(?i)cache .* cannot be written \(.*(No space left|enforce fail).*MASKFED_CACHE_DIR"):
+    with pytest.warns(UserWarning, match=r"(?i)cache .*written.*(space|enforce).*MASKFED_CACHE_DIR"):
         d = data.load_cifar10(folder)
     assert_matches_folder(d)
     assert list((tmp_cache / "data").iterdir()) == []  # its temporary file removed, no half cache file
@@ -378,7 +378,8 @@ def test_a_full_disk_is_named_in_plain_words_not_torchs_enforce_fail(tmp_path, t
     msg = " ".join(str(w.message) for w in caught)
     needed = sum(t.numel() * t.element_size() for t in (d.x_train, d.y_train, d.x_test, d.y_test))
     assert needed == 27_720
-    assert f"no space left on device in {tmp_cache / 'data'} (0.01 MB free, about 0.03 MB needed)" in msg
+    assert "no space left" in msg and f" {tmp_cache / 'data'} (" in msg  # the cause and the folder
+    assert "(0.01 MB free," in msg and " 0.03 MB needed)" in msg          # room there and room needed
     assert msg.startswith("the decoded-data cache") and "MASKFED_CACHE_DIR" in msg
     assert_matches_folder(d)
     assert list((tmp_cache / "data").iterdir()) == []
@@ -392,10 +393,11 @@ def test_enospc_deep_in_the_chain_is_found_and_room_left_keeps_the_writers_words
             raise RuntimeError("[enforce fail at inline_container.cc:672] . file write failed") from inner
     except RuntimeError as exc:
         chained = exc
-    assert data.write_failure_cause(chained, tmp_path, 10**6).startswith(f"no space left on device in {tmp_path} (")
+    cause = data.write_failure_cause(chained, tmp_path, 10**6)
+    assert cause.startswith("no space left") and f" {tmp_path} (" in cause
     # a failure with room to spare is not called a full disk
     other = RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0")
-    assert data.write_failure_cause(other, tmp_path, 1) == "[enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0"
+    assert data.write_failure_cause(other, tmp_path, 1) == str(other)  # passed on as torch said it
 
 
 # --- the decoded-data cache is checked on every load; `maskfed cache --list/--prune` ---
@@ -424,7 +426,7 @@ def test_a_cache_corrupted_in_place_is_detected_before_use_and_rebuilt(tmp_path,
     raw = torch.load(cache_file, weights_only=True)
     assert not torch.equal(raw["x_train"], fresh.x_train)
 
-    with pytest.warns(UserWarning, match=r"the decoded-data cache at .* is corrupted \(hash mismatch") as caught:
+    with pytest.warns(UserWarning, match=r"decoded-data .*corrupted.*hash") as caught:
         got = data.load_cifar10(archive)
     assert str(cache_file) in str(caught[0].message) and "rebuilding" in str(caught[0].message)
     for name in ("x_train", "y_train", "x_test", "y_test"):
@@ -476,7 +478,7 @@ def test_cache_list_and_prune_tell_live_from_stale_entries(tmp_path, tmp_cache, 
     assert " source missing  source: " + str(gone_src.resolve()) in lines[gone_file.name]
     assert "     3.0 MB  unreadable" in lines[junk.name] and "(not recorded)" in lines[junk.name]
     assert f"{gone_mb:8.1f} MB" in lines[gone_file.name] and "modified: 20" in lines[gone_file.name]
-    assert " old format  source: (not recorded)" in lines[old.name]
+    assert " old format " in lines[old.name] and "source: (not recorded)" in lines[old.name]
     assert "4 file(s)" in out.splitlines()[-1] and "1 live, 3 stale" in out.splitlines()[-1]
 
     assert cli.main(["cache", "--prune"]) == 0
@@ -484,7 +486,9 @@ def test_cache_list_and_prune_tell_live_from_stale_entries(tmp_path, tmp_cache, 
     assert sorted(p.name for p in (tmp_cache / "data").iterdir()) == [live_file.name]
     assert f"removed {gone_file.name}" in out and f"removed {junk.name}" in out and f"removed {old.name}" in out
     assert live_file.name not in out
-    assert out.splitlines()[-1] == f"removed 3 file(s) from {tmp_cache / 'data'}, {gone_mb + 3 + old_mb:.1f} MB freed"
+    last = out.splitlines()[-1]  # how many files, from where, how many MB
+    assert last.startswith("removed 3 file(s) ") and f" {tmp_cache / 'data'}, " in last \
+        and last.endswith(f" {gone_mb + 3 + old_mb:.1f} MB freed")
 
     # a changed source (new mtime) no longer maps to its entry's key: stale too
     st = live_src.stat()
@@ -496,9 +500,11 @@ def test_cache_list_and_prune_tell_live_from_stale_entries(tmp_path, tmp_cache, 
     assert "removed 1 file(s)" in capsys.readouterr().out
     assert list((tmp_cache / "data").iterdir()) == []
     assert cli.main(["cache", "--all"]) == 2  # --all without --prune is refused
-    assert "--all is used with --prune only" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--all" in err and "--prune" in err
     assert cli.main(["cache"]) == 2
-    assert "give one of --list and --prune" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--list" in err and "--prune" in err
 
 
 # --- data that is not what it says: dataset "cifar10" refuses other classes, "image_folder" runs them ---
@@ -522,7 +528,7 @@ def test_cifar10_dataset_refuses_an_eleventh_class_folder(tmp_path, tmp_cache):
 def test_cifar10_dataset_refuses_other_classes_in_an_archive(tmp_path, tmp_cache):
     archive = write_archive(tmp_path)  # classes a, b, c
 
-    with pytest.raises(ValueError, match=r"is not CIFAR-10: it has 3 class folders, not CIFAR-10's ten \(extra: \['a', 'b', 'c'\]"):
+    with pytest.raises(ValueError, match=r"CIFAR-10.* 3 class .*ten.*\['a', 'b', 'c'\]"):
         data.load_dataset("cifar10", archive, cache=False)
 
 
@@ -538,7 +544,7 @@ def test_image_folder_dataset_keeps_its_own_classes_and_says_it_is_not_cifar10(t
 def test_image_folder_dataset_needs_a_data_path_and_unknown_datasets_are_refused(tmp_cache):
     with pytest.raises(ValueError, match="image_folder.*needs data_path"):
         data.load_dataset("image_folder", None)
-    with pytest.raises(ValueError, match=r"dataset must be one of \['cifar10', 'image_folder'\]"):
+    with pytest.raises(ValueError, match=r"^dataset .*\['cifar10', 'image_folder'\]"):
         data.load_dataset("cifar100", None)
 
 
@@ -554,5 +560,5 @@ def test_a_test_class_the_train_split_lacks_is_refused(tmp_path, tmp_cache, as_a
             tf.add(folder, arcname="extra")
 
     for dataset in ("cifar10", "image_folder"):
-        with pytest.raises(ValueError, match=r"test/ has classes the train split lacks: \['d'\]"):
+        with pytest.raises(ValueError, match=r"test/ .*train.*lacks: \['d'\]"):
             data.load_dataset(dataset, src, cache=False)

@@ -22,7 +22,7 @@ def test_the_paper_grid_is_36_distinct_runs():
 
 
 def test_an_unknown_experiment_is_refused_naming_the_allowed_ones():
-    with pytest.raises(ValueError, match=r"experiment must be one of \['table1', 'table2', 'control', 'masked'\]; got 'table3'"):
+    with pytest.raises(ValueError, match=r"experiment .*'table1'.*'table2'.*'control'.*'masked'.*got 'table3'"):
         experiments.configs(load_profile("smoke"), "table3")
 
 
@@ -45,11 +45,11 @@ def test_cpu_masked_is_the_masked_comparison_at_cpu_papers_settings():
 
 
 def test_masked_runs_are_refused_where_a_profile_defines_none_or_a_flag_would_be_dropped():
-    with pytest.raises(ConfigError, match="defines no masked-training runs"):
+    with pytest.raises(ConfigError, match=r"'cpu' defines no.*masked-training"):
         experiments.configs(load_profile("cpu"), "masked")
     with pytest.raises(ConfigError, match=r"sets \['mask_keep_prob'\]"):
         experiments.all_configs(load_profile("cpu-masked", mask_keep_prob=0.25))
-    with pytest.raises(ValueError, match="experiments include .masked. but the profile has no masked: section"):
+    with pytest.raises(ValueError, match=r"experiments .*'masked'.*masked: section"):
         Profile(name="x", description="x", scaled_down=True, base={}, experiments=["masked"])
 
 

@@ -57,7 +57,7 @@ def test_draw_cohorts_are_seeded_subsets_and_the_whole_pool_once():
     assert np.array_equal(c, fa.draw_cohorts(10, 3, 50, seed=1))
     assert not np.array_equal(c, fa.draw_cohorts(10, 3, 50, seed=2))
     assert fa.draw_cohorts(10, 10, 50, seed=1).tolist() == [list(range(10))]
-    with pytest.raises(ValueError, match=r"k_c \(K_c = 11\) must be between 2 and the pool size 10"):
+    with pytest.raises(ValueError, match=r"^k_c \(K_c = 11\).*between 2 .*pool.* 10"):
         fa.draw_cohorts(10, 11, 5, seed=0)
 
 
@@ -78,7 +78,7 @@ def test_eq12_with_r_from_one_size_is_exact_in_expectation_at_every_size():
     s2 = float(((d - d.mean(0)) ** 2).sum() / 5)
     assert table.groupby("k_c")["sigma2_hat"].mean().to_numpy() == pytest.approx(s2, rel=1e-10)
     assert eq12["share"].to_numpy() == pytest.approx((eq12["median"] / eq12.index).to_numpy())
-    with pytest.raises(ValueError, match="ref_kc = 9 has no cohorts"):
+    with pytest.raises(ValueError, match=r"ref_kc = 9 .*cohorts"):
         fa.eq12_table(table, ref_kc=9)
 
 
@@ -106,7 +106,7 @@ def test_lr_verdict_names_the_closest_pair_and_is_clear_only_when_the_others_lie
     cells[2] = _cell(128, 0.04, 2.3, 2.2, 2.4)
     v = fa.lr_verdict(pd.DataFrame(cells), small_bs=32, large_bs=128, lr=0.01, factor=4)
     assert (v["closer"], v["clear"]) == ("step size", False)
-    with pytest.raises(KeyError, match="no τ = 1 cell with batch size 128 at lr 0.04"):
+    with pytest.raises(KeyError, match=r"τ = 1 .* 128 .*lr 0.04"):
         fa.lr_verdict(pd.DataFrame(cells[:2]), small_bs=32, large_bs=128, lr=0.01, factor=4)
 
 
@@ -118,9 +118,9 @@ def test_lr_cells_are_the_issues_grid():
     assert {(bs, lr) for bs, tau, lr in cells if tau == 1 and bs != 128} == \
         {(bs, lr) for bs in ("full", 32) for lr in (0.0025, 0.005, 0.01, 0.02, 0.04)}
     assert [(bs, lr) for bs, _, lr in cells if bs == 128] == [(128, 0.01), (128, 0.04)]
-    with pytest.raises(ConfigError, match=r"unknown axis settings \['pools'\]"):
+    with pytest.raises(ConfigError, match=r"axis .*\['pools'\]"):
         fa.make_axes_spec("cpu", pools=3)
-    with pytest.raises(ConfigError, match="cohort_sizes must be K_c values >= 2"):
+    with pytest.raises(ConfigError, match=r"cohort_sizes .*K_c .*>= 2; got \[1, 5\]"):
         fa.make_axes_spec("cpu", cohort_sizes=[1, 5])
 
 
@@ -240,11 +240,11 @@ def test_model_specs_are_the_issues_and_refuse_unknown_parts():
     resnet = fa.model_spec("cpu-paper", "resnet")
     assert set(resnet.protocols) == {("full", 1), ("full", 5), (128, 1), (32, 2), (32, 5)}
     assert len(fa.model_spec("cpu-paper", "resnet", all_protocols=True).protocols) == 9
-    with pytest.raises(ConfigError, match="no model-size study is defined for profile 'cpu'"):
+    with pytest.raises(ConfigError, match=r"model-size .*'cpu'"):
         fa.model_spec("cpu", "models")
-    with pytest.raises(ConfigError, match=r"part must be one of \['models', 'resnet', 'resnet-fedavg'\]"):
+    with pytest.raises(ConfigError, match=r"^part .*'models'.*'resnet'.*'resnet-fedavg'"):
         fa.model_spec("cpu-paper", "vit")
-    with pytest.raises(ValueError, match="width is given for model 'small_cnn_gn' only"):
+    with pytest.raises(ValueError, match=r"width .*'small_cnn_gn'"):
         fa.ModelSpec(model="resnet18_gn", width=8)
     # ResNet-18-GN's own FedAvg trajectory: the paper's protocol and 200 rounds, θ at every evaluated round
     own = fa.model_spec("cpu-paper", "resnet-fedavg")
@@ -254,7 +254,7 @@ def test_model_specs_are_the_issues_and_refuse_unknown_parts():
     cfg = fa.trajectory_config(stage.ladder_config(load_profile("cpu-paper")), m)
     assert (cfg.model, cfg.rounds, cfg.eval_every, cfg.eval_every_tail, cfg.checkpoint_every) == ("resnet18_gn", 200, 4, 4, 2)
     assert (cfg.batch_size, cfg.local_epochs, cfg.alpha, cfg.lr, cfg.seed) == (32, 2, 100, 0.01, 0)
-    with pytest.raises(ValueError, match="rounds .* needs source 'fedavg' and eval_every"):
+    with pytest.raises(ValueError, match=r"rounds .*'fedavg'.*eval_every"):
         fa.ModelSpec(model="resnet18_gn", rounds=10)
     with pytest.raises(ValueError, match="give rounds too"):
         fa.ModelSpec(model="resnet18_gn", source="fedavg", keep_every=2)
@@ -279,7 +279,7 @@ def test_evaluated_checkpoints_take_the_first_evaluated_round_reaching_each_targ
     with pytest.raises(ValueError, match="holds another run"):
         fa.evaluated_checkpoints(fa.protocol_config(cfg, rounds=7), [0.1], tmp_path)
     torch.save({"rounds": [0, 6], "thetas_RxP": torch.zeros(2, 3)}, tmp_path / "thetas.pt")
-    with pytest.raises(ValueError, match=r"keeps no θ at round 2 .* it keeps \[0, 6\]"):
+    with pytest.raises(ValueError, match=r"θ .*round 2 .*\[0, 6\]"):
         fa.evaluated_checkpoints(cfg, [0.1], tmp_path)
 
 
@@ -310,7 +310,8 @@ def test_a_model_with_its_own_trajectory_is_trained_archived_and_read_from_a_giv
     pd.testing.assert_frame_equal(again.table, back.table)
     assert cli.main(["archive", "--profile", "smoke", "--factor", "resnet-fedavg", "--trajectory",
                      str(dirs / "nowhere")]) == 2
-    assert "--trajectory must be a finished run folder" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--trajectory" in err and "config.json" in err  # the flag, and what a run folder holds
     # the chapter shows the trajectory beside the paper's Table I and ResNet-18-GN at FedAvg θ first
     import nbformat
 
@@ -361,20 +362,24 @@ def test_the_smoke_axes_and_study_run_and_are_archived_and_read_back(dirs):
     assert text["wf_cliff_measured"] == "3"     # widths 4 (θ reached both ways) and 2 at one accuracy: three θ
     # a damaged study is skipped with a warning; none at all is None
     (archive.factor_dir("smoke", "models") / "spec.json").unlink()
-    with pytest.warns(UserWarning, match="malformed factor study factor-models"):
+    with pytest.warns(UserWarning, match=r"malformed.*factor-models"):
         assert archive.load_factor_study("smoke", "models") is None
     assert archive.load_factor_study("smoke", "resnet") is None
 
 
 def test_archive_command_refuses_mixed_modes(capsys):
     assert cli.main(["archive", "--profile", "smoke", "--factor", "models", "--stage"]) == 2
-    assert "give one of --verify, --stage, --stage-cross, --factor and --manifests" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert all(f"{mode}" in err for mode in ("--verify,", "--stage,", "--stage-cross,", "--factor", "--manifests"))
     assert cli.main(["archive", "--profile", "smoke", "--stage-cross", "--stage"]) == 2
-    assert "give one of --verify, --stage, --stage-cross" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert all(f"{mode}" in err for mode in ("--verify,", "--stage,", "--stage-cross"))
     assert cli.main(["archive", "--profile", "smoke", "--all-protocols"]) == 2
-    assert "--all-protocols and --trajectory are used with --factor only" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--all-protocols" in err and "--trajectory" in err and "--factor" in err
     assert cli.main(["archive", "--profile", "cpu", "--factor", "models"]) == 2
-    assert "no model-size study is defined for profile 'cpu'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "model-size" in err and "'cpu'" in err
 
 
 def test_lr_shape_names_a_dip_a_peak_a_rise_and_a_flat_cell_and_measures_the_spread():

@@ -332,7 +332,7 @@ def test_mask_generators_shared_identical_independent_distinct_and_reproducible(
     assert len(set(shared)) == 1 and len(set(indep)) == 3
     assert indep == [g.initial_seed() for g in F.mask_generators(0, 3, [1, 5, 7], "independent")]
     assert shared != [g.initial_seed() for g in F.mask_generators(0, 4, [1, 5, 7], "shared")]  # new round, new mask
-    with pytest.raises(ValueError, match="mask_mode must be 'independent' or 'shared'"):
+    with pytest.raises(ValueError, match=r"mask_mode .*'independent'.*'shared'"):
         F.mask_generators(0, 0, [1], "per_block")
     # the seeds are mask_seed's (the Flower strategy broadcasts the shared one), the same as ever:
     # SeedSequence([seed, round, MASK_STREAM (, client)]) -> first 32-bit word
@@ -460,12 +460,12 @@ def test_run_fedavg_refuses_bad_mask_settings_before_compute(images):
 def test_check_finite_names_round_client_and_quantity():
     deltas = torch.zeros(3, 4)
     F.check_finite(0, [5, 7, 9], deltas, [1.0, 2.0, 3.0], lr=0.1)  # all finite: nothing
-    with pytest.raises(F.TrainingDiverged, match=r"round 3: client 7's mean training loss is nan \(lr = 0.1\).*"
-                                                 r"smaller lr") as info:
+    with pytest.raises(F.TrainingDiverged, match=r"round 3: client 7's.*nan.*\(lr = 0.1\)") as info:
         F.check_finite(2, [5, 7, 9], deltas, [1.0, float("nan"), 3.0], lr=0.1)
+    assert "smaller lr" in str(info.value)  # the remedy
     assert (info.value.round, info.value.client, info.value.quantity) == (3, 7, "mean training loss")
     deltas[2, 1:3] = float("inf")
-    with pytest.raises(F.TrainingDiverged, match=r"round 1: client 9's update Δ_k is non-finite in 2 of 4 coordinates"):
+    with pytest.raises(F.TrainingDiverged, match=r"1: client 9's.*Δ_k.*non-finite.*2 of 4"):
         F.check_finite(0, [5, 7, 9], deltas, [1.0, 2.0, 3.0], lr=0.1)
     import pickle  # it travels back from a worker process whole
     back = pickle.loads(pickle.dumps(info.value))
@@ -474,7 +474,7 @@ def test_check_finite_names_round_client_and_quantity():
 
 def test_a_diverging_run_stops_at_its_round_and_the_check_changes_no_healthy_number(images, monkeypatch):
     data = _fed_data(images, "iid")
-    with pytest.raises(F.TrainingDiverged, match=r"training diverged at round \d+: client \d+'s") as info:
+    with pytest.raises(F.TrainingDiverged, match=r"diverged .*round \d+: client \d+'s") as info:
         F.run_fedavg(_model(), data, **{**_run_kw(), "lr": 1e6})
     assert info.value.round >= 1 and info.value.lr == 1e6
     # a healthy run gives the same records, bit for bit, with the check switched off

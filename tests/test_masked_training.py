@@ -19,7 +19,7 @@ def test_settings_run_p1_once_per_protocol():
                  M.Setting("bs16", 1.0, "none"), M.Setting("bs16", 0.5, "independent"), M.Setting("bs16", 0.5, "shared")]
     with pytest.raises(ValueError, match="p"):
         M.settings(PROTOCOLS, [0.0], ["shared"])
-    with pytest.raises(ValueError, match="modes must be among"):
+    with pytest.raises(ValueError, match=r"modes .*'blockwise'"):
         M.settings(PROTOCOLS, [0.5], ["blockwise"])
 
 
@@ -114,7 +114,7 @@ def test_the_chapter_stops_when_the_archive_contradicts_its_text(tmp_path, monke
             "machine": {"device": "cpu", "cpu_model": "test CPU"}, "finished_utc": "2026-12-02T10:00:00+00:00"}))
     assert len(archive.load_archive("cpu-masked")) == 18
     # execute
-    with pytest.raises(Exception, match="the text no longer matches its evidence"):
+    with pytest.raises(Exception, match="no longer matches"):
         notebooks.execute("masked_training", profile="smoke", out_dir=tmp_path / "nb")
     # assert: the archived section read the hand-made runs, and the check named the sentences they contradict
     failed = nbformat.read(notebooks.failed_path("masked_training", tmp_path / "nb"), as_version=4)
@@ -127,5 +127,5 @@ def test_the_chapter_stops_when_the_archive_contradicts_its_text(tmp_path, monke
                 errors.append(o["evalue"])
     assert glued["mt_long_status"] == "'shown'" and glued["mt_long_seeds"] == "3" and glued["mt_long_n_missing"] == "0"
     assert glued["mt_long_n_mode"] == "6" and glued["mt_long_n_mode_within"] == "4"  # accuracy beyond the spread, twice
-    assert "every shared-against-independent difference lies within the seed spread" in errors[0]
-    assert "no masked setting beats the unmasked runs" in errors[0]
+    assert "shared-against-independent" in errors[0] and "seed spread" in errors[0]  # the two sentences contradicted
+    assert "masked setting" in errors[0] and "unmasked runs" in errors[0]

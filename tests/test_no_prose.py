@@ -10,6 +10,7 @@ code is a short, named exception (:data:`ALLOWED`, each with its reason).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from maskfed.paths import REPO_ROOT
@@ -208,3 +209,72 @@ def test_the_allow_list_only_shrinks_and_every_entry_is_still_needed():
     found = {(path, owner.split(".")[0]) for path, _, owner, _ in scan()} | {(path, "*") for path, *_ in scan()}
     assert len(ALLOWED) <= 31   # 2026-12-06: lower this bound as entries go; the issue's aim is a dozen at most
     assert [k for k in ALLOWED if k not in found] == []
+
+
+# ----------------------------------------------------------------------------- the tests assert values, not wording
+TESTS = REPO_ROOT / "tests"
+#: Asserts that may still compare a string of four words or more: fixed text that is not prose about results (a shell
+#: command, the paper's title, a code line, a table's row label, a legend entry, the scanner's own inputs). Only lower it.
+MAX_PROSE_ASSERTS = 11   # 2026-12-06: 101 before issue 39's tests were rewritten
+#: ``match=`` patterns of four words or more (pytest.raises, pytest.warns). Only lower it.
+MAX_PROSE_MATCHES = 0    # 2026-12-06: 75 before
+
+
+def scan_words(text: str) -> int:
+    """Words as the tests' scan counts them: whitespace-separated tokens holding two ASCII letters in a row."""
+    return sum(bool(re.search(r"[A-Za-z]{2}", w)) for w in text.split())
+
+
+def _strings(node: ast.AST) -> list[str]:
+    """Each string literal's text under ``node``, an f-string as its literal parts (its fields are no words)."""
+    out = []
+    for c in ast.walk(node):
+        if isinstance(c, ast.JoinedStr):
+            out.append("".join(v.value for v in c.values if isinstance(v, ast.Constant)))
+        elif isinstance(c, ast.Constant) and isinstance(c.value, str):
+            out.append(c.value)
+    return out
+
+
+def prose_in_tests(root: Path = TESTS) -> tuple[list[str], list[str]]:
+    """(asserts, match patterns) under ``root`` that hold a string of four words or more, as ``file:line`` each.
+
+    An assert counts when any string in its test (not its message) has four words; a ``match=`` keyword when its
+    pattern does (implicitly concatenated literals are one pattern).
+    """
+    asserts, matches = [], []
+    for path in sorted(root.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            where = f"{path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Assert) and any(scan_words(s) >= 4 for s in _strings(node.test)):
+                asserts.append(where)
+            if isinstance(node, ast.Call):
+                for kw in node.keywords:
+                    if kw.arg == "match" and any(scan_words(s) >= 4 for s in _strings(kw.value)):
+                        matches.append(where)
+    return asserts, matches
+
+
+def test_the_scan_of_tests_counts_sentences_not_values(tmp_path):
+    # prepare: one assert and one pattern of each kind
+    source = '''
+def test_x(err, exc):
+    assert "--workers" in err and "1 to 256" in err, "a message of many words is no assert's test"
+    assert "--workers must be an integer from 1 to 256" in err
+    assert err == f"{exc} is set but empty here"
+    with pytest.raises(ValueError, match=r"num_clients.*4 .*200 training"):
+        pass
+    with pytest.raises(ValueError, match='num_clients = 4 exceeds the 200 training images'):
+        pass
+'''
+    (tmp_path / "test_case.py").write_text(source)
+    # execute
+    asserts, matches = prose_in_tests(tmp_path)
+    # assert: the two sentences and the one sentence-long pattern, by line
+    assert asserts == ["test_case.py:4", "test_case.py:5"] and matches == ["test_case.py:8"]
+
+
+def test_tests_assert_values_not_sentences():
+    asserts, matches = prose_in_tests()
+    assert len(asserts) <= MAX_PROSE_ASSERTS, "asserts that pin a sentence (assert its values):\n" + "\n".join(asserts)
+    assert len(matches) <= MAX_PROSE_MATCHES, "match= patterns that pin a sentence:\n" + "\n".join(matches)

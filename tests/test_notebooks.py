@@ -89,7 +89,7 @@ def test_a_refused_parameter_ends_as_one_line_and_exit_2(monkeypatch, capsys):
     # assert
     err = capsys.readouterr().err
     assert code == 2
-    assert "ParameterError: this notebook has no parameter 'alpha'" in err and "Traceback" not in err
+    assert "ParameterError:" in err and "no parameter 'alpha'" in err and "Traceback" not in err
 
 
 @pytest.mark.slow
@@ -98,12 +98,13 @@ def test_a_failed_notebook_never_replaces_the_books_page(tmp_path):
     from papermill.exceptions import PapermillExecutionError
 
     page = tmp_path / "theory_01_notation.ipynb"
-    page.write_text("the page of the last finished run")
+    earlier = "the page of the last finished run"
+    page.write_text(earlier)
     # execute: the chapter's own parameter check stops it in its first cell
     with pytest.raises(PapermillExecutionError, match="ParameterError"):
         notebooks.execute("theory_01_notation", profile="smoke", out_dir=tmp_path, parameters={"alpha": "0.5"})
     # assert: the page is untouched; the failed notebook sits beside it, outside the table of contents
-    assert page.read_text() == "the page of the last finished run"
+    assert page.read_text() == earlier
     failed = notebooks.failed_path("theory_01_notation", tmp_path)
     assert "ParameterError" in failed.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == [failed.name, page.name]
@@ -118,7 +119,7 @@ def test_a_chapter_meeting_a_diverged_run_says_so_in_one_line(tmp_path, monkeypa
                            "-p", "overrides", "{lr: 1000000.0}"])
     err = capsys.readouterr().err
     assert code == 2, err[-2000:]
-    assert "table2_heterogeneity stopped: TrainingDiverged: training diverged at round 1: client" in err
+    assert "table2_heterogeneity stopped: TrainingDiverged:" in err and "round 1:" in err
     assert "smaller lr" in err and "Traceback" not in err and "AssertionError" not in err
     runs = tmp_path / "results" / "runs"
     assert not [p for p in runs.iterdir() if not p.name.startswith(".")]  # nothing stored as a finished run
@@ -168,7 +169,7 @@ def test_ctrl_c_on_the_notebook_runner_is_one_line_and_exit_130(tmp_path):
     assert proc.returncode == 130, err[-3000:]
     lines = [line for line in err.splitlines() if line.strip()]
     assert "Traceback" not in err and len(lines) == 1, err[-3000:]
-    assert lines[0].startswith("maskfed.book.notebooks: interrupted while executing masked_training")
+    assert lines[0].startswith("maskfed.book.notebooks:") and "interrupted" in lines[0] and "masked_training" in lines[0]
     assert not (tmp_path / "nb" / "masked_training.ipynb").exists()  # no page from a stopped chapter
 
 
@@ -213,8 +214,8 @@ assert signal.getsignal(signal.SIGINT) == before  # the handler put back as it w
     ignored = run([sys.executable, "-c", "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n" + code])
     # assert: after a real SIGINT nothing but our own line; without one the same messages do appear
     assert quiet.returncode == 0 and quiet.stdout == "interrupted\n" and quiet.stderr == "", quiet.stderr
-    assert loud.returncode == 0 and "Task exception was never retrieved" in loud.stderr
-    assert "Kernel died while waiting" in loud.stderr
+    assert loud.returncode == 0 and "Task exception" in loud.stderr  # asyncio's and jupyter_client's own messages
+    assert "Kernel died" in loud.stderr
     # where SIGINT is ignored (a background job) it stays ignored: the signal interrupts nothing
     assert ignored.returncode == 0 and ignored.stdout == "", ignored.stderr
 
@@ -225,7 +226,7 @@ def test_a_profile_that_only_computes_runs_to_archive_is_refused_before_any_note
         notebooks.main(["--profile", "cpu-masked"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "profile 'cpu-masked' only computes runs to archive (its experiments: masked)" in err and "'cpu'" in err
+    assert "'cpu-masked'" in err and "archive" in err and "experiments: masked" in err and "'cpu'" in err
 
 
 def test_glue_only_cells_are_hidden_and_cells_with_other_code_stay_shown():
@@ -311,9 +312,10 @@ def test_jobs_outside_its_range_is_refused_before_any_notebook_runs(monkeypatch,
     for jobs in (0, MAX_WORKERS + 1):
         with pytest.raises(SystemExit) as exc:
             notebooks.main(["--profile", "smoke", "--jobs", str(jobs), "intro", "cite"])
-        assert exc.value.code == 2 and f"--jobs must be an integer from 1 to {MAX_WORKERS}; got {jobs}" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "--jobs" in err and f"1 to {MAX_WORKERS}; got {jobs}" in err
     assert not started
-    with pytest.raises(ValueError, match="jobs must be >= 1; got 0"):
+    with pytest.raises(ValueError, match=r"jobs .*>= 1; got 0"):
         notebooks.run_parallel(["intro"], [], jobs=0)
 
 
@@ -406,7 +408,8 @@ def test_main_skips_an_up_to_date_chapter_unless_forced(tmp_path, monkeypatch, c
     assert notebooks.main(["--profile", "smoke", "--out-dir", str(out), "--force", "ch"]) == 0
     # assert: executed only when forced, and the skip is said
     assert ran == ["ch"]
-    assert "up to date, not executed again: ch" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "up to date" in err and "again: ch" in err
 
 
 def test_the_toc_of_a_book_built_before_every_chapter_ran_lists_what_ran(tmp_path, monkeypatch):

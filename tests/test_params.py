@@ -75,7 +75,7 @@ def test_check_parameters_refuses_undeclared_names_listing_the_declared_ones():
     with pytest.raises(ParameterError) as err:
         check_parameters(ns)
     msg = str(err.value)
-    assert "no parameter 'alpha'" in msg and "its parameters are: profile, workers" in msg
+    assert "no parameter 'alpha'" in msg and "parameters are: " + ", ".join(["profile", "workers"]) in msg
     assert "params" not in msg.replace("parameters", "")  # modules and functions are not parameters
 
 
@@ -84,7 +84,9 @@ def test_check_parameters_reports_every_problem_at_once_and_binds_nothing():
     with pytest.raises(ParameterError) as err:
         check_parameters(ns)
     msg = str(err.value)
-    assert "'beta'" in msg and "'seed' must be int" in msg and "'p' must be float" in msg
+    problems = msg.split("parameter ")  # one entry per problem: the parameter's name first, then its type
+    assert "'beta'" in msg and any(p.startswith("'seed' ") and " int;" in p for p in problems)
+    assert any(p.startswith("'p' ") and " float;" in p for p in problems)
     assert ns["seed"] == "zero"  # nothing rebound when anything is wrong
 
 
@@ -270,7 +272,7 @@ def test_papermill_undeclared_parameter_stops_before_compute(tmp_path):
     assert proc.returncode != 0
     err = proc.stderr.decode()
     assert "ParameterError" in err and "no parameter 'alpha'" in err
-    assert "its parameters are: profile, data_path, workers, overrides" in err
+    assert "parameters are: " + ", ".join(["profile", "data_path", "workers", "overrides"]) in err
     # nothing after the check ran, and no run folder was made
     cells = executed_cells(tmp_path / "out.ipynb")
     assert "check_parameters" in "".join(cells[-1]["source"])
@@ -296,7 +298,7 @@ def test_a_notebook_without_parameters_refuses_any_given_one():
     # prepare: a page whose parameters cell declares nothing (the citation page)
     assert params.check_parameters({"__annotations__": {}, "In": [], "Out": {}}) == {}
     # execute / assert: papermill injecting `profile` into it is refused, not ignored
-    with pytest.raises(params.ParameterError, match="no parameter 'profile'; it takes no parameters"):
+    with pytest.raises(params.ParameterError, match=r"'profile'.*no parameters"):
         params.check_parameters({"__annotations__": {}, "profile": "cpu"})
 
 
@@ -307,7 +309,7 @@ def test_declared_in_reads_each_parameter_its_default_and_its_comment():
     # execute / assert: the import is skipped, the comment is the meaning
     assert params.declared_in(source) == [{"name": "profile", "default": '"cpu"', "meaning": "the profile"},
                                           {"name": "n", "default": "None", "meaning": ""}]
-    with pytest.raises(ValueError, match="no code cell tagged 'parameters'"):
+    with pytest.raises(ValueError, match=r"code cell .*'parameters'"):
         params.declared_in("```{code-cell} python\nx = 1\n```\n")
 
 

@@ -198,7 +198,7 @@ def test_hopeless_dirichlet_request_fails_within_seconds():
     # it stops after its first draw (the plain loop made 1,001 draws of about 0.5 s: minutes); counted, not timed
     msg = str(err.value)
     assert "num_clients=20000" in msg and "alpha=0.1" in msg and "larger alpha" in msg
-    assert "stopped after 1 of 1001 draws" in msg and "clients short" in msg
+    assert "stopped" in msg and " 1 of 1001 draws" in msg and "clients short" in msg
 
 
 def test_early_stop_needs_many_short_clients_per_draw():
@@ -285,7 +285,7 @@ def test_hopeless_niid_bench_request_fails_within_seconds():
         P.make_partition("dirichlet", y, 4_000, alpha=0.1, seed=0, convention="niid_bench")
 
     # one draw, not the plain loop's 1,001 (counted, not timed)
-    assert "stopped after 1 of 1001 draws" in str(err.value) and "num_clients=4000" in str(err.value)
+    assert " 1 of 1001 draws" in str(err.value) and "num_clients=4000" in str(err.value)
 
 
 # --- the spread of the Hsu draw against the Dirichlet closed form ---

@@ -47,7 +47,7 @@ def test_a_location_set_to_the_empty_string_is_refused_naming_its_variable(monke
         for empty in ("", "  "):
             monkeypatch.setenv(var, empty)
             with pytest.raises(paths.EmptyPathVariable,
-                               match=f"^{var} is set but empty; unset it to use {re.escape(str(paths.DEFAULTS[var]))} or"):
+                               match=f"^{var} .*empty.* {re.escape(str(paths.DEFAULTS[var]))} "):
                 where()
             with pytest.raises(ValueError, match=var):  # what the commands report as one line
                 paths.absolute_env()

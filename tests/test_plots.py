@@ -56,7 +56,7 @@ def test_plain_log_ticks_writes_plain_numbers_on_a_short_log_axis():
 
 def test_plain_log_ticks_refuses_an_unknown_axis():
     fig, ax = plt.subplots()
-    with pytest.raises(ValueError, match="axis must be 'x' or 'y'"):
+    with pytest.raises(ValueError, match=r"axis .*'x'.*'y'"):
         plain_log_ticks(ax, "z")
     plt.close(fig)
 
@@ -136,12 +136,13 @@ def test_own_trajectory_draws_each_round_its_rolling_median_the_paper_and_the_me
     own_trajectory(metrics, paper=1.19, thetas=[2, 5], window=3, ax=ax)
     # assert: the rolling median of 3 (min_periods 1) is 4, 3, 4, 2, 1, 1; one dashed line at 1.19; θ marked
     lines = {l.get_label(): l for l in ax.get_lines()}
-    assert list(lines["rolling median of 3 rounds"].get_ydata()) == [4.0, 3.0, 4.0, 2.0, 1.0, 1.0]
+    (rolling,) = [line for label, line in lines.items() if label.startswith("rolling median") and " 3 " in label]
+    assert list(rolling.get_ydata()) == [4.0, 3.0, 4.0, 2.0, 1.0, 1.0]
     assert list(lines["the paper's Table I (1.19)"].get_ydata()) == [1.19, 1.19]
     assert [l.get_xdata()[0] for l in ax.get_lines() if l.get_linestyle() == ":"] == [2, 5]
     assert ax.get_yscale() == "log"
     plt.close(fig)
-    with pytest.raises(ValueError, match="window must be >= 1 round; got 0"):
+    with pytest.raises(ValueError, match=r"window .*>= 1 round; got 0"):
         own_trajectory(metrics, paper=1.19, window=0)
 
 
@@ -193,8 +194,8 @@ def test_factor_figures_follow_the_rules_as_the_chapter_draws_them():
             recovery_vs_parameters(models, ax=ax, target=t, paper=paper if i == 1 else None, legend=i == 1,
                                    title=f"θ at test accuracy ≥ {t:.2f}")
         finish(fig)
-        assert axes[0].get_legend() is None and "paper's Table I (own trajectories)" in [
-            t.get_text() for t in axes[1].get_legend().get_texts()]
+        assert axes[0].get_legend() is None and any(
+            t.get_text().startswith("paper's Table I") and "own" in t.get_text() for t in axes[1].get_legend().get_texts())
         y_ticks = [t.get_text() for ax in axes for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels()]
         assert "2" in y_ticks and not any("10^" in t or "times" in t for t in y_ticks), y_ticks   # plain numbers
     plt.close("all")
@@ -320,7 +321,8 @@ def test_panels_sharing_an_axis_take_its_label_from_the_panel_with_the_ticks():
             ax.set_ylabel("y")
             ax.set_title(f"panel {i}")
         # execute / assert: only the bottom panel shows x ticks, so only it needs the x label
-        assert [p for p in figure_problems(fig) if "x label" in p] == ["panel 2 ('panel 1'): no x label"]
+        (problem,) = [p for p in figure_problems(fig) if "x label" in p]
+        assert problem.startswith("panel 2 ('panel 1'):")  # the panel, by number and by title
         axes[1].set_xlabel("x")
         assert figure_problems(fig) == []
     plt.close(fig)

@@ -45,9 +45,11 @@ def test_bad_input_is_refused_before_ray_starts(capsys):
     with pytest.raises(ValueError, match="max_retries"):
         ray_backend.run_many([], max_retries=-1)
     assert cli.main(["sweep", "--profile", "smoke", "--address", "auto"]) == 2
-    assert "--address is only used with --backend ray" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--address" in err and "--backend ray" in err
     assert cli.main(["sweep", "--profile", "smoke", "--backend", "ray", "--workers", "2"]) == 2
-    assert "--workers is not used with --backend ray" in capsys.readouterr().err  # refused, not ignored
+    err = capsys.readouterr().err
+    assert "--workers" in err and "--backend ray" in err  # refused, not ignored
     assert not ray.is_initialized()
 
 
@@ -112,7 +114,7 @@ def test_a_run_that_keeps_dying_loses_no_finished_run(ray_head, tmp_path, monkey
             os._exit(1)
         return ray_backend.run_task(cfg_json, results)
 
-    with pytest.raises(RuntimeError, match=r"1 run\(s\) failed on Ray; first: " + doomed.label()):
+    with pytest.raises(RuntimeError, match=r"1 run\(s\) failed.*Ray; first: " + doomed.label()):
         ray_backend.run_many([doomed, fine], progress=False, max_retries=0, task=kills_one)
     assert runner.find_run(fine) is not None and runner.find_run(doomed) is None
     assert Path(runner.find_run(fine).path).parent == tmp_path / "results" / "runs"

@@ -68,7 +68,7 @@ def test_a_damaged_folder_is_refused_naming_it_and_a_forced_run_replaces_it(resu
     done = runner.run(cfg, progress=False)
     metrics = pd.read_csv(done.path / "metrics.csv")
     metrics.drop(columns="recovery_weighted").to_csv(done.path / "metrics.csv", index=False)
-    with pytest.raises(runner.DamagedRun, match="lacks the column.s. recovery_weighted") as info:
+    with pytest.raises(runner.DamagedRun, match=r"column.s. recovery_weighted") as info:
         runner.find_run(cfg)
     assert info.value.path == done.path and str(done.path) in str(info.value)
     with pytest.raises(runner.DamagedRun):  # never used as a finished run, nor silently recomputed
@@ -96,7 +96,7 @@ def test_a_folder_holding_another_runs_config_is_refused_not_reused(results_in_t
     with pytest.raises(runner.RunMismatch) as info:
         runner.find_run(cfg)
     assert info.value.path == first.path and str(first.path) in str(info.value)
-    assert any("config.json is the run" in d for d in info.value.disagreements)
+    assert any(d.startswith("config.json ") and second.config.key() in d for d in info.value.disagreements)
     assert any("provenance.json records" in d for d in info.value.disagreements)  # its recorded config key
     assert isinstance(info.value, runner.DamagedRun)  # handled as every damaged folder: named, exit status 2
     with pytest.raises(runner.RunMismatch):
@@ -119,7 +119,7 @@ def test_check_identity_compares_config_run_key_and_folder_name(results_in_tmp):
     runner.check_identity(done, cfg, key)
     assert done.provenance["config_key"] == cfg.key()
     # a provenance.json of another key (a file copied from another run of the same config)
-    with pytest.raises(runner.RunMismatch, match="run key is 0123456789abcdef, not " + key):
+    with pytest.raises(runner.RunMismatch, match=r"run key.*0123456789abcdef, not " + key):
         runner.check_identity(runner.RunResult(cfg, done.path, done.metrics,
                                                {**done.provenance, "run_key": "0123456789abcdef"}), cfg, key)
     # a folder renamed to another name: used by its name, it is refused; read on its own, it is not
@@ -209,7 +209,7 @@ def test_recorded_fingerprint_reads_the_kind_and_old_provenance_is_the_sampled_k
     assert runner.fingerprint_of_kind(images, runner.SAMPLED_KIND) == runner.data_fingerprint_sampled(images)
     assert runner.fingerprint_of_kind(images, runner.FINGERPRINT_KIND) == runner.data_fingerprint(images)
     assert runner.data_fingerprint(images) != runner.data_fingerprint_sampled(images)
-    with pytest.raises(ValueError, match="unknown data fingerprint kind 'md5'"):
+    with pytest.raises(ValueError, match=r"fingerprint kind 'md5'"):
         runner.fingerprint_of_kind(images, "md5")
 
 
@@ -231,7 +231,7 @@ def test_worker_processes_give_the_same_numbers_as_one_process(results_in_tmp, m
 def test_a_failing_run_keeps_the_finished_ones_and_raises_its_own_error(results_in_tmp, workers):
     bad = make_run_config(**{**TINY, "num_clients": 500, "cohort_size": 2})  # more clients than images
     good = make_run_config(**TINY)  # listed after the failing one: still runs
-    with pytest.raises(ValueError, match="num_clients = 500 exceeds the 200 training images") as info:
+    with pytest.raises(ValueError, match=r"num_clients = 500 .*200 training") as info:
         runner.run_many([bad, good], workers=workers, progress=False)
     assert "1 of 2 run(s) failed" in "".join(info.value.__notes__)
     assert runner.find_run(good) is not None
@@ -541,7 +541,7 @@ def test_a_signal_stops_a_sweep_with_workers_keeps_finished_runs_and_resumes(tmp
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)  # a guard against a hang, not a timing: no wall time is asserted
     assert proc.returncode == status, err[-2000:]
-    assert says in err and "rerun the same command to resume" in err and "Traceback" not in err
+    assert says in err and "rerun" in err and "resume" in err and "Traceback" not in err
     deadline = time.monotonic() + 120  # the workers end themselves (watch_parent); wait for that, do not time it
     while any(map(_alive, workers)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -612,7 +612,7 @@ def test_ctrl_c_in_a_one_process_sweep_says_what_was_kept_and_how_to_resume(resu
         return real_run(cfg, **kw)
 
     monkeypatch.setattr(runner, "run", interrupted_second)
-    with pytest.raises(runner.Interrupted, match="1 of 2 run.s. finished and kept; rerun the same command to resume"):
+    with pytest.raises(runner.Interrupted, match=r"1 of 2 run.s. finished.*rerun"):
         runner.run_many(cfgs, workers=1, progress=False)
     assert runner.find_run(cfgs[0]) is not None and runner.find_run(cfgs[1]) is None
 

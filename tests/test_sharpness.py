@@ -72,7 +72,7 @@ def test_hutchinson_is_exact_on_a_diagonal_and_matches_dense_trace():
 
 
 def test_bad_counts_are_refused():
-    with pytest.raises(ValueError, match="iters must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"iters .*integer >= 1"):
         S.top_eigenvalue(lambda v: v, 3, iters=0, generator=torch.Generator())
-    with pytest.raises(ValueError, match="probes must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"probes .*integer >= 1"):
         S.hutchinson_trace(lambda v: v, 3, probes=0, generator=torch.Generator())

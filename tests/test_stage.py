@@ -39,7 +39,7 @@ def test_pick_rounds_at_even_accuracy_levels():
         stage.pick_rounds(acc, stage.StageSpec(rounds=(9,)))
     # extra rounds join the accuracy-placed ones (4 is new; 5 is placed already, so it adds nothing)
     assert stage.pick_rounds(acc, stage.StageSpec(stages=5, extra_rounds=(4, 5))) == [0, 1, 2, 4, 5, 6]
-    with pytest.raises(ValueError, match=r"extra_rounds \[9\] are not ladder rounds"):
+    with pytest.raises(ValueError, match=r"extra_rounds \[9\] .*ladder"):
         stage.pick_rounds(acc, stage.StageSpec(stages=5, extra_rounds=(9,)))
 
 
@@ -47,10 +47,9 @@ def test_check_rounds_refuses_untested_rounds_before_training(results):
     # prepare: candidates every 2 rounds of a 10-round trajectory: 0, 2, 4, 6, 8, 10
     spec = stage.StageSpec(stages=3, candidate_every=2, extra_rounds=(4, 5, 7))
     # execute / assert: 5 and 7 are not tested, so not allowed; the message names the field and the allowed rounds
-    with pytest.raises(ConfigError, match=r"extra_rounds \[5, 7\] are not ladder rounds of this 10-round "
-                                          r"trajectory; allowed: \[0, 2, 4, 6, 8, 10\]"):
+    with pytest.raises(ConfigError, match=r"extra_rounds \[5, 7\] .*10-round .*allowed: \[0, 2, 4, 6, 8, 10\]"):
         stage.check_rounds(spec, 10)
-    with pytest.raises(ConfigError, match=r"^rounds \[3\] are not ladder rounds"):
+    with pytest.raises(ConfigError, match=r"^rounds \[3\] .*ladder"):
         stage.check_rounds(stage.StageSpec(rounds=(0, 3), candidate_rounds=(1, 2)), 4)
     stage.check_rounds(stage.StageSpec(stages=3, candidate_every=2, extra_rounds=(4, 10)), 10)  # all tested
     # run_study refuses before it trains anything: nothing is written under results/stages
@@ -66,9 +65,9 @@ def test_spec_errors_name_the_parameter():
         stage.make_spec("cpu", pool_size=1)
     with pytest.raises(ConfigError, match="rounds or target_accuracies"):
         stage.make_spec("cpu", rounds=[0, 5], target_accuracies=[0.3])
-    with pytest.raises(ConfigError, match="extra_rounds adds to the checkpoints"):
+    with pytest.raises(ConfigError, match=r"extra_rounds adds.*checkpoints"):
         stage.make_spec("cpu", rounds=[0, 5], extra_rounds=[3])
-    with pytest.raises(ConfigError, match=r"unknown stage settings \['pools'\]; allowed: stages"):
+    with pytest.raises(ConfigError, match=r"\['pools'\]; allowed: stages"):
         stage.make_spec("cpu", pools=3)
     assert stage.make_spec("cpu", pool_size=None).pool_size == stage.PROFILE_DEFAULTS["cpu"]["pool_size"]
 
@@ -561,9 +560,9 @@ def test_ladder_config_at_another_alpha_is_table_twos_run():
     cfg = stage.ladder_config(prof, alpha=a)
     assert cfg.alpha == a and cfg.batch_size == prof.table2.batch_size and cfg.local_epochs == prof.table2.local_epochs
     assert stage.ladder_config(prof, alpha=prof.table1.alpha) == stage.ladder_config(prof)
-    with pytest.raises(ConfigError, match="alpha = 7 is not one of Table II's alphas"):
+    with pytest.raises(ConfigError, match=r"alpha = 7 .*Table II's"):
         stage.ladder_config(prof, alpha=7.0)
-    with pytest.raises(ConfigError, match="experiments must be a non-empty subset"):
+    with pytest.raises(ConfigError, match=r"experiments .*non-empty.*'table3'"):
         stage.study_configs(prof, experiments=("table3",))
     assert list(stage.study_configs(prof, experiments=("table2",))) == ["table2"]
 
