@@ -212,19 +212,20 @@ def profile_changes(profile: Profile) -> dict:
 
 
 def banner(profile: Profile, *, source: str | None = None, changes: dict | None = None) -> pd.DataFrame:
-    """What produced a page's numbers, as a table (one column ``value``): ``profile``, ``scaled down``, ``model``,
+    """What produced a page's numbers, as a table (one column ``value``): ``lead source`` (``source``, the profile's
+    name when None) first, then ``profile``, ``scaled down``, ``model``,
     ``rounds``, ``cohort K_c``, ``seeds``, ``description``, ``changes`` (:func:`profile_changes`, overridden by
-    ``changes``, e.g. ``{"cohort_size (K_c)": 5}``), ``data`` and ``fingerprint`` (:func:`data_source`) and
-    ``lead source`` (``source``, the profile's name when None)."""
+    ``changes``, e.g. ``{"cohort_size (K_c)": 5}``), ``data`` and ``fingerprint`` (:func:`data_source`)."""
     explicit = changes or {}
     changes = {k: v for k, v in profile_changes(profile).items()
                if not any(name == k or name.startswith(f"{k} ") for name in explicit)} | explicit
     cfg = profile.run(profile.seeds[0])
-    values = {"profile": profile.name, "scaled down": bool(profile.scaled_down), "model": cfg.model,
+    values = {"lead source": source or profile.name, "profile": profile.name, "scaled down": bool(profile.scaled_down),
+              "model": cfg.model,
               "rounds": cfg.rounds, "cohort K_c": cfg.cohort_size, "seeds": ", ".join(str(s) for s in profile.seeds),
               "description": profile.description,
               "changes": ", ".join(f"{k} = {without_paths(number(v))}" for k, v in changes.items()),
-              **data_source(profile), "lead source": source or profile.name}
+              **data_source(profile)}
     return pd.DataFrame({"value": pd.Series(values, dtype=object)}).rename_axis("field")
 
 
