@@ -227,10 +227,17 @@ def test_summaries_without_archive_say_how_to_make_one():
         ("cpu-long", "table1", "not archived")]
     assert archive.how_to_make("cpu-long") == "maskfed sweep --profile cpu-long && maskfed archive --profile cpu-long"
     table = archive.archive_table(found, notes)
-    assert list(table.index) == ["paper profile (archived)", "cpu-paper (archived)", "cpu-long (archived)"]
+    assert list(table.index) == ["paper profile (archived)", archive.column_name("cpu-paper"), archive.column_name("cpu-long")]
     assert list(table["runs"]) == [0, 0, 0] and list(table["status"]) == ["not archived"] * 3
-    assert table.loc["cpu-long (archived)", "make with"] == archive.how_to_make("cpu-long")
+    assert table.loc[archive.column_name("cpu-long"), "make with"] == archive.how_to_make("cpu-long")
     assert "damaged" not in table.columns  # a column empty for every profile is left out
+
+
+def test_an_archived_column_names_a_model_that_is_not_the_papers():
+    # a small-CNN profile's header says so (cpu-paper must not read as the paper's setting); the paper's model is
+    # not named again, and the live profile's column is its bare name
+    assert "small CNN" in archive.column_name("cpu-paper") and "small CNN" in archive.column_name("cpu-long")
+    assert "small" not in archive.column_name("paper") and archive.column_name("cpu", archived=False) == "cpu"
 
 
 def test_missing_runs_lists_the_profile_runs_not_archived(dirs_in_tmp):
@@ -400,7 +407,7 @@ def test_a_damaged_archived_run_is_shown_as_damaged_not_as_never_archived(dirs_i
     # named as damaged with its reason, on the page and in the build's output; not "not yet archived"
     (a,) = found
     assert a.missing == [] and [d.folder for d in a.damaged] == [folders[0]]
-    row = archive.archive_table(found, notes).loc["cpu-long (archived)"]
+    row = archive.archive_table(found, notes).loc[archive.column_name("cpu-long")]
     damaged = row["damaged"]  # the folder, the file, the rows it has and the rounds the run needs
     assert damaged.startswith(f"{folders[0].name} (") and "metrics.csv" in damaged and " 3 rows" in damaged \
         and "100-round" in damaged
@@ -415,7 +422,7 @@ def test_a_damaged_archived_run_is_shown_as_damaged_not_as_never_archived(dirs_i
         found, notes = archive.summaries("table2", profiles=["cpu-long"])
     assert found == [] and [(n.profile, n.status) for n in notes] == [("cpu-long", "damaged")]
     assert len(notes[0].damaged) == 3 and any("provenance.json" in d.reason for d in notes[0].damaged)
-    assert archive.archive_table(found, notes).loc["cpu-long (archived)", "status"] == "damaged"
+    assert archive.archive_table(found, notes).loc[archive.column_name("cpu-long"), "status"] == "damaged"
 
 
 def test_the_studies_folders_beside_the_runs_are_not_run_folders(dirs_in_tmp):

@@ -34,17 +34,17 @@ def test_sources_put_the_archive_first_and_main_table_shows_its_seed_range():
     srcs = tables.sources("table1", "cpu", live, found)
     main = tables.main_table("table1", srcs[0], summary.paper_table("table1"))
     # assert: closest first, its median with the min-max over seeds, the paper's value beside it
-    assert [s.name for s in srcs] == ["cpu-paper (archived)", "cpu"] and [s.seeds for s in srcs] == [3, 1]
+    assert [s.name for s in srcs] == [archive.column_name("cpu-paper"), "cpu"] and [s.seeds for s in srcs] == [3, 1]
     assert srcs[1].low is None
     row = main.loc[("32", 1)]
-    assert row[("1/Δ_S", "cpu-paper (archived)")] == "1.20 (1.10–1.30)"
-    assert row[("1/Δ_S", "paper")] == "1.24" and row[("T", "cpu-paper (archived)")] == "16.0"
+    assert row[("1/Δ_S", archive.column_name("cpu-paper"))] == "1.20 (1.10–1.30)"
+    assert row[("1/Δ_S", "paper")] == "1.24" and row[("T", archive.column_name("cpu-paper"))] == "16.0"
     assert row[("accuracy", "paper")] == "0.553"
     full = tables.full_table(srcs, summary.paper_table("table1"))
     assert list(full[("recovery_unweighted", "cpu")]) == [2.0]
     # a reader's own settings: their run leads, the archive beside it
     assert [s.name for s in tables.sources("table1", "cpu", live, found, live_first=True)] == [
-        "cpu", "cpu-paper (archived)"]
+        "cpu", archive.column_name("cpu-paper")]
     with pytest.raises(ValueError, match="experiment"):
         tables.sources("table3", "cpu", live, found)
 

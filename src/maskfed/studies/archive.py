@@ -688,11 +688,20 @@ def verify_archive(profile_name: str, *, labels: list[str] | None = None, worker
     return record
 
 
+#: A reader's short name for a model that is not the paper's, shown in an archived profile's column header.
+MODEL_SHORT = {"small_cnn_gn": "small CNN"}
+
+
 def column_name(profile_name: str, *, archived: bool = True) -> str:
-    """Header of a profile's column in the book's tables: ``"cpu-long (archived)"``, or the bare name for the
-    live profile; ``paper`` becomes ``"paper profile ..."`` so as not to collide with the paper's column."""
+    """Header of a profile's column in the book's tables: ``"cpu-paper (small CNN, archived)"`` (the model named
+    where it is not the paper's ResNet-18-GN, so that a name such as cpu-paper never reads as the paper's setting),
+    or the bare name for the live profile; ``paper`` becomes ``"paper profile ..."`` so as not to collide with the
+    paper's column."""
     name = f"{profile_name}{' profile' if profile_name == 'paper' else ''}"
-    return f"{name} (archived)" if archived else name
+    if not archived:
+        return name
+    model = load_profile(profile_name).base.get("model")
+    return f"{name} ({MODEL_SHORT[model]}, archived)" if model in MODEL_SHORT else f"{name} (archived)"
 
 
 @dataclass
