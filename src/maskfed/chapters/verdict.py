@@ -14,6 +14,7 @@ import pandas as pd
 from maskfed import book, provenance
 from maskfed.analysis import claims, summary, uncertainty
 from maskfed.book import evidence, plots
+from maskfed.chapters.control import significant
 from maskfed.engine.config import Profile, load_profile
 from maskfed.names import CPU_PAPER
 from maskfed.engine.models import build_model, num_parameters
@@ -46,7 +47,7 @@ class Findings:
         return verdict_table(self.verdicts, self.matched, self.stable, self.trend)
 
     def details(self) -> pd.DataFrame:
-        return details_table(self.verdicts, self.matched, self.stable, self.trend)
+        return verdict_table(self.verdicts, self.matched, self.stable, self.trend, details=True)
 
     def trends(self) -> pd.DataFrame:
         """``still``, ``way`` and ``pairs`` of :func:`maskfed.analysis.claims.trend_bearing` by title."""
@@ -113,12 +114,6 @@ def verdict_table(verdicts: pd.DataFrame, matched: pd.DataFrame | None = None, s
                      "matched": "–" if m is None else m["verdict"], "verdict": r["verdict"],
                      "marks": " · ".join(marks + (["not settled"] if moving else []))})
     return pd.DataFrame(rows).set_index("claim")
-
-
-def details_table(verdicts: pd.DataFrame, matched: pd.DataFrame | None = None, stable: pd.DataFrame | None = None,
-                  trend: pd.DataFrame | None = None) -> pd.DataFrame:
-    """:func:`verdict_table` with ``details``."""
-    return verdict_table(verdicts, matched, stable, trend, details=True)
 
 
 def source_table(verdicts: pd.DataFrame, sources: list) -> pd.DataFrame:
@@ -206,11 +201,6 @@ def source_facts(sources: list, runs_of: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["source", "seeds", "rounds", "model", "parameters"]).set_index("source")
 
 
-def _sig(x: float, digits: int) -> float:
-    """``x`` rounded to ``digits`` significant digits (NaN and 0 as they are)."""
-    return x if not x or not math.isfinite(x) else round(x, digits - 1 - math.floor(math.log10(abs(x))))
-
-
 def archive_facts(archived_runs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per archive: where and when its runs were made and what re-running some gave, relative
     differences to three significant digits, NaN where bit-identical; per re-run that differed, where it first did)."""
@@ -230,8 +220,8 @@ def archive_facts(archived_runs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "run code": ", ".join(lab.code_hashes), "changed": len(lab.changed), "re-run": lab.outcome or "–",
                      "re-runs": len(done), "re-run on": archive.machine_text(v) if v else "–",
                      "re-run date": v.get("utc", "–")[:10],
-                     "summary off": math.nan if bit else _sig(worst, 3),
-                     "1/Δ_S off": math.nan if bit else _sig(factor, 3),
+                     "summary off": math.nan if bit else significant(worst, 3),
+                     "1/Δ_S off": math.nan if bit else significant(factor, 3),
                      "tolerance": v.get("summary_rtol", archive.SUMMARY_RTOL)})
         for r in done:
             d = r.get("first_difference") or {}
@@ -239,7 +229,7 @@ def archive_facts(archived_runs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
                 continue
             a, b = float(d["archived"]), float(d["rerun"])
             diffs.append({"run": r["label"], "metric": d["column"], "round": int(d["round"]),
-                          "archived": _sig(a, 4), "off": _sig(abs(b - a) / abs(a) if a else abs(b - a), 2)})
+                          "archived": significant(a, 4), "off": significant(abs(b - a) / abs(a) if a else abs(b - a), 2)})
     return (pd.DataFrame(rows).set_index("archive") if rows else pd.DataFrame(),
             pd.DataFrame(diffs, columns=["run", "metric", "round", "archived", "off"]).set_index("run"))
 
