@@ -71,7 +71,7 @@ def test_details_table_gives_what_the_marks_rest_on_as_numbers():
     # prepare
     table, matched, stable, trend = _one_claim_tables()
     # execute
-    d = chapter.details_table(table, matched, stable, trend)
+    d = chapter.verdict_table(table, matched, stable, trend, details=True)
     # assert: the protocol verdict before the matched view, the checkpoint counts, the variant that cannot test it,
     # the drift rounded to two decimals and the rounds until the gap meets
     row = d.loc["The cliff"]

@@ -9,16 +9,10 @@ from maskfed.paths import REPO_ROOT
 
 
 def citation_values(cff_text: str, repo_url: str = "") -> dict:
-    """The page's glued values from the text of ``CITATION.cff`` and the book's repository URL ("" for none).
-
-    Returns:
-        the paper's ``cite_authors`` ("Given Family, ..."), ``cite_year``, ``cite_title`` and ``cite_id`` (its
-        first identifier); the software's ``cite_software_by`` (its first author's name), ``cite_software_title``
-        and ``cite_version``; ``cite_repo`` (the repository URL, or "none").
+    """The page's glued values (``cite_...``) from ``CITATION.cff``'s text and the repository URL.
 
     Raises:
-        KeyError: the file lacks ``preferred-citation``, ``authors``, ``title`` or ``version``.
-    """
+        KeyError: the file lacks ``preferred-citation``, ``authors``, ``title`` or ``version``."""
     cff = yaml.safe_load(cff_text)
     paper = cff["preferred-citation"]
     return {"cite_authors": ", ".join(f"{a['given-names']} {a['family-names']}" for a in paper["authors"]),
@@ -31,8 +25,7 @@ def shown_cff(cff_text: str) -> str:
     """``CITATION.cff`` without its comment lines, as a fenced YAML block.
 
     Raises:
-        ValueError: leaving out the comments changed what the file says.
-    """
+        ValueError: leaving out the comments changed what the file says."""
     shown = without_comment_lines(cff_text)
     if yaml.safe_load(shown) != yaml.safe_load(cff_text):
         raise ValueError("CITATION.cff reads differently without its comment lines")

@@ -1,9 +1,5 @@
-"""The chapter "What sets the recovery factor?" (``notebooks/what_sets_the_factor.md``): what it shows.
-
-The chapter varies the cohort size K_c (against eq. 12), the step size and the model size, each at a fixed
-θ (:mod:`maskfed.studies.factor_axes`). :func:`findings` runs or reads all three and returns the numbers
-and verdict words the chapter glues (:attr:`Findings.values`); ``table_...`` and ``figure_...`` build its
-tables and figures. The sentences are the chapter's Markdown."""
+"""The chapter "What sets the recovery factor?" (``notebooks/what_sets_the_factor.md``): the cohort size K_c
+(against eq. 12), the step size and the model size, each at a fixed θ (:mod:`maskfed.studies.factor_axes`)."""
 
 from __future__ import annotations
 
@@ -40,15 +36,15 @@ SHAPES = {"flat": "stays flat", "rises": "rises", "falls": "falls", "dips": "fal
 
 
 def theta_names() -> dict:
-    """Row labels of the model-size tables: θ sources and the paper's Table I row, short (labels do not wrap)."""
+    """Short row labels of the model-size tables: θ sources and the paper's Table I row."""
     paper = fa.paper_overview().index[0]
     return {"fedavg": "FedAvg", "centralised": "centralised SGD", paper[0]: "ResNet-18-GN", paper[2]: "paper's Table I"}
 
 
 @dataclass
 class Findings:
-    """What the chapter shows: ``glued`` (glue name -> number or verdict word; read through :attr:`values`)
-    and the inputs of its tables and figures (None / empty without a model-size study)."""
+    """``glued`` (glue name -> number or verdict word; read through :attr:`values`) and the inputs of the
+    tables and figures (None / empty without a model-size study)."""
 
     glued: dict
     started: float                         # time.perf_counter() when findings() began (s)
@@ -70,12 +66,12 @@ class Findings:
 
     @property
     def values(self) -> dict:
-        """:attr:`glued` and ``wf_seconds``, whole seconds since :func:`findings` began, read when glued."""
+        """:attr:`glued` and ``wf_seconds``, whole seconds since :func:`findings` began."""
         return self.glued | {"wf_seconds": round(time.perf_counter() - self.started)}
 
     @property
     def protocols(self) -> list[str]:
-        """The model-size study's protocols, in the order measured (:func:`fa.protocol_label`)."""
+        """The model-size study's protocols, in the order measured."""
         return [c for c in self.overview.columns if c != "cliff"] if self.overview is not None else []
 
 
@@ -83,14 +79,15 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
              archived: str | None = None, theta_from: str = "auto", theta_accuracy: float | None = None,
              cohort_sizes=None, cohort_draws: int | None = None, lrs=None, lr_pool: int | None = None,
              models_live: bool | None = None) -> Findings:
-    """Run or read everything the chapter shows (its parameters, as the parameters cell names them).
+    """Run or read everything the chapter shows (its parameters cell names the arguments).
 
-    The axes' θ is the first-seed trajectory of ``theta_from`` ("auto": the archived cpu-paper one where
-    it exists and ``profile`` uses CIFAR-10; "own": this profile's run; or an archived profile's name), at
-    the first kept round reaching ``theta_accuracy``. The model-size study is computed in this build where
-    ``models_live`` (None: at the smoke profile only), else read part by part from the ``archived``
-    profile's archive (None: :data:`MODELS_FROM`). Sets torch to one thread (the workers parallelise).
-    ConfigError: axis settings the study does not accept, or a profile without a minibatch size."""
+    The axes' θ is the first-seed trajectory of ``theta_from`` ("auto": the archived cpu-paper one where it exists
+    and ``profile`` uses CIFAR-10; "own"; or an archived profile) at the first kept round reaching
+    ``theta_accuracy``. The model-size study is computed live where ``models_live`` (None: at smoke only), else read
+    from the ``archived`` profile's archive (None: :data:`MODELS_FROM`). Sets torch to one thread.
+
+    Raises:
+        ConfigError: axis settings the study does not accept, or a profile without a minibatch size."""
     t_start = time.perf_counter()
     torch.set_num_threads(1)
     archived = archived or MODELS_FROM
@@ -151,8 +148,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
 # --------------------------------------------------------------------------- the values, section by section
 
 def theta_values(theta_prof: Profile, ck: fa.Checkpoint, spec: fa.AxesSpec, base, trajectory: Path | None) -> dict:
-    """Where the axes' θ comes from (profile, run, round, test accuracy, target reached), the reference
-    run's setting (``base``) and the sizes the axes use."""
+    """Where the axes' θ comes from, the reference run's setting (``base``) and the axes' sizes."""
     return {
         "wf_theta_profile": theta_prof.name,
         "wf_theta_origin": "the archived" if trajectory is not None else "this build's",
@@ -166,11 +162,9 @@ def theta_values(theta_prof: Profile, ck: fa.Checkpoint, spec: fa.AxesSpec, base
 
 
 def cohort_values(eq12: dict[str, pd.DataFrame], ref_kc: int, sizes: list[int]) -> dict:
-    """The cohort-size section's numbers and verdict word, from ``eq12`` (protocol -> :func:`fa.eq12_table`
-    rows; ``ref_kc`` gave r; ``sizes``: the K_c drawn, ascending): protocols whose share falls / median rises
-    at every step up in K_c; the largest |median / eq. 12 − 1| and |ratio of means / eq. 12 − 1| away from
-    ``ref_kc`` (%, one decimal) and what a departure comes from (:data:`ROM_TOLERANCE`); cells with eq. 12
-    inside the IQR."""
+    """The cohort-size section's numbers from ``eq12`` (protocol -> :func:`fa.eq12_table`): protocols
+    whose share falls / median rises with K_c; the largest |median / eq. 12 − 1| and |ratio of means / eq. 12 − 1|
+    away from ``ref_kc`` (%, one decimal) and the departure's cause (:data:`ROM_TOLERANCE`); cells within the IQR."""
     devs = pd.concat(eq12.values(), ignore_index=True)
     away = devs[devs["k_c"] != ref_kc]
     rom_dev = float((away["ratio_of_means"] / away["predicted"] - 1).abs().max())
@@ -186,10 +180,8 @@ def cohort_values(eq12: dict[str, pd.DataFrame], ref_kc: int, sizes: list[int]) 
 
 
 def lr_values(lr_table: pd.DataFrame, theta_prof: Profile, spec: fa.AxesSpec, lr: float) -> dict:
-    """The step-size section's numbers and verdict words: spreads across lr (two decimals), the small batch's
-    shape (:func:`fa.lr_shape`, :data:`SHAPES`), the rule of :func:`fa.lr_verdict` (KeyError: a cell missing)
-    and ``wf_full1_dev``, the largest relative move of the full-batch τ = 1 median across lr (two
-    significant digits)."""
+    """The step-size section's numbers and verdict words (:func:`fa.lr_shape`, :func:`fa.lr_verdict`;
+    KeyError: a cell missing)."""
     small_bs, large_bs = fa.minibatches(theta_prof)
     verdict = fa.lr_verdict(lr_table, small_bs=small_bs, large_bs=large_bs, lr=lr, factor=large_bs / small_bs)
     full1 = lr_table[(lr_table.batch_size == "full") & (lr_table.local_epochs == 1)]
@@ -211,10 +203,9 @@ def lr_values(lr_table: pd.DataFrame, theta_prof: Profile, spec: fa.AxesSpec, lr
 
 
 def model_parts(live: Profile | None, models_from: str, *, workers: int = 1) -> tuple[dict, pd.DataFrame, list]:
-    """The parts of the model-size study (:data:`fa.MODEL_PARTS`) this build shows: the small-CNN study of
-    ``live`` computed now (None: every part read), the others read from ``models_from``'s archive. Returns
-    part -> (table, checkpoints); per part, where it came from ("this build", "archive" or "missing", with an
-    archived part's provenance); and (model, rounds done, budget) of an own trajectory still going."""
+    """(part -> (table, checkpoints); where each part of :data:`fa.MODEL_PARTS` came from; (model,
+    rounds done, budget) of own trajectories still going): the small-CNN part of ``live`` computed now (None: every
+    part read), the others read from ``models_from``'s archive."""
     parts, rows, unfinished = {}, {}, []
     for part in fa.MODEL_PARTS:
         key = (part, fa.PART_NAMES[part])
@@ -246,9 +237,7 @@ def model_parts(live: Profile | None, models_from: str, *, workers: int = 1) -> 
 
 
 def model_values(found: Findings) -> dict:
-    """The model-size section's numbers (NaN without a study): models and their parameter range, the cliff
-    (:func:`fa.cliff_verdict`, two decimals) beside the paper's, the paper's accuracies, θ kept below their
-    target, and the first own trajectory read while still going."""
+    """The model-size section's numbers (NaN without a study), two decimals."""
     t1, nan = paper_table("table1"), float("nan")
     unf = found.unfinished[0] if found.unfinished else ("–", nan, nan)
     out = {"wf_ref_label": found.ref_label, "wf_paper_cliff": round(float(fa.paper_overview()["cliff"].iloc[0]), 2),
@@ -267,10 +256,8 @@ def model_values(found: Findings) -> dict:
 
 
 def resnet_values(found: Findings) -> dict:
-    """What the way θ was reached does to the paper's model (NaN or 0 where not measured; two decimals):
-    :func:`fa.route_summary` of its path check; per protocol at both sources, whether FedAvg θ are nearer the
-    paper's Table I than centralised θ (smaller |log ratio|, ours) and the median ratios; and the minibatch
-    protocols at FedAvg θ (ratio, accuracy, the paper's accuracy)."""
+    """The route to θ for the paper's model (:func:`fa.route_summary`), FedAvg against centralised θ
+    beside the paper's Table I, and the minibatch protocols at FedAvg θ (NaN or 0 where not measured)."""
     nan, empty = float("nan"), pd.DataFrame(columns=["paper_acc", "paper", "acc", "measured", "ratio"], dtype=float)
     check = found.checks.get("ResNet-18-GN")
     route = fa.route_summary(check) if check is not None and len(check) else {"cells": 0, "beyond": 0}
@@ -288,10 +275,8 @@ def resnet_values(found: Findings) -> dict:
 
 
 def own_values(own, base, paper_row: pd.Series | None) -> dict:
-    """ResNet-18-GN's own FedAvg trajectory beside the paper's Table I row of its protocol (``base``'s), NaN
-    where either is missing: rounds, budget, median and IQR of 1/Δ_S over its last quarter
-    (:func:`maskfed.analysis.summary.tail_window`), last evaluated accuracy, the paper's values, the accuracy
-    gap (a fraction, compare :data:`STAGE_GAP`) and the study's last θ of that trajectory."""
+    """ResNet-18-GN's own FedAvg trajectory beside the paper's Table I row of its protocol (NaN where
+    either is missing); medians over its last quarter (:func:`maskfed.analysis.summary.tail_window`)."""
     nan = float("nan")
     keys = ("rounds", "budget", "window", "median", "q1", "q3", "acc", "acc_round", "paper", "paper_acc", "gap",
             "at_round", "cohorts", "pool", "at_median")
@@ -330,7 +315,7 @@ def _median_iqr(med, q1, q3) -> list[str]:
 
 
 def table_cohort_size(found: Findings) -> tuple[pd.DataFrame, list[str]]:
-    """Eq. 12 against the measurement, one row per (protocol, K_c), and the main columns."""
+    """Eq. 12 against the measurement per (protocol, K_c), and the main columns."""
     devs = pd.concat([t.assign(protocol=name) for name, t in found.eq12.items()], ignore_index=True)
     shown = devs.assign(**{MEDIAN_IQR: _median_iqr(devs["median"], devs["q1"], devs["q3"])})
     shown = shown[["protocol", "k_c", MEDIAN_IQR, "share", "predicted", "rel_dev", "within_iqr",
@@ -343,8 +328,8 @@ def table_cohort_size(found: Findings) -> tuple[pd.DataFrame, list[str]]:
 
 
 def table_cohort_protocols(found: Findings, ref_kc: int) -> tuple[pd.DataFrame, dict]:
-    """One row per protocol of the cohort-size axis: r, the share at the smallest and largest K_c, the largest
-    |median / eq. 12 − 1| away from ``ref_kc`` (%), whether the median rises and the share falls; and formats."""
+    """Per protocol of the cohort-size axis: r, the share at both ends, the largest gap (%),
+    whether the median rises and the share falls; and formats."""
     rows = {}
     for name, t in found.eq12.items():
         t = t.sort_values("k_c")
@@ -358,8 +343,7 @@ def table_cohort_protocols(found: Findings, ref_kc: int) -> tuple[pd.DataFrame, 
 
 
 def table_resnet(found: Findings) -> tuple[pd.DataFrame, dict]:
-    """ResNet-18-GN per θ source: its θ's accuracy range, the cliff (:func:`fa.cliff_verdict`) and the ratio to
-    the paper's Table I at matched accuracy; and formats. Empty without ResNet-18-GN."""
+    """ResNet-18-GN per θ source: accuracy range, cliff and ratio to the paper's; and formats."""
     rows, t = {}, found.mtable if found.mtable is not None else pd.DataFrame(columns=["model", "source"])
     for src, name in (("fedavg", "FedAvg θ"), ("centralised", "centralised θ")):
         theta = t[(t["model"] == "resnet18_gn") & (t["source"] == src)]
@@ -375,7 +359,7 @@ def table_resnet(found: Findings) -> tuple[pd.DataFrame, dict]:
 
 
 def table_step_size(found: Findings) -> tuple[pd.DataFrame, dict]:
-    """One row per step-size cell: median 1/Δ_S [IQR], σ̂², ‖μ̂‖², % of cohorts below 1; and formats."""
+    """Per step-size cell: median 1/Δ_S [IQR], σ̂², ‖μ̂‖², % of cohorts below 1; and formats."""
     t = found.lr_table
     shown = t.assign(**{MEDIAN_IQR: _median_iqr(*(t[f"recovery_unweighted{q}"] for q in ("", "_q1", "_q3")))})
     shown = (shown.set_index(["batch_size", "local_epochs", "lr"])
@@ -385,8 +369,8 @@ def table_step_size(found: Findings) -> tuple[pd.DataFrame, dict]:
 
 
 def table_models(found: Findings) -> tuple[pd.DataFrame, list]:
-    """One row per θ of the model-size study and the paper's Table I row: parameters, accuracy, median
-    1/Δ_S per protocol and the cliff; and the main columns. Needs :attr:`Findings.mtable`."""
+    """Per θ of the model-size study and the paper's row: parameters, accuracy, median 1/Δ_S per
+    protocol and the cliff; and the main columns."""
     paper = found.paper_row[[c for c in found.overview.columns if c in found.paper_row.columns]]
     ov = pd.concat([found.overview, paper]).reset_index(["params", "test_acc"]).rename(index=theta_names())
     protocols = found.protocols
@@ -396,7 +380,7 @@ def table_models(found: Findings) -> tuple[pd.DataFrame, list]:
 
 
 def table_by_model(found: Findings) -> tuple[pd.DataFrame, dict]:
-    """Per model: :func:`fa.by_model` and, where measured both ways, :func:`fa.route_summary`; and formats."""
+    """Per model: :func:`fa.by_model` and :func:`fa.route_summary`; and formats."""
     by = fa.by_model(found.overview, found.ref_label).rename(columns={
         "holds": "cliff > 1", "measured": "θ measured", "cliff_min": "cliff min", "cliff_max": "cliff max",
         "ref_min": "reference min", "ref_max": "reference max"})
@@ -408,7 +392,7 @@ def table_by_model(found: Findings) -> tuple[pd.DataFrame, dict]:
 
 
 def table_signal_noise(found: Findings) -> tuple[pd.DataFrame, list, dict]:
-    """σ̂² and ‖μ̂‖² per protocol at each θ, rows as :func:`table_models`; main columns and formats."""
+    """σ̂² and ‖μ̂‖² per protocol at each θ; main columns and formats."""
     protocols = found.protocols
     sn = fa.model_signal_noise(found.mtable).droplevel(["params", "test_acc"]).rename(index=theta_names())
     sn = sn.swaplevel(axis=1).reindex(columns=pd.MultiIndex.from_product([protocols, ["sigma2_hat", "mu2_hat"]]))
@@ -418,7 +402,7 @@ def table_signal_noise(found: Findings) -> tuple[pd.DataFrame, list, dict]:
 
 
 def tables_path_checks(found: Findings) -> dict[str, pd.DataFrame]:
-    """Per model measured at θ reached both ways (its name, capitalised): :func:`fa.path_checks` with headers."""
+    """Per model measured both ways: :func:`fa.path_checks` with headers."""
     names = {"acc_fedavg": "acc, FedAvg θ", "acc_centralised": "acc, central θ", "fedavg": "1/Δ_S, FedAvg θ",
              "centralised": "1/Δ_S, central θ", "difference": "difference", "iqr_fedavg": "IQR, FedAvg θ",
              "within": "within IQR"}
@@ -426,8 +410,7 @@ def tables_path_checks(found: Findings) -> dict[str, pd.DataFrame]:
 
 
 def table_model_thetas(found: Findings) -> pd.DataFrame | None:
-    """Where each θ of the model-size study came from, one row per (model, source, target), "–" where not
-    reached; None without a study."""
+    """Where each θ of the model-size study came from ("–" where not reached); None without."""
     c = found.mckpts
     if c is None:
         return None
@@ -439,7 +422,7 @@ def table_model_thetas(found: Findings) -> pd.DataFrame | None:
 
 
 def table_paper_beside(found: Findings) -> tuple[pd.DataFrame, dict]:
-    """The paper's Table I beside ResNet-18-GN's θ nearest in test accuracy, per θ source; and formats."""
+    """The paper's Table I beside ResNet-18-GN's nearest θ per source; and formats."""
     names = {"fedavg": "FedAvg θ", "centralised": "central θ"}
     first = found.matched[next(iter(found.matched))]
     beside = [m[["acc", "measured", "ratio"]].rename(columns={
@@ -460,14 +443,14 @@ def figure_cohort_size(found: Findings) -> plt.Figure:
 
 
 def figure_step_size(found: Findings) -> plt.Figure:
-    """1/Δ_S against lr per cell (:func:`maskfed.book.plots.step_size`)."""
+    """1/Δ_S against lr per cell."""
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
     step_size(found.lr_table, ax=ax, title="1/Δ_S against lr")
     return fig
 
 
 def figure_models(found: Findings) -> plt.Figure:
-    """1/Δ_S against the parameter count, one panel per target accuracy, the paper's Table I in the last."""
+    """1/Δ_S against the parameter count, a panel per target, the paper's in the last."""
     targets = sorted(found.mtable["target"].unique())
     fig, axes = plt.subplots(len(targets), 1, figsize=(6.4, 3.4 * len(targets) + 1.6), sharex=True, sharey=True,
                              squeeze=False)
@@ -480,7 +463,7 @@ def figure_models(found: Findings) -> plt.Figure:
 
 
 def figure_own_trajectory(found: Findings) -> plt.Figure | None:
-    """ResNet-18-GN's own trajectory beside the paper's Table I value; None without either."""
+    """ResNet-18-GN's own trajectory beside the paper's value; None without either."""
     if found.own is None or found.p32 is None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.0))

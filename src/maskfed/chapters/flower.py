@@ -1,12 +1,6 @@
-"""Findings of the chapter "Measuring 1/Δ_S inside Flower" (``notebooks/flower.md``).
-
-:func:`findings` checks that the unmasked recovery factor 1/Δ_S (eq. 3, 8) that
-:class:`maskfed.integrations.flower.RecoveryFedAvg` logged in Flower's simulation engine
-(:func:`simulate_rounds`, which :func:`findings` calls in the chapter's visible cell) agrees with the one of the same rounds computed
-again with no Flower (:func:`maskfed.integrations.flower.maskfed_reference`) to float32 rounding
-(:func:`check_agreement`) and returns the page's glued values; :func:`sources_table` and :func:`figure_rounds`
-draw the page's table and figure.
-"""
+"""Findings of the chapter "Measuring 1/Δ_S inside Flower" (``notebooks/flower.md``): the unmasked 1/Δ_S
+(eq. 3, 8) that :class:`maskfed.integrations.flower.RecoveryFedAvg` logs in Flower's simulation engine against the
+same rounds computed with no Flower, to float32 rounding (:func:`check_agreement`)."""
 
 from __future__ import annotations
 
@@ -31,13 +25,11 @@ class FlowerDisagrees(AssertionError):
 
 
 def check_agreement(table: pd.DataFrame, reference: pd.DataFrame, rounds: int, mask_keep_prob) -> float:
-    """The largest relative gap between the strategy's and run_fedavg's unmasked 1/Δ_S over the rounds.
+    """The largest relative gap between the strategy's and run_fedavg's unmasked 1/Δ_S.
 
     Raises:
-        FlowerDisagrees: not ``rounds`` rounds in both, a gap of :data:`AGREEMENT` or more (or NaN), or
-            the strategy's unmasked updates not from where they must be ("received" without a mask,
-            "client metrics" under one).
-    """
+        FlowerDisagrees: not ``rounds`` rounds in both, a gap of :data:`AGREEMENT` or more (or NaN), or the unmasked
+            updates not "received" (no mask) or from "client metrics" (a mask)."""
     gaps = (table["recovery_unweighted"] / reference["recovery_unweighted"] - 1).abs()
     if len(gaps) != rounds or not gaps.max() < AGREEMENT:
         raise FlowerDisagrees(f"the strategy's 1/Δ_S and run_fedavg's differ: relative gaps {gaps.tolist()}")
@@ -49,8 +41,7 @@ def check_agreement(table: pd.DataFrame, reference: pd.DataFrame, rounds: int, m
 
 @dataclass(frozen=True)
 class Findings:
-    """What the page shows: ``values`` maps each glue name to a number or a short word
-    (:func:`maskfed.book.glue_numbers`); the rest are what the table and the figure are drawn from."""
+    """``values`` (glue names) and what the table and the figure are drawn from."""
 
     values: dict
     profile: Profile            # the profile whose first seed's run configuration was simulated
@@ -60,35 +51,19 @@ class Findings:
 
 
 def simulate_rounds(cfg: RunConfig, mask_keep_prob) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Run ``cfg`` in Flower's simulation engine with :class:`maskfed.integrations.flower.RecoveryFedAvg`
-    (:func:`maskfed.integrations.flower.simulate`), then the same rounds again with no Flower
-    (:func:`maskfed.integrations.flower.maskfed_reference`).
-
-    Returns:
-        (the strategy's rounds, :func:`maskfed.integrations.flower.history_table`; run_fedavg's rounds, index:
-        round).
-    """
+    """(the strategy's rounds in Flower's simulation engine, :func:`flower.history_table`;
+    run_fedavg's same rounds with no Flower, index: round)."""
     sim = flower.simulate(cfg, mask_keep_prob=mask_keep_prob, keep_updates=True)
     reference = pd.DataFrame(flower.maskfed_reference(cfg, mask_keep_prob=mask_keep_prob)).set_index("round")
     return flower.history_table(sim.strategy), reference
 
 
 def findings(profile: str, *, data_path=None, overrides: dict | None = None, mask_keep_prob=None) -> Findings:
-    """Simulate the first seed's run of ``profile`` in Flower (:func:`simulate_rounds`) and check the strategy's
-    recovery factor against run_fedavg's (:func:`check_agreement`).
-
-    Args:
-        profile: the run profile's name; data_path, overrides: as :func:`maskfed.engine.config.load_profile`
-            (e.g. ``{"rounds": 2}``).
-        mask_keep_prob: keep probability p of the shared block mask the clients apply (eq. 2); None: no mask.
-
-    Returns:
-        :class:`Findings`; its ``values``: ``fl_rounds``, ``fl_kc``, ``fl_k``, ``fl_gap`` (largest relative gap,
-        dimensionless, two significant digits) and ``fl_p`` (p, or "none").
+    """Simulate the first seed's run of ``profile`` in Flower and check it (:func:`check_agreement`);
+    ``mask_keep_prob``: p of the clients' shared block mask (eq. 2), None: no mask.
 
     Raises:
-        FlowerDisagrees: as :func:`check_agreement`.
-    """
+        FlowerDisagrees: as :func:`check_agreement`."""
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
     cfg = prof.run(prof.seeds[0])
     table, reference = simulate_rounds(cfg, mask_keep_prob)
@@ -99,9 +74,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, mas
 
 
 def sources_table(table: pd.DataFrame, reference: pd.DataFrame, mask_keep_prob) -> pd.DataFrame:
-    """Each round's 1/Δ_S (both conventions), σ̂² and ‖μ̂‖² from every source: the unmasked updates (received,
-    or sent by the clients as a metric under a mask: "unmasked (sent)"), the masked ones received (under a mask) and run_fedavg's;
-    columns (metric, source)."""
+    """Each round's 1/Δ_S (both conventions), σ̂² and ‖μ̂‖² per source (unmasked, masked under a
+    mask, run_fedavg's); columns (metric, source)."""
     metrics = list(flower.METRICS)
     unmasked = "unmasked (received)" if mask_keep_prob is None else "unmasked (sent)"
     sources = {unmasked: table[metrics]}
@@ -112,8 +86,7 @@ def sources_table(table: pd.DataFrame, reference: pd.DataFrame, mask_keep_prob) 
 
 
 def figure_rounds(table: pd.DataFrame, mask_keep_prob, cohort_size: int) -> plt.Figure:
-    """The strategy's 1/Δ_S round by round (unweighted, weighted, and the masked updates' under a mask),
-    with the ceiling K_c and 1; the caption is the chapter's."""
+    """The strategy's 1/Δ_S by round (and the masked updates' under a mask), with K_c and 1."""
     curves = ["recovery_unweighted", "recovery_weighted"] + ([] if mask_keep_prob is None
                                                              else ["masked_recovery_unweighted"])
     fig, ax = plt.subplots(figsize=(6.4, 4.0))

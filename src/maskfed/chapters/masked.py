@@ -1,16 +1,9 @@
 """What ``notebooks/masked_training.md`` shows: masked FedAvg against unmasked runs (limitation 3).
 
-:func:`findings` runs (or reuses) the chapter's grid of :mod:`maskfed.studies.masked_training` runs
-(protocol × keep probability p × mask mode × seed; eq. 2 masks, independent as in Prop. 2 or shared as
-in Prop. 3), summarises the final models' test accuracy and sharpness (top Hessian eigenvalue and
-Hutchinson trace, :mod:`maskfed.core.sharpness`), applies the chapter's disjoint-range rule (ours,
-:func:`maskfed.studies.masked_training.verdicts`), collects the unmasked runs' recovery factor
-1/Δ_S in the Euclidean and the block-Hessian inner product (eq. 3 and 8), and reads the same
-comparison from the archived runs of a longer profile (``cpu-masked``). The pure helpers
-(:func:`live_values`, :func:`verdict_values`, :func:`trajectory_values`, :func:`archived_section`) turn
-those frames into the glued numbers and verdict words; :func:`table_final`, :func:`figure_final` and
-:func:`figure_trajectory` draw the page's tables and figures. The sentences are the chapter's.
-"""
+:func:`findings` runs the chapter's grid of :mod:`maskfed.studies.masked_training` runs (protocol × keep
+probability p × mask mode (eq. 2; Prop. 2 independent, Prop. 3 shared) × seed), compares the final models' test
+accuracy and sharpness with p = 1 (:func:`maskfed.studies.masked_training.verdicts`), logs the unmasked runs'
+1/Δ_S in the Euclidean and the block-Hessian norm, and reads the same comparison from an archived profile."""
 
 from __future__ import annotations
 
@@ -35,25 +28,8 @@ UNITS = {"test_acc": "test accuracy (fraction)", "sharpness_top_eig": "top eigen
 
 @dataclass(frozen=True)
 class Findings:
-    """The chapter's values.
-
-    Attributes:
-        values: glue name -> number or short word (:func:`maskfed.book.glue_numbers`): :func:`live_values`,
-            :func:`verdict_values` (``mt_`` prefixed), ``mt_full_steps`` (:func:`median_steps` of the first
-            protocol), :func:`trajectory_values` and :func:`archived_section`'s.
-        profile: the shrunk profile the live runs used (for the banner).
-        banner_changes: what the page sets differently from the profile (rounds, K_c, seeds).
-        protocols: protocol name -> (batch size or "full", local epochs τ), in the page's order.
-        cohort_size: K_c of the live runs (the ceiling line of the trajectory figure).
-        final: one row per (setting, seed): the last round's test accuracy and sharpness.
-        summary: median, min and max across seeds per setting (:func:`mt.summary`).
-        verdicts: each masked setting and metric against p = 1 (:func:`mt.verdicts`).
-        trajectory: the unmasked runs' logged recovery factors in both norms (:func:`mt.recovery_trajectory`).
-        long_summary, long_verdicts, long_mode: the archived profile's summary, its verdicts against p = 1
-            and its shared-against-independent verdicts (:func:`mt.shared_vs_independent`); None when
-            the section is left out.
-        long_label: where and when the archived runs were made (:func:`archive.label`), or None.
-    """
+    """The chapter's values (``values``: glue name -> number or short word) and frames; ``long_*`` are the
+    archived profile's (:func:`archived_section`; None when left out); ``protocols``: name -> (batch size, τ)."""
 
     values: dict
     profile: Profile
@@ -82,19 +58,13 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
              hessian_every: int | None = None) -> Findings:
     """Run (or reuse) the chapter's masked-training runs and gather what the page shows.
 
-    Arguments are the chapter's parameters (see its parameters cell; ``archived`` is its
-    ``archived_from``: the archived profile of the last section, None to leave it out); None picks the
-    chapter's default for the profile: seeds [0, 1] (smoke) / [0, 1, 2]; rounds 4 / 15 / the profile's
-    (paper); K_c 3 / 5 / the profile's; protocols full batch and bs 16 (smoke) / 32, one local epoch
-    each; 3 / 10 / 50 sharpness iterations; Hessian batch 32 / 128 / 1024 images; the Hessian-weighted
-    factor every 2 / 5 / 10 rounds. ``overrides`` replace the profile's base after the chapter's own
-    rounds and K_c.
+    Arguments are the chapter's parameters (``archived``: its ``archived_from``, None to leave the section out);
+    None picks the chapter's default for smoke / cpu / paper (seeds, rounds, K_c, protocols, sharpness iterations,
+    Hessian batch and interval). ``overrides`` replace the profile's base after the chapter's own rounds and K_c.
 
     Raises:
-        ValueError, ConfigError: a bad parameter (:func:`mt.configs`, :func:`maskfed.engine.config.load_profile`).
-        RuntimeError: the unmasked runs logged no Hessian-weighted recovery factor.
-        FileNotFoundError, DataUnavailableError: the data cannot be found (:func:`runner.run_many`).
-    """
+        ValueError, ConfigError: a bad parameter. RuntimeError: no Hessian-weighted recovery factor logged.
+        FileNotFoundError, DataUnavailableError: the data cannot be found."""
     overrides = overrides or {}
 
     def pv(smoke, cpu, paper=None):
@@ -138,8 +108,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
 
 def live_values(cfg0: RunConfig, prof_rounds: int, prof_kc: int, n_seeds: int, n_runs: int,
                 sharpness_iters: int, hessian_batch: int) -> dict:
-    """The glued facts of the live runs: rounds, K_c of how many clients, seeds, runs, the sharpness
-    settings, the profile's own rounds and K_c (``prof_rounds``, ``prof_kc``), and ``mt_shrink``: "fewer"
+    """The live runs' settings (``mt_...``), the profile's own rounds and K_c, and ``mt_shrink``: "fewer"
     when this chapter runs fewer rounds or a smaller K_c than the profile, else "as many"."""
     shrunk = cfg0.rounds < prof_rounds or cfg0.cohort_size < prof_kc
     return {"mt_rounds": cfg0.rounds, "mt_kc": cfg0.cohort_size, "mt_seeds": n_seeds, "mt_runs": n_runs,
@@ -148,12 +117,10 @@ def live_values(cfg0: RunConfig, prof_rounds: int, prof_kc: int, n_seeds: int, n
 
 
 def median_steps(metrics: dict, protocol: str) -> float:
-    """Median over every round of every run of ``protocol`` of T_mean, the local steps a client takes
-    in a round (``metrics``: (setting, seed) -> metrics.csv frame).
+    """Median T_mean (local steps a round) over every round of every run of ``protocol``.
 
     Raises:
-        ValueError: no run of ``protocol`` in ``metrics``.
-    """
+        ValueError: no run of ``protocol`` in ``metrics``."""
     frames = [m["T_mean"] for (s, _), m in metrics.items() if s.protocol == protocol]
     if not frames:
         raise ValueError(f"no run of protocol {protocol!r}")
@@ -161,18 +128,9 @@ def median_steps(metrics: dict, protocol: str) -> float:
 
 
 def verdict_values(summ: pd.DataFrame, verd: pd.DataFrame) -> dict:
-    """The numbers of "does the recovered penalty buy flatness or accuracy?" for one set of runs, unprefixed.
-
-    Args:
-        summ: :func:`mt.summary` (each protocol with its p = 1 row), in the page's protocol order.
-        verd: :func:`mt.verdicts` of ``summ``.
-
-    Returns:
-        ``n_cmp``, ``n_better``, ``n_worse``, ``n_within`` (the verdicts' counts), ``n_protocols``, the
-        first and last protocol's names (``full_name``, ``mini_name``) and unmasked median accuracies
-        (``acc_full``, ``acc_mini``, to 3 decimals as the page writes them), and ``stage``: "far from
-        trained" when no unmasked median accuracy reaches 0.5, else "partly trained".
-    """
+    """The verdicts' counts (``n_cmp``, ``n_better``, ``n_worse``, ``n_within``), ``n_protocols``,
+    the first and last protocol's ``full_name``, ``mini_name`` and unmasked median accuracy (``acc_full``,
+    ``acc_mini``, 3 decimals), and ``stage`` ("far from trained" below 0.5 accuracy, else "partly trained"); unprefixed."""
     n_better, n_worse = int((verd.verdict == "better").sum()), int((verd.verdict == "worse").sum())
     acc1 = summ[summ.p == 1.0].set_index("protocol").test_acc_median
     return {"n_cmp": len(verd), "n_better": n_better, "n_worse": n_worse, "n_within": len(verd) - n_better - n_worse,
@@ -182,10 +140,8 @@ def verdict_values(summ: pd.DataFrame, verd: pd.DataFrame) -> dict:
 
 
 def trajectory_values(traj: pd.DataFrame, hessian_every: int) -> dict:
-    """The glued summary of the two-norm recovery factors (``traj``: :func:`mt.recovery_trajectory`):
-    the logging interval, median and largest magnitude of the gap (Hessian − Euclidean, dimensionless,
-    to 2 decimals as the page writes them), how many logged (run, round) pairs there are, and in how
-    many the Hessian-weighted factor is below the Euclidean one and below 1."""
+    """The two-norm factors' gap (Hessian − Euclidean, median and largest magnitude, 2 decimals),
+    the logged (run, round) pairs and how many have the Hessian-weighted factor below the Euclidean one and below 1."""
     return {"mt_every": hessian_every, "mt_gap_median": round(float(traj.gap.median()), 2),
             "mt_gap_abs_max": round(float(traj.gap.abs().max()), 2), "mt_h_below_e": int((traj.gap < 0).sum()),
             "mt_n_logged": len(traj), "mt_h_below_1": int((traj.hessian < 1).sum())}
@@ -199,19 +155,12 @@ LONG_KEYS = ("mt_long_kc", "mt_long_clients", "mt_long_rounds", "mt_long_seeds",
 
 
 def archived_section(archived: str | None) -> tuple:
-    """The archived section: (glued values, summary, verdicts against p = 1, shared-against-independent
-    verdicts, :class:`archive.ArchiveLabel`) of the ``archived`` profile's masked runs
-    (:func:`mt.profile_configs`, :func:`archive.select_keyed`).
-
-    The values (:data:`LONG_KEYS`) are one run's settings (K_c, clients, rounds, sharpness iterations
-    and batch), the seeds, how many of the profile's masked runs are not archived, :func:`verdict_values`
-    and the count of shared-against-independent comparisons within the seed spread; ``mt_long_status``
-    says whether the section is "shown", "left out" (``archived`` None) or "not archived" (the archive
-    holds none of the runs), and in the last two cases the frames and the label are None and the values "–".
+    """(values :data:`LONG_KEYS`, summary, verdicts, shared-against-independent verdicts, label) of
+    the ``archived`` profile's masked runs; ``mt_long_status`` "shown", "left out" (None) or "not archived" (frames
+    and label None, values "–").
 
     Raises:
-        ValueError: unknown profile name. ConfigError: the profile defines no masked runs.
-    """
+        ValueError: unknown profile name. ConfigError: the profile defines no masked runs."""
     if archived is not None:
         lcfgs = mt.profile_configs(load_profile(archived))
         lruns = archive.select_keyed(archive.require_complete(archived), lcfgs)
@@ -236,8 +185,7 @@ def _cell(r: pd.Series, k: str, fmt: str) -> str:
 
 
 def table_final(summ: pd.DataFrame) -> pd.DataFrame:
-    """The page's table of a :func:`mt.summary`: protocol, p, mask and, per final metric, the median
-    across seeds with the range in brackets (accuracy to 3 decimals, sharpness to 3 significant digits)."""
+    """Per setting of a :func:`mt.summary`: median across seeds [range] of each final metric."""
     return pd.DataFrame({
         "protocol": summ.protocol, "p": summ.p.map("{:g}".format), "mask": summ["mode"],
         "test accuracy": [_cell(r, "test_acc", "{:.3f}") for _, r in summ.iterrows()],
@@ -252,8 +200,7 @@ def table_long(lsumm: pd.DataFrame) -> pd.DataFrame:
 
 
 def figure_final(found: Findings) -> plt.Figure:
-    """Each final metric per seed (dots) and its median over seeds (bar), one panel per metric
-    (sharpness on a log axis), settings along x, one colour per protocol."""
+    """Each final metric per seed (dots) and its median (bar), one panel per metric."""
     final, summ = found.final, found.summary
     fig, axes = plt.subplots(3, 1, figsize=(6.4, 9.0), sharex=True)
     for ax, (k, (label, _)) in zip(axes, mt.FINAL_METRICS.items()):
@@ -278,8 +225,7 @@ def figure_final(found: Findings) -> plt.Figure:
 
 
 def figure_trajectory(found: Findings) -> plt.Figure:
-    """The unmasked runs' recovery factor in the Euclidean and the block-Hessian norm by round (each
-    seed faint, the median over seeds joined), their gap, and the ceiling K_c; one panel per protocol."""
+    """The unmasked runs' 1/Δ_S in both norms by round, their gap and K_c; a panel per protocol."""
     traj, protocols = found.trajectory, found.protocols
     tmed = traj.groupby(["protocol", "round"], sort=False)[["euclidean", "hessian", "gap"]].median().reset_index()
     fig, axes = plt.subplots(len(protocols), 1, figsize=(6.4, 3.4 * len(protocols) + 1.2), sharex=True, squeeze=False)

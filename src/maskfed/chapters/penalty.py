@@ -1,15 +1,7 @@
 """Findings of the chapter "The measured penalty and the Hessian-weighted recovery factor"
-(``notebooks/limit_penalty.md``).
-
-The chapter tests two limitations the paper names and leaves open (Yan et al. 2026): the masking penalty
-is a second-order expansion (Prop. 1-3, eq. 4-7), and Corollary 1 (eq. 8) makes
-R_shr / R_ind = 1/Δ_S only in the block-diagonal Hessian norm, while the paper reports 1/Δ_S in the
-Euclidean one. For the cohorts of a few FedAvg rounds and two local protocols,
-:func:`maskfed.derivation.limits.measure_limits` measures the excess loss under independent and
-shared block masks by Monte Carlo, predicts R_ind (eq. 6) and R_shr (eq. 7) by block Hessian-vector
-products, and gives 1/Δ_S in both norms. :func:`findings` gathers the chapter's glued values and
-frames from that table; the ``table_...`` and ``figure_...`` functions give what it shows.
-"""
+(``notebooks/limit_penalty.md``): the second-order penalty (Prop. 1-3, eq. 4-7) against the Monte Carlo excess
+loss under independent and shared block masks, and 1/Δ_S in the block-Hessian (eq. 8) and Euclidean norms
+(:func:`maskfed.derivation.limits.measure_limits`)."""
 
 from __future__ import annotations
 
@@ -38,8 +30,7 @@ PENALTY_FORMATS = {c: "{:.3g}" for c in PENALTY_COLUMNS.values()} | {"miss ind."
 
 @dataclass(frozen=True)
 class Findings:
-    """What the chapter shows: ``values`` maps each glue name (``lp_...``) to a number or a short word;
-    the rest are the frames and settings the table and the figures are drawn from."""
+    """``values`` (glue name ``lp_...`` -> number or short word) and what the tables and figures draw."""
 
     values: dict
     profile: Profile        # the loaded profile (for the banner)
@@ -52,14 +43,10 @@ class Findings:
 
 def settings(profile: str, *, at_rounds=None, protocols=None, train_protocol=None, n_draws=None,
              eval_size=None) -> dict:
-    """The chapter's settings with its defaults filled in for ``profile``: protocols full batch and a
-    minibatch one (:func:`maskfed.derivation.limits.default_protocols`), the last of them training the
-    trajectory, rounds [0, 1] / [0, 3] / [0, 10, 50], 8 / 64 / 400 mask draws and evaluation batches of
-    64 / 128 / 1024 images at smoke / cpu / paper (:func:`maskfed.derivation.theory.profile_value`).
+    """The chapter's settings, defaults filled in for ``profile`` (smoke / cpu / paper).
 
     Raises:
-        ValueError: unknown profile.
-    """
+        ValueError: unknown profile."""
     protocols = limits.default_protocols(profile) if protocols is None else protocols
     return {"protocols": protocols,
             "train_protocol": list(protocols)[-1] if train_protocol is None else train_protocol,
@@ -70,18 +57,8 @@ def settings(profile: str, *, at_rounds=None, protocols=None, train_protocol=Non
 
 
 def cases_table(table: pd.DataFrame, n_se: float) -> pd.DataFrame:
-    """One row per (cohort, mask mode) of the limits table.
-
-    Args:
-        table: :func:`maskfed.derivation.limits.second_order_error` of a limits table (``round``,
-            ``protocol``, ``T``, ``excess_<m>``, ``excess_<m>_se``, ``r_<m>``, ``miss_<m>``, ``miss_<m>_se``
-            for m in ind, shr; excess and R in nats, misses as fractions).
-        n_se: standard errors within which the prediction holds (:func:`maskfed.derivation.limits.within_se`).
-
-    Returns:
-        Columns round, protocol, mode ("independent" / "shared"), T, measured, se, predicted, miss,
-        miss_se and holds (bool).
-    """
+    """One row per (cohort, mask mode) of a :func:`maskfed.derivation.limits.second_order_error` table:
+    round, protocol, mode, T, measured, se, predicted, miss, miss_se and holds (within ``n_se`` SE)."""
     cases = []
     for _, row in table.iterrows():
         for mode, name in (("ind", "independent"), ("shr", "shared")):
@@ -94,20 +71,13 @@ def cases_table(table: pd.DataFrame, n_se: float) -> pd.DataFrame:
 
 
 def jump(p: float) -> float:
-    """How far a masked aggregate lies from θ − Δ̄ at most, in units of a block's own length: a kept block
-    (scaled by 1/p) moves by 1/p − 1 of it, a dropped one by all of it (eq. 2 with keep probability p)."""
+    """The largest move of a masked aggregate from θ − Δ̄ in units of a block's length (eq. 2, keep prob. p)."""
     return max(1 / p - 1, 1.0)
 
 
 def norm_values(table: pd.DataFrame) -> dict:
-    """The two-norm comparison: per cohort, the gaps |measured ratio − 1/Δ_S| in the block-Hessian norm and in
-    the Euclidean one (dimensionless, their means to 2 decimals), and the relative gap between the two norms'
-    1/Δ_S (whole percent), rounded as the page writes them.
-
-    Returns:
-        ``lp_n_cohorts``, ``lp_closer_h`` (cohorts where the block-Hessian factor is the closer),
-        ``lp_norm_gap_max_pct``, ``lp_norm_gap_mean_pct``, ``lp_gap_h_mean``, ``lp_gap_e_mean``.
-    """
+    """Per cohort |measured ratio − 1/Δ_S| in each norm (their means, 2 decimals), cohorts where the
+    block-Hessian one is closer, and the relative gap between the norms' 1/Δ_S (whole %)."""
     gap_h = (table.ratio_measured - table.recovery_h).abs()
     gap_e = (table.ratio_measured - table.recovery_euclid).abs()
     norm_gap = (table.recovery_h / table.recovery_euclid - 1).abs()
@@ -120,21 +90,11 @@ def norm_values(table: pd.DataFrame) -> dict:
 def findings(profile: str, *, data_path=None, overrides: dict | None = None, at_rounds=None, protocols=None,
              train_protocol=None, p: float = 0.5, n_draws=None, eval_size=None, granularity: str = "tensor",
              n_se: float = 3.0) -> Findings:
-    """The chapter's findings, from its parameters (see the chapter's parameters cell for each; None
-    takes the defaults of :func:`settings`).
-
-    Measures (or reads from the cache) :func:`maskfed.derivation.limits.measure_limits` on the profile's
-    first seed, with :func:`maskfed.derivation.limits.second_order_error`; minutes at the cpu profile.
-
-    Returns:
-        :class:`Findings`; its ``values`` hold the settings shown (with :func:`jump` and the network's
-        piecewise-linear layer kinds, "none" if it has none), how many cases hold within ``n_se``
-        standard errors, the largest relative miss (whole percent) and where, and :func:`norm_values`.
+    """The chapter's findings from its parameters (None: the defaults of :func:`settings`), on the
+    profile's first seed (:func:`maskfed.derivation.limits.measure_limits`, cached).
 
     Raises:
-        ValueError: a block-Hessian penalty R_ind or R_shr is not positive (eq. 6-7 need positive
-            curvature along the update here), or unknown profile.
-    """
+        ValueError: R_ind or R_shr not positive (eq. 6-7 need positive curvature here), or unknown profile."""
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
     cfg = prof.run(prof.seeds[0])
     s = settings(profile, at_rounds=at_rounds, protocols=protocols, train_protocol=train_protocol, n_draws=n_draws,
@@ -169,15 +129,13 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, at_
 
 
 def table_penalty(f: Findings) -> pd.DataFrame:
-    """Measured against predicted penalty per cohort: index (t, protocol, T: mean local steps); the columns
-    of :data:`PENALTY_COLUMNS` (nats; misses as fractions)."""
+    """Measured against predicted penalty per cohort (nats; misses as fractions)."""
     return f.table.rename(columns={"round": "t", **PENALTY_COLUMNS}).set_index(["t", "protocol", "T"])[
         list(PENALTY_COLUMNS.values())]
 
 
 def table_cases(f: Findings) -> pd.DataFrame:
-    """Each (cohort, mask mode) case: index (t, protocol, masks), its miss in whole percent (measured over
-    predicted minus one) and whether the prediction holds within ``n_se`` standard errors."""
+    """Each (cohort, mask mode): its miss (whole %) and whether it holds within ``n_se`` SE."""
     c = f.cases
     return pd.DataFrame({"t": c["round"], "protocol": c.protocol, "masks": c["mode"],
                          "miss (%)": (100 * c.miss).round(), "holds": c.holds}).set_index(
@@ -185,9 +143,7 @@ def table_cases(f: Findings) -> pd.DataFrame:
 
 
 def figure_penalty(f: Findings) -> plt.Figure:
-    """Monte Carlo excess loss (± n_se standard errors) against the second-order prediction R of eq. (6)-(7),
-    one colour per protocol, filled markers for independent masks and open ones for shared; log-log with
-    the diagonal measured = predicted."""
+    """Measured excess loss (± n_se SE) against the prediction R (eq. 6-7), log-log."""
     fig, ax = plt.subplots(figsize=(6.4, 5.0))
     cases, n_se = f.cases, f.n_se
     markers = {"independent": "o", "shared": "s"}
@@ -209,8 +165,7 @@ def figure_penalty(f: Findings) -> plt.Figure:
 
 
 def figure_recovery(f: Findings) -> plt.Figure:
-    """Per cohort: the measured ratio of the shared to the independent excess loss (± n_se SE) beside
-    1/Δ_S in the block-Hessian norm (= R_shr / R_ind, eq. 8) and in the Euclidean norm, with the ceiling K_c."""
+    """Per cohort: the measured shared-over-independent ratio beside 1/Δ_S in both norms, and K_c."""
     fig, ax = plt.subplots(figsize=(6.4, 5.0))
     table, n_se, k_c = f.table, f.n_se, f.cfg.cohort_size
     x = np.arange(len(table))

@@ -1,10 +1,5 @@
-"""Findings of the appendix "How fast one FedAvg round runs" (``notebooks/performance.md``).
-
-:func:`findings` reads the newest ``make bench`` CSV (:func:`maskfed.perf.bench.latest_or_tiny`; a tiny
-benchmark when there is none) and gathers the glued values (source, machine, model, a round's time),
-the images-per-second table and the three ratios against their targets (P2 = ours / bare SGD,
-P3 = typical FedAvg / ours, batched / sequential); why each ratio is where it is, the page says.
-"""
+"""Findings of the appendix "How fast one FedAvg round runs" (``notebooks/performance.md``): the newest
+``make bench`` CSV (else a tiny benchmark), its images per second and three ratios against their targets."""
 
 from __future__ import annotations
 
@@ -23,10 +18,8 @@ TARGETS = {"P2 (ours / bare)": "≤ 1.05", "P3 (typical / ours)": "≥ 3 (GPU)",
 
 @dataclass(frozen=True)
 class Findings:
-    """What the appendix shows: ``values`` (glue name -> number or short word), the benchmark rows ``df``
-    (:func:`maskfed.perf.bench.run`'s columns), ``throughput`` (images per second, one column per path),
-    ``targets`` (one row per ratio: lowest and highest over the protocols, target) and ``ratios``
-    (per protocol)."""
+    """``values`` (glue names), the benchmark rows, images per second per path, the targets table and the
+    ratios per protocol."""
 
     values: dict
     df: pd.DataFrame
@@ -36,11 +29,8 @@ class Findings:
 
 
 def source_values(df: pd.DataFrame, file: str | None) -> dict:
-    """The glued description of benchmark rows ``df`` (all from one machine) read from ``file`` (None:
-    the book's own tiny benchmark, run now): ``perf_source`` ("make bench" or "tiny bench"),
-    ``perf_file``, where and on what it ran, the model and its parameters, the profile, clients, batch
-    sizes, timed rounds per path, and a round's time in whole ms, min and max over the rows' median per
-    protocol (``perf_ms_lo``, ``perf_ms_hi``)."""
+    """Where, on what and with which model the benchmark ``df`` ran (read from ``file``; None: the
+    tiny one), and a round's time in whole ms (min and max over the protocols' medians)."""
     first = df.iloc[0]
     round_ms = 1000 * df.groupby(["precision", "batch_size", "local_epochs"])["seconds"].median()
     return {"perf_source": "tiny bench" if file is None else "make bench", "perf_file": file or "none",
@@ -54,21 +44,17 @@ def source_values(df: pd.DataFrame, file: str | None) -> dict:
 
 
 def targets_table(ratios: pd.DataFrame) -> pd.DataFrame:
-    """One row per ratio (index "ratio", :data:`TARGETS`' names): its lowest and highest value over the
-    protocols and its target.
+    """Per ratio of :data:`TARGETS`: lowest and highest over the protocols, and its target.
 
     Raises:
-        KeyError: ``ratios`` lacks a column of :data:`RATIOS`.
-    """
+        KeyError: ``ratios`` lacks a column of :data:`RATIOS`."""
     return pd.DataFrame({"ratio": list(TARGETS), "lowest": [ratios[r].min() for r in RATIOS],
                          "highest": [ratios[r].max() for r in RATIOS], "target": list(TARGETS.values())}
                         ).set_index("ratio")
 
 
 def ratio_values(df: pd.DataFrame, ratios: pd.DataFrame) -> dict:
-    """The glued numbers behind the ratios: the protocol where P2 is largest (``perf_p2_bs``,
-    ``perf_p2_tau``) and its local steps, all clients together (``perf_p2_steps``), the engine that
-    ``engine: auto`` picks (``perf_ours``) and the lowest P3 (``perf_p3_lo``, 2 decimals)."""
+    """The protocol of the largest P2, its local steps, the engine ``auto`` picks, the lowest P3."""
     steps = df.groupby(["batch_size", "local_epochs"])["steps"].max()
     worst = ratios.loc[ratios["P2_ours_over_bare"].idxmax()]
     return {"perf_p2_bs": worst["batch_size"], "perf_p2_tau": int(worst["local_epochs"]),
@@ -78,16 +64,10 @@ def ratio_values(df: pd.DataFrame, ratios: pd.DataFrame) -> dict:
 
 
 def findings(profile: str = "smoke") -> Findings:
-    """Read the newest benchmark (or run the tiny one) and gather the appendix's values and tables.
-
-    Args:
-        profile: the chapters' common first argument, checked but not read: this appendix renders the
-            newest ``make bench`` result whatever profile it timed, or else the tiny benchmark of
-            :func:`maskfed.perf.bench.latest_or_tiny`, which always runs at the smoke profile.
+    """Read the newest benchmark (or run the tiny one); ``profile`` is checked but not read.
 
     Raises:
-        ValueError: unknown profile; as :func:`maskfed.perf.bench.latest_or_tiny`.
-    """
+        ValueError: unknown profile; as :func:`maskfed.perf.bench.latest_or_tiny`."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {list(PROFILES)}; got {profile!r}")
     path = bench.latest_csv()

@@ -1,10 +1,4 @@
-"""Findings of the appendix "Provenance" (``notebooks/provenance.md``): where every run of a build came from.
-
-:func:`findings` runs (or reuses) every run the profile's chapters use and returns them with the page's
-frames: whose setting each run setting is (:func:`settings_table`), the runs' provenance, the first run's
-environment, the configurations (shared settings and the fields that vary), and one section per archived
-profile (:func:`archived_sections`); the page's sentences are its Markdown's.
-"""
+"""Findings of the appendix "Provenance" (``notebooks/provenance.md``): where every run of a build came from."""
 
 from __future__ import annotations
 
@@ -34,11 +28,7 @@ class Findings:
 
 
 def findings(profile: str, *, data_path=None, overrides: dict | None = None, workers: int | None = None) -> Findings:
-    """Run (or reuse) every run of ``profile``'s chapters (:func:`maskfed.studies.experiments.all_configs`).
-
-    Raises:
-        ConfigError, FileNotFoundError, DataUnavailableError: as :func:`maskfed.engine.runner.run_many`.
-    """
+    """Run (or reuse) every run of ``profile``'s chapters (:func:`maskfed.studies.experiments.all_configs`)."""
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
     results = runner.run_many(experiments.all_configs(prof), workers=prof.workers if workers is None else workers,
                               progress=False)
@@ -46,24 +36,21 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
 
 
 def settings_table(profile_name: str) -> pd.DataFrame:
-    """Every run setting with its value in the paper profile (and ``profile_name``'s) and "stated by": "paper"
-    or "ours" (:func:`maskfed.book.settings_table`)."""
+    """:func:`maskfed.book.settings_table` with "stated by" ("paper" or "ours")."""
     settings = book.settings_table(profile_name).rename(columns={"value": "paper profile"})
     settings["stated by"] = ["ours" if w.startswith("ours") else "paper" for w in settings["whose"]]
     return settings
 
 
 def environment_json(provenance: dict) -> str:
-    """The first run's commit, code hash, packages, machine and data (:data:`ENVIRONMENT`) with the kind of its
-    data fingerprint, as indented JSON without machine paths."""
+    """The first run's :data:`ENVIRONMENT` and its fingerprint's kind, JSON without paths."""
     shown = {**{k: provenance[k] for k in ENVIRONMENT},
              "data_fingerprint_kind": book.recorded_fingerprint(provenance)[0]}
     return book.without_paths(json.dumps(shown, indent=2))
 
 
 def configurations(results: list) -> tuple[str, pd.DataFrame]:
-    """(the settings every run shares, as JSON one a line without machine paths; the fields that vary, one
-    row per run)."""
+    """(the settings every run shares, JSON without paths; the fields that vary, a row per run)."""
     cfgs = pd.DataFrame([r.config.model_dump(mode="json") for r in results])
     varying = [c for c in cfgs if cfgs[c].astype(str).nunique() > 1]
     first = results[0].config.model_dump(mode="json")  # plain JSON values (numbers stay numbers)
@@ -72,10 +59,8 @@ def configurations(results: list) -> tuple[str, pd.DataFrame]:
 
 
 def archived_sections(live_profile: str) -> list[tuple[str, str, str, pd.DataFrame | None]]:
-    """One (profile name, heading, label, run provenance table or None) per archived book profile other than
-    ``live_profile``: the heading is the profile's column name in the book's tables
-    (:func:`maskfed.studies.archive.column_name`), the label the archive's own provenance label
-    (:meth:`maskfed.studies.archive.ArchiveLabel.text`), or "no archived run"."""
+    """Per archived book profile but ``live_profile``: (name, column name, the archive's label or
+    "no archived run", run provenance table or None)."""
     out = []
     for name in (p for p in archive.BOOK_PROFILES if p != live_profile):
         runs = archive.require_complete(name)

@@ -1,10 +1,6 @@
 """Findings of the chapter "Stage or sampling? Every protocol at the same checkpoints"
-(``notebooks/stage_or_sampling.md``): the stage study (:mod:`maskfed.studies.stage`, through
-:func:`maskfed.book.evidence.stage_study`) asks whether the spread of 1/Δ_S (eq. 3, 8) follows the
-checkpoint ("stage") or exact against sampled local gradients ("sampling"). :func:`findings` gathers the
-glued values, tables and figures' inputs; the ``table_...`` and ``figure_...`` functions give what the
-chapter shows.
-"""
+(``notebooks/stage_or_sampling.md``): does the spread of 1/Δ_S (eq. 3, 8) follow the checkpoint ("stage") or
+exact against sampled local gradients ("sampling")? (:mod:`maskfed.studies.stage`)"""
 
 from __future__ import annotations
 
@@ -33,8 +29,8 @@ VERDICT_ROWS = {"stage share (%)": "stage", "between seeds (%)": "seed", "sampli
 
 @dataclass(frozen=True)
 class Findings:
-    """What the chapter shows: ``values`` maps each glue name (``st_...``) to a number, a verdict word or a
-    truth value (for the chapter's checks); the rest are what the tables and figures are drawn from."""
+    """``values`` (glue name ``st_...`` -> number, verdict word or truth value) and what the tables and
+    figures are drawn from."""
 
     values: dict
     study: evidence.BookStudy   # the stage study (table, checkpoints, branches)
@@ -52,23 +48,21 @@ class Findings:
 
 
 def percent(share: float) -> float | int:
-    """A share (a fraction) as the whole percentage a reader writes (``0.564`` -> ``56``); NaN stays NaN."""
+    """A fraction as a whole percentage (``0.564`` -> ``56``); NaN stays NaN."""
     return share if math.isnan(share) else int(round(100 * share))
 
 
 def cliff_table(t1: pd.DataFrame, checkpoints: pd.DataFrame) -> pd.DataFrame:
-    """The cliff (:func:`maskfed.studies.stage.cliff_by_stage`) at every checkpoint of every seed: one row per
-    (seed, stage) of ``checkpoints`` (``round``, ``test_acc``) with ``stage``, ``cliff``, ``seed``, ``round``,
-    ``test_acc``, from ``t1``, stage-study rows of Table I's protocols."""
+    """The cliff (:func:`maskfed.studies.stage.cliff_by_stage`) per (seed, stage) of ``t1`` with the
+    checkpoint's round and test accuracy."""
     cliffs = pd.concat([stage.cliff_by_stage(g.drop(columns="seed")).rename("cliff").to_frame().assign(seed=s)
                         for s, g in t1.groupby("seed")]).reset_index()
     return cliffs.merge(checkpoints[["seed", "stage", "round", "test_acc"]], on=["seed", "stage"])
 
 
 def f5_spans(t1: pd.DataFrame) -> dict[str, pd.Series]:
-    """The paper's own comparison (Sec. IV-C) at the same θ: full batch τ = 5 over batch 128 with τ = 1
-    (key ``"128_1"``) and τ = 2 (``"128_2"``), median 1/Δ_S over median 1/Δ_S at each (seed, stage)
-    after initialisation (stage 0 dropped). A key is missing when the study lacks either protocol."""
+    """Full batch τ = 5 over batch 128 with τ = 1 (``"128_1"``) and τ = 2 (``"128_2"``), median 1/Δ_S per
+    (seed, stage) after θ_0 (Sec. IV-C's pair at the same θ); a key is missing without either protocol."""
     pivot = t1.pivot_table(index=["seed", "stage"], columns=["batch_size", "local_epochs"],
                            values="recovery_unweighted")
     pairs = {k: pivot[("full", 5)] / pivot[(b, t)] for k, (b, t) in F5_PAIRS.items()
@@ -77,10 +71,8 @@ def f5_spans(t1: pd.DataFrame) -> dict[str, pd.Series]:
 
 
 def half_values(name: str, v: dict | None) -> dict:
-    """The glued values of one half (or range) of training (an entry of
-    :func:`maskfed.studies.stage.verdict_by_range`, None where no checkpoint falls in it): ``st_<name>_label``
-    (the verdict word, "not reached" for None), the shares as whole percentages, the two effects (×) and the
-    accuracy range to two decimals (NaN for None)."""
+    """The glued values of one range of :func:`maskfed.studies.stage.verdict_by_range` (None: "not
+    reached", NaN): ``st_<name>_label``, shares as whole percentages, effects and accuracies to two decimals."""
     shares, rest = ("stage", "seed", "sampling", "protocol"), ("sampling_effect", "stage_effect", "acc_min", "acc_max")
     v = v or {"verdict": "not reached", **dict.fromkeys(shares + rest, float("nan"))}
     return {f"st_{name}_label": v["verdict"], **{f"st_{name}_{k}": percent(v[k]) for k in shares},
@@ -88,11 +80,8 @@ def half_values(name: str, v: dict | None) -> dict:
 
 
 def source_values(spec: stage.StageSpec, source_profile: str | None) -> dict:
-    """Where :func:`maskfed.book.evidence.stage_study` takes the study from: ``st_origin`` ("archived": the
-    archive of ``source_profile`` holds a study with these settings and no branches are asked for; "archived
-    trajectories": only its trajectories; "own run": no ``source_profile``), ``st_measured`` (date or "this
-    build"), ``st_code`` (run code hash), ``st_trajectories`` (run folders, else "–") and ``st_changed`` (the
-    archived study's files changed since, else "none")."""
+    """Where the study comes from: ``st_origin`` ("archived", "archived trajectories" or "own run"),
+    ``st_measured``, ``st_code``, ``st_trajectories`` and ``st_changed``."""
     arch = archive.load_stage_study(source_profile) if source_profile else None
     if arch is not None and arch.spec == spec and not spec.branch_rounds:
         return {"st_origin": "archived", "st_measured": arch.provenance["finished_utc"][:10],
@@ -109,13 +98,9 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
              ladder_from: str | None = CPU_PAPER, stages: int | None = None, stage_rounds: list | None = None,
              target_accuracies: list | None = None, extra_rounds: list | None = None, pool_size: int | None = None,
              num_cohorts: int | None = None, branch_rounds: int | None = None) -> Findings:
-    """The chapter's findings, from its parameters (see the chapter's parameters cell for each).
-
-    The ladders are ``ladder_from``'s archived trajectories when its archive holds them
-    (:func:`maskfed.book.evidence.stage_source`), else ``profile``'s own run; the stage settings are
-    :func:`maskfed.studies.stage.make_spec` of that profile with the given fields. The study is read
-    from the archive when it holds one with these settings, else measured (cached).
-    """
+    """The chapter's findings from its parameters: the ladders are ``ladder_from``'s archived
+    trajectories where archived, else ``profile``'s own run; the study is read from the archive where it holds one
+    with these settings, else measured (cached)."""
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
     source_profile = evidence.stage_source(ladder_from)
     spec = stage.make_spec(source_profile or profile, stages=stages, rounds=stage_rounds,
@@ -178,22 +163,19 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
 # --------------------------------------------------------------------------- tables
 
 def table_checkpoints(f: Findings) -> pd.DataFrame:
-    """The ladders' checkpoints: index (seed, stage); round, test accuracy (fraction), test loss (nats)."""
+    """The checkpoints by (seed, stage): round, test accuracy, test loss (nats)."""
     return (f.study.checkpoints.set_index(["seed", "stage"])[["round", "test_acc", "test_loss"]]
             .rename(columns={"test_acc": "test accuracy", "test_loss": "test loss (nats)"}))
 
 
 def table_cliffs(f: Findings) -> pd.DataFrame:
-    """The cliff at each checkpoint (:func:`cliff_table`): index (seed, stage); round, checkpoint accuracy
-    (fraction), cliff (dimensionless). The paper's one value is in the chapter's text, not on every row."""
+    """The cliff at each checkpoint by (seed, stage), with its round and accuracy."""
     return (f.cliffs.set_index(["seed", "stage"])[["round", "test_acc", "cliff"]]
             .rename(columns={"test_acc": "checkpoint accuracy", "cliff": "cliff, these measurements"}))
 
 
 def table_verdicts(f: Findings) -> pd.DataFrame:
-    """The verdict per half of training (:func:`maskfed.studies.stage.verdict_by_range`), a column a half
-    ("early", "late"), a row per quantity: checkpoints, accuracy range, :data:`VERDICT_ROWS` rounded by
-    :func:`half_values` as the text reads them, and the verdict."""
+    """The verdict per half of training, a column a half, a row per quantity."""
     def column(k: str, v: dict) -> dict:
         h = half_values(k, v)
         return {"checkpoints (stage)": ", ".join(map(str, v["stages"])),
@@ -204,8 +186,7 @@ def table_verdicts(f: Findings) -> pd.DataFrame:
 
 
 def table_alpha(f: Findings) -> pd.DataFrame:
-    """Median 1/Δ_S (unweighted and n_k-weighted) of Table II's protocol under each α: index (seed, stage);
-    columns (quantity, "α = ..."), α from the largest to the smallest."""
+    """Median 1/Δ_S (both conventions) of Table II's protocol per α (largest first) by (seed, stage)."""
     tab = f.t2.pivot_table(index=["seed", "stage"], columns="alpha", values=["recovery_unweighted", "recovery_weighted"])
     tab = tab.reindex(columns=sorted(tab.columns, key=lambda c: (c[0], -c[1])))
     return (tab.rename(columns={"recovery_unweighted": "1/Δ_S", "recovery_weighted": "1/Δ_S (n_k-wtd.)"}, level=0)
@@ -215,8 +196,7 @@ def table_alpha(f: Findings) -> pd.DataFrame:
 # --------------------------------------------------------------------------- figures (finish them with plots.finish)
 
 def figure_recovery(f: Findings) -> plt.Figure:
-    """One panel per seed: 1/Δ_S of the nine local protocols against the checkpoint's test accuracy
-    (:func:`maskfed.book.plots.against_stage`, with the ceiling K_c); the caption is the chapter's."""
+    """One panel per seed: 1/Δ_S of each protocol against the checkpoint's accuracy, and K_c."""
     fig, axes = plt.subplots(len(f.seeds), 1, figsize=(6.4, 2.9 * len(f.seeds) + 1.6), sharex=True, squeeze=False)
     for i, (ax, s) in enumerate(zip(axes[:, 0], f.seeds)):
         against_stage(f.t1[f.t1.seed == s], ax=ax, k_c=f.study.ref.cohort_size, legend=i == len(f.seeds) - 1,
@@ -225,7 +205,7 @@ def figure_recovery(f: Findings) -> plt.Figure:
 
 
 def figure_noise_signal(f: Findings) -> plt.Figure:
-    """σ̂² (eq. 13) above and ‖μ̂‖² (eq. 14) below, at the checkpoints of the first seed."""
+    """σ̂² (eq. 13) above and ‖μ̂‖² (eq. 14) below, at the first seed's checkpoints."""
     fig, axes = plt.subplots(2, 1, figsize=(6.4, 7.4), sharex=True)
     s0 = f.seeds[0]
     rows = f.t1[f.t1.seed == s0]
@@ -235,8 +215,7 @@ def figure_noise_signal(f: Findings) -> plt.Figure:
 
 
 def figure_cliff(f: Findings) -> plt.Figure:
-    """The cliff against the checkpoint's test accuracy, one line per seed, with the paper's Table I
-    value (dashed) and 1 (dotted); the caption is the chapter's."""
+    """The cliff against the checkpoint's accuracy per seed, the paper's value and 1."""
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for s, g in f.cliffs.groupby("seed"):
         ax.plot(g["test_acc"], g["cliff"], marker="o", label=f"seed {s}")
@@ -248,8 +227,7 @@ def figure_cliff(f: Findings) -> plt.Figure:
 
 
 def figure_branches(f: Findings) -> plt.Figure:
-    """The first seed's branches of Table I's protocols (:func:`maskfed.book.plots.branches`), where
-    :attr:`Findings.has_branches`."""
+    """The first seed's branches of Table I's protocols."""
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     b1 = f.study.branches[f.study.branches.experiment == "table1"]
     branches(b1[b1.seed == f.seeds[0]], ax=ax)

@@ -1,11 +1,6 @@
 """Findings of the chapter "Table I: the recovery factor across local protocols"
-(``notebooks/table1_local_protocol.md``): FedAvg's local protocol swept (bs ∈ {32, 128, full} × τ ∈ {1, 2, 5},
-Dirichlet α = 100) and summarised per protocol as the paper's Table I does (Yan et al. 2026, Sec. IV-A to
-IV-C): 1/Δ_S unweighted (eq. 3) and n_k-weighted (eq. 8), ‖μ̂‖² and σ̂² (eq. 13-14), test accuracy.
-:func:`findings` runs (or reads from the archive) those runs and gathers the chapter's values (numbers,
-verdict words, and the truth values its hidden checks assert; the sentences are the chapter's), tables and
-figures' inputs, one helper per paragraph; :func:`figure_recovery` and :func:`figure_trajectories` draw.
-"""
+(``notebooks/table1_local_protocol.md``): bs ∈ {32, 128, full} × τ ∈ {1, 2, 5} at α = 100, summarised as the
+paper's Table I (Sec. IV-A to IV-C): 1/Δ_S (eq. 3, 8), ‖μ̂‖², σ̂² (eq. 13-14), test accuracy."""
 
 from __future__ import annotations
 
@@ -54,20 +49,10 @@ class Findings:
 
 
 def estimator_values(table: pd.DataFrame, k_c: int) -> dict:
-    """The estimates' spans and the two consistency checks of one Table I summary.
-
-    Args:
-        table: a Table I summary (one row per protocol) with ``recovery_unweighted``,
-            ``recovery_weighted``, ``mu2_hat`` and ``sigma2_hat`` (param.²), as
-            :func:`maskfed.studies.experiments.table1` returns.
-        k_c: cohort size K_c.
-
-    Returns:
-        ``t1_sigma_span``, ``t1_mu_span``: largest over smallest σ̂² and ‖μ̂‖² across the rows (whole
-        numbers); ``t1_eq12_dev``: the largest relative gap (percent, one decimal) between eq. (12),
-        (K_c r + 1)/(r + 1) with r = ‖μ̂‖²/σ̂² of the medians, and the median 1/Δ_S; ``t1_wtd_gap``: the
-        largest relative gap (percent, two decimals) between the n_k-weighted and the unweighted 1/Δ_S.
-    """
+    """Of one Table I summary (``table``, :func:`maskfed.studies.experiments.table1`) and K_c:
+    ``t1_sigma_span``, ``t1_mu_span`` (largest over smallest σ̂², ‖μ̂‖², whole numbers); ``t1_eq12_dev``, the largest
+    relative gap (%, one decimal) between eq. (12) with r = ‖μ̂‖²/σ̂² of the medians and the median 1/Δ_S;
+    ``t1_wtd_gap``, the largest relative gap (%, two decimals) between the weighted and unweighted 1/Δ_S."""
     rec = table["recovery_unweighted"]
     r = table["mu2_hat"] / table["sigma2_hat"]
     return {"t1_sigma_span": round(table["sigma2_hat"].max() / table["sigma2_hat"].min()),
@@ -77,22 +62,18 @@ def estimator_values(table: pd.DataFrame, k_c: int) -> dict:
 
 
 def steepest_fall(runs: pd.DataFrame) -> float:
-    """The steepest significant fall of 1/Δ_S, percent a round: 100 (1 − e^s) for the most negative slope s of
-    log 1/Δ_S per round among ``runs`` (:func:`maskfed.analysis.uncertainty.trend_counts`' ``runs``, with
-    ``slope`` and ``verdict``) whose verdict is "falling"; 0 where none falls."""
+    """100 (1 − e^s) for the most negative slope s of log 1/Δ_S per round among ``runs``
+    (:func:`maskfed.analysis.uncertainty.trend_counts`' ``runs``) falling; 0 where none falls."""
     falling = runs[runs["verdict"] == "falling"]
     return 0.0 if falling.empty else float(100 * (1 - np.exp(falling["slope"].min())))
 
 
 def live_values(live: tables.Source, paper: pd.DataFrame) -> dict:
-    """The values of the sentence under the tables on this build's own profile (``live``, the last source of
-    :func:`maskfed.book.tables.sources`): ``t1_live`` (its column name), ``t1_live_rounds``, ``t1_live_seeds``,
-    its cliff, test accuracies (fraction) and full-batch 1/Δ_S range (``t1_live_cliff``, ``t1_live_acc_min``,
-    ..., :func:`maskfed.analysis.summary.table1_contrast` against ``paper``), rounded as the text writes them.
+    """``t1_live_...`` of this build's own profile (``live``, the last source): name, rounds, seeds, cliff,
+    accuracy and full-batch 1/Δ_S ranges (:func:`maskfed.analysis.summary.table1_contrast` against ``paper``).
 
     Raises:
-        ValueError: a table without both full-batch and minibatch protocols (``table1_contrast``).
-    """
+        ValueError: a table without both full-batch and minibatch protocols."""
     lt, lc = live.table, summary.table1_contrast(live.table, paper)
     return {"t1_live": live.name, "t1_live_rounds": live.rounds, "t1_live_seeds": live.seeds,
             "t1_live_cliff": round(lc["cliff"], 2),
@@ -101,15 +82,9 @@ def live_values(live: tables.Source, paper: pd.DataFrame) -> dict:
 
 
 def ordering_values(table: pd.DataFrame, prefix: str) -> dict:
-    """The orderings the paper reads from Table I (:func:`maskfed.analysis.summary.protocol_orderings`):
-    ``{prefix}_cliff_word`` ("every" or "not every" full-batch protocol above every minibatch one),
-    ``{prefix}_n_falling`` of ``{prefix}_n_groups`` batch sizes falling with τ, the number of inversions of T
-    order ``{prefix}_n_inv`` and the first inverted pair a, b: ``{prefix}_inv_bs_a``, ``_tau_a``, ``_T_a``
-    (local steps, rounded), ``_v_a`` (its 1/Δ_S), and the same with ``_b`` ("–" without an inversion).
-
-    Raises:
-        ValueError: the index lacks ``batch_size`` or ``local_epochs``.
-    """
+    """The orderings of :func:`maskfed.analysis.summary.protocol_orderings`: ``{prefix}_cliff_word``
+    ("every"/"not every"), ``_n_falling`` of ``_n_groups``, ``_n_inv`` and the first inverted pair's ``_inv_bs_a``,
+    ``_inv_tau_a``, ``_inv_T_a``, ``_inv_v_a`` (and ``_b``; "–" without an inversion)."""
     o = summary.protocol_orderings(table)
     inv = o["t_inversions"] or []
     values = {f"{prefix}_cliff_word": "every" if o["cliff"] else "not every", f"{prefix}_n_falling": o["n_falling"],
@@ -122,21 +97,10 @@ def ordering_values(table: pd.DataFrame, prefix: str) -> dict:
 
 
 def paper_values(paper: pd.DataFrame) -> dict:
-    """The values of "Where the paper disagrees with itself" from the paper's own Table I (indexed by
-    batch size as text and τ, :func:`maskfed.analysis.summary.paper_table`; its inversion of "monotone in T",
-    Sec. IV-B, is :func:`ordering_values`').
-
-    Returns:
-        The aggregation gap between its unweighted and n_k-weighted columns as printed (two decimals): its
-        largest value (``t1_pgap_max``, percent) at bs ``t1_pgap_bs``, τ ``t1_pgap_tau``, its two printed values
-        (``t1_pgap_u``, ``t1_pgap_w``), the cells that differ (``t1_pgap_n`` of ``t1_pgap_cells``) and the
-        largest gap the rounding allows there (``t1_pgap_rounding_max``, percent); its Sec. IV-A and IV-B
-        statements (``t1_claim_a``, ``t1_claim_b``, percent); Table II's protocol bs 32, τ 2 (``t1_p3219_u``,
-        ``t1_p3219_w``); full-batch ‖μ̂‖² at τ = 1, 2, 5 (``t1_mu_full1``, ..., as :func:`maskfed.book.scientific`
-        writes them); and the truth values the sentences rest on: ``t1_pgap_between`` (the largest gap lies
-        between the two statements), ``t1_p3219_agree``, ``t1_mu_full_dips`` (full-batch ‖μ̂‖² falls from
-        τ 1 to 2, then rises above τ 1's at 5: against Sec. IV-C's "further along the shared direction").
-    """
+    """The values of "Where the paper disagrees with itself" from the paper's own Table I: its
+    aggregation gap (``t1_pgap_...``, percent, as printed to two decimals), its Sec. IV-A/B statements
+    (``t1_claim_a``, ``t1_claim_b``), Table II's bs 32, τ 2 (``t1_p3219_...``), full-batch ‖μ̂‖² (``t1_mu_full1``, ...)
+    and the truth values the sentences rest on (``t1_pgap_between``, ``t1_p3219_agree``, ``t1_mu_full_dips``)."""
     gaps = summary.aggregation_gap_pct(paper, decimals=2)  # the paper prints two decimals
     worst = gaps["gap_pct"].idxmax()
     claim_a, claim_b = summary.PAPER_TEXT["aggregation_gap_sec_iv_a"], summary.PAPER_TEXT["aggregation_gap_sec_iv_b"]
@@ -154,11 +118,8 @@ def paper_values(paper: pd.DataFrame) -> dict:
 
 
 def trend_claim_values(runs: list) -> dict:
-    """The trend test brought to the claims it bears on (:func:`maskfed.analysis.claims.trend_bearing` of
-    ``runs``, one source's Table I runs): ``t1_tc_falling`` of ``t1_tc_runs`` runs still falling at their end,
-    and per claim c ``t1_tc_{c}_still`` (its cells still falling), ``t1_tc_{c}_way`` ("against", "toward",
-    "both ways" or "steady") and ``t1_tc_{c}_pairs`` (the moving pairs, as trend_bearing writes them);
-    ``t1_tc_claims``, the claims' keys in trend_bearing's order (for the chapter's check)."""
+    """:func:`maskfed.analysis.claims.trend_bearing` of one source's Table I ``runs``:
+    ``t1_tc_falling`` of ``t1_tc_runs``, per claim c ``t1_tc_{c}_still``, ``_way``, ``_pairs``; ``t1_tc_claims``."""
     trends = evidence.cell_trends(runs)
     bearing = claims.trend_bearing(experiments.table1(runs), trends)
     values = {"t1_tc_falling": int(trends["falling"].sum()), "t1_tc_runs": int(trends["runs"].sum()),
@@ -170,31 +131,12 @@ def trend_claim_values(runs: list) -> dict:
 
 def findings(profile: str, *, data_path=None, overrides: dict | None = None, workers: int | None = None,
              archived: list[str] | None = None) -> Findings:
-    """The chapter's findings: this build's Table I runs, the archived profiles' beside them, and
-    every value the chapter's prose names.
-
-    Args:
-        profile: this build's profile name; data_path, overrides: as :func:`maskfed.engine.config.load_profile`.
-        workers: worker processes for the runs; None: the profile's.
-        archived: archived profiles shown beside this one (the chapter's parameter); None:
-            :data:`maskfed.studies.archive.BOOK_PROFILES` less this profile.
-
-    Returns:
-        :class:`Findings`. Its ``values`` hold, among others, the closest source's full-batch and
-        minibatch 1/Δ_S ranges (``t1_full_min``, ...) and the paper's (``t1_paper_full_min``, ...),
-        the cliff and the rank correlations with the paper's with their 90 % bootstrap intervals over
-        seeds and window rounds (``t1_gap``, ``t1_gap_lo``, ``t1_gap_hi``; ``t1_spearman_rec``...;
-        ``t1_spearman_sigma``...), :func:`estimator_values`, the trend counts of the runs
-        (``t1_n_falling``, ...), :func:`live_values`, :func:`ordering_values` of the closest source (``t1_ord_``)
-        and the paper (``t1_pord_``), :func:`paper_values`, and of :data:`maskfed.book.tables.ARCHIVED`
-        :func:`trend_claim_values` and :func:`maskfed.book.tables.matched_values`; the model's parameter count
-        (``t1_n_params``, an int); numbers rounded as the text writes them.
+    """The chapter's findings: this build's Table I runs, the archived profiles' (``archived``; None:
+    :data:`maskfed.studies.archive.BOOK_PROFILES` less this one) beside them, and every value the prose names.
 
     Raises:
-        InconsistentRun: eq. (12) with a round's own estimates misses that round's 1/Δ_S by 1e-9 or more
-            in a run (the prose says they agree by algebra), naming its folder and metrics.csv.
-        IncompleteArchive: an archived profile lacks some of its runs (:func:`archive.require_complete`).
-    """
+        InconsistentRun: eq. (12) with a round's own estimates misses its 1/Δ_S (:func:`eq12_round_gap`).
+        IncompleteArchive: an archived profile lacks some of its runs."""
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
     results = experiments.run(prof, "table1", workers=workers, progress=False)
     paper = summary.paper_table("table1")
@@ -241,13 +183,11 @@ EQ12_ROUND_TOL = 1e-9
 
 
 def eq12_round_gap(results: list, k_c: int) -> float:
-    """The largest gap, over ``results``' rounds, between eq. (12) fed with a round's own estimates and that
-    round's 1/Δ_S (:func:`maskfed.analysis.summary.eq12_identity_gap`): equal by algebra, so only rounding.
+    """The largest gap over ``results``' rounds between eq. (12) fed with a round's own estimates
+    and its 1/Δ_S (:func:`maskfed.analysis.summary.eq12_identity_gap`).
 
     Raises:
-        InconsistentRun: a run's gap is :data:`EQ12_ROUND_TOL` or more (or NaN), naming the first such run's
-            folder and its metrics.csv (an edited archived file, say).
-    """
+        InconsistentRun: a gap of :data:`EQ12_ROUND_TOL` or more (or NaN), naming the run's metrics.csv."""
     gaps = [(r, summary.eq12_identity_gap(r.metrics, k_c)) for r in results]
     for r, gap in gaps:
         if not gap < EQ12_ROUND_TOL:
@@ -260,9 +200,7 @@ def eq12_round_gap(results: list, k_c: int) -> float:
 
 
 def figure_recovery(f: Findings) -> plt.Figure:
-    """Figure 1: 1/Δ_S against test accuracy (fraction) of the nine protocols
-    (:func:`maskfed.book.plots.recovery_vs_accuracy`): the closest source with its seed ranges, the
-    other sources and the paper's values, with the ceiling K_c."""
+    """Figure 1: 1/Δ_S against test accuracy per protocol, every source, the paper's, K_c."""
     fig, ax = plt.subplots(figsize=(6.4, 5.2))
     first = f.first
     recovery_vs_accuracy(first.table, f.paper, k_c=f.k_c, ax=ax, ours_label=first.name,
@@ -272,8 +210,7 @@ def figure_recovery(f: Findings) -> plt.Figure:
 
 
 def figure_trajectories(f: Findings) -> plt.Figure:
-    """The per-round 1/Δ_S of every protocol of the closest source's first seed
-    (:func:`maskfed.book.plots.trajectories`, the summary window shaded)."""
+    """Per-round 1/Δ_S of each protocol of the closest source's first seed."""
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     seed0 = min(r.config.seed for r in f.first_results)
     plots.trajectories([r for r in f.first_results if r.config.seed == seed0], ax=ax)

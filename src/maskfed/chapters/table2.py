@@ -1,16 +1,7 @@
 """Findings of the chapter "Table II: the recovery factor across data heterogeneity"
-(``notebooks/table2_heterogeneity.md``).
-
-The chapter fixes the local protocol (the paper's bs = 32, τ = 2) and varies the Dirichlet
-concentration α from near-IID (100) to strongly skewed (0.1), as the paper's Table II does (Yan et
-al. 2026, Sec. IV-A and IV-B): the recovery factor 1/Δ_S unweighted (eq. 3) and n_k-weighted
-(eq. 8) per α, the shard sizes behind the runs, the two ways to draw a Dirichlet split (Hsu et al.
-2019 and NIID-Bench, Li et al. 2022) against the paper's "shard sizes vary by under 3 %", the span
-across α against the span across Table I's protocols, and the archived stage study's comparison of
-the α values at the same θ. :func:`findings` gathers the glued values (numbers, verdict words, and the
-truth values the chapter's hidden checks assert; the sentences are the chapter's) and the frames;
-:func:`table_conventions` gives the partition-convention table.
-"""
+(``notebooks/table2_heterogeneity.md``): bs 32, τ 2 under Dirichlet α from 100 to 0.1, as the paper's Table II
+(Sec. IV-A, IV-B): 1/Δ_S per α (eq. 3, 8), the shard sizes and both Dirichlet conventions (Hsu et al. 2019,
+NIID-Bench), the span across α against Table I's, and the archived stage study's α at the same θ."""
 
 from __future__ import annotations
 
@@ -59,55 +50,34 @@ class Findings:
 
 
 def partition_row(alpha: float, seed: int, part: dict) -> dict:
-    """One row of the shard-size table from a run's ``partition.json``.
-
-    Args:
-        alpha: the run's Dirichlet α.
-        seed: its seed.
-        part: the parsed ``partition.json``; its ``sizes`` (samples per client) become ``cv``, the
-            population standard deviation over the mean in percent; its other fields are kept.
+    """One row of the shard-size table from a run's parsed ``partition.json`` (``part``): its fields
+    but ``sizes``, and ``cv``, the population SD over the mean of ``sizes`` (%).
 
     Raises:
-        KeyError: ``part`` has no ``sizes``.
-    """
+        KeyError: ``part`` has no ``sizes``."""
     sizes = pd.Series(part["sizes"])
     return {"alpha": alpha, "seed": seed, **{k: v for k, v in part.items() if k != "sizes"},
             "cv": 100 * sizes.std(ddof=0) / sizes.mean()}
 
 
 def table_sizes(results: list) -> pd.DataFrame:
-    """The partitions behind the runs (:func:`partition_row` of each run's ``partition.json``),
-    indexed by (alpha, seed); format ``cv`` (percent) with :data:`SIZES_FORMATS`."""
+    """:func:`partition_row` of each run's ``partition.json``, indexed by (alpha, seed)."""
     rows = [partition_row(r.config.alpha, r.config.seed, json.loads((r.path / "partition.json").read_text()))
             for r in results]
     return pd.DataFrame(rows).set_index(["alpha", "seed"])
 
 
 def conventions_under(under: list[str]) -> str:
-    """Which partition conventions have a coefficient of variation under the paper's figure, as the verdict
-    word the chapter's sentence names: the one convention's reader name (:data:`NAMES`), "both" or "neither".
-
-    Args:
-        under: the conventions (keys of :data:`NAMES`) under the figure at the largest α.
-    """
+    """The verdict word for the conventions (keys of :data:`NAMES`) ``under`` the paper's figure:
+    the one convention's name, "both" or "neither"."""
     return NAMES[under[0]] if len(under) == 1 else "both" if under else "neither"
 
 
 def convention_values(spread: pd.DataFrame, n_images: int, num_clients: int) -> dict:
-    """The values of "Two ways to draw a Dirichlet split" at the largest α of ``spread``.
-
-    Args:
-        spread: :func:`maskfed.engine.partition.shard_size_spread` rows as a frame (``alpha``,
-            ``convention``, ``min``, ``max`` in samples, ``cv`` in percent).
-        n_images: training images N.
-        num_clients: clients K.
-
-    Returns:
-        ``t2_claim_spread`` (the paper's figure, percent), ``t2_conv_n``, ``t2_conv_k``,
-        ``t2_conv_ahi`` (the largest α); per convention c, ``t2_{c}_cv`` (percent), ``t2_{c}_min``,
-        ``t2_{c}_max`` (samples) and ``t2_{c}_relrange`` ((largest − smallest) / (N/K), percent), rounded as
-        the text writes them; ``t2_conv_under``, :func:`conventions_under`.
-    """
+    """The values of "Two ways to draw a Dirichlet split" at the largest α of ``spread``
+    (:func:`maskfed.engine.partition.shard_size_spread` rows; cv in %), N = ``n_images``, K = ``num_clients``:
+    ``t2_claim_spread``, ``t2_conv_n``, ``t2_conv_k``, ``t2_conv_ahi``; per convention c ``t2_{c}_cv`` (%),
+    ``_min``, ``_max`` (samples), ``_relrange`` ((max − min) / (N/K), %); ``t2_conv_under``."""
     by = spread.set_index(["alpha", "convention"])
     a_hi = spread["alpha"].max()
     claim = summary.PAPER_TEXT["shard_spread_alpha100"]
@@ -121,8 +91,8 @@ def convention_values(spread: pd.DataFrame, n_images: int, num_clients: int) -> 
 
 
 def table_conventions(f: Findings) -> tuple[pd.DataFrame, dict]:
-    """Both conventions' shard sizes: one row per α (largest first); columns (convention, statistic)
-    with the smallest and largest shard (samples) and the CV (percent); and the columns' formats."""
+    """Both conventions' smallest and largest shard (samples) and CV (%), one row per α (largest
+    first); and the formats."""
     stats = {"min": "smallest", "max": "largest", "cv": "CV (%)"}
     shown = (f.spread.assign(convention=f.spread["convention"].map(NAMES))
              .pivot(index="alpha", columns="convention", values=list(stats)).rename(columns=stats)
@@ -133,9 +103,8 @@ def table_conventions(f: Findings) -> tuple[pd.DataFrame, dict]:
 
 
 def live_values(live: tables.Source) -> dict:
-    """The values of the sentence under the tables: this build's own profile (``live``, the last source of
-    :func:`maskfed.book.tables.sources`): ``t2_live`` (its column name), ``t2_live_rounds``, ``t2_live_seeds``,
-    its range of 1/Δ_S across α and of test accuracy (fraction), rounded as the text writes them."""
+    """``t2_live_...`` of this build's own profile (``live``, the last source): name, rounds, seeds, and
+    the ranges of 1/Δ_S and test accuracy."""
     lt = live.table
     return {"t2_live": live.name, "t2_live_rounds": live.rounds, "t2_live_seeds": live.seeds,
             "t2_live_min": round(lt["recovery_unweighted"].min(), 2), "t2_live_max": round(lt["recovery_unweighted"].max(), 2),
@@ -143,22 +112,10 @@ def live_values(live: tables.Source) -> dict:
 
 
 def stage_values(study) -> dict:
-    """What the archived stage study says of the α values at the same θ.
-
-    Over the checkpoints after initialisation (stage > 0), each seed's counted apart: the smallest over the
-    largest α's 1/Δ_S at the same checkpoint, unweighted and n_k-weighted (range and median, dimensionless),
-    and whether the table's rise of the unweighted factor at low α reappears there (its median above 1 and
-    above the weighted one's).
-
-    Args:
-        study: :func:`maskfed.studies.archive.load_stage_study` output (its ``table`` with ``experiment``,
-            ``seed``, ``stage``, ``alpha``, ``recovery_unweighted``, ``recovery_weighted``), or None.
-
-    Returns:
-        ``t2_st_study`` (whether there is a study, a truth value); with one, ``t2_st_n`` (checkpoints),
-        ``t2_st_lo_a``, ``t2_st_hi_a`` (the α compared), ``t2_st_u_min``, ``t2_st_u_max``, ``t2_st_u_med`` and
-        ``t2_st_w_...`` (the ratios, two decimals) and ``t2_st_rise`` (a truth value).
-    """
+    """The archived stage study (:func:`maskfed.studies.archive.load_stage_study`, or None) on the α at
+    the same θ: over checkpoints after θ_0, each seed apart, the smallest over the largest α's 1/Δ_S, unweighted
+    (``t2_st_u_min``, ``_max``, ``_med``) and weighted (``t2_st_w_...``), two decimals; ``t2_st_n``, ``t2_st_lo_a``,
+    ``t2_st_hi_a``; ``t2_st_rise`` (unweighted median above 1 and the weighted one's); ``t2_st_study``."""
     if study is None:
         return {"t2_st_study": False}
     a2 = study.table[study.table.experiment == "table2"]
@@ -176,14 +133,9 @@ def stage_values(study) -> dict:
 
 
 def cross_table(cross: pd.DataFrame) -> pd.DataFrame:
-    """The α-cross as the page shows it: one row per trajectory α (whose θ), the median over its checkpoints
-    after initialisation of :func:`maskfed.studies.stage.cross_ratios` (smallest α over largest α at the same θ,
-    unweighted and n_k-weighted) with their range, and the θ's test accuracies (text cells; columns
-    ``trajectory α``, ``checkpoints``, ``accuracy of θ``, ``unweighted ratio``, ``weighted ratio``).
-
-    Args:
-        cross: :attr:`maskfed.studies.archive.ArchivedCross.table`.
-    """
+    """The α-cross (:attr:`maskfed.studies.archive.ArchivedCross.table`) per trajectory α: the
+    median over checkpoints after θ_0 of :func:`maskfed.studies.stage.cross_ratios` with its range, and the θ's
+    test accuracies (text cells)."""
     r = stage.cross_ratios(cross)
     r = r[r.index.get_level_values("stage") > 0]
     rows = []
@@ -196,15 +148,9 @@ def cross_table(cross: pd.DataFrame) -> pd.DataFrame:
 
 
 def cross_values(cross: pd.DataFrame | None) -> dict:
-    """The α-cross read as the chapter's sentence: the unweighted factor at the smallest over that at the
-    largest α at the same θ (median over checkpoints after θ_0 of the per-checkpoint median over seeds), along
-    each trajectory α, largest first.
-
-    Returns:
-        ``t2_cx_alphas`` (the trajectory α, largest first, a tuple; empty without a cross), ``t2_cx_lo``,
-        ``t2_cx_hi`` (the α compared), ``t2_cx_med_0``, ``t2_cx_med_1``, ... (the medians in that order, two
-        decimals) and ``t2_cx_above`` (how many lie above 1).
-    """
+    """The α-cross's unweighted smallest-over-largest α ratio per trajectory α, largest first
+    (median over checkpoints after θ_0): ``t2_cx_alphas`` (empty without a cross), ``t2_cx_lo``, ``t2_cx_hi``,
+    ``t2_cx_med_0``, ... (two decimals) and ``t2_cx_above`` (how many above 1)."""
     if cross is None:
         return {"t2_cx_alphas": ()}
     r = stage.cross_ratios(cross)
@@ -217,28 +163,9 @@ def cross_values(cross: pd.DataFrame | None) -> dict:
 
 def findings(profile: str, *, data_path=None, overrides: dict | None = None, workers: int | None = None,
              archived: list[str] | None = None) -> Findings:
-    """The chapter's findings: this build's Table II runs (and its Table I runs, for the span
-    comparison), the archived profiles' beside them, both partition conventions on the runs' own
-    training labels, and every value the chapter's prose names.
-
-    Args:
-        profile: this build's profile name; data_path, overrides: as :func:`maskfed.engine.config.load_profile`.
-        workers: worker processes for the runs; None: the profile's.
-        archived: archived profiles shown beside this one (the chapter's parameter); None:
-            :data:`maskfed.studies.archive.BOOK_PROFILES` less this profile.
-
-    Returns:
-        :class:`Findings`. Its ``values`` hold, among others, the closest source's range of 1/Δ_S
-        across α (``t2_unw_min``, ...) and the paper's, the gap between the two conventions at the
-        lowest α (``t2_gap_low``, percent, with ``t2_gap_low_lo``, ``t2_gap_low_hi``) and the log-span of
-        1/Δ_S across α over that across Table I's protocols (``t2_span_ratio``, ``_lo``, ``_hi``), with 90 %
-        bootstrap intervals over seeds and window rounds, and whether that interval lies below 1
-        (``t2_span_word``: "clearly" or "not clearly"); the largest shard-size CV of this build's
-        partitions at the lowest and the largest α (``t2_cv_low``, ``t2_cv_high``, percent) and whether the
-        lowest α's is the largest (``t2_cv_low_largest``, a truth value); :func:`convention_values`,
-        :func:`live_values`, and of :data:`maskfed.book.tables.ARCHIVED`: :func:`stage_values`, :func:`cross_values` and
-        :func:`maskfed.book.tables.matched_values`; numbers rounded as the text writes them.
-    """
+    """The chapter's findings: this build's Table II runs (and Table I runs, for the span comparison),
+    the archived profiles' (``archived``; None: :data:`maskfed.studies.archive.BOOK_PROFILES` less this one), both
+    partition conventions on the runs' training labels, and every value the prose names."""
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
     results = experiments.run(prof, "table2", workers=workers, progress=False)
     paper = summary.paper_table("table2")

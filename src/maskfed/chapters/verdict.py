@@ -1,10 +1,5 @@
-"""Findings of the chapter "Does the paper hold?" (``notebooks/verdict.md``).
-
-Each claim of the paper's Sec. IV (:data:`maskfed.analysis.claims.CLAIMS`) is judged on every source this build
-has (the paper's own tables, each archived profile, the live profile; :mod:`maskfed.book.evidence`).
-:func:`findings` returns the verdict tables, the matched-stage view, the stability marks, and the numbers and
-verdict words the page's sentences glue; the sentences are written in the chapter.
-"""
+"""Findings of the chapter "Does the paper hold?" (``notebooks/verdict.md``): every claim of the paper's Sec. IV
+(:data:`maskfed.analysis.claims.CLAIMS`) judged on every source this build has (:mod:`maskfed.book.evidence`)."""
 
 from __future__ import annotations
 
@@ -19,6 +14,7 @@ import pandas as pd
 from maskfed import book, provenance
 from maskfed.analysis import claims, summary, uncertainty
 from maskfed.book import evidence, plots
+from maskfed.chapters.control import significant
 from maskfed.engine.config import Profile, load_profile
 from maskfed.names import CPU_PAPER
 from maskfed.engine.models import build_model, num_parameters
@@ -51,10 +47,10 @@ class Findings:
         return verdict_table(self.verdicts, self.matched, self.stable, self.trend)
 
     def details(self) -> pd.DataFrame:
-        return details_table(self.verdicts, self.matched, self.stable, self.trend)
+        return verdict_table(self.verdicts, self.matched, self.stable, self.trend, details=True)
 
     def trends(self) -> pd.DataFrame:
-        """:func:`maskfed.analysis.claims.trend_bearing`'s ``still``, ``way`` and ``pairs`` by claim title."""
+        """``still``, ``way`` and ``pairs`` of :func:`maskfed.analysis.claims.trend_bearing` by title."""
         if self.trend is None:
             return pd.DataFrame(columns=["still", "way", "pairs"])
         cols = [c for c in ("still", "way", "pairs") if c in self.trend]
@@ -65,14 +61,12 @@ class Findings:
 
 
 def coverage_values(n_seeds: int) -> dict:
-    """What a seed interval is worth with ``n_seeds`` seeds a setting (percent): the seed range's coverage of the
-    median ``v_cov_range`` (two decimals) and at ``v_other_seeds`` seeds ``v_cov_other``; ``v_p_lowest``, the chance
-    that a redraw's median is the lowest seed (one decimal; NaN for an even count), against ``v_end`` at each end
-    of the interval (``v_ends_at_seeds``).
+    """What a seed interval is worth with ``n_seeds`` seeds (percent): the seed range's coverage
+    (``v_cov_range``; ``v_cov_other`` at ``v_other_seeds``), the chance a redraw's median is the lowest seed
+    (``v_p_lowest``, NaN for an even count) against ``v_end`` at each end (``v_ends_at_seeds``).
 
     Raises:
-        ValueError: ``n_seeds`` < 1.
-    """
+        ValueError: ``n_seeds`` < 1."""
     other = 5 if n_seeds == 3 else 3
     cov = uncertainty.seed_range_coverage(n_seeds)
     odd = n_seeds % 2 == 1 and n_seeds > 1
@@ -85,7 +79,7 @@ def coverage_values(n_seeds: int) -> dict:
 
 
 def paper_breaks(verdicts: pd.DataFrame) -> pd.DataFrame:
-    """The claims the paper's own tables break in part or whole: index ``claim`` (title); ``paper``, ``verdict``."""
+    """The claims the paper's own tables break in part or whole (index ``claim``)."""
     own = verdicts[verdicts["paper_verdict"].isin(["partly", "does not hold"])]
     return pd.DataFrame({"paper": own["paper"].to_numpy(), "verdict": own["paper_verdict"].to_numpy()},
                         index=pd.Index(own["title"].to_numpy(), name="claim"))
@@ -93,19 +87,10 @@ def paper_breaks(verdicts: pd.DataFrame) -> pd.DataFrame:
 
 def verdict_table(verdicts: pd.DataFrame, matched: pd.DataFrame | None = None, stable: pd.DataFrame | None = None,
                   trend: pd.DataFrame | None = None, details: bool = False) -> pd.DataFrame:
-    """One short row per claim (index: title): ``paper`` (its value on the paper's tables), ``ours`` (the deciding
-    source's), ``matched``, ``verdict`` and ``marks`` ("stable" or "fragile" from ``stable``; "not settled" by
-    :func:`maskfed.analysis.claims.not_settled` of ``trend``). With ``details``, what those rest on: ``where`` the
-    paper makes it, the ``paper verdict`` (the criterion on the paper's tables), ``from`` (the deciding source),
-    ``protocols`` (the verdict before the matched view), the matched-stage ``votes`` and how many ``hold``, hold
-    ``in part``, fail ``within tolerance`` or fail (``not``), ``fragile under``, ``cannot test``, and for a verdict
-    not settled its ``drift`` (percent of a gap per round, two decimals) and ``meet`` (rounds).
-
-    Args:
-        verdicts: :func:`maskfed.analysis.claims.verdict_table`; matched:
-            :func:`maskfed.book.evidence.matched_stage_verdicts`; stable: :func:`maskfed.book.evidence.stability`;
-            trend: :func:`maskfed.analysis.claims.trend_bearing`.
-    """
+    """One short row per claim (index: title): ``paper``, ``ours`` (the deciding source's value),
+    ``matched``, ``verdict`` and ``marks`` ("stable"/"fragile", "not settled"). With ``details``: ``where``, ``paper
+    verdict``, ``from``, ``protocols``, the matched-stage votes, ``fragile under``, ``cannot test``, and for a verdict
+    not settled its ``drift`` (% of a gap a round) and ``meet`` (rounds)."""
     unsettled = None if trend is None else claims.not_settled(trend, verdicts)
     rows = []
     for key, r in verdicts.iterrows():
@@ -131,14 +116,8 @@ def verdict_table(verdicts: pd.DataFrame, matched: pd.DataFrame | None = None, s
     return pd.DataFrame(rows).set_index("claim")
 
 
-def details_table(verdicts: pd.DataFrame, matched: pd.DataFrame | None = None, stable: pd.DataFrame | None = None,
-                  trend: pd.DataFrame | None = None) -> pd.DataFrame:
-    """What each claim's marks and matched-stage verdict rest on (:func:`verdict_table` with ``details``)."""
-    return verdict_table(verdicts, matched, stable, trend, details=True)
-
-
 def source_table(verdicts: pd.DataFrame, sources: list) -> pd.DataFrame:
-    """Each source's value and ``<name> verdict`` of every claim (index: title), in the order of ``sources``."""
+    """Each source's value and ``<name> verdict`` per claim, in the order of ``sources``."""
     cols = [c for ev in sources for c in (ev.name, f"{ev.name} verdict")]
     return verdicts.set_index("title")[cols].rename_axis("claim")
 
@@ -148,14 +127,13 @@ HEADLINE_SETTING = "bs 32, τ 2"
 
 
 def where_in(value: float, low: float, high: float) -> str:
-    """Where ``value`` falls against [``low``, ``high``]: "inside", "below" or "above"."""
+    """"inside", "below" or "above" [``low``, ``high``]."""
     return "below" if value < low else "above" if value > high else "inside"
 
 
 def resnet_cliffs(tables) -> dict:
-    """The cliff (:func:`maskfed.studies.factor_axes.cliff`) of ResNet-18-GN over every θ of the model-size study
-    ``tables`` (None entries skipped) that hold it: ``n_theta``, ``cliff_low`` / ``_high``, ``acc_low`` / ``_high``
-    (test accuracy of those θ); ``n_theta`` 0 and NaN bounds without such θ."""
+    """The cliff of ResNet-18-GN over its θ in the model-size ``tables`` (None skipped): ``n_theta``,
+    ``cliff_low``/``_high``, ``acc_low``/``_high``; 0 and NaN without such θ."""
     nan = math.nan
     tables = [t[t["model"] == "resnet18_gn"] for t in tables if t is not None and len(t)]
     if not any(len(t) for t in tables):
@@ -172,12 +150,11 @@ COVERAGE_SIMS = 400
 
 
 def headline_coverage(table1_runs: list, *, n_sims: int = COVERAGE_SIMS, seed: int = 0) -> dict:
-    """How often the page's intervals cover the true median (percent), simulated on data drawn like the headline
-    cell's runs (:func:`maskfed.analysis.uncertainty.simulated_coverage`), and the noise fitted to them.
+    """How often the page's intervals cover the true median (%), simulated on data drawn like the
+    headline cell's runs, and the noise fitted to them.
 
     Raises:
-        ValueError: fewer than two runs of the headline cell.
-    """
+        ValueError: fewer than two runs of the headline cell."""
     cell = [r for r in table1_runs if str(r.config.batch_size) == "32" and r.config.local_epochs == 2]
     noise = uncertainty.window_noise(cell)
     cov = uncertainty.simulated_coverage(noise, n_sims=n_sims, seed=seed)
@@ -187,16 +164,10 @@ def headline_coverage(table1_runs: list, *, n_sims: int = COVERAGE_SIMS, seed: i
 
 def bottom_line(verdicts: pd.DataFrame, closest: claims.Evidence, against: pd.DataFrame, *, n_seeds: int,
                 rounds: int, model: str, resnet: dict) -> dict:
-    """The numbers and verdict words of the verdict page's "In short" box (``b_...``; ``b_rn_*``: ``resnet``).
-
-    Args:
-        verdicts: :func:`maskfed.analysis.claims.verdict_table`; closest: the closest source (its Table I and
-            replicates give the cliff); against: :func:`maskfed.book.evidence.against_paper` of its runs;
-            n_seeds, rounds, model: its seeds per setting, rounds and model; resnet: :func:`resnet_cliffs`.
+    """The numbers and verdict words of the "In short" box (``b_...``; ``b_rn_*`` from ``resnet``).
 
     Raises:
-        KeyError: ``against`` lacks the headline cell (:data:`HEADLINE_SETTING`).
-    """
+        KeyError: ``against`` lacks the headline cell (:data:`HEADLINE_SETTING`)."""
     head = against.loc[HEADLINE_SETTING]
     cl = claims.interval_of(claims.cliff, [closest.table1], [closest.reps1])
     cl_low, cl_high = (cl.estimate, cl.estimate) if math.isnan(cl.low) else (cl.low, cl.high)  # no replicates: the point
@@ -221,8 +192,8 @@ def bottom_line(verdicts: pd.DataFrame, closest: claims.Evidence, against: pd.Da
 
 
 def source_facts(sources: list, runs_of: dict) -> pd.DataFrame:
-    """What each source's runs are (``runs_of``: name -> runs; a source without runs left out), closest first:
-    ``seeds``, ``rounds`` (joined by "/" where runs differ), ``model``, ``parameters`` (None if not recorded)."""
+    """Per source with runs (``runs_of``: name -> runs), closest first: seeds, rounds ("/"-joined),
+    model, parameters."""
     rows = [{"source": ev.name, "seeds": len({r.config.seed for r in rs}),
              "rounds": "/".join(map(str, sorted({r.config.rounds for r in rs}))),
              "model": rs[0].config.model, "parameters": rs[0].provenance.get("num_parameters")}
@@ -230,17 +201,9 @@ def source_facts(sources: list, runs_of: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["source", "seeds", "rounds", "model", "parameters"]).set_index("source")
 
 
-def _sig(x: float, digits: int) -> float:
-    """``x`` rounded to ``digits`` significant digits (NaN and 0 as they are)."""
-    return x if not x or not math.isfinite(x) else round(x, digits - 1 - math.floor(math.log10(abs(x))))
-
-
 def archive_facts(archived_runs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per archive (``archived_runs``: profile -> runs), where and when its runs were made and what re-running some
-    with this checkout's code gave (:func:`maskfed.studies.archive.label` and its newest verification; relative
-    differences to three significant digits, NaN where bit-identical); and per re-run that differed, where it
-    first did (``archived`` to four significant digits, ``off`` relative to two).
-    """
+    """(per archive: where and when its runs were made and what re-running some gave, relative
+    differences to three significant digits, NaN where bit-identical; per re-run that differed, where it first did)."""
     rows, diffs = [], []
     for name, runs in archived_runs.items():
         if not runs:
@@ -257,8 +220,8 @@ def archive_facts(archived_runs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
                      "run code": ", ".join(lab.code_hashes), "changed": len(lab.changed), "re-run": lab.outcome or "–",
                      "re-runs": len(done), "re-run on": archive.machine_text(v) if v else "–",
                      "re-run date": v.get("utc", "–")[:10],
-                     "summary off": math.nan if bit else _sig(worst, 3),
-                     "1/Δ_S off": math.nan if bit else _sig(factor, 3),
+                     "summary off": math.nan if bit else significant(worst, 3),
+                     "1/Δ_S off": math.nan if bit else significant(factor, 3),
                      "tolerance": v.get("summary_rtol", archive.SUMMARY_RTOL)})
         for r in done:
             d = r.get("first_difference") or {}
@@ -266,14 +229,14 @@ def archive_facts(archived_runs: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
                 continue
             a, b = float(d["archived"]), float(d["rerun"])
             diffs.append({"run": r["label"], "metric": d["column"], "round": int(d["round"]),
-                          "archived": _sig(a, 4), "off": _sig(abs(b - a) / abs(a) if a else abs(b - a), 2)})
+                          "archived": significant(a, 4), "off": significant(abs(b - a) / abs(a) if a else abs(b - a), 2)})
     return (pd.DataFrame(rows).set_index("archive") if rows else pd.DataFrame(),
             pd.DataFrame(diffs, columns=["run", "metric", "round", "archived", "off"]).set_index("run"))
 
 
 def fingerprint_table(runs: list, images) -> pd.DataFrame:
-    """The data fingerprints archived ``runs`` recorded, each against this build's ``images`` fingerprinted the same
-    kind (:func:`maskfed.engine.runner.recorded_fingerprint`): columns ``kind``, ``archived``, ``this build``, ``same``."""
+    """The data fingerprints archived ``runs`` recorded against this build's ``images`` of the
+    same kind: ``kind``, ``archived``, ``this build``, ``same``."""
     from maskfed.engine.runner import fingerprint_of_kind, recorded_fingerprint
 
     prints = sorted({recorded_fingerprint(r.provenance) for r in runs})
@@ -283,15 +246,9 @@ def fingerprint_table(runs: list, images) -> pd.DataFrame:
 
 
 def resnet_values(tables, paper: pd.DataFrame | None = None) -> dict:
-    """The paper's ResNet-18-GN measured on this CPU, per way θ was reached (``r_fedavg_*``, ``r_centralised_*``:
-    accuracy, cliff by :func:`maskfed.studies.factor_axes.cliff_verdict`, ratio to the paper's 1/Δ_S at the nearest
-    accuracy by :func:`maskfed.studies.factor_axes.paper_at_matched_accuracy`) and, with both ways, the protocols
-    where FedAvg θ are nearer the paper's (``r_nearer`` of ``r_both``), the median ratios and the minibatch
-    protocols at FedAvg θ (``r_mini_*``); two decimals. ``r_ways``: ways measured (0: nothing else is given).
-
-    Args:
-        tables: model-size study tables (None entries skipped); paper: the paper's Table I (default: its own).
-    """
+    """ResNet-18-GN on this CPU per way θ was reached (``r_fedavg_*``, ``r_centralised_*``: accuracy,
+    cliff, ratio to the paper's 1/Δ_S at the nearest accuracy) and, with both ways, ``r_nearer`` of ``r_both``, the
+    median ratios and the minibatch protocols at FedAvg θ (``r_mini_*``); two decimals; ``r_ways`` (0: nothing else)."""
     tables = [t for t in tables if t is not None and len(t)]
     table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame({"model": []})
     table = table[table["model"] == "resnet18_gn"]
@@ -332,8 +289,7 @@ def resnet_values(tables, paper: pd.DataFrame | None = None) -> dict:
 
 
 def resnet_ways(r: dict) -> pd.DataFrame:
-    """:func:`resnet_values` per way θ was reached (index ``θ from``: "FedAvg", "centralised SGD"); "–" where a
-    value is missing; empty where neither was measured."""
+    """:func:`resnet_values` per way θ was reached ("–" where missing; empty without either)."""
     cols = {"acc_low": "accuracy from", "acc_high": "to", "rounds": "rounds", "holds": "cliff holds",
             "measured": "θ", "cliff_low": "cliff from", "cliff_high": "cliff to", "ratio_low": "× paper from",
             "ratio_high": "× paper to"}
@@ -343,9 +299,8 @@ def resnet_ways(r: dict) -> pd.DataFrame:
 
 
 def route_table(tables) -> pd.DataFrame:
-    """Centralised over FedAvg θ's 1/Δ_S per model measured both ways at the same target accuracy
-    (:func:`maskfed.studies.factor_axes.route_summary`): index ``model``; ``low``, ``median``, ``high`` (two
-    decimals), ``beyond`` (cells beyond the spread over cohorts) and ``cells``."""
+    """Centralised over FedAvg θ's 1/Δ_S per model measured both ways
+    (:func:`maskfed.studies.factor_axes.route_summary`, two decimals)."""
     tables = [t for t in tables if t is not None and len(t)]
     checks = fa.path_checks(pd.concat(tables, ignore_index=True)) if tables else {}
     rows = [{"model": name, "low": round(r["min"], 2), "median": round(r["median"], 2), "high": round(r["max"], 2),
@@ -356,16 +311,12 @@ def route_table(tables) -> pd.DataFrame:
 
 def findings(profile: str, *, data_path=None, overrides: dict | None = None, workers: int | None = None,
              archived: list[str] | None = None, n_boot: int = uncertainty.N_BOOT) -> Findings:
-    """Judge every claim on every source this build has.
-
-    Args:
-        profile, data_path, overrides: as :func:`maskfed.engine.config.load_profile`; workers: for the live runs;
-        archived: profiles to read (None: :data:`maskfed.studies.archive.BOOK_PROFILES` less the live one).
+    """Judge every claim on every source this build has (``archived``: None:
+    :data:`maskfed.studies.archive.BOOK_PROFILES` less the live one).
 
     Raises:
-        ValueError, ConfigError: a bad parameter. FileNotFoundError, DataUnavailableError: no data for the
-        live runs (:func:`maskfed.studies.experiments.run`).
-    """
+        ValueError, ConfigError: a bad parameter. FileNotFoundError, DataUnavailableError: no data for the live runs.
+        RuntimeError: the closest source lacks the headline cell."""
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
     names = archived if archived is not None else [p for p in archive.BOOK_PROFILES if p != prof.name]
     studies = {name: archive.load_stage_study(name) for name in names}
@@ -460,8 +411,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
 
 
 def figure_against(found: Findings) -> plt.Figure | None:
-    """The closest source's 1/Δ_S against the paper's per setting, with seed ranges and y = x
-    (:func:`maskfed.book.plots.ours_against_paper`); None when no setting is in both."""
+    """The closest source's 1/Δ_S against the paper's per setting; None when none is in both."""
     if not len(found.against):
         return None
     plots.use_book_style()
