@@ -468,10 +468,11 @@ def step_size(table: pd.DataFrame, *, ax: plt.Axes | None = None, legend: bool =
                      ncol=2 if legend else None)
 
 
-def ours_against_paper(table: pd.DataFrame, *, ax: plt.Axes | None = None, title: str | None = None) -> plt.Axes:
+def ours_against_paper(table: pd.DataFrame, *, source: str = "ours", ax: plt.Axes | None = None,
+                       title: str | None = None) -> plt.Axes:
     """Our 1/Δ_S against the paper's, one labelled point per setting (bars: our seed range), log axes, with the
     line y = x; Table I settings as circles, Table II's as squares. ``table``:
-    :func:`maskfed.book.evidence.against_paper`."""
+    :func:`maskfed.book.evidence.against_paper`; ``source``: the name of the runs on the y axis (its label)."""
     ax = ax or plt.subplots(figsize=(6.4, 5.0))[1]
     for t, marker, colour in (("I", "o", "C0"), ("II", "s", "C1")):
         g = table[table["table"] == t]
@@ -488,7 +489,7 @@ def ours_against_paper(table: pd.DataFrame, *, ax: plt.Axes | None = None, title
     plain_log_ticks(ax, "x")
     plain_log_ticks(ax, "y")
     place_labels(ax, [(p, o, name, {"fontsize": 9}) for name, p, o in zip(table.index, table["paper"], table["ours"])])
-    return _labelled(ax, xlabel="the paper's 1/Δ_S (ResNet-18-GN)", ylabel="ours: 1/Δ_S, median over seeds",
+    return _labelled(ax, xlabel="the paper's 1/Δ_S (ResNet-18-GN)", ylabel=f"{source}: 1/Δ_S, median over seeds",
                      title=title, ncol=2)
 
 

@@ -416,5 +416,6 @@ def figure_against(found: Findings) -> plt.Figure | None:
         return None
     plots.use_book_style()
     fig, ax = plt.subplots(figsize=(7.6, 6.4))  # the minibatch settings cluster near 1: room for their labels
-    plots.ours_against_paper(found.against, ax=ax, title="Recovery factor 1/Δ_S")  # the caption says the rest
+    plots.ours_against_paper(found.against, source=found.sources[0].name, ax=ax,
+                             title="Recovery factor 1/Δ_S")  # the caption says the rest
     return fig
