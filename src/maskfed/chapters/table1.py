@@ -33,7 +33,7 @@ class Findings:
 
     values: dict
     prof: Profile                  # this build's profile (the banner's)
-    srcs: list[tables.Source]      # every source, closest to the paper's setting first; the live one last
+    srcs: list[tables.Source]      # every source, the lead first (the closest to the paper's setting, or a reader's own run)
     found: list                    # archive.summaries: the archived profiles that have Table I runs
     archive_notes: list[str]       # archive.summaries' notes on the archived profiles without runs (archive.archive_table)
     first_results: list            # the closest source's runs (RunResult)
@@ -68,17 +68,17 @@ def steepest_fall(runs: pd.DataFrame) -> float:
     return 0.0 if falling.empty else float(100 * (1 - np.exp(falling["slope"].min())))
 
 
-def live_values(live: tables.Source, paper: pd.DataFrame) -> dict:
-    """``t1_live_...`` of this build's own profile (``live``, the last source): name, rounds, seeds, cliff,
+def live_values(live: tables.Source, paper: pd.DataFrame, prefix: str = "t1_live") -> dict:
+    """``<prefix>...`` of one source (this build's own profile by default): name, rounds, seeds, cliff,
     accuracy and full-batch 1/Δ_S ranges (:func:`maskfed.analysis.summary.table1_contrast` against ``paper``).
 
     Raises:
         ValueError: a table without both full-batch and minibatch protocols."""
     lt, lc = live.table, summary.table1_contrast(live.table, paper)
-    return {"t1_live": live.name, "t1_live_rounds": live.rounds, "t1_live_seeds": live.seeds,
-            "t1_live_cliff": round(lc["cliff"], 2),
-            "t1_live_acc_min": round(lt["test_acc"].min(), 3), "t1_live_acc_max": round(lt["test_acc"].max(), 3),
-            "t1_live_full_min": round(lc["full_min"], 2), "t1_live_full_max": round(lc["full_max"], 2)}
+    return {prefix: live.name, f"{prefix}_rounds": live.rounds, f"{prefix}_seeds": live.seeds,
+            f"{prefix}_cliff": round(lc["cliff"], 2),
+            f"{prefix}_acc_min": round(lt["test_acc"].min(), 3), f"{prefix}_acc_max": round(lt["test_acc"].max(), 3),
+            f"{prefix}_full_min": round(lc["full_min"], 2), f"{prefix}_full_max": round(lc["full_max"], 2)}
 
 
 def ordering_values(table: pd.DataFrame, prefix: str) -> dict:
@@ -149,8 +149,15 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     t = first.table
     reps = uncertainty.replicate_tables(first_results, BY, n_boot=uncertainty.N_BOOT)
     contrast, p_contrast = summary.table1_contrast(t, paper), summary.table1_contrast(paper, paper)
+    # the live run, and the source it is compared with: the closest archived one (the second source when the reader's
+    # own run leads); the coverage sentence is about the source with the most seeds
+    live, other = (srcs[0], srcs[1 if len(srcs) > 1 else 0]) if own else (srcs[-1], first)
+    most = max(srcs, key=lambda s: s.seeds)
     values = {"t1_first": first.name, "t1_rounds": first.rounds, "t1_n_seeds": first.seeds,
-              "t1_coverage_pct": round(100 * uncertainty.seed_range_coverage(first.seeds), 2)}
+              "t1_cov_source": most.name, "t1_cov_seeds": most.seeds,
+              "t1_coverage_pct": round(100 * uncertainty.seed_range_coverage(most.seeds), 2),
+              "t1_changes": ", ".join(f"{k} = {book.number(v)}" for k, v in book.profile_changes(prof).items())
+              if own else "none"}
     for key in ("full_min", "full_max", "mini_min", "mini_max"):
         values |= {f"t1_{key}": round(contrast[key], 2), f"t1_paper_{key}": p_contrast[key]}
     for key, name in (("cliff", "gap"), ("spearman_rec", "spearman_rec"), ("spearman_sigma", "spearman_sigma")):
@@ -161,7 +168,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     round_gap = eq12_round_gap(first_results, k_c)
     trends = uncertainty.trend_counts(first_results)
     values |= {"t1_paper_gap": p_contrast["cliff"], "t1_level": round(100 * uncertainty.LEVEL),
-               "t1_block": uncertainty.BLOCK, **live_values(srcs[-1], paper), **estimator_values(t, k_c),
+               "t1_block": uncertainty.BLOCK, **live_values(live, paper), **live_values(other, paper, "t1_other"),
+               **estimator_values(t, k_c),
                "t1_acc_min": round(t["test_acc"].min(), 3), "t1_acc_max": round(t["test_acc"].max(), 3),
                "t1_n_falling": trends["falling"], "t1_n_flat": trends["flat"], "t1_n_rising": trends["rising"],
                "t1_n_runs": len(first_results), "t1_steepest_fall": round(steepest_fall(trends["runs"]), 2),

@@ -102,13 +102,13 @@ def table_conventions(f: Findings) -> tuple[pd.DataFrame, dict]:
     return shown, {c: ("{:.1f}" if c[1] == "CV (%)" else "{:.0f}") for c in shown.columns}
 
 
-def live_values(live: tables.Source) -> dict:
-    """``t2_live_...`` of this build's own profile (``live``, the last source): name, rounds, seeds, and
-    the ranges of 1/Δ_S and test accuracy."""
+def live_values(live: tables.Source, prefix: str = "t2_live") -> dict:
+    """``<prefix>...`` of one source (this build's own profile by default): name, rounds, seeds, and the ranges
+    of 1/Δ_S and test accuracy."""
     lt = live.table
-    return {"t2_live": live.name, "t2_live_rounds": live.rounds, "t2_live_seeds": live.seeds,
-            "t2_live_min": round(lt["recovery_unweighted"].min(), 2), "t2_live_max": round(lt["recovery_unweighted"].max(), 2),
-            "t2_live_acc_min": round(lt["test_acc"].min(), 3), "t2_live_acc_max": round(lt["test_acc"].max(), 3)}
+    return {prefix: live.name, f"{prefix}_rounds": live.rounds, f"{prefix}_seeds": live.seeds,
+            f"{prefix}_min": round(lt["recovery_unweighted"].min(), 2), f"{prefix}_max": round(lt["recovery_unweighted"].max(), 2),
+            f"{prefix}_acc_min": round(lt["test_acc"].min(), 3), f"{prefix}_acc_max": round(lt["test_acc"].max(), 3)}
 
 
 def stage_values(study) -> dict:
@@ -179,6 +179,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     own = bool(overrides)  # a reader's own settings: their run leads the page, the archived evidence beside it
     srcs = tables.sources("table2", prof.name, results, found, live_first=own)
     first = srcs[0]
+    # the live run, and the source it is compared with (the closest archived one when the reader's own run leads)
+    live, other = (srcs[0], srcs[1 if len(srcs) > 1 else 0]) if own else (srcs[-1], first)
     first_results = found[0].results if found and not own else results
     live_t1 = experiments.run(prof, "table1", workers=workers, progress=False)
     first_t1_results = (found1[0].results if found and found1 and found1[0].profile == found[0].profile and not own
@@ -200,7 +202,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     cross = archive.load_alpha_cross(tables.ARCHIVED)
     values = {"t2_seed": int(prof.seeds[0]), **convention_values(spread, len(labels), cfg0.num_clients),
               "t2_first": first.name, "t2_n_seeds": first.seeds,
-              "t2_coverage_pct": round(100 * uncertainty.seed_range_coverage(first.seeds), 2),
+              "t2_cov_source": max(srcs, key=lambda s: s.seeds).name, "t2_cov_seeds": max(s.seeds for s in srcs),
+              "t2_coverage_pct": round(100 * uncertainty.seed_range_coverage(max(s.seeds for s in srcs)), 2),
               "t2_unw_min": round(rec.min(), 2), "t2_unw_max": round(rec.max(), 2),
               "t2_w_min": round(wrec.min(), 2), "t2_w_max": round(wrec.max(), 2), "t2_low_alpha": low,
               "t2_gap_low": round(gap_iv.estimate, 1), "t2_gap_low_lo": round(gap_iv.low, 1),
@@ -219,7 +222,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
               "t2_cv_high": round(cv_by_alpha[cv_by_alpha.index.max()], 1),
               "t2_high_alpha": cv_by_alpha.index.max(),
               "t2_cv_low_largest": bool(cv_by_alpha.idxmax() == cv_by_alpha.index.min()),
-              **live_values(srcs[-1]), **stage_values(archive.load_stage_study(tables.ARCHIVED)),
+              **live_values(live), **live_values(other, "t2_other"), **stage_values(archive.load_stage_study(tables.ARCHIVED)),
               **cross_values(None if cross is None else cross.table),
               **tables.matched_values(tables.ARCHIVED, MATCHED_CLAIMS, "t2")}
     return Findings(values, prof, sizes, spread, srcs, found, notes, paper,
