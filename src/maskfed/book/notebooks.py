@@ -430,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
         return status
     for name in names:
         t0 = time.perf_counter()
+        if not args.child:  # a chapter whose runs must train first can take many minutes before its next line
+            print(f"executing {name} ({args.profile}); the runs it lacks train first", flush=True)
         try:
             with interrupt_silences_logging():
                 out = execute(name, profile=args.profile, parameters=params, out_dir=out_dir,
