@@ -38,7 +38,7 @@ def test_sources_put_the_archive_first_and_main_table_shows_its_seed_range():
     assert srcs[1].low is None
     row = main.loc[("32", 1)]
     assert row[("1/Δ_S", archive.column_name("cpu-paper"))] == "1.20 (1.10–1.30)"
-    assert row[("1/Δ_S", "paper")] == "1.24" and row[("T", archive.column_name("cpu-paper"))] == "16.0"
+    assert row[("1/Δ_S", "paper")] == "1.24" and row[("T", archive.column_name("cpu-paper"))] == "16"
     assert row[("accuracy", "paper")] == "0.553"
     full = tables.full_table(srcs, summary.paper_table("table1"))
     assert list(full[("recovery_unweighted", "cpu")]) == [2.0]

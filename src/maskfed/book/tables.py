@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from maskfed import book
 from maskfed.analysis import claims, summary, uncertainty
 from maskfed.book import evidence
 from maskfed.engine.config import load_profile
@@ -85,7 +86,7 @@ def main_table(experiment: str, first: Source, paper: pd.DataFrame) -> pd.DataFr
     t = first.table
     cols = {}
     if experiment == "table1":
-        cols[("T", first.name)] = [f"{v:.1f}" for v in t["T_mean"]]
+        cols[("T", first.name)] = [book.FORMATS["T_mean"].format(v) for v in t["T_mean"]]  # as every table writes T
     for q, fmt in MAIN[experiment]:
         lows = first.low[q] if first.low is not None else [None] * len(t)
         highs = first.high[q] if first.high is not None else [None] * len(t)
