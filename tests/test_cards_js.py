@@ -37,6 +37,10 @@ PAGE = ("<!doctype html><html><head><meta charset='utf-8'>"
                    "max 5.9% (bs 32, τ 5); noisiest 3: 5.9, 1.5, 2.0%", "does not hold"],
                   ["Minibatch floor", "1.10–1.36", "1.06–1.62 and then some more words to wrap here", "confounded by stage"]])
         + _table("stacks", [f"c{i}" for i in range(12)], [[f"{i}.123456e-08" for i in range(12)]])
+        # pandas' Styler writes nowrap under the table's id (it outranks a class): a long header must still wrap
+        + "<style>#long td, #long th { white-space: nowrap; min-width: 14em; }</style>"
+        + _table("long", ["1/Δ_S n_k-weighted · cpu-paper (small CNN, archived)", "test accuracy · cpu-long (small CNN, archived)"],
+                 [["1.19 (1.14–1.17)", "0.612 (0.598–0.620)"]])
         + f"<script>{(STATIC / 'maskfed-cards.js').read_text()}</script></article></body></html>")
 
 
@@ -53,10 +57,13 @@ def layouts(tmp_path_factory):
         for width in (1400, 390):
             page = browser.new_page(viewport={"width": width, "height": 900})
             page.goto(page_path.as_uri())
-            out[width] = page.evaluate("""() => Object.fromEntries(['fits', 'wraps', 'stacks'].map(id => {
+            out[width] = page.evaluate("""() => Object.fromEntries(['fits', 'wraps', 'stacks', 'long'].map(id => {
                 const t = document.getElementById(id);
                 const whole = Array.from(t.querySelectorAll('span.maskfed-whole'));
-                return [id, {cls: Array.from(t.classList).sort(), wider: t.scrollWidth > t.clientWidth + 1,
+                const article = t.closest('article').getBoundingClientRect().right;
+                const cellsInside = Array.from(t.querySelectorAll('td')).every(
+                    td => td.scrollWidth <= td.clientWidth + 1 && td.getBoundingClientRect().right <= article + 1);
+                return [id, {cls: Array.from(t.classList).sort(), wider: t.scrollWidth > t.clientWidth + 1, cellsInside,
                              whole: whole.map(s => s.textContent),
                              wholeOneLine: whole.every(s => s.getClientRects().length === 1)}];
             }))""")
@@ -82,3 +89,8 @@ def test_a_wrapped_table_keeps_each_range_and_number_whole(layouts):
 @pytest.mark.slow
 def test_on_a_phone_every_table_stacks(layouts):
     assert all("maskfed-cards-stack" in v["cls"] and not v["wider"] for v in layouts[390].values())
+
+
+@pytest.mark.slow
+def test_on_a_phone_a_card_with_a_long_label_stays_inside_the_column(layouts):
+    assert all(v["cellsInside"] for v in layouts[390].values())
