@@ -1,8 +1,8 @@
-/* On a phone, and at any width where it does not fit its column even with its text cells wrapped, a table of the book
-   reads as stacked rows ("cards"): each body row becomes a block
+/* At any width where it does not fit its column even with its text cells wrapped (a phone's above all), a table of
+   the book reads as stacked rows ("cards"): each body row becomes a block
    headed by its row labels, and each cell shows its column's header before its value, so that a
    comparison (Table I's paper column, the verdict) is read without sideways scrolling. This script
-   only labels the cells (data-label) and marks the table to stack (on a phone, or where it is wider than its column); maskfed.css lays the cards out,
+   only labels the cells (data-label) and marks the table to stack (where it is wider than its column, even wrapped); maskfed.css lays the cards out,
    so a desktop reader sees the table unchanged. Multi-row headers (pandas' column levels) are joined
    with " · ", and row labels spanning several rows (pandas' sparse index) are repeated on each card. */
 (function () {
@@ -36,7 +36,6 @@
     }
     return names;
   }
-  const phone = window.matchMedia('(max-width: 600px)').matches;
   function label(table) {
     if (table.closest('.highlight, mjx-container, .maskfed-nocards') || !table.tBodies.length) return;
     const labels = headerLabels(table);
@@ -69,14 +68,15 @@
       if (names.length) tr.setAttribute('data-rowlabel', names.join(' · '));
     }
     table.classList.add('maskfed-cards');
-    // On a phone: stacked rows. Wider than its column at this width: first let its text cells wrap (a number or a
-    // range such as 1.10–1.36 stays whole); only a table still too wide reads as stacked rows (maskfed.css).
-    if (!phone && tooWide(table)) {
+    // Wider than its column at this width (a phone's or a desktop's): first let its text cells wrap (a number or a
+    // range such as 1.10–1.36 stays whole); only a table still too wide reads as stacked rows (maskfed.css), so a
+    // two-column table (the box of what ran) stays a table on a phone.
+    if (tooWide(table)) {
       keepWhole(table);
       table.classList.add('maskfed-wrap');
       if (tooWide(table)) table.classList.remove('maskfed-wrap');
     }
-    if (phone || tooWide(table)) table.classList.add('maskfed-cards-stack');
+    if (tooWide(table)) table.classList.add('maskfed-cards-stack');
   }
   function tooWide(table) {
     return table.scrollWidth > table.clientWidth + 1;

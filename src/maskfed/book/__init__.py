@@ -219,10 +219,11 @@ def banner(profile: Profile, *, source: str | None = None, changes: dict | None 
     explicit = changes or {}
     changes = {k: v for k, v in profile_changes(profile).items()
                if not any(name == k or name.startswith(f"{k} ") for name in explicit)} | explicit
-    cfg = profile.run(profile.seeds[0])
+    cfg, seeds = profile.run(profile.seeds[0]), profile.seeds
     values = {"lead source": source or profile.name, "profile": profile.name, "scaled down": bool(profile.scaled_down),
               "model": cfg.model,
-              "rounds": cfg.rounds, "cohort K_c": cfg.cohort_size, "seeds": ", ".join(str(s) for s in profile.seeds),
+              "rounds": cfg.rounds, "cohort K_c": cfg.cohort_size,
+              "seeds": f"{len(seeds)} ({'seed' if len(seeds) == 1 else 'seeds'} {', '.join(map(str, seeds))})",
               "description": profile.description,
               "changes": ", ".join(f"{k} = {without_paths(number(v))}" for k, v in changes.items()),
               **data_source(profile)}
