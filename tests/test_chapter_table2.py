@@ -110,3 +110,14 @@ def test_cross_values_give_each_trajectorys_median_ratio_and_how_many_lie_above_
     assert t["trajectory α"].tolist() == ["100", "0.1"]
     assert t["unweighted ratio"].tolist() == ["0.60 (0.50–0.70)", "1.40 (1.20–1.60)"]
     assert t["accuracy of θ"].tolist() == ["0.20–0.30", "0.20–0.30"] and t["checkpoints"].tolist() == [2, 2]
+
+
+def test_the_conventions_table_writes_shard_sizes_with_thousands_separators():
+    # prepare: one α, both conventions; a largest shard of 2,276 samples
+    spread = pd.DataFrame({"alpha": [0.1, 0.1], "convention": ["hsu", "niid_bench"], "min": [3, 18],
+                           "max": [2276, 2514], "cv": [94.6, 86.9]})
+    # execute
+    shown, formats = chapter.table_conventions(SimpleNamespace(spread=spread))
+    # assert: samples as every number of the book writes them, the CV with one decimal
+    assert formats[("Hsu et al.", "largest")].format(shown.loc[0.1, ("Hsu et al.", "largest")]) == "2,276"
+    assert formats[("NIID-Bench", "CV (%)")].format(shown.loc[0.1, ("NIID-Bench", "CV (%)")]) == "86.9"

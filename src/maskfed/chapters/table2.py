@@ -99,7 +99,8 @@ def table_conventions(f: Findings) -> tuple[pd.DataFrame, dict]:
              .sort_index(ascending=False))
     shown = shown.reorder_levels([1, 0], axis=1).sort_index(axis=1, level=0, sort_remaining=False)
     shown.columns.names = ["partition convention", None]
-    return shown, {c: ("{:.1f}" if c[1] == "CV (%)" else "{:.0f}") for c in shown.columns}
+    # samples with thousands separators (2,276), as every other number of the book
+    return shown, {c: ("{:.1f}" if c[1] == "CV (%)" else "{:,.0f}") for c in shown.columns}
 
 
 def live_values(live: tables.Source, prefix: str = "t2_live") -> dict:
