@@ -1,5 +1,5 @@
-"""Command line: ``maskfed sweep`` (a profile's experiments), ``maskfed run`` (one setting),
-``maskfed archive`` (copy finished runs into ``results/archive/``) and ``maskfed cache``.
+"""Command line: ``maskfed sweep`` (a profile's experiments), ``maskfed run`` (one setting)
+and ``maskfed archive`` (copy a profile's finished runs into ``results/archive/``).
 
 Every :class:`~maskfed.engine.config.RunConfig` field is also a flag (``--batch-size 128``), overriding
 the profile's base config. All input is validated before compute (:mod:`maskfed.engine.preflight`).
