@@ -33,13 +33,10 @@ from maskfed.analysis import summary
 ENGINE_RTOL = {"float64": 1e-6}
 
 #: Relative tolerance of each precision's Δ_k against its reference (fp32: float64, one full-batch
-#: step; tf32, bf16: fp32 with the same engine, bs 32, τ 1) and between the two engines in it.
-#: Measured on the CPU: fp32 3e-6 (small CNN) and 1.4e-4 (ResNet-18-GN) from float64 after one
-#: step; bf16 (forward pass and loss autocast) 1.4e-2 to 1.1e-1 from fp32 and 1.6e-2 to 4.9e-2
-#: between engines after 2 to 10 steps (small CNNs, ResNet-18-GN; more steps and a larger step
-#: size, more), while autocasting a client's whole loop gave 0.44 to 1.56. tf32 keeps 10 mantissa
-#: bits to bf16's 7; it gets bf16's tolerances, unmeasured (no GPU so far). Ours: a factor 7 above
-#: the fp32 readings, about 2 above the largest bf16 one, below the whole-loop autocast's.
+#: step; tf32, bf16: fp32, same engine, bs 32, τ 1) and between the engines. Measured on the CPU:
+#: fp32 3e-6 (small CNN), 1.4e-4 (ResNet-18-GN); bf16 1.4e-2 to 1.1e-1 from fp32, 1.6e-2 to 4.9e-2
+#: between engines (2 to 10 steps); whole-loop autocast 0.44 to 1.56. tf32 gets bf16's, unmeasured.
+#: Ours: ~7× the fp32 readings, ~2× the largest bf16 one, below the whole-loop autocast's.
 PRECISION_RTOL = {"fp32": 1e-3, "tf32": 0.25, "bf16": 0.25}
 #: Relative tolerance of the cohort's recovery factor 1/Δ_S (unweighted) in tf32 and bf16 against
 #: fp32 and between engines. Measured on the CPU (the same cases): bf16 moved it by 1.5e-3 to 1.1e-2;
