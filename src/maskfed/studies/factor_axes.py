@@ -120,16 +120,10 @@ def share_falls(eq12: pd.DataFrame) -> bool:
 def lr_verdict(table: pd.DataFrame, *, small_bs: int, large_bs: int, lr: float, factor: float) -> dict:
     """Is it the batch size or the step size that sets 1/Δ_S? A stated rule, ours.
 
-    Minibatch cells at τ = 1: A (``small_bs``, ``lr``), B (``large_bs``, ``lr``), C (``large_bs``, ``factor``·lr,
-    A's lr/bs). The closest pair of medians names the cause (A ≈ B "step size", A ≈ C "lr/bs", B ≈ C "batch
-    size"); "clear" when its difference is within A's IQR and the others' are not.
-
-    Returns:
-        ``reference``, ``same_lr``, ``same_ratio`` (medians of A, B, C), ``differences`` (by cause), ``iqr`` (A's),
-        ``closer`` and ``clear``.
-
-    Raises:
-        KeyError: a cell missing from ``table``.
+    Minibatch cells at τ = 1: A (``small_bs``, ``lr``), B (``large_bs``, ``lr``), C (``large_bs``, ``factor``·lr).
+    The closest pair of medians names the cause (A ≈ B "step size", A ≈ C "lr/bs", B ≈ C "batch size"); "clear"
+    when its difference is within A's IQR and the others' are not. Returns ``reference``, ``same_lr``,
+    ``same_ratio`` (medians of A, B, C), ``differences``, ``iqr`` (A's), ``closer``, ``clear``; KeyError: a missing cell.
     """
     t = table[table["local_epochs"] == 1].set_index(["batch_size", "lr"])
 
@@ -575,12 +569,10 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
                 progress: bool = False, own_trajectories: Sequence[Path] = ()) -> ModelStudy:
     """Every protocol of ``spec`` at θ of every model of ``spec`` at every target accuracy reached.
 
-    θ: "fedavg" from the profile's stage-ladder run with the model replaced (:func:`fedavg_checkpoints`) or a
-    model's own shorter run (:func:`find_own_trajectory`, else trained); "centralised" from
-    :func:`central_checkpoints`. Same seeded pool and cohorts for every (θ, protocol); cached, resumable.
-
-    Raises:
-        ConfigError: before any training, a pool larger than K or an invalid protocol.
+    "fedavg" θ: the profile's stage-ladder run with the model replaced (:func:`fedavg_checkpoints`) or a model's
+    own run (:func:`find_own_trajectory`, else trained); "centralised": :func:`central_checkpoints`. Same seeded
+    pool and cohorts for every (θ, protocol); cached, resumable. ConfigError (before training): a pool larger
+    than K or an invalid protocol.
     """
     base = stage.ladder_config(profile)
     try:
