@@ -349,13 +349,9 @@ def not_settled(bearing: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
 
 
 def trend_pairs(t1: pd.DataFrame, key: str) -> list[tuple]:
-    """The Table I cell pairs a :data:`TREND_CLAIMS` claim compares, each (cell wanted larger, the other).
-
-    Cliff: smallest full-batch vs largest minibatch; "tau": adjacent in τ within a batch size; "monotone_t":
-    adjacent in T within full batch and within minibatch.
-
-    Raises:
-        ValueError: ``key`` not in :data:`TREND_CLAIMS`.
+    """The Table I cell pairs a :data:`TREND_CLAIMS` claim compares, each (cell wanted larger, the other): cliff,
+    smallest full-batch vs largest minibatch; "tau", adjacent in τ within a batch size; "monotone_t", adjacent in
+    T within full batch and within minibatch. ValueError: ``key`` not in :data:`TREND_CLAIMS`.
     """
     full, rec = _is_full(t1), t1["recovery_unweighted"]
     bs = t1.index.get_level_values("batch_size").astype(str)
@@ -371,12 +367,10 @@ def trend_pairs(t1: pd.DataFrame, key: str) -> list[tuple]:
 
 
 def trend_bearing(t1: pd.DataFrame, trends: pd.DataFrame) -> pd.DataFrame:
-    """Would a longer run change the claims of :data:`TREND_CLAIMS`?
-
-    Per pair (:func:`trend_pairs`): gap g = log(larger-wanted / other) of 1/Δ_S, drift d = difference of the
-    cells' ``slope`` (:func:`maskfed.book.evidence.cell_trends`); "toward" (d > 0) or "against" where
-    |d| / se(d) > :data:`DRIFT_T` survives Benjamini-Hochberg at :data:`TREND_FDR`; a closing gap meets in
-    g / |d| rounds (straight line in log; ours).
+    """Would a longer run change the claims of :data:`TREND_CLAIMS`? Per pair (:func:`trend_pairs`): gap
+    g = log(larger-wanted / other) of 1/Δ_S, drift d = difference of the cells' ``slope``
+    (:func:`maskfed.book.evidence.cell_trends`): "toward" (d > 0) or "against" where |d| / se(d) > :data:`DRIFT_T`
+    survives Benjamini-Hochberg at :data:`TREND_FDR`; a closing gap meets in g / |d| rounds (straight in log; ours).
 
     Returns:
         Index ``claim``; ``n_still`` of ``n_cells`` (cells most of whose runs still fall; ``still`` as text),
