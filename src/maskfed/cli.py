@@ -1,24 +1,19 @@
 """Command line: ``maskfed sweep`` (a profile's experiments), ``maskfed run`` (one setting)
 and ``maskfed archive`` (copy a profile's finished runs into ``results/archive/``).
 
-Every :class:`~maskfed.engine.config.RunConfig` field is also a flag (``--batch-size 128``,
-``--local-epochs 5``, ``--alpha 0.1``, ``--rounds 100`` ...), overriding the profile's
-base config. Everything is validated before any compute starts: each field, the fields an
-experiment's grid sets (refused, never dropped), and what needs the data (its files, each run's
-partition; :mod:`maskfed.engine.preflight`). Bad input ends as one ``maskfed: error: ...`` line naming
-the parameter or file, with exit status 2; so do a damaged finished run folder (named, with the
-remedy), training that diverges (the round, the client and the quantity) and a write that fails
-(a full disk: the folder and the cause). Ctrl-C, SIGTERM and SIGHUP stop a run or sweep keeping
-every finished run and checkpoint, and stop ``maskfed archive`` (each of its forms) saying what is
-kept and how to go on, in one line (exit status 130, 143, 129).
+Every :class:`~maskfed.engine.config.RunConfig` field is also a flag (``--batch-size 128``), overriding
+the profile's base config. All input is validated before compute (:mod:`maskfed.engine.preflight`).
+Errors end as one ``maskfed: error: ...`` line, exit status 2 (bad input, damaged run folder, divergence,
+failed write). Ctrl-C, SIGTERM and SIGHUP keep finished runs and checkpoints and say how to go on
+(exit status 130, 143, 129).
 
 Examples::
 
-    maskfed sweep --profile cpu                       # the runs the book needs
+    maskfed sweep --profile cpu
     maskfed run --profile cpu --batch-size full --local-epochs 1 --alpha 0.1 --seeds 0 1 2
-    maskfed archive --profile cpu-long                # after its sweep: keep its runs in git
-    maskfed archive --profile cpu-paper --factor resnet   # ResNet-18-GN at fixed θ, resumable, archived
-    maskfed cache --list                              # the decoded-data cache; --prune removes stale files
+    maskfed archive --profile cpu-long
+    maskfed archive --profile cpu-paper --factor resnet
+    maskfed cache --list
 """
 
 from __future__ import annotations
@@ -224,13 +219,9 @@ def _interrupted(exc: KeyboardInterrupt, then: str) -> int:
 
 
 def archive_profile(name: str, data_path: str | None = None, seeds: list[int] | None = None) -> list:
-    """Archive every finished run of a profile's experiments (``maskfed archive``), or of some of its seeds.
+    """Archive every finished run of a profile's experiments (``maskfed archive``), or of ``seeds`` only.
 
-    Args:
-        name: the profile.
-        data_path: the CIFAR-10 archive or folder its sweep used (None: the profile's).
-        seeds: only these seeds' runs (they need not be the profile's: seeds added to it later); None: the
-            profile's seeds. Archived runs of other seeds are left as they are.
+    Archived runs of other seeds are left as they are; ``seeds`` may be outside the profile's.
 
     Returns:
         The archived folders.

@@ -1,11 +1,10 @@
 """Does the paper hold? Each of its claims, a criterion fixed in advance, and a verdict per profile.
 
-A claim (:data:`CLAIMS`) is one statement of the paper's Sec. IV our measurements can test. Its criterion (words:
-the table "The claims and their criteria" in ``notebooks/verdict.md``; thresholds, ours: :attr:`Claim.measure`)
-gives one of :data:`VERDICTS` on each source (:class:`Evidence`): the paper's own tables
-(:func:`paper_evidence`) or a profile's runs, the value with its bootstrap interval over seeds and window rounds
-(:mod:`maskfed.analysis.uncertainty`). At matched stage each checkpoint votes with its seed range
-(:func:`checkpoint_vote`) and the votes in the paper's accuracy range decide (:func:`over_checkpoints`).
+A claim (:data:`CLAIMS`) is one testable statement of the paper's Sec. IV. Its criterion (words: the table
+"The claims and their criteria" in ``notebooks/verdict.md``; thresholds, ours: :attr:`Claim.measure`) gives
+one of :data:`VERDICTS` per source (:class:`Evidence`): the paper's tables (:func:`paper_evidence`) or a
+profile's runs with bootstrap intervals (:mod:`maskfed.analysis.uncertainty`). At matched stage each
+checkpoint votes (:func:`checkpoint_vote`) and the votes in the paper's accuracy range decide (:func:`over_checkpoints`).
 """
 
 from __future__ import annotations
@@ -350,12 +349,9 @@ def not_settled(bearing: pd.DataFrame, verdicts: pd.DataFrame) -> pd.DataFrame:
 
 
 def trend_pairs(t1: pd.DataFrame, key: str) -> list[tuple]:
-    """The pairs of Table I cells a claim of :data:`TREND_CLAIMS` compares, each (the cell the claim wants larger,
-    the other): for the cliff its smallest full-batch and largest minibatch cell; for "tau" the cells adjacent in τ
-    within each batch size; for "monotone_t" those adjacent in T within full batch and within minibatch.
-
-    Raises:
-        ValueError: ``key`` not in :data:`TREND_CLAIMS`.
+    """The Table I cell pairs a :data:`TREND_CLAIMS` claim compares, each (cell wanted larger, the other): cliff,
+    smallest full-batch vs largest minibatch; "tau", adjacent in τ within a batch size; "monotone_t", adjacent in
+    T within full batch and within minibatch. ValueError: ``key`` not in :data:`TREND_CLAIMS`.
     """
     full, rec = _is_full(t1), t1["recovery_unweighted"]
     bs = t1.index.get_level_values("batch_size").astype(str)
@@ -371,11 +367,10 @@ def trend_pairs(t1: pd.DataFrame, key: str) -> list[tuple]:
 
 
 def trend_bearing(t1: pd.DataFrame, trends: pd.DataFrame) -> pd.DataFrame:
-    """Would a longer run change the claims of :data:`TREND_CLAIMS`? Per pair (:func:`trend_pairs`), the gap
-    g = log(larger-wanted / other) of 1/Δ_S and its drift d (the difference of the cells' ``slope`` in ``trends``,
-    :func:`maskfed.book.evidence.cell_trends`) move "toward" the claim (d > 0) or "against" it where |d| / se(d) >
-    :data:`DRIFT_T` and Benjamini-Hochberg at :data:`TREND_FDR` over every pair keeps it; a gap that holds and
-    closes meets in g / |d| rounds (a straight line in log; ours).
+    """Would a longer run change the claims of :data:`TREND_CLAIMS`? Per pair (:func:`trend_pairs`): gap
+    g = log(larger-wanted / other) of 1/Δ_S, drift d = difference of the cells' ``slope``
+    (:func:`maskfed.book.evidence.cell_trends`): "toward" (d > 0) or "against" where |d| / se(d) > :data:`DRIFT_T`
+    survives Benjamini-Hochberg at :data:`TREND_FDR`; a closing gap meets in g / |d| rounds (straight in log; ours).
 
     Returns:
         Index ``claim``; ``n_still`` of ``n_cells`` (cells most of whose runs still fall; ``still`` as text),
@@ -492,11 +487,11 @@ _RANK = {"holds": 0, "partly": 1, "does not hold": 2}
 
 
 def pair_votes(median: pd.DataFrame, seeds: list[pd.DataFrame], key: str) -> pd.DataFrame:
-    """Each pair of cells a claim of :data:`PAIR_CLAIMS` orders in a checkpoint's median Table I, with d =
-    log(cell wanted larger / the other) there (``d``) and its range over ``seeds``' own tables (``d_low``,
-    ``d_high``): ``vote`` "for" where d > 0, else "against" only where every seed has d ≤ 0 (or there are no
-    seeds), else "within tolerance"; ``larger``, ``smaller`` (index tuples), ``group`` (the batch size, or
-    "full"/"minibatch" for T).
+    """Each :data:`PAIR_CLAIMS` pair in a checkpoint's median Table I, d = log(cell wanted larger / other).
+
+    Columns: ``d``; ``d_low``, ``d_high`` (range over ``seeds``' tables); ``vote`` "for" where d > 0, "against"
+    only where every seed has d ≤ 0 (or no seeds), else "within tolerance"; ``larger``, ``smaller``
+    (index tuples); ``group`` (batch size, or "full"/"minibatch" for T).
     """
     recipe, column, rising = PAIR_CLAIMS[key]
     rows = []

@@ -40,11 +40,7 @@ def summarize_run(metrics: pd.DataFrame) -> dict:
 
 
 def summarize(results: list[RunResult], by: list[str]) -> pd.DataFrame:
-    """One row per setting: medians across seeds of per-run medians.
-
-    Args:
-        results: finished runs (any number of seeds per setting).
-        by: RunConfig fields that name a setting, e.g. ``["batch_size", "local_epochs"]``.
+    """One row per setting (``by``: RunConfig fields): medians across seeds of per-run medians.
 
     Returns:
         DataFrame indexed by ``by`` with columns :data:`METRICS`,
@@ -103,14 +99,8 @@ PAPER_TEXT = {
 def aggregation_gap_pct(table: pd.DataFrame, decimals: int | None = None) -> pd.DataFrame:
     """Gap 100 |w - u| / u between the n_k-weighted (w) and unweighted (u) recovery factors per row, in percent.
 
-    With ``decimals`` (the values were printed rounded, as the paper's tables are), also the smallest and
-    largest gap the unrounded values allow: 100 max(0, |w - u| - 10^-decimals) / u and
-    100 (|w - u| + 10^-decimals) / u.
-
-    Args:
-        table: rows with ``recovery_unweighted`` and ``recovery_weighted`` (e.g. :func:`paper_table` or
-            :func:`summarize` output).
-        decimals: decimals the values were rounded to, or None.
+    With ``decimals`` (values printed rounded), also the bounds the unrounded values allow:
+    100 max(0, |w - u| - 10^-decimals) / u and 100 (|w - u| + 10^-decimals) / u.
 
     Returns:
         DataFrame on ``table``'s index with ``gap_pct`` (and ``gap_min_pct``, ``gap_max_pct``).
@@ -141,11 +131,7 @@ def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, columns: list[str]) ->
 def compare(sources: dict[str, pd.DataFrame], columns: list[str]) -> pd.DataFrame:
     """Several summaries of the same settings, each quantity's sources in adjacent columns (nothing pooled).
 
-    Args:
-        sources: ``{name: summary}`` in column order (e.g. the live profile, archived profiles, the
-            paper's table), all indexed by the same setting fields; the first gives the rows, the others
-            are aligned to it (missing rows and quantities become NaN).
-        columns: quantities to show, e.g. :data:`maskfed.studies.experiments.TABLE_COLUMNS`.
+    The first source gives the rows; the others are aligned to it (missing rows and quantities: NaN).
 
     Returns:
         DataFrame with (quantity, source name) columns.
@@ -176,12 +162,7 @@ def rank_correlation(a: pd.Series, b: pd.Series) -> float:
 
 
 def table1_contrast(ours: pd.DataFrame, paper: pd.DataFrame) -> dict:
-    """Full batch against minibatch in a Table I summary, and its agreement with the paper's.
-
-    Args:
-        ours: a Table I summary indexed by (batch_size as text, local_epochs), with columns
-            ``recovery_unweighted`` and ``sigma2_hat`` (:func:`maskfed.studies.experiments.table1`).
-        paper: the paper's Table I in the same layout (:func:`paper_table`).
+    """Full batch against minibatch in a Table I summary (:func:`maskfed.studies.experiments.table1`), and its agreement with the paper's.
 
     Returns:
         ``full_min``, ``full_max``, ``mini_min``, ``mini_max`` (1/Δ_S of the full-batch and minibatch
@@ -225,13 +206,7 @@ def control_tolerance(device: str) -> float:
 def control_deviations_by_round(metrics: pd.DataFrame, k_c: int) -> pd.DataFrame:
     """How far an identical-shards control run is from its exact answer, round by round.
 
-    With identical updates (and equal shards), 1/Δ_S = K_c in both conventions (eq. 3, 8), σ̂² = 0
-    (eq. 14) and every Δ_k equals Δ_1.
-
-    Args:
-        metrics: per-round table(s) of control runs, with ``recovery_unweighted``,
-            ``recovery_weighted``, ``sigma2_hat``, ``A`` and ``update_spread``.
-        k_c: cohort size K_c.
+    Exact: 1/Δ_S = K_c in both conventions (eq. 3, 8), σ̂² = 0 (eq. 14), every Δ_k = Δ_1.
 
     Returns:
         One row per row of ``metrics`` (same index): ``dev_unweighted``, ``dev_weighted``
@@ -268,11 +243,7 @@ def control_deviations(metrics: pd.DataFrame, k_c: int) -> dict:
 
 
 def protocol_orderings(table: pd.DataFrame, column: str = "recovery_unweighted") -> dict:
-    """The orderings the paper reads from Table I, checked on a Table I summary.
-
-    Args:
-        table: indexed by (``batch_size`` as str, ``local_epochs``), as :func:`summarize` returns.
-        column: the quantity to order (default: unweighted 1/Δ_S).
+    """The orderings the paper reads from Table I, checked on a Table I summary (default column: unweighted 1/Δ_S).
 
     Returns:
         ``cliff`` (every full-batch value above every minibatch one); ``n_falling`` of ``n_groups``
@@ -317,13 +288,8 @@ def t_inversions(t1: pd.DataFrame, column: str = "recovery_unweighted", steps: s
 def eq12_identity_gap(metrics: pd.DataFrame, k_c: int) -> float:
     """Largest relative gap, over rounds, between eq. (12) fed with the round's estimates and its 1/Δ_S.
 
-    With r̂ = ‖μ̂‖²/σ̂² (eq. 13-14), (K_c r̂ + 1)/(r̂ + 1) = K_c B / A = 1/Δ_S holds per round by
-    algebra, so the gap is float rounding unless the estimators and 1/Δ_S were computed
-    inconsistently. Rounds with σ̂² = 0 are skipped.
-
-    Args:
-        metrics: a run's per-round table with ``mu2_hat``, ``sigma2_hat``, ``recovery_unweighted``.
-        k_c: cohort size K_c.
+    With r̂ = ‖μ̂‖²/σ̂² (eq. 13-14), (K_c r̂ + 1)/(r̂ + 1) = K_c B / A = 1/Δ_S by algebra, so the gap is
+    float rounding unless computed inconsistently. Rounds with σ̂² = 0 are skipped.
 
     Returns:
         max |pred / measured − 1| (dimensionless); 0.0 if every round is skipped.

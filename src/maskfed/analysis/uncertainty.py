@@ -1,15 +1,13 @@
 """How sure is a comparison? Seed ranges, bootstrap intervals and trend tests for the book's tables.
 
-The paper reports, per setting, the median across 3 seeds of each run's median over its last 50 rounds
-(:mod:`maskfed.analysis.summary`), with no uncertainty. Here every cell also gets its seed range
-(:func:`seed_range`) and bootstrap replicates of the whole table (:func:`replicate_tables`: seeds redrawn
-jointly for every setting, window rounds by a moving-block bootstrap, Künsch 1989), from which any
-statistic of the tables gets a percentile interval (:func:`bootstrap`, :func:`interval`). A per-round
-series is "still falling" only when its log-slope over the run's second half is significantly negative
-with a Newey-West (HAC) standard error (Newey & West 1987, via statsmodels), :func:`trend_test`.
+The paper reports the median over 3 seeds of each run's last-50-round median, with no uncertainty.
+Here each cell gets its seed range (:func:`seed_range`) and bootstrap replicates of the whole table
+(:func:`replicate_tables`: seeds redrawn jointly, window rounds by a moving-block bootstrap, Künsch 1989),
+giving percentile intervals (:func:`bootstrap`, :func:`interval`). :func:`trend_test`: a series is
+"still falling" when its second-half log-slope is significantly negative with a Newey-West (HAC)
+standard error (Newey & West 1987, via statsmodels).
 
-The choices (percentile intervals, block length, HAC lag rule, two-sided 5 % trend test) are ours; the
-paper gives no intervals.
+These choices (percentile intervals, block length, HAC lag rule, two-sided 5 % test) are ours.
 """
 
 from __future__ import annotations
@@ -52,12 +50,7 @@ class Interval:
 
 
 def interval(estimate: float, replicates: Iterable[float], level: float = LEVEL) -> Interval:
-    """A percentile interval: the ``(1 - level)/2`` and ``(1 + level)/2`` quantiles of the replicates.
-
-    Args:
-        estimate: the statistic on the data themselves.
-        replicates: the statistic on each bootstrap replicate (NaN replicates are dropped).
-        level: coverage in (0, 1).
+    """A percentile interval: the ``(1 - level)/2`` and ``(1 + level)/2`` quantiles of the replicates (NaN dropped).
 
     Raises:
         ValueError: ``level`` outside (0, 1), or no finite replicate.
@@ -97,20 +90,10 @@ def replicate_tables(results: list[RunResult], by: list[str], columns=METRICS, *
                      block: int = BLOCK, seed: int = 0) -> list[pd.DataFrame]:
     """Bootstrap replicates of a summary table (:func:`maskfed.analysis.summary.summarize` layout).
 
-    Each replicate draws the seeds with replacement once for every setting (a seed's partition,
-    initialisation and cohorts are shared by a profile's protocols; a setting with other seeds draws its
-    own). Each drawn seed's window rounds are redrawn by a moving-block bootstrap, the same rounds for
-    every column and a fresh draw per slot, from a generator keyed by the run, so a run in two tables
-    (Table I's bs 32, τ 2 is Table II's α = 100) gets the same draw in both. Tables built with the same
-    ``seed`` from runs with the same seeds share replicate b's seed draw: a ratio of their cells
-    resamples jointly.
-
-    Args:
-        results: finished runs of one experiment.
-        by: RunConfig fields that name a setting.
-        columns: metrics in the replicate tables.
-        n_boot: replicates (>= 1); block: rounds per block (>= 1).
-        seed: seeds the generators (replicates are reproducible).
+    Seeds are drawn with replacement once per replicate for every setting (shared across a profile's
+    protocols); each drawn seed's window rounds by a moving-block bootstrap from a generator keyed by
+    the run, so a run in two tables gets the same draw in both, and tables built with the same ``seed``
+    resample jointly (ratios of their cells are valid).
 
     Returns:
         ``n_boot`` DataFrames indexed like ``summarize(results, by)`` with ``columns``.
@@ -161,14 +144,7 @@ def _replicate_cells(results: list[RunResult], by: list[str], columns, *, n_boot
 
 def bootstrap(statistic: Callable[..., float], tables: list[pd.DataFrame],
               replicates: list[list[pd.DataFrame]], level: float = LEVEL) -> Interval:
-    """A statistic of one or more summary tables, with its bootstrap interval.
-
-    Args:
-        statistic: ``f(table_1, ..., table_m) -> float``.
-        tables: the m summary tables themselves.
-        replicates: per table its replicates (:func:`replicate_tables`), all of one length; replicate b
-            of every table enters the b-th value together.
-        level: coverage.
+    """``statistic(*tables)`` with its bootstrap interval; replicate b of every table enters the b-th value together.
 
     Raises:
         ValueError: replicate lists of different lengths (or as :func:`interval`).
@@ -207,9 +183,10 @@ def seed_range_coverage(n_seeds: int) -> float:
 
 
 def window_noise(results: list[RunResult], column: str = "recovery_unweighted") -> dict:
-    """The noise of one setting's runs, for :func:`simulated_coverage`: ``between_sd`` (standard deviation of the
-    seeds' window medians), ``within_sd`` and ``phi`` (standard deviation and lag-1 autocorrelation of the rounds
-    about their run's window mean, pooled over runs), ``window`` (rounds in the summary window) and ``n_seeds``.
+    """One setting's noise for :func:`simulated_coverage`.
+
+    Returns ``between_sd`` (sd of seeds' window medians), ``within_sd`` and ``phi`` (sd and lag-1
+    autocorrelation of rounds about their run's window mean, pooled), ``window``, ``n_seeds``.
 
     Raises:
         ValueError: fewer than 2 runs, or a window under 3 rounds.
@@ -225,19 +202,13 @@ def window_noise(results: list[RunResult], column: str = "recovery_unweighted") 
 
 
 def simulated_coverage(noise: dict, *, n_sims: int = 400, n_boot: int = N_BOOT, seed: int = 0) -> dict:
-    """How often the book's intervals of one cell cover the true median, measured on data drawn like ``noise``
-    (:func:`window_noise`), ours: per data set, ``n_seeds`` runs whose window medians are the true value plus
-    N(0, between_sd²) and whose rounds add AR(1) noise (lag-1 correlation ``phi``, standard deviation
-    ``within_sd``); the cell is the median over seeds of the window medians, its bootstrap interval that of
-    :func:`replicate_tables` and :func:`interval` (seeds redrawn, rounds in blocks), its seed range [min, max].
+    """How often one cell's intervals cover the true median, on data drawn like ``noise`` (ours).
 
-    Args:
-        noise: :func:`window_noise`'s dict; n_sims: data sets drawn; n_boot: replicates per data set;
-        seed: seeds everything (the answer is reproducible).
+    Each data set: ``n_seeds`` window medians = truth + N(0, between_sd²), rounds with AR(1) noise
+    (``phi``, ``within_sd``); intervals as :func:`replicate_tables` and :func:`interval`, seed range [min, max].
 
     Returns:
-        ``{"bootstrap": share of data sets whose bootstrap interval covers the true median, "seed_range": the same
-        for the seed range, "n_sims"}``.
+        ``{"bootstrap": share covered by the bootstrap interval, "seed_range": the same for the seed range, "n_sims"}``.
 
     Raises:
         ValueError: ``n_sims`` < 1, or a ``noise`` without two seeds.
@@ -297,15 +268,8 @@ def trend_test(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac:
                lag_factor: float = 1.0) -> dict:
     """Is a per-round quantity still moving at the end of a run?
 
-    Least-squares slope of log(column) on the round over the last ``frac`` of rounds, with a Newey-West
-    (HAC) standard error.
-
-    Args:
-        metrics: a run's per-round table (``round`` and ``column``).
-        column: a positive per-round quantity.
-        frac: share of the rounds, from the end, in (0, 1].
-        lag_factor: multiplies the Newey-West lag truncation (:func:`hac_maxlags`; the product is rounded),
-            for a variant that allows longer autocorrelation (ours); > 0.
+    Least-squares slope of log(column) on the round over the last ``frac`` of rounds, Newey-West (HAC)
+    standard error; ``lag_factor`` scales :func:`hac_maxlags` (ours).
 
     Returns:
         ``slope`` (per round, natural-log units), ``se``, ``t``, ``p`` (two-sided, normal), ``n`` (rounds
@@ -340,12 +304,9 @@ def trend_test(metrics: pd.DataFrame, column: str = "recovery_unweighted", frac:
 
 
 def benjamini_hochberg(pvalues, q: float = 0.05) -> np.ndarray:
-    """Which of m tests the Benjamini-Hochberg step-up procedure rejects at false discovery rate ``q``
-    (Benjamini & Hochberg 1995): the k smallest p-values, k the largest rank with p_(k) <= k q / m.
+    """Benjamini-Hochberg step-up rejections at false discovery rate ``q`` (Benjamini & Hochberg 1995).
 
-    Args:
-        pvalues: m p-values in [0, 1] (NaN: never rejected, still counted in m).
-        q: the false discovery rate, in (0, 1).
+    Rejects the k smallest p-values, k the largest rank with p_(k) <= k q / m; NaN never rejected, still counted.
 
     Returns:
         Boolean array [m], in the order given.

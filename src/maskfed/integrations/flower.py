@@ -1,16 +1,14 @@
 """A Flower strategy that measures the recovery factor of every round.
 
 :class:`RecoveryFedAvg` is Flower's message-API FedAvg (``flwr.serverapp.strategy.FedAvg``) plus the
-paper's per-round measurements: from the θ it sent and the θ_k returned it forms Δ_k = θ − θ_k at no
-communication cost and reports 1/Δ_S (unweighted, eq. 3 and 8; n_k-weighted), σ̂² and ‖μ̂‖² (eq. 13-14)
-via :func:`maskfed.engine.fedavg.round_metrics`. With ``mask_keep_prob`` set, it broadcasts one mask
-seed per round so the cohort shares one block mask (Prop. 3, eq. 2), and reports the masked updates'
-values apart (:data:`MASKED_METRICS`); :func:`client_app` also sends the unmasked Δ_k
-(:data:`UNMASKED_KEY`). :func:`simulate` runs both in Flower's simulation engine (Ray) with maskfed's
-cohorts, shuffles and masks; :func:`maskfed_reference` computes the same rounds with
+paper's per-round measurements from Δ_k = θ − θ_k (no extra communication): 1/Δ_S (eq. 3, 8; both
+conventions), σ̂² and ‖μ̂‖² (eq. 13-14) via :func:`maskfed.engine.fedavg.round_metrics`. With
+``mask_keep_prob`` it broadcasts one mask seed per round (shared block mask, Prop. 3, eq. 2) and reports
+masked values apart (:data:`MASKED_METRICS`). :func:`simulate` runs it in Flower's simulation engine
+(Ray) with maskfed's cohorts; :func:`maskfed_reference` computes the same rounds with
 :func:`maskfed.engine.fedavg.run_fedavg`.
 
-Flower is an optional extra: ``pip install -e '.[flower]'``. Reference: Beutel et al. (2020), "Flower:
+Optional extra: ``pip install -e '.[flower]'``. Reference: Beutel et al. (2020), "Flower:
 A Friendly Federated Learning Research Framework"; flwr 1.42 API.
 """
 
@@ -64,14 +62,12 @@ class RoundRecord:
 
     Attributes:
         server_round: 1-based round number.
-        metrics: measurements of the unmasked updates (:data:`METRICS`, ``mean_update_sqnorm``,
-            ``update_spread``); empty when masked updates came without their unmasked ones.
+        metrics: of the unmasked updates (:data:`METRICS`, ``mean_update_sqnorm``, ``update_spread``);
+            empty when masked updates came without their unmasked ones.
         n_K: client shard sizes n_k (images), [K_c].
         theta_P, client_thetas_KxP: θ sent and θ_k returned, float64 [P] and [K_c, P] (with ``keep_updates``).
-        mask_seed: the round's broadcast mask seed, or None.
-        masked_metrics: the same measurements of the masked updates received (None without masking).
+        masked_metrics: the same of the masked updates (None without masking).
         unmasked_from: "received" (no mask sent), "client metrics" (sent as :data:`UNMASKED_KEY`) or None.
-        client_ids: the shard each reply trained, where the clients said (else empty).
         unmasked_KxP: the unmasked updates, float64 [K_c, P] (with ``keep_updates``).
     """
 
@@ -90,18 +86,10 @@ class RoundRecord:
 class RecoveryFedAvg(FedAvg):
     """Flower FedAvg that reports 1/Δ_S (both conventions), σ̂² and ‖μ̂‖² every round.
 
-    :data:`METRICS` are always those of the unmasked updates Δ_k (received directly, or sent by the
-    clients as :data:`UNMASKED_KEY`); :data:`MASKED_METRICS` those of the masked updates received.
-
-    Args:
-        mask_keep_prob: keep probability p in (0, 1] of a shared block mask the clients apply (eq. 2);
-            None: no mask seed is sent.
-        mask_seed: seed of the per-round mask seeds (:func:`round_mask_seed`).
-        keep_updates: keep θ and the θ_k of every round in :attr:`history` ((K_c+1)·P floats a round).
-        client_ids: optional ``client_ids(server_round)`` giving the round's cohort of shards; sampled
-            nodes are told which shard to train (:data:`CLIENT_ID_KEY`), so a simulation can use
-            maskfed's cohorts (:func:`maskfed.engine.fedavg.sample_cohort`).
-        **fedavg_kwargs: passed to Flower's FedAvg (``fraction_train``, ``min_train_nodes``, ...).
+    :data:`METRICS`: of the unmasked Δ_k (received, or sent as :data:`UNMASKED_KEY`); :data:`MASKED_METRICS`:
+    of the masked updates. ``mask_keep_prob``: p in (0, 1] of the shared block mask (eq. 2). ``keep_updates``
+    keeps (K_c+1)·P floats a round. ``client_ids(server_round)``: the round's shards, sent as
+    :data:`CLIENT_ID_KEY` (to use :func:`maskfed.engine.fedavg.sample_cohort`'s cohorts).
 
     Attributes:
         history: one :class:`RoundRecord` per round.
@@ -225,13 +213,10 @@ def _model(cfg: RunConfig, num_classes: int = 10) -> torch.nn.Module:
 def client_app(cfg: RunConfig, *, send_unmasked: bool = True) -> ClientApp:
     """An example Flower client for a maskfed run configuration.
 
-    The node trains shard i (its ``partition-id``, or :data:`CLIENT_ID_KEY` when the strategy assigns
-    the cohort) with :func:`maskfed.engine.cohort.client_update`: τ = ``cfg.local_epochs``, batch
-    ``cfg.batch_size``, step ``cfg.lr``, shuffles seeded as :func:`maskfed.engine.fedavg.run_fedavg`
-    seeds client i. Given a mask seed, it applies the round's shared block mask (one block per tensor,
-    eq. 2) and returns θ − Δ̃_k. The reply carries θ_k, ``num-examples`` = n_k, ``train_loss``,
-    ``client-id`` and, when masked and ``send_unmasked``, the unmasked Δ_k as :data:`UNMASKED_KEY`
-    (P numbers more; a real deployment would send it only on the rounds it measures).
+    Trains shard i (``partition-id``, or :data:`CLIENT_ID_KEY`) with :func:`maskfed.engine.cohort.client_update`,
+    shuffles seeded as in :func:`maskfed.engine.fedavg.run_fedavg`; with a mask seed, applies the shared block
+    mask (one block per tensor, eq. 2). Reply: θ_k, ``num-examples`` = n_k, ``train_loss``, ``client-id`` and,
+    masked with ``send_unmasked``, the unmasked Δ_k as :data:`UNMASKED_KEY` (P numbers more).
     """
     app = ClientApp()
     cfg_json = cfg.model_dump_json()
@@ -275,19 +260,14 @@ class SimulationResult:
 
 def simulate(cfg: RunConfig, *, mask_keep_prob: float | None = None, keep_updates: bool = False,
              ray_init_args: dict | None = None) -> SimulationResult:
-    """Run ``cfg`` (``num_clients`` virtual clients, ``cohort_size`` a round, ``rounds`` rounds) in Flower's
-    simulation engine with :class:`RecoveryFedAvg` and :func:`client_app`, one CPU per client; a
-    :class:`SimulationResult`.
+    """Run ``cfg`` in Flower's simulation engine with :class:`RecoveryFedAvg` and :func:`client_app`, one CPU per client.
 
-    The strategy assigns the cohorts of :func:`maskfed.engine.fedavg.sample_cohort`, so with the same
-    θ_0, shuffles and masks the rounds match :func:`maskfed_reference` up to float rounding (Flower
-    averages θ_k where maskfed subtracts the averaged Δ_k).
+    Cohorts are :func:`maskfed.engine.fedavg.sample_cohort`'s, so rounds match :func:`maskfed_reference` up
+    to float rounding (Flower averages θ_k; maskfed subtracts the averaged Δ_k). ``ray_init_args`` default:
+    2 CPUs, no dashboard.
 
-    Args:
-        cfg: run configuration; clients train on the CPU (``device`` "cpu" or "auto").
-        mask_keep_prob: keep probability p of a shared block mask, or None.
-        keep_updates: keep θ and θ_k of every round in the strategy's history.
-        ray_init_args: passed to ``ray.init`` by Flower (default: 2 CPUs, no dashboard).
+    Returns:
+        A :class:`SimulationResult`.
 
     Raises:
         ValueError: ``cfg.device`` is "cuda", or a bad ``mask_keep_prob`` (before anything starts).

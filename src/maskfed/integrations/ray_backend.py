@@ -1,14 +1,12 @@
 """Run a sweep's FedAvg runs as Ray tasks, on this machine or on a Ray cluster.
 
-The Ray counterpart of :func:`maskfed.engine.runner.run_many`: each pending run is one task calling
-:func:`maskfed.engine.runner.run`, so it writes, reuses and checkpoints run folders as the runner does.
-A task takes one CPU (torch on one thread), or one GPU when the run's device is CUDA. Ray retries a
-task whose worker dies (``max_retries``); finished runs stay on disk and a failed run does not stop
-the others.
+Ray counterpart of :func:`maskfed.engine.runner.run_many`: one task per pending run calling
+:func:`maskfed.engine.runner.run` (same folders, reuse, checkpoints). A task takes one CPU (torch on one
+thread), or one GPU for CUDA runs; Ray retries a task whose worker dies; a failed run does not stop the others.
 
-Ray is an optional extra: ``pip install -e '.[ray]'``. On a cluster every node needs the same checkout
-(the run key hashes the source) and a results folder shared with the driver. Reference: Moritz et al.
-(2018), "Ray: A Distributed Framework for Emerging AI Applications"; API: ``ray.remote``.
+Optional extra: ``pip install -e '.[ray]'``. On a cluster every node needs the same checkout (the run key
+hashes the source) and a results folder shared with the driver. Reference: Moritz et al. (2018), "Ray: A
+Distributed Framework for Emerging AI Applications"; API: ``ray.remote``.
 """
 
 from __future__ import annotations
@@ -42,11 +40,7 @@ def require_ray():
 
 
 def task_resources(cfg: RunConfig, cluster_gpus: float) -> dict:
-    """Ray resources one run's task declares.
-
-    Args:
-        cfg: the run's configuration; its ``device`` decides.
-        cluster_gpus: GPUs the Ray cluster has (count; ``ray.cluster_resources()["GPU"]``).
+    """Ray resources one run's task declares (``cluster_gpus``: ``ray.cluster_resources()["GPU"]``).
 
     Returns:
         ``{"num_cpus": 1}`` for a CPU run; ``{"num_cpus": 1, "num_gpus": 1}`` when ``device``
@@ -77,19 +71,10 @@ def run_task(cfg_json: str, results: str) -> str:
 
 def run_many(configs: list[RunConfig], *, address: str | None = None, progress: bool = True,
              max_retries: int = MAX_RETRIES, task: Callable[[str, str], str] = run_task) -> list[runner.RunResult]:
-    """Run several configurations as Ray tasks; finished runs are reused, not resubmitted.
+    """Run several configurations as Ray tasks, longest first; finished runs are reused, not resubmitted.
 
-    Connects to ``address`` (or the session this process has, or a new local one), submits one task
-    per pending run, longest first, and collects the run folders as tasks finish. A session it started
-    is shut down at the end.
-
-    Args:
-        configs: run configurations (duplicates are run once).
-        address: a Ray address such as ``"ray://head:10001"``, ``"10.0.0.5:6379"`` or ``"auto"``;
-            None: the current session or a new local one.
-        progress: a tqdm bar over runs.
-        max_retries: re-runs of a task whose worker died (count, >= 0).
-        task: the function each task runs, ``(cfg_json, results_dir) -> run folder`` (tests swap it).
+    ``address``: e.g. ``"ray://head:10001"`` or ``"auto"``; None: the current session or a new local one
+    (shut down at the end). ``task``: ``(cfg_json, results_dir) -> run folder`` (tests swap it).
 
     Returns:
         :class:`~maskfed.engine.runner.RunResult` list in the order of ``configs``.

@@ -1,29 +1,19 @@
 """Throughput benchmark: one FedAvg round of ours against bare SGD and a typical FedAvg loop.
 
-In one process, on one machine, with the same data, model, cohort, batches and number of local
-steps, it times one round of each local protocol (batch size × τ) along these paths:
+Same data, model, cohort, batches and local steps; per local protocol (batch size × τ) it times:
 
-- ``ours_sequential`` / ``ours_batched``: our round (:func:`maskfed.engine.cohort.train_cohort` with
-  either engine, the server's aggregate and the per-round measurements of
-  :func:`maskfed.engine.fedavg.round_metrics`);
-- ``bare_sgd``: the same local steps on the same batches with ``torch.optim.SGD`` and
-  ``loss.backward()``, no FL bookkeeping (P2: ours/bare time, target ≤ 1.05);
-- ``typical_fedavg``: the round as public FedAvg code usually writes it, a
-  ``torch.utils.data.DataLoader`` per client, ``copy.deepcopy`` of the global model per client
-  and ``state_dict`` averaging on the server (P3: typical/ours time, target ≥ 3 on a GPU).
-  It shuffles with its own DataLoader generator, so its batches differ from ours, but it makes
-  the same number of steps over the same images.
+- ``ours_sequential`` / ``ours_batched``: :func:`maskfed.engine.cohort.train_cohort`, the aggregate
+  and :func:`maskfed.engine.fedavg.round_metrics`;
+- ``bare_sgd``: the same steps with ``torch.optim.SGD``, no FL bookkeeping (P2: ours/bare, target ≤ 1.05);
+- ``typical_fedavg``: a DataLoader per client, ``copy.deepcopy`` per client, ``state_dict`` averaging
+  (P3: typical/ours, target ≥ 3 on a GPU); its own shuffling, same number of steps and images.
 
-Entry point: ``python -m maskfed.perf.bench`` (``make bench``) writes ``results/bench/bench-<utc>.csv``
-and prints the ratios, then the projection check (:func:`projection_check`: the device check's
-projection of a smoke Dirichlet α = 0.1 run against its measured time, reported, not asserted;
-``--no-projection-check`` skips it). The machine is recorded in every row; a CSV never mixes machines. Each row
-also gives the steps and images the path's engine computed (:func:`maskfed.perf.projection.round_work`:
-the batched engine makes max_k T_k steps over padded batches), from which the device check fits
-its time projection, and on CUDA the peak GPU memory of the cell.
-
-Under bf16 every path autocasts the forward pass and loss only (:func:`maskfed.engine.cohort.forward_autocast`),
-as our engines do; under every precision the TF32 settings are :func:`maskfed.engine.cohort.precision_context`'s.
+``python -m maskfed.perf.bench`` (``make bench``) writes ``results/bench/bench-<utc>.csv`` (one machine
+per CSV), prints the ratios, then :func:`projection_check` (reported, not asserted;
+``--no-projection-check`` skips it). Rows carry the engine's steps and images
+(:func:`maskfed.perf.projection.round_work`) and, on CUDA, peak GPU memory.
+bf16 autocasts forward and loss only (:func:`maskfed.engine.cohort.forward_autocast`); TF32 settings are
+:func:`maskfed.engine.cohort.precision_context`'s.
 """
 
 from __future__ import annotations
@@ -78,14 +68,9 @@ def _sync(device: torch.device) -> None:
 
 
 class RoundBench:
-    """One round's fixed inputs (θ, cohort shards, per-client generators' seeds) and the timed paths.
+    """One round's fixed inputs (θ, cohort shards, generators' seeds) and the timed paths.
 
-    Args:
-        model: network whose current parameters are θ; on ``data``'s device.
-        data: :class:`maskfed.engine.fedavg.FedData`.
-        cohort_size: K_c clients (round 0's cohort of :func:`maskfed.engine.fedavg.sample_cohort`).
-        lr: SGD step size.
-        seed: run seed (cohort and shuffling generators).
+    ``cohort_size``: K_c (round 0's cohort of :func:`maskfed.engine.fedavg.sample_cohort`); ``model`` on ``data``'s device.
     """
 
     def __init__(self, model: nn.Module, data: fedavg.FedData, *, cohort_size: int, lr: float, seed: int = 0):
@@ -182,23 +167,11 @@ def bench(profile: str = "cpu", *, protocols=None, paths=PATHS, precisions=("fp3
           device: str | None = None, model: str | None = None, warmup: bool | None = None, **overrides) -> pd.DataFrame:
     """Time one round per (protocol, path, precision), ``repeats`` times interleaved; median seconds.
 
-    Args:
-        profile: profile whose base config gives the data, model, K, K_c and lr ("smoke", "cpu", "paper").
-        protocols: (batch size, τ) pairs; default the profile's Table I grid.
-        paths: subset of :data:`PATHS`.
-        precisions: subset of ("fp32", "tf32", "bf16"); tf32/bf16 only on CUDA.
-        repeats: timed rounds per cell (the median is reported; rounds interleave the paths so
-            load changes on a shared machine hit every path alike).
-        device: "cpu" | "cuda" | None (the profile's, "auto" resolved).
-        model: override the profile's model (e.g. "resnet18_gn").
-        warmup: one untimed round per path and protocol first (allocator, cuDNN autotuning);
-            None: on CUDA only (on CPU the first round runs at speed).
-        overrides: further RunConfig fields (e.g. rounds, train_subset).
+    ``warmup``: one untimed round per cell first (None: on CUDA only).
 
     Returns:
-        One row per cell with the columns :data:`COLUMNS` (images/s = τ · Σ n_k / seconds;
-        ``steps_computed`` and ``images_computed``: the engine's own steps and images,
-        :func:`maskfed.perf.projection.round_work`; ``peak_mem_gib``: peak GPU memory allocated, NaN on the CPU).
+        One row per cell with :data:`COLUMNS` (images/s = τ · Σ n_k / seconds; ``steps_computed``,
+        ``images_computed``: :func:`maskfed.perf.projection.round_work`; ``peak_mem_gib``: NaN on the CPU).
 
     Raises:
         ValueError / ConfigError: bad profile, path, precision or device (before any timing).
@@ -304,13 +277,9 @@ def latest_or_tiny(folder: Path | None = None) -> tuple[pd.DataFrame, str]:
 
 
 def projection_check(profile: str = "smoke", device: str = "cpu") -> dict:
-    """The device check's time projection of ``profile``'s Dirichlet α = 0.1 run against that run's
-    measured time, on this machine: measured sequential rounds at ``profile``'s batch sizes (τ 1, 3
-    repeats), the projection of :func:`maskfed.perf.devicecheck.project`, then the run itself in a
-    scratch results folder (its rounds' ``wall_s`` summed: training, measurements, evaluations).
+    """The device check's projection of ``profile``'s Dirichlet α = 0.1 run against its measured time.
 
-    For ``make bench`` to report (a wall time depends on the machine's load, so no test asserts it);
-    about 10 to 20 s of one core on the smoke profile.
+    Reported by ``make bench``, not asserted (wall time depends on load); ~10-20 s of one core on smoke.
 
     Returns:
         :func:`maskfed.perf.projection.compare` of the two times, with ``label`` (the run).

@@ -1,29 +1,19 @@
 """The prepared GPU check (``make device-check``): gates, throughput, projection, paper runs.
 
-Four stages, all written under one output folder (``$OUT`` when set, else ``results/device-check/``):
+Stages, written under ``$OUT`` (else ``results/device-check/``):
 
-1. **Gates** on the target device (:mod:`maskfed.perf.gates`, each with a stated tolerance):
-   the identical-shards control meets the project's control criteria (1/Δ_S = K_c in both
-   conventions, σ̂² = 0 and update spread 0, at :func:`maskfed.analysis.summary.control_tolerance`)
-   with each engine; the batched engine gives the sequential engine's Δ_k, and so do its
-   micro-batches under a small memory budget, both compared in float64 (Dirichlet α = 0.1 cohort,
-   bs 32, τ 1); and each precision's Δ_k after one full-batch step (Table I's α) stays within its
-   tolerance of its reference, with either engine. tf32 and bf16 figures are reported only when their gates pass.
-2. **Throughput**: :func:`maskfed.perf.bench.bench` per protocol, path and precision (images/s, and
-   peak GPU memory per protocol).
-3. **Projection** (:mod:`maskfed.perf.projection`): each run of the profile's grid from its own
-   partition and cohorts (Σ_k T_k steps a round for the sequential engine, max_k T_k for the
-   batched one, images with padding), at the cost per step and per image fitted to the measured
-   rounds, plus its test evaluations.
-4. **Runs**: the profile's runs in order (seed 0 first, cheapest first), each started only when
-   its projection, with a 20 % margin, fits the time left; packed into ``runs.tar.gz``.
+1. **Gates** (:mod:`maskfed.perf.gates`): the identical-shards control (1/Δ_S = K_c, σ̂² = 0, spread 0
+   at :func:`maskfed.analysis.summary.control_tolerance`) with each engine; batched and micro-batched
+   Δ_k equal sequential Δ_k in float64 (α = 0.1, bs 32, τ 1); each precision's Δ_k within its
+   tolerance. tf32/bf16 figures are reported only when their gates pass.
+2. **Throughput**: :func:`maskfed.perf.bench.bench` (images/s, peak GPU memory).
+3. **Projection** (:mod:`maskfed.perf.projection`): each run's steps and images from its own
+   partition and cohorts, at the fitted per-step and per-image cost, plus evaluations.
+4. **Runs**: seed 0 first, cheapest first, each only if its projection +20 % fits; ``runs.tar.gz``.
 
-Sizes: ``full`` (the paper profile, ResNet-18-GN, CUDA; sized for at most 8 minutes on one H200) and
-``tiny`` (the smoke profile on the CPU, well under a minute: checks this code end to end; its
-bf16 gate runs on the CPU's bf16 autocast).
-Output files (a few, flat, so a remote runner can send them back): ``summary.json``,
-``throughput.csv``, ``projection.csv``, ``runs.tar.gz`` (:data:`OUTPUT_FILES`; a new check removes
-the previous check's first, so a failed check never leaves older results beside its log).
+Sizes: ``full`` (paper profile, ResNet-18-GN, CUDA; ≤ 8 min on one H200) and ``tiny`` (smoke, CPU, < 1 min).
+Output: :data:`OUTPUT_FILES` (``summary.json``, ``throughput.csv``, ``projection.csv``, ``runs.tar.gz``;
+the previous check's are removed first).
 Exit status: 0 when every required gate passed, else :func:`maskfed.perf.gates.exit_status` (4 control,
 8 engines, 16 chunking, 32 precision, OR-ed); 2 when the size cannot run here.
 """
@@ -202,9 +192,7 @@ def project(profile: str, throughput: pd.DataFrame, eval_ips: float, precision: 
             device: str | None = None, engine: str = "auto") -> pd.DataFrame:
     """Projected seconds of every run of ``profile``'s experiments at ``precision`` (:mod:`maskfed.perf.projection`).
 
-    Each run's rounds are counted from its own partition and cohorts with the engine it will use
-    (``engine`` resolved on ``device``), at the cost fitted to that engine's measured rounds in
-    ``throughput`` (:func:`maskfed.perf.projection.costs_from_bench`), plus its test evaluations at ``eval_ips``.
+    Costs: :func:`maskfed.perf.projection.costs_from_bench` for the engine each run will use; evaluations at ``eval_ips``.
 
     Returns:
         One row per run: label, seed, batch size, τ, α, partition, engine, steps, images, train, eval
@@ -237,11 +225,10 @@ def project(profile: str, throughput: pd.DataFrame, eval_ips: float, precision: 
 
 def run_what_fits(projection_df: pd.DataFrame, budget_s: float, t_start: float,
                   engine: str = "auto", precision: str = "fp32") -> tuple[list[dict], list[str]]:
-    """Run the projected runs (seed 0 first, cheapest first), each only when its projection, with
-    :data:`PROJECTION_MARGIN`, fits the time left; run folders go to ``results_dir()/runs``.
+    """Run the projected runs (seed 0, cheapest first) whose projection + :data:`PROJECTION_MARGIN` fits the time left.
 
     Returns:
-        (one dict per finished run with its measured and projected seconds, labels of the runs skipped).
+        (one dict per finished run with measured and projected seconds, labels of runs skipped).
     """
     done, skipped = [], []
     for _, row in projection_df.sort_values(["seed", "projected_s"]).iterrows():

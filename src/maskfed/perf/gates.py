@@ -1,28 +1,20 @@
 """The device check's correctness gates: each compares what it measured with a stated tolerance.
 
-A gate is a pure function of the numbers it judges (a control run's per-round metrics, or two
-stacks of client updates Δ_k), so a test can feed it a cohort perturbed on purpose and see it
-fail. :mod:`maskfed.perf.devicecheck` computes the inputs on the device and calls these.
+Gates are pure functions of the numbers they judge, so a test can feed a perturbed cohort;
+:mod:`maskfed.perf.devicecheck` computes the inputs on the device.
 
-- **control** (:func:`control_gates`): the identical-shards control must meet the project's own
-  criteria (:func:`maskfed.analysis.summary.control_deviations`: 1/Δ_S in both conventions, σ̂² and
-  the update spread) at :func:`maskfed.analysis.summary.control_tolerance` of the device, one gate per
-  criterion and engine.
-- **engines** and **chunking** (:func:`agreement_gate` at :data:`ENGINE_RTOL`): the batched
-  engine (whole steps, or micro-batches under a memory budget) must give the sequential
-  engine's Δ_k, compared in float64, where the arithmetic leaves about 1e-14 (measured on
-  ResNet-18-GN on the CPU: 6e-15), so only a logic error can fail it.
-- **precision** (:func:`precision_gates` at :data:`PRECISION_RTOL` and :data:`RECOVERY_RTOL`): each
-  precision's Δ_k against a finer reference with the same engine, and the two engines against
-  each other in it. fp32 is compared with float64 after one full-batch step (one gradient: float32
-  rounding, which later steps amplify, about 1e-2 after 7 steps of ResNet-18-GN on the CPU, is
-  judged before it grows); tf32 and bf16 are compared with fp32 after several steps (bs 32, τ 1,
-  the α = 0.1 cohort), on Δ_k and on the cohort's recovery factor 1/Δ_S, so that reduced precision
-  leaking past the forward pass into the updates shows (autocasting a whole client's loop reuses
-  bf16 copies of the weights cached before its SGD updates: Δ_k off by 44 % to 156 %).
+- **control** (:func:`control_gates`): :func:`maskfed.analysis.summary.control_deviations` at
+  :func:`maskfed.analysis.summary.control_tolerance`, one gate per criterion and engine.
+- **engines**, **chunking** (:func:`agreement_gate` at :data:`ENGINE_RTOL`): batched (or micro-batched)
+  Δ_k equal sequential Δ_k in float64 (~1e-14 left; 6e-15 measured on ResNet-18-GN, CPU): only a logic
+  error fails it.
+- **precision** (:func:`precision_gates` at :data:`PRECISION_RTOL`, :data:`RECOVERY_RTOL`): fp32 vs
+  float64 after one full-batch step (float32 rounding grows to ~1e-2 after 7 steps); tf32/bf16 vs fp32
+  after several steps (bs 32, τ 1, α = 0.1) on Δ_k and 1/Δ_S, so bf16 leaking into the updates shows
+  (autocasting a whole client loop reuses stale bf16 weight copies: Δ_k off by 44 % to 156 %).
 
-The exit status of ``make device-check`` says which gates failed (:func:`exit_status`), and
-``summary.json`` lists each failed gate with its value and tolerance (:func:`failures`).
+``make device-check``'s exit status names the failed gates (:func:`exit_status`); ``summary.json``
+lists each with value and tolerance (:func:`failures`).
 """
 
 from __future__ import annotations
@@ -41,13 +33,10 @@ from maskfed.analysis import summary
 ENGINE_RTOL = {"float64": 1e-6}
 
 #: Relative tolerance of each precision's Δ_k against its reference (fp32: float64, one full-batch
-#: step; tf32, bf16: fp32 with the same engine, bs 32, τ 1) and between the two engines in it.
-#: Measured on the CPU: fp32 3e-6 (small CNN) and 1.4e-4 (ResNet-18-GN) from float64 after one
-#: step; bf16 (forward pass and loss autocast) 1.4e-2 to 1.1e-1 from fp32 and 1.6e-2 to 4.9e-2
-#: between engines after 2 to 10 steps (small CNNs, ResNet-18-GN; more steps and a larger step
-#: size, more), while autocasting a client's whole loop gave 0.44 to 1.56. tf32 keeps 10 mantissa
-#: bits to bf16's 7; it gets bf16's tolerances, unmeasured (no GPU so far). Ours: a factor 7 above
-#: the fp32 readings, about 2 above the largest bf16 one, below the whole-loop autocast's.
+#: step; tf32, bf16: fp32, same engine, bs 32, τ 1) and between the engines. Measured on the CPU:
+#: fp32 3e-6 (small CNN), 1.4e-4 (ResNet-18-GN); bf16 1.4e-2 to 1.1e-1 from fp32, 1.6e-2 to 4.9e-2
+#: between engines (2 to 10 steps); whole-loop autocast 0.44 to 1.56. tf32 gets bf16's, unmeasured.
+#: Ours: ~7× the fp32 readings, ~2× the largest bf16 one, below the whole-loop autocast's.
 PRECISION_RTOL = {"fp32": 1e-3, "tf32": 0.25, "bf16": 0.25}
 #: Relative tolerance of the cohort's recovery factor 1/Δ_S (unweighted) in tf32 and bf16 against
 #: fp32 and between engines. Measured on the CPU (the same cases): bf16 moved it by 1.5e-3 to 1.1e-2;
@@ -64,14 +53,10 @@ class Gate:
     """One gate's verdict.
 
     Attributes:
-        kind: one of :data:`EXIT_BITS` ("control", "engines", "chunking", "precision").
-        name: what was compared, e.g. "control recovery_unweighted (batched)".
+        kind: one of :data:`EXIT_BITS`.
         value: the measured deviation (dimensionless, relative).
-        tolerance: the largest value that passes.
         ok: value <= tolerance (a NaN never passes).
-        required: a failure fails the check (exit status); False: it only withholds that
-            precision's figures (tf32, bf16).
-        detail: anything else worth keeping (engine, precision, rounds).
+        required: a failure fails the check; False: it only withholds that precision's figures (tf32, bf16).
     """
 
     kind: str
@@ -106,15 +91,7 @@ def max_relative_difference(a_KxP: torch.Tensor, b_KxP: torch.Tensor) -> float:
 
 
 def control_gates(metrics: pd.DataFrame | list[dict], k_c: int, device: str, engine: str) -> list[Gate]:
-    """The control's gates: each criterion of :func:`maskfed.analysis.summary.control_deviations` at
-    :func:`maskfed.analysis.summary.control_tolerance` (1e-12 on the CPU, 1e-9 on CUDA).
-
-    Args:
-        metrics: the control run's per-round records (``recovery_unweighted``, ``recovery_weighted``,
-            ``sigma2_hat``, ``A``, ``update_spread``).
-        k_c: cohort size K_c.
-        device: "cpu" or "cuda" (the run's device type).
-        engine: the engine that ran it (recorded).
+    """The control's gates at :func:`maskfed.analysis.summary.control_tolerance` (1e-12 CPU, 1e-9 CUDA).
 
     Returns:
         Four gates: recovery_unweighted, recovery_weighted (|1/Δ_S / K_c − 1|), sigma2_rel
@@ -143,17 +120,12 @@ def recovery_difference(a_KxP: torch.Tensor, b_KxP: torch.Tensor, n_K) -> float:
 def precision_gates(precision: str, deltas: dict[tuple[str, str], torch.Tensor], n_K, required: bool) -> list[Gate]:
     """The gates of one precision, from the same cohort's local training in several settings.
 
-    Args:
-        precision: "fp32", "tf32" or "bf16".
-        deltas: Δ_k stacks keyed by (precision, engine), with "float64" as a precision; must hold
-            (``precision``, e) for both engines and the reference (float64 for fp32, else fp32).
-        n_K: the cohort's shard sizes (for 1/Δ_S).
-        required: whether a failure fails the check (fp32, or the precision the runs use).
+    ``deltas``: Δ_k stacks keyed by (precision, engine), "float64" included; must hold both engines at
+    ``precision`` and at the reference (float64 for fp32, else fp32).
 
     Returns:
-        Per engine: Δ_k in ``precision`` vs its reference with the same engine; Δ_k batched vs
-        sequential in ``precision`` (all at :data:`PRECISION_RTOL`); for tf32 and bf16 the same three
-        comparisons of 1/Δ_S at :data:`RECOVERY_RTOL`.
+        Per engine: Δ_k vs the reference; batched vs sequential (at :data:`PRECISION_RTOL`); for tf32
+        and bf16 the same comparisons of 1/Δ_S at :data:`RECOVERY_RTOL`.
 
     Raises:
         ValueError: an unknown precision or a missing stack.

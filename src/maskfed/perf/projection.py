@@ -1,12 +1,9 @@
 """Projected time of a run from its own steps: its partition, its cohorts, the engine it uses.
 
-A round of the sequential engine makes Σ_k T_k steps over Σ_k τ·n_k images; a round of the
-batched engine makes max_k T_k steps (the clients still training at step s run together) over
-Σ_s m_s·b_s images, m_s the clients still training and b_s the widest of their batches (padding
-included). Both depend on the round's cohort, so a Dirichlet α = 0.1 run, whose shard sizes
-spread widely, is projected from its own shards and cohorts (:func:`run_work`), never from
-another run's. Seconds follow from a cost model fitted to the measured rounds of ``make bench``
-(:func:`fit_cost`: seconds = a·steps + b·images per engine and precision).
+A sequential round makes Σ_k T_k steps over Σ_k τ·n_k images; a batched round makes max_k T_k steps
+over Σ_s m_s·b_s images (m_s clients still training, b_s their widest batch, padding included).
+Both depend on the cohort, so each run is projected from its own shards (:func:`run_work`). Seconds
+come from :func:`fit_cost` (seconds = a·steps + b·images per engine and precision, fitted to ``make bench``).
 """
 
 from __future__ import annotations
@@ -114,14 +111,6 @@ def costs_from_bench(throughput: pd.DataFrame) -> dict[tuple[str, str], Cost]:
 
 def project_run(cfg: RunConfig, shard_sizes, cost: Cost, engine: str, *, n_test: int, eval_images_per_s: float) -> dict:
     """Projected seconds of one run: its rounds' own work at ``cost``, plus its test evaluations.
-
-    Args:
-        cfg: the run.
-        shard_sizes: its partition's images per client, [K].
-        cost: the engine's and precision's :class:`Cost`.
-        engine: "sequential" or "batched" (the engine the run will use).
-        n_test: test images per evaluation.
-        eval_images_per_s: measured evaluation speed.
 
     Returns:
         ``{"steps", "images", "train_s", "eval_s", "projected_s"}`` (steps and images summed

@@ -618,13 +618,13 @@ def first_difference(archived: pd.DataFrame, rerun: pd.DataFrame) -> dict | None
 
 def verify_archive(profile_name: str, *, labels: list[str] | None = None, workers: int = 1,
                    scratch: Path | None = None, progress: bool = False) -> dict:
-    """Re-run a sample of an archive's runs (``labels``, None: :func:`default_sample`) with this checkout's code
-    in a scratch results folder (``scratch``, None: a temporary one), compare them with the archived metrics
-    bit for bit (:func:`same_metrics`, :func:`first_difference`) and to :data:`SUMMARY_RTOL`
-    (:func:`compare_summaries`), and append the record to ``archive_dir()/<profile>/verified.json`` whatever
-    the outcome, with every archived run's :func:`content_digest` (``contents``), and return it. ``workers`` is
-    used when the archived runs recorded one torch thread each; else runs go one by one with their thread count.
-    ValueError: unknown profile, no archive, or a label not in the archive (naming those it has)."""
+    """Re-run a sample of an archive's runs (``labels``, None: :func:`default_sample`) with this checkout's code in
+    ``scratch`` (None: a temporary folder), with the archived runs' thread count (``workers`` only if they recorded
+    one), compare bit for bit (:func:`same_metrics`, :func:`first_difference`) and to :data:`SUMMARY_RTOL`
+    (:func:`compare_summaries`); return the record, also appended whatever the outcome to
+    ``archive_dir()/<profile>/verified.json`` with every run's :func:`content_digest` (``contents``).
+    ValueError: unknown profile, no archive, or a label not in the archive (naming those it has).
+    """
     import torch
 
     from maskfed.engine import runner
@@ -912,14 +912,12 @@ CROSS_FILES = ("table.csv", "checkpoints.csv", "spec.json", "provenance.json")
 
 def alpha_trajectories(profile_name: str, *, workers: int = 2,
                        progress: bool = True) -> tuple[dict[float, dict[int, Path]], dict[str, str]]:
-    """``({α: {seed: run folder with θ snapshots}}, report)`` for the trajectory of every Table II α
-    (:func:`maskfed.studies.stage.ladder_config`; ValueError: the archive lacks one).
-
-    An archived run without ``thetas.pt`` is run again in ``results/runs`` keeping θ at the stage ladder's
-    candidate rounds: if its metrics equal the archived ones bit for bit (:func:`same_metrics`), its
-    ``thetas.pt`` joins the archived folder (manifest rewritten), else the rerun's folder is the trajectory.
-    ``report``: archived run folder -> "kept" (or the entry an earlier α-cross recorded for it), "rerun
-    identical", or ``{"outcome": "rerun differs", "max_abs_diff", "round", "column"}``."""
+    """``({α: {seed: run folder with θ snapshots}}, report)`` for every Table II α's trajectory
+    (:func:`maskfed.studies.stage.ladder_config`; ValueError: the archive lacks one). A run without ``thetas.pt`` is
+    rerun keeping θ; if bit-identical (:func:`same_metrics`) its ``thetas.pt`` joins the archive (manifest rewritten),
+    else the rerun is the trajectory. ``report``: folder -> "kept" (or an earlier α-cross's entry), "rerun
+    identical", or ``{"outcome": "rerun differs", "max_abs_diff", "round", "column"}``.
+    """
     from maskfed.engine import runner
     from maskfed.studies import stage
 
@@ -1046,12 +1044,11 @@ def archive_factor_study(profile_name: str, part: str, *, workers: int = 2, prog
                          all_protocols: bool = False, data_path: str | None = None,
                          own_trajectories=()) -> Path:
     """Compute a profile's model-size study ``part`` (:func:`maskfed.studies.factor_axes.model_study`; cached,
-    so a killed command resumes) and keep it in :func:`factor_dir` (:data:`FACTOR_FILES`), replacing an older one.
-
-    θ of a "fedavg" model come from the archived ladder trajectory of the first seed (:func:`ladder_trajectories`),
-    else from ``results/runs``. A model's own trajectory (``own_trajectories`` or ``results/runs``, trained when
-    missing) is kept without θ (:data:`TRAJECTORY_FILES`). ConfigError: a profile or part without a study;
-    ValueError: the study has more than one trajectory of its own."""
+    resumable) and keep it in :func:`factor_dir` (:data:`FACTOR_FILES`), replacing an older one. "fedavg" θ from the
+    first seed's archived ladder (:func:`ladder_trajectories`), else ``results/runs``; a model's own trajectory is
+    kept without θ (:data:`TRAJECTORY_FILES`). ConfigError: a profile or part without a study; ValueError: the
+    study has more than one trajectory of its own.
+    """
     from maskfed.studies import central, factor_axes, pool_gram
     from maskfed.engine import runner
 

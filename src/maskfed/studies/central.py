@@ -1,17 +1,13 @@
 """Centralised SGD on the union of the client shards: θ at chosen test accuracies, seeded and resumable.
 
-The factor study (:mod:`maskfed.studies.factor_axes`) takes θ from here for models whose FedAvg
-trajectory costs too much to train (the wider small CNNs, ResNet-18-GN): plain SGD (no momentum)
-with the run configuration's step size and batch size, on the union of the K client shards, from
-the same θ_0 as that seed's FedAvg run (:func:`maskfed.studies.stage.initial_theta`). θ is kept at
-the first evaluation (every ``eval_every`` steps) whose test accuracy reaches each target. The design
-is ours; the paper trains only with FedAvg.
+For the factor study (:mod:`maskfed.studies.factor_axes`) where a FedAvg trajectory costs too much
+(wider small CNNs, ResNet-18-GN): plain SGD (no momentum), the config's lr and batch size, from the
+seed's FedAvg θ_0 (:func:`maskfed.studies.stage.initial_theta`); θ kept at the first evaluation reaching
+each target. Ours; the paper trains only with FedAvg.
 
-Like a run (:mod:`maskfed.engine.runner`): every draw is seeded (:func:`epoch_order`), a checkpoint
-is saved at each evaluation into a hidden partial folder under a lock (:mod:`maskfed.engine.checkpoint`),
-a killed path resumes from it with the same numbers (same machine and thread count), and the
-finished folder ``results/central/central-<label>-<key>`` is renamed into place. Its key hashes the
-configuration, the settings, the run code plus :data:`CENTRAL_MODULES` and the data fingerprint.
+Seeded (:func:`epoch_order`), checkpointed and resumable like a run (:mod:`maskfed.engine.checkpoint`; same
+numbers on the same machine and thread count); folder ``results/central/central-<label>-<key>``, key hashing
+configuration, settings, run code plus :data:`CENTRAL_MODULES` and data fingerprint.
 """
 
 from __future__ import annotations
@@ -118,16 +114,10 @@ def images_seen(step: int, n: int, batch: int) -> int:
 
 def train(cfg: RunConfig, spec: CentralSpec, *, progress: bool = False,
           on_checkpoint: Callable[[int], None] | None = None) -> CentralResult:
-    """θ at each target accuracy from centralised SGD on the union of ``cfg``'s client shards (or the
-    finished folder).
+    """θ at each target accuracy from centralised SGD on the union of ``cfg``'s client shards (or the finished folder).
 
-    Args:
-        cfg: its data, partition, model, θ_0 (seed), ``lr`` and batch size (images per step; "full":
-            the whole union) are used; rounds, K_c and τ are not.
-        spec: targets, evaluation cadence, step budget.
-        progress: a tqdm bar over steps.
-        on_checkpoint: called with the step count after each checkpoint is saved (tests stop a path
-            half-way with it).
+    Uses ``cfg``'s data, partition, model, θ_0 (seed), ``lr`` and batch size ("full": the whole union); not
+    rounds, K_c or τ. ``on_checkpoint(step)``: called after each checkpoint (tests stop half-way with it).
 
     Returns:
         :class:`CentralResult`.

@@ -45,10 +45,7 @@ def all_configs(profile: Profile, experiments=None) -> list[RunConfig]:
 
 
 def run(profile: Profile, experiment: str, *, workers: int | None = None, progress: bool = True):
-    """Run (or reuse) one experiment's runs; returns their :class:`~maskfed.engine.runner.RunResult` list.
-
-    Everything checkable is checked first (:func:`maskfed.engine.preflight.check_runs`), so bad input
-    stops before the first run trains.
+    """Run (or reuse) one experiment's runs, all checked first (:func:`maskfed.engine.preflight.check_runs`); returns their :class:`~maskfed.engine.runner.RunResult` list.
 
     Raises:
         ConfigError: a refused setting or a run that cannot work with its data.

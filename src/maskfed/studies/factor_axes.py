@@ -1,12 +1,11 @@
 """What sets the recovery factor? Cohort size, step size and model size, each at a fixed θ.
 
-As in :mod:`maskfed.studies.stage`: at a fixed θ every client of a seeded pool trains once under a local
-protocol, nothing is aggregated, and the same cohorts are drawn for every protocol (paired). Each
-(θ, protocol) keeps the Gram matrix G_kl = ⟨Δ_k, Δ_l⟩ of the pool's updates (float64, cached by
-:mod:`maskfed.studies.pool_gram`): 1/Δ_S (eq. 3, 8) and σ̂², ‖μ̂‖² (eq. 13-14) of any cohort need only G's
-submatrix and the shard sizes. Axes: cohort size (:func:`eq12_table`, against eq. 12), step size
-(:func:`lr_verdict`) and model size (:func:`model_study`, θ of matched test accuracy from FedAvg or
-centralised SGD). The design, rules and thresholds are ours; the quantities are the paper's."""
+As in :mod:`maskfed.studies.stage`: at fixed θ a seeded pool trains once per protocol, nothing aggregated,
+the same cohorts for every protocol (paired). Each (θ, protocol) keeps G_kl = ⟨Δ_k, Δ_l⟩ (float64,
+:mod:`maskfed.studies.pool_gram`), so 1/Δ_S (eq. 3, 8), σ̂², ‖μ̂‖² (eq. 13-14) of any cohort need only G's
+submatrix and the shard sizes. Axes: cohort size (:func:`eq12_table`, vs eq. 12), step size
+(:func:`lr_verdict`), model size (:func:`model_study`). Design, rules and thresholds ours; quantities the paper's.
+"""
 
 from __future__ import annotations
 
@@ -121,12 +120,11 @@ def share_falls(eq12: pd.DataFrame) -> bool:
 def lr_verdict(table: pd.DataFrame, *, small_bs: int, large_bs: int, lr: float, factor: float) -> dict:
     """Is it the batch size or the step size that sets 1/Δ_S? A stated rule, ours.
 
-    Three minibatch cells of ``table`` (:func:`lr_axis` rows) at τ = 1: A, ``small_bs`` at ``lr``; B,
-    ``large_bs`` at ``lr``; C, ``large_bs`` at ``factor``·lr (A's lr/bs). The pair whose medians lie
-    closest names the cause (A ≈ B "step size", A ≈ C "lr/bs", B ≈ C "batch size"); "clear" when that
-    pair's difference is within A's interquartile range and the other two are not. Returns ``reference``,
-    ``same_lr``, ``same_ratio`` (medians of A, B, C), ``differences`` (by cause), ``iqr`` (A's), ``closer``
-    and ``clear``; KeyError: a cell missing from ``table``."""
+    Minibatch cells at τ = 1: A (``small_bs``, ``lr``), B (``large_bs``, ``lr``), C (``large_bs``, ``factor``·lr).
+    The closest pair of medians names the cause (A ≈ B "step size", A ≈ C "lr/bs", B ≈ C "batch size"); "clear"
+    when its difference is within A's IQR and the others' are not. Returns ``reference``, ``same_lr``,
+    ``same_ratio`` (medians of A, B, C), ``differences``, ``iqr`` (A's), ``closer``, ``clear``; KeyError: a missing cell.
+    """
     t = table[table["local_epochs"] == 1].set_index(["batch_size", "lr"])
 
     def cell(bs, step):
@@ -571,12 +569,11 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
                 progress: bool = False, own_trajectories: Sequence[Path] = ()) -> ModelStudy:
     """Every protocol of ``spec`` at θ of every model of ``spec`` at every target accuracy reached.
 
-    Base: the profile's stage-ladder run (first seed) with the model replaced. "fedavg" θ: that run's kept
-    θ (:func:`fedavg_checkpoints`; ``trajectory`` for the base model), or a model's own run (``rounds``:
-    :func:`find_own_trajectory` in ``own_trajectories``, else trained; :func:`evaluated_checkpoints`).
-    "centralised" θ: :func:`central_checkpoints`. Every (θ, protocol) trains the same seeded pool, scored on
-    the same cohorts. Cached and resumable. ConfigError (before any training): a pool larger than K or an
-    invalid protocol."""
+    "fedavg" θ: the profile's stage-ladder run with the model replaced (:func:`fedavg_checkpoints`) or a model's
+    own run (:func:`find_own_trajectory`, else trained); "centralised": :func:`central_checkpoints`. Same seeded
+    pool and cohorts for every (θ, protocol); cached, resumable. ConfigError (before training): a pool larger
+    than K or an invalid protocol.
+    """
     base = stage.ladder_config(profile)
     try:
         pool, cohorts = stage.pool_and_cohorts(base.num_clients, spec.pool_size, base.cohort_size, spec.num_cohorts,

@@ -1,11 +1,9 @@
 """Masked FedAvg training (past the paper's limits, limitation 3): the runs and their summaries.
 
-The paper measures how much of the masking penalty survives averaging, not what it is worth. This
-module builds the runs of ``notebooks/masked_training.md`` (keep probability p × mask mode ×
-protocol × seed, each a cached :mod:`maskfed.engine.runner` run logging the final model's sharpness
-and, when unmasked, the Hessian-weighted recovery factor) and summarises them: medians and ranges
-across seeds, and a stated rule (ours) for "does masking buy flatness or accuracy". A book helper,
-not in :data:`maskfed.provenance.RUN_MODULES`.
+Builds the runs of ``notebooks/masked_training.md`` (p × mask mode × protocol × seed, cached
+:mod:`maskfed.engine.runner` runs logging final sharpness and, unmasked, the Hessian-weighted recovery
+factor) and summarises them (medians, seed ranges, a stated rule, ours). A book helper, not in
+:data:`maskfed.provenance.RUN_MODULES`.
 """
 
 from __future__ import annotations
@@ -35,11 +33,6 @@ class Setting:
 def settings(protocols: dict, keep_probs, modes) -> list[Setting]:
     """Every (protocol, p, mode) to run; p = 1 appears once per protocol with mode "none" (no mask to share).
 
-    Args:
-        protocols: name -> (batch size or "full", local epochs τ).
-        keep_probs: keep probabilities p, each in (0, 1].
-        modes: subset of ("independent", "shared").
-
     Raises:
         ValueError: a p outside (0, 1], an unknown mode, or empty inputs.
     """
@@ -60,9 +53,8 @@ def configs(profile: Profile, protocols: dict, keep_probs, modes, *, sharpness_i
             hessian_batch: int, **fields) -> dict[tuple[Setting, int], RunConfig]:
     """The run configuration of every (setting, seed); ``fields`` replace the profile's base (e.g. rounds).
 
-    Unmasked runs (p = 1) also log the Hessian-weighted recovery factor every ``hessian_every`` rounds
-    (0: never); every run measures its final model's sharpness (``sharpness_iters`` power iterations
-    and Hutchinson probes on ``hessian_batch`` training images).
+    Unmasked runs log the Hessian-weighted recovery factor every ``hessian_every`` rounds (0: never); all
+    measure final sharpness (``sharpness_iters`` power iterations, Hutchinson probes on ``hessian_batch`` images).
 
     Raises:
         ValueError / ConfigError: as :func:`settings` and :meth:`maskfed.engine.config.Profile.run`.
@@ -104,9 +96,6 @@ def profile_configs(profile: Profile) -> dict[tuple[Setting, int], RunConfig]:
 def final_table(metrics: dict[tuple[Setting, int], pd.DataFrame]) -> pd.DataFrame:
     """One row per (setting, seed): the last round's test accuracy and sharpness.
 
-    Args:
-        metrics: (setting, seed) -> the run's metrics.csv as a DataFrame.
-
     Raises:
         KeyError: a run without the sharpness columns (run with sharpness_iters = 0).
     """
@@ -146,9 +135,8 @@ def _compare(r: pd.Series, b: pd.Series) -> list[tuple[str, float, str]]:
 def verdicts(summ: pd.DataFrame) -> pd.DataFrame:
     """Does a mask buy accuracy or flatness over p = 1 on the same protocol? A stated rule, ours.
 
-    A masked setting is "better" on a metric when its whole range across seeds lies on the good side
-    of the unmasked range (higher accuracy; lower top eigenvalue or trace), "worse" when wholly on the
-    bad side, else "within seed spread". With 3 seeds: disjoint ranges of three runs each.
+    "better"/"worse": the masked seed range lies wholly on the good/bad side of the unmasked range (higher
+    accuracy; lower top eigenvalue or trace), else "within seed spread".
 
     Returns:
         One row per masked setting and metric: protocol, p, mode, metric, median difference (masked

@@ -1,15 +1,12 @@
 """The Gram matrix of a pool's client updates at a fixed θ: measured once, cached, resumable.
 
-At a fixed θ every client of a pool trains once under a local protocol, nothing is aggregated, and
-the Gram matrix G_kl = ⟨Δ_k, Δ_l⟩ of the updates is kept in float64: the recovery factor (eq. 3, 8)
-and the signal-noise split (eq. 13-14) of any cohort drawn from the pool need only its submatrix
-and the shard sizes (:mod:`maskfed.studies.factor_axes`).
+Every pool client trains once from θ, nothing aggregated; G_kl = ⟨Δ_k, Δ_l⟩ is kept in float64, so
+1/Δ_S (eq. 3, 8) and the signal-noise split (eq. 13-14) of any cohort need only its submatrix and the
+shard sizes (:mod:`maskfed.studies.factor_axes`).
 
-A measurement is cached in the result store (:mod:`maskfed.engine.store`) in
-``results/factor/gram-<label>-<key>/``, keyed by the
-configuration, a digest of θ, the pool, the run code plus :data:`GRAM_MODULES` and the data
-fingerprint; a killed measurement resumes after its last finished client. The design is ours (the
-stage study's pool, :mod:`maskfed.studies.stage`, keeping the Gram matrix instead of fixed cohorts).
+Cached (:mod:`maskfed.engine.store`) in ``results/factor/gram-<label>-<key>/``, keyed by configuration,
+θ digest, pool, run code plus :data:`GRAM_MODULES` and data fingerprint; resumes after its last finished
+client. Ours (the stage study's pool keeping G instead of fixed cohorts).
 """
 
 from __future__ import annotations
@@ -85,16 +82,9 @@ def load_gram(path: Path) -> GramResult:
 def measure_gram(cfg: RunConfig, theta_P: torch.Tensor, pool, *, label: str = "") -> GramResult:
     """Train every pool client once from θ under ``cfg``'s protocol and keep the Gram matrix of the updates.
 
-    Client k trains with :func:`maskfed.engine.cohort.client_update` on its shard, shuffling with
-    ``fedavg.client_seed(cfg.seed, SHUFFLE_ROUND, k)`` (client 0's seed for all with
-    ``identical_client_seeds``). Finished clients' updates wait in ``.partial-<folder>/``, one file each,
-    so a killed measurement resumes after its last finished client.
-
-    Args:
-        cfg: data, partition, model and protocol (batch size, τ, lr).
-        theta_P: θ, [P] (any device).
-        pool: client ids, [pool].
-        label: where θ came from, recorded in provenance.json.
+    Shuffling seed ``fedavg.client_seed(cfg.seed, SHUFFLE_ROUND, k)`` (client 0's for all with
+    ``identical_client_seeds``); finished updates wait in ``.partial-<folder>/`` for resuming.
+    ``label``: where θ came from (provenance.json).
 
     Returns:
         :class:`GramResult` (the cached folder when it exists).

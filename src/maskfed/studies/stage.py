@@ -1,17 +1,15 @@
 """Stage or sampling? Every local protocol measured at the same checkpoints of one trajectory.
 
-In Tables I and II each protocol's recovery factor 1/Δ_S (eq. 3, 8) is measured on its own
-trajectory, so training stage and sampling noise are confounded. Here one reference FedAvg
-trajectory (Table II's protocol at Table I's α; default bs 32, τ 2, α 100) is the *checkpoint
-ladder*: θ_s kept at S stages from initialisation to its last round. At each θ_s every protocol
-trains a fixed *pool* of clients once, without aggregating, and many cohorts of K_c are drawn from
-the pool; pool, shuffles and cohorts are the same for every protocol (a paired comparison). For
-each of Table II's α the same pool ids hold that α's shards. Optional *branches* run M rounds of
-real FedAvg from each θ_s.
+In Tables I and II each protocol's 1/Δ_S (eq. 3, 8) comes from its own trajectory, confounding
+training stage and sampling noise. Here one reference FedAvg trajectory (default bs 32, τ 2, α 100)
+gives a *checkpoint ladder* θ_s at S stages. At each θ_s every protocol trains a fixed client *pool*
+once, without aggregating, and many K_c cohorts are drawn; pool, shuffles and cohorts are shared
+across protocols (paired). For each of Table II's α the same pool ids hold that α's shards.
+Optional *branches* run M real FedAvg rounds from each θ_s.
 
-Results are cached in the result store (:mod:`maskfed.engine.store`) under ``results/stages/``, keyed by
-configuration, the run code plus :data:`STAGE_MODULES` and the data fingerprint. The design (pool, paired
-cohorts, variance split, the thresholds) is ours; the quantities are the paper's (eq. 3, 8, 13-14).
+Cached in :mod:`maskfed.engine.store` under ``results/stages/``, keyed by configuration, run code plus
+:data:`STAGE_MODULES` and data fingerprint. The design (pool, paired cohorts, variance split,
+thresholds) is ours; the quantities are the paper's (eq. 3, 8, 13-14).
 """
 
 from __future__ import annotations
@@ -127,16 +125,14 @@ def make_spec(profile: str, **fields) -> StageSpec:
 # --------------------------------------------------------------------------- pure pieces
 
 def pick_rounds(acc_by_round: pd.Series, spec: StageSpec) -> list[int]:
-    """Checkpoint rounds of the ladder: sorted, distinct, each in ``acc_by_round.index``.
+    """Checkpoint rounds of the ladder: sorted, distinct, each in ``acc_by_round.index`` (test accuracy, fraction; 0 = θ_0).
 
-    Default: ``spec.stages`` evenly spaced accuracy levels between θ_0's and the last round's, each
-    giving the first tested round that reaches it (θ_0 and the last round always in).
-    ``spec.target_accuracies``: the first round reaching each target (else the last round).
-    ``spec.rounds``: those rounds. ``spec.extra_rounds`` are added to the first two. Duplicates are dropped,
-    so fewer stages than asked for can come back.
+    Default: ``spec.stages`` evenly spaced accuracy levels, each the first tested round reaching it (θ_0 and the
+    last round always in); or ``spec.target_accuracies`` / ``spec.rounds``; ``spec.extra_rounds`` added.
+    Duplicates dropped, so fewer stages than asked can come back.
 
-    ``acc_by_round``: test accuracy (fraction) by tested round (0 = θ_0). ValueError: an explicit round that the
-    ladder did not test (naming the allowed ones).
+    Raises:
+        ValueError: an explicit round the ladder did not test (naming the allowed ones).
     """
     acc = acc_by_round.sort_index()
     for name in ("rounds", "extra_rounds"):
@@ -193,11 +189,12 @@ def summarise_cohorts(cohorts: pd.DataFrame) -> dict:
 def variance_shares(table: pd.DataFrame, *, value: str = "recovery_unweighted") -> dict:
     """Share of the variance of log(value) across the (stage, protocol) grid explained by each factor. Ours.
 
-    Main effects of a balanced two-way layout: the sum of squares of the stage means, of the protocol
-    means and of the sampling means (full batch vs minibatch), each over the total sum of squares. ``table``:
-    one row per (stage, protocol), ``stage``, ``batch_size``, ``local_epochs``, ``value``. Returns ``{"stage",
-    "protocol", "sampling"}``, each in [0, 1]; with a ``seed`` column (stages nested in seeds) also ``"seed"``,
-    the part of the stage share between the seeds' means.
+    Main effects of a balanced two-way layout: sums of squares of stage, protocol and sampling (full batch vs
+    minibatch) means over the total. ``table``: ``stage``, ``batch_size``, ``local_epochs``, ``value``.
+
+    Returns:
+        ``{"stage", "protocol", "sampling"}`` in [0, 1]; with a ``seed`` column also ``"seed"`` (the part of the
+        stage share between the seeds' means).
     """
     y = np.log(table[value].astype(float))
     proto = table["batch_size"].astype(str) + "/" + table["local_epochs"].astype(str)
@@ -266,14 +263,10 @@ _LOOP_ONLY = ("cohort", "n_k", "T_mean", "T_min", "T_max", "train_loss", "wall_s
 
 def fedavg_from(model, data: fedavg.FedData, theta_P: torch.Tensor, cfg: RunConfig, *, start_round: int,
                 rounds: int, test_at=None, progress=None) -> tuple[list[dict], dict[int, torch.Tensor]]:
-    """``rounds`` FedAvg rounds from θ with the cohorts and shuffles of rounds ``start_round, ...`` of a run
-    with ``cfg``: the loop of :func:`maskfed.engine.fedavg.run_fedavg` (sequential engine).
+    """``rounds`` FedAvg rounds from θ with the cohorts and shuffles of rounds ``start_round, ...`` of ``cfg``'s run.
 
-    Args:
-        model: scratch network on the data's device.
-        start_round: rounds already done (0-based index of the first round).
-        test_at: the rounds (counted from round 0) after which to test and keep θ, the last round
-            included; None: never.
+    The loop of :func:`maskfed.engine.fedavg.run_fedavg` (sequential engine); ``test_at``: rounds (from round 0)
+    after which to test and keep θ.
 
     Returns:
         ``(records, kept)``: one dict per round (``round`` since θ_0, the round metrics, and
@@ -439,13 +432,8 @@ def build_ladder(cfg: RunConfig, spec: StageSpec, *, progress: bool = True,
                  trajectory: Path | None = None) -> Ladder:
     """The reference trajectory of ``cfg`` with θ kept at the stages (or its cached folder).
 
-    The trajectory is the one :func:`maskfed.engine.runner.run` trains for ``cfg``, tested at the candidate
-    rounds; :func:`pick_rounds` then chooses the stages. If the finished run kept θ at every candidate
-    round (:func:`ladder_snapshots`), those θ are tested; otherwise :func:`fedavg_from` trains it. Both give
-    the same θ bit for bit on one machine; ``provenance.json`` says which.
-
-    ``trajectory``: a finished run folder of ``cfg`` elsewhere (e.g. ``results/archive/<profile>/<run>/``) whose
-    ``thetas.pt`` holds the candidate rounds, read instead of ``results/runs``.
+    θ comes from the finished run's snapshots (:func:`ladder_snapshots`, or ``trajectory``'s ``thetas.pt``)
+    or is retrained by :func:`fedavg_from`: the same bits on one machine; ``provenance.json`` says which.
 
     Raises:
         ConfigError: explicit rounds the trajectory does not test (:func:`check_rounds`).
@@ -501,11 +489,9 @@ def measure_path(cfg: RunConfig, ladder: Ladder | Path, stage: int, spec: StageS
 def measure(cfg: RunConfig, ladder_dir: str, stage: int, spec: StageSpec, *, at_init: RunConfig | None = None) -> Path:
     """Measure protocol ``cfg`` at θ_stage of a ladder (or reuse the folder); returns the folder.
 
-    Each pool client (:func:`pool_and_cohorts`) trains once from θ_s with the shuffling seed of the stage's
-    round, the same for every protocol; ``cohorts.csv`` holds :func:`cohort_table`. With
-    ``spec.branch_rounds`` = M > 0, ``branch.csv`` holds M rounds of FedAvg of ``cfg`` from θ_s.
-    ``at_init``: the ladder's config, so stage 0 (θ_0) is measured without reading the ladder (which may
-    still be training).
+    Each pool client trains once from θ_s with the stage round's shuffling seed; ``cohorts.csv`` holds
+    :func:`cohort_table`; ``branch.csv`` M = ``spec.branch_rounds`` FedAvg rounds. ``at_init``: the ladder's
+    config, so stage 0 needs no ladder.
 
     Raises:
         ValueError: ``at_init`` with a stage other than 0.
@@ -559,9 +545,7 @@ class StageStudy:
 
 
 def ladder_config(profile: Profile, seed: int | None = None, alpha: float | None = None) -> RunConfig:
-    """The reference trajectory: the Table I run with Table II's protocol (default bs 32, τ 2, α 100) at
-    ``seed`` (None: the profile's first seed); with ``alpha``, Table II's run at that Dirichlet α instead
-    (the trajectories of the α-cross, :func:`cross_ratios`).
+    """The reference trajectory: Table I's run with Table II's protocol (default bs 32, τ 2, α 100); with ``alpha``, Table II's run at that α.
 
     Raises:
         ConfigError: Table I has no run with Table II's protocol, ``seed`` is not a profile seed, or
@@ -603,13 +587,6 @@ def run_study(profile: Profile, spec: StageSpec, *, workers: int | None = None, 
               seeds: list[int] | None = None, trajectories: dict[int, Path] | None = None,
               ladder_alpha: float | None = None, experiments: tuple[str, ...] = EXPERIMENTS) -> StageStudy:
     """Build the ladders (one per seed), then measure every protocol at every stage (cached), in worker processes.
-
-    Args:
-        workers: worker processes (spawn, one torch thread each); None: the profile's.
-        seeds: seeds whose trajectories (:func:`ladder_config`) are measured, each with its own partition,
-            pool, cohorts and shuffles; None: the profile's first seed.
-        trajectories: ``{seed: run folder}`` whose ``thetas.pt`` gives that seed's ladder (:func:`build_ladder`).
-        ladder_alpha: the trajectories' Dirichlet α (None: Table I's); ``experiments``: :func:`study_configs`.
 
     Raises:
         ConfigError: before any training, a pool larger than K, K_c larger than the pool, Table I without
@@ -705,18 +682,10 @@ def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
                      threshold: float = EXPLAINS, split_acc: float | None = None) -> dict[str, dict]:
     """The stage-or-sampling verdict in the early and the late half of training, across seeds. Ours.
 
-    Each ladder is split at the middle stage (early: stages 0..⌈S/2⌉-1, the lower half of the accuracy climb).
-    Where the table has an ``extra`` column (checkpoints added by :attr:`StageSpec.extra_rounds`), the split is
-    made on the other checkpoints of each seed, and an added one is late from the round of that seed's first
-    late checkpoint on. Within each half, :func:`variance_shares` runs over every (seed, stage, protocol) row
-    with each (seed, stage) as its own checkpoint, so "stage" covers differences along one trajectory and
-    across seeds.
-
-    Args:
-        table: :attr:`StageStudy.table` rows of one experiment.
-        threshold: share a factor must explain (:data:`EXPLAINS`); its effect must reach :data:`EFFECT_MIN`.
-        split_acc: split by the checkpoints' test accuracy instead (a fraction): "early" below it, "late" at or
-            above it (the verdict page: the lowest accuracy of the paper's Table I). None: the split above.
+    Split at the middle stage (or, with an ``extra`` column, on the other checkpoints; an added one is late from
+    its seed's first late round), or at ``split_acc`` (test accuracy fraction). Within each half,
+    :func:`variance_shares` over every (seed, stage, protocol) row; a factor must explain ``threshold``
+    (:data:`EXPLAINS`) with effect ≥ :data:`EFFECT_MIN`.
 
     Returns:
         ``{"early": {"verdict", "stage", "sampling", "protocol", "seed" (of the stage share, between seeds),
@@ -745,13 +714,14 @@ def verdict_by_range(table: pd.DataFrame, *, value: str = "recovery_unweighted",
 
 
 def cross_ratios(cross: pd.DataFrame) -> pd.DataFrame:
-    """The α-cross read as Table II's ratio: at θ from each α's trajectory and each checkpoint, 1/Δ_S at the
-    smallest α over 1/Δ_S at the largest α, both measured at that same θ (per seed, then the median over seeds).
+    """The α-cross as Table II's ratio: 1/Δ_S at the smallest α over the largest α, at the same θ (median over seeds).
 
-    ``cross``: Table II's protocols measured along each α's trajectory (``trajectory_alpha``, ``seed``, ``stage``,
-    ``stage_acc``, ``alpha``, ``recovery_unweighted``, ``recovery_weighted``; ValueError if a column is missing
-    or fewer than two α). Returns index (``trajectory_alpha``, ``stage``); columns ``acc`` (median test accuracy
-    of the θ over seeds), ``unweighted`` and ``weighted`` (median ratios), ``seeds`` (seeds that gave a ratio).
+    Returns:
+        Index (``trajectory_alpha``, ``stage``); columns ``acc`` (median test accuracy), ``unweighted`` and
+        ``weighted`` (median ratios), ``seeds`` (seeds that gave a ratio).
+
+    Raises:
+        ValueError: a missing column in ``cross`` or fewer than two α.
     """
     need = {"trajectory_alpha", "seed", "stage", "stage_acc", "alpha", "recovery_unweighted", "recovery_weighted"}
     if need - set(cross.columns):
@@ -796,21 +766,11 @@ def _tables(g: pd.DataFrame, steps: pd.Series) -> tuple[pd.DataFrame | None, pd.
 def matched_votes(table: pd.DataFrame, steps: pd.Series, claim_list: tuple | None = None, *,
                   cross: pd.DataFrame | None = None, main_alpha: float = 100.0,
                   min_acc: float | None = None) -> pd.DataFrame:
-    """Each claim's vote at every matched-stage checkpoint: every checkpoint after θ_0 of the stage study as
-    Table I and Table II measured at its θ, then, for the claims on Table II alone, every checkpoint of each
-    α-cross trajectory other than ``main_alpha``'s. The vote (:func:`maskfed.analysis.claims.checkpoint_vote`)
-    is the criterion on the median over seeds, a failure counting against the claim only where the seed range
-    excludes the claim's side; the checkpoint's weight is 1 at or above ``min_acc``, 0 below it (shown, not counted).
+    """Each claim's vote at every matched-stage checkpoint (after θ_0), plus α-cross checkpoints for Table II claims.
 
-    Args:
-        table: :attr:`StageStudy.table` (``seed``, ``experiment``, ``stage``, ``stage_acc``, ``batch_size``,
-            ``local_epochs``, ``alpha`` and :data:`COHORT_METRICS`).
-        steps: local steps T per protocol (index batch size, τ), e.g. Table I's ``T_mean``.
-        claim_list: the claims (default :data:`maskfed.analysis.claims.CLAIMS`); those of
-            :data:`maskfed.analysis.claims.NOT_AT_MATCHED_STAGE` are left out.
-        cross: the α-cross's table (:attr:`maskfed.studies.archive.ArchivedCross.table`), or None.
-        main_alpha: the stage study's trajectories' α.
-        min_acc: the lowest checkpoint accuracy that counts (a fraction; None: every checkpoint after θ_0).
+    Vote: :func:`maskfed.analysis.claims.checkpoint_vote` on the median over seeds; weight 1 at or above
+    ``min_acc`` (fraction), else 0 (shown, not counted). Claims in
+    :data:`maskfed.analysis.claims.NOT_AT_MATCHED_STAGE` are left out.
 
     Returns:
         One row per (claim, checkpoint) the claim can be judged at: ``claim``, ``trajectory_alpha``, ``stage``,
