@@ -236,7 +236,7 @@ def test_banner_gives_what_ran_what_the_page_changed_and_the_lead_source():
     assert (value["profile"], value["scaled down"], value["rounds"]) == ("smoke", True, 2)
     assert value["changes"] == "rounds = 2, cohort_size (K_c) = 5" and value["lead source"] == "cpu-paper (archived)"
     assert book_mod.banner(prof)["value"]["lead source"] == "smoke"
-    assert value["seeds"] == "1 (seed 0)"  # a count first: "0" alone read as no seeds
+    assert (value["seeds"], value["seed numbers"]) == (1, "0")  # a count: "0" alone read as no seeds
     assert table.index[0] == "lead source"  # a reader meets the source of the page's numbers first
     assert book_mod.profile_changes(load_profile("smoke", rounds=4)) == {}
 

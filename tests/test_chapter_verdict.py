@@ -218,3 +218,17 @@ def test_archive_facts_reads_the_label_and_where_each_rerun_first_differed(monke
     # the identical re-run names no difference; the other its metric, round, archived value and relative gap
     assert reruns.to_dict("index") == {"run-b": {"metric": "train_loss", "round": 1, "archived": 2.319, "off": 2.6e-10}}
     assert len(facts) == 1
+
+
+def test_cross_range_values_count_only_checkpoints_in_the_papers_accuracy_range():
+    # prepare: one trajectory, two checkpoints; at the early one (accuracy 0.2) α = 0.1 is 3× α = 100, at the later
+    # one (0.5) half of it
+    rows = [{"trajectory_alpha": 100.0, "seed": 0, "stage": st, "stage_acc": acc, "alpha": a,
+             "recovery_unweighted": u, "recovery_weighted": 1.0}
+            for st, acc, u01 in ((1, 0.2, 3.0), (2, 0.5, 0.5)) for a, u in ((0.1, u01), (100.0, 1.0))]
+    # execute
+    got = chapter.cross_range_values(pd.DataFrame(rows), 0.314)
+    # assert: only the later checkpoint counts; its ratio is 0.5; no cross gives no checkpoint
+    assert (got["v_ax_lo"], got["v_ax_hi"], got["v_ax_n"]) == (0.5, 0.5, 1)
+    assert (got["v_ax_small"], got["v_ax_large"]) == (0.1, 100.0)
+    assert chapter.cross_range_values(None, 0.314) == {"v_ax_n": 0}

@@ -67,3 +67,13 @@ def test_matched_table_counts_each_claims_votes_or_says_there_is_no_stage_study(
     monkeypatch.setenv("MASKFED_ARCHIVE_DIR", str(tmp_path))
     assert tables.matched_values("cpu-paper", ("cliff",), "x") == {"x_m_study": False, "x_m_cross": ()}
     assert tables.matched_table("cpu-paper", ("cliff",)) is None
+
+
+def test_roles_name_the_live_source_the_one_it_is_compared_with_and_the_most_seeds():
+    # prepare: an archived source of 5 seeds, another of 1, this build's of 1
+    a, b, live = (tables.Source(n, None, None, None, k, 200) for n, k in (("a", 5), ("b", 1), ("cpu", 1)))
+    # execute / assert: the live run last (the default build) or first (a reader's own run), compared with the
+    # closest archived source either way; alone, it is compared with itself
+    assert tables.roles([a, b, live], False) == (live, a, a)
+    assert tables.roles([live, a, b], True) == (live, a, a)
+    assert tables.roles([live], True) == (live, live, live)

@@ -214,7 +214,7 @@ def profile_changes(profile: Profile) -> dict:
 def banner(profile: Profile, *, source: str | None = None, changes: dict | None = None) -> pd.DataFrame:
     """What produced a page's numbers, as a table (one column ``value``): ``lead source`` (``source``, the profile's
     name when None) first, then ``profile``, ``scaled down``, ``model``,
-    ``rounds``, ``cohort K_c``, ``seeds``, ``description``, ``changes`` (:func:`profile_changes`, overridden by
+    ``rounds``, ``cohort K_c``, ``seeds`` (how many), ``seed numbers``, ``description``, ``changes`` (:func:`profile_changes`, overridden by
     ``changes``, e.g. ``{"cohort_size (K_c)": 5}``), ``data`` and ``fingerprint`` (:func:`data_source`)."""
     explicit = changes or {}
     changes = {k: v for k, v in profile_changes(profile).items()
@@ -223,7 +223,7 @@ def banner(profile: Profile, *, source: str | None = None, changes: dict | None 
     values = {"lead source": source or profile.name, "profile": profile.name, "scaled down": bool(profile.scaled_down),
               "model": cfg.model,
               "rounds": cfg.rounds, "cohort K_c": cfg.cohort_size,
-              "seeds": f"{len(seeds)} ({'seed' if len(seeds) == 1 else 'seeds'} {', '.join(map(str, seeds))})",
+              "seeds": len(seeds), "seed numbers": ", ".join(map(str, seeds)),
               "description": profile.description,
               "changes": ", ".join(f"{k} = {without_paths(number(v))}" for k, v in changes.items()),
               **data_source(profile)}

@@ -61,6 +61,13 @@ def sources(experiment: str, live_name: str, live_results: list, found: list[arc
     return [live, *out] if live_first else [*out, live]
 
 
+def roles(srcs: list[Source], live_first: bool) -> tuple[Source, Source, Source]:
+    """Of :func:`sources`' list (same ``live_first``): this build's own source, the source it is compared with (the
+    closest archived one; the live one itself when it is the only source) and the source with the most seeds."""
+    live, other = (srcs[0], srcs[min(1, len(srcs) - 1)]) if live_first else (srcs[-1], srcs[0])
+    return live, other, max(srcs, key=lambda s: s.seeds)
+
+
 def with_range(median: float, low: float | None, high: float | None, fmt: str = ".2f") -> str:
     """``"1.23 (1.20–1.26)"``: a median over seeds and its min–max range; the median alone without a
     range; "–" for a missing value."""

@@ -149,15 +149,11 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     t = first.table
     reps = uncertainty.replicate_tables(first_results, BY, n_boot=uncertainty.N_BOOT)
     contrast, p_contrast = summary.table1_contrast(t, paper), summary.table1_contrast(paper, paper)
-    # the live run, and the source it is compared with: the closest archived one (the second source when the reader's
-    # own run leads); the coverage sentence is about the source with the most seeds
-    live, other = (srcs[0], srcs[1 if len(srcs) > 1 else 0]) if own else (srcs[-1], first)
-    most = max(srcs, key=lambda s: s.seeds)
+    live, other, most = tables.roles(srcs, own)  # the coverage sentence is about the source with the most seeds
     values = {"t1_first": first.name, "t1_rounds": first.rounds, "t1_n_seeds": first.seeds,
               "t1_cov_source": most.name, "t1_cov_seeds": most.seeds,
               "t1_coverage_pct": round(100 * uncertainty.seed_range_coverage(most.seeds), 2),
-              "t1_changes": ", ".join(f"{k} = {book.number(v)}" for k, v in book.profile_changes(prof).items())
-              if own else "none"}
+              "t1_changes": (book.banner(prof).loc["changes", "value"] if own else "") or "none"}
     for key in ("full_min", "full_max", "mini_min", "mini_max"):
         values |= {f"t1_{key}": round(contrast[key], 2), f"t1_paper_{key}": p_contrast[key]}
     for key, name in (("cliff", "gap"), ("spearman_rec", "spearman_rec"), ("spearman_sigma", "spearman_sigma")):

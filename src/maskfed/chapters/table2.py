@@ -180,8 +180,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     own = bool(overrides)  # a reader's own settings: their run leads the page, the archived evidence beside it
     srcs = tables.sources("table2", prof.name, results, found, live_first=own)
     first = srcs[0]
-    # the live run, and the source it is compared with (the closest archived one when the reader's own run leads)
-    live, other = (srcs[0], srcs[1 if len(srcs) > 1 else 0]) if own else (srcs[-1], first)
+    live, other, most = tables.roles(srcs, own)
     first_results = found[0].results if found and not own else results
     live_t1 = experiments.run(prof, "table1", workers=workers, progress=False)
     first_t1_results = (found1[0].results if found and found1 and found1[0].profile == found[0].profile and not own
@@ -203,8 +202,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     cross = archive.load_alpha_cross(tables.ARCHIVED)
     values = {"t2_seed": int(prof.seeds[0]), **convention_values(spread, len(labels), cfg0.num_clients),
               "t2_first": first.name, "t2_n_seeds": first.seeds,
-              "t2_cov_source": max(srcs, key=lambda s: s.seeds).name, "t2_cov_seeds": max(s.seeds for s in srcs),
-              "t2_coverage_pct": round(100 * uncertainty.seed_range_coverage(max(s.seeds for s in srcs)), 2),
+              "t2_cov_source": most.name, "t2_cov_seeds": most.seeds,
+              "t2_coverage_pct": round(100 * uncertainty.seed_range_coverage(most.seeds), 2),
               "t2_unw_min": round(rec.min(), 2), "t2_unw_max": round(rec.max(), 2),
               "t2_w_min": round(wrec.min(), 2), "t2_w_max": round(wrec.max(), 2), "t2_low_alpha": low,
               "t2_gap_low": round(gap_iv.estimate, 1), "t2_gap_low_lo": round(gap_iv.low, 1),

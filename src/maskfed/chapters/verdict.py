@@ -18,7 +18,7 @@ from maskfed.chapters.control import significant
 from maskfed.engine.config import Profile, load_profile
 from maskfed.names import CPU_PAPER
 from maskfed.engine.models import build_model, num_parameters
-from maskfed.studies import archive, experiments, factor_axes as fa
+from maskfed.studies import archive, experiments, factor_axes as fa, stage
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,19 @@ class Findings:
 
     def by_source(self) -> pd.DataFrame:
         return source_table(self.verdicts, self.sources)
+
+
+def cross_range_values(cross: pd.DataFrame | None, min_acc: float) -> dict:
+    """The α = 0.1 split at the same θ: the α-cross's unweighted 1/Δ_S at the smallest α over that at the largest
+    (median over seeds, :func:`maskfed.studies.stage.cross_ratios`) at every checkpoint of every trajectory whose
+    accuracy is at least ``min_acc``: ``v_ax_lo``, ``v_ax_hi``, ``v_ax_n`` (checkpoints), ``v_ax_small`` and
+    ``v_ax_large`` (the α compared); ``v_ax_n`` 0 without a cross or such a checkpoint."""
+    if cross is None:
+        return {"v_ax_n": 0}
+    r = stage.cross_ratios(cross)
+    r = r.loc[r["acc"] >= min_acc, "unweighted"]
+    return {"v_ax_lo": r.min(), "v_ax_hi": r.max(), "v_ax_n": len(r),
+            "v_ax_small": cross["alpha"].min(), "v_ax_large": cross["alpha"].max()}
 
 
 def coverage_values(n_seeds: int) -> dict:
@@ -386,6 +399,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     prints = fingerprint_table([r for runs in archived_runs.values() for r in runs],
                                book.images_for(prof.run(prof.seeds[0])))
     values["v_prints"] = "the same" if len(prints) and prints["same"].all() else "not the same"
+    values |= cross_range_values(cross_table, floor)
     # where the matched-stage view disagrees in direction with the protocol view, it decides: "confounded by stage"
     verdicts = claims.with_matched_view(verdicts, matched)
     closest_run = closest_prof.run(closest_prof.seeds[0])
