@@ -41,7 +41,16 @@ PAGE = ("<!doctype html><html><head><meta charset='utf-8'>"
         + "<style>#long td, #long th { white-space: nowrap; min-width: 14em; }</style>"
         + _table("long", ["1/Δ_S n_k-weighted · cpu-paper (small CNN, archived)", "test accuracy · cpu-long (small CNN, archived)"],
                  [["1.19 (1.14–1.17)", "0.612 (0.598–0.620)"]])
+        # a Markdown table: the theme puts it in a box that scrolls sideways, so the table itself never overflows
+        + "<div class='pst-scrollable-table-container' style='overflow-x:auto'><table id='md' class='table'>"
+          "<thead><tr>" + "".join(f"<th>c{i}</th>" for i in range(12)) + "</tr></thead><tbody><tr>"
+          + "".join(f"<td>{i}.123456e-08</td>" for i in range(12)) + "</tr></tbody></table></div>"
+        # a folded output (hidden when the page loads, 0 wide) that a reader opens later
+        + "<div id='fold' style='display:none'>" + _table("folded", [f"c{i}" for i in range(12)],
+                                                          [[f"{i}.123456e-08" for i in range(12)]]) + "</div>"
         + f"<script>{(STATIC / 'maskfed-cards.js').read_text()}</script></article></body></html>")
+
+IDS = ["fits", "wraps", "stacks", "long", "md", "folded"]
 
 
 @pytest.fixture(scope="module")
@@ -57,16 +66,19 @@ def layouts(tmp_path_factory):
         for width in (1400, 390):
             page = browser.new_page(viewport={"width": width, "height": 900})
             page.goto(page_path.as_uri())
-            out[width] = page.evaluate("""() => Object.fromEntries(['fits', 'wraps', 'stacks', 'long'].map(id => {
+            page.evaluate("""async () => { document.getElementById('fold').style.display = 'block';
+                await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))); }""")
+            out[width] = page.evaluate("""ids => Object.fromEntries(ids.map(id => {
                 const t = document.getElementById(id);
                 const whole = Array.from(t.querySelectorAll('span.maskfed-whole'));
                 const article = t.closest('article').getBoundingClientRect().right;
+                const wider = t.scrollWidth > t.clientWidth + 1 || t.getBoundingClientRect().right > article + 1;
                 const cellsInside = Array.from(t.querySelectorAll('td')).every(
                     td => td.scrollWidth <= td.clientWidth + 1 && td.getBoundingClientRect().right <= article + 1);
-                return [id, {cls: Array.from(t.classList).sort(), wider: t.scrollWidth > t.clientWidth + 1, cellsInside,
+                return [id, {cls: Array.from(t.classList).sort().filter(c => c !== 'table'), wider, cellsInside,
                              whole: whole.map(s => s.textContent),
                              wholeOneLine: whole.every(s => s.getClientRects().length === 1)}];
-            }))""")
+            }))""", IDS)
             page.close()
         browser.close()
     return out
@@ -97,3 +109,15 @@ def test_on_a_phone_a_narrow_table_stays_a_table_and_the_wide_ones_stack(layouts
 @pytest.mark.slow
 def test_on_a_phone_a_card_with_a_long_label_stays_inside_the_column(layouts):
     assert all(v["cellsInside"] for v in layouts[390].values())
+
+
+@pytest.mark.slow
+def test_a_markdown_table_in_a_sideways_scrolling_box_stacks_where_wider_than_its_column(layouts):
+    # its own box never overflows (the theme's container scrolls instead), yet formulas in it ran past a phone's edge
+    assert "maskfed-cards-stack" in layouts[390]["md"]["cls"] and not layouts[390]["md"]["wider"]
+
+
+@pytest.mark.slow
+def test_a_table_folded_when_the_page_loads_is_laid_out_when_opened(layouts):
+    for width in (1400, 390):
+        assert "maskfed-cards-stack" in layouts[width]["folded"]["cls"] and not layouts[width]["folded"]["wider"]

@@ -68,9 +68,17 @@
       if (names.length) tr.setAttribute('data-rowlabel', names.join(' · '));
     }
     table.classList.add('maskfed-cards');
-    // Wider than its column at this width (a phone's or a desktop's): first let its text cells wrap (a number or a
-    // range such as 1.10–1.36 stays whole); only a table still too wide reads as stacked rows (maskfed.css), so a
-    // two-column table (the box of what ran) stays a table on a phone.
+    fit(table);
+    // A table folded away (a hidden output, a closed box) measures 0 wide when the page loads: lay it out again when
+    // it is opened, and whenever its column changes width (a turned phone, a resized window).
+    if (window.ResizeObserver && table.parentElement) new ResizeObserver(() => fit(table)).observe(table.parentElement);
+  }
+  // Wider than its column at this width (a phone's or a desktop's): first let its text cells wrap (a number or a
+  // range such as 1.10–1.36 stays whole); only a table still too wide reads as stacked rows (maskfed.css), so a
+  // two-column table (the box of what ran) stays a table on a phone.
+  function fit(table) {
+    if (!table.parentElement || table.parentElement.clientWidth === 0) return;  // hidden: measured once shown
+    table.classList.remove('maskfed-wrap', 'maskfed-cards-stack');
     if (tooWide(table)) {
       keepWhole(table);
       table.classList.add('maskfed-wrap');
@@ -78,10 +86,13 @@
     }
     if (tooWide(table)) table.classList.add('maskfed-cards-stack');
   }
-  function tooWide(table) {
-    return table.scrollWidth > table.clientWidth + 1;
+  function tooWide(table) {  // overflows itself (an output's table), or is wider than its column (a Markdown table,
+    // which the theme puts in a box that scrolls sideways)
+    return table.scrollWidth > table.clientWidth + 1 || table.scrollWidth > table.parentElement.clientWidth + 1;
   }
   function keepWhole(table) {  // a token with a hyphen or dash (1.1e-08, 1.10–1.36, -0.52) never breaks inside itself
+    if (table.dataset.maskfedWhole) return;
+    table.dataset.maskfedWhole = '1';
     for (const td of Array.from(table.querySelectorAll('td'))) {
       if (td.children.length || !/[-–]/.test(td.textContent)) continue;
       const parts = td.textContent.split(/(\s+)/);
