@@ -351,3 +351,50 @@ def test_concept_addition_aligned_updates_reach_the_ceiling():
     # assert: 1/Δ_S = K_c exactly for identical updates (the upper bound's equality case)
     assert factors["coherent"] == pytest.approx(6.0, rel=1e-12)
     assert 0 <= factors["incoherent"] <= 6
+
+
+def test_phone_layout_stacks_a_row_of_panels_and_moves_a_right_legend_below():
+    with plt.rc_context(plots.STYLE):
+        fig, axes = plt.subplots(1, 2, figsize=(6.4, 3.0))
+        for i, ax in enumerate(axes):
+            ax.plot([1, 2, 3], [1, 2, 3], "o-", label="bs=32, τ=1")
+            ax.set(xlabel="round", ylabel="1/Δ_S", title=f"panel {i}")
+        plots.legend_outside(axes[1], "right")
+        plots.finish(fig)
+        assert plots.phone_layout(fig)
+        renderer = fig.canvas.get_renderer()
+        top, bottom = (ax.get_window_extent(renderer) for ax in axes)
+        assert abs(top.x0 - bottom.x0) < 1 and bottom.y1 < top.y0   # one under the other
+        assert axes[1].get_legend().get_window_extent(renderer).y1 < bottom.y0   # below its axes
+        assert fig.get_tightbbox(renderer).width + 0.2 <= plots.PHONE_COLUMN_IN
+    plt.close("all")
+
+
+def test_figure_html_gives_a_phone_layout_only_where_one_passes_the_rules():
+    with plt.rc_context(plots.STYLE):
+        fig, ax = plt.subplots(figsize=(6.4, 3.0))
+        ax.plot([1, 2], [1, 2], "o")
+        ax.set(xlabel="round", ylabel="1/Δ_S", title="fits")
+        page = plots.figure_html(fig, "1/Δ_S&K_c")
+        assert page.count("<img") == 2 and 'class="maskfed-fig maskfed-has-phone"' in page
+        # the phone image, as saved, fits a 390 px phone's 358 px column (its width in points, 4/3 px each)
+        import base64
+        import re
+        phone = base64.b64decode(re.search(r'maskfed-fig-phone"[^>]*base64,([^"]+)"', page)[1]).decode()
+        assert float(re.search(r'<svg[^>]* width="([\d.]+)pt"', phone)[1]) * 4 / 3 <= 358
+        assert page.count('alt="1/Δ_S&amp;K_c"') == 2   # escaped
+        # six long labels on a line: apart at desktop width, not in a phone's column
+        fig, ax = plt.subplots(figsize=(6.4, 3.0))
+        xs = [i / 5 for i in range(6)]
+        ax.plot(xs, [0.5] * 6, "o")
+        ax.set(xlabel="x", ylabel="y", title="crowded", xlim=(-0.1, 1.1), ylim=(0.3, 0.7))
+        plots.place_labels(ax, [(x, 0.5, f"bs=full, τ={i} (archived run)", {}) for i, x in enumerate(xs)])
+        plots._lay_out(fig)
+        assert not plots.figure_problems(fig)
+        page = plots.figure_html(fig, "crowded")
+        assert page.count("<img") == 1 and 'class="maskfed-fig"' in page
+        fig2, ax2 = plt.subplots(figsize=(3.0, 3.0))   # narrow already: one layout
+        ax2.plot([1, 2], [1, 2], "o")
+        ax2.set(xlabel="x", ylabel="y", title="narrow")
+        assert plots.figure_html(fig2, "narrow").count("<img") == 1
+    plt.close("all")

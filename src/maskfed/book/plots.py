@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -97,6 +98,15 @@ def _positive_values(ax: plt.Axes, axis: str) -> np.ndarray:
     return flat[np.isfinite(flat) & (flat > 0)]
 
 
+def _shown_ticks(ax: plt.Axes, which: str = "major") -> list:
+    """The tick labels of ``ax`` that are drawn: those whose tick lies within the axes' limits."""
+    out = []
+    for labels, (low, high), i in ((ax.get_xticklabels(which=which), sorted(ax.get_xlim()), 0),
+                                   (ax.get_yticklabels(which=which), sorted(ax.get_ylim()), 1)):
+        out += [t for t in labels if low - 1e-9 * abs(high) <= t.get_position()[i] <= high + 1e-9 * abs(high)]
+    return out
+
+
 def figure_problems(fig: plt.Figure) -> list[str]:
     """What in ``fig`` breaks the book's figure rules (see the module docstring); empty if nothing."""
     fig.canvas.draw()
@@ -125,8 +135,7 @@ def figure_problems(fig: plt.Figure) -> list[str]:
             inside = [p for p in _data_points(ax) if box.x0 <= p[0] <= box.x1 and box.y0 <= p[1] <= box.y1]
             if inside:
                 problems.append(f"{where}: the legend hides {len(inside)} data point(s)")
-            covered = [t.get_text() for t in [ax.xaxis.label, ax.yaxis.label, ax.title, *ax.get_xticklabels(),
-                                              *ax.get_yticklabels()]
+            covered = [t.get_text() for t in [ax.xaxis.label, ax.yaxis.label, ax.title, *_shown_ticks(ax)]
                        if t.get_visible() and t.get_text() and t.get_window_extent(renderer).overlaps(box)]
             if covered:
                 problems.append(f"{where}: the legend covers {', '.join(map(repr, covered[:3]))}")
@@ -161,15 +170,9 @@ def describe(fig: plt.Figure) -> str:
     return "; ".join(dict.fromkeys(words(p) for p in parts if p)) or "figure"
 
 
-def finish(fig: plt.Figure | None = None, alt: str | None = None) -> None:
-    """Lay out a finished figure (default: the current one), check it against the book's rules and, in a kernel,
-    show it as SVG whose title is ``alt`` (else :func:`describe`), then close it.
-
-    Raises:
-        FigureError: the figure breaks a rule; the message lists every breach (:func:`figure_problems`).
-    """
-    fig = fig if fig is not None else plt.gcf()
-    for _ in range(2):   # the layout moves the axes: legends below them and placed labels follow
+def _lay_out(fig: plt.Figure) -> None:
+    """Lay ``fig`` out at its present size: legends below the axes and placed labels follow the moved axes."""
+    for _ in range(2):
         if not fig.get_constrained_layout():
             fig.tight_layout()
         for ax in fig.axes:
@@ -179,14 +182,149 @@ def finish(fig: plt.Figure | None = None, alt: str | None = None) -> None:
             for label in ax._book_labels[1]:
                 label.remove()
             place_labels(ax, ax._book_labels[0])
+
+
+def finish(fig: plt.Figure | None = None, alt: str | None = None) -> None:
+    """Lay out a finished figure (default: the current one), check it against the book's rules and, in a kernel,
+    show it as SVG whose title is ``alt`` (else :func:`describe`), with a phone layout where one passes the rules
+    (:func:`phone_layout`), then close it.
+
+    Raises:
+        FigureError: the figure breaks a rule; the message lists every breach (:func:`figure_problems`).
+    """
+    fig = fig if fig is not None else plt.gcf()
+    _lay_out(fig)
     problems = figure_problems(fig)
     if problems:
         raise FigureError("the figure breaks the book's figure rules:\n- " + "\n- ".join(problems))
     _show_with_alt(fig, alt if alt is not None else describe(fig))
 
 
+#: Width (inches) of a figure's phone layout: with the 0.1 in margin savefig adds on each side, no wider than the
+#: 358 px text column of a 390 px phone (3.73 in at 96 px an inch).
+PHONE_WIDTH_IN = 3.5
+#: The widest a phone layout may be once saved (inches): the phone's text column.
+PHONE_COLUMN_IN = 358 / 96
+#: Shortest plotting area (inches) a phone layout may leave a panel.
+MIN_PANEL_IN = 1.2
+
+
+def _crowded_ticks(fig: plt.Figure) -> bool:
+    """True where two tick labels of one axis of ``fig`` overlap (a narrow layout's usual failure)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        shown = _shown_ticks(ax, "both")
+        for ticks in ([t for t in shown if t in ax.get_xticklabels(which="both")],
+                      [t for t in shown if t in ax.get_yticklabels(which="both")]):
+            boxes = [t.get_window_extent(renderer) for t in ticks if t.get_visible() and t.get_text().strip()]
+            if any(a.overlaps(b) for a, b in itertools.combinations(boxes, 2)):
+                return True
+    return False
+
+
+def phone_layout(fig: plt.Figure) -> bool:
+    """Redraw ``fig`` in place for a phone's column, :data:`PHONE_WIDTH_IN` wide at the same type sizes: panels in
+    one row go one under another, legends right of their axes go below them. True if the result passes
+    :func:`figure_problems` with no crowded tick labels and no wider than the column; False (the figure then keeps
+    its desktop layout, which a phone scrolls sideways) otherwise, or where the figure is narrow already."""
+    width, height = fig.get_size_inches()
+    if width <= PHONE_WIDTH_IN:
+        return False
+    axes = [ax for ax in fig.axes if ax.get_subplotspec() is not None]
+    grid = axes[0].get_subplotspec().get_gridspec() if axes else None
+    rows, cols = grid.get_geometry() if grid else (1, 1)
+    stacked = cols > 1 and all(ax.get_subplotspec().get_gridspec() is grid for ax in axes)
+    if stacked:   # column c of the grid goes under column c - 1: row r of it to row c * rows + r
+        ratios = list(grid.get_height_ratios() or [1] * rows) * cols
+        column = fig.add_gridspec(rows * cols, 1, height_ratios=ratios)
+        for ax in axes:
+            spec = ax.get_subplotspec()
+            ax.set_subplotspec(column[spec.colspan.start * rows + spec.rowspan.start, 0])
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        if legend is None or not legend.get_visible():
+            continue
+        renderer = fig.canvas.get_renderer()
+        if getattr(legend, "_book_below", False) or legend.get_window_extent(renderer).x0 >= ax.get_window_extent(renderer).x1 - 1:
+            # outside the axes (right or below): one entry a row, below them
+            title = legend.get_title().get_text()
+            labels = [t.get_text() for t in legend.get_texts()]
+            own = dict(zip(*ax.get_legend_handles_labels()[::-1]))   # the drawn artists, markers and error bars kept
+            handles = [own.get(label, proxy) for label, proxy in zip(labels, legend.legend_handles)]
+            legend.remove()
+            legend_outside(ax, "below", handles=handles, labels=labels, title=title or None, ncol=1)
+    fig.set_size_inches(PHONE_WIDTH_IN, height * (cols if stacked else 1))   # each column of panels as tall as before
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for text in [fig._suptitle] if fig._suptitle is not None else []:
+        _wrap(text, 0.95 * fig.bbox.width, renderer)
+    for ax in fig.axes:   # a title or x label wider than its panel, a y label taller than it: wrapped
+        _wrap(ax.title, ax.get_window_extent(renderer).width, renderer)
+        _wrap(ax.xaxis.label, ax.get_window_extent(renderer).width, renderer)
+        _wrap(ax.yaxis.label, 0.95 * ax.get_window_extent(renderer).height, renderer, vertical=True)
+    _lay_out(fig)
+    renderer = fig.canvas.get_renderer()
+    below = sum(leg.get_window_extent(renderer).height for ax in fig.axes if (leg := ax.get_legend()) is not None
+                and getattr(leg, "_book_below", False)) / fig.dpi   # inches the legends below take
+    if below:
+        fig.set_size_inches(PHONE_WIDTH_IN, fig.get_size_inches()[1] + below)
+        _lay_out(fig)
+    short = [ax for ax in fig.axes if ax.has_data() and ax.get_window_extent(renderer).height < MIN_PANEL_IN * fig.dpi]
+    if short or figure_problems(fig) or _crowded_ticks(fig):
+        return False
+    pad = plt.rcParams["savefig.pad_inches"]
+    return fig.get_tightbbox(fig.canvas.get_renderer()).width + 2 * pad <= PHONE_COLUMN_IN   # the saved SVG
+
+
+def _wrap(text: plt.Text, limit_px: float, renderer, vertical: bool = False) -> None:
+    """Break ``text`` into lines no longer than ``limit_px`` (its height if ``vertical``), between words and never
+    inside a $...$ formula."""
+    box = text.get_window_extent(renderer)
+    size = box.height if vertical else box.width
+    words = re.findall(r"(?:\$[^$]*\$|\S)+", text.get_text())
+    if size <= limit_px or len(words) < 2:
+        return
+    per_line = max(8, int(len(text.get_text()) * limit_px / size))   # characters a line holds, about
+    lines = [words[0]]
+    for word in words[1:]:
+        if len(lines[-1]) + 1 + len(word) <= per_line:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    text.set_text("\n".join(lines))
+
+
+def _svg(fig: plt.Figure, alt: str) -> str:
+    import io
+
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Title": alt})
+    return buf.getvalue()
+
+
+def figure_html(fig: plt.Figure, alt: str) -> str:
+    """``fig`` as HTML: a ``div.maskfed-fig`` holding its SVG and, where one passes the rules, its
+    :func:`phone_layout` (hidden by an inline style, so JupyterLab shows one figure; below 600 px maskfed.css shows
+    it instead of the desktop one), each an ``img`` whose alt text is ``alt``. Leaves ``fig`` in its phone layout."""
+    import base64
+    import xml.etree.ElementTree as ET
+
+    def img(kind: str, svg: str) -> ET.Element:
+        src = "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
+        return ET.Element("img", {"class": f"maskfed-fig-{kind}", "alt": alt, "src": src},
+                          **({"style": "display:none"} if kind == "phone" else {}))
+
+    box = ET.Element("div", {"class": "maskfed-fig"})
+    box.append(img("wide", _svg(fig, alt)))
+    if phone_layout(fig):
+        box.append(img("phone", _svg(fig, alt)))
+        box.set("class", "maskfed-fig maskfed-has-phone")
+    return ET.tostring(box, encoding="unicode", method="html")
+
+
 def _show_with_alt(fig: plt.Figure, alt: str) -> None:
-    """Inside an IPython kernel, display ``fig`` as SVG whose title is ``alt`` and close it; elsewhere nothing."""
+    """Inside an IPython kernel, display ``fig`` (:func:`figure_html`) and close it; elsewhere nothing."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -194,14 +332,11 @@ def _show_with_alt(fig: plt.Figure, alt: str) -> None:
     shell = get_ipython()
     if shell is None or type(shell).__name__ != "ZMQInteractiveShell":
         return
-    import io
+    from IPython.display import HTML, display
 
-    from IPython.display import SVG, display
-
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Title": alt})
+    page = figure_html(fig, alt)
     plt.close(fig)
-    display(SVG(buf.getvalue()))
+    display(HTML(page))
 
 
 def legend_outside(ax: plt.Axes, where: str = "right", **kwargs) -> None:
@@ -331,7 +466,8 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
                          ranges: dict[str, tuple[pd.DataFrame, pd.DataFrame]] | None = None,
                          title: str | None = "Recovery factor against test accuracy, nine local protocols") -> plt.Axes:
     """Figure 1: recovery factor 1/Δ_S against test accuracy (fraction) for the local protocols: marker shape is
-    the batch size, the label beside each marker τ; filled markers ours, hollow grey ones the paper's.
+    the batch size, a thin line joins τ = 1, 2, 5 of one batch size, and τ is written beside the lead source's
+    and the paper's markers; filled markers ours, hollow grey ones the paper's.
 
     ``ours``, ``paper`` and the ``others`` (``{legend label: summary}``, each in its own colour) are summaries indexed
     by (batch_size, local_epochs) with ``recovery_unweighted`` and ``test_acc``; ``ranges``: ``{legend label: (low,
@@ -351,11 +487,16 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
                         xerr=[df["test_acc"] - low["test_acc"], high["test_acc"] - df["test_acc"]],
                         yerr=[df["recovery_unweighted"] - low["recovery_unweighted"],
                               high["recovery_unweighted"] - df["recovery_unweighted"]])
+        colour = style.get("color", "0.45")
+        for bs in df.index.get_level_values(0).unique():   # a thin line joins τ = 1, 2, 5 of one batch size
+            g = df.loc[bs].sort_index()
+            ax.plot(g["test_acc"], g["recovery_unweighted"], "-", color=colour, lw=0.7, alpha=0.6, zorder=1)
         for (bs, tau), row in df.iterrows():
             ax.scatter(row["test_acc"], row["recovery_unweighted"], marker=MARKERS.get(str(bs), "D"), s=55,
-                       label=f"{label}, bs={bs}" if tau == df.loc[bs].index[0] else None, **style)
-            labels.append((row["test_acc"], row["recovery_unweighted"], f"τ={tau}",
-                           dict(fontsize=MIN_FONT_PT, color=style.get("color", "0.45"))))
+                       label=f"{label}, bs={bs}" if tau == df.loc[bs].index[0] else None, zorder=2, **style)
+            if df is ours or df is paper:   # τ named for the lead source and the paper; the lines order the rest
+                labels.append((row["test_acc"], row["recovery_unweighted"], f"τ={tau}",
+                               dict(fontsize=MIN_FONT_PT, color=colour)))
     # the ceiling is named in the legend, not beside its line, where a point's τ label near K_c could meet it
     ax.axhline(k_c, color="0.6", ls="--", lw=1, label=f"ceiling K_c = {k_c}")
     ax.axhline(1, color="0.6", ls=":", lw=1)
