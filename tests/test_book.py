@@ -497,37 +497,50 @@ def test_intro_states_the_archived_profiles_seeds_as_its_yaml_has_them():
     assert f"{words[len(seeds)]} seeds, 200 rounds" in text
 
 
-def test_glue_numbers_writes_floats_once_skips_truth_values_and_shows_a_table_outside_the_build(monkeypatch):
-    # prepare: collect what is glued and what is displayed
-    import IPython.display
-
+def test_glue_numbers_writes_floats_once_and_skips_truth_values(monkeypatch):
     from maskfed import book
 
-    glued, shown = {}, []
+    glued = {}
     monkeypatch.setattr(book, "_glue", lambda k, v, display=False: glued.__setitem__(k, v))
-    monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj))
-    # execute: in JupyterLab (not the book build)
-    monkeypatch.setattr(book, "IN_BOOK_BUILD", False)
     book.glue_numbers({"a": 1.23456, "n": 5, "w": "inside", "ok": True, "pct": 93.75})
-    # assert: 3 significant digits, integers and words as they are, no truth value
+    # 3 significant digits, integers and words as they are, no truth value
     assert glued == {"a": "1.23", "n": 5, "w": "inside", "pct": "93.8"}
-    assert len(shown) == 1 and list(shown[0].index) == ["a", "n", "w", "pct"]
-    assert list(shown[0].iloc[:, 0]) == ["1.23", "5", "inside", "93.8"]
-    # execute: in the book build nothing is shown
-    monkeypatch.setattr(book, "IN_BOOK_BUILD", True)
-    book.glue_numbers({"a": 2.0})
-    assert len(shown) == 1 and glued["a"] == "2"
 
 
-def test_glue_prints_the_value_outside_the_build_only(monkeypatch, capsys):
+def test_outside_the_build_a_glued_value_is_a_kernel_variable_that_eval_shows_as_the_book_does(monkeypatch):
+    # prepare: a kernel's namespace, outside the book build (JupyterLab)
+    import IPython
     import numpy as np
 
     from maskfed import book
 
-    monkeypatch.setattr(book, "_glue", lambda k, v, display=False: None)
+    shell = type("Shell", (), {"user_ns": {}})()
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
     monkeypatch.setattr(book, "IN_BOOK_BUILD", False)
-    book.glue("t1_var", np.float64(0.25))
-    assert capsys.readouterr().out == "t1_var = 0.25\n"
-    monkeypatch.setattr(book, "IN_BOOK_BUILD", True)
-    book.glue("t1_var", 0.25)
-    assert capsys.readouterr().out == ""
+    # execute
+    book.glue("t4_mc", "42.8912")
+    book.glue_all({"t4_n": np.int64(7), "t4_who": "cpu-paper (small CNN)"})
+    ns = shell.user_ns
+    # assert: what jupyterlab-myst shows for {eval}`t4_who` (the repr, no quotes) and for f"{t4_mc:.2f}"
+    assert repr(ns["t4_who"]) == "cpu-paper (small CNN)" and eval('f"{t4_mc:.2f}"', {}, ns) == "42.89"
+    assert type(ns["t4_n"]) is int and eval('f"{t4_n:,}"', {}, ns) == "7"
+    assert {"t4_mc", "t4_n", "t4_who"} <= book.GLUED
+    with pytest.raises(NameError, match="t4_late"):
+        book.glued_before(["t4_mc", "t4_late"], "The shared mask pays")
+
+
+def test_the_runner_turns_eval_roles_into_glue_and_checks_each_is_glued_before_its_text():
+    import nbformat
+
+    from maskfed.book import notebooks
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("glue('t4_mc', 1.0)"),
+        nbformat.v4.new_markdown_cell('It pays {eval}`f"{t4_mc:.2f}"` against {eval}`t4_R` (eq. 7).')])
+    assert notebooks.evals_to_glue(nb, name="theory_04_prop3") == 2
+    assert re.findall(r"\{\w+(?::\w+)?\}`[^`]*`", nb.cells[1].source) == ["{glue:text}`t4_mc:.2f`", "{glue:text}`t4_R`"]
+    check = nb.cells[2]
+    assert check.metadata["tags"] == ["remove-cell"] and "glued_before(['t4_R', 't4_mc']" in check.source
+    bad = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("{eval}`1 + t4_mc`")])
+    with pytest.raises(ValueError, match="theory_04_prop3"):
+        notebooks.evals_to_glue(bad, name="theory_04_prop3")

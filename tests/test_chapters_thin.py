@@ -68,3 +68,21 @@ def test_experiment_chapter_is_thin(name):
 def test_support_page_builds_no_sentence_in_a_code_cell(name):
     code, _ = split((REPO_ROOT / "notebooks" / f"{name}.md").read_text())
     assert [ln for ln in code if sentence(ln)] == [], f"{name} builds text in a code cell"
+
+
+def sentences(prose: str) -> list[str]:
+    """The sentences of Markdown prose (an {eval} role read as one word): pieces ending in . ! or ? before a
+    capital, with four or more words."""
+    text = re.sub(r"\{eval\}`[^`]*`", "N", re.sub(r"\$\$.*?\$\$", "", prose, flags=re.S))
+    return [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z“(*])", text) if len(re.findall(r"[A-Za-z]{2,}", s)) >= 4]
+
+
+def test_sentences_by_hand():
+    found = sentences("The cliff is {eval}`v_cliff` here. It holds at {eval}`n` of {eval}`m` seeds. Ok.")
+    assert [len(s.split()) for s in found] == [5, 7] and found[1].count("N") == 2
+
+
+def test_the_verdict_page_reads_as_an_argument_more_sentences_than_placeholders():
+    text = (REPO_ROOT / "notebooks" / "verdict.md").read_text()
+    prose = "\n".join(split(text)[1])
+    assert len(sentences(prose)) > len(re.findall(r"\{eval\}", prose)) >= 50

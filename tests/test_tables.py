@@ -44,7 +44,7 @@ def test_sources_put_the_archive_first_and_main_table_shows_its_seed_range():
     assert list(full[("recovery_unweighted", "cpu")]) == [2.0]
     # a reader's own settings: their run leads, the archive beside it
     assert [s.name for s in tables.sources("table1", "cpu", live, found, live_first=True)] == [
-        "cpu", archive.column_name("cpu-paper")]
+        "cpu (your settings)", archive.column_name("cpu-paper")]
     with pytest.raises(ValueError, match="experiment"):
         tables.sources("table3", "cpu", live, found)
 

@@ -4,7 +4,7 @@
 
 Static checks (fast): a first code cell tagged ``parameters`` with ``profile: Profile = "cpu"`` (a typed profile name),
 sphinx-proof statements with proofs, two or more exercises with hidden solutions, and
-every ``{glue:text}`` key used in the prose glued in the same notebook.
+every ``{eval}`` name used in the prose glued in the same notebook.
 
 """
 
@@ -53,10 +53,34 @@ def test_notebook_structure(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_glue_keys_are_defined_in_the_same_notebook(name):
     text = (ROOT / "notebooks" / f"{name}.md").read_text()
-    used = set(re.findall(r"\{glue:text\}`([A-Za-z0-9_]+)", text))
+    used = set(re.findall(r'\{eval\}`(?:f"\{)?([A-Za-z0-9_]+)', text))
     defined = set(re.findall(r"glue\(\"([A-Za-z0-9_]+)\"", text))
     defined |= set(re.findall(r"\"(t\d_[A-Za-z0-9_]+)\"\s*:", text))  # keys of a dict glued at once (book.glue_numbers)
     prefix = "t" + name.split("_")[1][-1] + "_"
     assert used, "the prose should show at least one live number"
     assert used <= defined, f"glued in prose but never defined: {sorted(used - defined)}"
     assert all(k.startswith(prefix) for k in defined), f"glue keys must start with {prefix!r}"
+
+
+@pytest.mark.slow
+def test_run_top_to_bottom_as_jupyterlab_does_every_eval_role_shows_its_value(tmp_path):
+    """The chapter as JupyterLab runs it (no book build: the glued values are kernel variables), then every
+    ``{eval}`` role of its text evaluated in that kernel, as jupyterlab-myst does: a value, never a NameError."""
+    import jupytext
+    import nbformat
+    from nbclient import NotebookClient
+
+    from maskfed.book import notebooks
+
+    nb = jupytext.read(ROOT / "notebooks" / "theory_04_prop3.md")
+    roles = [m[0][len("{eval}`"):-1] for c in nb.cells if c.cell_type == "markdown"
+             for m in notebooks.EVAL_ROLE.finditer(c.source)]
+    nb.cells.append(nbformat.v4.new_code_cell(f"print(repr([str(eval(r)) for r in {roles!r}]))"))
+    NotebookClient(nb, timeout=300, kernel_name="python3",
+                   resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute()
+    shown = eval(nb.cells[-1].outputs[0]["text"])
+    assert len(shown) == len(roles) >= 10
+    # the mean penalty with a shared mask, and its standard error, as two decimals (f"{t4_mc:.2f}")
+    mc = roles.index('f"{t4_mc:.2f}"')
+    assert re.fullmatch(r"\d+\.\d\d", shown[mc])
+    assert not any(s.startswith("'") or "Error" in s for s in shown)

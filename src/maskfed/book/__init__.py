@@ -457,40 +457,61 @@ def profile_table() -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("profile")
 
 
-def _glue(key: str, value, display: bool = False) -> None:
-    """``myst_nb.glue`` with numpy scalars as Python ones (MyST-NB cannot format ``np.float64(...)``)."""
-    from myst_nb import glue as myst_glue
+class Shown(str):
+    """A glued string as the chapter's text shows it in JupyterLab: its repr is the text itself (no quotes), and a
+    format spec formats the number it writes (``f"{t4_mc:.2f}"``), as ``{glue:text}`key:.2f``` does in the book."""
 
+    def __repr__(self) -> str:
+        return str(self)
+
+    def __format__(self, spec: str) -> str:
+        return format(float(self), spec) if spec else str(self)
+
+
+#: True while the notebook runner builds a chapter into the book (its hidden setup cell sets it).
+IN_BOOK_BUILD = False
+#: The names glued so far in this kernel (:func:`glued_before` reads it).
+GLUED: set[str] = set()
+
+
+def _glue(key: str, value, display: bool = False) -> None:
+    """Glue one value for the chapter's ``{eval}`key``` roles: in the book build ``myst_nb.glue`` (the runner turns
+    each role into ``{glue:text}``), numpy scalars as Python ones (MyST-NB cannot format ``np.float64(...)``);
+    elsewhere (JupyterLab, where jupyterlab-myst evaluates the roles in the kernel) a variable of that name."""
     if isinstance(value, np.generic):
         value = value.item()
-    myst_glue(key, value, display=display)
+    GLUED.add(key)
+    if IN_BOOK_BUILD:
+        from myst_nb import glue as myst_glue
+
+        myst_glue(key, value, display=display)
+        return
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is not None:
+        shell.user_ns[key] = Shown(value) if isinstance(value, str) else value
 
 
-def glue(key: str, value, display: bool = False) -> None:
-    """Glue one value for the chapter's Markdown (:func:`_glue`); outside the book build
-    (:data:`IN_BOOK_BUILD`), where ``{glue:text}`` stays a placeholder, also print ``key = value``."""
-    _glue(key, value, display=display)
-    if not IN_BOOK_BUILD and not display:
-        print(key, "=", value.item() if isinstance(value, np.generic) else value)
-
-
-#: True while the notebook runner builds a chapter into the book (its hidden setup cell sets it); outside it
-#: :func:`glue_all` and :func:`glue_numbers` also show the values they glue as a table.
-IN_BOOK_BUILD = False
+glue = _glue
 
 
 def glue_all(values: dict) -> None:
-    """:func:`_glue` every item of ``values`` (name -> number or string); outside the book build
-    (:data:`IN_BOOK_BUILD`), also display them as a table."""
+    """:func:`_glue` every item of ``values`` (name -> number or string)."""
     for key, value in values.items():
         _glue(key, value)
-    if IN_BOOK_BUILD or not values:
-        return
-    from IPython.display import display
 
-    with pd.option_context("display.max_rows", None, "display.max_colwidth", None):  # every value, whole
-        display(pd.DataFrame({"glued value": [str(v) for v in values.values()]},
-                             index=pd.Index(list(values), name="glue name")))
+
+def glued_before(names: list[str], where: str) -> None:
+    """The runner's hidden check after a Markdown cell: every name its ``{eval}`` roles read is glued by then.
+
+    Raises:
+        NameError: a name not glued yet (JupyterLab, running the chapter top to bottom, would show NameError in
+            the text at ``where``).
+    """
+    missing = [n for n in names if n not in GLUED]
+    if missing:
+        raise NameError(f"{where} reads {missing} before the chapter glues them: glue them in an earlier cell")
 
 
 def glue_numbers(values: dict, digits: int = 3) -> None:

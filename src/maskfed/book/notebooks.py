@@ -187,6 +187,41 @@ def add_book_setup(nb) -> None:
     nb.cells.insert(0, nbformat.v4.new_code_cell(SETUP_SOURCE, metadata={"tags": ["remove-cell"]}))
 
 
+#: A chapter's inline number: ``{eval}`name``` or ``{eval}`f"{name:spec}"``` (jupyterlab-myst evaluates it in the
+#: kernel; the book build reads it as ``{glue:text}`name``` or ``{glue:text}`name:spec```).
+EVAL_ROLE = re.compile(r'\{eval\}`(?:(?P<name>[A-Za-z_]\w*)|f"\{(?P<fname>[A-Za-z_]\w*):(?P<spec>[^}"`]+)\}")`')
+
+
+def evals_to_glue(nb, *, name: str) -> int:
+    """Turn, in place, each Markdown cell's ``{eval}`` roles (:data:`EVAL_ROLE`) into ``{glue:text}`` and insert
+    after the cell a hidden check that the chapter has glued those names by then (:func:`maskfed.book.glued_before`);
+    returns how many roles.
+
+    Raises:
+        ValueError: an ``{eval}`` role of another form (the book cannot build it), naming the chapter and the role.
+    """
+    import nbformat
+
+    count, cells = 0, []
+    for cell in nb.cells:
+        cells.append(cell)
+        if cell.get("cell_type") != "markdown" or "{eval}" not in cell["source"]:
+            continue
+        names = [m["name"] or m["fname"] for m in EVAL_ROLE.finditer(cell["source"])]
+        first = f"{name}: the text " + repr(cell["source"].strip().splitlines()[0][:60] + "...")
+        cell["source"] = EVAL_ROLE.sub(lambda m: "{glue:text}`" + (m["name"] or f"{m['fname']}:{m['spec']}") + "`",
+                                       cell["source"])
+        if "{eval}" in cell["source"]:
+            bad = cell["source"][cell["source"].index("{eval}"):][:60]
+            raise ValueError(f"{name}: an {{eval}} role must read a glued name, {{eval}}`name` or "
+                             f'{{eval}}`f"{{name:spec}}"`; got {bad!r}')
+        cells.append(nbformat.v4.new_code_cell(f"_book.glued_before({sorted(set(names))!r}, {first!r})",
+                                               metadata={"tags": ["remove-cell"]}))
+        count += len(names)
+    nb.cells = cells
+    return count
+
+
 def _only_glue(source: str) -> bool:
     """True when every statement of a code cell's source is a ``glue(...)`` or ``x.glue(...)`` call; False for an
     empty or unparsable cell."""
@@ -301,6 +336,7 @@ def execute(name: str, *, profile: str, out_dir: Path = OUT_DIR, parameters: dic
     with tempfile.TemporaryDirectory() as tmp:
         ipynb = Path(tmp) / f"{name}.ipynb"
         nb = jupytext.read(src)
+        evals_to_glue(nb, name=name)
         add_book_setup(nb)
         hide_glue_only_cells(nb)
         jupytext.write(nb, ipynb)

@@ -41,8 +41,8 @@ class Source:
 def sources(experiment: str, live_name: str, live_results: list, found: list[archive.ArchivedSummary],
             live_first: bool = False) -> list[Source]:
     """The table's sources: each archived profile of ``found`` (:func:`maskfed.studies.archive.summaries`), then
-    this build's profile ``live_name`` with its runs ``live_results`` of ``experiment``, or, with ``live_first``,
-    this build's profile first.
+    this build's profile ``live_name`` with its runs ``live_results`` of ``experiment``, or, with ``live_first`` (a
+    reader's own settings), this build's profile first, named "``live_name`` (your settings)".
 
     Raises:
         ValueError: unknown experiment.
@@ -57,7 +57,8 @@ def sources(experiment: str, live_name: str, live_results: list, found: list[arc
         return Source(name, table, low, high, n_seeds, results[0].config.rounds)
 
     out = [one(archive.column_name(a.profile), a.results, a.table) for a in found]
-    live = one(archive.column_name(live_name, archived=False), live_results, summarise(live_results))
+    name = archive.column_name(live_name, archived=False)  # a reader's own settings say so wherever the source is named
+    live = one(f"{name} (your settings)" if live_first else name, live_results, summarise(live_results))
     return [live, *out] if live_first else [*out, live]
 
 

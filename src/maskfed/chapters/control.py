@@ -47,7 +47,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     Raises:
         ControlFailed: as :func:`check`. ConfigError, FileNotFoundError, DataUnavailableError: as the runs."""
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
-    results = experiments.run(prof, "control", workers=workers, progress=False)
+    results = experiments.run(prof, "control", workers=workers, progress=not book.IN_BOOK_BUILD)
     k_c = results[0].config.cohort_size
     m = pd.concat([r.metrics.assign(seed=r.config.seed) for r in results])
     devices = sorted({r.provenance["machine"]["device"] for r in results})

@@ -138,7 +138,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         InconsistentRun: eq. (12) with a round's own estimates misses its 1/Δ_S (:func:`eq12_round_gap`).
         IncompleteArchive: an archived profile lacks some of its runs."""
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
-    results = experiments.run(prof, "table1", workers=workers, progress=False)
+    results = experiments.run(prof, "table1", workers=workers, progress=not book.IN_BOOK_BUILD)
     paper = summary.paper_table("table1")
     found, notes = archive.summaries("table1", live=prof.name, profiles=archived, whole=True)
     own = bool(overrides)  # a reader's own settings: their run leads the page, the archived evidence beside it
@@ -168,6 +168,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
                **estimator_values(t, k_c),
                "t1_acc_min": round(t["test_acc"].min(), 3), "t1_acc_max": round(t["test_acc"].max(), 3),
                "t1_n_falling": trends["falling"], "t1_n_flat": trends["flat"], "t1_n_rising": trends["rising"],
+               "t1_n_short": trends["too short"],
                "t1_n_runs": len(first_results), "t1_steepest_fall": round(steepest_fall(trends["runs"]), 2),
                "t1_round_gap": book.scientific(round_gap, 1),
                **ordering_values(t, "t1_ord"), **ordering_values(paper, "t1_pord"),

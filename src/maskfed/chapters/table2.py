@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from maskfed import book
 from maskfed.analysis import claims, summary, uncertainty
 from maskfed.book import tables
 from maskfed.engine import partition, runner
@@ -168,7 +169,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     the archived profiles' (``archived``; None: :data:`maskfed.studies.archive.BOOK_PROFILES` less this one), both
     partition conventions on the runs' training labels, and every value the prose names."""
     prof = load_profile(profile, data_path=data_path, **(overrides or {}))
-    results = experiments.run(prof, "table2", workers=workers, progress=False)
+    results = experiments.run(prof, "table2", workers=workers, progress=not book.IN_BOOK_BUILD)
     paper = summary.paper_table("table2")
     sizes = table_sizes(results)
     cfg0 = prof.run(prof.seeds[0])
@@ -182,7 +183,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     first = srcs[0]
     live, other, most = tables.roles(srcs, own)
     first_results = found[0].results if found and not own else results
-    live_t1 = experiments.run(prof, "table1", workers=workers, progress=False)
+    live_t1 = experiments.run(prof, "table1", workers=workers, progress=not book.IN_BOOK_BUILD)
     first_t1_results = (found1[0].results if found and found1 and found1[0].profile == found[0].profile and not own
                         else live_t1)
     t2f, t1f = first.table, experiments.table1(first_t1_results)

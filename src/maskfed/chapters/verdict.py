@@ -339,7 +339,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         if ev is not None:
             sources.append(ev)
             profile_of[ev.name] = name
-    live = {e: experiments.run(prof, e, workers=workers, progress=False) for e in evidence.EXPERIMENTS}
+    live = {e: experiments.run(prof, e, workers=workers, progress=not book.IN_BOOK_BUILD) for e in evidence.EXPERIMENTS}
     sources.append(evidence.profile_evidence(f"{prof.name} (this build)", *live.values(), n_boot=n_boot))
     profile_of[sources[-1].name] = prof.name
     verdicts = claims.verdict_table(sources)
