@@ -110,6 +110,19 @@ def test_a_failed_notebook_never_replaces_the_books_page(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [failed.name, page.name]
 
 
+@pytest.mark.slow
+def test_a_readers_own_settings_lead_table_i_and_pass_its_checks(tmp_path, monkeypatch):
+    # the box's command with two changed settings (3 rounds at smoke): every hidden check of the chapter passes
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
+    out = notebooks.execute("table1_local_protocol", profile="smoke", out_dir=tmp_path,
+                            parameters={"overrides": {"rounds": 3, "lr": 0.02}})
+    glued = {o["metadata"]["scrapbook"]["name"]: next(iter(o["data"].values())).strip("'")
+             for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", [])
+             if "scrapbook" in o.get("metadata", {})}
+    # the reader's run leads the page, named as such; 3 rounds, not the profile's own
+    assert glued["t1_first"] == glued["t1_live"] == "smoke (your settings)" and glued["t1_rounds"] == "3"
+
+
 # --- a diverged run, Ctrl-C, and relative folders, as the book's runner meets them ---
 
 @pytest.mark.slow

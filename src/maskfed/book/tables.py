@@ -57,9 +57,15 @@ def sources(experiment: str, live_name: str, live_results: list, found: list[arc
         return Source(name, table, low, high, n_seeds, results[0].config.rounds)
 
     out = [one(archive.column_name(a.profile), a.results, a.table) for a in found]
-    name = archive.column_name(live_name, archived=False)  # a reader's own settings say so wherever the source is named
-    live = one(f"{name} (your settings)" if live_first else name, live_results, summarise(live_results))
+    live = one(live_label(live_name, live_first), live_results, summarise(live_results))
     return [live, *out] if live_first else [*out, live]
+
+
+def live_label(profile_name: str, own: bool) -> str:
+    """This build's source as the tables name it: the profile's column name, and "(your settings)" where a reader
+    ran the chapter with their own settings (``own``)."""
+    name = archive.column_name(profile_name, archived=False)
+    return f"{name} (your settings)" if own else name
 
 
 def roles(srcs: list[Source], live_first: bool) -> tuple[Source, Source, Source]:
