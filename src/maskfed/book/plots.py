@@ -205,7 +205,7 @@ def finish(fig: plt.Figure | None = None, alt: str | None = None) -> None:
 PHONE_WIDTH_IN = 3.5
 #: The widest a phone layout may be once saved (inches): the phone's text column.
 PHONE_COLUMN_IN = 358 / 96
-#: Shortest plotting area (inches) a phone layout may leave a panel.
+#: Shortest plotting area (inches) a phone layout may leave a panel (one drawn thinner keeps 60% of its height).
 MIN_PANEL_IN = 1.2
 
 
@@ -231,6 +231,8 @@ def phone_layout(fig: plt.Figure) -> bool:
     width, height = fig.get_size_inches()
     if width <= PHONE_WIDTH_IN:
         return False
+    fig.canvas.draw()
+    before = {ax: ax.get_window_extent(fig.canvas.get_renderer()).height for ax in fig.axes}   # px, desktop
     axes = [ax for ax in fig.axes if ax.get_subplotspec() is not None]
     grid = axes[0].get_subplotspec().get_gridspec() if axes else None
     rows, cols = grid.get_geometry() if grid else (1, 1)
@@ -270,7 +272,8 @@ def phone_layout(fig: plt.Figure) -> bool:
     if below:
         fig.set_size_inches(PHONE_WIDTH_IN, fig.get_size_inches()[1] + below)
         _lay_out(fig)
-    short = [ax for ax in fig.axes if ax.has_data() and ax.get_window_extent(renderer).height < MIN_PANEL_IN * fig.dpi]
+    short = [ax for ax in fig.axes if ax.has_data() and (h := ax.get_window_extent(renderer).height)
+             < MIN_PANEL_IN * fig.dpi and h < 0.6 * before[ax]]   # squeezed: not a panel drawn thin on purpose
     if short or figure_problems(fig) or _crowded_ticks(fig):
         return False
     pad = plt.rcParams["savefig.pad_inches"]
