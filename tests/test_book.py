@@ -501,7 +501,7 @@ def test_glue_numbers_writes_floats_once_and_skips_truth_values(monkeypatch):
     from maskfed import book
 
     glued = {}
-    monkeypatch.setattr(book, "_glue", lambda k, v, display=False: glued.__setitem__(k, v))
+    monkeypatch.setattr(book, "glue", lambda k, v, display=False: glued.__setitem__(k, v))
     book.glue_numbers({"a": 1.23456, "n": 5, "w": "inside", "ok": True, "pct": 93.75})
     # 3 significant digits, integers and words as they are, no truth value
     assert glued == {"a": "1.23", "n": 5, "w": "inside", "pct": "93.8"}

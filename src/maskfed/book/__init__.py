@@ -474,7 +474,7 @@ IN_BOOK_BUILD = False
 GLUED: set[str] = set()
 
 
-def _glue(key: str, value, display: bool = False) -> None:
+def glue(key: str, value, display: bool = False) -> None:
     """Glue one value for the chapter's ``{eval}`key``` roles: in the book build ``myst_nb.glue`` (the runner turns
     each role into ``{glue:text}``), numpy scalars as Python ones (MyST-NB cannot format ``np.float64(...)``);
     elsewhere (JupyterLab, where jupyterlab-myst evaluates the roles in the kernel) a variable of that name."""
@@ -493,13 +493,11 @@ def _glue(key: str, value, display: bool = False) -> None:
         shell.user_ns[key] = Shown(value) if isinstance(value, str) else value
 
 
-glue = _glue
-
 
 def glue_all(values: dict) -> None:
-    """:func:`_glue` every item of ``values`` (name -> number or string)."""
+    """:func:`glue` every item of ``values`` (name -> number or string)."""
     for key, value in values.items():
-        _glue(key, value)
+        glue(key, value)
 
 
 def glued_before(names: list[str], where: str) -> None:
