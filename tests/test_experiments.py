@@ -63,3 +63,22 @@ def test_tables_have_the_papers_columns(tmp_path, monkeypatch):
     assert list(table.index) == [100.0, 1.0]
     prov = experiments.provenance_table(results)
     assert len(prov) == 2 and (prov["rounds"] == 2).all()
+
+
+def test_minutes_at_scales_the_timed_seconds_a_round_to_the_runs_and_divides_by_workers():
+    # prepare: timed runs of each Table I protocol, 2 s a round at bs 32, 1 s at bs 128, 0.5 s at full batch,
+    # pooled over two seeds of different lengths (10 and 30 rounds: the per-round time is their pooled mean)
+    from types import SimpleNamespace
+
+    prof = load_profile("cpu")  # two workers
+    seconds = {32: 2.0, 128: 1.0, "full": 0.5}
+    timed = [SimpleNamespace(config=c.model_copy(update={"rounds": n, "seed": s}),
+                             provenance={"wall_s": seconds[c.batch_size] * n})
+             for c in experiments.configs(prof, "table1") for s, n in ((0, 10), (1, 30))]
+    # execute: 40 rounds of every protocol; Table II's α = 100 run is Table I's (bs 32, τ 2) and counts once
+    got = experiments.minutes_at("cpu", ("table1", "table2"), timed, rounds=40)
+    # assert: Table I: 3 τ x (2 + 1 + 0.5) s x 40 rounds; Table II adds its α = 1 and 0.1 runs at 2 s x 40
+    n_seeds = len(prof.seeds)
+    expected = n_seeds * (3 * 3.5 * 40 + 2 * 2.0 * 40) / 2 / 60
+    assert prof.workers == 2
+    assert got == pytest.approx(expected)

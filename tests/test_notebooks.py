@@ -123,6 +123,47 @@ def test_a_readers_own_settings_lead_table_i_and_pass_its_checks(tmp_path, monke
     assert glued["t1_first"] == glued["t1_live"] == "smoke (your settings)" and glued["t1_rounds"] == "3"
 
 
+def test_the_runs_a_chapter_trains_are_the_experiments_its_parameter_check_names():
+    assert notebooks.experiments_of("verdict") == ("table1", "table2", "control")
+    assert notebooks.experiments_of("table1_local_protocol") == ("table1",)
+    assert notebooks.experiments_of("masked_training") == ()  # its own study, not an experiment's runs
+    assert notebooks.experiments_of("theory_01_notation") == ()
+
+
+def test_parameters_the_notebook_would_refuse_train_nothing(monkeypatch):
+    # prepare: any training would fail the test
+    monkeypatch.setattr("maskfed.studies.experiments.run", lambda *a, **k: pytest.fail("trained"))
+    # execute / assert: an undeclared name, an override out of range, a workers count of 0
+    for given in ({"alpha": "0.5"}, {"overrides": "{rounds: 0}"}, {"workers": "0"}):
+        notebooks.train_first("table1_local_protocol", "smoke", given)
+
+
+@pytest.mark.slow
+def test_a_chapter_run_from_the_command_line_trains_its_runs_with_bars_before_the_notebook(tmp_path, monkeypatch,
+                                                                                          capsys):
+    # prepare: the notebook itself is replaced by a probe that looks at the result store when it starts
+    from maskfed.engine.config import load_profile
+    from maskfed.studies import experiments
+
+    monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "results"))
+    seen = {}
+
+    def probe(name, *, profile, parameters=None, out_dir, **_):
+        runs = (tmp_path / "results" / "runs").iterdir()
+        seen["finished"] = sorted(p.name for p in runs if not p.name.startswith("."))
+        return out_dir / f"{name}.ipynb"
+
+    monkeypatch.setattr(notebooks, "execute", probe)
+    # execute: the run box's command, two settings changed
+    code = notebooks.main(["--profile", "smoke", "--out-dir", str(tmp_path / "nb"), "--force",
+                           "table1_local_protocol", "-p", "overrides", "{rounds: 2, lr: 0.02}"])
+    # assert: every Table I run of those settings was finished before the notebook started, with a bar each
+    err = capsys.readouterr().err
+    cfgs = experiments.configs(load_profile("smoke", rounds=2, lr=0.02), "table1")
+    assert code == 0 and len(seen["finished"]) == len(cfgs) == 9
+    assert all(c.label() in err for c in cfgs) and "2/2" in err
+
+
 # --- a diverged run, Ctrl-C, and relative folders, as the book's runner meets them ---
 
 @pytest.mark.slow

@@ -466,10 +466,11 @@ def main(argv: list[str] | None = None) -> int:
         return status
     for name in names:
         t0 = time.perf_counter()
-        if not args.child:  # a chapter whose runs must train first can take many minutes before its next line
-            print(f"executing {name} ({args.profile}); the runs it lacks train first", flush=True)
         try:
             with interrupt_silences_logging():
+                if not args.child:  # the runs first, here, with their bars: in the kernel they would train silently
+                    train_first(name, args.profile, params)
+                    print(f"executing {name} ({args.profile})", flush=True)
                 out = execute(name, profile=args.profile, parameters=params, out_dir=out_dir,
                               progress=not args.child and sys.stderr.isatty())
         except KeyboardInterrupt:
@@ -478,7 +479,11 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         except Exception as exc:
             if (failed := _cell_failure(exc)) is None:
-                raise
+                if type(exc).__name__ not in _INPUT_ERROR_NAMES:
+                    raise
+                print(f"maskfed.book.notebooks: error: {name} stopped: {type(exc).__name__}: {exc}\n"
+                      f"  (while training its runs; the book's page {name}.ipynb is unchanged)", file=sys.stderr)
+                return 2
             ename, evalue = failed
             print(f"maskfed.book.notebooks: error: {name} stopped: {ename}: {evalue}\n"
                   f"  (the notebook up to the failing cell is {_shown(failed_path(name, out_dir))}; "
@@ -491,6 +496,42 @@ def main(argv: list[str] | None = None) -> int:
         if args.html:
             return _html(args, names)
     return 0
+
+
+def experiments_of(name: str) -> tuple[str, ...]:
+    """The experiments chapter ``name`` runs: those its parameter check names (``params.run_settings_rule(...)``)."""
+    rule = re.search(r"run_settings_rule\(([^)]*)\)", (NOTEBOOK_DIR / f"{name}.md").read_text())
+    return tuple(re.findall(r'"(\w+)"', rule.group(1))) if rule else ()
+
+
+def train_first(name: str, profile: str, given: dict) -> None:
+    """Train (or reuse) the runs of chapter ``name`` (:func:`experiments_of`) in this process, with progress bars,
+    before the notebook executes (in the kernel they would train without a word on the terminal); the notebook then
+    reuses them. ``given``: the papermill parameters, checked here as the notebook's own first cell checks them;
+    parameters it would refuse train nothing (the notebook then names them).
+
+    Raises:
+        what :func:`maskfed.studies.experiments.run` raises (e.g. ``TrainingDiverged``, ``DataUnavailableError``).
+    """
+    from maskfed.book import params
+    from maskfed.studies import experiments
+
+    wanted = experiments_of(name)
+    if not wanted:
+        return
+    namespace: dict = {}
+    cell = params.PARAMETERS_CELL.search((NOTEBOOK_DIR / f"{name}.md").read_text()).group(1)
+    exec(compile(cell, name, "exec", dont_inherit=True), namespace)  # annotations evaluated, as in the kernel
+    namespace |= {"profile": profile, **given}
+    try:
+        values = params.check_parameters(namespace, rules=[params.run_settings_rule(*wanted)])
+    except params.ParameterError:
+        return
+    prof = load_profile(profile, data_path=values.get("data_path"), **values.get("overrides", {}))
+    n_runs = len({c.key() for e in wanted for c in prof.experiment_configs(e)})  # a run two of them share, once
+    print(f"{name}: its {n_runs} runs train first (finished runs are reused)", flush=True)
+    for experiment in wanted:
+        experiments.run(prof, experiment, workers=values.get("workers"), progress=True)
 
 
 def _html(args, names: list[str]) -> int:

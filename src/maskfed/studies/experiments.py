@@ -12,7 +12,7 @@ from maskfed.engine import preflight
 
 from maskfed.analysis import summary
 from maskfed.engine import runner
-from maskfed.engine.config import EXPERIMENT_NAMES, Profile, RunConfig
+from maskfed.engine.config import EXPERIMENT_NAMES, load_profile, Profile, RunConfig
 from maskfed.studies import masked_training
 
 #: Every experiment a profile can compute; a profile's own list is :attr:`maskfed.engine.config.Profile.experiments`.
@@ -57,6 +57,28 @@ def run(profile: Profile, experiment: str, *, workers: int | None = None, progre
     preflight.check_runs(cfgs)
     return runner.run_many(cfgs, workers=workers or profile.workers, progress=progress,
                            keep_every=stage.ladder_snapshots(profile, cfgs))
+
+
+def minutes_at(profile: str, names: tuple[str, ...], timed: list, **overrides) -> float:
+    """Wall minutes the runs of the experiments ``names`` at ``profile`` with ``overrides`` take (a run that two
+    of them share, once), estimated from ``timed``: recorded runs of the same model and data (e.g. an archive's).
+    Per local protocol (model, data, batch size, τ), the timed runs' seconds a round (provenance ``wall_s`` over
+    rounds, pooled over α and seeds: a round's work is the cohort's images times τ) times a run's rounds, summed
+    over the runs and divided by the profile's workers (one thread each). Loading the data and executing the
+    notebook are not included; a busier machine takes longer.
+
+    Raises:
+        KeyError: a protocol of the runs has no timed run.
+    """
+    def protocol(c: RunConfig) -> tuple:
+        return c.model, c.dataset, c.batch_size, c.local_epochs
+
+    wall = pd.DataFrame([{"key": protocol(r.config), "s": r.provenance["wall_s"], "rounds": r.config.rounds}
+                         for r in timed]).groupby("key")[["s", "rounds"]].sum()
+    per_round = wall["s"] / wall["rounds"]
+    prof = load_profile(profile, **overrides)
+    runs = {c.key(): c for name in names for c in configs(prof, name)}.values()
+    return float(sum(per_round[protocol(c)] * c.rounds for c in runs) / prof.workers / 60)
 
 
 def table1(results) -> pd.DataFrame:
