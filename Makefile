@@ -47,11 +47,11 @@ book: $(STAMP)
 	"$(ENV_DIR)/bin/jupyter-book" build book/ --quiet && \
 	echo "[make book] done in $${SECONDS} s: open book/_build/html/index.html"
 
-# Every page of the built book at 1400 and 390 px in Debian's headless Chromium (maskfed.book.browsercheck):
+# Every page of the built book at 1400 and 390 px in Debian's headless Chromium (book/_tools/browsercheck.py):
 # JavaScript errors, requests to other hosts, elements wider than their column, clipped equations,
 # images below 2x their displayed size, raw LaTeX, debug lines. Exit status 1 on any finding.
 book-check: $(STAMP)
-	"$(PY)" -m maskfed.book.browsercheck book/_build/html
+	"$(PY)" book/_tools/browsercheck.py book/_build/html
 
 test: $(STAMP)
 	"$(PY)" -m pytest

@@ -1,4 +1,4 @@
-"""The browser check of the built book (maskfed.book.browsercheck): each detection rule on a small
+"""The browser check of the built book (book/_tools/browsercheck.py): each detection rule on a small
 local HTML page, read in headless Chromium at both widths. A page that breaks a rule must be
 reported under that rule, and the clean variant of the same page must not be reported at all.
 
@@ -10,10 +10,14 @@ from __future__ import annotations
 import base64
 import io
 import shutil
+import sys
 
 import pytest
 
-from maskfed.book import browsercheck
+from maskfed.paths import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "book" / "_tools"))
+import browsercheck  # noqa: E402
 
 pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install -e '.[book]')")
 if not any(shutil.which(b) for b in ("chromium", "chromium-browser")):

@@ -7,11 +7,14 @@ Needs Debian's Chromium and Playwright, like tests/test_browsercheck.py (skipped
 from __future__ import annotations
 
 import shutil
+import sys
 
 import pytest
 
-from maskfed.book import browsercheck
 from maskfed.paths import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "book" / "_tools"))
+import browsercheck  # noqa: E402
 
 pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install -e '.[book]')")
 if not any(shutil.which(b) for b in ("chromium", "chromium-browser")):

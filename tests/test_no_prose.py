@@ -47,7 +47,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("studies/stage.py", "measure"): "what a failed write names (an error message)",
     ("book/plots.py", "figure_problems"): "the figure check's breaches, raised as one FigureError",
     # markup, not words
-    ("book/browsercheck.py", "*"): "the browser probe's JavaScript and its findings",
     ("book/explorer.py", "explorer_html"): "the explorer widget's HTML",
     ("book/__init__.py", "styled"): "the tables' CSS",
     ("book/__init__.py", "_BLANK"): "a regular expression over pandas' HTML",

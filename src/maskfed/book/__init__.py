@@ -1,7 +1,8 @@
 """Book helpers. This module: what every page shares (banners, table styling, numbers, glue).
 
 Submodules: ``notebooks`` (executes the chapters), ``params`` (their parameters), ``plots``, ``tables``,
-``evidence``, ``settings``, ``explorer``, ``browsercheck`` (``make book-check``).
+``evidence``, ``settings``, ``explorer``. The check of the built pages (``make book-check``) is
+``book/_tools/browsercheck.py``, outside the package.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ left for later (``raw-latex``, ``punctuation-wrapped``, ``debug-line``, ``word-b
 ``developer-comment``); links that book/_ext makes (``eq-unlinked``, ``term-unlinked``, ``term-undefined``);
 and in running text ``doubled-word``, ``nan-shown`` and ``long-number`` (over four significant digits).
 
-``python -m maskfed.book.browsercheck [HTML_DIR]`` prints one line per finding and exits 1 if there is any,
+``python book/_tools/browsercheck.py [HTML_DIR]`` prints one line per finding and exits 1 if there is any,
 2 when Chromium or Playwright is missing, 0 otherwise. Chromium: ``apt-get install -y chromium``
 (Debian); ``MASKFED_CHROMIUM`` names another binary.
 """
@@ -441,7 +441,7 @@ def _check_page(context, base: str, local: str, name: str, width: str, terms: Se
 
 def main(argv: list[str] | None = None) -> int:
     """Check the built book; one line per finding. Exit status 0 clean, 1 findings, 2 no browser or book."""
-    parser = argparse.ArgumentParser(prog="python -m maskfed.book.browsercheck", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="book/_tools/browsercheck.py", description=__doc__.split("\n")[0])
     parser.add_argument("html_dir", nargs="?", default=str(REPO_ROOT / "book" / "_build" / "html"),
                         help="the built book (default: book/_build/html)")
     parser.add_argument("--page", action="append", default=None, help="only this page (repeatable), e.g. nb/intro.html")
