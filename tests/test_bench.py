@@ -122,14 +122,13 @@ def test_projection_check_compares_the_projection_with_the_runs_recorded_time(tm
     import pandas as pd
 
     from maskfed.engine.config import load_profile
-    from maskfed.perf import devicecheck
 
     monkeypatch.setenv("MASKFED_RESULTS_DIR", str(tmp_path / "mine"))
     cfg = load_profile("smoke").run(0, alpha=0.1)
     asked = {}
     monkeypatch.setattr(bench, "bench", lambda profile, **kw: asked.setdefault("bench", kw) and pd.DataFrame())
-    monkeypatch.setattr(devicecheck, "eval_images_per_s", lambda profile, device: 1000.0)
-    monkeypatch.setattr(devicecheck, "project", lambda *a, **kw: pd.DataFrame(
+    monkeypatch.setattr(bench, "eval_images_per_s", lambda profile, device: 1000.0)
+    monkeypatch.setattr(bench, "project", lambda *a, **kw: pd.DataFrame(
         {"label": ["other", cfg.label()], "alpha": [100.0, 0.1], "partition": ["dirichlet"] * 2,
          "projected_s": [9.0, 2.6], "config": [None, cfg]}))
 

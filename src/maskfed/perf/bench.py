@@ -39,6 +39,7 @@ from maskfed.engine import cohort, fedavg, runner
 from maskfed.engine.config import load_profile
 from maskfed.engine.models import build_model
 from maskfed.paths import results_dir
+from maskfed.studies import experiments
 
 PATHS = ("ours_sequential", "ours_batched", "bare_sgd", "typical_fedavg")
 #: The paths as a reader names them (legends, table headers).
@@ -287,12 +288,10 @@ def projection_check(profile: str = "smoke", device: str = "cpu") -> dict:
     import os
     import tempfile
 
-    from maskfed.perf import devicecheck  # imports this module: imported here
-
     prof = load_profile(profile)
     protocols = [(bs, 1) for bs in prof.table1.batch_sizes]
     thr = bench(profile, protocols=protocols, paths=("ours_sequential",), repeats=3, device=device)
-    proj = devicecheck.project(profile, thr, devicecheck.eval_images_per_s(profile, device), device=device,
+    proj = project(profile, thr, eval_images_per_s(profile, device), device=device,
                                engine="sequential")
     row = proj[(proj["alpha"] == 0.1) & (proj["partition"] == "dirichlet")].iloc[0]
     before = os.environ.get("MASKFED_RESULTS_DIR")
@@ -359,3 +358,55 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def eval_images_per_s(profile: str, device: str) -> float:
+    """Test-set images per second of :func:`maskfed.engine.fedavg.evaluate` (one timed pass after one untimed)."""
+    prof = load_profile(profile)
+    cfg = prof.run(0, device=device)
+    dev = runner.resolve_device(device)
+    data = runner.prepare_data(cfg, runner.images_for(cfg), dev)
+    model = build_model(cfg.model, num_classes=10, gn_groups=cfg.gn_groups, width=cfg.width).to(dev)
+    theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+    with cohort.precision_context("fp32", dev):
+        fedavg.evaluate(model, theta, data.x_test, data.y_test)
+        t0 = time.perf_counter()
+        fedavg.evaluate(model, theta, data.x_test, data.y_test)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+    return len(data.y_test) / (time.perf_counter() - t0)
+
+
+def project(profile: str, throughput: pd.DataFrame, eval_ips: float, precision: str = "fp32",
+            device: str | None = None, engine: str = "auto") -> pd.DataFrame:
+    """Projected seconds of every run of ``profile``'s experiments at ``precision`` (:mod:`maskfed.perf.projection`).
+
+    Costs: :func:`maskfed.perf.projection.costs_from_bench` for the engine each run will use; evaluations at ``eval_ips``.
+
+    Returns:
+        One row per run: label, seed, batch size, τ, α, partition, engine, steps, images, train, eval
+        and projected seconds, and the config.
+
+    Raises:
+        ValueError: no measured rounds of that engine and precision.
+    """
+    prof = load_profile(profile)
+    costs = projection.costs_from_bench(throughput)
+    rows, sizes_of = [], {}
+    for cfg in experiments.all_configs(prof):
+        cfg = cfg.model_copy(update={"device": device}) if device else cfg
+        eng = cohort.resolve_engine(engine, runner.resolve_device(cfg.device))
+        if (eng, precision) not in costs:
+            raise ValueError(f"no measured rounds of engine {eng!r} at precision {precision!r} to project from")
+        images = runner.images_for(cfg)
+        part_key = (cfg.partition, cfg.alpha, cfg.seed, cfg.num_clients, cfg.dirichlet_convention, cfg.train_subset)
+        if part_key not in sizes_of:
+            y_train = runner.split_images(cfg, images)[1]
+            sizes_of[part_key] = [len(p) for p in runner.partition_for(cfg, y_train)]
+        n_test = cfg.test_subset or len(images.y_test)
+        p = projection.project_run(cfg, sizes_of[part_key], costs[eng, precision], eng, n_test=n_test,
+                                   eval_images_per_s=eval_ips)
+        rows.append({"label": cfg.label(), "seed": cfg.seed, "batch_size": str(cfg.batch_size),
+                     "local_epochs": cfg.local_epochs, "alpha": cfg.alpha, "partition": cfg.partition,
+                     "engine": eng, **p, "config": cfg})
+    return pd.DataFrame(rows)

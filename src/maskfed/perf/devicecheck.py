@@ -40,8 +40,7 @@ from maskfed.engine import cohort, determinism, fedavg, runner
 from maskfed.engine.config import load_profile  # noqa: E402
 from maskfed.engine.models import build_model  # noqa: E402
 from maskfed.paths import results_dir  # noqa: E402
-from maskfed.perf import bench, gates, projection
-from maskfed.studies import experiments  # noqa: E402
+from maskfed.perf import bench, gates
 
 #: What a check writes into its output folder (besides ``log.txt``, which ``make device-check`` tees).
 OUTPUT_FILES = ("summary.json", "throughput.csv", "projection.csv", "runs.tar.gz")
@@ -171,58 +170,6 @@ def check_tf32_settings() -> list[gates.Gate]:
                        not wrong, True, {"precision": "fp32", "wrong": wrong})]
 
 
-def eval_images_per_s(profile: str, device: str) -> float:
-    """Test-set images per second of :func:`maskfed.engine.fedavg.evaluate` (one timed pass after one untimed)."""
-    prof = load_profile(profile)
-    cfg = prof.run(0, device=device)
-    dev = runner.resolve_device(device)
-    data = runner.prepare_data(cfg, runner.images_for(cfg), dev)
-    model = build_model(cfg.model, num_classes=10, gn_groups=cfg.gn_groups, width=cfg.width).to(dev)
-    theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
-    with cohort.precision_context("fp32", dev):
-        fedavg.evaluate(model, theta, data.x_test, data.y_test)
-        t0 = time.perf_counter()
-        fedavg.evaluate(model, theta, data.x_test, data.y_test)
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-    return len(data.y_test) / (time.perf_counter() - t0)
-
-
-def project(profile: str, throughput: pd.DataFrame, eval_ips: float, precision: str = "fp32",
-            device: str | None = None, engine: str = "auto") -> pd.DataFrame:
-    """Projected seconds of every run of ``profile``'s experiments at ``precision`` (:mod:`maskfed.perf.projection`).
-
-    Costs: :func:`maskfed.perf.projection.costs_from_bench` for the engine each run will use; evaluations at ``eval_ips``.
-
-    Returns:
-        One row per run: label, seed, batch size, τ, α, partition, engine, steps, images, train, eval
-        and projected seconds, and the config.
-
-    Raises:
-        ValueError: no measured rounds of that engine and precision.
-    """
-    prof = load_profile(profile)
-    costs = projection.costs_from_bench(throughput)
-    rows, sizes_of = [], {}
-    for cfg in experiments.all_configs(prof):
-        cfg = cfg.model_copy(update={"device": device}) if device else cfg
-        eng = cohort.resolve_engine(engine, runner.resolve_device(cfg.device))
-        if (eng, precision) not in costs:
-            raise ValueError(f"no measured rounds of engine {eng!r} at precision {precision!r} to project from")
-        images = runner.images_for(cfg)
-        part_key = (cfg.partition, cfg.alpha, cfg.seed, cfg.num_clients, cfg.dirichlet_convention, cfg.train_subset)
-        if part_key not in sizes_of:
-            y_train = runner.split_images(cfg, images)[1]
-            sizes_of[part_key] = [len(p) for p in runner.partition_for(cfg, y_train)]
-        n_test = cfg.test_subset or len(images.y_test)
-        p = projection.project_run(cfg, sizes_of[part_key], costs[eng, precision], eng, n_test=n_test,
-                                   eval_images_per_s=eval_ips)
-        rows.append({"label": cfg.label(), "seed": cfg.seed, "batch_size": str(cfg.batch_size),
-                     "local_epochs": cfg.local_epochs, "alpha": cfg.alpha, "partition": cfg.partition,
-                     "engine": eng, **p, "config": cfg})
-    return pd.DataFrame(rows)
-
-
 def run_what_fits(projection_df: pd.DataFrame, budget_s: float, t_start: float,
                   engine: str = "auto", precision: str = "fp32") -> tuple[list[dict], list[str]]:
     """Run the projected runs (seed 0, cheapest first) whose projection + :data:`PROJECTION_MARGIN` fits the time left.
@@ -316,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     _log("throughput (images/s):\n" + thr.pivot_table(index=["precision", "batch_size"], columns="path",
                                                        values="images_per_s", sort=False).round(0).to_string())
 
-    eval_ips = eval_images_per_s(size["profile"], size["device"])
-    proj = {p: project(size["profile"], thr, eval_ips, p, device=size["device"]) for p in reported}
+    eval_ips = bench.eval_images_per_s(size["profile"], size["device"])
+    proj = {p: bench.project(size["profile"], thr, eval_ips, p, device=size["device"]) for p in reported}
     base = proj.get(args.precision, proj["fp32"])
     base.drop(columns="config").to_csv(out / "projection.csv", index=False)
     summary["eval_images_per_s"] = eval_ips
