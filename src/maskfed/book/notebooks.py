@@ -529,7 +529,7 @@ def train_first(name: str, profile: str, given: dict) -> None:
         return
     prof = load_profile(profile, data_path=values.get("data_path"), **values.get("overrides", {}))
     n_runs = len({c.key() for e in wanted for c in prof.experiment_configs(e)})  # a run two of them share, once
-    print(f"{name}: its {n_runs} runs train first (finished runs are reused)", flush=True)
+    print(f"{name}: training its runs first ({n_runs} in all; finished runs are reused)", flush=True)
     for experiment in wanted:
         experiments.run(prof, experiment, workers=values.get("workers"), progress=True)
 
