@@ -121,3 +121,29 @@ def test_cohort_size_table_shows_median_and_quartiles_per_protocol_and_k_c():
     assert set(main) <= set(shown.columns)
     # the glued values carry the page's running time in whole seconds, read when glued
     assert found.values["wf_x"] == 1 and isinstance(found.values["wf_seconds"], int)
+
+
+def test_headline_cell_summarises_the_trajectory_over_its_last_quarter_beside_the_paper():
+    # prepare: 40 rounds (window: rounds 31-40); 1/Δ_S 3.0 before the window, then 0.5 twice and 2.0 eight times
+    import numpy as np
+    import pandas as pd
+
+    from maskfed.chapters.factor import headline_cell
+
+    rec = np.r_[np.full(30, 3.0), 0.5, 0.5, np.full(8, 2.0)]
+    traj = pd.DataFrame({"round": np.arange(1, 41), "T_mean": 32.0, "recovery_unweighted": rec,
+                         "recovery_weighted": rec + 0.1, "mu2_hat": 1e-3, "sigma2_hat": 0.05,
+                         "test_acc": np.where(np.arange(1, 41) % 4 == 0, np.linspace(0.1, 0.5, 40), np.nan),
+                         "train_loss": 1.0})
+    paper = pd.Series({"recovery_unweighted": 1.19, "recovery_weighted": 1.19, "mu2_hat": 0.0041,
+                       "sigma2_hat": 0.19, "pct_rounds_below_one": 0.0, "test_acc": 0.68, "seeds": 3, "rounds": 200})
+    # execute
+    table, trend = headline_cell(traj, paper, None)
+    # assert: medians over rounds 31-40 only; 2 of its 10 rounds below 1; the paper's window 151-200
+    own = table.iloc[0]
+    assert list(table.index) == ["ResNet-18-GN, own trajectory", "paper's Table I"]
+    assert (own["recovery_unweighted"], own["recovery_weighted"], own["pct_rounds_below_one"]) == (2.0, 2.1, 20.0)
+    assert (own["from_round"], own["rounds"], own["seeds"]) == (31, 40, 1)
+    assert own["test_acc"] == pytest.approx(np.median(np.linspace(0.1, 0.5, 40)[[31, 35, 39]]))
+    assert (table.iloc[1]["from_round"], table.iloc[1]["rounds"]) == (151, 200)
+    assert trend["n"] == 10 and trend["verdict"] in ("falling", "flat", "rising")

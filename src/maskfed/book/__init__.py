@@ -40,6 +40,7 @@ HEADERS = {"T_mean": "T (steps)", "recovery_unweighted": "1/Δ_S unwtd.", "recov
            "A": "A (mean ‖Δ_k‖², param.²)", "train_loss": "train loss (nats)", "test_loss": "test loss (nats)",
            # the run grid and the partitions
            "alpha": "α", "batch_size": "bs", "local_epochs": "τ", "cv": "shard-size CV (%)",
+           "from_round": "window from round", "rounds": "rounds", "seeds": "seeds",
            # the benchmark (maskfed.perf.bench): its four paths and three ratios
            **bench.PATH_LABELS, "P2_ours_over_bare": "P2 = ours / bare SGD time",
            "P3_typical_over_ours": "P3 = typical / ours time", "batched_speedup": "batched / sequential speed"}

@@ -13,10 +13,11 @@ import pandas as pd
 import torch
 
 from maskfed import book, provenance
+from maskfed.analysis import summary, uncertainty
 from maskfed.analysis.summary import paper_table, tail_window
 from maskfed.book.plots import cohort_size, own_trajectory, recovery_vs_parameters, step_size
 from maskfed.engine.config import load_profile, Profile
-from maskfed.names import CPU_PAPER
+from maskfed.names import CPU_PAPER, PAPER
 from maskfed.chapters.control import significant
 from maskfed.studies import archive, stage
 from maskfed.studies import factor_axes as fa
@@ -63,6 +64,7 @@ class Findings:
     own_thetas: list = field(default_factory=list)  # rounds of that trajectory kept as θ
     parts: pd.DataFrame | None = None      # where each part of the model-size study came from (model_parts)
     unfinished: list = field(default_factory=list)  # (model, rounds done, budget) of own trajectories still going
+    cell: pd.DataFrame | None = None       # headline_cell: the paper's headline cell three ways
 
     @property
     def values(self) -> dict:
@@ -141,6 +143,25 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     if found.own is not None:
         found.own_thetas = found.own.checkpoints.loc[found.own.checkpoints["reached"], "when"].astype(int).tolist()
     values |= own_values(found.own, study_base, found.p32)
+    values |= {f"wf_cell_{k}": float("nan") for k in ("from", "to", "trend_p", "small_seeds", "paper_from", "paper_to")}
+    values["wf_cell_trend"] = "not measured"  # without the trajectory: the table is not shown
+    if found.own is not None and found.p32 is not None:
+        small, protocol = archive.summaries("table1", profiles=[archived])[0], (str(study_base.batch_size),
+                                                                              study_base.local_epochs)
+        small_row = None if not small else small[0].table.loc[protocol].copy()
+        if small:
+            runs = [r for r in small[0].results if (str(r.config.batch_size), r.config.local_epochs) == protocol]
+            small_row["seeds"], small_row["rounds"] = len({r.config.seed for r in runs}), runs[0].config.rounds
+        paper = load_profile(PAPER)
+        paper_row = found.p32.copy()
+        paper_row["seeds"], paper_row["rounds"] = len(paper.seeds), paper.run(paper.seeds[0]).rounds
+        found.cell, trend = headline_cell(found.own.trajectory, paper_row, small_row)
+        values |= {"wf_cell_from": int(found.cell.loc["ResNet-18-GN, own trajectory", "from_round"]),
+                   "wf_cell_to": int(found.cell.loc["ResNet-18-GN, own trajectory", "rounds"]),
+                   "wf_cell_trend": trend["verdict"], "wf_cell_trend_p": round(float(trend["p"]), 3),
+                   "wf_cell_small_seeds": int(small_row["seeds"]) if small_row is not None else 0,
+                   "wf_cell_paper_from": int(found.cell.loc["paper's Table I", "from_round"]),
+                   "wf_cell_paper_to": int(found.cell.loc["paper's Table I", "rounds"])}
     values["wf_axes_seconds"] = round(t_axes)
     return found
 
@@ -272,6 +293,40 @@ def resnet_values(found: Findings) -> dict:
             "wf_rn_fed_median": round(fed["ratio"].median(), 2), "wf_rn_cen_median": round(cen["ratio"].median(), 2),
             **{f"wf_rn_mini_{k}_{end}": round(getattr(mini[col], end)(), 2)
                for k, col in (("ratio", "ratio"), ("acc", "acc"), ("paper", "paper_acc")) for end in ("min", "max")}}
+
+
+#: Columns of :func:`headline_cell`, in the order shown.
+CELL_COLUMNS = ["recovery_unweighted", "recovery_weighted", "mu2_hat", "sigma2_hat", "pct_rounds_below_one", "test_acc",
+                "from_round", "rounds", "seeds"]
+
+
+def headline_cell(trajectory: pd.DataFrame, paper_row: pd.Series, small_row: pd.Series | None) -> tuple[pd.DataFrame, dict]:
+    """The paper's headline cell (its protocol's Table I row, ``paper_row``) beside ResNet-18-GN's own FedAvg
+    ``trajectory`` (per-round metrics of one seed) and the small CNN's (``small_row``: a row of
+    :func:`maskfed.analysis.summary.summarize`, medians over seeds; None: left out).
+
+    The trajectory's row: medians over its last quarter (:func:`~maskfed.analysis.summary.summarize_run`; at 200
+    rounds the paper's last 50), the percent of those rounds with 1/Δ_S < 1, and the window's first round
+    (``from_round``, also of the others: each row's ``rounds`` and ``seeds`` are given with it). Returns ``(table, trend)``: the table (rows: own trajectory, paper, small CNN; columns
+    :data:`CELL_COLUMNS`, NaN where a source lacks one) and :func:`~maskfed.analysis.uncertainty.trend_test` of the
+    trajectory's 1/Δ_S over the same window.
+
+    Raises:
+        ValueError: fewer than 8 rounds in the window (the trend test's minimum).
+    """
+    n = len(trajectory)
+    window = tail_window(n)
+    tail = trajectory.tail(window)
+    own = summary.summarize_run(trajectory) | {
+        "pct_rounds_below_one": 100 * float((tail["recovery_unweighted"] < 1).mean()),
+        "rounds": int(trajectory["round"].iloc[-1]), "seeds": 1}
+    rows = {"ResNet-18-GN, own trajectory": own, "paper's Table I": paper_row.to_dict()}
+    if small_row is not None:
+        rows["small CNN, cpu-paper"] = small_row.to_dict()
+    table = pd.DataFrame.from_dict(rows, orient="index").reindex(columns=CELL_COLUMNS)
+    table["from_round"] = [r - tail_window(int(r)) + 1 for r in table["rounds"]]
+    table[["from_round", "rounds", "seeds"]] = table[["from_round", "rounds", "seeds"]].astype("Int64")
+    return table, uncertainty.trend_test(trajectory, frac=window / n)
 
 
 def own_values(own, base, paper_row: pd.Series | None) -> dict:
