@@ -141,7 +141,7 @@ def test_headline_cell_summarises_the_trajectory_over_its_last_quarter_beside_th
     table, trend = headline_cell(traj, paper, None)
     # assert: medians over rounds 31-40 only; 2 of its 10 rounds below 1; the paper's window 151-200
     own = table.iloc[0]
-    assert list(table.index) == ["ResNet-18-GN, own trajectory", "paper's Table I"]
+    assert list(table.index) == ["ResNet-18-GN", "paper"]
     assert (own["recovery_unweighted"], own["recovery_weighted"], own["pct_rounds_below_one"]) == (2.0, 2.1, 20.0)
     assert (own["from_round"], own["rounds"], own["seeds"]) == (31, 40, 1)
     assert own["test_acc"] == pytest.approx(np.median(np.linspace(0.1, 0.5, 40)[[31, 35, 39]]))

@@ -156,12 +156,12 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         paper_row = found.p32.copy()
         paper_row["seeds"], paper_row["rounds"] = len(paper.seeds), paper.run(paper.seeds[0]).rounds
         found.cell, trend = headline_cell(found.own.trajectory, paper_row, small_row)
-        values |= {"wf_cell_from": int(found.cell.loc["ResNet-18-GN, own trajectory", "from_round"]),
-                   "wf_cell_to": int(found.cell.loc["ResNet-18-GN, own trajectory", "rounds"]),
+        values |= {"wf_cell_from": int(found.cell.loc["ResNet-18-GN", "from_round"]),
+                   "wf_cell_to": int(found.cell.loc["ResNet-18-GN", "rounds"]),
                    "wf_cell_trend": trend["verdict"], "wf_cell_trend_p": round(float(trend["p"]), 3),
                    "wf_cell_small_seeds": int(small_row["seeds"]) if small_row is not None else 0,
-                   "wf_cell_paper_from": int(found.cell.loc["paper's Table I", "from_round"]),
-                   "wf_cell_paper_to": int(found.cell.loc["paper's Table I", "rounds"])}
+                   "wf_cell_paper_from": int(found.cell.loc["paper", "from_round"]),
+                   "wf_cell_paper_to": int(found.cell.loc["paper", "rounds"])}
     values["wf_axes_seconds"] = round(t_axes)
     return found
 
@@ -320,9 +320,9 @@ def headline_cell(trajectory: pd.DataFrame, paper_row: pd.Series, small_row: pd.
     own = summary.summarize_run(trajectory) | {
         "pct_rounds_below_one": 100 * float((tail["recovery_unweighted"] < 1).mean()),
         "rounds": int(trajectory["round"].iloc[-1]), "seeds": 1}
-    rows = {"ResNet-18-GN, own trajectory": own, "paper's Table I": paper_row.to_dict()}
+    rows = {"ResNet-18-GN": own, "paper": paper_row.to_dict()}
     if small_row is not None:
-        rows["small CNN, cpu-paper"] = small_row.to_dict()
+        rows["small CNN"] = small_row.to_dict()
     table = pd.DataFrame.from_dict(rows, orient="index").reindex(columns=CELL_COLUMNS)
     table["from_round"] = [r - tail_window(int(r)) + 1 for r in table["rounds"]]
     table[["from_round", "rounds", "seeds"]] = table[["from_round", "rounds", "seeds"]].astype("Int64")
