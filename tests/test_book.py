@@ -544,3 +544,13 @@ def test_the_runner_turns_eval_roles_into_glue_and_checks_each_is_glued_before_i
     bad = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("{eval}`1 + t4_mc`")])
     with pytest.raises(ValueError, match="theory_04_prop3"):
         notebooks.evals_to_glue(bad, name="theory_04_prop3")
+
+
+def test_glue_numbers_with_decimals_writes_every_float_to_that_many_places(monkeypatch):
+    # prepare: collect what would be glued
+    got = {}
+    monkeypatch.setattr(book_mod, "glue_all", got.update)
+    # execute
+    book_mod.glue_numbers({"a": 1.1, "b": 1.0, "c": 1.357, "n": 3, "ok": True}, decimals=2)
+    # assert: 1.10 and 1.00 as the paper prints 1/Δ_S; integers as they are; truth values left out
+    assert got == {"a": "1.10", "b": "1.00", "c": "1.36", "n": 3}

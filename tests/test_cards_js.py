@@ -40,6 +40,9 @@ PAGE = ("<!doctype html><html><head><meta charset='utf-8'>"
                    "max 5.9% (bs 32, τ 5); noisiest 3: 5.9, 1.5, 2.0%", "does not hold"],
                   ["Minibatch floor", "1.10–1.36", "1.06–1.62 and then some more words to wrap here", "confounded by stage"]])
         + _table("stacks", [f"c{i}" for i in range(12)], [[f"{i}.123456e-08" for i in range(12)]])
+        # a long hyphenated name (a run folder) is no number: in a stacked card it breaks to stay inside the column
+        + _table("names", [f"c{i}" for i in range(8)], [["cifar10-small_cnn_gn-dirichlet-a100-bs128-t1-s0-and-a-longer-name-to-pass-the-column train_loss, "
+                                                          "round 1, archived 2.319, rel. 2.6e-10"] + ["1.5"] * 7])
         # pandas' Styler writes nowrap under the table's id (it outranks a class): a long header must still wrap
         + "<style>#long td, #long th { white-space: nowrap; min-width: 14em; }</style>"
         + _table("long", ["1/Δ_S n_k-weighted · cpu-paper (small CNN, archived)", "test accuracy · cpu-long (small CNN, archived)"],
@@ -53,7 +56,7 @@ PAGE = ("<!doctype html><html><head><meta charset='utf-8'>"
                                                           [[f"{i}.123456e-08" for i in range(12)]]) + "</div>"
         + f"<script>{(STATIC / 'maskfed-cards.js').read_text()}</script></article></body></html>")
 
-IDS = ["fits", "wraps", "stacks", "long", "md", "folded"]
+IDS = ["fits", "wraps", "stacks", "names", "long", "md", "folded"]
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +80,9 @@ def layouts(tmp_path_factory):
                 const article = t.closest('article').getBoundingClientRect().right;
                 const wider = t.scrollWidth > t.clientWidth + 1 || t.getBoundingClientRect().right > article + 1;
                 const cellsInside = Array.from(t.querySelectorAll('td')).every(
-                    td => td.scrollWidth <= td.clientWidth + 1 && td.getBoundingClientRect().right <= article + 1);
+                    td => td.scrollWidth <= td.clientWidth + 1 && td.getBoundingClientRect().right <= article + 1
+                          && Array.from(td.querySelectorAll('span')).every(
+                              s => s.getBoundingClientRect().right <= article + 1));
                 return [id, {cls: Array.from(t.classList).sort().filter(c => c !== 'table'), wider, cellsInside,
                              whole: whole.map(s => s.textContent),
                              wholeOneLine: whole.every(s => s.getClientRects().length === 1)}];

@@ -384,3 +384,14 @@ def test_a_second_check_in_the_same_kernel_ignores_what_later_cells_bound():
     # a fresh namespace with an undeclared name is refused at its first check
     with pytest.raises(params.ParameterError, match="no parameter 'alpha'"):
         params.check_parameters({"__annotations__": {"rounds": params.PositiveInt}, "rounds": 3, "alpha": 0.5})
+
+
+def test_a_chapters_profile_is_one_the_book_is_built_with():
+    # cpu-masked only computes runs to archive (the runner refuses it for a chapter): the profile parameter too
+    from maskfed.engine.config import PROFILES
+
+    assert "cpu-masked" in PROFILES
+    assert "cpu-masked" not in params.type_name(params.BookProfile)
+    assert params.coerce("profile", "cpu-paper", params.BookProfile) == "cpu-paper"
+    with pytest.raises(params.ParameterError, match="profile"):
+        params.coerce("profile", "cpu-masked", params.BookProfile)

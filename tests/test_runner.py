@@ -226,6 +226,32 @@ def test_worker_processes_give_the_same_numbers_as_one_process(results_in_tmp, m
     assert parallel[0].metrics["recovery_unweighted"].iloc[0] != parallel[1].metrics["recovery_unweighted"].iloc[0]
 
 
+def test_a_workers_round_counter_puts_each_round_and_a_resumed_runs_rounds_on_its_queue():
+    # prepare: a list stands in for the multiprocessing queue
+    class Queue(list):
+        put = list.append
+
+    q = Queue()
+    # execute: one run resumed after 4 rounds, then 2 rounds; one from round 0, then 1 round
+    with runner.RoundCounter(q).started(4) as bar:
+        bar.update(1)
+        bar.set_postfix(recovery="1.23")
+        bar.update(1)
+    runner.RoundCounter(q).started(0).update(1)
+    # assert
+    assert q == [4, 1, 1, 1]
+
+
+@pytest.mark.slow
+def test_worker_processes_report_every_round_to_one_bar(results_in_tmp, capsys):
+    # two runs of TINY's rounds in two workers: the parent's bar counts all their rounds, and the runs finished
+    cfgs = [make_run_config(**{**TINY, "seed": s}) for s in (0, 1)]
+    runner.run_many(cfgs, workers=2, progress=True)
+    err = capsys.readouterr().err
+    total = 2 * cfgs[0].rounds
+    assert f"{total}/{total}" in err and "finished=2/2" in err and "2 runs" in err
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.slow
 def test_a_failing_run_keeps_the_finished_ones_and_raises_its_own_error(results_in_tmp, workers):

@@ -2,7 +2,7 @@
 
 (Their execution at profile smoke is tested with the rest of the book in tests/test_book.py.)
 
-Static checks (fast): a first code cell tagged ``parameters`` with ``profile: Profile = "cpu"`` (a typed profile name),
+Static checks (fast): a first code cell tagged ``parameters`` with ``profile: BookProfile = "cpu"`` (a typed profile name),
 sphinx-proof statements with proofs, two or more exercises with hidden solutions, and
 every ``{eval}`` name used in the prose glued in the same notebook.
 
@@ -39,7 +39,7 @@ def test_notebook_structure(name):
     assert nb.metadata["jupytext"]["text_representation"]["format_name"] == "myst"
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert "parameters" in code[0].metadata.get("tags", [])
-    assert re.search(r'^profile: Profile = "cpu"', code[0].source, re.M)
+    assert re.search(r'^profile: BookProfile = "cpu"', code[0].source, re.M)
     text = (ROOT / "notebooks" / f"{name}.md").read_text()
     assert re.search(r"```\{prf:(proposition|corollary|lemma)\}", text)
     assert "```{prf:proof}" in text

@@ -90,7 +90,10 @@
     // which the theme puts in a box that scrolls sideways)
     return table.scrollWidth > table.clientWidth + 1 || table.scrollWidth > table.parentElement.clientWidth + 1;
   }
-  function keepWhole(table) {  // a token with a hyphen or dash (1.1e-08, 1.10–1.36, -0.52) never breaks inside itself
+  // a short token with a hyphen or dash (1.1e-08, 1.10–1.36, -0.52) never breaks inside itself; a long one (a run
+  // folder's name) may, or it would run past a phone's column
+  const WHOLE_MAX_CHARS = 16;
+  function keepWhole(table) {
     if (table.dataset.maskfedWhole) return;
     table.dataset.maskfedWhole = '1';
     for (const td of Array.from(table.querySelectorAll('td'))) {
@@ -98,7 +101,7 @@
       const parts = td.textContent.split(/(\s+)/);
       const body = document.createElement('span');  // one box: a stacked row's cell stays label + value
       for (const part of parts) {
-        if (/[-–]/.test(part)) {
+        if (/[-–]/.test(part) && part.length <= WHOLE_MAX_CHARS) {
           const span = document.createElement('span');
           span.className = 'maskfed-whole';
           span.textContent = part;

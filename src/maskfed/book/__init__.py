@@ -514,10 +514,16 @@ def glued_before(names: list[str], where: str) -> None:
         raise NameError(f"{where} reads {missing} before the chapter glues them: glue them in an earlier cell")
 
 
-def glue_numbers(values: dict, digits: int = 3) -> None:
+def glue_numbers(values: dict, digits: int = 3, *, decimals: int | None = None) -> None:
     """:func:`glue_all` of ``values`` with each float written by :func:`number` to ``digits`` significant digits
-    and the truth values left out (they are for the chapter's checks)."""
-    glue_all({key: number(value, digits) if isinstance(value, (float, np.floating)) else value
+    (with ``decimals``: to that many decimal places, as the paper prints 1/Δ_S: ``1.10``, not ``1.1``) and the
+    truth values left out (they are for the chapter's checks)."""
+    def write(value):
+        if decimals is not None and math.isfinite(value):
+            return f"{float(value):.{decimals}f}"
+        return number(value, digits)
+
+    glue_all({key: write(value) if isinstance(value, (float, np.floating)) else value
               for key, value in values.items() if not isinstance(value, (bool, np.bool_))})
 
 

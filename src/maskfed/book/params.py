@@ -77,8 +77,10 @@ ConditionNumber = Annotated[float, Field(ge=1, allow_inf_nan=False)]
 Flag = Annotated[bool, Refuses("maybe", 2)]
 #: Bootstrap replicates: an integer >= 100 (fewer give unstable 5 % and 95 % percentiles).
 Replicates = Annotated[int, Field(ge=100)]
-#: A build profile, one of :data:`maskfed.engine.config.PROFILES`.
+#: A profile, one of :data:`maskfed.engine.config.PROFILES` (e.g. an archived profile a chapter reads).
 Profile = Literal[PROFILES]
+#: A profile the book is built with (its experiments include Tables I, II and the control): a chapter's ``profile``.
+BookProfile = Literal[tuple(p for p in PROFILES if load_profile(p).builds_book)]
 #: A mask mode: "independent" (a mask per client) or "shared" (one per round), as RunConfig's ``mask_mode``.
 MaskMode = RunConfig.model_fields["mask_mode"].annotation
 #: Blocks of a mask: one per parameter "tensor" or per output "channel" (:data:`maskfed.core.masking.GRANULARITIES`).

@@ -405,7 +405,7 @@ def prepare_data(cfg: RunConfig, images: data_mod.ImageData, device: torch.devic
     return fedavg.FedData(x_train=x_tr, y_train=y_tr.to(device), parts=parts, x_test=x_te, y_test=y_te.to(device))
 
 
-def run(cfg: RunConfig, *, force: bool = False, progress: bool = True,
+def run(cfg: RunConfig, *, force: bool = False, progress: bool | RoundCounter = True,
         keep_every: int | Sequence[int] = 0) -> RunResult:
     """Run one FedAvg configuration, or return its finished run folder (:class:`RunResult`).
 
@@ -416,7 +416,8 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True,
     Args:
         cfg: the run's configuration (validated).
         force: recompute from round 1, even if a finished run or a checkpoint exists.
-        progress: show a tqdm bar over rounds.
+        progress: show a tqdm bar over rounds; a :class:`RoundCounter`: count the rounds there instead (a
+            worker of :func:`run_many`, whose parent shows them).
         keep_every: n > 0 (or a list of rounds) also keeps θ at :func:`kept_rounds` in
             ``thetas.pt`` (:func:`load_thetas`), for the stage chapter's ladder. Not part of the
             key: a finished run without snapshots is returned as it is.
@@ -443,7 +444,7 @@ def run(cfg: RunConfig, *, force: bool = False, progress: bool = True,
         return _train(cfg, identity, partial, force=force, progress=progress, keep_every=keep_every)
 
 
-def _train(cfg: RunConfig, identity: RunIdentity, partial: Path, *, force: bool, progress: bool,
+def _train(cfg: RunConfig, identity: RunIdentity, partial: Path, *, force: bool, progress: bool | RoundCounter,
            keep_every: int | Sequence[int] = 0) -> RunResult:
     """Train ``cfg`` (from its checkpoint if there is one), write the run folder, drop the checkpoint."""
     t0 = time.perf_counter()
@@ -477,8 +478,9 @@ def _train(cfg: RunConfig, identity: RunIdentity, partial: Path, *, force: bool,
             wall = wall_before + time.perf_counter() - t0
             checkpoint.save(partial, checkpoint.RunState(rounds_done, theta_P, records, wall_s=wall), key)
 
-    bar = tqdm(total=cfg.rounds, initial=done_before, desc=cfg.label(), leave=False, disable=not progress,
-               mininterval=2.0)
+    bar = (progress.started(done_before) if isinstance(progress, RoundCounter) else
+           tqdm(total=cfg.rounds, initial=done_before, desc=cfg.label(), leave=False, disable=not progress,
+                mininterval=2.0))
     # (the bar is closed, and so cleared, also when the run stops: a message after it starts on its own line);
     # every number of the run (training, evaluation, Hessian products, sharpness) in the run's precision
     with bar, determinism.deterministic(determinism.needed(cfg.identical_client_seeds, device)) as determinism_state, \
@@ -527,14 +529,18 @@ def run_cost(cfg: RunConfig) -> float:
     return cfg.rounds * cfg.local_epochs * cfg.cohort_size
 
 
-def worker_init(parent: int | None = None) -> None:
+def worker_init(parent: int | None = None, rounds=None) -> None:
     """Set up a sweep worker: one torch thread; Ctrl-C and SIGHUP left to the parent (which ends
     workers with SIGTERM); a worker whose parent is gone ends itself within a second.
 
     Args:
         parent: the pid of the process that made the pool; given, a worker that starts after its
             parent died ends at once.
+        rounds: a multiprocessing queue for the rounds the worker's runs finish (:class:`RoundCounter`);
+            None: no progress reported.
     """
+    global _ROUNDS_QUEUE
+    _ROUNDS_QUEUE = rounds
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     # tqdm's default lock is a multiprocessing semaphore, which a worker ended by SIGTERM never
@@ -552,8 +558,40 @@ def worker_init(parent: int | None = None) -> None:
     threading.Thread(target=watch_parent, daemon=True, name="maskfed-watch-parent").start()
 
 
+class RoundCounter:
+    """A worker's stand-in for a run's tqdm bar (the ``update``/``set_postfix`` that
+    :func:`maskfed.engine.fedavg.run_fedavg` calls): it puts each finished round, as a count, on ``queue``,
+    where :func:`run_many`'s parent process adds it to its bar of all runs' rounds."""
+
+    def __init__(self, queue):
+        self.queue = queue
+
+    def started(self, rounds_done: int) -> RoundCounter:
+        """Count the rounds a run resumed with (from its checkpoint) as done; returns itself."""
+        if rounds_done:
+            self.queue.put(rounds_done)
+        return self
+
+    def update(self, n: int = 1) -> None:
+        self.queue.put(n)
+
+    def set_postfix(self, *args, **kwargs) -> None:
+        pass
+
+    def __enter__(self) -> RoundCounter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+#: In a worker of :func:`run_many` with progress: the queue its rounds go to (set by :func:`worker_init`).
+_ROUNDS_QUEUE = None
+
+
 def _run_in_worker(cfg_json: str, keep_every: int | Sequence[int] = 0, force: bool = False) -> str:
-    return str(run(RunConfig(**json.loads(cfg_json)), progress=False, keep_every=keep_every, force=force).path)
+    counter = RoundCounter(_ROUNDS_QUEUE) if _ROUNDS_QUEUE is not None else False
+    return str(run(RunConfig(**json.loads(cfg_json)), progress=counter, keep_every=keep_every, force=force).path)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -642,6 +680,12 @@ def _finished(cfg: RunConfig) -> bool:
         return False
 
 
+def _count_rounds(rounds, bar) -> None:
+    """Add each count the workers put on ``rounds`` to ``bar``, until a None."""
+    while (n := rounds.get()) is not None:
+        bar.update(n)
+
+
 def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = True,
              keep_every: dict[RunConfig, int | Sequence[int]] | None = None, force: bool = False) -> list[RunResult]:
     """Run several configurations (finished ones are reused), in parallel processes.
@@ -654,7 +698,7 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
     Args:
         configs: run configurations (duplicates are run once).
         workers: worker processes; 1 runs in this process with torch's default threads.
-        progress: tqdm bars.
+        progress: tqdm bars: one a run (in this process), or with several workers one over all runs' rounds.
         keep_every: ``{config: n or rounds}`` for runs that keep θ snapshots (:func:`run`).
         force: recompute every run from round 1, replacing finished (or damaged) folders.
 
@@ -672,12 +716,20 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
     try:
         if pending and workers > 1 and len(pending) > 1:
             pending.sort(key=run_cost, reverse=True)
-            pool = ProcessPoolExecutor(max_workers=min(workers, len(pending)),
-                                       mp_context=multiprocessing.get_context("spawn"), initializer=worker_init,
-                                       initargs=(os.getpid(),))
+            context = multiprocessing.get_context("spawn")
+            rounds = context.Queue() if progress else None
+            pool = ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=context,
+                                       initializer=worker_init, initargs=(os.getpid(), rounds))
+            # one bar over every pending run's rounds, fed by the workers (RoundCounter); runs finished as postfix
+            bar = tqdm(total=sum(c.rounds for c in pending), desc=f"{len(pending)} runs", unit="round",
+                       disable=not progress, mininterval=2.0)
+            feeder = threading.Thread(target=_count_rounds, args=(rounds, bar), daemon=True) if progress else None
+            if feeder is not None:
+                feeder.start()
             try:
                 futures = {pool.submit(_run_in_worker, c.model_dump_json(), keep.get(c, 0), force): c for c in pending}
-                for fut in tqdm(as_completed(futures), total=len(futures), desc="runs", disable=not progress):
+                for n_done, fut in enumerate(as_completed(futures), start=1):
+                    bar.set_postfix(finished=f"{n_done}/{len(futures)}")
                     if fut.exception() is not None:
                         errors.append((futures[fut], fut.exception()))
                     else:
@@ -685,6 +737,11 @@ def run_many(configs: list[RunConfig], *, workers: int = 1, progress: bool = Tru
             except BaseException:
                 stop_workers(pool)
                 raise
+            finally:
+                if feeder is not None:
+                    rounds.put(None)
+                    feeder.join(timeout=5)
+                bar.close()
             pool.shutdown(wait=True)
         else:
             for c in tqdm(pending, desc="runs", disable=not progress or len(pending) < 2):
