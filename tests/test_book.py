@@ -554,3 +554,16 @@ def test_glue_numbers_with_decimals_writes_every_float_to_that_many_places(monke
     book_mod.glue_numbers({"a": 1.1, "b": 1.0, "c": 1.357, "n": 3, "ok": True}, decimals=2)
     # assert: 1.10 and 1.00 as the paper prints 1/Δ_S; integers as they are; truth values left out
     assert got == {"a": "1.10", "b": "1.00", "c": "1.36", "n": 3}
+
+
+def test_styled_writes_an_empty_text_cell_as_a_dash_like_a_missing_value():
+    # prepare: one archived profile with no first difference, one with none recorded at all
+    import pandas as pd
+
+    table = pd.DataFrame({"first difference": ["", "train_loss, round 1"], "rounds": [200.0, float("nan")]},
+                         index=pd.Index(["cpu-long", "cpu-paper"], name="profile"))
+    # execute
+    html = book_mod.styled(table).to_html()
+    # assert: both empty cells read "–"; the text and the number stay
+    cells = re.findall(r"<td [^>]*>(.*?)</td>", html)
+    assert cells == ["–", "200", "train_loss, round 1", "–"]

@@ -290,9 +290,9 @@ class OneHeaderRowStyler(Styler):
 def styled(table: pd.DataFrame, formats: dict | None = None):
     """A pandas Styler of a plain or (quantity, source) table with the book's headers (:data:`HEADERS`,
     :data:`INDEX_NAMES`) and cell formats (:func:`_cell_writers`; ``formats``: further ``{column: format}``
-    entries), the index by :func:`number`, missing values as "–"; a default index is hidden, and a long-text
+    entries), the index by :func:`number`, missing values and empty text as "–"; a default index is hidden, and a long-text
     column (:data:`WRAP_OVER_CHARS`) wraps at least :data:`WRAP_MIN_EM` wide."""
-    shown = table.copy()
+    shown = table.mask(table.map(lambda v: isinstance(v, str) and not v.strip()))  # an empty text cell reads "–"
     shown.columns = (pd.MultiIndex.from_tuples([_header(c) for c in table.columns])
                      if isinstance(table.columns, pd.MultiIndex) else [_header(c) for c in table.columns])
     shown.index.names = [INDEX_NAMES.get(n, n) for n in table.index.names]
