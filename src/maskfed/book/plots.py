@@ -470,7 +470,8 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
                          title: str | None = "Recovery factor against test accuracy, nine local protocols") -> plt.Axes:
     """Figure 1: recovery factor 1/Δ_S against test accuracy (fraction) for the local protocols: marker shape is
     the batch size, a thin line joins τ = 1, 2, 5 of one batch size, and τ is written beside the lead source's
-    and the paper's markers; filled markers ours, hollow grey ones the paper's.
+    and the paper's markers; filled markers ours (the lead source's on top, the ``others`` smaller and lighter),
+    hollow grey ones the paper's.
 
     ``ours``, ``paper`` and the ``others`` (``{legend label: summary}``, each in its own colour) are summaries indexed
     by (batch_size, local_epochs) with ``recovery_unweighted`` and ``test_acc``; ``ranges``: ``{legend label: (low,
@@ -494,10 +495,14 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
         for bs in df.index.get_level_values(0).unique():   # a thin line joins τ = 1, 2, 5 of one batch size
             g = df.loc[bs].sort_index()
             ax.plot(g["test_acc"], g["recovery_unweighted"], "-", color=colour, lw=0.7, alpha=0.6, zorder=1)
+        # the lead source on top at full size, the paper's hollow markers under it, the other sources smaller and
+        # lighter below both (a reader's own run was hidden under the archived markers where they overlap)
+        lead, ref = df is ours, df is paper
+        look = dict(s=55, zorder=3) if lead else dict(s=55, zorder=2) if ref else dict(s=30, zorder=1.5, alpha=0.55)
         for (bs, tau), row in df.iterrows():
-            ax.scatter(row["test_acc"], row["recovery_unweighted"], marker=MARKERS.get(str(bs), "D"), s=55,
-                       label=f"{label}, bs={bs}" if tau == df.loc[bs].index[0] else None, zorder=2, **style)
-            if df is ours or df is paper:   # τ named for the lead source and the paper; the lines order the rest
+            ax.scatter(row["test_acc"], row["recovery_unweighted"], marker=MARKERS.get(str(bs), "D"),
+                       label=f"{label}, bs={bs}" if tau == df.loc[bs].index[0] else None, **look, **style)
+            if lead or ref:   # τ named for the lead source and the paper; the lines order the rest
                 labels.append((row["test_acc"], row["recovery_unweighted"], f"τ={tau}",
                                dict(fontsize=MIN_FONT_PT, color=colour)))
     # the ceiling is named in the legend, not beside its line, where a point's τ label near K_c could meet it
