@@ -535,6 +535,10 @@ def test_a_newer_failed_verification_is_shown_not_shadowed_by_an_older_pass(dirs
     own = {**failed, "code_hash": runs[0].provenance["code_hash"], "utc": "2099-01-02T00:00:00+00:00"}
     path.write_text(json.dumps(json.loads(path.read_text()) + [own]))
     assert archive.label(runs, "smoke").record()["own code"] == "within tolerance"  # not bit-identical either
+    # made on another machine, the own-code check names it: bit-identical there says nothing of this machine
+    path.write_text(json.dumps(json.loads(path.read_text()) + [{**ok, "code_hash": own["code_hash"],
+                                                                "utc": "2099-01-03T00:00:00+00:00"}]))
+    assert archive.label(runs, "smoke").record()["own code"] == f"bit-identical on {ok['machine']}"
     # an older record without content digests (made before they existed) never counts
     path.write_text(json.dumps([{k: v for k, v in ok.items() if k != "contents"}]))
     assert archive.label(runs, "smoke").verification is None

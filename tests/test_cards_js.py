@@ -129,3 +129,29 @@ def test_a_markdown_table_in_a_sideways_scrolling_box_stacks_where_wider_than_it
 def test_a_table_folded_when_the_page_loads_is_laid_out_when_opened(layouts):
     for width in (1400, 390):
         assert "maskfed-cards-stack" in layouts[width]["folded"]["cls"] and not layouts[width]["folded"]["wider"]
+
+
+@pytest.mark.slow
+def test_a_card_names_a_short_row_label_by_its_index_and_a_long_one_by_itself(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    # prepare: pandas-like tables, one indexed by bs (short labels), one by claim (a title)
+    def indexed(tid, name, labels):
+        head = f"<thead><tr><th class='index_name level0'>{name}</th><th class='col_heading'>vote</th></tr></thead>"
+        body = "".join(f"<tr><th class='row_heading'>{x}</th><td>6</td></tr>" for x in labels)
+        return f"<div class='cell_output'><table id='{tid}'>{head}<tbody>{body}</tbody></table></div>"
+
+    page_path = tmp_path / "page.html"
+    page_path.write_text("<!doctype html><html><body><article>" + indexed("bs", "bs", ["32", "full"])
+                         + indexed("claims", "claim", ["The cliff"])
+                         + f"<script>{(STATIC / 'maskfed-cards.js').read_text()}</script></article></body></html>")
+    # execute
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=browsercheck.chromium_path(), headless=True,
+                                     args=list(browsercheck.CHROMIUM_FLAGS))
+        page = browser.new_page(viewport={"width": 390, "height": 900})
+        page.goto(page_path.as_uri())
+        got = page.evaluate("() => Array.from(document.querySelectorAll('tbody tr')).map(r => r.dataset.rowlabel)")
+        browser.close()
+    # assert: "bs 32" and "bs full" keep their index's name; the claim's title stands alone (not "claim The cliff")
+    assert got == ["bs 32", "bs full", "The cliff"]

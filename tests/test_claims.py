@@ -221,7 +221,7 @@ def test_trend_bearing_a_falling_full_batch_cell_closes_the_cliff_and_opens_the_
     assert out.loc["cliff", "meet"] == pytest.approx(math.log(4.0 / 1.4) / 0.01)
     pairs = out.loc["cliff", "pairs"]  # which cells, the ratio, the way, the slope, where they meet
     assert pairs.startswith("full batch, τ 5 ") and " bs 128, τ 1: ×2.86, " in pairs and "against" in pairs
-    assert " -1.00 % " in pairs and pairs.endswith(" 105 rounds")
+    assert out.loc["cliff", "against_rate"] == pytest.approx(1.0) and " 1.00 % " in pairs and pairs.endswith(" 105 rounds")
     # falls with τ and monotone in T: full τ 2 over full τ 5 widens (d = 0 - (-0.01) = +0.01): toward, no meeting
     for key in ("tau", "monotone_t"):
         assert out.loc[key, "way"] == "toward" and math.isnan(out.loc[key, "meet"])

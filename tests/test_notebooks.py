@@ -201,7 +201,11 @@ def test_execute_hands_the_kernel_absolute_folders(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_ctrl_c_on_the_notebook_runner_is_one_line_and_exit_130(tmp_path):
+@pytest.mark.parametrize("how, name, phase", [
+    ("ctrl-c", "masked_training", "executing"),           # its runs train in the kernel
+    ("sigterm", "table1_local_protocol", "training"),     # its runs train first, in the runner
+])
+def test_ctrl_c_or_sigterm_on_the_notebook_runner_is_one_line_and_the_signals_exit_status(tmp_path, how, name, phase):
     import os
     import signal
     import subprocess
@@ -210,7 +214,7 @@ def test_ctrl_c_on_the_notebook_runner_is_one_line_and_exit_130(tmp_path):
 
     env = {**os.environ, "MASKFED_RESULTS_DIR": str(tmp_path / "results"), "PYTHONPATH": str(REPO_ROOT / "src")}
     proc = subprocess.Popen([sys.executable, "-m", "maskfed.book.notebooks", "--profile", "smoke", "--out-dir",
-                             str(tmp_path / "nb"), "masked_training"], env=env, cwd=REPO_ROOT, text=True,
+                             str(tmp_path / "nb"), name], env=env, cwd=REPO_ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     runs = tmp_path / "results" / "runs"
@@ -218,13 +222,21 @@ def test_ctrl_c_on_the_notebook_runner_is_one_line_and_exit_130(tmp_path):
     while not (runs.exists() and any(p.name.startswith(".partial-") for p in runs.iterdir())):  # training
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-2000:]
         time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at a terminal: the whole foreground process group
+    if how == "ctrl-c":
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at a terminal: the whole foreground process group
+    else:
+        proc.terminate()                    # `timeout` or `kill`: SIGTERM to the runner alone
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-3000:]
-    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == (130 if how == "ctrl-c" else 143), err[-3000:]
+    import re
+
+    shown = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", err).replace("\r", "\n")   # what a terminal shows, bars aside
+    lines = [line for line in shown.splitlines() if line.strip() and "|" not in line]
     assert "Traceback" not in err and len(lines) == 1, err[-3000:]
-    assert lines[0].startswith("maskfed.book.notebooks:") and "interrupted" in lines[0] and "masked_training" in lines[0]
-    assert not (tmp_path / "nb" / "masked_training.ipynb").exists()  # no page from a stopped chapter
+    assert lines[0].startswith("maskfed.book.notebooks:") and "interrupted" in lines[0] and name in lines[0]
+    assert ("SIGTERM" in lines[0]) == (how == "sigterm")
+    assert lines[0].split(" while ", 1)[1].split()[0] == phase   # what it was doing when stopped
+    assert not (tmp_path / "nb" / f"{name}.ipynb").exists()  # no page from a stopped chapter
 
 
 @pytest.mark.slow

@@ -228,6 +228,8 @@ def test_every_chapter_passes_its_own_defaults_and_reads_none_as_its_default(nam
     ("stage_or_sampling", {"stage_rounds": [0, 3], "target_accuracies": [0.5]}, "at most one of stages"),
     ("table2_heterogeneity", {"overrides": {"alpha": 0.5}}, "alpha = 0.5 would be ignored"),
     ("table1_local_protocol", {"profile": "smoke", "data_path": "."}, "data_path"),
+    # the profile and data path alone pass: only the overrides are blamed (not all three of the rule's)
+    ("table1_local_protocol", {"profile": "smoke", "overrides": {"lr": 0}}, "parameter 'overrides': need"),
 ])
 def test_rules_tying_parameters_together_are_checked(name, given, says):
     ns, check = _chapter_namespace(name)

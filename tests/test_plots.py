@@ -5,6 +5,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
@@ -35,6 +36,25 @@ def test_recovery_vs_accuracy_draws_archived_sources_in_their_own_colour():
     assert all(face == () for _, face in points[4:])          # the paper's markers stay hollow
     labels = ax.get_legend_handles_labels()[1]
     assert "cpu-long (archived), bs=32" in labels and "cpu, bs=32" in labels
+
+
+def test_recovery_vs_accuracy_gives_every_batch_size_its_marker_and_each_cohort_its_ceiling():
+    from maskfed.book.plots import MARKERS, markers_for
+    # prepare: a smoke-like run on bs 16 and 64 (K_c = 3) beside the paper's grid (K_c = 10)
+    idx = pd.MultiIndex.from_tuples([("16", 1), ("64", 1), ("full", 1)], names=["batch_size", "local_epochs"])
+    smoke = pd.DataFrame({"recovery_unweighted": [2.1, 2.4, 2.5], "test_acc": [1.0, 1.0, 1.0]}, index=idx)
+    # execute
+    fig, ax = plt.subplots()
+    recovery_vs_accuracy(smoke, paper_table("table1"), ax=ax, ours_label="smoke", k_c={"smoke": 3, "paper": 10})
+    # assert: five batch sizes, five markers (16 and 64 had shared one), the paper's three kept
+    marks = markers_for(["16", "64", "32", "128", "full"])
+    assert len(set(marks.values())) == 5 and all(marks[b] == MARKERS[b] for b in MARKERS)
+    # assert: one dashed ceiling per cohort size, each named with its sources
+    ceilings = sorted(line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() == "--")
+    assert ceilings == [3, 10]
+    labels = ax.get_legend_handles_labels()[1]
+    assert "ceiling K_c = 3 (smoke)" in labels and "ceiling K_c = 10 (the rest)" in labels
+    plt.close(fig)
 
 
 
@@ -262,6 +282,31 @@ def test_place_labels_keeps_labels_of_coinciding_points_apart():
     place_labels(ax, [(100, 1, f"τ={t}", {"fontsize": 9}) for t in (1, 2, 5, 10)])
     # execute / assert
     assert not [p for p in figure_problems(fig) if "overlap" in p]
+    plt.close(fig)
+
+
+def test_place_labels_with_drop_puts_a_label_nearest_its_own_point_or_leaves_it_out():
+    from maskfed.book.plots import place_labels
+
+    # prepare: three points piled on one spot (a smoke run's accuracy 1.0) and one apart, a ceiling line above
+    fig, ax = plt.subplots(figsize=(4, 3))
+    xs, ys = [1.0, 1.0, 1.0, 0.5], [2.0, 2.02, 1.98, 2.0]
+    ax.scatter(xs, ys)
+    ax.axhline(2.06, ls="--")
+    ax.set(xlim=(0.4, 1.05), ylim=(1.5, 2.5))
+    # execute
+    place_labels(ax, [(x, y, f"p{i}", {"fontsize": 9}) for i, (x, y) in enumerate(zip(xs, ys))], drop=True)
+    # assert: the lone point keeps its label; every label drawn is nearer its own point than any other
+    texts = {t.get_text(): t for t in ax.texts}
+    assert "p3" in texts
+    fig.canvas.draw()
+    points = ax.transData.transform(np.column_stack([xs, ys]))
+    for name, t in texts.items():
+        b = t.get_window_extent()
+        centre = np.array([(b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2])
+        assert np.argmin(np.hypot(*(points - centre).T)) == int(name[1:]), name
+        line_y = ax.transData.transform((0, 2.06))[1]
+        assert not b.y0 <= line_y <= b.y1, name          # off the ceiling line
     plt.close(fig)
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from maskfed.analysis import summary
-from maskfed.analysis.summary import (METRICS, compare, paper_table, rank_correlation, side_by_side, summarize,
+from maskfed.analysis.summary import (METRICS, compare, paper_table, protocol_order, rank_correlation, summarize,
                                       summarize_run, tail_window)
 from maskfed.engine.config import make_run_config
 from maskfed.engine.runner import RunResult
@@ -121,9 +121,10 @@ def test_summarize_by_alpha_lines_up_with_paper_table2(tmp_path):
 
     assert list(out.index) == [0.1, 100.0] and out.index.name == "alpha"
     paper = paper_table("table2")
-    both = side_by_side(out, paper, ["recovery_unweighted"])
-    assert both[("recovery_unweighted", "paper")].tolist() == [1.50, 1.19]
-    assert both[("recovery_unweighted", "ours")].tolist() == [1.5, 1.2]
+    both = compare({"ours": out, "paper": paper}, ["recovery_unweighted"])
+    assert list(both.index) == [100.0, 1.0, 0.1]                  # nearest IID first, the paper's α = 1 added
+    assert both[("recovery_unweighted", "paper")].tolist() == [1.19, paper.loc[1.0, "recovery_unweighted"], 1.50]
+    assert both[("recovery_unweighted", "ours")].iloc[[0, 2]].tolist() == [1.2, 1.5]
 
 
 # ----------------------------------------------------------------------------- the paper's tables
@@ -167,23 +168,12 @@ def test_paper_table_unknown_name():
 
 # ----------------------------------------------------------------------------- comparisons
 
-def test_side_by_side_columns_and_alignment():
-    idx = pd.MultiIndex.from_tuples([("full", 1), ("32", 2), ("16", 1)], names=["batch_size", "local_epochs"])
-    ours = pd.DataFrame({"recovery_unweighted": [7.0, 1.3, 1.1], "test_acc": [0.3, 0.6, 0.7],
-                         "train_loss": [1.0, 2.0, 3.0]}, index=idx)
-
-    out = side_by_side(ours, paper_table("table1"), ["recovery_unweighted", "test_acc", "train_loss"])
-
-    assert list(out.columns) == [("recovery_unweighted", "ours"), ("recovery_unweighted", "paper"),
-                                 ("test_acc", "ours"), ("test_acc", "paper"),
-                                 ("train_loss", "ours"), ("train_loss", "paper")]
-    assert out.index.equals(idx)
-    assert out[("recovery_unweighted", "ours")].tolist() == [7.0, 1.3, 1.1]
-    paper_rec = out[("recovery_unweighted", "paper")]
-    assert paper_rec.iloc[:2].tolist() == [8.96, 1.19]
-    assert math.isnan(paper_rec.iloc[2])                          # (16, 1) is not in the paper
-    assert out[("test_acc", "paper")].iloc[:2].tolist() == [0.314, 0.680]
-    assert out[("train_loss", "paper")].isna().all()             # the paper has no train loss column
+def test_protocol_order_puts_small_batches_first_full_last_and_alpha_largest_first():
+    idx = pd.MultiIndex.from_tuples([("full", 1), ("128", 5), ("32", 2), ("full", 2), ("16", 1)],
+                                    names=["batch_size", "local_epochs"])
+    # "128" < "32" as text: the order must read the batch size as a number
+    assert list(protocol_order(idx)) == [("16", 1), ("32", 2), ("128", 5), ("full", 1), ("full", 2)]
+    assert list(protocol_order(pd.Index([1.0, 100.0, 0.1], name="alpha"))) == [100.0, 1.0, 0.1]
 
 
 def test_compare_keeps_each_source_in_its_own_column():
@@ -195,18 +185,17 @@ def test_compare_keeps_each_source_in_its_own_column():
     # execute
     out = compare({"cpu": live, "cpu-long (archived)": longer, "paper": paper_table("table1")},
                   ["recovery_unweighted", "test_acc"])
-    # assert: rows of the first source, others aligned by setting, never averaged together
+    # assert: the rows are every source's settings in protocol order, so the live grid's (16, 1) and the paper's
+    # other seven protocols are all there; others aligned by setting, never averaged together
     assert list(out.columns) == [(q, s) for q in ("recovery_unweighted", "test_acc")
                                  for s in ("cpu", "cpu-long (archived)", "paper")]
-    assert out.index.equals(idx)
-    assert out[("recovery_unweighted", "cpu")].tolist() == [7.0, 1.3, 1.1]
-    archived = out[("recovery_unweighted", "cpu-long (archived)")]
-    assert archived.iloc[:2].tolist() == [5.0, 1.2] and math.isnan(archived.iloc[2])
-    assert out[("recovery_unweighted", "paper")].iloc[:2].tolist() == [8.96, 1.19]
+    assert list(out.index) == [("16", 1), ("32", 1), ("32", 2), ("32", 5), ("128", 1), ("128", 2), ("128", 5),
+                               ("full", 1), ("full", 2), ("full", 5)]
+    by = out["recovery_unweighted"]
+    assert by.loc[("16", 1)].tolist()[0] == 1.1 and by.loc[("16", 1)].iloc[1:].isna().all()
+    assert by.loc[("32", 2)].tolist() == [1.3, 1.2, 1.19] and by.loc[("full", 1)].tolist() == [7.0, 5.0, 8.96]
+    assert by.loc[("128", 1)].iloc[:2].isna().all() and by.loc[("128", 1), "paper"] == 1.36
     assert out[("test_acc", "cpu")].isna().all()                 # a quantity a source lacks is NaN
-    # assert: the old two-source form is compare with "ours" and "paper"
-    assert side_by_side(live, paper_table("table1"), ["recovery_unweighted"]).equals(
-        compare({"ours": live, "paper": paper_table("table1")}, ["recovery_unweighted"]))
     with pytest.raises(ValueError, match="indexed by"):
         compare({"cpu": live, "table2": paper_table("table2")}, ["recovery_unweighted"])
     with pytest.raises(ValueError, match="at least one"):

@@ -41,7 +41,15 @@ def test_sources_put_the_archive_first_and_main_table_shows_its_seed_range():
     assert row[("1/Δ_S", "paper")] == "1.24" and row[("T", archive.column_name("cpu-paper"))] == "16"
     assert row[("accuracy", "paper")] == "0.553"
     full = tables.full_table(srcs, summary.paper_table("table1"))
-    assert list(full[("recovery_unweighted", "cpu")]) == [2.0]
+    assert len(full) == 9 and full[("recovery_unweighted", "cpu")].dropna().tolist() == [2.0]
+    # a reader's run on another grid (bs 16) adds its row and keeps the paper's nine: nothing drops out
+    own = tables.sources("table1", "smoke", [fake(2.5, seed=0, bs=16)], found, live_first=True)
+    mine = tables.main_table("table1", own[0], summary.paper_table("table1"))
+    assert mine.index[0] == ("16", 1) and len(mine) == 10
+    assert mine.loc[("16", 1), ("1/Δ_S", "paper")] == "–" and mine.loc[("16", 1), ("T", own[0].name)] == "16"
+    assert mine.loc[("128", 2), ("1/Δ_S", own[0].name)] == "–" and mine.loc[("128", 2), ("1/Δ_S", "paper")] == "1.32"
+    assert tables.full_table(own, summary.paper_table("table1")).loc[
+        ("32", 1), ("recovery_unweighted", archive.column_name("cpu-paper"))] == 1.2
     # a reader's own settings: their run leads, the archive beside it
     assert [s.name for s in tables.sources("table1", "cpu", live, found, live_first=True)] == [
         "cpu (your settings)", archive.column_name("cpu-paper")]

@@ -41,13 +41,15 @@
     const labels = headerLabels(table);
     const index = indexNames(table);
     const pending = [];  // row labels spanning rows: [text, rows left] per column
+    // a short row label (32, full, 0.1) is named by its index (bs 32, α 0.1); a long one (The cliff) names itself
+    const named = (col, text) => (index[col] && text.length <= 6 ? index[col] + ' ' + text : text);
     for (const tr of Array.from(table.tBodies[0].rows)) {
       let col = 0;
       const cells = Array.from(tr.children);
       const names = [];
       const take = () => {
         while (pending[col] && pending[col][1] > 0) {
-          names.push(index[col] ? index[col] + ' ' + pending[col][0] : pending[col][0]);
+          names.push(named(col, pending[col][0]));
           pending[col][1] -= 1;
           col += 1;
         }
@@ -58,7 +60,7 @@
           const text = (cell.innerText || '').trim();
           const rs = parseInt(cell.getAttribute('rowspan') || '1', 10);
           pending[col] = [text, rs - 1];
-          if (text) names.push(index[col] ? index[col] + ' ' + text : text);
+          if (text) names.push(named(col, text));
         } else if (labels[col]) {
           cell.setAttribute('data-label', labels[col]);
         }

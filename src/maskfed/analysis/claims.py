@@ -408,7 +408,7 @@ def trend_bearing(t1: pd.DataFrame, trends: pd.DataFrame) -> pd.DataFrame:
             rates[way].append(100 * abs(d))
             meet = g / -d if way == "against" and g > 0 else math.nan
             meets.append(meet)
-            texts.append(f"{_proto(a)} over {_proto(b)}: ×{math.exp(g):.2f}, {way} at {100 * d:+.2f} % a round"
+            texts.append(f"{_proto(a)} over {_proto(b)}: ×{math.exp(g):.2f}, moving {way} it by {100 * abs(d):.2f} % a round"
                          + (f", meeting in about {meet:.0f} rounds" if not math.isnan(meet) else ""))
         rows.append({"claim": key, "n_still": still, "n_cells": len(cells), "still": f"{still} of {len(cells)} cells",
                      "way": "steady" if not ways else ways.pop() if len(ways) == 1 else "both ways",

@@ -123,15 +123,24 @@ def aggregation_gap_pct(table: pd.DataFrame, decimals: int | None = None) -> pd.
     return out
 
 
-def side_by_side(ours: pd.DataFrame, paper: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """Our summary and the paper's values in adjacent columns: (quantity, "ours"/"paper")."""
-    return compare({"ours": ours, "paper": paper}, columns)
+
+def protocol_order(index: pd.Index) -> pd.Index:
+    """``index`` (levels among ``batch_size``, ``local_epochs``, ``alpha``) in the tables' order: batch sizes
+    smallest first and "full" last, τ ascending, Dirichlet α largest (nearest IID) first."""
+    def key(level: pd.Index) -> pd.Index:
+        if level.name == "batch_size":
+            return level.map(lambda b: float("inf") if str(b) == "full" else float(b))
+        return -level.astype(float) if level.name == "alpha" else level
+
+    return index.sort_values(key=key) if index.nlevels == 1 else index[
+        np.lexsort([np.asarray(key(index.get_level_values(i))) for i in reversed(range(index.nlevels))])]
 
 
 def compare(sources: dict[str, pd.DataFrame], columns: list[str]) -> pd.DataFrame:
-    """Several summaries of the same settings, each quantity's sources in adjacent columns (nothing pooled).
+    """Several summaries of the same kind of settings, each quantity's sources in adjacent columns (nothing pooled).
 
-    The first source gives the rows; the others are aligned to it (missing rows and quantities: NaN).
+    The rows are every source's settings (their union, in :func:`protocol_order`), so a source run on another grid
+    adds its rows rather than hiding the others'; a setting or quantity a source lacks is NaN.
 
     Returns:
         DataFrame with (quantity, source name) columns.
@@ -146,10 +155,14 @@ def compare(sources: dict[str, pd.DataFrame], columns: list[str]) -> pd.DataFram
         if list(df.index.names) != list(first.index.names):
             raise ValueError(f"source {name!r} is indexed by {list(df.index.names)}; "
                              f"expected {list(first.index.names)} like the first source")
-    aligned = {name: df.reindex(first.index) for name, df in sources.items()}
-    parts = {(c, name): (df[c] if c in df else pd.Series(np.nan, index=first.index))
+    rows = first.index
+    for df in sources.values():
+        rows = rows.union(df.index, sort=False)
+    rows = protocol_order(rows)
+    aligned = {name: df.reindex(rows) for name, df in sources.items()}
+    parts = {(c, name): (df[c] if c in df else pd.Series(np.nan, index=rows))
              for c in columns for name, df in aligned.items()}
-    return pd.DataFrame(parts, index=first.index)
+    return pd.DataFrame(parts, index=rows)
 
 
 def rank_correlation(a: pd.Series, b: pd.Series) -> float:

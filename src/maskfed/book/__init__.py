@@ -216,7 +216,7 @@ def profile_changes(profile: Profile) -> dict:
 def banner(profile: Profile, *, source: str | None = None, changes: dict | None = None) -> pd.DataFrame:
     """What produced a page's numbers, as a table (one column ``value``): ``lead source`` (``source``, the profile's
     name when None) first, then ``profile``, ``scaled down``, ``model``,
-    ``rounds``, ``cohort K_c``, ``seeds`` (how many), ``seed numbers``, ``description``, ``changes`` (:func:`profile_changes`, overridden by
+    ``rounds``, ``cohort K_c``, ``seeds`` (how many), ``seed numbers``, ``profile's description``, ``changes`` (:func:`profile_changes`, overridden by
     ``changes``, e.g. ``{"cohort_size (K_c)": 5}``), ``data`` and ``fingerprint`` (:func:`data_source`)."""
     explicit = changes or {}
     changes = {k: v for k, v in profile_changes(profile).items()
@@ -226,7 +226,7 @@ def banner(profile: Profile, *, source: str | None = None, changes: dict | None 
               "model": cfg.model,
               "rounds": cfg.rounds, "cohort K_c": cfg.cohort_size,
               "seeds": len(seeds), "seed numbers": ", ".join(map(str, seeds)),
-              "description": profile.description,
+              "profile's description": profile.description,   # the file's own text: before the changes below
               "changes": ", ".join(f"{k} = {without_paths(number(v))}" for k, v in changes.items()),
               **data_source(profile)}
     return pd.DataFrame({"value": pd.Series(values, dtype=object)}).rename_axis("field")

@@ -464,19 +464,26 @@ def main(argv: list[str] | None = None) -> int:
             if args.html:
                 return _html(args, names)
         return status
+    from maskfed.engine import runner  # SIGTERM (``timeout``, ``kill``) and SIGHUP stop a chapter as Ctrl-C does
+
     for name in names:
+        doing = "executing"
         try:
-            with interrupt_silences_logging():
+            with runner.stop_on_signals(), interrupt_silences_logging():
                 if not args.child:  # the runs first, here, with their bars: in the kernel they would train silently
+                    doing = "training the runs of"
                     train_first(name, args.profile, params)
+                    doing = "executing"
                     print(f"executing {name} ({args.profile})", flush=True)
                 t0 = time.perf_counter()  # the notebook's own time, its runs' training aside
                 out = execute(name, profile=args.profile, parameters=params, out_dir=out_dir,
                               progress=not args.child and sys.stderr.isatty())
-        except KeyboardInterrupt:
-            print(f"\nmaskfed.book.notebooks: interrupted while executing {name}; the book's page {name}.ipynb "
-                  f"is unchanged (finished runs are kept: run the same command again to go on)", file=sys.stderr)
-            return 130
+        except KeyboardInterrupt as exc:
+            logging.disable(logging.CRITICAL)  # what a dying kernel logs would follow the one line
+            print(f"\nmaskfed.book.notebooks: {runner.interrupted_message(exc)} while {doing} {name}; the book's "
+                  f"page {name}.ipynb is unchanged (finished runs are kept: run the same command again to go on)",
+                  file=sys.stderr)
+            return runner.exit_status(exc)
         except Exception as exc:
             if (failed := _cell_failure(exc)) is None:
                 if type(exc).__name__ not in _INPUT_ERROR_NAMES:

@@ -160,26 +160,43 @@ class Rule:
         """The message if the rule fails for ``checked`` (name -> value), else None."""
         if any(n not in checked for n in self.names):  # one of them is bad already: said there
             return None
-        values = [checked[n] for n in self.names]
+        values, blamed = [checked[n] for n in self.names], self.names
         try:
             ok, reason = self.holds(*values), ""
+        except Blame as exc:  # the rule knows which of its parameters is at fault
+            ok, reason, blamed = False, f": {exc.__cause__ or exc}", exc.names
         except (ValueError, TypeError) as exc:  # TypeError: e.g. an override named like an argument
             ok, reason = False, f": {exc}"
         if ok:
             return None
-        given = ", ".join(f"{n} = {v!r}" for n, v in zip(self.names, values))
-        names = ", ".join(map(repr, self.names))
-        return f"parameter{'s' * (len(self.names) > 1)} {names}: need {self.says}; got {given}{reason}"
+        given = ", ".join(f"{n} = {checked[n]!r}" for n in blamed)
+        return f"parameter{'s' * (len(blamed) > 1)} {', '.join(map(repr, blamed))}: need {self.says}; got {given}{reason}"
+
+
+class Blame(ValueError):
+    """Raised by a :class:`Rule`'s ``holds`` (``from`` the error) to name the parameters at fault, when they are
+    fewer than the rule's."""
+
+    def __init__(self, *names: str):
+        super().__init__(", ".join(names))
+        self.names = names
 
 
 def run_settings_rule(*experiments: str) -> Rule:
     """The rule of a chapter with ``profile``, ``data_path`` and ``overrides``: the profile loads with them and
     builds its first run and the runs of ``experiments`` ("table1", "table2", "control")."""
-    def holds(profile: str, data_path: str | None, overrides: dict) -> bool:
+    def check(profile: str, data_path: str | None, overrides: dict) -> None:
         prof = load_profile(profile, data_path=data_path, **overrides)  # ConfigError (a ValueError) names the field
         prof.run(prof.seeds[0])  # a field the runs would not read is refused too
         for experiment in experiments:
             prof.experiment_configs(experiment)
+
+    def holds(profile: str, data_path: str | None, overrides: dict) -> bool:
+        check(profile, data_path, {})   # the profile and data path alone
+        try:
+            check(profile, data_path, overrides)
+        except (ValueError, TypeError) as exc:   # they passed: the overrides are at fault
+            raise Blame("overrides") from exc
         return True
 
     return Rule(("profile", "data_path", "overrides"), holds,

@@ -19,6 +19,16 @@ import numpy as np
 import pandas as pd
 
 MARKERS = {"32": "o", "128": "s", "full": "^"}
+#: Markers of the other batch sizes a figure shows (a reader's or the smoke profile's grid), taken in order.
+MORE_MARKERS = ("D", "v", "P", "X", "<", ">")
+
+
+def markers_for(batch_sizes) -> dict[str, str]:
+    """A distinct marker for each of ``batch_sizes`` (as text): :data:`MARKERS`' where it has one, the others from
+    :data:`MORE_MARKERS` smallest batch first (cycling past six)."""
+    sizes = [str(b) for b in dict.fromkeys(batch_sizes)]
+    others = sorted((b for b in sizes if b not in MARKERS), key=lambda b: float("inf") if b == "full" else float(b))
+    return {b: MARKERS.get(b) or MORE_MARKERS[others.index(b) % len(MORE_MARKERS)] for b in sizes}
 
 #: Smallest text of a figure (points) at its drawn size.
 MIN_FONT_PT = 9.0
@@ -179,9 +189,10 @@ def _lay_out(fig: plt.Figure) -> None:
             _below_labels(ax)
     for ax in fig.axes:
         if getattr(ax, "_book_labels", None):
-            for label in ax._book_labels[1]:
+            points, labels, drop = ax._book_labels
+            for label in labels:
                 label.remove()
-            place_labels(ax, ax._book_labels[0])
+            place_labels(ax, points, drop=drop)
 
 
 def finish(fig: plt.Figure | None = None, alt: str | None = None) -> None:
@@ -378,37 +389,60 @@ LABEL_OFFSETS = tuple((round(1.8 * r * math.cos(a), 1), round(r * math.sin(a), 1
                       for r in (9, 16, 24, 32) for a in np.radians([30, -30, 150, -150, 90, -90, 0, 180]))
 
 
-def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]], offsets=LABEL_OFFSETS) -> None:
+def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]], offsets=LABEL_OFFSETS,
+                 drop: bool = False) -> None:
     """Annotate ``points`` (``(x, y, text, style)``, data coordinates; ``style`` goes to ``ax.annotate``): each
     label takes the first of ``offsets`` (points) at which it lies inside the axes and meets no earlier label and
-    no marker, failing that no earlier label."""
+    no marker, failing that no earlier label; with ``drop``, a label with no such place that is also nearer its own
+    point than any other of ``points`` in its colour and off the horizontal reference lines (a ceiling) is left out
+    (points piled on one spot), where otherwise it would name the wrong marker or overlap."""
     ax.figure.canvas.draw()   # the final axes limits and size
     renderer = ax.figure.canvas.get_renderer()
     r = 4 * ax.figure.dpi / 72   # a marker's half width (4 points): labels keep off the markers too
-    markers = [plt.matplotlib.transforms.Bbox([[x - r, y - r], [x + r, y + r]]) for x, y in _data_points(ax)]
+    centres = _data_points(ax).reshape(-1, 2)
+    markers = [plt.matplotlib.transforms.Bbox([[x - r, y - r], [x + r, y + r]]) for x, y in centres]
     frame = ax.get_window_extent(renderer)   # labels stay inside the axes
+    if drop:   # horizontal reference lines (axhline: y in data, x across the axes) are obstacles too
+        for line in ax.get_lines():
+            ys = np.unique(np.asarray(line.get_ydata(), dtype=float))
+            if line.get_transform() != ax.transData and len(ys) == 1:
+                yd = ax.transData.transform((0.0, ys[0]))[1]
+                markers.append(plt.matplotlib.transforms.Bbox([[frame.x0, yd - 1], [frame.x1, yd + 1]]))
+
+    def nearest_own(box, x, y, style) -> bool:
+        """The label's centre is nearer its own point than any other labelled point of its colour (its source's:
+        a label of another colour cannot be taken for theirs)."""
+        own = ax.transData.transform((x, y))
+        centre = np.array([(box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2])
+        kin = [(px, py) for px, py, _, st in points if st.get("color") == style.get("color")]
+        others = ax.transData.transform(np.asarray(kin, dtype=float).reshape(-1, 2))
+        others = others[np.hypot(*(others - own).T) > 1.0]
+        return not len(others) or np.hypot(*(others - centre).T).min() > np.hypot(*(own - centre))
+
     placed, labels = [], []
     for x, y, text, style in points:
         label, box = None, None
-        for avoid in (placed + markers, placed):
-            for dx, dy in offsets:
+        for avoid in (placed + markers,) if drop else (placed + markers, placed):
+            for dx, dy in offsets[:24] if drop else offsets:   # with drop, not the farthest ring (a label floats there)
                 label = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), ha="center",
                                     va="center", **style)
                 box = label.get_window_extent(renderer)
                 within = (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1)
-                if within and not any(box.overlaps(other) for other in avoid):
+                if within and not any(box.overlaps(other) for other in avoid) and (not drop or nearest_own(box, x, y, style)):
                     break
                 label.remove()
                 label = None
             if label is not None:
                 break
+        if label is None and drop:
+            continue
         if label is None:   # nowhere free: the first place (figure_problems then reports the overlap)
             label = ax.annotate(text, (x, y), textcoords="offset points", xytext=offsets[0], ha="center",
                                 va="center", **style)
             box = label.get_window_extent(renderer)
         placed.append(box)
         labels.append(label)
-    ax._book_labels = (points, labels)   # finish() places them again after the layout changes
+    ax._book_labels = (points, labels, drop)   # finish() places them again after the layout changes
 
 
 def plain_log_ticks(ax: plt.Axes, axis: str = "y") -> None:
@@ -463,25 +497,27 @@ def _iqr_line(ax: plt.Axes, x, g: pd.DataFrame, value: str, **style):
     return ax.errorbar(x, v, yerr=[v - g[f"{value}_q1"], g[f"{value}_q3"] - v], ms=5, capsize=2, **style)
 
 
-def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, *, k_c: int = 10,
+def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, *, k_c: int | dict[str, int] = 10,
                          ax: plt.Axes | None = None, ours_label: str = "this run",
                          others: dict[str, pd.DataFrame] | None = None,
                          ranges: dict[str, tuple[pd.DataFrame, pd.DataFrame]] | None = None,
-                         title: str | None = "Recovery factor against test accuracy, nine local protocols") -> plt.Axes:
+                         title: str | None = "Recovery factor against test accuracy per local protocol") -> plt.Axes:
     """Figure 1: recovery factor 1/Δ_S against test accuracy (fraction) for the local protocols: marker shape is
-    the batch size, a thin line joins τ = 1, 2, 5 of one batch size, and τ is written beside the lead source's
-    and the paper's markers; filled markers ours (the lead source's on top, the ``others`` smaller and lighter),
-    hollow grey ones the paper's.
+    the batch size (:func:`markers_for`), a thin line joins τ = 1, 2, 5 of one batch size, and τ is written beside
+    the lead source's and the paper's markers where there is room; filled markers ours (the lead source's on top,
+    the ``others`` smaller and lighter), hollow grey ones the paper's.
 
     ``ours``, ``paper`` and the ``others`` (``{legend label: summary}``, each in its own colour) are summaries indexed
     by (batch_size, local_epochs) with ``recovery_unweighted`` and ``test_acc``; ``ranges``: ``{legend label: (low,
-    high)}`` seed ranges, drawn as bars; ``k_c``: the ceiling of 1/Δ_S.
+    high)}`` seed ranges, drawn as bars; ``k_c``: the ceiling of 1/Δ_S, or ``{legend label: K_c}`` (the paper's as
+    "paper") where the sources' cohorts differ: one dashed line each, named with its sources, the paper's "the rest".
     """
     ax = ax or plt.subplots(figsize=(6.4, 5.2))[1]
     sources = [(ours, ours_label, dict(color="C0"))]
     sources += [(df, label, dict(color=f"C{i}")) for i, (label, df) in enumerate((others or {}).items(), start=1)]
     if paper is not None:
         sources.append((paper, "paper (Yan et al. 2026)", dict(facecolor="none", edgecolor="0.45")))
+    marker = markers_for(b for df, _, _ in sources for b in df.index.get_level_values(0))
     labels = []
     for df, label, style in sources:
         if ranges and label in ranges:
@@ -498,21 +534,28 @@ def recovery_vs_accuracy(ours: pd.DataFrame, paper: pd.DataFrame | None = None, 
         # the lead source on top at full size, the paper's hollow markers under it, the other sources smaller and
         # lighter below both (a reader's own run was hidden under the archived markers where they overlap)
         lead, ref = df is ours, df is paper
-        look = dict(s=55, zorder=3) if lead else dict(s=55, zorder=2) if ref else dict(s=30, zorder=1.5, alpha=0.55)
+        # (the lead's markers edged in white, so that markers piled on one spot stay apart)
+        look = (dict(s=55, zorder=3, edgecolors="white", linewidths=0.6) if lead else dict(s=55, zorder=2) if ref
+                else dict(s=30, zorder=1.5, alpha=0.55))
         for (bs, tau), row in df.iterrows():
-            ax.scatter(row["test_acc"], row["recovery_unweighted"], marker=MARKERS.get(str(bs), "D"),
+            ax.scatter(row["test_acc"], row["recovery_unweighted"], marker=marker[str(bs)],
                        label=f"{label}, bs={bs}" if tau == df.loc[bs].index[0] else None, **look, **style)
             if lead or ref:   # τ named for the lead source and the paper; the lines order the rest
                 labels.append((row["test_acc"], row["recovery_unweighted"], f"τ={tau}",
                                dict(fontsize=MIN_FONT_PT, color=colour)))
     # the ceiling is named in the legend, not beside its line, where a point's τ label near K_c could meet it
-    ax.axhline(k_c, color="0.6", ls="--", lw=1, label=f"ceiling K_c = {k_c}")
+    ceilings = {} if isinstance(k_c, dict) else {k_c: []}
+    for label, k in (k_c.items() if isinstance(k_c, dict) else ()):
+        ceilings.setdefault(k, []).append(label)
+    for k, who in sorted(ceilings.items()):   # where the cohorts differ, each ceiling but the paper's names its sources
+        named = "" if len(ceilings) == 1 else " (the rest)" if "paper" in who else f" ({', '.join(who)})"
+        ax.axhline(k, color="0.6", ls="--", lw=1, label=f"ceiling K_c = {k}{named}")
     ax.axhline(1, color="0.6", ls=":", lw=1)
     ax.set_yscale("log")
     plain_log_ticks(ax, "y")
     _labelled(ax, xlabel="test accuracy (fraction), median over the summary window",
               ylabel="recovery factor 1/Δ_S (unweighted)", title=title, ncol=2)
-    place_labels(ax, labels)
+    place_labels(ax, labels, drop=True)
     return ax
 
 
@@ -523,9 +566,10 @@ def against_stage(table: pd.DataFrame, value: str = "recovery_unweighted", *, ax
     checkpoint's test accuracy ``stage_acc``, one line per local protocol (solid: full batch), log scale;
     ``k_c``: drawn as the ceiling of 1/Δ_S."""
     ax = ax or plt.subplots(figsize=(6.4, 4.2))[1]
+    marker = markers_for(table["batch_size"])
     for i, bs, tau, g in _by_protocol(table):
         g = g.sort_values("stage_acc")
-        _iqr_line(ax, g["stage_acc"], g, value, marker=MARKERS.get(str(bs), "D"), lw=1.2, color=f"C{i}",
+        _iqr_line(ax, g["stage_acc"], g, value, marker=marker[str(bs)], lw=1.2, color=f"C{i}",
                   ls="-" if str(bs) == "full" else "--", label=f"bs={bs}, τ={tau}")
     if k_c is not None:
         ax.axhline(k_c, color="0.6", ls="--", lw=1)
@@ -603,9 +647,10 @@ def step_size(table: pd.DataFrame, *, ax: plt.Axes | None = None, legend: bool =
     interquartile range) against lr, log axes with a tick at every lr measured, one line per (batch size, τ);
     solid lines are full batch, and cells measured at two lr only are markers without a line."""
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+    marker = markers_for(table["batch_size"])
     for i, bs, tau, g in _by_protocol(table):
         g = g.sort_values("lr")
-        _iqr_line(ax, g["lr"], g, "recovery_unweighted", marker=MARKERS.get(str(bs), "D"), color=f"C{i}",
+        _iqr_line(ax, g["lr"], g, "recovery_unweighted", marker=marker[str(bs)], color=f"C{i}",
                   ls=("-" if str(bs) == "full" else "--") if len(g) > 2 else "none", label=f"bs={bs}, τ={tau}")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -676,10 +721,11 @@ def recovery_vs_parameters(table: pd.DataFrame, *, ax: plt.Axes | None = None, p
 
     ax = ax or plt.subplots(figsize=(6.4, 4.2))[1]
     t = table if target is None else table[table["target"] == target]
+    marker = markers_for(t["batch_size"])
     for i, bs, tau, g in _by_protocol(t):
         for source, gs in g.groupby("source"):
             gs = gs.sort_values("params")
-            _iqr_line(ax, gs["params"], gs, "recovery_unweighted", marker=MARKERS.get(str(bs), "D"), color=f"C{i}",
+            _iqr_line(ax, gs["params"], gs, "recovery_unweighted", marker=marker[str(bs)], color=f"C{i}",
                       mfc="none" if source == "fedavg" else f"C{i}", ls="-" if str(bs) == "full" else "--",
                       label=protocol_label(bs, tau) if source == "centralised" or g["source"].nunique() == 1 else None)
     if paper is not None:

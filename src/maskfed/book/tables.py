@@ -36,6 +36,7 @@ class Source:
     high: pd.DataFrame | None = None
     seeds: int = 1
     rounds: int | None = None
+    k_c: int | None = None         # the runs' cohort size K_c (the ceiling on 1/Δ_S)
 
 
 def sources(experiment: str, live_name: str, live_results: list, found: list[archive.ArchivedSummary],
@@ -54,7 +55,7 @@ def sources(experiment: str, live_name: str, live_results: list, found: list[arc
     def one(name, results, table):
         n_seeds = len({r.config.seed for r in results})
         low, high = uncertainty.seed_range(results, BY[experiment]) if n_seeds > 1 else (None, None)
-        return Source(name, table, low, high, n_seeds, results[0].config.rounds)
+        return Source(name, table, low, high, n_seeds, results[0].config.rounds, results[0].config.cohort_size)
 
     out = [one(archive.column_name(a.profile), a.results, a.table) for a in found]
     live = one(live_label(live_name, live_first), live_results, summarise(live_results))
@@ -96,23 +97,25 @@ NAMES = {"recovery_unweighted": "1/Δ_S", "recovery_weighted": "1/Δ_S (n_k-wtd.
 def main_table(experiment: str, first: Source, paper: pd.DataFrame) -> pd.DataFrame:
     """The narrow table a reader sees first: per row, the local steps T (Table I), and for each main quantity the
     closest source ``first``'s median over seeds with its range beside the ``paper``'s value; text cells, columns
-    ``(quantity, source)``."""
-    t = first.table
+    ``(quantity, source)``, rows the settings of either (:func:`maskfed.analysis.summary.protocol_order`), "–"
+    where one lacks a setting."""
+    rows = summary.protocol_order(first.table.index.union(paper.index, sort=False))
+    t = first.table.reindex(rows)
+    low, high = (None if x is None else x.reindex(rows) for x in (first.low, first.high))
     cols = {}
-    if experiment == "table1":
-        cols[("T", first.name)] = [book.FORMATS["T_mean"].format(v) for v in t["T_mean"]]  # as every table writes T
+    if experiment == "table1":   # as every table writes T
+        cols[("T", first.name)] = ["–" if pd.isna(v) else book.FORMATS["T_mean"].format(v) for v in t["T_mean"]]
     for q, fmt in MAIN[experiment]:
-        lows = first.low[q] if first.low is not None else [None] * len(t)
-        highs = first.high[q] if first.high is not None else [None] * len(t)
+        lows = low[q] if low is not None else [None] * len(t)
+        highs = high[q] if high is not None else [None] * len(t)
         cols[(NAMES[q], first.name)] = [with_range(m, lo, hi, fmt) for m, lo, hi in zip(t[q], lows, highs)]
-        cols[(NAMES[q], "paper")] = [with_range(paper[q].get(i), None, None, fmt) for i in t.index]
-    return pd.DataFrame(cols, index=t.index)
+        cols[(NAMES[q], "paper")] = [with_range(paper[q].get(i), None, None, fmt) for i in rows]
+    return pd.DataFrame(cols, index=rows)
 
 
 def full_table(srcs: list[Source], paper: pd.DataFrame) -> pd.DataFrame:
     """Every quantity of :data:`maskfed.studies.experiments.TABLE_COLUMNS` for every source and the paper,
-    each quantity's sources side by side (:func:`maskfed.analysis.summary.compare`), on the closest
-    source's rows."""
+    each quantity's sources side by side (:func:`maskfed.analysis.summary.compare`), on every source's settings."""
     return summary.compare({**{s.name: s.table for s in srcs}, "paper": paper}, experiments.TABLE_COLUMNS)
 
 

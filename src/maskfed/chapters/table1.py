@@ -17,6 +17,7 @@ from maskfed.book.plots import recovery_vs_accuracy
 from maskfed.core.diversity import predicted_recovery_factor
 from maskfed.engine.config import Profile, load_profile
 from maskfed.engine.models import build_model, num_parameters
+from maskfed.names import PAPER
 from maskfed.studies import archive, experiments
 
 #: The index of Table I's rows: (batch size as text, local epochs τ).
@@ -59,6 +60,19 @@ def estimator_values(table: pd.DataFrame, k_c: int) -> dict:
             "t1_mu_span": round(table["mu2_hat"].max() / table["mu2_hat"].min()),
             "t1_eq12_dev": round(100 * ((predicted_recovery_factor(r, k_c) - rec).abs() / rec).max(), 1),
             "t1_wtd_gap": round(100 * ((table["recovery_weighted"] - rec).abs() / rec).max(), 2)}
+
+
+def grid_values(table: pd.DataFrame, paper: pd.DataFrame) -> dict:
+    """The lead source's grid (``table``, a Table I summary): its batch sizes and τ as text in the tables' order
+    (``t1_grid_bs``, ``t1_grid_tau``), T's smallest and largest cohort mean (``t1_T_min``, ``t1_T_max``, whole
+    steps), how many protocols are full-batch and minibatch (``t1_n_full``, ``t1_n_mini``) and how many it shares
+    with the ``paper``'s table (``t1_n_shared``, the pairs of the rank correlations)."""
+    rows = summary.protocol_order(table.index)
+    bs, tau = (list(dict.fromkeys(rows.get_level_values(i))) for i in (0, 1))
+    full = sum(str(b) == "full" for b in rows.get_level_values(0))
+    return {"t1_grid_bs": ", ".join(map(str, bs)), "t1_grid_tau": ", ".join(map(str, sorted(tau))),
+            "t1_T_min": round(table["T_mean"].min()), "t1_T_max": round(table["T_mean"].max()),
+            "t1_n_full": full, "t1_n_mini": len(rows) - full, "t1_n_shared": len(table.index.intersection(paper.index))}
 
 
 def steepest_fall(runs: pd.DataFrame) -> float:
@@ -150,7 +164,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     reps = uncertainty.replicate_tables(first_results, BY, n_boot=uncertainty.N_BOOT)
     contrast, p_contrast = summary.table1_contrast(t, paper), summary.table1_contrast(paper, paper)
     live, other, most = tables.roles(srcs, own)  # the coverage sentence is about the source with the most seeds
-    values = {"t1_first": first.name, "t1_rounds": first.rounds, "t1_n_seeds": first.seeds,
+    values = {"t1_first": first.name, "t1_rounds": first.rounds, "t1_n_seeds": first.seeds, **grid_values(t, paper),
               "t1_cov_source": most.name, "t1_cov_seeds": most.seeds,
               "t1_coverage_pct": round(100 * uncertainty.seed_range_coverage(most.seeds), 2),
               "t1_changes": (book.banner(prof).loc["changes", "value"] if own else "") or "none"}
@@ -205,10 +219,12 @@ def eq12_round_gap(results: list, k_c: int) -> float:
 
 
 def figure_recovery(f: Findings) -> plt.Figure:
-    """Figure 1: 1/Δ_S against test accuracy per protocol, every source, the paper's, K_c."""
+    """Figure 1: 1/Δ_S against test accuracy per protocol, every source, the paper's, and each source's ceiling
+    K_c (the paper's: its 10 clients a round)."""
     fig, ax = plt.subplots(figsize=(6.4, 5.2))
     first = f.first
-    recovery_vs_accuracy(first.table, f.paper, k_c=f.k_c, ax=ax, ours_label=first.name,
+    k_c = {s.name: s.k_c for s in f.srcs} | {"paper": load_profile(PAPER).base["cohort_size"]}
+    recovery_vs_accuracy(first.table, f.paper, k_c=k_c, ax=ax, ours_label=first.name,
                          others={s.name: s.table for s in f.srcs[1:]},
                          ranges=None if first.low is None else {first.name: (first.low, first.high)})
     return fig

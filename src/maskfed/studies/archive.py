@@ -425,7 +425,8 @@ class ArchiveLabel:
         verification's date and machine (:func:`machine_text`), the runs it re-ran (among these runs or the rest
         of the archive), the largest relative difference of their :func:`summary_cells` and of their 1/Δ_S cell
         (3 significant digits, NaN without a record), the tolerance, :func:`difference_text` of each that
-        differed, ``own code`` (outcome with the runs' own run code), :attr:`changed` and :attr:`unverified`."""
+        differed, ``own code`` (outcome with the runs' own run code, and its machine where that is not the
+        verification's), :attr:`changed` and :attr:`unverified`."""
         v = self.verification or {}
         runs = v.get("runs", [])
         reran, own = [r["label"] for r in runs], self.own_code_check
@@ -441,7 +442,9 @@ class ArchiveLabel:
                 "max rel. diff": _significant(worst), "1/Δ_S rel. diff": _significant(factor),
                 "tolerance": v.get("summary_rtol", SUMMARY_RTOL) if v else math.nan,
                 "first difference": "; ".join(difference_text(r) for r in runs if not r["identical"]),
-                "own code": "" if own is None else verification_outcome(own), "changed": "; ".join(self.changed),
+                "own code": "" if own is None else verification_outcome(own) + (  # where, if not where this code ran
+                    f" on {own.get('machine', '?')}" if own.get("machine") != v.get("machine") else ""),
+                "changed": "; ".join(self.changed),
                 "unverified": ", ".join(self.unverified) if self.checked_before else ""}
 
     def text(self) -> str:
