@@ -330,7 +330,7 @@ def test_verify_relabels_only_when_every_rerun_metric_is_bit_identical(dirs_in_t
     assert bad["runs"][0]["within_tolerance"] is True and bad["runs"][0]["summary_max_rel_diff"] <= archive.SUMMARY_RTOL
     assert bad["within_tolerance"] is True and bad["outcome"] == "within tolerance"
     lab = archive.label(archive.load_archive("smoke"), "smoke")
-    assert lab.outcome == "within tolerance" and lab.machine_id["id"] == bad["machine_id"]["id"]
+    assert lab.outcome == "within tolerance" and lab.verification["machine_id"]["id"] == bad["machine_id"]["id"]
     assert lab.status == "within tolerance" and bad["machine_id"]["id"] in lab.record()["verified on"]
     assert 0 < lab.record()["max rel. diff"] <= archive.SUMMARY_RTOL
     assert archive.label(archive.load_archive("smoke"), "smoke").code_changed is True
@@ -771,7 +771,7 @@ def test_label_says_within_tolerance_and_on_which_machine_identity(dirs_in_tmp):
         "column": "recovery_unweighted", "round": 1, "archived": 2.319069658, "rerun": 2.319069646}}
     (root / archive.VERIFIED).write_text(json.dumps([rec]))
     lab = archive.label(runs, "smoke")
-    assert lab.outcome == "within tolerance" and lab.verified is False and lab.machine_id["id"] == "0123456789ab"
+    assert lab.outcome == "within tolerance" and lab.verified is False and lab.verification["machine_id"]["id"] == "0123456789ab"
     assert lab.status == "within tolerance"
     where = lab.record()["verified on"]  # the device, the processor, its vector unit, torch and the machine's id
     assert where.startswith("cpu (") and "Xeon(R)" in where

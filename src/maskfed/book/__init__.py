@@ -19,7 +19,7 @@ from pandas.io.formats.style import Styler
 
 from maskfed.book.settings import settings_table  # noqa: F401  (the book's table of whose setting is whose)
 from maskfed.engine.config import load_profile, Profile
-from maskfed.engine.runner import data_fingerprint, fingerprint_of_kind, images_for, recorded_fingerprint
+from maskfed.engine.runner import data_fingerprint, images_for, recorded_fingerprint
 from maskfed.perf import bench
 
 if TYPE_CHECKING:
@@ -196,12 +196,6 @@ def data_source(profile: Profile) -> dict:
     (:func:`maskfed.engine.runner.data_fingerprint`, which the runs' cache keys use)."""
     images = images_for(profile.run(profile.seeds[0]))
     return {"data": without_paths(images.source), "fingerprint": data_fingerprint(images)}
-
-
-def data_note(profile: Profile) -> str:
-    """:func:`data_source`'s two values joined by "; "."""
-    d = data_source(profile)
-    return f"{d['data']}; fingerprint {d['fingerprint']}"
 
 
 def profile_changes(profile: Profile) -> dict:

@@ -22,9 +22,6 @@ from maskfed.studies import archive, experiments
 #: The archived profile whose stage study, α-cross and trend test the two chapters' fixed sentences describe.
 ARCHIVED = CPU_PAPER
 
-#: The settings that name a row of each table.
-BY = evidence.BY
-
 
 @dataclass
 class Source:
@@ -48,13 +45,13 @@ def sources(experiment: str, live_name: str, live_results: list, found: list[arc
     Raises:
         ValueError: unknown experiment.
     """
-    if experiment not in BY:
-        raise ValueError(f"experiment must be one of {sorted(BY)}; got {experiment!r}")
+    if experiment not in evidence.BY:
+        raise ValueError(f"experiment must be one of {sorted(evidence.BY)}; got {experiment!r}")
     summarise = {"table1": experiments.table1, "table2": experiments.table2}[experiment]
 
     def one(name, results, table):
         n_seeds = len({r.config.seed for r in results})
-        low, high = uncertainty.seed_range(results, BY[experiment]) if n_seeds > 1 else (None, None)
+        low, high = uncertainty.seed_range(results, evidence.BY[experiment]) if n_seeds > 1 else (None, None)
         return Source(name, table, low, high, n_seeds, results[0].config.rounds, results[0].config.cohort_size)
 
     out = [one(archive.column_name(a.profile), a.results, a.table) for a in found]

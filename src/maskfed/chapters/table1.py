@@ -21,7 +21,7 @@ from maskfed.names import PAPER
 from maskfed.studies import archive, experiments
 
 #: The index of Table I's rows: (batch size as text, local epochs τ).
-BY = ["batch_size", "local_epochs"]
+BY = evidence.BY["table1"]
 
 #: The verdict page's claims judged again at matched stage on this page (:func:`maskfed.book.tables.matched_values`).
 MATCHED_CLAIMS = ("cliff", "floor", "tau", "monotone_t", "spans", "signal_steps")

@@ -396,11 +396,6 @@ class ArchiveLabel:
         return None if self.verification is None else verification_outcome(self.verification)
 
     @property
-    def machine_id(self) -> dict | None:
-        """:func:`maskfed.provenance.machine_identity` of :attr:`verification`, when recorded."""
-        return None if self.verification is None else self.verification.get("machine_id")
-
-    @property
     def code_changed(self) -> bool:
         """Some run was made by other run code than this checkout's, and :attr:`verified` is False."""
         return any(h != self.current_code_hash for h in self.code_hashes) and not self.verified
