@@ -285,6 +285,72 @@ def test_place_labels_keeps_labels_of_coinciding_points_apart():
     plt.close(fig)
 
 
+def test_place_labels_ties_only_a_label_placed_away_from_its_point_to_it_by_a_line():
+    from maskfed.book.plots import LEADER_PT, place_labels
+
+    # prepare: eight labels of one point (the later ones placed further out) and one label alone
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.plot([1, 10, 100, 1000], [1, 3, 1, 5], "o")
+    ax.set_xscale("log")
+    # execute
+    place_labels(ax, [(100, 1, f"τ={t}", {"fontsize": 9}) for t in (1, 2, 5, 10, 20, 50, 100, 200)] + [(10, 3, "alone", {"fontsize": 9})])
+    # assert: a line exactly where the label's nearest edge is more than LEADER_PT from its point
+    fig.canvas.draw()
+    renderer, lim = fig.canvas.get_renderer(), LEADER_PT * fig.dpi / 72
+    far = []
+    for label in ax.texts:
+        box, (px, py) = plots.text_box(label, renderer), ax.transData.transform(label.xy)
+        far.append(np.hypot(max(box.x0 - px, 0, px - box.x1), max(box.y0 - py, 0, py - box.y1)) > lim)
+    assert any(far) and not far[-1] and not far[0]
+    assert [label.arrow_patch is not None for label in ax.texts] == far
+    plt.close(fig)
+
+
+def test_place_labels_ties_a_label_as_near_another_marker_as_its_own_to_its_point():
+    from maskfed.book.plots import place_labels
+
+    # prepare: a marker with neighbours up left and up right (its label's place lies as near one of them) and one
+    # alone; the first label lands 17.6 px from its own marker and 11.8 px from a neighbour, within LEADER_PT
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.plot([5, 5.6, 4.4, 2], [5, 5.25, 5.25, 2], "o")
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 10)
+    # execute
+    place_labels(ax, [(5, 5, "bs 32", {"fontsize": 9}), (2, 2, "alone", {"fontsize": 9})])
+    # assert: the crowded label gets its line, the lone one none
+    assert [label.arrow_patch is not None for label in ax.texts] == [True, False]
+    plt.close(fig)
+
+
+def test_place_labels_keeps_a_label_off_a_neighbours_error_bar():
+    from maskfed.book.plots import place_labels
+
+    # prepare: a point whose label's first place (up right) lies across the error bar of a neighbour below it
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.errorbar([5, 5.45], [5, 3], yerr=[[0, 0], [0, 4]], fmt="o")
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 10)
+    # execute
+    place_labels(ax, [(5, 5, "bs 32", {"fontsize": 9})])
+    # assert: the words keep off the bar (x = 5.45 from y = 3 to 7)
+    fig.canvas.draw()
+    box = plots.text_box(ax.texts[0], fig.canvas.get_renderer())
+    (bx, by0), (_, by1) = ax.transData.transform([(5.45, 3), (5.45, 7)])
+    assert not (box.x0 <= bx <= box.x1 and box.y1 >= by0 and box.y0 <= by1)
+    plt.close(fig)
+
+
+def test_gaps_are_the_distances_to_a_box_edge_and_zero_inside():
+    from matplotlib.transforms import Bbox
+
+    # prepare: a 2 x 1 box at (0, 0); points left of it, above a corner and inside
+    box = Bbox([[0, 0], [2, 1]])
+    # execute
+    got = plots._gaps(box, np.array([[-3, 0.5], [5, 5], [1, 0.5]]))
+    # assert: 3; the corner (2, 1) to (5, 5) is 5; 0
+    assert np.allclose(got, [3, 5, 0])
+
+
 def test_place_labels_with_drop_puts_a_label_nearest_its_own_point_or_leaves_it_out():
     from maskfed.book.plots import place_labels
 
@@ -302,7 +368,7 @@ def test_place_labels_with_drop_puts_a_label_nearest_its_own_point_or_leaves_it_
     fig.canvas.draw()
     points = ax.transData.transform(np.column_stack([xs, ys]))
     for name, t in texts.items():
-        b = t.get_window_extent()
+        b = plots.text_box(t)
         centre = np.array([(b.x0 + b.x1) / 2, (b.y0 + b.y1) / 2])
         assert np.argmin(np.hypot(*(points - centre).T)) == int(name[1:]), name
         line_y = ax.transData.transform((0, 2.06))[1]

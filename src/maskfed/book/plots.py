@@ -151,7 +151,7 @@ def figure_problems(fig: plt.Figure) -> list[str]:
                 problems.append(f"{where}: the legend covers {', '.join(map(repr, covered[:3]))}")
         texts = [t for t in ax.texts if t.get_visible() and t.get_text().strip()]
         for a, b in itertools.combinations(texts, 2):
-            if a.get_window_extent(renderer).overlaps(b.get_window_extent(renderer)):
+            if text_box(a, renderer).overlaps(text_box(b, renderer)):   # the words; a leader line may cross
                 problems.append(f"{where}: labels {a.get_text()!r} and {b.get_text()!r} overlap")
         for axis, scale in (("x", ax.get_xscale()), ("y", ax.get_yscale())):
             vals = _positive_values(ax, axis)
@@ -387,20 +387,42 @@ def _below_labels(ax: plt.Axes) -> None:
 #: of growing radius, eight directions each (wider than tall, as labels are).
 LABEL_OFFSETS = tuple((round(1.8 * r * math.cos(a), 1), round(r * math.sin(a), 1))
                       for r in (9, 16, 24, 32) for a in np.radians([30, -30, 150, -150, 90, -90, 0, 180]))
+#: A label whose nearest edge lies farther than this (points) from its point is tied to it by a thin line.
+LEADER_PT = 14
+
+
+def _gaps(box, points_Nx2: np.ndarray) -> np.ndarray:
+    """Distance (display units) from each point to the nearest edge of ``box``; 0 inside it."""
+    x, y = np.asarray(points_Nx2, dtype=float).reshape(-1, 2).T
+    return np.hypot(np.maximum.reduce([box.x0 - x, np.zeros_like(x), x - box.x1]),
+                    np.maximum.reduce([box.y0 - y, np.zeros_like(y), y - box.y1]))
+
+
+def text_box(text: plt.Text, renderer=None):
+    """The display box of ``text``'s words (an annotation's ``get_window_extent`` includes its leader line)."""
+    return plt.matplotlib.text.Text.get_window_extent(text, renderer)
 
 
 def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]], offsets=LABEL_OFFSETS,
                  drop: bool = False) -> None:
     """Annotate ``points`` (``(x, y, text, style)``, data coordinates; ``style`` goes to ``ax.annotate``): each
-    label takes the first of ``offsets`` (points) at which it lies inside the axes and meets no earlier label and
-    no marker, failing that no earlier label; with ``drop``, a label with no such place that is also nearer its own
+    label takes the first of ``offsets`` (points) at which it lies inside the axes and meets no earlier label,
+    no marker and no error bar, failing that no earlier label and no marker, failing that no earlier label; with ``drop``, a label with no such place that is also nearer its own
     point than any other of ``points`` in its colour and off the horizontal reference lines (a ceiling) is left out
-    (points piled on one spot), where otherwise it would name the wrong marker or overlap."""
+    (points piled on one spot), where otherwise it would name the wrong marker or overlap. A label placed farther
+    than :data:`LEADER_PT` from its point, or no nearer its own point than (1.5 times) another marker, is tied to it
+    by a thin line in its colour."""
     ax.figure.canvas.draw()   # the final axes limits and size
     renderer = ax.figure.canvas.get_renderer()
     r = 4 * ax.figure.dpi / 72   # a marker's half width (4 points): labels keep off the markers too
     centres = _data_points(ax).reshape(-1, 2)
     markers = [plt.matplotlib.transforms.Bbox([[x - r, y - r], [x + r, y + r]]) for x, y in centres]
+    bars = []   # error bars (segments in data coordinates): a label across one reads garbled
+    for lines in ax.collections:
+        if isinstance(lines, plt.matplotlib.collections.LineCollection) and lines.get_transform() == ax.transData:
+            for seg in lines.get_segments():
+                (x0, y0), (x1, y1) = ax.transData.transform(seg).min(axis=0), ax.transData.transform(seg).max(axis=0)
+                bars.append(plt.matplotlib.transforms.Bbox([[x0 - 1, y0 - 1], [x1 + 1, y1 + 1]]))
     frame = ax.get_window_extent(renderer)   # labels stay inside the axes
     if drop:   # horizontal reference lines (axhline: y in data, x across the axes) are obstacles too
         for line in ax.get_lines():
@@ -422,7 +444,7 @@ def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]], off
     placed, labels = [], []
     for x, y, text, style in points:
         label, box = None, None
-        for avoid in (placed + markers,) if drop else (placed + markers, placed):
+        for avoid in (placed + markers + bars,) if drop else (placed + markers + bars, placed + markers, placed):
             for dx, dy in offsets[:24] if drop else offsets:   # with drop, not the farthest ring (a label floats there)
                 label = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), ha="center",
                                     va="center", **style)
@@ -440,6 +462,17 @@ def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]], off
             label = ax.annotate(text, (x, y), textcoords="offset points", xytext=offsets[0], ha="center",
                                 va="center", **style)
             box = label.get_window_extent(renderer)
+        own = ax.transData.transform((x, y))
+        gaps = _gaps(box, centres)
+        gap = _gaps(box, own[None, :])[0]
+        rivals = gaps[np.hypot(*(centres - own).T) > r]   # the other markers (not those on its own point)
+        # far from its point, or no nearer it than to another marker: a line says which marker it names
+        if gap > LEADER_PT * ax.figure.dpi / 72 or (len(rivals) and rivals.min() <= 1.5 * gap):
+            xytext = label.xyann
+            label.remove()
+            label = ax.annotate(text, (x, y), textcoords="offset points", xytext=xytext, ha="center", va="center",
+                                arrowprops={"arrowstyle": "-", "lw": 0.6, "alpha": 0.7, "shrinkA": 1, "shrinkB": 4,
+                                            "color": style.get("color", "0.3")}, **style)
         placed.append(box)
         labels.append(label)
     ax._book_labels = (points, labels, drop)   # finish() places them again after the layout changes
