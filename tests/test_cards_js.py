@@ -155,3 +155,60 @@ def test_a_card_names_a_short_row_label_by_its_index_and_a_long_one_by_itself(tm
         browser.close()
     # assert: "bs 32" and "bs full" keep their index's name; the claim's title stands alone (not "claim The cliff")
     assert got == ["bs 32", "bs full", "The cliff"]
+
+
+@pytest.mark.slow
+def test_a_card_sets_a_sentence_below_its_label_left_aligned_and_keeps_a_number_beside_its_label(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    # prepare: a table too wide for a phone, one cell of running text (a criterion) and numbers
+    words = "Holds if some protocol has such rounds and their share falls with the noise"
+    page_path = tmp_path / "page.html"
+    page_path.write_text("<!doctype html><html><head><meta name='viewport' content='width=device-width'>"
+                         f"<style>{(STATIC / 'maskfed.css').read_text()}</style></head><body><article>"
+                         + _table("t", ["criterion"] + [f"c{i}" for i in range(9)], [[words] + ["1.123456e-08"] * 9])
+                         + f"<script>{(STATIC / 'maskfed-cards.js').read_text()}</script></article></body></html>")
+    # execute
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=browsercheck.chromium_path(), headless=True,
+                                     args=list(browsercheck.CHROMIUM_FLAGS))
+        page = browser.new_page(viewport={"width": 390, "height": 900})
+        page.goto(page_path.as_uri())
+        got = page.evaluate("""() => Array.from(document.querySelectorAll('td')).slice(0, 2).map(td => {
+            const s = getComputedStyle(td);  // flex: the label beside its value; block: the label on a line of its own
+            return {align: s.textAlign, labelBeside: s.display === 'flex'}; })""")
+        stacked = page.evaluate("() => document.getElementById('t').classList.contains('maskfed-cards-stack')")
+        browser.close()
+    # assert: the sentence reads from the left under its label; the number stays right of its label, as before
+    assert stacked
+    assert got == [{"align": "left", "labelBeside": False}, {"align": "right", "labelBeside": True}]
+
+
+@pytest.mark.slow
+def test_a_table_that_fits_a_phone_only_as_a_word_or_two_a_line_reads_as_cards(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    # prepare: a text column of pairs beside five numbers (the verdict page's table of runs still falling)
+    pairs = "; ".join(f"bs 32 τ {t} over bs 128 τ {t}: ×1.07, moving against it by 0.21 % a round" for t in (1, 2, 5))
+    page_path = tmp_path / "page.html"
+    page_path.write_text("<!doctype html><html><head><meta name='viewport' content='width=device-width'>"
+                         f"<style>{(STATIC / 'maskfed.css').read_text()}"
+                         "#t td, #t th { white-space: nowrap; }</style></head><body style='margin:0'><article>"
+                         + _table("t", ["claim", "cells", "still", "way", "rate", "pairs"],
+                                  [["Minibatch floor", "3", "2 of 3", "against", "0.21", pairs]])
+                         + f"<script>{(STATIC / 'maskfed-cards.js').read_text()}</script></article></body></html>")
+    # execute
+    got = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=browsercheck.chromium_path(), headless=True,
+                                     args=list(browsercheck.CHROMIUM_FLAGS))
+        for width in (1400, 390):
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.goto(page_path.as_uri())
+            got[width] = page.evaluate("() => Array.from(document.getElementById('t').classList).sort()")
+            page.close()
+        browser.close()
+    # assert: on a wide screen the pairs wrap in their column; on a phone, where wrapping leaves a word or two a
+    # line, the row reads as a card
+    assert got[1400] == ["maskfed-cards", "maskfed-wrap"]
+    assert got[390] == ["maskfed-cards", "maskfed-cards-stack"]

@@ -6,6 +6,7 @@
    so a desktop reader sees the table unchanged. Multi-row headers (pandas' column levels) are joined
    with " · ", and row labels spanning several rows (pandas' sparse index) are repeated on each card. */
 (function () {
+  const PROSE_CHARS = 40;  // a cell longer than this is text to read, not a value to look up
   function headerLabels(table) {
     const rows = Array.from(table.querySelectorAll(':scope > thead > tr'));
     const labels = [];
@@ -63,6 +64,8 @@
           if (text) names.push(named(col, text));
         } else if (labels[col]) {
           cell.setAttribute('data-label', labels[col]);
+          // a sentence or more (a criterion, a claim's statement): in a card it reads below its label, left-aligned
+          if ((cell.textContent || '').trim().length > PROSE_CHARS) cell.classList.add('maskfed-prose');
         }
         col += parseInt(cell.getAttribute('colspan') || '1', 10);
       }
@@ -84,9 +87,21 @@
     if (tooWide(table)) {
       keepWhole(table);
       table.classList.add('maskfed-wrap');
-      if (tooWide(table)) table.classList.remove('maskfed-wrap');
+      // wrapped to fit a phone's column, but into a word or two a line: cards read better
+      if (tooWide(table) || (table.parentElement.clientWidth < PHONE_PX && tooTall(table))) {
+        table.classList.remove('maskfed-wrap');
+      }
     }
     if (tooWide(table)) table.classList.add('maskfed-cards-stack');
+  }
+  const PHONE_PX = 600;   // a column narrower than this is a phone's (maskfed.css: the figures' phone layout)
+  const TALL_LINES = 8;  // a wrapped cell taller than this many lines of its text makes the table read as cards
+  function tooTall(table) {
+    return Array.from(table.querySelectorAll('td')).some(td => {
+      const style = getComputedStyle(td);
+      const line = parseFloat(style.lineHeight) || 1.2 * parseFloat(style.fontSize);
+      return td.clientHeight > TALL_LINES * line;
+    });
   }
   function tooWide(table) {  // overflows itself (an output's table), or is wider than its column (a Markdown table,
     // which the theme puts in a box that scrolls sideways)
