@@ -311,7 +311,7 @@ def test_verify_relabels_only_when_every_rerun_metric_is_bit_identical(dirs_in_t
     assert [r["outcome"] for r in record["runs"]] == ["bit-identical"] * 2
     assert record["machine_id"] == provenance.machine_identity("cpu") and record["summary_rtol"] == archive.SUMMARY_RTOL
     lab = archive.label(runs, "smoke")
-    assert lab.code_changed is False and lab.status == "reproduced"
+    assert lab.code_changed is False and lab.status == "bit-identical"
     assert [lab.record()[k] for k in ("re-run", "re-run here", "re-run other")] == [2, 2, 0]
     # another code hash is not covered by that check
     monkeypatch.setattr(provenance, "code_hash", lambda: "0000000000000000")
@@ -469,7 +469,7 @@ def test_runs_added_with_this_code_need_a_verification_that_covers_them(dirs_in_
     lab = archive.label(runs, "smoke")
     # the text says which runs are which
     assert lab.verified is True and lab.code_changed is False and lab.same_code_runs == 1 and lab.unverified == []
-    assert lab.status == "reproduced" and (lab.runs, lab.same_code_runs) == (3, 1)
+    assert lab.status == "bit-identical" and (lab.runs, lab.same_code_runs) == (3, 1)
     assert [lab.record()[k] for k in ("re-run", "re-run here", "re-run other")] == [2, 2, 0]
     # a label of a subset counts the re-run runs among its own runs apart from those of the rest of the archive
     sub = archive.label([r for r in runs if r.config.label() != cfgs[1].label()], "smoke").record()
@@ -489,7 +489,7 @@ def test_an_edited_archived_file_is_named_by_the_label_and_never_called_reproduc
     cfgs, runs = _two_archived_runs(monkeypatch)
     labels = [c.label() for c in cfgs]
     assert archive.verify_archive("smoke", labels=labels)["identical"] is True
-    assert archive.label(runs, "smoke").status == "reproduced"
+    assert archive.label(runs, "smoke").status == "bit-identical"
     path = runs[0].path / "metrics.csv"
     clean = path.read_bytes()
     m = pd.read_csv(path)
@@ -497,7 +497,7 @@ def test_an_edited_archived_file_is_named_by_the_label_and_never_called_reproduc
     m.to_csv(path, index=False)
     # the label is computed from the files on disk, before any check runs
     lab = archive.label(archive.load_archive("smoke"), "smoke")
-    # which run and which file, and no "reproduced"
+    # which run and which file, and no "bit-identical"
     assert lab.changed == [f"{runs[0].path.name}: metrics.csv changed"]
     assert lab.code_changed is True and lab.verified is False
     assert lab.status == "files changed" and lab.record()["changed"] == lab.changed[0]
@@ -512,7 +512,7 @@ def test_an_edited_archived_file_is_named_by_the_label_and_never_called_reproduc
     # pass on these exact files counts again
     path.write_bytes(clean)
     lab = archive.label(archive.load_archive("smoke"), "smoke")
-    assert lab.changed == [] and lab.verified is True and lab.status == "reproduced"
+    assert lab.changed == [] and lab.verified is True and lab.status == "bit-identical"
 
 
 def test_a_newer_failed_verification_is_shown_not_shadowed_by_an_older_pass(dirs_in_tmp, monkeypatch):
@@ -717,7 +717,7 @@ def test_a_run_of_this_code_edited_with_its_manifest_is_never_called_reproduced(
     (root / archive.VERIFIED).write_text(json.dumps([_verification_record(runs)]))
     lab = archive.label(runs, "smoke")
     assert lab.verified is True and lab.outcome == "bit-identical" and lab.unverified == []
-    assert lab.status == "reproduced"
+    assert lab.status == "bit-identical"
     # this code's run edited consistently, its manifest rewritten to match
     m = pd.read_csv(root / "ours" / "metrics.csv")
     m.loc[0, "recovery_unweighted"] = 2.5
@@ -757,7 +757,7 @@ def test_summary_cells_within_tolerance_when_metrics_differ_in_the_last_digits()
     assert archive.compare_summaries(m, blank)["max_rel_diff"] == np.inf and archive.compare_summaries(m, blank)["worst"] == "test_acc"
     assert archive.verification_outcome({"identical": True}) == "bit-identical"
     assert archive.verification_outcome({"identical": False, "within_tolerance": True}) == "within tolerance"
-    assert archive.verification_outcome({"identical": False}) == "neither"
+    assert archive.verification_outcome({"identical": False}) == "not reproduced"
 
 
 def test_label_says_within_tolerance_and_on_which_machine_identity(dirs_in_tmp):
@@ -793,7 +793,7 @@ def test_label_of_a_verification_where_neither_held_gives_the_summary_difference
     rec = lab.record()
     # the outcome, both relative differences of the summaries (1/6; |1.6072/1.64 - 1| = 0.02), and the
     # first difference as a relative gap (2.3190696582902626 against 2.319069657676738: 2.6e-10)
-    assert lab.outcome == "neither" and lab.verified is False and lab.status == "not reproduced"
+    assert lab.outcome == "not reproduced" and lab.verified is False and lab.status == "not reproduced"
     assert rec["max rel. diff"] == 0.167 and rec["1/Δ_S rel. diff"] == 0.02  # 1/6 and 0.02 to 3 significant digits
     first = rec["first difference"]
     assert "train_loss," in first and "round 1," in first and " 2.319," in first and first.endswith(" 2.6e-10")

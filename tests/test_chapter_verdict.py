@@ -205,7 +205,7 @@ def test_archive_facts_reads_the_label_and_where_each_rerun_first_differed(monke
          "first_difference": {"column": "train_loss", "round": 1, "archived": 2.3187, "rerun": 2.3187 * (1 + 2.6e-10)}}]}
     label = NS(runs=2, devices=["cpu (Xeon)"], first_utc="2026-12-01T00:00", last_utc="2026-12-05T00:00",
                commits=["629ff29296"], code_hashes=["75cb70fe35e068d9"], changed=[], verification=verification,
-               outcome="neither")
+               outcome="not reproduced")
     monkeypatch.setattr(chapter.archive, "label", lambda runs, name: label)
     monkeypatch.setattr(chapter.archive, "column_name", lambda name: f"{name} (archived)")
     # execute
@@ -213,7 +213,7 @@ def test_archive_facts_reads_the_label_and_where_each_rerun_first_differed(monke
     # assert: one row per archive with runs; the differences rounded to three significant digits
     row = facts.loc["cpu-paper (archived)"]
     assert (row["runs"], row["first"], row["last"], row["re-run"], row["re-runs"]) == (2, "2026-12-01", "2026-12-05",
-                                                                                        "neither", 2)
+                                                                                        "not reproduced", 2)
     assert (row["summary off"], row["1/Δ_S off"], row["tolerance"]) == (0.167, 0.0084, 1e-6)
     # the identical re-run names no difference; the other its metric, round, archived value and relative gap
     assert reruns.to_dict("index") == {"run-b": {"metric": "train_loss", "round": 1, "archived": 2.319, "off": 2.6e-10}}

@@ -404,7 +404,8 @@ class ArchiveLabel:
     def status(self) -> str:
         """The first that applies: "files unchecked" (every changed entry is a folder without a manifest),
         "files changed", "within tolerance" or "not reproduced" (:attr:`verification` not bit-identical),
-        "code changed" (:attr:`code_changed`), "reproduced" (other run code, :attr:`verified`), "same code"."""
+        "code changed" (:attr:`code_changed`), "bit-identical" (other run code, :attr:`verified`), "same code";
+        the words of :func:`verification_outcome` mean the same on every page."""
         if self.changed:
             unchecked = all(c.endswith(f": no {MANIFEST}") for c in self.changed)
             return "files unchecked" if unchecked else "files changed"
@@ -413,7 +414,7 @@ class ArchiveLabel:
         if self.code_changed:
             return "code changed"
         other = any(h != self.current_code_hash for h in self.code_hashes)
-        return "reproduced" if self.verification is not None and other else "same code"
+        return "bit-identical" if self.verification is not None and other else "same code"
 
     def record(self) -> dict:
         """The label as values for a row of :func:`archive_table`: dates, commits, hashes, :attr:`status`, the
@@ -465,10 +466,10 @@ def machine_text(record: dict) -> str:
 
 def verification_outcome(record: dict) -> str:
     """"bit-identical" (every re-run metric equalled the archived one), "within tolerance" (every re-run's
-    :func:`summary_cells` agreed within the record's tolerance) or "neither"."""
+    :func:`summary_cells` agreed within the record's tolerance) or "not reproduced" (neither)."""
     if record.get("identical") is True:
         return "bit-identical"
-    return "within tolerance" if record.get("within_tolerance") is True else "neither"
+    return "within tolerance" if record.get("within_tolerance") is True else "not reproduced"
 
 
 def difference_text(run: dict) -> str:
