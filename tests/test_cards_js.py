@@ -131,83 +131,69 @@ def test_a_table_folded_when_the_page_loads_is_laid_out_when_opened(layouts):
         assert "maskfed-cards-stack" in layouts[width]["folded"]["cls"] and not layouts[width]["folded"]["wider"]
 
 
-@pytest.mark.slow
-def test_a_card_names_a_short_row_label_by_its_index_and_a_long_one_by_itself(tmp_path):
+def _evaluate(tmp_path, body: str, script: str, widths=(390,), style: str = "") -> dict:
+    """``script`` evaluated in headless Chromium on a page of ``body`` with the book's CSS (and ``style``) and
+    script, once per viewport width: {width: its value}."""
     from playwright.sync_api import sync_playwright
 
+    page_path = tmp_path / "page.html"
+    page_path.write_text("<!doctype html><html><head><meta name='viewport' content='width=device-width'>"
+                         f"<style>{(STATIC / 'maskfed.css').read_text()}{style}</style></head>"
+                         f"<body style='margin:0'><article>{body}"
+                         f"<script>{(STATIC / 'maskfed-cards.js').read_text()}</script></article></body></html>")
+    got = {}
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=browsercheck.chromium_path(), headless=True,
+                                     args=list(browsercheck.CHROMIUM_FLAGS))
+        for width in widths:
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.goto(page_path.as_uri())
+            got[width] = page.evaluate(script)
+            page.close()
+        browser.close()
+    return got
+
+
+@pytest.mark.slow
+def test_a_card_names_a_short_row_label_by_its_index_and_a_long_one_by_itself(tmp_path):
     # prepare: pandas-like tables, one indexed by bs (short labels), one by claim (a title)
     def indexed(tid, name, labels):
         head = f"<thead><tr><th class='index_name level0'>{name}</th><th class='col_heading'>vote</th></tr></thead>"
         body = "".join(f"<tr><th class='row_heading'>{x}</th><td>6</td></tr>" for x in labels)
         return f"<div class='cell_output'><table id='{tid}'>{head}<tbody>{body}</tbody></table></div>"
 
-    page_path = tmp_path / "page.html"
-    page_path.write_text("<!doctype html><html><body><article>" + indexed("bs", "bs", ["32", "full"])
-                         + indexed("claims", "claim", ["The cliff"])
-                         + f"<script>{(STATIC / 'maskfed-cards.js').read_text()}</script></article></body></html>")
     # execute
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=browsercheck.chromium_path(), headless=True,
-                                     args=list(browsercheck.CHROMIUM_FLAGS))
-        page = browser.new_page(viewport={"width": 390, "height": 900})
-        page.goto(page_path.as_uri())
-        got = page.evaluate("() => Array.from(document.querySelectorAll('tbody tr')).map(r => r.dataset.rowlabel)")
-        browser.close()
+    got = _evaluate(tmp_path, indexed("bs", "bs", ["32", "full"]) + indexed("claims", "claim", ["The cliff"]),
+                    "() => Array.from(document.querySelectorAll('tbody tr')).map(r => r.dataset.rowlabel)")[390]
     # assert: "bs 32" and "bs full" keep their index's name; the claim's title stands alone (not "claim The cliff")
     assert got == ["bs 32", "bs full", "The cliff"]
 
 
 @pytest.mark.slow
 def test_a_card_sets_a_sentence_below_its_label_left_aligned_and_keeps_a_number_beside_its_label(tmp_path):
-    from playwright.sync_api import sync_playwright
-
     # prepare: a table too wide for a phone, one cell of running text (a criterion) and numbers
     words = "Holds if some protocol has such rounds and their share falls with the noise"
-    page_path = tmp_path / "page.html"
-    page_path.write_text("<!doctype html><html><head><meta name='viewport' content='width=device-width'>"
-                         f"<style>{(STATIC / 'maskfed.css').read_text()}</style></head><body><article>"
-                         + _table("t", ["criterion"] + [f"c{i}" for i in range(9)], [[words] + ["1.123456e-08"] * 9])
-                         + f"<script>{(STATIC / 'maskfed-cards.js').read_text()}</script></article></body></html>")
+    table = _table("t", ["criterion"] + [f"c{i}" for i in range(9)], [[words] + ["1.123456e-08"] * 9])
     # execute
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=browsercheck.chromium_path(), headless=True,
-                                     args=list(browsercheck.CHROMIUM_FLAGS))
-        page = browser.new_page(viewport={"width": 390, "height": 900})
-        page.goto(page_path.as_uri())
-        got = page.evaluate("""() => Array.from(document.querySelectorAll('td')).slice(0, 2).map(td => {
+    got = _evaluate(tmp_path, table, """() => ({
+        stacked: document.getElementById('t').classList.contains('maskfed-cards-stack'),
+        cells: Array.from(document.querySelectorAll('td')).slice(0, 2).map(td => {
             const s = getComputedStyle(td);  // flex: the label beside its value; block: the label on a line of its own
-            return {align: s.textAlign, labelBeside: s.display === 'flex'}; })""")
-        stacked = page.evaluate("() => document.getElementById('t').classList.contains('maskfed-cards-stack')")
-        browser.close()
+            return {align: s.textAlign, labelBeside: s.display === 'flex'}; })})""")[390]
     # assert: the sentence reads from the left under its label; the number stays right of its label, as before
-    assert stacked
-    assert got == [{"align": "left", "labelBeside": False}, {"align": "right", "labelBeside": True}]
+    assert got["stacked"]
+    assert got["cells"] == [{"align": "left", "labelBeside": False}, {"align": "right", "labelBeside": True}]
 
 
 @pytest.mark.slow
 def test_a_table_that_fits_a_phone_only_as_a_word_or_two_a_line_reads_as_cards(tmp_path):
-    from playwright.sync_api import sync_playwright
-
     # prepare: a text column of pairs beside five numbers (the verdict page's table of runs still falling)
     pairs = "; ".join(f"bs 32 τ {t} over bs 128 τ {t}: ×1.07, moving against it by 0.21 % a round" for t in (1, 2, 5))
-    page_path = tmp_path / "page.html"
-    page_path.write_text("<!doctype html><html><head><meta name='viewport' content='width=device-width'>"
-                         f"<style>{(STATIC / 'maskfed.css').read_text()}"
-                         "#t td, #t th { white-space: nowrap; }</style></head><body style='margin:0'><article>"
-                         + _table("t", ["claim", "cells", "still", "way", "rate", "pairs"],
-                                  [["Minibatch floor", "3", "2 of 3", "against", "0.21", pairs]])
-                         + f"<script>{(STATIC / 'maskfed-cards.js').read_text()}</script></article></body></html>")
+    table = _table("t", ["claim", "cells", "still", "way", "rate", "pairs"],
+                   [["Minibatch floor", "3", "2 of 3", "against", "0.21", pairs]])
     # execute
-    got = {}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=browsercheck.chromium_path(), headless=True,
-                                     args=list(browsercheck.CHROMIUM_FLAGS))
-        for width in (1400, 390):
-            page = browser.new_page(viewport={"width": width, "height": 900})
-            page.goto(page_path.as_uri())
-            got[width] = page.evaluate("() => Array.from(document.getElementById('t').classList).sort()")
-            page.close()
-        browser.close()
+    got = _evaluate(tmp_path, table, "() => Array.from(document.getElementById('t').classList).sort()",
+                    widths=(1400, 390), style="#t td, #t th { white-space: nowrap; }")
     # assert: on a wide screen the pairs wrap in their column; on a phone, where wrapping leaves a word or two a
     # line, the row reads as a card
     assert got[1400] == ["maskfed-cards", "maskfed-wrap"]
