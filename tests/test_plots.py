@@ -346,7 +346,7 @@ def test_gaps_are_the_distances_to_a_box_edge_and_zero_inside():
     # prepare: a 2 x 1 box at (0, 0); points left of it, above a corner and inside
     box = Bbox([[0, 0], [2, 1]])
     # execute
-    got = plots._gaps(box, np.array([[-3, 0.5], [5, 5], [1, 0.5]]))
+    got = plots.box_gaps(box, np.array([[-3, 0.5], [5, 5], [1, 0.5]]))
     # assert: 3; the corner (2, 1) to (5, 5) is 5; 0
     assert np.allclose(got, [3, 5, 0])
 

@@ -391,7 +391,7 @@ LABEL_OFFSETS = tuple((round(1.8 * r * math.cos(a), 1), round(r * math.sin(a), 1
 LEADER_PT = 14
 
 
-def _gaps(box, points_Nx2: np.ndarray) -> np.ndarray:
+def box_gaps(box, points_Nx2: np.ndarray) -> np.ndarray:
     """Distance (display units) from each point to the nearest edge of ``box``; 0 inside it."""
     x, y = np.asarray(points_Nx2, dtype=float).reshape(-1, 2).T
     return np.hypot(np.maximum.reduce([box.x0 - x, np.zeros_like(x), x - box.x1]),
@@ -407,8 +407,9 @@ def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]], off
                  drop: bool = False) -> None:
     """Annotate ``points`` (``(x, y, text, style)``, data coordinates; ``style`` goes to ``ax.annotate``): each
     label takes the first of ``offsets`` (points) at which it lies inside the axes and meets no earlier label,
-    no marker and no error bar, failing that no earlier label and no marker, failing that no earlier label; with ``drop``, a label with no such place that is also nearer its own
-    point than any other of ``points`` in its colour and off the horizontal reference lines (a ceiling) is left out
+    no marker and no error bar, failing that no earlier label and no marker, failing that no earlier label; with
+    ``drop``, a label with no such place that is also nearer its own point than any other of ``points`` in its
+    colour and off the horizontal reference lines (a ceiling) is left out
     (points piled on one spot), where otherwise it would name the wrong marker or overlap. A label placed farther
     than :data:`LEADER_PT` from its point, or no nearer its own point than (1.5 times) another marker, is tied to it
     by a thin line in its colour."""
@@ -420,8 +421,8 @@ def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]], off
     bars = []   # error bars (segments in data coordinates): a label across one reads garbled
     for lines in ax.collections:
         if isinstance(lines, plt.matplotlib.collections.LineCollection) and lines.get_transform() == ax.transData:
-            for seg in lines.get_segments():
-                (x0, y0), (x1, y1) = ax.transData.transform(seg).min(axis=0), ax.transData.transform(seg).max(axis=0)
+            for seg in map(ax.transData.transform, lines.get_segments()):
+                (x0, y0), (x1, y1) = seg.min(axis=0), seg.max(axis=0)
                 bars.append(plt.matplotlib.transforms.Bbox([[x0 - 1, y0 - 1], [x1 + 1, y1 + 1]]))
     frame = ax.get_window_extent(renderer)   # labels stay inside the axes
     if drop:   # horizontal reference lines (axhline: y in data, x across the axes) are obstacles too
@@ -441,13 +442,16 @@ def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]], off
         others = others[np.hypot(*(others - own).T) > 1.0]
         return not len(others) or np.hypot(*(others - centre).T).min() > np.hypot(*(own - centre))
 
+    def annotate(x, y, text, style, xytext, **leader):
+        return ax.annotate(text, (x, y), textcoords="offset points", xytext=xytext, ha="center", va="center",
+                           **leader, **style)
+
     placed, labels = [], []
     for x, y, text, style in points:
         label, box = None, None
         for avoid in (placed + markers + bars,) if drop else (placed + markers + bars, placed + markers, placed):
             for dx, dy in offsets[:24] if drop else offsets:   # with drop, not the farthest ring (a label floats there)
-                label = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), ha="center",
-                                    va="center", **style)
+                label = annotate(x, y, text, style, (dx, dy))
                 box = label.get_window_extent(renderer)
                 within = (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1)
                 if within and not any(box.overlaps(other) for other in avoid) and (not drop or nearest_own(box, x, y, style)):
@@ -459,20 +463,18 @@ def place_labels(ax: plt.Axes, points: list[tuple[float, float, str, dict]], off
         if label is None and drop:
             continue
         if label is None:   # nowhere free: the first place (figure_problems then reports the overlap)
-            label = ax.annotate(text, (x, y), textcoords="offset points", xytext=offsets[0], ha="center",
-                                va="center", **style)
+            label = annotate(x, y, text, style, offsets[0])
             box = label.get_window_extent(renderer)
         own = ax.transData.transform((x, y))
-        gaps = _gaps(box, centres)
-        gap = _gaps(box, own[None, :])[0]
+        gaps = box_gaps(box, centres)
+        gap = box_gaps(box, own[None, :])[0]
         rivals = gaps[np.hypot(*(centres - own).T) > r]   # the other markers (not those on its own point)
         # far from its point, or no nearer it than to another marker: a line says which marker it names
         if gap > LEADER_PT * ax.figure.dpi / 72 or (len(rivals) and rivals.min() <= 1.5 * gap):
             xytext = label.xyann
             label.remove()
-            label = ax.annotate(text, (x, y), textcoords="offset points", xytext=xytext, ha="center", va="center",
-                                arrowprops={"arrowstyle": "-", "lw": 0.6, "alpha": 0.7, "shrinkA": 1, "shrinkB": 4,
-                                            "color": style.get("color", "0.3")}, **style)
+            label = annotate(x, y, text, style, xytext, arrowprops={
+                "arrowstyle": "-", "lw": 0.6, "alpha": 0.7, "shrinkA": 1, "shrinkB": 4, "color": style.get("color", "0.3")})
         placed.append(box)
         labels.append(label)
     ax._book_labels = (points, labels, drop)   # finish() places them again after the layout changes

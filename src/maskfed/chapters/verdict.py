@@ -390,7 +390,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
         "v_block": uncertainty.BLOCK, "v_level": round(100 * uncertainty.LEVEL), "v_n_boot": n_boot,
         # the parameter count of the closest evidence's own model (its runs' provenance), not the live profile's
         "v_n_params": f"{(closest_runs['table1'] or live['table1'])[0].provenance['num_parameters']:,}",
-        "v_n_resnet": f"{num_parameters(build_model('resnet18_gn', num_classes=10)):,}", 
+        "v_n_resnet": f"{num_parameters(build_model('resnet18_gn', num_classes=10)):,}",
         **{f"v_{k}": v for k, v in book.data_source(prof).items()},  # v_data, v_fingerprint
         "v_n_breaks": int(verdicts["paper_verdict"].isin(["partly", "does not hold"]).sum()),
         "v_code": provenance.code_hash(),
