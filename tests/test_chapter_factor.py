@@ -80,31 +80,41 @@ def test_own_values_read_the_last_quarter_and_the_last_evaluated_accuracy():
     metrics = pd.DataFrame({"round": range(1, 9), "recovery_unweighted": [1, 1, 1, 1, 1, 1, 2.0, 3.0],
                             "test_acc": [None, None, None, 0.3, None, None, None, 0.4]})
     spec = type("Spec", (), {"models": [type("M", (), {"rounds": 80})()], "num_cohorts": 100, "pool_size": 12})()
-    table = pd.DataFrame({"source": ["fedavg"], "batch_size": ["32"], "local_epochs": [2], "when": [8],
-                          "recovery_unweighted": [1.48]})
+    # (a target's θ), and at the round-4 θ asked for by at_rounds (no target; rounds 8 and 12 asked as well)
+    table = pd.DataFrame({"source": ["fedavg"] * 3, "batch_size": ["32", "full", "32"], "local_epochs": [2, 1, 2],
+                          "target": [0.35, float("nan"), float("nan")], "when": [8, 4, 4],
+                          "recovery_unweighted": [1.48, 7.0, 2.0]})
     own = type("Own", (), {"trajectory": metrics, "spec": spec, "table": table})()
     base = type("Base", (), {"batch_size": 32, "local_epochs": 2, "alpha": 100.0, "seed": 0})()
     paper = pd.Series({"recovery_unweighted": 1.19, "test_acc": 0.68})
     # execute
-    v = chapter.own_values(own, base, paper)
+    v = chapter.own_values(own, base, paper, at_rounds=(4, 8, 12))
     # assert: median of (2, 3) = 2.5, quartiles 2.25 and 2.75 (two decimals), accuracy 0.4 at round 8
     assert (v["wf_own_window"], v["wf_own_rounds"], v["wf_own_budget"]) == (2, 8, 80)
     assert (v["wf_own_median"], v["wf_own_q1"], v["wf_own_q3"]) == (2.5, 2.25, 2.75)
     assert (v["wf_own_acc"], v["wf_own_acc_round"]) == (0.4, 8)
     assert abs(v["wf_own_gap"]) > chapter.STAGE_GAP             # 0.4 against 0.68: not the same stage
     assert (v["wf_own_at_round"], v["wf_own_at_median"], v["wf_own_cohorts"]) == (8, 1.48, 100)
+    # one of the three set rounds measured (round 4, two protocols): round 8 is the target's θ, 12 not reached
+    assert (v["wf_own_late_asked"], v["wf_own_late_n"]) == ("4 and 8 and 12", 1)
+    assert chapter.own_values(None, base, None)["wf_own_late_asked"] == "none"
 
 
-def test_theta_table_shows_a_dash_where_a_target_was_not_reached():
+def test_theta_table_shows_a_dash_where_a_target_was_not_reached_and_the_round_of_a_set_round_theta():
     # prepare: one θ reached at round 32, one target never reached (the archive stores -1 for both numbers)
-    ck = pd.DataFrame({"model": ["resnet18_gn"] * 2, "width": [None, None], "source": ["fedavg"] * 2,
-                       "target": [0.45, 0.55], "reached": [True, False], "test_acc": [0.4529, float("nan")],
-                       "when": [32, -1], "images": [320000, -1], "where": ["run", "run"], "theta": ["ab", ""]})
+    # and the θ of set rounds 100 (reached) and 200 (not yet), which have no accuracy target
+    nan = float("nan")
+    ck = pd.DataFrame({"model": ["resnet18_gn"] * 4, "width": [None] * 4, "source": ["fedavg"] * 4,
+                       "target": [0.45, 0.55, nan, nan], "reached": [True, False, True, False],
+                       "test_acc": [0.4529, nan, 0.61, nan], "when": [32, -1, 100, 200],
+                       "images": [320000, -1, 1000000, -1], "where": ["run"] * 4, "theta": ["ab", "", "cd", ""]})
     found = found_with(mckpts=ck)
     # execute
     shown = chapter.table_model_thetas(found)
-    # assert
-    assert list(shown["round / step"]) == [32, "–"] and list(shown["training images"]) == [320000, "–"]
+    # assert: the set round stands where the target would, also where the run has not got there yet
+    assert list(shown["round / step"]) == [32, "–", 100, "–"]
+    assert list(shown["training images"]) == [320000, "–", 1000000, "–"]
+    assert list(shown.index.get_level_values("target")) == [0.45, 0.55, "round 100", "round 200"]
 
 
 def test_cohort_size_table_shows_median_and_quartiles_per_protocol_and_k_c():

@@ -3,6 +3,7 @@ rule and the lr -> 0 limit, the model-size tables, and the smoke axes and study,
 
 import itertools
 import json
+import math
 import shutil
 
 import numpy as np
@@ -250,7 +251,7 @@ def test_model_specs_are_the_issues_and_refuse_unknown_parts():
     own = fa.model_spec("cpu-paper", "resnet-fedavg")
     (m,) = own.models
     assert (m.source, m.rounds, m.eval_every) == ("fedavg", 200, 4) and own.protocols == resnet.protocols
-    assert m.kept() == list(range(0, 201, 4))
+    assert m.kept() == list(range(0, 201, 4)) and m.at_rounds == (100, 200)  # and at the paper's stage
     cfg = fa.trajectory_config(stage.ladder_config(load_profile("cpu-paper")), m)
     assert (cfg.model, cfg.rounds, cfg.eval_every, cfg.eval_every_tail, cfg.checkpoint_every) == ("resnet18_gn", 200, 4, 4, 2)
     assert (cfg.batch_size, cfg.local_epochs, cfg.alpha, cfg.lr, cfg.seed) == (32, 2, 100, 0.01, 0)
@@ -260,15 +261,22 @@ def test_model_specs_are_the_issues_and_refuse_unknown_parts():
         fa.ModelSpec(model="resnet18_gn", source="fedavg", keep_every=2)
 
 
-def test_evaluated_checkpoints_take_the_first_evaluated_round_reaching_each_target(tmp_path):
-    # prepare: a finished 6-round run folder tested at rounds 2, 4, 6 (0.20, 0.40, 0.38), θ kept at 0, 2, 4, 6
-    cfg = fa.protocol_config(load_profile("smoke").run(0), rounds=6)
-    (tmp_path / "config.json").write_text(cfg.model_dump_json())
+def six_rounds_read(folder, rounds: int):
+    """A run folder of a ``rounds``-round smoke run read after round 6: tested at rounds 2, 4, 6 (accuracy
+    0.20, 0.40, 0.38), θ_r = r (3 parameters) kept at rounds 0, 2, 4, 6; returns its config."""
+    cfg = fa.protocol_config(load_profile("smoke").run(0), rounds=rounds)
+    (folder / "config.json").write_text(cfg.model_dump_json())
     nan = float("nan")
     pd.DataFrame({"round": range(1, 7), "test_acc": [nan, 0.2, nan, 0.4, nan, 0.38],
-                  "test_loss": [nan, 2.0, nan, 1.5, nan, 1.6]}).to_csv(tmp_path / "metrics.csv", index=False)
+                  "test_loss": [nan, 2.0, nan, 1.5, nan, 1.6]}).to_csv(folder / "metrics.csv", index=False)
     thetas = {r: torch.full((3,), float(r)) for r in (0, 2, 4, 6)}
-    torch.save({"rounds": list(thetas), "thetas_RxP": torch.stack(list(thetas.values()))}, tmp_path / "thetas.pt")
+    torch.save({"rounds": list(thetas), "thetas_RxP": torch.stack(list(thetas.values()))}, folder / "thetas.pt")
+    return cfg
+
+
+def test_evaluated_checkpoints_take_the_first_evaluated_round_reaching_each_target(tmp_path):
+    # prepare: a finished 6-round run folder
+    cfg = six_rounds_read(tmp_path, rounds=6)
     # execute
     got, acc = fa.evaluated_checkpoints(cfg, [0.1, 0.39, 0.5], tmp_path)
     # assert: 0.1 first reached at round 2, 0.39 at round 4 (not 6), 0.5 never; accuracies read, not recomputed
@@ -283,6 +291,46 @@ def test_evaluated_checkpoints_take_the_first_evaluated_round_reaching_each_targ
         fa.evaluated_checkpoints(cfg, [0.1], tmp_path)
 
 
+def test_set_rounds_add_their_theta_once_without_a_target_and_wait_for_a_run_that_has_not_got_there(tmp_path):
+    # prepare: an unfinished 8-round run read after round 6; the study asks for the target 0.39 and the θ of
+    # rounds 4, 6 and 8
+    cfg = six_rounds_read(tmp_path, rounds=8)
+    # execute
+    got, _ = fa.evaluated_checkpoints(cfg, [0.39], tmp_path, at_rounds=(4, 6, 8))
+    # assert: round 4 is the target's θ already (not measured twice); round 6 comes without a target, at its
+    # own accuracy and θ; round 8 is not reached yet (no θ, no accuracy), but names its round
+    assert [(c.when, c.reached) for c in got] == [(4, True), (6, True), (8, False)]
+    assert got[0].target == 0.39 and math.isnan(got[1].target) and math.isnan(got[2].target)
+    assert got[1].test_acc == 0.38 and torch.equal(got[1].theta, torch.full((3,), 6.0))
+    assert got[1].images == fa._fedavg_images(cfg, 6) and got[2].theta is None and math.isnan(got[2].test_acc)
+    # a set round must be one the trajectory tests and keeps
+    assert fa.ModelSpec(model="resnet18_gn", source="fedavg", rounds=8, eval_every=4, at_rounds=(4, 8)).at_rounds == (4, 8)
+    with pytest.raises(ValueError, match=r"at_rounds.*\b4\b.*\b8\b.*\[6\]"):
+        fa.ModelSpec(model="resnet18_gn", source="fedavg", rounds=8, eval_every=4, at_rounds=(6,))
+    with pytest.raises(ValueError, match="give rounds too"):
+        fa.ModelSpec(model="resnet18_gn", source="fedavg", at_rounds=(4,))
+
+
+def test_a_theta_without_a_target_keeps_its_own_row_in_the_overviews():
+    # prepare: ResNet at a target θ (0.35, round 12) and two set-round θ (target NaN: rounds 100, 200), two protocols
+    def row(target, acc, when, bs, med):
+        return {"model": "resnet18_gn", "width": None, "params": 11_000_000, "source": "fedavg", "target": target,
+                "test_acc": acc, "when": when, "batch_size": bs, "local_epochs": 1 if bs == "full" else 2,
+                "recovery_unweighted": med, "sigma2_hat": med / 10, "mu2_hat": med / 100}
+    nan = float("nan")
+    table = pd.DataFrame([row(0.35, 0.37, 12, "full", 6.0), row(0.35, 0.37, 12, "32", 2.0),
+                          row(nan, 0.60, 100, "full", 5.0), row(nan, 0.60, 100, "32", 1.25),
+                          row(nan, 0.66, 200, "full", 3.0), row(nan, 0.66, 200, "32", 2.0)])
+    # execute
+    overview, sn = fa.model_overview(table), fa.model_signal_noise(table)
+    # assert: three θ in the order measured, each with its own cliff (6/2, 5/1.25, 3/2); σ̂² beside each
+    assert overview.index.get_level_values("test_acc").tolist() == [0.37, 0.60, 0.66]
+    assert overview["cliff"].tolist() == pytest.approx([3.0, 4.0, 1.5])
+    assert list(overview.columns) == ["full, τ 1", "bs 32, τ 2", "cliff"]
+    assert sn[("sigma2_hat", "bs 32, τ 2")].tolist() == pytest.approx([0.2, 0.125, 0.2])
+    assert fa.cliff_verdict(overview) == {"holds": 3, "measured": 3, "min": 1.5, "max": 4.0}
+
+
 @pytest.mark.slow
 def test_a_model_with_its_own_trajectory_is_trained_archived_and_read_from_a_given_folder(dirs, capsys):
     # prepare/execute: the smoke resnet-fedavg study (ResNet-18-GN, 2 FedAvg rounds, tested every round)
@@ -292,7 +340,9 @@ def test_a_model_with_its_own_trajectory_is_trained_archived_and_read_from_a_giv
     # assert: the first target is reached at round 1, the second never; the trajectory's record is archived
     ck = back.checkpoints.set_index("target")
     assert ck.loc[0.05, "reached"] and ck.loc[0.05, "when"] == 1 and not ck.loc[0.99, "reached"]
-    assert len(back.table) == len(spec.protocols) and set(back.table["source"]) == {"fedavg"}
+    # and the θ of its set round 2 (no target) besides: each protocol at two θ
+    assert ck["when"].tolist() == [1, -1, 2] and ck.index[2] != ck.index[2]
+    assert len(back.table) == 2 * len(spec.protocols) and set(back.table["source"]) == {"fedavg"}
     root = archive.factor_dir("smoke", "resnet-fedavg")
     assert {f"trajectory-{f}" for f in archive.TRAJECTORY_FILES} <= {p.name for p in root.iterdir()}
     assert not (root / "trajectory-thetas.pt").exists()

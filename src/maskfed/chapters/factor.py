@@ -142,7 +142,8 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     found.p32 = p32.iloc[0] if len(p32) else None  # the paper's Table I row of the trajectory's protocol
     if found.own is not None:
         found.own_thetas = found.own.checkpoints.loc[found.own.checkpoints["reached"], "when"].astype(int).tolist()
-    values |= own_values(found.own, study_base, found.p32)
+    asked = fa.model_spec(archived, "resnet-fedavg").models[0].at_rounds if archived in fa.MODEL_DEFAULTS else ()
+    values |= own_values(found.own, study_base, found.p32, asked)
     values |= {f"wf_cell_{k}": float("nan") for k in ("from", "to", "trend_p", "small_seeds", "paper_from", "paper_to")}
     values["wf_cell_trend"] = "not measured"  # without the trajectory: the table is not shown
     if found.own is not None and found.p32 is not None:
@@ -329,23 +330,29 @@ def headline_cell(trajectory: pd.DataFrame, paper_row: pd.Series, small_row: pd.
     return table, uncertainty.trend_test(trajectory, frac=window / n)
 
 
-def own_values(own, base, paper_row: pd.Series | None) -> dict:
+def own_values(own, base, paper_row: pd.Series | None, at_rounds=()) -> dict:
     """ResNet-18-GN's own FedAvg trajectory beside the paper's Table I row of its protocol (NaN where
-    either is missing); medians over its last quarter (:func:`maskfed.analysis.summary.tail_window`)."""
+    either is missing); medians over its last quarter (:func:`maskfed.analysis.summary.tail_window`).
+    ``at_rounds``: the rounds whose θ the study measures whatever their accuracy
+    (:attr:`maskfed.studies.factor_axes.ModelSpec.at_rounds`), as ``wf_own_late_asked`` ("none" without);
+    ``wf_own_late_n`` of them are measured in the study read."""
     nan = float("nan")
     keys = ("rounds", "budget", "window", "median", "q1", "q3", "acc", "acc_round", "paper", "paper_acc", "gap",
             "at_round", "cohorts", "pool", "at_median")
+    late = {"wf_own_late_asked": " and ".join(map(str, at_rounds)) or "none", "wf_own_late_n": 0}
     if own is None or paper_row is None:
-        return {"wf_own_read": "not read"} | {f"wf_own_{k}": nan for k in keys}
+        return {"wf_own_read": "not read"} | {f"wf_own_{k}": nan for k in keys} | late
+    t = own.table
+    if "target" in t:  # θ taken at a set round have no accuracy target
+        late["wf_own_late_n"] = int(t.loc[t["target"].isna() & t["when"].isin(at_rounds), "when"].nunique())
     metrics = own.trajectory
     n = len(metrics)
     tail = metrics["recovery_unweighted"].iloc[n - tail_window(n):]
     acc = metrics["test_acc"].dropna()
-    t = own.table
     at = t[(t["source"] == "fedavg") & (t["batch_size"].astype(str) == str(base.batch_size))
            & (t["local_epochs"] == base.local_epochs)].sort_values("when")
     last = at.iloc[-1] if len(at) else None
-    return {
+    return late | {
         "wf_own_read": "read", "wf_own_rounds": n, "wf_own_budget": own.spec.models[0].rounds,
         "wf_own_window": len(tail), "wf_own_median": round(tail.median(), 2),
         "wf_own_q1": round(tail.quantile(0.25), 2), "wf_own_q3": round(tail.quantile(0.75), 2),
@@ -404,7 +411,7 @@ def table_resnet(found: Findings) -> tuple[pd.DataFrame, dict]:
         theta = t[(t["model"] == "resnet18_gn") & (t["source"] == src)]
         if len(theta) and src in found.matched:
             v, ratio = fa.cliff_verdict(fa.model_overview(theta)), found.matched[src]["ratio"]
-            theta = theta.drop_duplicates("target")
+            theta = theta.drop_duplicates("when")  # one row per θ (a target or a set round)
             rows[name] = {"rounds": ", ".join(str(int(r)) for r in theta["when"]) if src == "fedavg" else "–",
                           "acc min": theta["test_acc"].min(), "acc max": theta["test_acc"].max(),
                           "cliff > 1": v["holds"], "θ measured": v["measured"], "cliff min": v["min"],
@@ -470,7 +477,9 @@ def table_model_thetas(found: Findings) -> pd.DataFrame | None:
     if c is None:
         return None
     unreached = {col: [int(v) if r else "–" for v, r in zip(c[col], c["reached"])] for col in ("when", "images")}
-    return (c.assign(model=[fa.model_label(m, w) for m, w in zip(c["model"], c["width"])], **unreached)
+    # a θ taken at a set round of the trajectory has no accuracy target: its round stands there instead
+    aimed = [t if t == t else f"round {int(w)}" for t, w in zip(c["target"], c["when"])]
+    return (c.assign(model=[fa.model_label(m, w) for m, w in zip(c["model"], c["width"])], target=aimed, **unreached)
             .drop(columns=["width"]).rename(columns={"when": "round / step", "images": "training images",
                                                      "where": "from"}).set_index(["model", "source", "target"])
             .rename(index=theta_names()))
@@ -506,7 +515,7 @@ def figure_step_size(found: Findings) -> plt.Figure:
 
 def figure_models(found: Findings) -> plt.Figure:
     """1/Δ_S against the parameter count, a panel per target, the paper's in the last."""
-    targets = sorted(found.mtable["target"].unique())
+    targets = sorted(found.mtable["target"].dropna().unique())  # θ taken at a set round: the paper's-model section
     fig, axes = plt.subplots(len(targets), 1, figsize=(6.4, 3.4 * len(targets) + 1.6), sharex=True, sharey=True,
                              squeeze=False)
     for ax, t in zip(axes[:, 0], targets):

@@ -276,7 +276,7 @@ def resnet_values(tables, paper: pd.DataFrame | None = None) -> dict:
             continue
         v = fa.cliff_verdict(fa.model_overview(t))
         m[way] = fa.paper_at_matched_accuracy(t, paper, source=way)
-        theta = t.drop_duplicates("target")
+        theta = t.drop_duplicates("when")  # one row per θ (a target or a set round)
         out.update({f"r_{way}_acc_low": round(float(theta["test_acc"].min()), 2),
                     f"r_{way}_acc_high": round(float(theta["test_acc"].max()), 2),
                     f"r_{way}_holds": int(v["holds"]), f"r_{way}_measured": int(v["measured"]),

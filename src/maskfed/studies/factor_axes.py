@@ -21,7 +21,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from maskfed.core import diversity
-from maskfed.engine import checkpoint, runner
+from maskfed.engine import checkpoint, fedavg, runner
 from maskfed.engine.config import BatchSize, ConfigError, load_profile, make_settings, Profile, RunConfig
 from maskfed.names import CPU_PAPER
 from maskfed.paths import results_dir
@@ -209,7 +209,7 @@ class Checkpoint:
     model: str
     width: int | None           # None for ResNet-18-GN
     source: str                 # "fedavg" (a trajectory's kept θ) or "centralised" (centralised SGD)
-    target: float               # the test accuracy aimed at (fraction)
+    target: float               # the test accuracy aimed at (fraction); NaN for a θ taken at a set round
     reached: bool               # False: the source never reached it (θ is then None)
     test_acc: float             # accuracy of θ on the test set (fraction; NaN when not reached)
     when: int                   # FedAvg round or SGD step of θ (-1 when not reached)
@@ -281,11 +281,12 @@ def trajectory_protocol(profile: Profile) -> str:
     return protocol_label(base.batch_size, base.local_epochs)
 
 
-def evaluated_checkpoints(cfg: RunConfig, targets, folder: Path) -> tuple[list[Checkpoint], pd.DataFrame]:
+def evaluated_checkpoints(cfg: RunConfig, targets, folder: Path, at_rounds=()) -> tuple[list[Checkpoint], pd.DataFrame]:
     """θ of a finished FedAvg run ``folder`` of ``cfg`` at the first evaluated round whose test accuracy (its
-    own ``metrics.csv``) reaches each target, θ from its ``thetas.pt``; and the accuracy at every evaluated
-    round (round, test_acc, test_loss). ValueError: the folder holds another configuration, or keeps no θ at
-    a round that reached a target."""
+    own ``metrics.csv``) reaches each target, θ from its ``thetas.pt``; then one at each of ``at_rounds`` that
+    no target took (target NaN; not reached where the run has not got there yet); and the accuracy at every
+    evaluated round (round, test_acc, test_loss). ValueError: the folder holds another configuration, or
+    keeps no θ at a round that reached a target or is asked for."""
     folder = Path(folder)
     if not stage.holds(folder, cfg):
         raise ValueError(f"trajectory {folder} holds another run than {cfg.label()}")
@@ -297,10 +298,19 @@ def evaluated_checkpoints(cfg: RunConfig, targets, folder: Path) -> tuple[list[C
         if not thetas:
             thetas.update(runner.load_thetas(folder) or {})
         if r not in thetas:
-            raise ValueError(f"trajectory {folder} keeps no θ at round {r} (first reaching {t}); it keeps {sorted(thetas)}")
+            why = f"first reaching {t}" if t == t else "in at_rounds"
+            raise ValueError(f"trajectory {folder} keeps no θ at round {r} ({why}); it keeps {sorted(thetas)}")
         return thetas[r]
 
-    return _first_reaching(cfg, targets, acc.set_index("round")["test_acc"], folder.name, theta_of), acc
+    by_round = acc.set_index("round")["test_acc"]
+    got = _first_reaching(cfg, targets, by_round, folder.name, theta_of)
+    taken = {c.when for c in got if c.reached}
+    for r in (r for r in at_rounds if r not in taken):
+        there = r in by_round.index  # an unfinished run may not have got there yet
+        got.append(Checkpoint(cfg.model, _width(cfg), "fedavg", math.nan, there,
+                              float(by_round.loc[r]) if there else math.nan, r, _fedavg_images(cfg, r) if there else -1,
+                              folder.name, theta_of(r, math.nan).clone() if there else None))
+    return got, acc
 
 
 def _fedavg_images(cfg: RunConfig, rounds: int) -> int:
@@ -464,17 +474,33 @@ class ModelSpec(BaseModel):
     eval_every: int | None = Field(None, ge=1)    # rounds between its test evaluations (every test image), last quarter too
     keep_from: int = Field(0, ge=0)               # first round (after 0, θ_0) whose θ it keeps
     keep_every: int = Field(1, ge=1)              # rounds between kept θ from keep_from on
+    # Rounds of that trajectory whose θ is measured too, whatever its accuracy (ours: the paper reports Table I
+    # after 200 rounds); each a round it keeps. Such a θ has no accuracy target (target NaN in the tables).
+    at_rounds: tuple[int, ...] = ()
 
     @model_validator(mode="after")
-    def _width_for_small_cnn(self) -> "ModelSpec":
+    def _consistent(self) -> "ModelSpec":
         if (self.model == "small_cnn_gn") != (self.width is not None):
             raise ValueError(f"width is given for model 'small_cnn_gn' only; got model {self.model!r}, width {self.width}")
         if self.rounds is not None and (self.source != "fedavg" or self.eval_every is None):
             raise ValueError("rounds (a trajectory of the model's own) needs source 'fedavg' and eval_every; got "
                              f"source {self.source!r}, eval_every {self.eval_every}")
-        if self.rounds is None and (self.eval_every is not None or self.keep_from or self.keep_every != 1):
-            raise ValueError("eval_every, keep_from and keep_every describe a trajectory of the model's own: give rounds too")
+        if self.rounds is None and (self.eval_every is not None or self.keep_from or self.keep_every != 1
+                                    or self.at_rounds):
+            raise ValueError("eval_every, keep_from, keep_every and at_rounds describe a trajectory of the model's own: "
+                             "give rounds too")
+        unkept = [r for r in self.at_rounds if r not in self.kept() or r not in self.evaluated()]
+        if unkept:
+            raise ValueError(f"at_rounds must be rounds the trajectory tests and keeps (every {self.eval_every} up to "
+                             f"{self.rounds}, kept: {self.kept()}); got {unkept}")
         return self
+
+    def evaluated(self) -> list[int]:
+        """Rounds (1-based) after which the model's own trajectory reads the test set
+        (:func:`maskfed.engine.fedavg.eval_rounds`, the last quarter at the same interval); [] without one."""
+        if self.rounds is None:
+            return []
+        return sorted(r + 1 for r in fedavg.eval_rounds(self.rounds, self.eval_every, self.eval_every))
 
     def kept(self) -> list[int]:
         """Rounds whose θ the model's own trajectory (``rounds`` set) keeps: 0, every ``keep_every`` from
@@ -510,7 +536,8 @@ MODEL_DEFAULTS = {
         "resnet": ModelStudySpec(models=(ModelSpec(model="resnet18_gn"),), targets=(0.2,),
                                  protocols=(("full", 1), (64, 1)), pool_size=3, num_cohorts=3, eval_every=5,
                                  max_steps=30, eval_images=50),
-        "resnet-fedavg": ModelStudySpec(models=(ModelSpec(model="resnet18_gn", source="fedavg", rounds=2, eval_every=1),),
+        "resnet-fedavg": ModelStudySpec(models=(ModelSpec(model="resnet18_gn", source="fedavg", rounds=2, eval_every=1,
+                                                          at_rounds=(2,)),),
                                         targets=(0.05, 0.99), protocols=(("full", 1), (64, 1)), pool_size=3,
                                         num_cohorts=3),
     },
@@ -525,9 +552,10 @@ MODEL_DEFAULTS = {
                                  protocols=NINE[:5], pool_size=12, num_cohorts=100, eval_every=250,
                                  max_steps=12000, eval_images=2000),
         # ResNet-18-GN's own FedAvg trajectory (issues 29, 41): the paper's 200 rounds (about 8 h on 2 cores:
-        # docs/studies.md); the test set is read every 4 rounds, θ kept at every evaluated round (45 MB each)
+        # docs/studies.md); the test set is read every 4 rounds, θ kept at every evaluated round (45 MB each);
+        # measured at the θ of rounds 100 and 200 too (the paper's Table I is read after 200 rounds)
         "resnet-fedavg": ModelStudySpec(models=(ModelSpec(model="resnet18_gn", source="fedavg", rounds=200, eval_every=4,
-                                                          keep_from=4, keep_every=4),),
+                                                          keep_from=4, keep_every=4, at_rounds=(100, 200)),),
                                         targets=(0.35, 0.45, 0.55), protocols=NINE[:5], pool_size=12, num_cohorts=100),
     },
 }
@@ -598,7 +626,7 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
                         folder = runner.run(cfg, progress=progress, keep_every=m.kept()).path
                     own_folders.append(folder)
                     own_wall += json.loads((folder / "provenance.json").read_text())["wall_s"]
-                    got, acc = evaluated_checkpoints(cfg, spec.targets, folder)
+                    got, acc = evaluated_checkpoints(cfg, spec.targets, folder, m.at_rounds)
                 else:
                     # the archived trajectory is the base run's; another width trains (or reads) its own run
                     cfg = cfgs[m]
@@ -699,25 +727,34 @@ def _labelled(table: pd.DataFrame) -> pd.DataFrame:
                         protocol=[protocol_label(b, e) for b, e in zip(table["batch_size"], table["local_epochs"])])
 
 
-def model_overview(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per θ of a model-size study (index :data:`THETA_KEYS`): the median 1/Δ_S over cohorts of
-    every protocol (in the order measured) and the :func:`cliff` (NaN without both a full-batch and a
-    minibatch protocol). ``table``: :attr:`ModelStudy.table` (or archived ones, several studies allowed)."""
+def _per_theta(table: pd.DataFrame, values: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``table`` labelled (:func:`_labelled`) with a column ``theta`` numbering its θ (:data:`THETA_KEYS`) in
+    order of first appearance, and ``values`` per θ and protocol: index :data:`THETA_KEYS` in that order,
+    two-level columns (value, protocol) in the order measured. A θ taken at a set round (target NaN) is
+    kept, as pivot_table would drop it."""
     t = _labelled(table)
-    wide = t.pivot_table(index=THETA_KEYS, columns="protocol", values="recovery_unweighted", sort=False)
-    wide = wide[list(dict.fromkeys(t["protocol"]))]
-    cliffs = {k: (cliff(g) if (g["batch_size"] == "full").any() and (g["batch_size"] != "full").any() else float("nan"))
-              for k, g in t.groupby(THETA_KEYS, sort=False)}
-    wide["cliff"] = [cliffs[k] for k in wide.index]
+    t["theta"] = t.groupby(THETA_KEYS, sort=False, dropna=False).ngroup()
+    wide = t.groupby(["theta", *THETA_KEYS, "protocol"], dropna=False)[values].mean().unstack("protocol")
+    columns = pd.MultiIndex.from_product([values, list(dict.fromkeys(t["protocol"]))])
+    return t, wide.droplevel("theta").reindex(columns=columns)
+
+
+def model_overview(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per θ of a model-size study (index :data:`THETA_KEYS`, target NaN for a θ taken at a set round):
+    the median 1/Δ_S over cohorts of every protocol (in the order measured) and the :func:`cliff` (NaN without
+    both a full-batch and a minibatch protocol). ``table``: :attr:`ModelStudy.table` (or archived ones, several
+    studies allowed)."""
+    t, wide = _per_theta(table, ["recovery_unweighted"])
+    wide = wide["recovery_unweighted"].rename_axis(columns="protocol")
+    wide["cliff"] = [cliff(g) if (g["batch_size"] == "full").any() and (g["batch_size"] != "full").any()
+                     else float("nan") for _, g in t.groupby("theta")]
     return wide
 
 
 def model_signal_noise(table: pd.DataFrame) -> pd.DataFrame:
     """σ̂² and ‖μ̂‖² (medians over cohorts) of every protocol at every θ: two-level columns
     (quantity, protocol), rows as :func:`model_overview`."""
-    t = _labelled(table)
-    wide = t.pivot_table(index=THETA_KEYS, columns="protocol", values=["sigma2_hat", "mu2_hat"], sort=False)
-    return wide.reindex(columns=pd.MultiIndex.from_product([["sigma2_hat", "mu2_hat"], list(dict.fromkeys(t["protocol"]))]))
+    return _per_theta(table, ["sigma2_hat", "mu2_hat"])[1]
 
 
 def paper_overview() -> pd.DataFrame:
