@@ -343,6 +343,8 @@ def test_a_model_with_its_own_trajectory_is_trained_archived_and_read_from_a_giv
     # and the θ of its set round 2 (no target) besides: each protocol at two θ
     assert ck["when"].tolist() == [1, -1, 2] and ck.index[2] != ck.index[2]
     assert len(back.table) == 2 * len(spec.protocols) and set(back.table["source"]) == {"fedavg"}
+    # each (θ, protocol) with the time its pool took to train, all of them within the study's compute time
+    assert (back.table["train_s"] > 0).all() and back.table["train_s"].sum() <= back.provenance["compute_s"]
     root = archive.factor_dir("smoke", "resnet-fedavg")
     assert {f"trajectory-{f}" for f in archive.TRAJECTORY_FILES} <= {p.name for p in root.iterdir()}
     assert not (root / "trajectory-thetas.pt").exists()

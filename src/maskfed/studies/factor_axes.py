@@ -585,7 +585,9 @@ def model_spec(profile: str, part: str, *, all_protocols: bool = False) -> Model
 class ModelStudy:
     """A model-size study: one summary row per (model, source, target, protocol) and where each θ came from."""
 
-    table: pd.DataFrame        # model, width, params, source, target, test_acc, when, images, batch_size, local_epochs, summaries
+    # model, width, params, source, target, test_acc, when, images, batch_size, local_epochs, train_s (seconds
+    # training the pool's clients, summed over clients, when first measured), summaries
+    table: pd.DataFrame
     checkpoints: pd.DataFrame  # Checkpoint.row() of every (model, source, target)
     accuracy: pd.DataFrame     # model, width, source, when, images, test_acc: each θ path's accuracy log
     spec: ModelStudySpec
@@ -652,7 +654,8 @@ def model_study(profile: Profile, spec: ModelStudySpec, *, trajectory: Path | No
     grams = measure_many(tasks, workers=workers, progress=progress)
     rows = [{"model": c.model, "width": c.width, "params": int(g.provenance["num_parameters"]), "source": c.source,
              "target": c.target, "test_acc": c.test_acc, "when": c.when, "images": c.images, "batch_size": str(bs),
-             "local_epochs": tau, **stage.summarise_cohorts(cohort_metrics(g.gram, g.n, cohorts))}
+             "local_epochs": tau, "train_s": float(g.provenance["train_s"]),
+             **stage.summarise_cohorts(cohort_metrics(g.gram, g.n, cohorts))}
             for (c, bs, tau), g in zip(keys, grams)]
     compute = own_wall + sum(g.provenance["train_s"] for g in grams) + sum(
         json.loads((results_dir() / "central" / c.where / "provenance.json").read_text())["wall_s"]
