@@ -722,11 +722,13 @@ def ours_against_paper(table: pd.DataFrame, *, source: str = "ours", ax: plt.Axe
                      title=title, ncol=2)
 
 
-def own_trajectory(metrics: pd.DataFrame, *, paper: float, thetas=(), window: int = 5, ax: plt.Axes | None = None,
+def own_trajectory(metrics: pd.DataFrame, *, paper: float, thetas=(), window: int = 5,
+                   summarised: tuple[int, int] | None = None, ax: plt.Axes | None = None,
                    title: str | None = None) -> plt.Axes:
     """A FedAvg run's recovery factor round by round (``metrics``: its ``metrics.csv``; points, and a rolling
     median over ``window`` rounds), log scale, beside the paper's Table I value ``paper`` (dashed), with the
-    rounds ``thetas`` whose θ were measured marked.
+    rounds ``thetas`` whose θ were measured marked and the rounds ``summarised`` (first, last: the window a
+    summary takes its medians over) shaded.
 
     Raises:
         ValueError: ``window`` < 1.
@@ -734,6 +736,9 @@ def own_trajectory(metrics: pd.DataFrame, *, paper: float, thetas=(), window: in
     if window < 1:
         raise ValueError(f"window must be >= 1 round; got {window}")
     ax = ax or plt.subplots(figsize=(6.4, 4.0))[1]
+    if summarised is not None:
+        ax.axvspan(summarised[0] - 0.5, summarised[1] + 0.5, color="0.92", zorder=0,
+                   label=f"rounds {summarised[0]}-{summarised[1]}, summarised")
     r, v = metrics["round"], metrics["recovery_unweighted"]
     ax.plot(r, v, ".", ms=3, color="C0", alpha=0.5, label="1/Δ_S of each round")
     ax.plot(r, v.rolling(window, min_periods=1).median(), color="C0", lw=1.5, label=f"rolling median of {window} rounds")

@@ -527,10 +527,13 @@ def figure_models(found: Findings) -> plt.Figure:
 
 
 def figure_own_trajectory(found: Findings) -> plt.Figure | None:
-    """ResNet-18-GN's own trajectory beside the paper's value; None without either."""
+    """ResNet-18-GN's own trajectory beside the paper's value, the window of :func:`headline_cell` shaded;
+    None without either."""
     if found.own is None or found.p32 is None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    own = found.cell.loc["ResNet-18-GN"] if found.cell is not None else None
     own_trajectory(found.own.trajectory, paper=float(found.p32["recovery_unweighted"]), thetas=found.own_thetas, ax=ax,
+                   summarised=None if own is None else (int(own["from_round"]), int(own["rounds"])),
                    title=f"ResNet-18-GN, {found.ref_label}")
     return fig
