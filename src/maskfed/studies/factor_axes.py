@@ -212,7 +212,7 @@ class Checkpoint:
     target: float               # the test accuracy aimed at (fraction); NaN for a θ taken at a set round
     reached: bool               # False: the source never reached it (θ is then None)
     test_acc: float             # accuracy of θ on the test set (fraction; NaN when not reached)
-    when: int                   # FedAvg round or SGD step of θ (-1 when not reached)
+    when: int                   # FedAvg round or SGD step of θ (-1 for a target not reached; a set round's own)
     images: int                 # training images passed to reach θ (FedAvg: over every client of every round)
     where: str                  # folder the θ was read from
     theta: torch.Tensor | None = field(default=None, repr=False)
