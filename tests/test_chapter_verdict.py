@@ -1,5 +1,7 @@
 """The verdict chapter's helpers (maskfed.chapters.verdict) on hand-made claims and verdict tables."""
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -95,7 +97,7 @@ def test_where_in_places_a_value_against_a_range():
         "below", "inside", "inside", "inside", "above"]
 
 
-def test_resnet_cliffs_take_every_resnet_theta_and_skip_other_models():
+def test_resnet_cliffs_take_every_resnet_theta_skip_other_models_and_read_the_latest_fedavg_theta():
     # prepare: ResNet-18-GN at two θ (cliffs 6/3 = 2 and 3/2 = 1.5) and a small CNN whose cliff (10) must not count
     def rows(model, width, target, acc, full, mini):
         return [{"model": model, "width": width, "params": 1, "source": "fedavg", "target": target, "test_acc": acc,
@@ -104,11 +106,16 @@ def test_resnet_cliffs_take_every_resnet_theta_and_skip_other_models():
                 for b, r in (("full", full), ("32", mini))]
     t = pd.DataFrame(rows("resnet18_gn", None, 0.35, 0.37, 6.0, 3.0) + rows("resnet18_gn", None, 0.45, 0.46, 3.0, 2.0)
                      + rows("small_cnn_gn", 8, 0.35, 0.36, 10.0, 1.0))
+    # and a centralised-SGD θ (cliff 8/2 = 4) at a larger step than any FedAvg round: not the latest FedAvg θ
+    t = pd.concat([t, pd.DataFrame(rows("resnet18_gn", None, 0.55, 0.56, 8.0, 2.0)).assign(source="centralised",
+                                                                                             when=3000)])
     # execute
-    r = chapter.resnet_cliffs([t, None])
-    # assert
-    assert r == {"n_theta": 2, "cliff_low": 1.5, "cliff_high": 2.0, "acc_low": 0.37, "acc_high": 0.46}
-    assert chapter.resnet_cliffs([None])["n_theta"] == 0
+    r = chapter.resnet_cliffs([t, None], reference="bs 32, τ 1")
+    # assert: every ResNet θ in the ranges; the latest FedAvg θ is round 45 (accuracy 0.46, cliff 1.5, bs 32 at 2)
+    assert r == {"n_theta": 3, "cliff_low": 1.5, "cliff_high": 4.0, "acc_low": 0.37, "acc_high": 0.56,
+                 "late_round": 45, "late_acc": 0.46, "late_cliff": 1.5, "late_ref": 2.0}
+    assert chapter.resnet_cliffs([None])["n_theta"] == 0 and chapter.resnet_cliffs([None])["late_round"] == 0
+    assert math.isnan(chapter.resnet_cliffs([t])["late_ref"])  # no reference protocol named
 
 
 def test_bottom_line_reports_the_headline_cell_the_cliff_and_the_counts():

@@ -144,18 +144,30 @@ def where_in(value: float, low: float, high: float) -> str:
     return "below" if value < low else "above" if value > high else "inside"
 
 
-def resnet_cliffs(tables) -> dict:
+def resnet_cliffs(tables, reference: str | None = None) -> dict:
     """The cliff of ResNet-18-GN over its θ in the model-size ``tables`` (None skipped): ``n_theta``,
-    ``cliff_low``/``_high``, ``acc_low``/``_high``; 0 and NaN without such θ."""
+    ``cliff_low``/``_high``, ``acc_low``/``_high``; and at the latest θ of its FedAvg trajectory, the one
+    nearest the paper's stage: ``late_round``, ``late_acc``, ``late_cliff`` and ``late_ref``, the median 1/Δ_S
+    of the protocol ``reference`` (a :func:`~maskfed.studies.factor_axes.protocol_label`) there. 0 and NaN
+    without such θ."""
     nan = math.nan
+    empty = {"n_theta": 0, "cliff_low": nan, "cliff_high": nan, "acc_low": nan, "acc_high": nan,
+             "late_round": 0, "late_acc": nan, "late_cliff": nan, "late_ref": nan}
     tables = [t[t["model"] == "resnet18_gn"] for t in tables if t is not None and len(t)]
     if not any(len(t) for t in tables):
-        return {"n_theta": 0, "cliff_low": nan, "cliff_high": nan, "acc_low": nan, "acc_high": nan}
+        return empty
     table = pd.concat([t for t in tables if len(t)], ignore_index=True)
     c = fa.model_overview(table)["cliff"].dropna()
     acc = table.drop_duplicates(["source", "target", "when"])["test_acc"]
-    return {"n_theta": int(len(c)), "cliff_low": float(c.min()) if len(c) else nan,
-            "cliff_high": float(c.max()) if len(c) else nan, "acc_low": float(acc.min()), "acc_high": float(acc.max())}
+    out = empty | {"n_theta": int(len(c)), "cliff_low": float(c.min()) if len(c) else nan,
+                   "cliff_high": float(c.max()) if len(c) else nan, "acc_low": float(acc.min()), "acc_high": float(acc.max())}
+    fed = table[table["source"] == "fedavg"]
+    if len(fed):
+        late = fed[fed["when"] == fed["when"].max()]
+        row = fa.model_overview(late).iloc[0]
+        out |= {"late_round": int(late["when"].iloc[0]), "late_acc": float(late["test_acc"].iloc[0]),
+                "late_cliff": float(row["cliff"]), "late_ref": float(row.get(reference, nan))}
+    return out
 
 
 #: Data sets the verdict page's coverage simulation draws (:func:`headline_coverage`); its time: docs/measurements.md.
@@ -404,7 +416,7 @@ def findings(profile: str, *, data_path=None, overrides: dict | None = None, wor
     # where the matched-stage view disagrees in direction with the protocol view, it decides: "confounded by stage"
     verdicts = claims.with_matched_view(verdicts, matched)
     closest_run = closest_prof.run(closest_prof.seeds[0])
-    resnet = resnet_cliffs([factor_tables["resnet"], factor_tables["resnet-fedavg"]])
+    resnet = resnet_cliffs([factor_tables["resnet"], factor_tables["resnet-fedavg"]], values["v_protocol"])
     own = getattr(archive.load_factor_study(CPU_PAPER, "resnet-fedavg"), "trajectory", None)
     resnet["rounds"] = int(own["round"].max()) if own is not None and len(own) else 0  # its trajectory's rounds so far
     if HEADLINE_SETTING not in against.index:
