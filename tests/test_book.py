@@ -497,14 +497,17 @@ def test_intro_states_the_archived_profiles_seeds_as_its_yaml_has_them():
     assert f"{words[len(seeds)]} seeds, 200 rounds" in text
 
 
-def test_glue_numbers_writes_floats_once_and_skips_truth_values(monkeypatch):
+def test_glue_numbers_writes_numbers_once_and_skips_truth_values(monkeypatch):
     from maskfed import book
 
     glued = {}
     monkeypatch.setattr(book, "glue", lambda k, v, display=False: glued.__setitem__(k, v))
-    book.glue_numbers({"a": 1.23456, "n": 5, "w": "inside", "ok": True, "pct": 93.75})
-    # 3 significant digits, integers and words as they are, no truth value
-    assert glued == {"a": "1.23", "n": 5, "w": "inside", "pct": "93.8"}
+    import numpy as np
+
+    book.glue_numbers({"a": 1.23456, "n": 5, "big": np.int64(11173962), "w": "inside", "ok": True, "pct": 93.75})
+    # 3 significant digits; integers with thousands separators, as the tables write them; words as they are;
+    # no truth value
+    assert glued == {"a": "1.23", "n": "5", "big": "11,173,962", "w": "inside", "pct": "93.8"}
 
 
 def test_outside_the_build_a_glued_value_is_a_kernel_variable_that_eval_shows_as_the_book_does(monkeypatch):
@@ -551,9 +554,9 @@ def test_glue_numbers_with_decimals_writes_every_float_to_that_many_places(monke
     got = {}
     monkeypatch.setattr(book_mod, "glue_all", got.update)
     # execute
-    book_mod.glue_numbers({"a": 1.1, "b": 1.0, "c": 1.357, "n": 3, "ok": True}, decimals=2)
-    # assert: 1.10 and 1.00 as the paper prints 1/Δ_S; integers as they are; truth values left out
-    assert got == {"a": "1.10", "b": "1.00", "c": "1.36", "n": 3}
+    book_mod.glue_numbers({"a": 1.1, "b": 1.0, "c": 1.357, "n": 3, "k": 17034, "ok": True}, decimals=2)
+    # assert: 1.10 and 1.00 as the paper prints 1/Δ_S; integers without decimals; truth values left out
+    assert got == {"a": "1.10", "b": "1.00", "c": "1.36", "n": "3", "k": "17,034"}
 
 
 def test_styled_writes_an_empty_text_cell_as_a_dash_like_a_missing_value():

@@ -122,10 +122,10 @@ def test_the_chapter_stops_when_the_archive_contradicts_its_text(tmp_path, monke
     for cell in failed.cells:
         for o in cell.get("outputs", []):
             if "scrapbook" in o.get("metadata", {}):
-                glued[o["metadata"]["scrapbook"]["name"]] = next(iter(o["data"].values()))
+                glued[o["metadata"]["scrapbook"]["name"]] = next(iter(o["data"].values())).strip("'")
             if o.get("output_type") == "error":
                 errors.append(o["evalue"])
-    assert glued["mt_long_status"] == "'shown'" and glued["mt_long_seeds"] == "3" and glued["mt_long_n_missing"] == "0"
+    assert glued["mt_long_status"] == "shown" and glued["mt_long_seeds"] == "3" and glued["mt_long_n_missing"] == "0"
     assert glued["mt_long_n_mode"] == "6" and glued["mt_long_n_mode_within"] == "4"  # accuracy beyond the spread, twice
     assert "shared-against-independent" in errors[0] and "seed spread" in errors[0]  # the two sentences contradicted
     assert "masked setting" in errors[0] and "unmasked runs" in errors[0]

@@ -509,15 +509,16 @@ def glued_before(names: list[str], where: str) -> None:
 
 
 def glue_numbers(values: dict, digits: int = 3, *, decimals: int | None = None) -> None:
-    """:func:`glue_all` of ``values`` with each float written by :func:`number` to ``digits`` significant digits
-    (with ``decimals``: to that many decimal places, as the paper prints 1/Δ_S: ``1.10``, not ``1.1``) and the
-    truth values left out (they are for the chapter's checks)."""
+    """:func:`glue_all` of ``values`` with each number written by :func:`number`: a float to ``digits``
+    significant digits (with ``decimals``: to that many decimal places, as the paper prints 1/Δ_S: ``1.10``,
+    not ``1.1``), an integer with thousands separators (``400,000`` draws, as in the tables); the truth values
+    left out (they are for the chapter's checks)."""
     def write(value):
-        if decimals is not None and math.isfinite(value):
+        if isinstance(value, (float, np.floating)) and decimals is not None and math.isfinite(value):
             return f"{float(value):.{decimals}f}"
         return number(value, digits)
 
-    glue_all({key: write(value) if isinstance(value, (float, np.floating)) else value
+    glue_all({key: write(value) if isinstance(value, numbers.Real) else value
               for key, value in values.items() if not isinstance(value, (bool, np.bool_))})
 
 
