@@ -29,7 +29,7 @@ def test_citation_values_by_hand():
     # execute
     got = cite.citation_values(CFF)
     # assert: the fields the page writes its two references from; no repository reads "none"
-    assert got == {"cite_authors": ", ".join(["Ada Lovelace", "Alan Turing"]), "cite_year": 2026, "cite_title": "A Paper",
+    assert got == {"cite_authors": ", ".join(["Ada Lovelace", "Alan Turing"]), "cite_year": "2026", "cite_title": "A Paper",
                    "cite_id": "arXiv:2608.23286", "cite_software_by": "maskfed contributors",
                    "cite_software_title": "maskfed", "cite_version": "0.1.0", "cite_repo": "none"}
     assert cite.citation_values(CFF, "https://example.org/r")["cite_repo"] == "https://example.org/r"

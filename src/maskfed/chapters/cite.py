@@ -16,7 +16,8 @@ def citation_values(cff_text: str, repo_url: str = "") -> dict:
     cff = yaml.safe_load(cff_text)
     paper = cff["preferred-citation"]
     return {"cite_authors": ", ".join(f"{a['given-names']} {a['family-names']}" for a in paper["authors"]),
-            "cite_year": paper["year"], "cite_title": paper["title"], "cite_id": paper["identifiers"][0]["value"],
+            "cite_year": str(paper["year"]),  # a label, not a count: no thousands separator
+            "cite_title": paper["title"], "cite_id": paper["identifiers"][0]["value"],
             "cite_software_by": cff["authors"][0]["name"], "cite_software_title": cff["title"],
             "cite_version": cff["version"], "cite_repo": repo_url or "none"}
 
