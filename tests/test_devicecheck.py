@@ -114,6 +114,37 @@ def test_run_what_fits_never_starts_a_run_projected_past_the_time_left(monkeypat
     assert started == [cfg.label()] and [d["projected_s"] for d in done] == [5.0] and skipped == ["big"]
 
 
+
+def test_run_what_fits_starts_the_headline_cell_first_even_when_it_is_not_the_cheapest(monkeypatch):
+    from types import SimpleNamespace
+
+    from maskfed.perf import devicecheck
+    from maskfed.engine.config import load_profile
+
+    cfg = load_profile("smoke").run(0)
+    started = []
+
+    def fake_run(c, progress):
+        started.append(c.seed)
+        return SimpleNamespace(path="/nowhere", metrics=pd.DataFrame({"test_acc": [0.5]}))
+
+    monkeypatch.setattr(devicecheck.runner, "run", fake_run)
+    # prepare: three runs told apart by their seeds; the headline (20 s) is neither the cheapest nor seed 0's
+    proj = pd.DataFrame({"label": ["cheap", "headline", "seed1"], "seed": [0, 1, 1], "projected_s": [5.0, 20.0, 1.0],
+                         "config": [cfg.model_copy(update={"seed": s}) for s in (10, 11, 12)]})
+    monkeypatch.setattr(devicecheck.time, "perf_counter", lambda: 100.0)  # a stopped clock
+    # execute + assert: with room for all, the headline runs first, then seed 0 before seed 1
+    done, skipped = devicecheck.run_what_fits(proj, budget_s=100.0, t_start=100.0, first="headline")
+    assert started == [11, 10, 12] and skipped == []
+    # 10 s left: the headline (24 s with the margin) is skipped and the others still run, seed 0 first
+    started.clear()
+    done, skipped = devicecheck.run_what_fits(proj, budget_s=10.0, t_start=100.0, first="headline")
+    assert started == [10, 12] and skipped == ["headline"]
+    # without ``first``: seed 0, cheapest first, as before
+    started.clear()
+    devicecheck.run_what_fits(proj, budget_s=100.0, t_start=100.0)
+    assert started == [10, 12, 11]
+
 def test_full_size_without_a_gpu_says_what_to_do_and_leaves_no_old_results(tmp_path, monkeypatch, capsys):
     import torch
 
