@@ -89,61 +89,57 @@ def test_a_failed_gate_sets_the_exit_status_and_summary_names_it(tmp_path, monke
     assert summary["runs_finished"] == 0
 
 
-def test_run_what_fits_never_starts_a_run_projected_past_the_time_left(monkeypatch):
+@pytest.fixture
+def started(monkeypatch):
+    """The configs :func:`devicecheck.run_what_fits` starts, in order (runner.run replaced, nothing trains), and a
+    stopped clock, so that only the budget's arithmetic decides."""
     from types import SimpleNamespace
 
-    from maskfed.perf import devicecheck
-    from maskfed.engine.config import load_profile
-
-    cfg = load_profile("smoke").run(0)
-    started = []
+    configs = []
 
     def fake_run(c, progress):
-        started.append(c.label())
+        configs.append(c)
         return SimpleNamespace(path="/nowhere", metrics=pd.DataFrame({"test_acc": [0.5]}))
 
     monkeypatch.setattr(devicecheck.runner, "run", fake_run)
+    monkeypatch.setattr(devicecheck.time, "perf_counter", lambda: 100.0)
+    return configs
+
+
+def test_run_what_fits_never_starts_a_run_projected_past_the_time_left(started):
+    from maskfed.engine.config import load_profile
+
+    cfg = load_profile("smoke").run(0)
     proj = pd.DataFrame({"label": ["big", "small"], "seed": [0, 0], "projected_s": [50.0, 5.0],
                          "config": [cfg.model_copy(update={"seed": 1}), cfg]})
-    monkeypatch.setattr(devicecheck.time, "perf_counter", lambda: 100.0)  # a stopped clock: the budget's arithmetic only
     # 4 s left: not even the cheapest run (5 s, 6 s with the margin) starts
     done, skipped = devicecheck.run_what_fits(proj, budget_s=4.0, t_start=100.0)
     assert started == [] and done == [] and skipped == ["small", "big"]
     # 30 s left: the 5 s run starts, the 50 s one does not
     done, skipped = devicecheck.run_what_fits(proj, budget_s=30.0, t_start=100.0)
-    assert started == [cfg.label()] and [d["projected_s"] for d in done] == [5.0] and skipped == ["big"]
+    assert [c.label() for c in started] == [cfg.label()] and [d["projected_s"] for d in done] == [5.0]
+    assert skipped == ["big"]
 
 
-
-def test_run_what_fits_starts_the_headline_cell_first_even_when_it_is_not_the_cheapest(monkeypatch):
-    from types import SimpleNamespace
-
-    from maskfed.perf import devicecheck
+def test_run_what_fits_starts_the_headline_cell_first_even_when_it_is_not_the_cheapest(started):
     from maskfed.engine.config import load_profile
 
-    cfg = load_profile("smoke").run(0)
-    started = []
-
-    def fake_run(c, progress):
-        started.append(c.seed)
-        return SimpleNamespace(path="/nowhere", metrics=pd.DataFrame({"test_acc": [0.5]}))
-
-    monkeypatch.setattr(devicecheck.runner, "run", fake_run)
     # prepare: three runs told apart by their seeds; the headline (20 s) is neither the cheapest nor seed 0's
+    cfg = load_profile("smoke").run(0)
     proj = pd.DataFrame({"label": ["cheap", "headline", "seed1"], "seed": [0, 1, 1], "projected_s": [5.0, 20.0, 1.0],
                          "config": [cfg.model_copy(update={"seed": s}) for s in (10, 11, 12)]})
-    monkeypatch.setattr(devicecheck.time, "perf_counter", lambda: 100.0)  # a stopped clock
     # execute + assert: with room for all, the headline runs first, then seed 0 before seed 1
     done, skipped = devicecheck.run_what_fits(proj, budget_s=100.0, t_start=100.0, first="headline")
-    assert started == [11, 10, 12] and skipped == []
+    assert [c.seed for c in started] == [11, 10, 12] and skipped == []
     # 10 s left: the headline (24 s with the margin) is skipped and the others still run, seed 0 first
     started.clear()
     done, skipped = devicecheck.run_what_fits(proj, budget_s=10.0, t_start=100.0, first="headline")
-    assert started == [10, 12] and skipped == ["headline"]
+    assert [c.seed for c in started] == [10, 12] and skipped == ["headline"]
     # without ``first``: seed 0, cheapest first, as before
     started.clear()
     devicecheck.run_what_fits(proj, budget_s=100.0, t_start=100.0)
-    assert started == [10, 12, 11]
+    assert [c.seed for c in started] == [10, 12, 11]
+
 
 def test_full_size_without_a_gpu_says_what_to_do_and_leaves_no_old_results(tmp_path, monkeypatch, capsys):
     import torch
